@@ -1,0 +1,115 @@
+"""Privacy-loss values with exact arithmetic.
+
+ε and δ are kept as ``fractions.Fraction`` so that composition (a plain sum under basic
+composition) never rounds: a budget of 1.0 spent as ten queries of 0.1 is exactly spent,
+not 0.9999999999999999 or 1.0000000000000002. Floats are for display only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from dpsql.errors import PrivacyParameterError
+
+
+def exact(value: float | int | str | Fraction, name: str = "epsilon") -> Fraction:
+    """Convert a user-given privacy parameter to an exact Fraction.
+
+    Floats go through their shortest decimal repr, so ``0.1`` becomes exactly 1/10.
+
+    Example:
+        >>> exact(0.1)
+        Fraction(1, 10)
+    """
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise PrivacyParameterError(
+            f"{name} must be a number, got {value!r}", hint=f"pass {name} as a positive number"
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise PrivacyParameterError(
+            f"{name} must be finite, got {value!r}", hint=f"pass {name} as a positive number"
+        )
+    try:
+        return Fraction(repr(value) if isinstance(value, float) else value)
+    except (ValueError, ZeroDivisionError) as err:
+        raise PrivacyParameterError(
+            f"{name} must be a number, got {value!r}", hint=f"pass {name} as a positive number"
+        ) from err
+
+
+def positive(value: float | int | str | Fraction, name: str = "epsilon") -> Fraction:
+    """Exact value of a parameter that must be > 0 (ε, a budget)."""
+    result = exact(value, name)
+    if result <= 0:
+        raise PrivacyParameterError(
+            f"{name} must be greater than 0, got {float(result):g}",
+            hint=f"use a positive {name}, e.g. {name}=1.0",
+        )
+    return result
+
+
+def probability(value: float | int | str | Fraction, name: str = "delta") -> Fraction:
+    """Exact value of δ, which must lie in [0, 1)."""
+    result = exact(value, name)
+    if not 0 <= result < 1:
+        raise PrivacyParameterError(
+            f"{name} must be in [0, 1), got {float(result):g}",
+            hint=f"use a small {name} such as 1e-6, or 0 for pure ε-DP",
+        )
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class PrivacyLoss:
+    """An (ε, δ) privacy loss; δ = 0 is pure ε-DP. Adds under basic composition."""
+
+    epsilon: Fraction
+    delta: Fraction = Fraction(0)
+
+    def __add__(self, other: PrivacyLoss) -> PrivacyLoss:
+        return PrivacyLoss(self.epsilon + other.epsilon, self.delta + other.delta)
+
+    def covers(self, other: PrivacyLoss) -> bool:
+        """True when this (remaining) loss is at least ``other`` in both ε and δ."""
+        return other.epsilon <= self.epsilon and other.delta <= self.delta
+
+    def minus(self, other: PrivacyLoss) -> PrivacyLoss:
+        """What is left of this budget after ``other`` (never below zero)."""
+        return PrivacyLoss(max(self.epsilon - other.epsilon, Fraction(0)),
+                           max(self.delta - other.delta, Fraction(0)))
+
+    def describe(self) -> str:
+        """Human form, e.g. ``ε=0.5, δ=1e-06``."""
+        text = f"ε={float(self.epsilon):g}"
+        return text + (f", δ={float(self.delta):g}" if self.delta else "")
+
+    @staticmethod
+    def zero() -> PrivacyLoss:
+        """No loss."""
+        return PrivacyLoss(Fraction(0), Fraction(0))
+
+
+def parse_loss(text: str) -> PrivacyLoss:
+    """Parse ``"epsilon=1,delta=1e-6"`` (or a bare ε such as ``"0.5"``).
+
+    Example:
+        >>> parse_loss("epsilon=0.5,delta=1e-6").describe()
+        'ε=0.5, δ=1e-06'
+    """
+    text = text.strip()
+    if "=" not in text:
+        return PrivacyLoss(positive(text))
+    values: dict[str, str] = {}
+    for part in text.split(","):
+        key, _, val = part.partition("=")
+        values[key.strip().lower()] = val.strip()
+    unknown = set(values) - {"epsilon", "delta"}
+    if unknown or "epsilon" not in values:
+        raise PrivacyParameterError(
+            f"cannot read the privacy loss {text!r}", hint="write it as epsilon=1,delta=1e-6"
+        )
+    return PrivacyLoss(positive(values["epsilon"]), probability(values.get("delta", "0")))

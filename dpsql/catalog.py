@@ -1,0 +1,310 @@
+"""The metadata catalogue: which tables are private, who the person is, bounds and domains.
+
+Loaded from YAML or a dict, validated once, and frozen. Every error names the table and
+column at fault. Nothing here reads the data: bounds and domains are the data owner's
+declaration, never derived from the rows.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dpsql.budget import PrivacyLoss, positive, probability
+from dpsql.errors import CatalogError
+
+COLUMN_TYPES = ("int", "float", "text", "bool", "date")
+NEIGHBOURING = ("add_remove", "replace")
+MECHANISMS = ("laplace",)
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+_ENV_PATTERN = re.compile(r"\$\{(\w+)\}")
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnSpec:
+    """One declared column: its type, optional [lower, upper] bounds and public domain."""
+
+    name: str
+    type: str
+    lower: float | None = None
+    upper: float | None = None
+    values: tuple | None = None
+
+    @property
+    def is_bounded(self) -> bool:
+        """True when both bounds are declared."""
+        return self.lower is not None and self.upper is not None
+
+    @property
+    def is_numeric(self) -> bool:
+        """True for int and float columns."""
+        return self.type in ("int", "float")
+
+
+@dataclass(frozen=True, slots=True)
+class TableSpec:
+    """One declared table: public, or private with a privacy unit (None = row privacy)."""
+
+    name: str
+    columns: dict[str, ColumnSpec]
+    public: bool = False
+    privacy_unit: str | None = None
+    max_groups_per_unit: int = 1
+    max_rows_per_group: int = 1
+    source: str | None = None
+    csv: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_row_privacy(self) -> bool:
+        """True when each row is a distinct person."""
+        return not self.public and self.privacy_unit is None
+
+    def column(self, name: str) -> ColumnSpec | None:
+        """The column called ``name`` (case-insensitive, as SQL identifiers are)."""
+        found = self.columns.get(name)
+        if found is not None:
+            return found
+        lowered = name.lower()
+        for key, spec in self.columns.items():
+            if key.lower() == lowered:
+                return spec
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """The validated metadata of one dataset."""
+
+    name: str
+    tables: dict[str, TableSpec]
+    neighbouring: str = "add_remove"
+    budget: PrivacyLoss | None = None
+    mechanism: str = "laplace"
+    path: Path | None = None
+
+    def table(self, name: str) -> TableSpec | None:
+        """The table called ``name`` (case-insensitive)."""
+        found = self.tables.get(name)
+        if found is not None:
+            return found
+        lowered = name.lower()
+        for key, spec in self.tables.items():
+            if key.lower() == lowered:
+                return spec
+        return None
+
+
+def datasets_dir() -> Path:
+    """Folder of the shared real data sets: ``$DPSQL_DATASETS`` or ``../shared/datasets``."""
+    env = os.environ.get("DPSQL_DATASETS")
+    if env:
+        return Path(env)
+    return (PROJECT_ROOT / ".." / "shared" / "datasets").resolve()
+
+
+def load_catalog(metadata: str | os.PathLike | dict | Catalog) -> Catalog:
+    """Load and validate a catalogue from a YAML path, a dict, or pass a Catalog through.
+
+    Raises:
+        CatalogError: the metadata is invalid; the message names the table and column.
+
+    Example:
+        >>> cat = load_catalog({"tables": {"t": {"privacy_unit": None,
+        ...     "columns": {"x": {"type": "int", "lower": 0, "upper": 9}}}}})
+        >>> cat.table("T").column("X").upper
+        9
+    """
+    if isinstance(metadata, Catalog):
+        return metadata
+    if isinstance(metadata, dict):
+        return _build(metadata, base=Path.cwd(), path=None, default_name="dataset")
+    path = Path(metadata)
+    if not path.is_file():
+        raise CatalogError(
+            f"metadata file {str(path)!r} does not exist",
+            hint="pass --metadata with the path of a YAML catalogue",
+        )
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise CatalogError(f"metadata file {str(path)!r} is not valid YAML: {err}") from err
+    if not isinstance(raw, dict):
+        raise CatalogError(f"metadata file {str(path)!r} must hold a mapping with 'tables'")
+    return _build(raw, base=path.resolve().parent, path=path.resolve(), default_name=path.stem)
+
+
+def _build(raw: dict, *, base: Path, path: Path | None, default_name: str) -> Catalog:
+    unknown = set(raw) - {"name", "neighbouring", "budget", "tables", "mechanism", "description"}
+    if unknown:
+        raise CatalogError(
+            f"unknown metadata key(s) {sorted(unknown)}",
+            hint="top-level keys are name, neighbouring, budget, mechanism and tables",
+        )
+    neighbouring = raw.get("neighbouring", "add_remove")
+    if neighbouring not in NEIGHBOURING:
+        raise CatalogError(
+            f"neighbouring must be one of {NEIGHBOURING}, got {neighbouring!r}",
+            hint="use add_remove (one person added or removed) or replace",
+        )
+    mechanism = raw.get("mechanism", "laplace")
+    if mechanism not in MECHANISMS:
+        raise CatalogError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
+    tables_raw = raw.get("tables")
+    if not isinstance(tables_raw, dict) or not tables_raw:
+        raise CatalogError("metadata has no 'tables' mapping", hint="declare at least one table")
+    seen: set[str] = set()
+    tables = {}
+    for name, spec in tables_raw.items():
+        if str(name).lower() in seen:
+            raise CatalogError(f"table {name!r} is declared twice (names are case-insensitive)")
+        seen.add(str(name).lower())
+        tables[str(name)] = _table(str(name), spec, base)
+    return Catalog(
+        name=str(raw.get("name", default_name)),
+        tables=tables,
+        neighbouring=neighbouring,
+        budget=_budget(raw.get("budget")),
+        mechanism=mechanism,
+        path=path,
+    )
+
+
+def _budget(raw: Any) -> PrivacyLoss | None:
+    if raw is None:
+        return None
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        raw = {"epsilon": raw}
+    if not isinstance(raw, dict) or "epsilon" not in raw:
+        raise CatalogError("budget must be a mapping such as {epsilon: 10.0, delta: 1.0e-6}")
+    try:
+        return PrivacyLoss(positive(raw["epsilon"], "budget epsilon"),
+                           probability(raw.get("delta", 0), "budget delta"))
+    except Exception as err:
+        raise CatalogError(f"invalid budget: {err}") from err
+
+
+def _table(name: str, raw: Any, base: Path) -> TableSpec:
+    if not isinstance(raw, dict):
+        raise CatalogError(f"table {name!r}: expected a mapping, got {type(raw).__name__}")
+    allowed = {"source", "public", "privacy_unit", "max_groups_per_unit", "max_rows_per_group",
+               "columns", "csv", "description", "rows"}
+    unknown = set(raw) - allowed
+    if unknown:
+        raise CatalogError(f"table {name!r}: unknown key(s) {sorted(unknown)}",
+                           hint=f"allowed keys are {sorted(allowed)}")
+    public = raw.get("public", False)
+    if not isinstance(public, bool):
+        raise CatalogError(f"table {name!r}: public must be true or false")
+    if not public and "privacy_unit" not in raw:
+        raise CatalogError(
+            f"table {name!r} is neither public nor private",
+            hint="add 'privacy_unit: <column>' (or 'privacy_unit: null' for one row per "
+            "person), or 'public: true' for a table without personal data",
+        )
+    if public and raw.get("privacy_unit") is not None:
+        raise CatalogError(f"table {name!r} is public but names a privacy_unit; choose one")
+    columns_raw = raw.get("columns") or {}
+    if not isinstance(columns_raw, dict):
+        raise CatalogError(f"table {name!r}: columns must be a mapping of name to spec")
+    columns: dict[str, ColumnSpec] = {}
+    for col_name, col_raw in columns_raw.items():
+        if str(col_name).lower() in {c.lower() for c in columns}:
+            raise CatalogError(f"table {name!r}: column {col_name!r} is declared twice")
+        columns[str(col_name)] = _column(name, str(col_name), col_raw)
+    unit = raw.get("privacy_unit")
+    if unit is not None:
+        unit = str(unit)
+        if unit.lower() not in {c.lower() for c in columns}:
+            columns[unit] = ColumnSpec(unit, "text")
+    row_privacy = not public and unit is None
+    l0 = _positive_int(name, "max_groups_per_unit", raw.get("max_groups_per_unit", 1))
+    linf = _positive_int(name, "max_rows_per_group", raw.get("max_rows_per_group", 1))
+    if row_privacy and (l0 != 1 or linf != 1):
+        raise CatalogError(
+            f"table {name!r} has row privacy (privacy_unit: null) but declares "
+            f"max_groups_per_unit={l0}, max_rows_per_group={linf}",
+            hint="with row privacy each person is one row: drop these keys, or name the "
+            "privacy_unit column",
+        )
+    source = raw.get("source")
+    if source is not None:
+        source = _expand(str(source), name)
+        if not _looks_like_table_name(source):
+            source = str((base / source).resolve()) if not Path(source).is_absolute() else source
+    csv = raw.get("csv") or {}
+    if not isinstance(csv, dict):
+        raise CatalogError(f"table {name!r}: csv must be a mapping of read options")
+    return TableSpec(name=name, columns=columns, public=public, privacy_unit=unit,
+                     max_groups_per_unit=l0, max_rows_per_group=linf, source=source, csv=csv)
+
+
+def _looks_like_table_name(source: str) -> bool:
+    return not any(source.lower().endswith(ext) for ext in (".csv", ".parquet", ".tsv", ".data",
+                                                            ".txt", ".csv.gz"))
+
+
+def _expand(source: str, table: str) -> str:
+    def sub(match: re.Match) -> str:
+        var = match.group(1)
+        if var == "DPSQL_DATASETS":
+            return str(datasets_dir())
+        if var not in os.environ:
+            raise CatalogError(f"table {table!r}: source uses ${{{var}}}, which is not set")
+        return os.environ[var]
+
+    return _ENV_PATTERN.sub(sub, source)
+
+
+def _positive_int(table: str, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CatalogError(f"table {table!r}: {key} must be a whole number ≥ 1, got {value!r}")
+    return value
+
+
+def _column(table: str, name: str, raw: Any) -> ColumnSpec:
+    where = f"table {table!r}, column {name!r}"
+    if isinstance(raw, str):
+        raw = {"type": raw}
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{where}: expected a mapping such as {{type: int, lower: 0, upper: 9}}")
+    unknown = set(raw) - {"type", "lower", "upper", "values", "description"}
+    if unknown:
+        raise CatalogError(f"{where}: unknown key(s) {sorted(unknown)}",
+                           hint="column keys are type, lower, upper and values")
+    col_type = raw.get("type", "text")
+    if col_type not in COLUMN_TYPES:
+        raise CatalogError(f"{where}: type must be one of {COLUMN_TYPES}, got {col_type!r}")
+    lower, upper = raw.get("lower"), raw.get("upper")
+    if (lower is None) != (upper is None):
+        raise CatalogError(f"{where}: declare both lower and upper, or neither")
+    if lower is not None:
+        for label, bound in (("lower", lower), ("upper", upper)):
+            if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(
+                bound
+            ):
+                raise CatalogError(f"{where}: {label} must be a finite number, got {bound!r}")
+        if col_type not in ("int", "float"):
+            raise CatalogError(f"{where}: bounds are only for int and float columns")
+        if lower > upper:
+            raise CatalogError(f"{where}: lower ({lower}) is greater than upper ({upper})",
+                               hint="swap the bounds")
+    values = raw.get("values")
+    if values is not None:
+        if not isinstance(values, list) or not values:
+            raise CatalogError(f"{where}: values must be a non-empty list (the public domain)")
+        if len(set(map(repr, values))) != len(values):
+            raise CatalogError(f"{where}: values has duplicates")
+        values = tuple(values)
+    return ColumnSpec(name=name, type=col_type, lower=lower, upper=upper, values=values)
+
+
+def exact_bound(value: float | int) -> Fraction:
+    """A declared bound as an exact Fraction (floats through their decimal repr)."""
+    return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
