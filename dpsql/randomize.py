@@ -1,0 +1,728 @@
+"""Local randomization of a table, column by column, before anyone stores it (local DP).
+
+Each record is randomized on its own with a CSPRNG, so whoever holds the output never sees a
+true value and may query it exactly: the output is written as a ``public: true`` table.
+
+Randomizers (Zhang et al. 2007, "Privacy Preserving Naive Bayes Classification", §3-§4):
+
+* ``ERRPH(domain, p0, hide_probabilities)``: keep the true value with probability p0, else
+  output value a_j with probability p_j (p0 + sum p_j = 1). With equal p_j it is k-ary
+  randomized response, ``ERRPH.uniform``; local ε = ln(1 + p0 / min_j p_j).
+* ``Warner(domain, theta)``: binary Warner model, keep with probability θ, else flip;
+  local ε = |ln(θ / (1 - θ))|.
+* ``TRR``: numeric y = a·x + b, a and b drawn uniformly from fixed sets A and B of Gaussian
+  numbers. Only the sets' means and variances are published (``TRRParameters``). TRR has no
+  finite ε (the support of y depends on x).
+
+``randomize_table`` writes the randomized data (Parquet or CSV), a catalogue YAML that declares
+it public, and a sidecar JSON (``<output>.randomization.json``) with the machine-readable
+parameters and the local ε per attribute and per record (basic composition: the sum). Columns
+passed as ``keep`` (the class label in the paper) are copied in the clear and are NOT protected.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+import click
+import duckdb
+import numpy as np
+import pandas as pd
+import yaml
+
+from dpsql.catalog import ColumnSpec, TableSpec, load_catalog
+from dpsql.errors import (
+    CatalogError,
+    DataError,
+    InsecureRandomnessWarning,
+    PrivacyParameterError,
+    ProgrammingError,
+)
+
+PARAMETERS_FORMAT = "dpsql-randomization/1"
+OUTPUT_SUFFIXES = (".parquet", ".csv")
+# Relative slack when checking that p0 + sum(p_j) = 1 (parameters typed as decimals).
+_SUM_TOLERANCE = 1e-9
+
+
+class Randomizer(Protocol):
+    """What every randomizer offers: its published parameters and its local ε."""
+
+    mechanism: ClassVar[str]
+
+    @property
+    def local_epsilon(self) -> float:
+        """ε of the local mechanism (``math.inf`` when unbounded)."""
+
+    def to_params(self) -> dict[str, Any]:
+        """The published parameters, JSON-ready."""
+
+
+def _check_probability(value: float, name: str) -> float:
+    value = float(value)
+    if not 0.0 <= value <= 1.0 or math.isnan(value):
+        raise PrivacyParameterError(f"{name} must be in [0, 1], got {value!r}",
+                                    hint=f"pass {name} as a probability, e.g. 0.5")
+    return value
+
+
+def _inverse_counts(observed: np.ndarray, total: np.ndarray | float, diagonal: float,
+                    offsets: np.ndarray) -> np.ndarray:
+    """Solve observed = diagonal·n + offsets·total for n (Sherman-Morrison, no matrix inverse).
+
+    Valid for any channel M = diagonal·I + offsets·1ᵀ, which covers ERRPH (diagonal = p0,
+    offsets = p_j) and Warner (diagonal = 2θ - 1, offsets = 1 - θ).
+    """
+    return (np.asarray(observed, dtype=float) - offsets * np.asarray(total, dtype=float)[..., None]
+            ) / diagonal
+
+
+@dataclass(frozen=True)
+class ERRPH:
+    """Extended randomized response with partial hiding for one categorical attribute.
+
+    Attributes:
+        domain: the public, ordered values of the attribute.
+        p0: probability of releasing the true value.
+        hide_probabilities: p_1..p_k, the probability of releasing a_j regardless of the input.
+
+    Example:
+        >>> m = ERRPH.uniform(["a", "b", "c", "d"], p0=0.5)
+        >>> round(m.local_epsilon, 4)   # ln 5
+        1.6094
+    """
+
+    domain: tuple
+    p0: float
+    hide_probabilities: tuple[float, ...]
+    mechanism: ClassVar[str] = "errph"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "domain", tuple(self.domain))
+        object.__setattr__(self, "p0", _check_probability(self.p0, "p0"))
+        hide = tuple(_check_probability(p, "hide probability") for p in self.hide_probabilities)
+        object.__setattr__(self, "hide_probabilities", hide)
+        if len(self.domain) < 2:
+            raise ProgrammingError(f"ERRPH needs a domain of at least 2 values, got {self.domain}")
+        if len(hide) != len(self.domain):
+            raise PrivacyParameterError(
+                f"ERRPH has {len(hide)} hide probabilities for a domain of {len(self.domain)}",
+                hint="give one hide probability per domain value")
+        if abs(self.p0 + sum(hide) - 1.0) > _SUM_TOLERANCE:
+            raise PrivacyParameterError(
+                f"p0 + sum of hide probabilities must be 1, got {self.p0 + sum(hide)!r}",
+                hint="use ERRPH.uniform(domain, p0) for equal hide probabilities")
+
+    @classmethod
+    def uniform(cls, domain: Iterable, p0: float) -> ERRPH:
+        """k-ary randomized response: p_1 = ... = p_k = (1 - p0) / k (the paper's default)."""
+        domain = tuple(domain)
+        p0 = _check_probability(p0, "p0")
+        return cls(domain, p0, ((1.0 - p0) / len(domain),) * len(domain))
+
+    @classmethod
+    def from_epsilon(cls, domain: Iterable, epsilon: float) -> ERRPH:
+        """The k-ary randomized response whose local ε is ``epsilon``: p0 = (e^ε-1)/(e^ε+k-1)."""
+        domain = tuple(domain)
+        if not epsilon >= 0:
+            raise PrivacyParameterError(f"epsilon must be ≥ 0, got {epsilon!r}")
+        return cls.uniform(domain, math.expm1(epsilon) / (math.exp(epsilon) + len(domain) - 1))
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> ERRPH:
+        """Rebuild from ``to_params()`` output."""
+        return cls(params["domain"], params["p0"], params["hide_probabilities"])
+
+    def to_params(self) -> dict[str, Any]:
+        """The published parameters, JSON-ready."""
+        return {"mechanism": self.mechanism, "domain": list(self.domain), "p0": self.p0,
+                "hide_probabilities": list(self.hide_probabilities),
+                "local_epsilon": _json_epsilon(self.local_epsilon)}
+
+    @property
+    def local_epsilon(self) -> float:
+        """max over x, x', y of ln P(y|x)/P(y|x') = ln(1 + p0 / min_j p_j)."""
+        if self.p0 == 0.0:
+            return 0.0
+        smallest = min(self.hide_probabilities)
+        return math.inf if smallest == 0.0 else math.log1p(self.p0 / smallest)
+
+    def transition_matrix(self) -> np.ndarray:
+        """M[y, x] = P(output a_y | input a_x) = p0·[x = y] + p_y (the paper's Table 1)."""
+        k = len(self.domain)
+        return self.p0 * np.eye(k) + np.asarray(self.hide_probabilities)[:, None]
+
+    def randomize_codes(self, codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Randomize domain indices; one independent keep coin and fake draw per entry."""
+        codes = np.asarray(codes)
+        if self.p0 == 1.0:
+            return codes.copy()
+        keep = rng.random(codes.shape) < self.p0
+        fake_distribution = np.asarray(self.hide_probabilities) / (1.0 - self.p0)
+        fake = rng.choice(len(self.domain), size=codes.shape, p=fake_distribution)
+        return np.where(keep, codes, fake)
+
+    def estimate_counts(self, observed: np.ndarray, total: np.ndarray | float) -> np.ndarray:
+        """Unbiased true counts from released counts (last axis = domain): (c_j - p_j·N) / p0.
+
+        ``total`` is N for each row of ``observed`` (e.g. the class sizes). Estimates may be
+        negative; the caller decides how to clamp them.
+        """
+        if self.p0 == 0.0:
+            raise PrivacyParameterError("p0 = 0 releases no information; counts cannot be "
+                                        "reconstructed", hint="use p0 > 0")
+        return _inverse_counts(observed, total, self.p0, np.asarray(self.hide_probabilities))
+
+
+@dataclass(frozen=True)
+class Warner:
+    """Warner's randomized response for a binary attribute: keep with θ, else flip.
+
+    Example:
+        >>> round(Warner(["no", "yes"], theta=0.75).local_epsilon, 4)   # ln 3
+        1.0986
+    """
+
+    domain: tuple
+    theta: float
+    mechanism: ClassVar[str] = "warner"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "domain", tuple(self.domain))
+        object.__setattr__(self, "theta", _check_probability(self.theta, "theta"))
+        if len(self.domain) != 2:
+            raise ProgrammingError(
+                f"the Warner model is binary; got a domain of {len(self.domain)} values",
+                hint="use ERRPH (mechanism errph) for attributes with more than two values")
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> Warner:
+        """Rebuild from ``to_params()`` output."""
+        return cls(params["domain"], params["theta"])
+
+    def to_params(self) -> dict[str, Any]:
+        """The published parameters, JSON-ready."""
+        return {"mechanism": self.mechanism, "domain": list(self.domain), "theta": self.theta,
+                "local_epsilon": _json_epsilon(self.local_epsilon)}
+
+    @property
+    def local_epsilon(self) -> float:
+        """|ln(θ / (1 - θ))|; infinite at θ ∈ {0, 1}."""
+        if self.theta in (0.0, 1.0):
+            return math.inf
+        return abs(math.log(self.theta / (1.0 - self.theta)))
+
+    def transition_matrix(self) -> np.ndarray:
+        """M[y, x] = θ on the diagonal, 1 - θ off it."""
+        return np.array([[self.theta, 1 - self.theta], [1 - self.theta, self.theta]])
+
+    def randomize_codes(self, codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Randomize 0/1 indices: flip each with probability 1 - θ."""
+        codes = np.asarray(codes)
+        keep = rng.random(codes.shape) < self.theta
+        return np.where(keep, codes, 1 - codes)
+
+    def estimate_counts(self, observed: np.ndarray, total: np.ndarray | float) -> np.ndarray:
+        """Unbiased true counts: (c_j - (1-θ)·N) / (2θ - 1); singular at θ = 0.5."""
+        if self.theta == 0.5:
+            raise PrivacyParameterError("theta = 0.5 releases no information; counts cannot be "
+                                        "reconstructed", hint="use theta ≠ 0.5")
+        return _inverse_counts(observed, total, 2 * self.theta - 1, np.full(2, 1 - self.theta))
+
+
+@dataclass(frozen=True)
+class TRRParameters:
+    """The published side of TRR: empirical mean and population variance of the sets A and B.
+
+    Reconstruction (paper §4.2, Eq. 2-3) of a group of n released values with mean ȳ and sample
+    variance s²: μ̂ = (ȳ - b̄)/ā and the exactly unbiased variance
+    S² = [s²·(1 + σ_A²/(n ā²)) - σ_A²·((ȳ - b̄)/ā)² - σ_B²] / (ā² + σ_A²)
+    (the paper's Eq. 3 without the O(1/n) correction factor). S² may be negative for small
+    groups; the caller floors it.
+    """
+
+    a_mean: float
+    a_variance: float
+    b_mean: float
+    b_variance: float
+    mechanism: ClassVar[str] = "trr"
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> TRRParameters:
+        """Rebuild from ``to_params()`` output."""
+        return cls(params["a_mean"], params["a_variance"], params["b_mean"], params["b_variance"])
+
+    def to_params(self) -> dict[str, Any]:
+        """The published parameters, JSON-ready."""
+        return {"mechanism": self.mechanism, "a_mean": self.a_mean, "a_variance": self.a_variance,
+                "b_mean": self.b_mean, "b_variance": self.b_variance, "local_epsilon": None}
+
+    @property
+    def local_epsilon(self) -> float:
+        """Always infinite: the support of a·x + b over finite sets depends on x."""
+        return math.inf
+
+    def estimate_mean(self, released_mean: np.ndarray | float) -> np.ndarray:
+        """μ̂ = (ȳ - b̄) / ā."""
+        return (np.asarray(released_mean, dtype=float) - self.b_mean) / self.a_mean
+
+    def estimate_variance(self, released_var_samp: np.ndarray | float,
+                          released_mean: np.ndarray | float,
+                          count: np.ndarray | float) -> np.ndarray:
+        """Unbiased Var(x) from VAR_SAMP(y), AVG(y) and COUNT(y) of the released values."""
+        s2 = np.asarray(released_var_samp, dtype=float)
+        n = np.asarray(count, dtype=float)
+        mu = self.estimate_mean(released_mean)
+        a2, var_a = self.a_mean ** 2, self.a_variance
+        return (s2 * (1 + var_a / (n * a2)) - var_a * mu ** 2 - self.b_variance) / (a2 + var_a)
+
+
+@dataclass(frozen=True, eq=False)
+class TRR:
+    """Transforming randomized response: y = a·x + b, a ∈ A and b ∈ B drawn uniformly.
+
+    The sets stay with whoever randomizes; only ``parameters`` is published.
+    """
+
+    a_set: np.ndarray
+    b_set: np.ndarray
+    mechanism: ClassVar[str] = "trr"
+
+    @classmethod
+    def draw(cls, rng: np.random.Generator, *, a_mean: float = 1.0, a_variance: float = 1.0,
+             b_variance: float = 1.0, set_size: int = 1000) -> TRR:
+        """Sets of ``set_size`` Gaussian numbers, B re-centred so that b̄ = 0 (paper §4.2)."""
+        if a_variance < 0 or b_variance < 0:
+            raise PrivacyParameterError("TRR variances must be ≥ 0",
+                                        hint="pass --trr-a-variance and --trr-b-variance ≥ 0")
+        if set_size < 1:
+            raise PrivacyParameterError(f"TRR set size must be ≥ 1, got {set_size}")
+        a_set = rng.normal(a_mean, math.sqrt(a_variance), set_size)
+        b_set = rng.normal(0.0, math.sqrt(b_variance), set_size)
+        trr = cls(a_set, b_set - b_set.mean())
+        if abs(trr.parameters.a_mean) < 1e-6:
+            raise PrivacyParameterError("the mean of TRR's set A is 0, so x cannot be recovered",
+                                        hint="use a_mean away from 0 (the paper uses 1 or 2)")
+        return trr
+
+    @property
+    def parameters(self) -> TRRParameters:
+        """Empirical mean and population (1/m) variance of A and B, as the paper defines them."""
+        return TRRParameters(float(self.a_set.mean()), float(self.a_set.var()),
+                             float(self.b_set.mean()), float(self.b_set.var()))
+
+    @property
+    def local_epsilon(self) -> float:
+        """Always infinite (see ``TRRParameters.local_epsilon``)."""
+        return math.inf
+
+    def to_params(self) -> dict[str, Any]:
+        """The published parameters (not the sets)."""
+        return self.parameters.to_params()
+
+    def randomize_values(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Fresh a and b for every value."""
+        values = np.asarray(values, dtype=float)
+        a = self.a_set[rng.integers(0, len(self.a_set), values.shape)]
+        b = self.b_set[rng.integers(0, len(self.b_set), values.shape)]
+        return a * values + b
+
+
+CATEGORICAL = {"errph": ERRPH.uniform, "warner": lambda domain, p: Warner(domain, p)}
+PUBLISHED = {"errph": ERRPH.from_params, "warner": Warner.from_params,
+             "trr": TRRParameters.from_params}
+
+
+def csprng() -> np.random.Generator:
+    """A numpy Generator seeded from the OS CSPRNG (the default for every randomization)."""
+    return np.random.default_rng(secrets.randbits(128))
+
+
+def _json_epsilon(epsilon: float) -> float | None:
+    return None if math.isinf(epsilon) else epsilon
+
+
+@dataclass(frozen=True)
+class RandomizationSpec:
+    """How to randomize a table: one categorical mechanism, TRR for numeric columns.
+
+    Attributes:
+        p: ERRPH's p0 (``categorical="errph"``) or Warner's θ (``"warner"``) for every
+            categorical column, unless ``column_p`` overrides it.
+        keep: columns copied in the clear (unprotected), e.g. the class label.
+        trr_a_mean, trr_a_variance, trr_b_variance, trr_set_size: TRR's Gaussian sets.
+    """
+
+    p: float = 0.5
+    categorical: str = "errph"
+    column_p: Mapping[str, float] = field(default_factory=dict)
+    keep: tuple[str, ...] = ()
+    trr_a_mean: float = 1.0
+    trr_a_variance: float = 1.0
+    trr_b_variance: float = 1.0
+    trr_set_size: int = 1000
+
+    def build(self, table: TableSpec, rng: np.random.Generator) -> dict[str, Any]:
+        """One randomizer per non-kept column of ``table``: categorical if it has ``values``."""
+        if self.categorical not in CATEGORICAL:
+            raise ProgrammingError(f"unknown categorical mechanism {self.categorical!r}",
+                                   hint=f"use one of {sorted(CATEGORICAL)}")
+        unknown = [c for c in [*self.keep, *self.column_p] if table.column(c) is None]
+        if unknown:
+            raise CatalogError(f"table {table.name!r} has no column(s) {unknown}",
+                               hint=f"columns are {sorted(table.columns)}")
+        kept = {c.lower() for c in self.keep}
+        randomizers: dict[str, Any] = {}
+        for name, spec in table.columns.items():
+            if name.lower() in kept:
+                continue
+            if spec.values is not None:
+                p = self.column_p.get(name, self.p)
+                randomizers[name] = CATEGORICAL[self.categorical](spec.values, p)
+            elif spec.is_numeric:
+                randomizers[name] = TRR.draw(rng, a_mean=self.trr_a_mean,
+                                             a_variance=self.trr_a_variance,
+                                             b_variance=self.trr_b_variance,
+                                             set_size=self.trr_set_size)
+            else:
+                raise CatalogError(
+                    f"table {table.name!r}, column {name!r} has no public domain to randomize over",
+                    hint="declare its values: in the metadata, or keep it in the clear with --keep")
+        return randomizers
+
+
+def randomize_frame(frame: pd.DataFrame, randomizers: Mapping[str, Any],
+                    rng: np.random.Generator | None = None) -> pd.DataFrame:
+    """A copy of ``frame`` with each column in ``randomizers`` randomized independently.
+
+    Raises:
+        DataError: a categorical value outside the declared domain, or a missing value.
+    """
+    rng = rng if rng is not None else csprng()
+    out = frame.copy()
+    for column, randomizer in randomizers.items():
+        if column not in frame.columns:
+            raise DataError(f"the data have no column {column!r}",
+                            hint=f"columns are {list(frame.columns)}")
+        values = frame[column]
+        if values.isna().any():
+            raise DataError(f"column {column!r} has missing values, which no randomizer covers",
+                            hint="drop those rows or declare a value for 'missing' in the domain")
+        if isinstance(randomizer, TRR):
+            out[column] = randomizer.randomize_values(values.to_numpy(dtype=float), rng)
+            continue
+        codes = _domain_codes(values, randomizer.domain, column)
+        out[column] = pd.Series(np.asarray(randomizer.domain, dtype=object)[
+            randomizer.randomize_codes(codes, rng)], index=frame.index)
+    return out
+
+
+def _domain_codes(values: pd.Series, domain: tuple, column: str) -> np.ndarray:
+    # Compare as text: a domain declared as ['2', '4'] must match a column read as integers.
+    codes = pd.Categorical(values.astype(str), categories=[str(v) for v in domain]).codes
+    if (codes < 0).any():
+        outside = sorted(set(values[codes < 0].astype(str)))[:5]
+        raise DataError(f"column {column!r} has values outside its declared domain: {outside}",
+                        hint="add them to the column's values: in the metadata")
+    return codes
+
+
+@dataclass(frozen=True)
+class RandomizedTable:
+    """Where a randomized table was written and what protects it."""
+
+    table: str
+    data_path: Path
+    metadata_path: Path
+    parameters_path: Path
+    randomizers: Mapping[str, Any]
+    clear_columns: tuple[str, ...]
+    rows: int
+
+    @property
+    def local_epsilon_per_attribute(self) -> dict[str, float]:
+        """Local ε of each randomized column (``math.inf`` for TRR)."""
+        return {c: r.local_epsilon for c, r in self.randomizers.items()}
+
+    @property
+    def local_epsilon_per_record(self) -> float:
+        """Sum over the randomized columns (independent coins: basic composition is tight)."""
+        return float(sum(self.local_epsilon_per_attribute.values()))
+
+
+def write_randomized(frame: pd.DataFrame, table: TableSpec, randomizers: Mapping[str, Any],
+                     output: str | Path) -> RandomizedTable:
+    """Write randomized data, a public catalogue YAML and the parameters sidecar JSON.
+
+    The YAML is ``<output stem>.yaml`` and the sidecar ``<output stem>.randomization.json``,
+    both beside ``output`` (``.parquet`` or ``.csv``).
+    """
+    output = Path(output).resolve()
+    if output.suffix.lower() not in OUTPUT_SUFFIXES:
+        raise ProgrammingError(f"cannot write {output.name!r}: unknown format",
+                               hint=f"end the output name with one of {OUTPUT_SUFFIXES}")
+    clear = tuple(c for c in table.columns if c not in randomizers)
+    columns = list(table.columns)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    _write_data(frame[columns], output)
+    result = RandomizedTable(
+        table=table.name, data_path=output, metadata_path=output.with_suffix(".yaml"),
+        parameters_path=output.with_suffix(".randomization.json"),
+        randomizers=dict(randomizers), clear_columns=clear, rows=len(frame))
+    result.parameters_path.write_text(json.dumps(_parameters_document(result), indent=2) + "\n")
+    result.metadata_path.write_text(yaml.safe_dump(_catalogue_document(result, table),
+                                                   sort_keys=False, allow_unicode=True))
+    return result
+
+
+def _write_data(frame: pd.DataFrame, output: Path) -> None:
+    fmt = "PARQUET" if output.suffix.lower() == ".parquet" else "CSV, HEADER"
+    with duckdb.connect() as con:
+        con.register("randomized", frame)
+        con.execute(f"COPY randomized TO '{_sql_string(str(output))}' (FORMAT {fmt})")
+
+
+def _sql_string(text: str) -> str:
+    return text.replace("'", "''")
+
+
+def _parameters_document(result: RandomizedTable) -> dict[str, Any]:
+    per_record = result.local_epsilon_per_record
+    finite = [e for e in result.local_epsilon_per_attribute.values() if math.isfinite(e)]
+    return {
+        "format": PARAMETERS_FORMAT,
+        "table": result.table,
+        "data": result.data_path.name,
+        "rows": result.rows,
+        "clear_columns": list(result.clear_columns),
+        "columns": {c: r.to_params() for c, r in result.randomizers.items()},
+        "local_epsilon": {
+            "per_record": _json_epsilon(per_record),
+            "per_record_categorical": float(sum(finite)),
+            "note": "sum over randomized columns; null means infinite (TRR columns); "
+                    "clear columns are not protected",
+        },
+    }
+
+
+def _catalogue_document(result: RandomizedTable, table: TableSpec) -> dict[str, Any]:
+    columns: dict[str, Any] = {}
+    for name, spec in table.columns.items():
+        if isinstance(result.randomizers.get(name), TRR):
+            columns[name] = {"type": "float"}  # a·x + b leaves the declared bounds
+        else:
+            columns[name] = _column_document(spec)
+    epsilon = result.local_epsilon_per_record
+    return {
+        "name": f"{table.name}_randomized",
+        "tables": {
+            table.name: {
+                "source": result.data_path.name,
+                "public": True,
+                "description": (
+                    f"Locally randomized copy of {table.name!r} (dpsql randomize): output of a "
+                    f"local-DP mechanism, so exact queries are post-processing. Local ε per "
+                    f"record: {'infinite (TRR)' if math.isinf(epsilon) else f'{epsilon:.4f}'}. "
+                    f"Clear, unprotected columns: {list(result.clear_columns)}. Parameters: "
+                    f"{result.parameters_path.name}."),
+                "rows": result.rows,
+                "columns": columns,
+            }
+        },
+    }
+
+
+def _column_document(spec: ColumnSpec) -> dict[str, Any]:
+    doc: dict[str, Any] = {"type": spec.type}
+    if spec.is_bounded:
+        doc.update(lower=spec.lower, upper=spec.upper)
+    if spec.values is not None:
+        doc["values"] = list(spec.values)
+    return doc
+
+
+@dataclass(frozen=True)
+class RandomizationRecord:
+    """The published parameters of a randomized table, read back from its sidecar JSON."""
+
+    table: str
+    rows: int
+    clear_columns: tuple[str, ...]
+    randomizers: dict[str, Any]
+
+    @property
+    def local_epsilon_per_record(self) -> float:
+        """Sum of the per-column local ε (``math.inf`` if any column is TRR)."""
+        return float(sum(r.local_epsilon for r in self.randomizers.values()))
+
+
+def load_randomization(path: str | Path) -> RandomizationRecord:
+    """Read a ``*.randomization.json`` sidecar written by ``write_randomized``.
+
+    Raises:
+        CatalogError: the file is missing or not a dpsql randomization sidecar.
+    """
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise CatalogError(f"cannot read randomization parameters {str(path)!r}: {err}",
+                           hint="pass the .randomization.json written by dpsql randomize") from err
+    if doc.get("format") != PARAMETERS_FORMAT:
+        raise CatalogError(f"{str(path)!r} is not a {PARAMETERS_FORMAT} file")
+    randomizers = {c: PUBLISHED[p["mechanism"]](p) for c, p in doc["columns"].items()}
+    return RandomizationRecord(doc["table"], int(doc["rows"]), tuple(doc["clear_columns"]),
+                               randomizers)
+
+
+def randomize_table(metadata: str | Path | Mapping, table: str, output: str | Path,
+                    spec: RandomizationSpec, *, rng: np.random.Generator | None = None,
+                    source: str | Path | None = None) -> RandomizedTable:
+    """Randomize a catalogue table (or ``source``, a CSV/Parquet file with its columns).
+
+    Args:
+        metadata: catalogue YAML path or dict that declares ``table`` and its domains.
+        table: the table to randomize.
+        output: ``.parquet`` or ``.csv`` path of the randomized data.
+        spec: mechanisms and parameters.
+        rng: random generator; default a CSPRNG (pass a seeded one only in experiments).
+        source: read this file instead of the table's declared source.
+    """
+    rng = rng if rng is not None else csprng()
+    catalog = load_catalog(metadata)
+    table_spec = catalog.table(table)
+    if table_spec is None:
+        raise CatalogError(f"the metadata declares no table {table!r}",
+                           hint=f"tables are {sorted(catalog.tables)}")
+    frame = read_source(table_spec, source)
+    randomizers = spec.build(table_spec, rng)
+    return write_randomized(randomize_frame(frame, randomizers, rng), table_spec, randomizers,
+                            output)
+
+
+def read_source(table: TableSpec, source: str | Path | None = None) -> pd.DataFrame:
+    """All rows of a table's CSV/Parquet source, read with its ``csv:`` options.
+
+    Raises:
+        DataError: the source cannot be read or lacks a declared column.
+    """
+    path = str(source if source is not None else table.source)
+    if table.source is None and source is None:
+        raise CatalogError(f"table {table.name!r} declares no source",
+                           hint="add source: to the metadata or pass an input file")
+    options = dict(table.csv)
+    trim = options.pop("trim", False)
+    try:
+        with duckdb.connect() as con:
+            if path.lower().endswith(".parquet"):
+                frame = con.execute("SELECT * FROM read_parquet(?)", [path]).df()
+            else:
+                frame = con.execute(*_read_csv_sql(path, options)).df()
+    except duckdb.Error as err:
+        raise DataError(f"cannot read {path!r}: {err}") from err
+    if trim:
+        for column in frame.select_dtypes(include="object"):
+            frame[column] = frame[column].str.strip()
+    missing = [c for c in table.columns if c not in frame.columns]
+    if missing:
+        raise DataError(f"{path!r} lacks the declared column(s) {missing}",
+                        hint=f"its columns are {list(frame.columns)}")
+    return frame
+
+
+def _read_csv_sql(path: str, options: Mapping[str, Any]) -> tuple[str, list]:
+    args, params = ["?"], [path]
+    if "delimiter" in options:
+        args.append("delim = ?")
+        params.append(options["delimiter"])
+    if "header" in options:
+        args.append(f"header = {'true' if options['header'] else 'false'}")
+    if "names" in options:
+        args.append("names = ?")
+        params.append(list(options["names"]))
+    # Text stays text: domains such as doors '2' must not become integers.
+    args.append("all_varchar = true")
+    return f"SELECT * FROM read_csv({', '.join(args)})", params
+
+
+def _parse_column_p(pairs: Iterable[str]) -> dict[str, float]:
+    parsed = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        try:
+            parsed[name] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name:
+            raise click.BadParameter(f"expected COLUMN=P, got {pair!r}",
+                                     param_hint="--column-p")
+    return parsed
+
+
+@click.command("randomize")
+@click.option("--metadata", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Catalogue YAML that declares the table and its public domains.")
+@click.option("--table", required=True, help="Table to randomize.")
+@click.option("--output", required=True, type=click.Path(dir_okay=False),
+              help="Randomized data (.parquet or .csv); the YAML and JSON go beside it.")
+@click.option("--input", "source", type=click.Path(exists=True, dir_okay=False),
+              help="Read this CSV/Parquet file instead of the table's declared source.")
+@click.option("--mechanism", type=click.Choice(sorted(CATEGORICAL)), default="errph",
+              show_default=True, help="Randomizer for categorical columns.")
+@click.option("--p0", type=float, default=0.5, show_default=True,
+              help="ERRPH: probability of releasing the true value.")
+@click.option("--theta", type=float, default=None,
+              help="Warner: probability of releasing the true value (needs --mechanism warner).")
+@click.option("--column-p", multiple=True, metavar="COLUMN=P",
+              help="Per-column p0 (or θ) overriding --p0/--theta (repeatable).")
+@click.option("--keep", multiple=True, help="Column copied in the clear, unprotected (repeatable).")
+@click.option("--trr-a-mean", type=float, default=1.0, show_default=True)
+@click.option("--trr-a-variance", type=float, default=1.0, show_default=True)
+@click.option("--trr-b-variance", type=float, default=1.0, show_default=True)
+@click.option("--trr-set-size", type=int, default=1000, show_default=True)
+@click.option("--insecure-seed", type=int, default=None,
+              help="Reproducible randomization for experiments: NO privacy.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def command(metadata: str, table: str, output: str, source: str | None, mechanism: str,
+            p0: float, theta: float | None, column_p: tuple[str, ...], keep: tuple[str, ...], trr_a_mean: float,
+            trr_a_variance: float, trr_b_variance: float, trr_set_size: int,
+            insecure_seed: int | None, as_json: bool) -> None:
+    """Randomize a table column by column (local DP) and write it with its parameters."""
+    if (mechanism == "warner") != (theta is not None):
+        raise click.UsageError("--theta goes with --mechanism warner, --p0 with errph")
+    if insecure_seed is None:
+        rng = csprng()
+    else:
+        warnings.warn("--insecure-seed makes the randomization reproducible: it gives NO privacy",
+                      InsecureRandomnessWarning, stacklevel=1)
+        rng = np.random.default_rng(insecure_seed)
+    spec = RandomizationSpec(p=p0 if theta is None else theta, categorical=mechanism, column_p=_parse_column_p(column_p),
+                             keep=tuple(keep), trr_a_mean=trr_a_mean,
+                             trr_a_variance=trr_a_variance, trr_b_variance=trr_b_variance,
+                             trr_set_size=trr_set_size)
+    result = randomize_table(metadata, table, output, spec, rng=rng, source=source)
+    summary = {
+        "table": result.table, "rows": result.rows, "data": str(result.data_path),
+        "metadata": str(result.metadata_path), "parameters": str(result.parameters_path),
+        "clear_columns": list(result.clear_columns),
+        "local_epsilon_per_attribute": {c: _json_epsilon(e) for c, e in
+                                        result.local_epsilon_per_attribute.items()},
+        "local_epsilon": _json_epsilon(result.local_epsilon_per_record),
+        "epsilon_spent": 0,  # no central budget: the output is a local-DP release
+    }
+    if as_json:
+        click.echo(json.dumps(summary))
+        return
+    click.echo(f"randomized {result.rows} rows of {result.table!r} -> {result.data_path}")
+    click.echo(f"metadata: {result.metadata_path}\nparameters: {result.parameters_path}")
+    for column, epsilon in result.local_epsilon_per_attribute.items():
+        click.echo(f"  {column}: local ε = {epsilon:.4f}")
+    click.echo(f"local ε per record: {result.local_epsilon_per_record:.4f} "
+               f"(clear, unprotected: {', '.join(result.clear_columns) or 'none'})")
