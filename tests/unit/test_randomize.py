@@ -1,0 +1,210 @@
+"""Local randomizers: ε formulas against empirical likelihood ratios, unbiased inverses, files."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import dpsql
+from dpsql.catalog import datasets_dir, load_catalog
+from dpsql.randomize import (
+    ERRPH,
+    TRR,
+    RandomizationSpec,
+    Warner,
+    command,
+    load_randomization,
+    randomize_frame,
+    write_randomized,
+)
+
+CAR_YAML = "data/datasets/car.yaml"
+
+
+def _require(name: str) -> None:
+    path = datasets_dir() / name
+    if not path.is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{path} is missing in CI")
+        pytest.skip(f"shared dataset {path} not found (set DPSQL_DATASETS)")
+
+
+def _empirical_epsilon(randomizer, draws: int, rng: np.random.Generator) -> float:
+    """max over inputs x, x' and outputs y of ln(P̂(y|x) / P̂(y|x'))."""
+    k = len(randomizer.domain)
+    freq = np.array([np.bincount(randomizer.randomize_codes(np.full(draws, x), rng),
+                                 minlength=k) / draws for x in range(k)])
+    return float(np.log(freq.max(axis=0) / freq.min(axis=0)).max())
+
+
+@pytest.mark.parametrize(("k", "p0"), [(2, 0.35), (4, 0.5), (6, 0.6)])
+def test_errph_epsilon_matches_formula_and_empirical_ratio(k: int, p0: float) -> None:
+    randomizer = ERRPH.uniform([f"v{i}" for i in range(k)], p0)
+    formula = math.log((1 + (k - 1) * p0) / (1 - p0))
+    assert randomizer.local_epsilon == pytest.approx(formula, rel=1e-12)
+    matrix = randomizer.transition_matrix()
+    np.testing.assert_allclose(matrix.sum(axis=0), 1.0)
+    assert np.log(matrix.max(axis=1) / matrix.min(axis=1)).max() == pytest.approx(formula)
+    empirical = _empirical_epsilon(randomizer, 200_000, np.random.default_rng(k))
+    assert empirical == pytest.approx(formula, abs=0.05)
+
+
+def test_unequal_hide_probabilities_use_the_smallest() -> None:
+    randomizer = ERRPH(["a", "b", "c"], 0.4, (0.1, 0.2, 0.3))
+    assert randomizer.local_epsilon == pytest.approx(math.log(1 + 0.4 / 0.1))
+    empirical = _empirical_epsilon(randomizer, 200_000, np.random.default_rng(3))
+    assert empirical == pytest.approx(randomizer.local_epsilon, abs=0.05)
+
+
+def test_from_epsilon_inverts_the_epsilon_formula() -> None:
+    randomizer = ERRPH.from_epsilon(list("abcde"), 1.3)
+    assert randomizer.local_epsilon == pytest.approx(1.3, rel=1e-12)
+
+
+def test_warner_epsilon_and_equivalence_with_binary_errph() -> None:
+    warner = Warner(["no", "yes"], theta=0.3)
+    assert warner.local_epsilon == pytest.approx(math.log(0.7 / 0.3))
+    empirical = _empirical_epsilon(warner, 200_000, np.random.default_rng(5))
+    assert empirical == pytest.approx(warner.local_epsilon, abs=0.05)
+    # RRPH(p0) is Warner with θ = (1 + p0) / 2: same channel, same ε (notes §5.4).
+    errph = ERRPH.uniform(["no", "yes"], 0.5)
+    np.testing.assert_allclose(Warner(["no", "yes"], 0.75).transition_matrix(),
+                               errph.transition_matrix())
+    assert Warner(["no", "yes"], 0.75).local_epsilon == pytest.approx(errph.local_epsilon)
+
+
+def test_errph_reconstruction_is_unbiased_with_the_papers_variance() -> None:
+    # The notes' Monte Carlo setting (§2.4): k = 4, p0 = 0.35, π = (.25, .25, .40, .10).
+    n, reps, p0 = 20_000, 400, 0.35
+    true = np.array([5_000, 5_000, 8_000, 2_000])
+    codes = np.repeat(np.arange(4), true)
+    randomizer = ERRPH.uniform(list("abcd"), p0)
+    rng = np.random.default_rng(11)
+    released = np.stack([np.bincount(randomizer.randomize_codes(codes, rng), minlength=4)
+                         for _ in range(reps)])
+    estimates = randomizer.estimate_counts(released, np.full(reps, n))
+    pi = true / n
+    sd = np.sqrt((1 - p0) * (3 + p0 + 8 * p0 * pi) / (16 * n * p0 ** 2)) * n
+    np.testing.assert_array_less(np.abs(estimates.mean(axis=0) - true), 4 * sd / np.sqrt(reps))
+    np.testing.assert_allclose(estimates.std(axis=0), sd, rtol=0.15)
+
+
+def test_warner_reconstruction_is_unbiased() -> None:
+    codes = np.repeat([0, 1], [3_000, 1_000])
+    warner = Warner(["no", "yes"], 0.8)
+    rng = np.random.default_rng(2)
+    released = np.stack([np.bincount(warner.randomize_codes(codes, rng), minlength=2)
+                         for _ in range(300)])
+    estimates = warner.estimate_counts(released, np.full(300, 4_000))
+    np.testing.assert_allclose(estimates.mean(axis=0), [3_000, 1_000], atol=15)
+
+
+def test_trr_reconstructs_mean_and_variance_without_bias() -> None:
+    rng = np.random.default_rng(8)
+    x = rng.normal(40.0, 8.0, 2_000)
+    trr = TRR.draw(rng, a_mean=1.0, a_variance=1.0, b_variance=1.0, set_size=1_000)
+    params = trr.parameters
+    assert params.b_mean == pytest.approx(0.0, abs=1e-12)
+    ys = np.stack([trr.randomize_values(x, rng) for _ in range(400)])
+    means = params.estimate_mean(ys.mean(axis=1))
+    variances = params.estimate_variance(ys.var(axis=1, ddof=1), ys.mean(axis=1), x.size)
+    assert means.mean() == pytest.approx(x.mean(), abs=4 * means.std() / 20)
+    assert variances.mean() == pytest.approx(x.var(ddof=1), abs=4 * variances.std() / 20)
+    assert trr.local_epsilon == math.inf
+
+
+def test_p0_one_and_degenerate_trr_are_identities() -> None:
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 5, 1_000)
+    np.testing.assert_array_equal(ERRPH.uniform(range(5), 1.0).randomize_codes(codes, rng), codes)
+    x = rng.normal(size=100)
+    identity = TRR.draw(rng, a_mean=1.0, a_variance=0.0, b_variance=0.0)
+    np.testing.assert_allclose(identity.randomize_values(x, rng), x)
+
+
+def test_invalid_parameters_are_dpsql_errors() -> None:
+    with pytest.raises(dpsql.PrivacyParameterError):
+        ERRPH.uniform(["a", "b"], 1.5)
+    with pytest.raises(dpsql.PrivacyParameterError):
+        ERRPH(["a", "b"], 0.5, (0.1, 0.1))
+    with pytest.raises(dpsql.ProgrammingError):
+        Warner(["a", "b", "c"], 0.7)
+    with pytest.raises(dpsql.PrivacyParameterError):
+        Warner(["a", "b"], 0.5).estimate_counts(np.array([1, 1]), 2)
+    with pytest.raises(dpsql.PrivacyParameterError):
+        TRR.draw(np.random.default_rng(0), a_mean=0.0, a_variance=0.0)
+
+
+def test_frame_values_outside_the_domain_or_missing_are_data_errors() -> None:
+    randomizers = {"a": ERRPH.uniform(["x", "y"], 0.5)}
+    with pytest.raises(dpsql.DataError, match="outside"):
+        randomize_frame(pd.DataFrame({"a": ["x", "z"]}), randomizers)
+    with pytest.raises(dpsql.DataError, match="missing"):
+        randomize_frame(pd.DataFrame({"a": ["x", None]}), randomizers)
+
+
+def test_spec_refuses_text_columns_without_domain_and_unknown_columns() -> None:
+    table = load_catalog({"tables": {"t": {"privacy_unit": None, "columns": {
+        "name": {"type": "text"}, "c": {"type": "text", "values": ["u", "v"]}}}}}).table("t")
+    with pytest.raises(dpsql.CatalogError, match="no public domain"):
+        RandomizationSpec().build(table, np.random.default_rng(0))
+    with pytest.raises(dpsql.CatalogError, match="no column"):
+        RandomizationSpec(keep=("nope",)).build(table, np.random.default_rng(0))
+    assert list(RandomizationSpec(keep=("name",)).build(table, np.random.default_rng(0))) == ["c"]
+
+
+def test_written_table_is_a_valid_public_catalogue_with_its_parameters(tmp_path) -> None:
+    table = load_catalog({"tables": {"t": {"privacy_unit": None, "columns": {
+        "c": {"type": "text", "values": ["u", "v", "w"]}, "x": {"type": "int", "lower": 0,
+                                                                "upper": 9},
+        "label": {"type": "text", "values": ["y", "n"]}}}}}).table("t")
+    rng = np.random.default_rng(4)
+    frame = pd.DataFrame({"c": ["u", "v", "w"] * 10, "x": range(30), "label": ["y", "n"] * 15})
+    randomizers = RandomizationSpec(p=0.6, keep=("label",)).build(table, rng)
+    result = write_randomized(randomize_frame(frame, randomizers, rng), table, randomizers,
+                              tmp_path / "t.parquet")
+    catalog = load_catalog(result.metadata_path)
+    spec = catalog.table("t")
+    assert spec.public and spec.column("x").type == "float" and not spec.column("x").is_bounded
+    assert spec.column("c").values == ("u", "v", "w")
+    record = load_randomization(result.parameters_path)
+    assert record.clear_columns == ("label",) and record.rows == 30
+    assert record.randomizers["c"] == randomizers["c"]
+    assert record.randomizers["x"] == randomizers["x"].parameters
+    assert record.local_epsilon_per_record == math.inf
+    doc = json.loads(result.parameters_path.read_text())
+    assert doc["local_epsilon"]["per_record_categorical"] == pytest.approx(
+        math.log((1 + 2 * 0.6) / 0.4))
+
+
+def test_cli_randomizes_car_and_reports_local_epsilon(tmp_path) -> None:
+    _require("car.csv")
+    output = tmp_path / "car.parquet"
+    result = CliRunner().invoke(command, ["--metadata", CAR_YAML, "--table", "car", "--output",
+                                          str(output), "--keep", "class", "--p0", "0.5",
+                                          "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    expected = 3 * math.log(5) + 3 * math.log(4)  # three 4-valued, three 3-valued attributes
+    assert summary["local_epsilon"] == pytest.approx(expected)
+    assert summary["clear_columns"] == ["class"] and summary["rows"] == 1728
+    assert load_catalog(summary["metadata"]).table("car").public
+
+
+def test_cli_insecure_seed_warns_and_is_reproducible(tmp_path) -> None:
+    _require("car.csv")
+    outputs = []
+    for name in ("a.csv", "b.csv"):
+        args = ["--metadata", CAR_YAML, "--table", "car", "--output", str(tmp_path / name),
+                "--keep", "class", "--insecure-seed", "7"]
+        with pytest.warns(dpsql.InsecureRandomnessWarning):
+            result = CliRunner().invoke(command, args, catch_exceptions=False)
+        assert result.exit_code == 0
+        outputs.append((tmp_path / name).read_text())
+    assert outputs[0] == outputs[1]
