@@ -1,0 +1,278 @@
+"""Attribute x class contingency tables as one DP SQL script (Var & İnan, §5.1).
+
+Every candidate attribute A becomes ``SELECT A, class, COUNT(*) ... GROUP BY A, class``; all of
+them go to the engine as ONE script, so the engine computes the joint sensitivity (one record
+sits in one cell of every table: k tables have sensitivity k under add/remove, 2k under
+replace) and charges one ε for the lot. Domains come from the metadata, never from the data:
+text attributes use their declared ``values``; numeric attributes are cut into public
+equal-width bins over the declared [lower, upper] by a CASE expression whose results are
+literals, which the engine treats as a public domain and zero-fills.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+import dpsql
+from dpsql.catalog import load_catalog
+
+DEFAULT_BINS = 5
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """One attribute of a contingency table: the SQL that yields its value, and its domain.
+
+    Attributes:
+        name: the column name in the table.
+        domain: the public values as text (bin labels for a binned numeric column).
+        edges: for a binned numeric column, the inner bin edges (value < edges[i] -> bin i).
+    """
+
+    name: str
+    domain: tuple[str, ...]
+    edges: tuple[float, ...] | None = None
+
+    @property
+    def key(self) -> str:
+        """The SQL expression of the group key (the column, or its public bins)."""
+        column = quote(self.name)
+        if self.edges is None:
+            return column
+        whens = [f"WHEN {column} < {edge!r} THEN {_literal(label)}"
+                 for edge, label in zip(self.edges, self.domain)]
+        whens.append(f"WHEN {column} IS NOT NULL THEN {_literal(self.domain[-1])}")
+        return f"CASE {' '.join(whens)} END"
+
+    def encode(self, values: pd.Series) -> pd.Series:
+        """Map raw column values to domain labels exactly as the SQL key does (NaN stays NaN)."""
+        if self.edges is None:
+            return values.astype("string")
+        numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+        labels = np.asarray(self.domain, dtype=object)[
+            np.searchsorted(np.asarray(self.edges), numbers, side="right")
+        ]
+        return pd.Series(labels, index=values.index, dtype="string").mask(np.isnan(numbers))
+
+
+@dataclass(frozen=True)
+class ContingencyRelease:
+    """The noisy tables of one script release.
+
+    Attributes:
+        tables: attribute -> counts of shape (|domain|, |classes|), rows in domain order.
+        attributes: attribute -> its Attribute (domain, bins).
+        classes: the class labels, in column order.
+        class_counts: the class-count statement's noisy counts, if it was part of the script.
+        sensitivity: the script's L1 sensitivity as the engine reported it.
+        epsilon_spent: ε charged for the whole script.
+        neighbouring: ``add_remove`` or ``replace``.
+    """
+
+    tables: dict[str, np.ndarray]
+    attributes: dict[str, Attribute]
+    classes: tuple[str, ...]
+    class_counts: np.ndarray | None
+    sensitivity: float
+    epsilon_spent: float
+    neighbouring: str
+
+
+def quote(identifier: str) -> str:
+    """A double-quoted SQL identifier (names like ``hours-per-week`` or ``v(g)`` need it)."""
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def equal_width_bins(name: str, lower: float, upper: float, bins: int, *,
+                     integer: bool = False) -> Attribute:
+    """Public equal-width bins of a numeric column over its declared bounds.
+
+    Values below ``lower`` fall in the first bin and values above ``upper`` in the last, as the
+    engine's clamping would put them. For an int column the range is [lower, upper + 1) so
+    that each bin holds the same number of whole values when they divide evenly.
+
+    Example:
+        >>> equal_width_bins("age", 0, 90, 3).domain
+        ('[0, 30)', '[30, 60)', '[60, 90]')
+    """
+    if bins < 1:
+        raise dpsql.ProgrammingError(f"bins must be >= 1, got {bins}", hint="use bins=5")
+    top = upper + 1 if integer else upper
+    width = (top - lower) / bins
+    cuts = [lower + i * width for i in range(bins + 1)]
+    cuts[-1] = upper if not integer else top
+    labels = [f"[{cuts[i]:g}, {cuts[i + 1]:g})" for i in range(bins)]
+    if not integer:
+        labels[-1] = f"[{cuts[-2]:g}, {cuts[-1]:g}]"
+    return Attribute(name, tuple(labels), tuple(float(c) for c in cuts[1:-1]))
+
+
+def catalog_attributes(
+    metadata: object,
+    table: str,
+    class_column: str,
+    names: Sequence[str] | None = None,
+    bins: int = DEFAULT_BINS,
+) -> tuple[list[Attribute], tuple[str, ...]]:
+    """The candidate attributes of ``table`` and the class labels, from metadata only.
+
+    Args:
+        metadata: a YAML path, a metadata dict, or a loaded catalogue.
+        table: the private table.
+        class_column: the class attribute; it must declare ``values``.
+        names: the attributes to use (default: every other column with a domain or bounds).
+        bins: number of equal-width bins for numeric columns.
+
+    Raises:
+        dpsql.ProgrammingError: unknown table or column, a class without declared values, or an
+            attribute with neither values nor bounds.
+    """
+    spec = load_catalog(metadata).table(table)
+    if spec is None:
+        raise dpsql.UnknownTableError(f"table {table!r} is not in the metadata",
+                                      hint="pass --table with a table the metadata declares")
+    target = spec.column(class_column)
+    if target is None or not target.values:
+        raise dpsql.ProgrammingError(
+            f"class column {class_column!r} of table {table!r} has no declared values",
+            hint="the class needs a public domain: add 'values: [...]' to its metadata",
+        )
+    if names is None:
+        names = [c.name for c in spec.columns.values()
+                 if c.name != target.name and (c.values or c.is_bounded)]
+    attributes = []
+    for name in names:
+        column = spec.column(name)
+        if column is None:
+            raise dpsql.UnknownColumnError(f"table {table!r} has no column {name!r}",
+                                           hint=f"columns are {sorted(spec.columns)}")
+        if column.values:
+            attributes.append(Attribute(column.name, tuple(str(v) for v in column.values)))
+        elif column.is_numeric and column.is_bounded:
+            attributes.append(equal_width_bins(column.name, column.lower, column.upper, bins,
+                                               integer=column.type == "int"))
+        else:
+            raise dpsql.ProgrammingError(
+                f"column {name!r} of table {table!r} has neither values nor bounds",
+                hint="declare its public values, or lower/upper bounds for binning",
+            )
+    return attributes, tuple(str(v) for v in target.values)
+
+
+def contingency_statements(table: str, class_column: str, attributes: Sequence[Attribute], *,
+                           with_class_count: bool = False) -> list[str]:
+    """One GROUP BY statement per attribute (and optionally the class count), in order.
+
+    Example:
+        >>> contingency_statements("car", "class", [Attribute("doors", ("2", "3"))])[0]
+        'SELECT "doors" AS "key", "class", COUNT(*) AS n FROM "car" GROUP BY "key", "class"'
+    """
+    target, source = quote(class_column), quote(table)
+    statements = [
+        f'SELECT {a.key} AS "key", {target}, COUNT(*) AS n FROM {source} GROUP BY "key", {target}'
+        for a in attributes
+    ]
+    if with_class_count:
+        statements.append(f"SELECT {target}, COUNT(*) AS n FROM {source} GROUP BY {target}")
+    return statements
+
+
+def expected_sensitivity(statements: int, neighbouring: str) -> int:
+    """L1 sensitivity of ``statements`` disjoint histograms: n (add/remove) or 2n (replace)."""
+    return statements * (2 if neighbouring == "replace" else 1)
+
+
+def release_tables(
+    connection: dpsql.Connection,
+    table: str,
+    class_column: str,
+    attributes: Sequence[Attribute],
+    classes: Sequence[str],
+    epsilon: float,
+    *,
+    with_class_count: bool = False,
+) -> ContingencyRelease:
+    """Send the contingency script through ``connection`` as one release and read it back.
+
+    The plan is explained first (spends nothing) and refused if its sensitivity is not that of
+    disjoint histograms, so a wrong accounting never costs budget.
+
+    Raises:
+        dpsql.InternalError: the engine's sensitivity differs from n / 2n, or it returned a
+            key outside the public domain.
+    """
+    statements = contingency_statements(table, class_column, attributes,
+                                        with_class_count=with_class_count)
+    script = ";\n".join(statements) + ";"
+    plan = connection.explain(script)
+    neighbouring = plan["neighbouring"]
+    expected = expected_sensitivity(len(statements), neighbouring)
+    if float(plan["total_sensitivity"]) != expected:
+        raise dpsql.InternalError(
+            f"the engine plans sensitivity {plan['total_sensitivity']} for {len(statements)} "
+            f"contingency tables under {neighbouring}; expected {expected}"
+        )
+    cursor = connection.cursor()
+    cursor.executescript(script, epsilon=epsilon)
+    frames = cursor.fetchdfs()
+    classes = tuple(str(c) for c in classes)
+    tables = {a.name: _to_array(frame, a.domain, classes, a.name)
+              for a, frame in zip(attributes, frames)}
+    class_counts = None
+    if with_class_count:
+        labels_and_counts = frames[-1].iloc[:, :2]
+        as_table = pd.DataFrame({"key": "all", "class": labels_and_counts.iloc[:, 0],
+                                 "n": labels_and_counts.iloc[:, 1]})
+        class_counts = _to_array(as_table, ("all",), classes, class_column)[0]
+    return ContingencyRelease(
+        tables=tables,
+        attributes={a.name: a for a in attributes},
+        classes=classes,
+        class_counts=class_counts,
+        sensitivity=float(cursor.sensitivity),
+        epsilon_spent=float(cursor.epsilon_spent),
+        neighbouring=neighbouring,
+    )
+
+
+def _to_array(frame: pd.DataFrame, domain: Sequence[str], classes: Sequence[str],
+              what: str) -> np.ndarray:
+    """A (key, class, count) frame as a dense (|domain|, |classes|) array."""
+    rows = {v: i for i, v in enumerate(domain)}
+    cols = {c: j for j, c in enumerate(classes)}
+    counts = np.zeros((len(domain), len(classes)))
+    for key, label, count in frame.iloc[:, :3].itertuples(index=False):
+        i, j = rows.get(str(key)), cols.get(str(label))
+        if i is None or j is None:
+            raise dpsql.InternalError(
+                f"{what}: the engine released key ({key!r}, {label!r}) outside the public domain"
+            )
+        counts[i, j] = float(count)
+    return counts
+
+
+def exact_tables(frame: pd.DataFrame, class_column: str, attributes: Sequence[Attribute],
+                 classes: Sequence[str]) -> dict[str, np.ndarray]:
+    """Exact (non-private) contingency tables of a pandas frame, same layout as a release."""
+    classes = [str(c) for c in classes]
+    target = frame[class_column].astype("string")
+    tables = {}
+    for a in attributes:
+        counts = pd.crosstab(a.encode(frame[a.name]), target)
+        tables[a.name] = counts.reindex(index=list(a.domain), columns=classes,
+                                        fill_value=0).to_numpy(dtype=float)
+    return tables
+
+
+
+def encode_frame(frame: pd.DataFrame, attributes: Sequence[Attribute]) -> pd.DataFrame:
+    """The frame's attribute columns as domain labels (numeric columns binned like the SQL)."""
+    return pd.DataFrame({a.name: a.encode(frame[a.name]) for a in attributes}, index=frame.index)
