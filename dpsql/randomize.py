@@ -471,7 +471,7 @@ def write_randomized(frame: pd.DataFrame, table: TableSpec, randomizers: Mapping
     clear = tuple(c for c in table.columns if c not in randomizers)
     columns = list(table.columns)
     output.parent.mkdir(parents=True, exist_ok=True)
-    _write_data(frame[columns], output)
+    write_data(frame[columns], output)
     result = RandomizedTable(
         table=table.name, data_path=output, metadata_path=output.with_suffix(".yaml"),
         parameters_path=output.with_suffix(".randomization.json"),
@@ -482,11 +482,13 @@ def write_randomized(frame: pd.DataFrame, table: TableSpec, randomizers: Mapping
     return result
 
 
-def _write_data(frame: pd.DataFrame, output: Path) -> None:
+def write_data(frame: pd.DataFrame, output: str | Path) -> None:
+    """Write a frame as Parquet or CSV (with a header), chosen by the file suffix."""
+    output = Path(output)
     fmt = "PARQUET" if output.suffix.lower() == ".parquet" else "CSV, HEADER"
     with duckdb.connect() as con:
-        con.register("randomized", frame)
-        con.execute(f"COPY randomized TO '{_sql_string(str(output))}' (FORMAT {fmt})")
+        con.register("frame", frame)
+        con.execute(f"COPY frame TO '{_sql_string(str(output))}' (FORMAT {fmt})")
 
 
 def _sql_string(text: str) -> str:
@@ -518,7 +520,7 @@ def _catalogue_document(result: RandomizedTable, table: TableSpec) -> dict[str, 
         if isinstance(result.randomizers.get(name), TRR):
             columns[name] = {"type": "float"}  # a·x + b leaves the declared bounds
         else:
-            columns[name] = _column_document(spec)
+            columns[name] = column_document(spec)
     epsilon = result.local_epsilon_per_record
     return {
         "name": f"{table.name}_randomized",
@@ -539,7 +541,8 @@ def _catalogue_document(result: RandomizedTable, table: TableSpec) -> dict[str, 
     }
 
 
-def _column_document(spec: ColumnSpec) -> dict[str, Any]:
+def column_document(spec: ColumnSpec) -> dict[str, Any]:
+    """A declared column as the catalogue YAML mapping it was read from."""
     doc: dict[str, Any] = {"type": spec.type}
     if spec.is_bounded:
         doc.update(lower=spec.lower, upper=spec.upper)
@@ -634,7 +637,19 @@ def read_source(table: TableSpec, source: str | Path | None = None) -> pd.DataFr
     if missing:
         raise DataError(f"{path!r} lacks the declared column(s) {missing}",
                         hint=f"its columns are {list(frame.columns)}")
+    for name, spec in table.columns.items():
+        if spec.is_numeric and spec.values is None:
+            frame[name] = _numbers(frame[name], name)
     return frame
+
+
+def _numbers(values: pd.Series, column: str) -> pd.Series:
+    numbers = pd.to_numeric(values, errors="coerce")
+    bad = numbers.isna() & values.notna()
+    if bad.any():
+        raise DataError(f"numeric column {column!r} holds non-numbers such as "
+                        f"{values[bad].iloc[0]!r}", hint="fix the data or declare it as text")
+    return numbers
 
 
 def _read_csv_sql(path: str, options: Mapping[str, Any]) -> tuple[str, list]:

@@ -1,0 +1,102 @@
+"""The embedded default backend: DuckDB over a database file, CSV or Parquet sources."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+from sqlglot import exp
+
+from dpsql.catalog import Catalog, TableSpec
+from dpsql.errors import BackendError, DataError
+
+_CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE"}
+
+
+class DuckDBBackend:
+    """Runs exact queries on DuckDB; each catalogue source is a view of its declared columns."""
+
+    name = "duckdb"
+    dialect = "duckdb"
+
+    def __init__(self, database: str | None, catalog: Catalog, *, read_only: bool = True) -> None:
+        try:
+            if database is None or database == ":memory:":
+                self.connection = duckdb.connect(":memory:")
+            else:
+                self.connection = duckdb.connect(str(database), read_only=read_only and
+                                                 Path(database).exists())
+        except duckdb.Error as err:
+            raise BackendError(f"cannot open DuckDB database {database!r}: {err}") from err
+        for table in catalog.tables.values():
+            if table.source is not None:
+                self._register(table)
+
+    def _register(self, table: TableSpec) -> None:
+        source = table.source
+        if not Path(source).exists():
+            raise DataError(
+                f"table {table.name!r}: source file {source!r} does not exist",
+                hint="set DPSQL_DATASETS to the folder of the shared data sets, or fix 'source'",
+            )
+        reader = _reader(table)
+        columns = ", ".join(_column_sql(table, name) for name in table.columns)
+        sql = (f"CREATE OR REPLACE TEMP VIEW {_quote(table.name)} AS "
+               f"SELECT {columns} FROM {reader}")
+        try:
+            self.connection.execute(sql)
+            self.connection.execute(f"SELECT * FROM {_quote(table.name)} LIMIT 0")
+        except duckdb.Error as err:
+            raise DataError(f"table {table.name!r}: cannot read {source!r}: {err}",
+                            hint="check the csv options and that every declared column exists "
+                            "in the file") from err
+
+    def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
+        """Execute an exact query tree."""
+        try:
+            cursor = self.connection.execute(tree.sql(dialect=self.dialect))
+            rows = cursor.fetchall()
+        except duckdb.Error as err:
+            raise BackendError(f"DuckDB failed to run the exact query: {err}") from err
+        return [d[0] for d in cursor.description], rows
+
+    def close(self) -> None:
+        """Close the DuckDB connection."""
+        self.connection.close()
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + str(text).replace("'", "''") + "'"
+
+
+def _reader(table: TableSpec) -> str:
+    path = _literal(table.source)
+    if table.source.lower().endswith(".parquet"):
+        return f"read_parquet({path})"
+    options = table.csv
+    args = [path, "all_varchar = true"]
+    if "delimiter" in options:
+        args.append(f"delim = {_literal(options['delimiter'])}")
+    header = options.get("header", True)
+    args.append(f"header = {'true' if header else 'false'}")
+    if "names" in options:
+        args.append("names = [" + ", ".join(_literal(n) for n in options["names"]) + "]")
+    if "null" in options:
+        nulls = options["null"] if isinstance(options["null"], list) else [options["null"]]
+        args.append("nullstr = [" + ", ".join(_literal(n) for n in nulls) + "]")
+    return f"read_csv({', '.join(args)})"
+
+
+def _column_sql(table: TableSpec, name: str) -> str:
+    spec = table.columns[name]
+    source = _quote(name)
+    text = f"TRIM({source})" if table.csv.get("trim") and not table.source.endswith(
+        ".parquet") else source
+    if spec.type in _CASTS:
+        # a value that does not parse as the declared type becomes NULL (ignored by aggregates)
+        return f"TRY_CAST({text} AS {_CASTS[spec.type]}) AS {source}"
+    return f"CAST({text} AS VARCHAR) AS {source}"

@@ -1,0 +1,215 @@
+"""PEP 249 connections: the analyst's DP connection and the custodian's exact one."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import duckdb
+
+from dpsql import errors
+from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget import PrivacyLoss, positive
+from dpsql.catalog import Catalog, load_catalog
+from dpsql.cursor import Cursor
+from dpsql.engine import Engine
+from dpsql.errors import BackendError, InterfaceError
+from dpsql.ledger import Ledger, default_analyst
+from dpsql.mechanisms.samplers import RandomSource
+from dpsql.parse import parse_script
+from dpsql.release import ColumnInfo, NoisyResult
+
+
+class _Base:
+    """What both connections share: catalogue, backend, ledger, PEP 249 housekeeping."""
+
+    __module__ = "dpsql"
+    Warning = errors.Warning
+    Error = errors.Error
+    InterfaceError = errors.InterfaceError
+    DatabaseError = errors.DatabaseError
+    DataError = errors.DataError
+    OperationalError = errors.OperationalError
+    IntegrityError = errors.IntegrityError
+    InternalError = errors.InternalError
+    ProgrammingError = errors.ProgrammingError
+    NotSupportedError = errors.NotSupportedError
+
+    def __init__(self, database, metadata, analyst, ledger, read_only: bool) -> None:
+        self.catalog: Catalog = load_catalog(metadata)
+        self.analyst = analyst or default_analyst()
+        self.database = None if database is None else str(database)
+        self.ledger = Ledger(_ledger_path(ledger, self.database, self.catalog))
+        self._backend = DuckDBBackend(self.database, self.catalog, read_only=read_only)
+        self._closed = False
+
+    @property
+    def budget_spent(self) -> PrivacyLoss:
+        """What all analysts have spent on this dataset."""
+        return self.ledger.spent(self.catalog.name)
+
+    @property
+    def budget_remaining(self) -> PrivacyLoss | None:
+        """What is left of the dataset's budget (None if the metadata declares none)."""
+        if self.catalog.budget is None:
+            return None
+        return self.catalog.budget.minus(self.budget_spent)
+
+    def commit(self) -> None:
+        """PEP 249: nothing to commit (releases are recorded when they happen)."""
+        self._check_open()
+
+    def rollback(self) -> None:
+        """PEP 249: a release cannot be taken back; this is a no-op."""
+        self._check_open()
+
+    def close(self) -> None:
+        """Close the backend and the ledger."""
+        if not self._closed:
+            self._backend.close()
+            self.ledger.close()
+            self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InterfaceError("the connection is closed")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Connection(_Base):
+    """An analyst's connection: every answer is differentially private and charged."""
+
+    def __init__(self, database, *, metadata, analyst=None, epsilon_per_query=None, ledger=None,
+                 insecure_seed=None) -> None:
+        super().__init__(database, metadata, analyst, ledger, read_only=True)
+        self._engine = Engine(
+            catalog=self.catalog, backend=self._backend, ledger=self.ledger,
+            analyst=self.analyst, rng=RandomSource(insecure_seed),
+            epsilon_per_query=None if epsilon_per_query is None else positive(epsilon_per_query))
+
+    def cursor(self) -> Cursor:
+        """A new cursor."""
+        self._check_open()
+        return Cursor(self)
+
+    def execute(self, operation: str, parameters=None, *, epsilon=None) -> Cursor:
+        """Shortcut: a new cursor's execute()."""
+        return self.cursor().execute(operation, parameters, epsilon=epsilon)
+
+    def explain(self, sql: str, *, epsilon=None) -> dict:
+        """Sensitivity, mechanism, scale and expected error of a statement or script.
+
+        Nothing is run and nothing is spent.
+        """
+        self._check_open()
+        return self._engine.explain(sql, epsilon=epsilon)
+
+
+class CustodianCursor(Cursor):
+    """Exact SQL for the data custodian; every statement is logged as non-private."""
+
+    def execute(self, operation: str, parameters=None, *, epsilon=None) -> CustodianCursor:
+        """Run one statement exactly (parameters use qmark style)."""
+        self._check_open()
+        self._load([self.connection._run_exact(operation, parameters)])
+        return self
+
+    def executescript(self, script: str, *, epsilon=None) -> CustodianCursor:
+        """Run each statement of a script exactly."""
+        self._check_open()
+        statements = parse_script(script)
+        self._load([self.connection._run_exact(s.sql, None) for s in statements])
+        return self
+
+
+class CustodianConnection(_Base):
+    """The data custodian's connection: exact answers, named as such and logged.
+
+    Not an analyst path: use it for anonymization and ground truth in experiments.
+    """
+
+    def __init__(self, database, *, metadata, analyst=None, ledger=None) -> None:
+        super().__init__(database, metadata, analyst, ledger, read_only=False)
+
+    @property
+    def duckdb(self) -> duckdb.DuckDBPyConnection:
+        """The underlying DuckDB connection, for bulk local work on data the custodian holds."""
+        return self._backend.connection
+
+    def cursor(self) -> CustodianCursor:
+        """A new cursor."""
+        self._check_open()
+        return CustodianCursor(self)
+
+    def execute(self, operation: str, parameters=None) -> CustodianCursor:
+        """Shortcut: a new cursor's execute()."""
+        return self.cursor().execute(operation, parameters)
+
+    def _run_exact(self, sql: str, parameters) -> NoisyResult:
+        self.ledger.record_exact(analyst=self.analyst, dataset=self.catalog.name, statement=sql)
+        try:
+            cursor = self.duckdb.execute(sql, parameters or [])
+            rows = cursor.fetchall() if cursor.description else []
+        except duckdb.Error as err:
+            raise BackendError(f"DuckDB refused the statement: {err}") from err
+        columns = [ColumnInfo(d[0], str(d[1])) for d in (cursor.description or [])]
+        return NoisyResult(columns=columns, rows=rows)
+
+
+def _ledger_path(ledger: Any, database: str | None, catalog: Catalog) -> str:
+    if ledger is not None:
+        return str(ledger)
+    if database is not None and database != ":memory:":
+        return f"{database}.dpsql-ledger.sqlite"
+    if catalog.path is not None:
+        return f"{catalog.path}.dpsql-ledger.sqlite"
+    env = os.environ.get("DPSQL_LEDGER")
+    if env:
+        return env
+    raise InterfaceError(
+        "no place for the budget ledger: the metadata is a dict and there is no database file",
+        hint="pass ledger='path/to/ledger.sqlite' (or ':memory:' for a throw-away experiment)")
+
+
+def connect(database: str | os.PathLike | None = None, *, metadata: str | os.PathLike | dict,
+            analyst: str | None = None, epsilon_per_query: float | None = None,
+            ledger: str | os.PathLike | None = None, insecure_seed: int | None = None
+            ) -> Connection:
+    """Open an analyst connection whose every answer is differentially private.
+
+    Args:
+        database: DuckDB file, or None for an in-memory database fed by the metadata sources.
+        metadata: YAML path or dict catalogue (tables, privacy units, bounds, domains, budget).
+        analyst: who is asking (ledger key); defaults to the OS user.
+        epsilon_per_query: ε charged by an execute() that does not pass its own.
+        ledger: budget ledger file; default beside the database, else beside the metadata.
+        insecure_seed: reproducible noise for tests and experiments only; gives no privacy.
+
+    Example:
+        >>> con = connect(metadata="data/visits.yaml", ledger=":memory:")  # doctest: +SKIP
+    """
+    return Connection(database, metadata=metadata, analyst=analyst,
+                      epsilon_per_query=epsilon_per_query, ledger=ledger,
+                      insecure_seed=insecure_seed)
+
+
+def connect_custodian(database: str | os.PathLike | None = None, *,
+                      metadata: str | os.PathLike | dict, analyst: str | None = None,
+                      ledger: str | os.PathLike | None = None) -> CustodianConnection:
+    """Open a custodian connection: exact, non-private answers, each logged in the ledger."""
+    return CustodianConnection(database, metadata=metadata, analyst=analyst, ledger=ledger)
+
+
+def ledger_for(database: str | None, metadata, ledger=None) -> tuple[Catalog, Ledger]:
+    """The catalogue and ledger a connection would use (for the CLI's budget command)."""
+    catalog = load_catalog(metadata)
+    return catalog, Ledger(_ledger_path(ledger, None if database is None else str(database),
+                                        catalog))
+
+
+__all__ = ["Connection", "CustodianConnection", "connect", "connect_custodian", "ledger_for"]

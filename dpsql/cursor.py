@@ -1,0 +1,204 @@
+"""PEP 249 cursor over released (noisy) results, plus pandas frames and intervals."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from dpsql.errors import InterfaceError, NotSupportedError
+from dpsql.release import NoisyResult
+
+if TYPE_CHECKING:
+    from dpsql.connection import Connection
+
+_TYPE_CODES = {"int": "BIGINT", "float": "DOUBLE", "text": "VARCHAR", "bool": "BOOLEAN",
+               "date": "DATE"}
+
+
+class Column(tuple):
+    """A PEP 249 description 7-sequence that also says how the column was noised.
+
+    ``noise`` is the mechanism (None for keys), ``noise_scale`` the Laplace scale b and
+    ``epsilon`` the share of ε spent on it; ``ci_columns`` name its interval columns in
+    ``Cursor.intervals()``.
+    """
+
+    __module__ = "dpsql"
+
+    def __new__(cls, name: str, type_code: str, *, noise: str | None = None,
+                noise_scale: float | None = None, epsilon: float | None = None) -> Column:
+        self = super().__new__(cls, (name, type_code, None, None, None, None, True))
+        self.noise, self.noise_scale, self.epsilon = noise, noise_scale, epsilon
+        self.ci_columns = (f"{name}_low", f"{name}_high") if noise == "discrete_laplace" else ()
+        return self
+
+    @property
+    def name(self) -> str:
+        """Column name."""
+        return self[0]
+
+    @property
+    def type_code(self) -> str:
+        """Type code (compares equal to dpsql.NUMBER, dpsql.STRING ...)."""
+        return self[1]
+
+
+class Cursor:
+    """PEP 249 cursor. Each execute() is one release and spends its ε."""
+
+    __module__ = "dpsql"
+    arraysize = 1
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self._results: list[NoisyResult] = []
+        self._set = 0
+        self._pos = 0
+        self._closed = False
+        self.epsilon_spent: Fraction = Fraction(0)
+        self.sensitivity: Fraction = Fraction(0)
+
+    # --- executing -------------------------------------------------------------------
+    def execute(self, operation: str, parameters: Sequence[Any] | None = None, *,
+                epsilon: float | None = None) -> Cursor:
+        """Run one SELECT as one release (qmark parameters); returns the cursor."""
+        self._check_open()
+        self._load(self.connection._engine.execute(operation, parameters, epsilon=epsilon))
+        return self
+
+    def executescript(self, script: str, *, epsilon: float | None = None) -> Cursor:
+        """Run several SELECTs as ONE release: one ε, total sensitivity = their sum."""
+        self._check_open()
+        self._load(self.connection._engine.execute(script, epsilon=epsilon, script=True))
+        return self
+
+    def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[Any]]) -> None:
+        """Refused: each execution is a separate release with its own cost."""
+        raise NotSupportedError(
+            "executemany is not offered: every execution is a separate private release",
+            hint="call execute() once per parameter set (each spends ε), or put the "
+            "statements in one script with executescript()")
+
+    def explain(self, operation: str, *, epsilon: float | None = None) -> dict:
+        """The plan of a statement or script, without running or spending anything."""
+        self._check_open()
+        return self.connection.explain(operation, epsilon=epsilon)
+
+    def _load(self, results: list[NoisyResult]) -> None:
+        self._results, self._set, self._pos = results, 0, 0
+        self.epsilon_spent = sum((r.epsilon for r in results), Fraction(0))
+        self.sensitivity = sum((r.sensitivity for r in results), Fraction(0))
+
+    # --- reading ---------------------------------------------------------------------
+    @property
+    def _current(self) -> NoisyResult | None:
+        return self._results[self._set] if self._results else None
+
+    @property
+    def description(self) -> list[Column] | None:
+        """PEP 249 description of the current result set."""
+        current = self._current
+        if current is None:
+            return None
+        return [Column(c.name, _TYPE_CODES.get(c.type, c.type), noise=c.noise,
+                       noise_scale=c.scale, epsilon=c.epsilon) for c in current.columns]
+
+    @property
+    def rowcount(self) -> int:
+        """Rows in the current result set (-1 before execute)."""
+        return -1 if self._current is None else len(self._current.rows)
+
+    def fetchone(self) -> tuple | None:
+        """Next row, or None when the set is exhausted."""
+        rows = self._rows()
+        if self._pos >= len(rows):
+            return None
+        self._pos += 1
+        return rows[self._pos - 1]
+
+    def fetchmany(self, size: int | None = None) -> list[tuple]:
+        """Up to ``size`` (default arraysize) next rows."""
+        rows = self._rows()
+        size = self.arraysize if size is None else size
+        chunk = rows[self._pos:self._pos + size]
+        self._pos += len(chunk)
+        return chunk
+
+    def fetchall(self) -> list[tuple]:
+        """All remaining rows of the current set."""
+        rows = self._rows()
+        chunk = rows[self._pos:]
+        self._pos = len(rows)
+        return chunk
+
+    def fetchdf(self) -> pd.DataFrame:
+        """The current result set as a pandas DataFrame."""
+        current = self._require()
+        return pd.DataFrame(current.rows, columns=[c.name for c in current.columns])
+
+    def fetchdfs(self) -> list[pd.DataFrame]:
+        """One DataFrame per statement of the last execute/executescript."""
+        self._require()
+        return [pd.DataFrame(r.rows, columns=[c.name for c in r.columns]) for r in self._results]
+
+    def intervals(self, confidence: float = 0.95) -> pd.DataFrame:
+        """Current set with a 95% CI (``<col>_low``, ``<col>_high``) for each noisy aggregate."""
+        if confidence != 0.95:
+            raise NotSupportedError("only 95% intervals are computed", hint="use 0.95")
+        current = self._require()
+        frame = self.fetchdf()
+        for name, bounds in current.intervals.items():
+            frame[f"{name}_low"] = [b[0] for b in bounds]
+            frame[f"{name}_high"] = [b[1] for b in bounds]
+        return frame
+
+    def nextset(self) -> bool | None:
+        """Move to the next statement's result; None when there is none."""
+        self._require()
+        if self._set + 1 >= len(self._results):
+            return None
+        self._set += 1
+        self._pos = 0
+        return True
+
+    def _rows(self) -> list[tuple]:
+        return self._require().rows
+
+    def _require(self) -> NoisyResult:
+        self._check_open()
+        if self._current is None:
+            raise InterfaceError("no result: call execute() first")
+        return self._current
+
+    def __iter__(self):
+        return iter(self.fetchone, None)
+
+    # --- PEP 249 housekeeping --------------------------------------------------------
+    def setinputsizes(self, sizes: Any) -> None:
+        """PEP 249: no-op."""
+
+    def setoutputsize(self, size: Any, column: Any = None) -> None:
+        """PEP 249: no-op."""
+
+    def callproc(self, procname: str, parameters: Any = None) -> None:
+        """Refused: there are no stored procedures."""
+        raise NotSupportedError("callproc is not supported: dpsql has no stored procedures")
+
+    def close(self) -> None:
+        """Close the cursor; further use raises InterfaceError."""
+        self._closed = True
+        self._results = []
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InterfaceError("the cursor is closed")
+        self.connection._check_open()
+
+    def __enter__(self) -> Cursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

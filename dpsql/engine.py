@@ -1,0 +1,157 @@
+"""The query path, in order: parse -> analyze -> rewrite -> backend -> charge -> release.
+
+This is the only module that knows the order. Refusals happen while planning, before any
+data is read; the ledger is checked before the backend runs and charged (durably, all or
+nothing) after it, and only then is noise added and anything returned. If the charge fails
+the exact rows are dropped unseen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from dpsql.analyze import analyze, is_public_query
+from dpsql.backends import Backend
+from dpsql.budget import PrivacyLoss, positive
+from dpsql.catalog import Catalog
+from dpsql.errors import CatalogError, PrivacyParameterError, UnsupportedSQLError
+from dpsql.ledger import Ledger, budget_exhausted
+from dpsql.mechanisms.calibrate import discrete_laplace_half_width
+from dpsql.mechanisms.samplers import RandomSource
+from dpsql.parse import parse_one, parse_script
+from dpsql.plan import ScriptPlan, Statement, StatementPlan
+from dpsql.release import ColumnInfo, NoisyResult, release
+from dpsql.rewrite import domain_size, part_count, rewrite
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A script split into its DP release (if any) and its exact public statements."""
+
+    order: tuple[tuple[str, int], ...]  # ('dp', i) or ('public', i) in statement order
+    release: ScriptPlan | None
+    public: tuple[Statement, ...]
+
+
+class Engine:
+    """Runs DP queries for one analyst on one catalogue, backend and ledger."""
+
+    def __init__(self, *, catalog: Catalog, backend: Backend, ledger: Ledger, analyst: str,
+                 rng: RandomSource, epsilon_per_query: Fraction | None) -> None:
+        self.catalog, self.backend, self.ledger = catalog, backend, ledger
+        self.analyst, self.rng, self.epsilon_per_query = analyst, rng, epsilon_per_query
+
+    def plan(self, sql: str, params=None, *, epsilon=None, script: bool = False) -> Planned:
+        """Parse, check and rewrite without touching data or budget."""
+        statements = parse_script(sql, params) if script else [parse_one(sql, params)]
+        order, private, public = [], [], []
+        for statement in statements:
+            if is_public_query(statement, self.catalog):
+                if statement.tree.key not in ("select", "union", "intersect", "except"):
+                    raise UnsupportedSQLError("only SELECT runs on public tables", sql=statement.sql)
+                order.append(("public", len(public)))
+                public.append(statement)
+            else:
+                order.append(("dp", len(private)))
+                private.append(analyze(statement, self.catalog))
+        if not private:
+            return Planned(tuple(order), None, tuple(public))
+        loss = PrivacyLoss(self._epsilon(epsilon))
+        per_part = loss.epsilon / sum(part_count(c) for c in private)
+        plans = tuple(rewrite(c, self.catalog, per_part, salt=self.rng.bits(62)) for c in private)
+        script_plan = ScriptPlan(statements=plans, loss=loss, neighbouring=self.catalog.neighbouring)
+        return Planned(tuple(order), script_plan, tuple(public))
+
+    def execute(self, sql: str, params=None, *, epsilon=None, script: bool = False
+                ) -> list[NoisyResult]:
+        """Plan, run, charge and release; return one result per statement."""
+        planned = self.plan(sql, params, epsilon=epsilon, script=script)
+        budget = self._budget() if planned.release else None
+        if planned.release is not None:
+            remaining = budget.minus(self.ledger.spent(self.catalog.name))
+            if not remaining.covers(planned.release.loss):
+                raise budget_exhausted(self.analyst, self.catalog.name, planned.release.loss,
+                                       remaining)
+        exact = [self.backend.run(p.exact) for p in planned.release.statements] \
+            if planned.release else []
+        public = [self.backend.run(s.tree) for s in planned.public]
+        if planned.release is not None:
+            self.ledger.charge(analyst=self.analyst, dataset=self.catalog.name,
+                               loss=planned.release.loss, budget=budget,
+                               statement=";\n".join(p.checked.statement.sql
+                                                    for p in planned.release.statements),
+                               fingerprint=planned.release.fingerprint)
+        results = []
+        for kind, i in planned.order:
+            if kind == "dp":
+                names, rows = exact[i]
+                results.append(release(planned.release.statements[i], names, rows, self.rng))
+            else:
+                names, rows = public[i]
+                results.append(NoisyResult(columns=[ColumnInfo(n, "any") for n in names],
+                                           rows=rows))
+        return results
+
+    def explain(self, sql: str, params=None, *, epsilon=None) -> dict:
+        """What a script would cost and how it would be noised; runs and spends nothing."""
+        planned = self.plan(sql, params, epsilon=epsilon, script=True)
+        statements = []
+        for kind, i in planned.order:
+            if kind == "public":
+                statements.append({"sql": planned.public[i].sql, "public": True,
+                                   "sensitivity": 0, "scale": 0, "epsilon": 0})
+                continue
+            statements.append(_explain_statement(planned.release.statements[i]))
+        release_plan = planned.release
+        return {
+            "dataset": self.catalog.name,
+            "neighbouring": self.catalog.neighbouring,
+            "mechanism": "discrete_laplace",
+            "epsilon": float(release_plan.loss.epsilon) if release_plan else 0.0,
+            "total_sensitivity": _number(release_plan.sensitivity) if release_plan else 0,
+            "statements": statements,
+        }
+
+    def _epsilon(self, epsilon) -> Fraction:
+        if epsilon is None:
+            epsilon = self.epsilon_per_query
+        if epsilon is None:
+            raise PrivacyParameterError(
+                "no ε was given for this query",
+                hint="pass epsilon=... to execute(), or epsilon_per_query=... to connect()")
+        return positive(epsilon, "epsilon")
+
+    def _budget(self) -> PrivacyLoss:
+        if self.catalog.budget is None:
+            raise CatalogError(f"the metadata of dataset {self.catalog.name!r} declares no budget",
+                               hint="add 'budget: {epsilon: ..., delta: ...}' to the metadata")
+        return self.catalog.budget
+
+
+def _number(value: Fraction) -> float | int:
+    return int(value) if value.denominator == 1 else float(value)
+
+
+def _explain_statement(plan: StatementPlan) -> dict:
+    parts = []
+    for part in plan.parts:
+        agg = next(a for a in plan.checked.aggregates if a.name == part.aggregate)
+        parts.append({
+            "aggregate": agg.sql, "part": part.role, "sensitivity": _number(part.sensitivity),
+            "epsilon": float(part.epsilon), "scale": float(part.scale),
+            "grid": float(part.grid),
+            "ci95_half_width": discrete_laplace_half_width(float(part.scale / part.grid))
+            * float(part.grid),
+        })
+    scales = {p["scale"] for p in parts}
+    return {
+        "sql": plan.checked.statement.sql,
+        "rewritten": plan.exact.sql(dialect="duckdb", pretty=True),
+        "sensitivity": _number(plan.sensitivity),
+        "scale": scales.pop() if len(scales) == 1 else max(p["scale"] for p in parts),
+        "epsilon": float(plan.loss.epsilon),
+        "mechanism": "discrete_laplace",
+        "groups": domain_size(plan.checked) or 1,
+        "aggregates": parts,
+    }

@@ -1,0 +1,1 @@
+"""Noise: exact samplers on a CSPRNG and the calibration formulas that go with them."""

@@ -1,0 +1,54 @@
+"""Calibration: noise scale from sensitivity and ε, confidence intervals, grid resolution."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+
+def laplace_scale(sensitivity: Fraction, epsilon: Fraction) -> Fraction:
+    """Scale b = Δ/ε of (discrete) Laplace noise giving ε-DP for L1 sensitivity Δ."""
+    return Fraction(sensitivity) / Fraction(epsilon)
+
+
+def discrete_laplace_tail(k: int, scale: float) -> float:
+    """P(|Z| > k) for discrete Laplace with the given scale (in grid units)."""
+    q = math.exp(-1.0 / scale)
+    return 2.0 * q ** (k + 1) / (1.0 + q)
+
+
+def discrete_laplace_half_width(scale: float, confidence: float = 0.95) -> int:
+    """Smallest integer k with P(|Z| <= k) >= confidence (grid units).
+
+    Example:
+        >>> discrete_laplace_half_width(1.0)
+        3
+    """
+    alpha = 1.0 - confidence
+    q = math.exp(-1.0 / scale)
+    # solve 2 q^(k+1) / (1 + q) <= alpha for the smallest integer k
+    k = math.ceil(math.log(alpha * (1 + q) / 2) / math.log(q) - 1) if q > 0 else 0
+    k = max(k, 0)
+    while k > 0 and discrete_laplace_tail(k - 1, scale) <= alpha:
+        k -= 1
+    while discrete_laplace_tail(k, scale) > alpha:
+        k += 1
+    return k
+
+
+def discrete_laplace_variance(scale: float) -> float:
+    """Variance of discrete Laplace with the given scale (grid units): 2q/(1-q)^2."""
+    q = math.exp(-1.0 / scale)
+    return 2.0 * q / (1.0 - q) ** 2
+
+
+def grid_exponent(scale: Fraction, magnitude: Fraction) -> int:
+    """Exponent e of the fixed-point grid 2**e for a real-valued sum.
+
+    The grid is about a millionth of the noise scale, so rounding each value to it adds
+    error far below the noise, and coarse enough that one value stays below 2**40 grid
+    units (sums then fit the backends' 128-bit or decimal accumulators).
+    """
+    fine = math.floor(math.log2(scale)) - 20 if scale > 0 else -20
+    coarse = math.ceil(math.log2(magnitude)) - 40 if magnitude > 0 else fine
+    return max(fine, coarse)

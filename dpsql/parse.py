@@ -1,0 +1,111 @@
+"""Stage 1: SQL text -> parsed statements, with qmark parameters bound as literals."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from dpsql.errors import InterfaceError, ProgrammingError, SQLSyntaxError
+from dpsql.plan import Statement
+
+DIALECT = "duckdb"
+_HINT = re.compile(r"dpsql\s*:\s*(.+)", re.IGNORECASE)
+
+
+def parse_script(sql: str, params: Sequence[Any] | None = None) -> list[Statement]:
+    """Split ``sql`` into statements and parse each with sqlglot.
+
+    Raises:
+        SQLSyntaxError: the SQL does not parse; the message carries sqlglot's line/column.
+
+    Example:
+        >>> [s.tree.key for s in parse_script("SELECT COUNT(*) FROM t; SELECT 1")]
+        ['select', 'select']
+    """
+    if not isinstance(sql, str):
+        raise InterfaceError(f"SQL must be a string, got {type(sql).__name__}")
+    try:
+        trees = [t for t in sqlglot.parse(sql, read=DIALECT) if t is not None]
+    except (ParseError, TokenError) as err:
+        raise _syntax_error(err, sql) from None
+    if not trees:
+        raise ProgrammingError("the SQL text holds no statement", hint="write a SELECT statement")
+    bound = _bind(trees, params, sql)
+    return [Statement(tree=t, sql=t.sql(dialect=DIALECT), hints=_hints(t)) for t in bound]
+
+
+def parse_one(sql: str, params: Sequence[Any] | None = None) -> Statement:
+    """Parse exactly one statement; several are refused."""
+    statements = parse_script(sql, params)
+    if len(statements) != 1:
+        raise ProgrammingError(
+            f"expected one statement, got {len(statements)}",
+            hint="send a script of several SELECTs with cursor.executescript(), which "
+            "charges them as one release",
+        )
+    return statements[0]
+
+
+def _syntax_error(err: Exception, sql: str) -> SQLSyntaxError:
+    errors = getattr(err, "errors", None) or []
+    first = errors[0] if errors else {}
+    line, col = first.get("line"), first.get("col")
+    description = first.get("description") or str(err).splitlines()[0]
+    if " <Token" in description:  # sqlglot appends the token's repr; keep what a person reads
+        description = description.split(" <Token")[0] + f" {first.get('highlight', '')!r}"
+    where = f" at line {line}, column {col}" if line else ""
+    return SQLSyntaxError(
+        f"the SQL does not parse{where}: {description}",
+        sql=sql,
+        position=(line, col) if line else None,
+        hint="check the SQL near the caret",
+    )
+
+
+def _bind(trees: list[exp.Expression], params: Sequence[Any] | None, sql: str):
+    placeholders = [p for t in trees for p in t.find_all(exp.Placeholder)]
+    given = list(params) if params is not None else []
+    if isinstance(params, (str, bytes)) or (params is not None and isinstance(params, dict)):
+        raise InterfaceError("parameters must be a sequence (paramstyle is qmark: '?')")
+    if len(placeholders) != len(given):
+        raise ProgrammingError(
+            f"the SQL has {len(placeholders)} '?' placeholder(s) but {len(given)} "
+            "parameter(s) were given",
+            sql=sql,
+            hint="pass one parameter per '?'",
+        )
+    if not placeholders:
+        return trees
+    trees = [t.copy() for t in trees]
+    ordered = [p for t in trees for p in t.find_all(exp.Placeholder)]
+    for node, value in zip(ordered, given):
+        node.replace(_literal(value))
+    return trees
+
+
+def _literal(value: Any) -> exp.Expression:
+    if value is None:
+        return exp.Null()
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, (int, float)):
+        return exp.Literal.number(value)
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    raise InterfaceError(f"cannot bind a parameter of type {type(value).__name__}",
+                         hint="bind None, bool, int, float or str")
+
+
+def _hints(tree: exp.Expression) -> tuple[str, ...]:
+    found = []
+    for node in tree.walk():
+        for comment in node.comments or []:
+            match = _HINT.search(comment)
+            if match:
+                found.append(match.group(1).strip())
+    return tuple(found)

@@ -1,0 +1,136 @@
+"""Stage contracts: the frozen values that flow from one stage to the next.
+
+SQL text -> ``Statement`` (parse) -> ``CheckedQuery`` (analyze) -> ``StatementPlan`` with its
+``NoisePart``s (rewrite) -> exact rows (backend) -> noisy result (release).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from sqlglot import exp
+
+from dpsql.budget import PrivacyLoss
+from dpsql.catalog import TableSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One parsed SQL statement and the text it came from."""
+
+    tree: exp.Expression
+    sql: str
+    hints: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKey:
+    """A GROUP BY key: its output name, row-level expression and public domain."""
+
+    name: str
+    expr: exp.Expression
+    domain: tuple
+    type: str  # 'text', 'int', 'float', 'bool'
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    """One aggregate call of the query and what it needs from the data.
+
+    ``kind`` is one of count_star, count, count_distinct_unit, sum, avg. ``arg`` is the
+    row-level input (None for COUNT(*)); ``lower``/``upper`` its declared or derived bounds.
+    """
+
+    name: str
+    kind: str
+    arg: exp.Expression | None
+    sql: str
+    lower: Fraction | None = None
+    upper: Fraction | None = None
+    integral: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class OutputColumn:
+    """A column of the released result; ``aggregate`` is set when it is one aggregate as is."""
+
+    name: str
+    aggregate: str | None
+    type: str
+    role: str = "aggregate"  # 'key', 'aggregate', 'derived' (arithmetic on aggregates), 'literal'
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedQuery:
+    """A statement that passed every check, with its keys, aggregates and post-processing."""
+
+    statement: Statement
+    table: TableSpec
+    where: exp.Expression | None
+    keys: tuple[GroupKey, ...]
+    aggregates: tuple[Aggregate, ...]
+    outputs: tuple[OutputColumn, ...]
+    post: exp.Select  # runs over the noisy frame: aggregates replaced by their noisy columns
+
+
+@dataclass(frozen=True, slots=True)
+class NoisePart:
+    """One noised quantity per group: a count or a sum on an integer grid of size 2**grid_exp.
+
+    ``sensitivity`` and ``scale`` are in value units; the sampler works in grid units.
+    """
+
+    column: str
+    aggregate: str
+    role: str  # 'count' or 'sum'
+    sensitivity: Fraction
+    epsilon: Fraction
+    grid_exp: int = 0
+
+    @property
+    def scale(self) -> Fraction:
+        """Laplace scale b = Δ/ε in value units."""
+        return self.sensitivity / self.epsilon
+
+    @property
+    def grid(self) -> Fraction:
+        """Resolution of the fixed-point grid."""
+        return Fraction(2) ** self.grid_exp
+
+
+@dataclass(frozen=True, slots=True)
+class StatementPlan:
+    """The exact query to run and how to noise and post-process its rows."""
+
+    checked: CheckedQuery
+    exact: exp.Expression
+    parts: tuple[NoisePart, ...]
+    loss: PrivacyLoss
+
+    @property
+    def sensitivity(self) -> Fraction:
+        """L1 sensitivity of the statement: the sum over its noised parts."""
+        return sum((p.sensitivity for p in self.parts), Fraction(0))
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptPlan:
+    """A whole release: one or more statements charged together as one unit."""
+
+    statements: tuple[StatementPlan, ...]
+    loss: PrivacyLoss
+    neighbouring: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sensitivity(self) -> Fraction:
+        """Total L1 sensitivity of the script: the sum over its statements."""
+        return sum((s.sensitivity for s in self.statements), Fraction(0))
+
+    @property
+    def fingerprint(self) -> str:
+        """Identity of the release for the ledger: the normalised statements and ε."""
+        text = ";\n".join(s.checked.statement.tree.sql(dialect="duckdb") for s in self.statements)
+        return f"{text} @ {self.loss.describe()}"

@@ -1,0 +1,132 @@
+"""Stage 5: exact rows -> noisy rows, confidence intervals and post-processing.
+
+Everything after the noise is post-processing of noisy values (AVG = noisy SUM / noisy
+COUNT, HAVING, ORDER BY, LIMIT, arithmetic on aggregates), so it costs no privacy. The
+post-processing query runs on a fresh DuckDB that holds only the noisy frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import duckdb
+import pandas as pd
+from sqlglot import exp
+
+from dpsql.analyze import NOISY_FRAME
+from dpsql.errors import InternalError
+from dpsql.mechanisms.calibrate import discrete_laplace_half_width
+from dpsql.mechanisms.samplers import RandomSource, discrete_laplace
+from dpsql.plan import StatementPlan
+
+CONFIDENCE = 0.95
+_CI = "\x00ci_"
+
+
+@dataclass(frozen=True)
+class ColumnInfo:
+    """What a released column is: its type and, for a noisy aggregate, its noise."""
+
+    name: str
+    type: str
+    noise: str | None = None
+    scale: float | None = None
+    epsilon: float | None = None
+
+
+@dataclass
+class NoisyResult:
+    """The released rows of one statement, with the 95% CI of each plain aggregate cell."""
+
+    columns: list[ColumnInfo]
+    rows: list[tuple]
+    intervals: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    epsilon: Fraction = Fraction(0)
+    sensitivity: Fraction = Fraction(0)
+
+
+def release(plan: StatementPlan, names: list[str], rows: list[tuple],
+            rng: RandomSource) -> NoisyResult:
+    """Add noise to the exact rows of one statement and apply its post-processing."""
+    checked = plan.checked
+    index = {name: i for i, name in enumerate(names)}
+    missing = [p.column for p in plan.parts if p.column not in index]
+    if missing:
+        raise InternalError(f"exact rows lack the noise columns {missing}")
+    frame: dict[str, list] = {k.name: [r[i] for r in rows] for i, k in enumerate(checked.keys)}
+    noisy = {p.column: [_noisy(r[index[p.column]], p, rng) for r in rows] for p in plan.parts}
+    widths = {p.column: discrete_laplace_half_width(float(p.scale / p.grid), CONFIDENCE)
+              * float(p.grid) for p in plan.parts}
+    pair_widths = {p.column: discrete_laplace_half_width(float(p.scale / p.grid),
+                                                         1 - (1 - CONFIDENCE) / 2)
+                   * float(p.grid) for p in plan.parts}
+    for agg in checked.aggregates:
+        own = [p for p in plan.parts if p.aggregate == agg.name]
+        if agg.kind != "avg":
+            values = noisy[own[0].column]
+            width = widths[own[0].column]
+            frame[agg.name] = values
+            frame[agg.name + "__low"] = [v - width for v in values]
+            frame[agg.name + "__high"] = [v + width for v in values]
+            continue
+        sums, counts = noisy[own[0].column], noisy[own[1].column]
+        low, high = float(agg.lower), float(agg.upper)
+        frame[agg.name] = [min(max(s / max(c, 1), low), high) for s, c in zip(sums, counts)]
+        bounds = [_ratio_interval(s, c, pair_widths[own[0].column], pair_widths[own[1].column],
+                                  low, high) for s, c in zip(sums, counts)]
+        frame[agg.name + "__low"] = [b[0] for b in bounds]
+        frame[agg.name + "__high"] = [b[1] for b in bounds]
+    result_names, result_rows, intervals = _post_process(plan, pd.DataFrame(frame))
+    columns = [_describe(out, plan) for out in checked.outputs]
+    if [c.name for c in columns] != result_names:
+        raise InternalError("post-processing changed the output columns")
+    return NoisyResult(columns=columns, rows=result_rows, intervals=intervals,
+                       epsilon=plan.loss.epsilon, sensitivity=plan.sensitivity)
+
+
+def _noisy(value, part, rng: RandomSource):
+    units = int(value) + discrete_laplace(part.scale / part.grid, rng)  # grid units, exact
+    return units if part.grid_exp == 0 else float(units * part.grid)
+
+
+def _ratio_interval(total, count, total_width, count_width, low, high):
+    """Interval for SUM/COUNT from the two 97.5% intervals (Bonferroni: ≥ 95% jointly)."""
+    count_low, count_high = count - count_width, count + count_width
+    if count_low <= 0:
+        return low, high
+    corners = [(total + sign * total_width) / c for sign in (-1, 1)
+               for c in (count_low, count_high)]
+    return max(min(corners), low), min(max(corners), high)
+
+
+def _post_process(plan: StatementPlan, frame: pd.DataFrame):
+    checked = plan.checked
+    post = checked.post.copy()
+    ci_outputs = [o for o in checked.outputs if o.aggregate is not None]
+    for out in ci_outputs:
+        for side in ("low", "high"):
+            post = post.select(exp.alias_(exp.column(f"{out.aggregate}__{side}", quoted=True),
+                                          f"{_CI}{side}_{out.name}", quoted=True), copy=False)
+    connection = duckdb.connect(":memory:", config={"enable_external_access": False})
+    try:
+        connection.register(NOISY_FRAME, frame)
+        cursor = connection.execute(post.sql(dialect="duckdb"))
+        rows = cursor.fetchall()
+        names = [d[0] for d in cursor.description]
+    finally:
+        connection.close()
+    visible = [i for i, n in enumerate(names) if not n.startswith(_CI)]
+    intervals = {}
+    for out in ci_outputs:
+        lo, hi = names.index(f"{_CI}low_{out.name}"), names.index(f"{_CI}high_{out.name}")
+        intervals[out.name] = [(r[lo], r[hi]) for r in rows]
+    return [names[i] for i in visible], [tuple(r[i] for i in visible) for r in rows], intervals
+
+
+def _describe(out, plan: StatementPlan) -> ColumnInfo:
+    if out.aggregate is None:
+        return ColumnInfo(out.name, out.type, "derived" if out.role == "derived" else None)
+    parts = [p for p in plan.parts if p.aggregate == out.aggregate]
+    return ColumnInfo(out.name, out.type, "discrete_laplace",
+                      max(float(p.scale) for p in parts), float(sum(p.epsilon for p in parts)))

@@ -1,0 +1,237 @@
+"""Stage 3: checked query -> exact bounded query (a sqlglot tree) and its noise parts.
+
+The exact query is written in passes, each a CTE, so that the bound the sensitivity assumes
+really holds in the rows the backend returns:
+
+1. ``__src``: clamp every SUM/AVG input to its bounds and round it to the fixed-point grid
+   (an integer), compute the group keys, apply WHERE, drop rows whose key is NULL.
+2. ``__per_unit`` (privacy-unit tables only): aggregate each person's rows per group.
+3. ``__bounded``: cap each person-group partial (count ≤ L∞; a sum scaled by L∞/count so
+   it stays within L∞·bound) and rank the person's groups by a keyed hash with a fresh
+   secret salt, keeping at most L0 of them (uniform, never insertion order).
+4. ``__exact``: sum the capped partials per group.
+5. the public domain of the keys (cross product of the values) LEFT JOIN ``__exact``,
+   zero-filled, so absent groups are released as noisy zeros rather than left out.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import sqlglot
+from sqlglot import exp
+
+from dpsql.catalog import Catalog
+from dpsql.errors import ProgrammingError
+from dpsql.mechanisms.calibrate import grid_exponent
+from dpsql.plan import Aggregate, CheckedQuery, NoisePart, StatementPlan
+from dpsql.budget import PrivacyLoss
+from dpsql.sensitivity import count_sensitivity, distinct_unit_sensitivity, sum_sensitivity
+
+MAX_DOMAIN_CELLS = 1_000_000
+DIALECT = "duckdb"
+
+
+def part_count(checked: CheckedQuery) -> int:
+    """How many noised quantities per group the query needs (AVG needs a sum and a count)."""
+    return sum(2 if a.kind == "avg" else 1 for a in checked.aggregates)
+
+
+def domain_size(checked: CheckedQuery) -> int | None:
+    """Number of cells of the zero-filled result (None without GROUP BY)."""
+    if not checked.keys:
+        return None
+    size = 1
+    for key in checked.keys:
+        size *= len(key.domain)
+    return size
+
+
+def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
+            salt: int) -> StatementPlan:
+    """Build the exact bounded query and one NoisePart per noised quantity.
+
+    Example:
+        >>> from dpsql.catalog import load_catalog
+        >>> from dpsql.parse import parse_one
+        >>> from dpsql.analyze import analyze
+        >>> cat = load_catalog({"neighbouring": "replace", "tables": {"t": {
+        ...     "privacy_unit": None, "columns": {"sex": {"values": ["F", "M"]}}}}})
+        >>> plan = rewrite(analyze(parse_one("SELECT sex, COUNT(*) FROM t GROUP BY sex"), cat),
+        ...                cat, Fraction(1), salt=7)
+        >>> [(p.role, p.sensitivity) for p in plan.parts]
+        [('count', Fraction(2, 1))]
+    """
+    cells = domain_size(checked)
+    if cells is not None and cells > MAX_DOMAIN_CELLS:
+        raise ProgrammingError(
+            f"the GROUP BY domain has {cells:,} cells (more than {MAX_DOMAIN_CELLS:,})",
+            sql=checked.statement.sql,
+            hint="group by fewer or coarser keys: every cell of the domain is released")
+    parts, values = _parts(checked, catalog, epsilon_per_part, cells)
+    sql = _exact_sql(checked, parts, values, salt)
+    exact_tree = sqlglot.parse_one(sql, read=DIALECT)
+    loss = PrivacyLoss(epsilon_per_part * len(parts))
+    return StatementPlan(checked=checked, exact=exact_tree, parts=tuple(parts), loss=loss)
+
+
+class _Value:
+    """A row-level input of the source pass: its SQL and the aggregate it feeds."""
+
+    def __init__(self, aggregate: Aggregate, sql: str, grid_exp: int) -> None:
+        self.aggregate, self.sql, self.grid_exp = aggregate, sql, grid_exp
+
+
+def _parts(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction, cells: int | None):
+    table, grouped = checked.table, bool(checked.keys)
+    common = {"grouped": grouped, "domain_size": cells, "neighbouring": catalog.neighbouring}
+    parts: list[NoisePart] = []
+    values: dict[str, _Value] = {}
+    for agg in checked.aggregates:
+        if agg.kind == "count_star":
+            parts.append(NoisePart(f"p{len(parts)}", agg.name, "count",
+                                   count_sensitivity(table, **common), epsilon))
+        elif agg.kind == "count_distinct_unit":
+            parts.append(NoisePart(f"p{len(parts)}", agg.name, "distinct",
+                                   distinct_unit_sensitivity(table, **common), epsilon))
+        elif agg.kind == "count":
+            values[agg.name] = _Value(agg, agg.arg.sql(dialect=DIALECT), 0)
+            parts.append(NoisePart(f"p{len(parts)}", agg.name, "count",
+                                   count_sensitivity(table, **common), epsilon))
+        else:
+            grid_exp = _grid_for(agg, table, epsilon, common)
+            lower_g, upper_g = _on_grid(agg.lower, grid_exp), _on_grid(agg.upper, grid_exp)
+            grid = Fraction(2) ** grid_exp
+            sensitivity = sum_sensitivity(table, lower_g, upper_g, **common) * grid
+            values[agg.name] = _Value(agg, _clamped(agg, grid_exp), grid_exp)
+            parts.append(NoisePart(f"p{len(parts)}", agg.name, "sum", sensitivity, epsilon,
+                                   grid_exp))
+            if agg.kind == "avg":
+                parts.append(NoisePart(f"p{len(parts)}", agg.name, "count",
+                                       count_sensitivity(table, **common), epsilon))
+    return parts, values
+
+
+def _grid_for(agg: Aggregate, table, epsilon: Fraction, common) -> int:
+    if agg.integral and agg.lower.denominator == 1 and agg.upper.denominator == 1:
+        return 0
+    rough = sum_sensitivity(table, agg.lower, agg.upper, **common) / epsilon
+    return min(grid_exponent(rough, max(abs(agg.lower), abs(agg.upper))), 0)
+
+
+def _on_grid(value: Fraction, grid_exp: int) -> Fraction:
+    """round(value / 2**grid_exp), half away from zero as the backends' ROUND does."""
+    scaled = value / Fraction(2) ** grid_exp
+    magnitude = (abs(scaled) * 2 + 1) // 2
+    return Fraction(magnitude if scaled >= 0 else -magnitude)
+
+
+def _number(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else repr(float(value))
+
+
+def _clamped(agg: Aggregate, grid_exp: int) -> str:
+    arg = agg.arg.sql(dialect=DIALECT)
+    low, high = _number(agg.lower), _number(agg.upper)
+    if grid_exp == 0:
+        return f"CAST(LEAST(GREATEST({arg}, {low}), {high}) AS BIGINT)"
+    grid = repr(float(Fraction(2) ** grid_exp))
+    return (f"CAST(ROUND(LEAST(GREATEST(CAST({arg} AS DOUBLE), {low}), {high}) / {grid})"
+            " AS BIGINT)")
+
+
+def _exact_sql(checked: CheckedQuery, parts, values: dict[str, _Value], salt: int) -> str:
+    table = checked.table
+    keys = [f"__k{i}" for i in range(len(checked.keys))]
+    value_names = {name: f"__v{i}" for i, name in enumerate(values)}
+    src_cols = []
+    if table.privacy_unit is not None:
+        src_cols.append(f"{_quote(table.privacy_unit)} AS __unit")
+    src_cols += [f"{k.expr.sql(dialect=DIALECT)} AS {name}" for k, name in zip(checked.keys, keys)]
+    src_cols += [f"{v.sql} AS {value_names[n]}" for n, v in values.items()]
+    if not src_cols:
+        src_cols = ["1 AS __one"]
+    filters = [f"({checked.where.sql(dialect=DIALECT)})"] if checked.where is not None else []
+    filters += [f"{k.expr.sql(dialect=DIALECT)} IS NOT NULL" for k in checked.keys]
+    where = f" WHERE {' AND '.join(filters)}" if filters else ""
+    ctes = [f"__src AS (SELECT {', '.join(src_cols)} FROM {_quote(table.name)}{where})"]
+    key_list = ", ".join(keys)
+    group_by = f" GROUP BY {key_list}" if keys else ""
+    if table.privacy_unit is None:
+        select_parts = [_row_part(p, value_names) for p in parts]
+        ctes.append(f"__exact AS (SELECT {', '.join(keys + select_parts)} FROM __src{group_by})")
+    else:
+        ctes += _unit_ctes(checked, parts, value_names, keys, salt)
+    body = ", ".join(ctes)
+    part_names = [p.column for p in parts]
+    if not keys:
+        outs = ", ".join(f"COALESCE({p}, 0) AS {p}" for p in part_names)
+        return f"WITH {body} SELECT {outs} FROM __exact"
+    domain = " CROSS JOIN ".join(
+        f"(VALUES {', '.join(f'({_literal(v, k.type)})' for v in k.domain)}) AS __d{i}({keys[i]})"
+        for i, k in enumerate(checked.keys))
+    on = " AND ".join(f"__d.{k} = __exact.{k}" for k in keys)
+    outs = ", ".join([f"__d.{k}" for k in keys] +
+                     [f"COALESCE(__exact.{p}, 0) AS {p}" for p in part_names])
+    return (f"WITH {body}, __domain AS (SELECT * FROM {domain}) "
+            f"SELECT {outs} FROM __domain AS __d LEFT JOIN __exact ON {on} "
+            f"ORDER BY {', '.join(f'__d.{k}' for k in keys)}")
+
+
+def _row_part(part: NoisePart, value_names: dict[str, str]) -> str:
+    value = value_names.get(part.aggregate)
+    if part.role == "sum":
+        return f"SUM({value}) AS {part.column}"
+    if value is not None:
+        return f"COUNT({value}) AS {part.column}"
+    return f"COUNT(*) AS {part.column}"
+
+
+def _unit_ctes(checked: CheckedQuery, parts, value_names, keys, salt: int) -> list[str]:
+    table = checked.table
+    linf = table.max_rows_per_group
+    per_unit = ["__unit", *keys, "COUNT(*) AS __rows"]
+    capped = [*keys, f"LEAST(__rows, {linf}) AS __rows"]
+    for value in value_names.values():
+        per_unit += [f"COUNT({value}) AS __n{value}", f"SUM({value}) AS __s{value}"]
+        # a person's partial sum keeps its mean but counts for at most L∞ rows
+        capped += [f"LEAST(__n{value}, {linf}) AS __n{value}",
+                   f"CASE WHEN __n{value} > {linf} THEN (__s{value} * {linf}) // __n{value} "
+                   f"ELSE __s{value} END AS __s{value}"]
+    ctes = [f"__per_unit AS (SELECT {', '.join(per_unit)} FROM __src GROUP BY "
+            f"{', '.join(['__unit', *keys])})"]
+    cells = domain_size(checked)
+    needs_l0 = bool(keys) and (cells is None or table.max_groups_per_unit < cells)
+    rank_filter = ""
+    if needs_l0:
+        capped.append(f"ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY "
+                      f"HASH(__unit, {', '.join(keys)}, {salt})) AS __rank")
+        rank_filter = f" WHERE __rank <= {table.max_groups_per_unit}"
+    ctes.append(f"__bounded AS (SELECT {', '.join(capped)} FROM __per_unit)")
+    exact = []
+    for part in parts:
+        value = value_names.get(part.aggregate)
+        if part.role == "distinct":
+            exact.append(f"COUNT(*) AS {part.column}")
+        elif part.role == "sum":
+            exact.append(f"SUM(__s{value}) AS {part.column}")
+        elif value is not None:
+            exact.append(f"SUM(__n{value}) AS {part.column}")
+        else:
+            exact.append(f"SUM(__rows) AS {part.column}")
+    group_by = f" GROUP BY {', '.join(keys)}" if keys else ""
+    ctes.append(f"__exact AS (SELECT {', '.join(keys + exact)} FROM __bounded{rank_filter}"
+                f"{group_by})")
+    return ctes
+
+
+def _quote(name: str) -> str:
+    return exp.to_identifier(name, quoted=True).sql(dialect=DIALECT)
+
+
+def _literal(value, key_type: str) -> str:
+    if key_type == "bool":
+        return "TRUE" if value else "FALSE"
+    if key_type in ("int", "float") and not isinstance(value, str):
+        return repr(value)
+    return exp.Literal.string(str(value)).sql(dialect=DIALECT)

@@ -1,0 +1,62 @@
+"""L1 sensitivity of each noised part, from the metadata and the neighbouring relation.
+
+One person's rows form a vector over the output cells. With contribution bounding each
+person touches at most L0 = min(max_groups_per_unit, |domain|) cells and at most
+L∞ = max_rows_per_group rows per cell (row privacy: L0 = L∞ = 1). ``docs/sensitivity.md``
+derives every formula; ``sensitivity-cases.md`` lists the reference values.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from dpsql.catalog import TableSpec
+
+
+def contribution_bounds(table: TableSpec, domain_size: int | None) -> tuple[int, int]:
+    """(L0, L∞) for a query: groups one person may touch and rows per group."""
+    if table.is_row_privacy:
+        return 1, 1
+    groups = table.max_groups_per_unit
+    if domain_size is not None:
+        groups = min(groups, domain_size)
+    return groups, table.max_rows_per_group
+
+
+def count_sensitivity(table: TableSpec, *, grouped: bool, domain_size: int | None,
+                      neighbouring: str) -> Fraction:
+    """COUNT(*) / COUNT(col): add/remove L0·L∞ (scalar L∞); replace 2·L0·L∞ (scalar L∞)."""
+    l0, linf = contribution_bounds(table, domain_size)
+    if not grouped:
+        return Fraction(linf)
+    factor = 2 if neighbouring == "replace" else 1
+    return Fraction(factor * l0 * linf)
+
+
+def distinct_unit_sensitivity(table: TableSpec, *, grouped: bool, domain_size: int | None,
+                              neighbouring: str) -> Fraction:
+    """COUNT(DISTINCT unit): add/remove L0 (scalar 1); replace 2·L0 (scalar 1)."""
+    l0, _ = contribution_bounds(table, domain_size)
+    if not grouped:
+        return Fraction(1)
+    return Fraction((2 if neighbouring == "replace" else 1) * l0)
+
+
+def sum_sensitivity(table: TableSpec, lower: Fraction, upper: Fraction, *, grouped: bool,
+                    domain_size: int | None, neighbouring: str) -> Fraction:
+    """SUM of values clamped to [lower, upper].
+
+    add/remove: L0·L∞·M with M = max(|lower|, |upper|) (scalar L∞·M). replace, grouped:
+    2·L0·L∞·M, because the old value leaves one cell and the new one enters another.
+    replace, scalar: row privacy U − L; with a privacy unit the person's row count may change
+    too, so L∞·(max(U, 0) − min(L, 0)), which is L∞·(U − L) whenever L ≤ 0 ≤ U.
+    """
+    l0, linf = contribution_bounds(table, domain_size)
+    magnitude = max(abs(lower), abs(upper))
+    if neighbouring == "replace":
+        if grouped:
+            return 2 * l0 * linf * magnitude
+        if table.is_row_privacy:
+            return upper - lower
+        return linf * (max(upper, Fraction(0)) - min(lower, Fraction(0)))
+    return (l0 if grouped else 1) * linf * magnitude
