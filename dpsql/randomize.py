@@ -456,6 +456,12 @@ class RandomizedTable:
         """Sum over the randomized columns (independent coins: basic composition is tight)."""
         return float(sum(self.local_epsilon_per_attribute.values()))
 
+    @property
+    def local_epsilon_categorical(self) -> float:
+        """Sum over the categorical (ERRPH/Warner) columns only, leaving TRR columns out."""
+        return float(sum(r.local_epsilon for r in self.randomizers.values()
+                         if not isinstance(r, TRR)))
+
 
 def write_randomized(frame: pd.DataFrame, table: TableSpec, randomizers: Mapping[str, Any],
                      output: str | Path) -> RandomizedTable:
@@ -497,7 +503,6 @@ def _sql_string(text: str) -> str:
 
 def _parameters_document(result: RandomizedTable) -> dict[str, Any]:
     per_record = result.local_epsilon_per_record
-    finite = [e for e in result.local_epsilon_per_attribute.values() if math.isfinite(e)]
     return {
         "format": PARAMETERS_FORMAT,
         "table": result.table,
@@ -507,8 +512,8 @@ def _parameters_document(result: RandomizedTable) -> dict[str, Any]:
         "columns": {c: r.to_params() for c, r in result.randomizers.items()},
         "local_epsilon": {
             "per_record": _json_epsilon(per_record),
-            "per_record_categorical": float(sum(finite)),
-            "note": "sum over randomized columns; null means infinite (TRR columns); "
+            "per_record_categorical": _json_epsilon(result.local_epsilon_categorical),
+            "note": "sums over randomized columns; null means infinite (TRR columns, or p0 = 1); "
                     "clear columns are not protected",
         },
     }

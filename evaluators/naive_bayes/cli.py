@@ -1,0 +1,304 @@
+"""``dpsql evaluate naive-bayes``: hold-out accuracy of Naive Bayes under local or central DP.
+
+The data owner splits the table into train and test rows. Then either
+
+* ``randomized-response`` (local DP, Zhang et al. 2007): the train rows are randomized record by
+  record (ERRPH for categorical attributes, TRR or ERRPH-over-public-bins for numeric ones, the
+  class in the clear), written as a public table, and PPNB is reconstructed from exact GROUP BY
+  queries on it through a ``dpsql`` connection; or
+* ``laplace`` (central DP): a ``dpsql`` connection on the private train rows releases the noisy
+  contingency tables of ``train_central`` for ε.
+
+The test rows are classified on their true values. The helpers below are shared with the
+reproduction script ``evaluators.experiments.naive_bayes_rr``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+import pandas as pd
+
+import dpsql
+from dpsql.catalog import ColumnSpec, TableSpec, load_catalog
+from dpsql.randomize import (
+    RandomizationSpec,
+    RandomizedTable,
+    column_document,
+    csprng,
+    load_randomization,
+    randomize_frame,
+    read_source,
+    write_data,
+    write_randomized,
+)
+from evaluators.attribute_selection.contingency import catalog_attributes
+from evaluators.naive_bayes.central import train_central
+from evaluators.naive_bayes.model import NaiveBayesModel
+from evaluators.naive_bayes.randomized_response import ReconstructedStatistics, train_randomized
+
+MECHANISMS = ("randomized-response", "laplace")
+NUMERIC_HANDLING = ("trr", "bins", "drop")
+ANALYST = "naive-bayes-evaluator"
+
+
+@dataclasses.dataclass(frozen=True)
+class Holdout:
+    """A train/test split of one table, restricted to the modelled attributes and the class.
+
+    Attributes:
+        table: the table's declared columns after restriction (binned numeric columns are
+            declared as text with their bin labels as values).
+        class_column: the label.
+        train, test: the rows.
+    """
+
+    table: TableSpec
+    class_column: str
+    train: pd.DataFrame
+    test: pd.DataFrame
+
+    @property
+    def attributes(self) -> list[str]:
+        """The modelled attributes, in declaration order."""
+        return [c for c in self.table.columns if c != self.class_column]
+
+    @property
+    def numeric_attributes(self) -> list[str]:
+        """Attributes modelled as Gaussian (numeric without a value domain)."""
+        return [c for c in self.attributes if self.table.columns[c].values is None]
+
+
+def load_holdout(metadata: str | Path, table: str, class_column: str, *,
+                 test_fraction: float, rng: np.random.Generator,
+                 attributes: list[str] | None = None, numeric: str = "trr",
+                 bins: int = 5) -> Holdout:
+    """Read a catalogue table, pick attributes, handle numeric ones, split at random.
+
+    Args:
+        numeric: ``trr`` keeps numeric columns (Gaussian, randomized with TRR), ``bins``
+            replaces each by its public equal-width bins over the declared bounds (categorical,
+            finite local ε), ``drop`` leaves them out.
+    """
+    if not 0 < test_fraction < 1:
+        raise dpsql.ProgrammingError(f"test fraction must be in (0, 1), got {test_fraction}",
+                                     hint="use e.g. --test-fraction 0.3")
+    if numeric not in NUMERIC_HANDLING:
+        raise dpsql.ProgrammingError(f"numeric handling must be one of {NUMERIC_HANDLING}")
+    spec = load_catalog(metadata).table(table)
+    if spec is None:
+        raise dpsql.UnknownTableError(f"table {table!r} is not in the metadata",
+                                      hint="pass --table with a table the metadata declares")
+    target = spec.column(class_column)
+    if target is None or target.values is None:
+        raise dpsql.ProgrammingError(
+            f"class column {class_column!r} of {table!r} has no declared values",
+            hint="pass --class with a column that declares its values")
+    names = attributes or [c for c in spec.columns if c != target.name]
+    frame = read_source(spec)
+    columns = {name: _attribute_spec(spec, name) for name in names}
+    if numeric == "drop":
+        columns = {n: c for n, c in columns.items() if c.values is not None}
+    elif numeric == "bins":
+        numeric_names = [n for n, c in columns.items() if c.values is None]
+        for binned in catalog_attributes(metadata, table, target.name, numeric_names, bins)[0]:
+            frame[binned.name] = binned.encode(frame[binned.name]).astype(object)
+            columns[binned.name] = ColumnSpec(binned.name, "text", values=binned.domain)
+    columns[target.name] = target
+    frame = frame[list(columns)]
+    order = rng.permutation(len(frame))
+    cut = int(round(len(frame) * (1 - test_fraction)))
+    restricted = dataclasses.replace(spec, columns=columns)
+    return Holdout(restricted, target.name, frame.iloc[order[:cut]].reset_index(drop=True),
+                   frame.iloc[order[cut:]].reset_index(drop=True))
+
+
+def _attribute_spec(table: TableSpec, name: str) -> ColumnSpec:
+    column = table.column(name)
+    if column is None:
+        raise dpsql.UnknownColumnError(f"table {table.name!r} has no column {name!r}",
+                                       hint=f"columns are {sorted(table.columns)}")
+    if column.values is None and not column.is_numeric:
+        raise dpsql.ProgrammingError(
+            f"attribute {name!r} has no public domain and is not numeric",
+            hint="declare its values in the metadata, or leave it out of --attributes")
+    return column
+
+
+def fit_exact(holdout: Holdout, alpha: float = 1.0) -> NaiveBayesModel:
+    """Non-private Naive Bayes from the exact train statistics (sample variances, ddof=1)."""
+    train, label = holdout.train, holdout.class_column
+    classes = train[label].astype(str)
+    class_counts = {str(c): float(n) for c, n in classes.value_counts().sort_index().items()}
+    feature_counts, domains, gaussian = {}, {}, {}
+    for name in holdout.attributes:
+        values = holdout.table.columns[name].values
+        if values is None:
+            grouped = train[name].astype(float).groupby(classes)
+            gaussian[name] = {str(c): (float(m), float(v)) for c, m, v in
+                              zip(grouped.mean().index, grouped.mean(), grouped.var(ddof=1),
+                                  strict=True)}
+            continue
+        domains[name] = [str(v) for v in values]
+        counts = train.groupby([train[name].astype(str), classes]).size()
+        feature_counts[name] = {key: float(n) for key, n in counts.items()}
+    return ReconstructedStatistics(class_counts, feature_counts, domains, gaussian).to_model(alpha)
+
+
+def fit_randomized(holdout: Holdout, spec: RandomizationSpec, rng: np.random.Generator,
+                   workdir: str | Path, alpha: float = 1.0) -> tuple[NaiveBayesModel,
+                                                                      RandomizedTable]:
+    """Randomize the train rows (class kept clear) and fit PPNB through a dpsql connection."""
+    spec = dataclasses.replace(spec, keep=(holdout.class_column,))
+    randomizers = spec.build(holdout.table, rng)
+    randomized = write_randomized(randomize_frame(holdout.train, randomizers, rng),
+                                  holdout.table, randomizers,
+                                  Path(workdir) / f"{holdout.table.name}_randomized.parquet")
+    connection = dpsql.connect(None, metadata=str(randomized.metadata_path), analyst=ANALYST,
+                               ledger=":memory:")
+    try:
+        model = train_randomized(connection, holdout.table.name, holdout.class_column,
+                                 load_randomization(randomized.parameters_path), alpha=alpha)
+    finally:
+        connection.close()
+    return model, randomized
+
+
+def fit_central(holdout: Holdout, epsilon: float, workdir: str | Path, *,
+                insecure_seed: int | None = None, alpha: float = 1.0
+                ) -> tuple[NaiveBayesModel, float]:
+    """Central-DP Naive Bayes (``train_central``) on the private train rows; returns ε spent.
+
+    Numeric attributes must have been binned or dropped (``load_holdout(numeric=...)``).
+    """
+    if holdout.numeric_attributes:
+        raise dpsql.ProgrammingError(
+            f"central DP Naive Bayes needs categorical attributes; "
+            f"{holdout.numeric_attributes} are numeric",
+            hint="use --numeric bins (public bins) or --numeric drop")
+    source = Path(workdir) / f"{holdout.table.name}_train.parquet"
+    write_data(holdout.train, source)
+    metadata = {
+        "name": f"{holdout.table.name}_train",
+        "budget": {"epsilon": float(epsilon)},
+        "tables": {holdout.table.name: {
+            "source": str(source), "privacy_unit": None,
+            "columns": {n: column_document(c) for n, c in holdout.table.columns.items()}}},
+    }
+    connection = dpsql.connect(None, metadata=metadata, analyst=ANALYST, ledger=":memory:",
+                               insecure_seed=insecure_seed)
+    try:
+        model = train_central(connection, holdout.table.name, holdout.class_column,
+                              holdout.attributes, epsilon, metadata=metadata, alpha=alpha)
+        spent = float(connection.budget_spent.epsilon)
+    finally:
+        connection.close()
+    return model, spent
+
+
+def accuracy(model: NaiveBayesModel, holdout: Holdout) -> float:
+    """Share of test rows whose predicted class is the true one."""
+    predicted = np.asarray(model.predict(holdout.test[holdout.attributes]), dtype=str)
+    return float((predicted == holdout.test[holdout.class_column].astype(str).to_numpy()).mean())
+
+
+def _epsilon_or_none(epsilon: float) -> float | None:
+    return None if math.isinf(epsilon) else epsilon
+
+
+def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *, p0: float,
+             epsilon: float | None, test_fraction: float, seed: int | None,
+             attributes: list[str] | None, numeric: str, bins: int,
+             trr: dict[str, float], alpha: float) -> dict[str, Any]:
+    """One hold-out run; the JSON object of the command."""
+    if mechanism not in MECHANISMS:
+        raise dpsql.ProgrammingError(f"mechanism must be one of {MECHANISMS}")
+    rng = csprng() if seed is None else np.random.default_rng(seed)
+    if mechanism == "laplace" and numeric == "trr":
+        numeric = "bins"  # central DP counts need public domains for every attribute
+    holdout = load_holdout(metadata, table, class_column, test_fraction=test_fraction, rng=rng,
+                           attributes=attributes, numeric=numeric, bins=bins)
+    result: dict[str, Any] = {
+        "table": table, "class": holdout.class_column, "mechanism": mechanism,
+        "attributes": holdout.attributes, "numeric": numeric,
+        "train_rows": len(holdout.train), "test_rows": len(holdout.test),
+        "non_private_accuracy": accuracy(fit_exact(holdout, alpha), holdout),
+    }
+    with tempfile.TemporaryDirectory(prefix="dpsql-nb-") as workdir:
+        if mechanism == "laplace":
+            if epsilon is None:
+                raise dpsql.PrivacyParameterError("--mechanism laplace needs --epsilon",
+                                                  hint="pass e.g. --epsilon 1.0")
+            model, spent = fit_central(holdout, epsilon, workdir, insecure_seed=seed,
+                                       alpha=alpha)
+            result.update(test_accuracy=accuracy(model, holdout), epsilon_spent=spent)
+            return result
+        spec = RandomizationSpec(p=p0, trr_a_mean=trr["a_mean"], trr_a_variance=trr["a_variance"],
+                                 trr_b_variance=trr["b_variance"])
+        model, randomized = fit_randomized(holdout, spec, rng, workdir, alpha)
+    per_attribute = randomized.local_epsilon_per_attribute
+    result.update(
+        test_accuracy=accuracy(model, holdout), p0=p0,
+        local_epsilon=_epsilon_or_none(randomized.local_epsilon_per_record),
+        local_epsilon_categorical=_epsilon_or_none(randomized.local_epsilon_categorical),
+        local_epsilon_per_attribute={a: _epsilon_or_none(e) for a, e in per_attribute.items()},
+        unprotected_columns=list(randomized.clear_columns),
+        epsilon_spent=0.0,
+    )
+    return result
+
+
+@click.command("naive-bayes")
+@click.option("--metadata", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Catalogue YAML of the data.")
+@click.option("--table", required=True, help="Table to learn from.")
+@click.option("--class", "class_column", required=True, help="Class column (kept in the clear).")
+@click.option("--mechanism", type=click.Choice(MECHANISMS), default="randomized-response",
+              show_default=True, help="Local randomized response, or central Laplace counts.")
+@click.option("--p0", type=float, default=0.5, show_default=True,
+              help="ERRPH: probability of releasing the true value.")
+@click.option("--epsilon", type=float, default=None, help="ε of the central (laplace) release.")
+@click.option("--attributes", default=None, help="Comma-separated attributes (default: all).")
+@click.option("--numeric", type=click.Choice(NUMERIC_HANDLING), default="trr", show_default=True,
+              help="Numeric attributes: TRR (Gaussian), public bins + ERRPH, or drop.")
+@click.option("--bins", type=int, default=5, show_default=True, help="Bins per numeric column.")
+@click.option("--trr-a-mean", type=float, default=1.0, show_default=True)
+@click.option("--trr-a-variance", type=float, default=1.0, show_default=True)
+@click.option("--trr-b-variance", type=float, default=1.0, show_default=True)
+@click.option("--alpha", type=float, default=1.0, show_default=True, help="Laplace smoothing.")
+@click.option("--test-fraction", type=float, default=0.3, show_default=True)
+@click.option("--seed", type=int, default=None,
+              help="Reproducible split, randomization and noise (experiments only: no privacy).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def command(metadata: str, table: str, class_column: str, mechanism: str, p0: float,
+            epsilon: float | None, attributes: str | None, numeric: str, bins: int,
+            trr_a_mean: float, trr_a_variance: float, trr_b_variance: float, alpha: float,
+            test_fraction: float, seed: int | None, as_json: bool) -> None:
+    """Naive Bayes under randomized response (local DP) or noisy counts (central DP)."""
+    result = evaluate(
+        metadata, table, class_column, mechanism, p0=p0, epsilon=epsilon,
+        test_fraction=test_fraction, seed=seed,
+        attributes=attributes.split(",") if attributes else None, numeric=numeric, bins=bins,
+        trr={"a_mean": trr_a_mean, "a_variance": trr_a_variance, "b_variance": trr_b_variance},
+        alpha=alpha)
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo(f"{mechanism} Naive Bayes on {table!r} ({result['train_rows']} train, "
+               f"{result['test_rows']} test rows)")
+    click.echo(f"test accuracy: {result['test_accuracy']:.4f} "
+               f"(non-private: {result['non_private_accuracy']:.4f})")
+    if mechanism == "laplace":
+        click.echo(f"ε spent: {result['epsilon_spent']:g}")
+    else:
+        local = result["local_epsilon"]
+        click.echo(f"local ε per record: {'infinite (TRR)' if local is None else f'{local:.4f}'}"
+                   f"; categorical part {result['local_epsilon_categorical']}; "
+                   f"unprotected: {', '.join(result['unprotected_columns'])}")
