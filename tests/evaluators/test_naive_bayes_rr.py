@@ -1,0 +1,180 @@
+"""PPNB from randomized response: unbiased SQL reconstruction, local ε, p0 = 1 = exact NB, CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import dpsql
+from dpsql.catalog import datasets_dir, load_catalog
+from dpsql.randomize import (
+    ERRPH,
+    RandomizationSpec,
+    load_randomization,
+    randomize_frame,
+    write_randomized,
+)
+from evaluators.naive_bayes.cli import command, fit_exact, fit_randomized, load_holdout
+from evaluators.naive_bayes.randomized_response import reconstruct_statistics
+
+CAR_YAML = "data/datasets/car.yaml"
+ADULT_YAML = "data/datasets/adult.yaml"
+
+
+def _require(name: str) -> None:
+    path = datasets_dir() / name
+    if not path.is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{path} is missing in CI")
+        pytest.skip(f"shared dataset {path} not found (set DPSQL_DATASETS)")
+
+
+@pytest.fixture(scope="module")
+def car():
+    _require("car.csv")
+    return load_holdout(CAR_YAML, "car", "class", test_fraction=0.3,
+                        rng=np.random.default_rng(0))
+
+
+def _reconstruct(frame: pd.DataFrame, table, spec: RandomizationSpec, rng, path: Path):
+    randomizers = spec.build(table, rng)
+    written = write_randomized(randomize_frame(frame, randomizers, rng), table, randomizers, path)
+    con = dpsql.connect(None, metadata=str(written.metadata_path), ledger=":memory:")
+    try:
+        return reconstruct_statistics(con, table.name, "class",
+                                      load_randomization(written.parameters_path)), written
+    finally:
+        con.close()
+
+
+def test_sql_reconstruction_is_unbiased_over_many_randomizations(car, tmp_path) -> None:
+    p0, reps = 0.5, 60
+    spec = RandomizationSpec(p=p0, keep=("class",))
+    rng = np.random.default_rng(21)
+    runs = [_reconstruct(car.train, car.table, spec, rng, tmp_path / f"r{i}.parquet")[0]
+            for i in range(reps)]
+    classes = car.train["class"].value_counts()
+    worst = 0.0
+    for attribute in car.attributes:
+        domain = [str(v) for v in car.table.columns[attribute].values]
+        k = len(domain)
+        true = pd.crosstab(car.train[attribute], car.train["class"])
+        for value in domain:
+            for cls, n_c in classes.items():
+                n_true = float(true.at[value, cls]) if value in true.index else 0.0
+                estimates = [run.feature_counts[attribute][(value, cls)] for run in runs]
+                hide, pi = (1 - p0) / k, n_true / n_c
+                # Randomization variance of the count estimate (notes §2.4, times n_c²).
+                sd = math.sqrt(n_c * (hide * (1 - hide) + p0 * (1 - p0 - 2 * hide) * pi)) / p0
+                worst = max(worst, abs(np.mean(estimates) - n_true) / (sd / math.sqrt(reps)))
+    # 120 cells: |z| beyond 4.5 has probability < 1e-3 for an unbiased estimator.
+    assert worst < 4.5
+    assert runs[0].class_counts == {str(c): float(n) for c, n in classes.items()}
+
+
+def test_sql_path_equals_the_closed_form_on_the_released_table(car, tmp_path) -> None:
+    rng = np.random.default_rng(3)
+    stats, written = _reconstruct(car.train, car.table, RandomizationSpec(p=0.35, keep=("class",)),
+                                  rng, tmp_path / "car.parquet")
+    custodian = dpsql.connect_custodian(None, metadata=str(written.metadata_path),
+                                        ledger=":memory:")
+    released = custodian.cursor().execute("SELECT * FROM car").fetchdf()
+    custodian.close()
+    classes = list(stats.class_counts)
+    totals = np.array([stats.class_counts[c] for c in classes])
+    for attribute in car.attributes:
+        randomizer = load_randomization(written.parameters_path).randomizers[attribute]
+        counts = pd.crosstab(released["class"], released[attribute]).reindex(
+            index=classes, columns=list(randomizer.domain), fill_value=0).to_numpy()
+        expected = randomizer.estimate_counts(counts, totals)
+        got = np.array([[stats.feature_counts[attribute][(v, c)] for v in randomizer.domain]
+                        for c in classes])
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+def test_local_epsilon_matches_the_empirical_likelihood_ratio_of_a_released_table(
+        tmp_path) -> None:
+    # Every row's true value is its (clear) class, so the released GROUP BY class, value counts
+    # estimate P(y | x) directly.
+    domain, p0, n = ["a", "b", "c"], 0.6, 60_000
+    table = load_catalog({"tables": {"t": {"privacy_unit": None, "columns": {
+        "x": {"type": "text", "values": domain},
+        "class": {"type": "text", "values": domain}}}}}).table("t")
+    frame = pd.DataFrame({"x": np.repeat(domain, n), "class": np.repeat(domain, n)})
+    rng = np.random.default_rng(9)
+    randomizers = RandomizationSpec(p=p0, keep=("class",)).build(table, rng)
+    written = write_randomized(randomize_frame(frame, randomizers, rng), table, randomizers,
+                               tmp_path / "t.parquet")
+    con = dpsql.connect(None, metadata=str(written.metadata_path), ledger=":memory:")
+    released = con.cursor().execute(
+        "SELECT class, x, COUNT(*) AS n FROM t GROUP BY class, x").fetchdf()
+    con.close()
+    probability = released.pivot(index="class", columns="x", values="n").to_numpy() / n
+    empirical = np.log(probability.max(axis=0) / probability.min(axis=0)).max()
+    formula = math.log((1 + 2 * p0) / (1 - p0))
+    assert written.local_epsilon_per_record == pytest.approx(formula)
+    assert empirical == pytest.approx(formula, abs=0.05)
+
+
+def test_p0_one_gives_the_non_private_classifier_on_adult(tmp_path) -> None:
+    _require("adult.csv")
+    holdout = load_holdout(ADULT_YAML, "adult", "salary-class", test_fraction=0.3,
+                           rng=np.random.default_rng(1))
+    # p0 = 1 and TRR with a ≡ 1, b ≡ 0: the released table is the true one.
+    spec = RandomizationSpec(p=1.0, trr_a_variance=0.0, trr_b_variance=0.0)
+    private, _ = fit_randomized(holdout, spec, np.random.default_rng(2), tmp_path)
+    exact = fit_exact(holdout)
+    test = holdout.test[holdout.attributes]
+    np.testing.assert_array_equal(private.predict(test), exact.predict(test))
+    np.testing.assert_allclose(private.predict_proba(test).to_numpy(),
+                               exact.predict_proba(test).to_numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_class_column_must_stay_clear(car, tmp_path) -> None:
+    rng = np.random.default_rng(5)
+    randomizers = RandomizationSpec(p=0.5).build(car.table, rng)
+    written = write_randomized(randomize_frame(car.train, randomizers, rng), car.table,
+                               randomizers, tmp_path / "all.parquet")
+    con = dpsql.connect(None, metadata=str(written.metadata_path), ledger=":memory:")
+    with pytest.raises(dpsql.ProgrammingError, match="clear column"):
+        reconstruct_statistics(con, "car", "class", load_randomization(written.parameters_path))
+    con.close()
+
+
+def test_cli_randomized_response_json_contract(car) -> None:
+    args = ["--metadata", CAR_YAML, "--table", "car", "--class", "class", "--mechanism",
+            "randomized-response", "--p0", "0.6", "--test-fraction", "0.3", "--seed", "4",
+            "--json"]
+    result = CliRunner().invoke(command, args, catch_exceptions=False)
+    out = json.loads(result.output)
+    expected = sum(ERRPH.uniform(car.table.columns[a].values, 0.6).local_epsilon
+                   for a in car.attributes)
+    assert out["local_epsilon"] == pytest.approx(expected)
+    assert out["epsilon_spent"] == 0 and out["unprotected_columns"] == ["class"]
+    # Car's NB is about 0.85 accurate; p0 = 0.6 on 1,210 rows keeps it well above the 0.70
+    # majority class.
+    assert 0.72 < out["test_accuracy"] <= out["non_private_accuracy"] + 0.05
+
+
+def test_cli_laplace_json_contract(car) -> None:
+    args = ["--metadata", CAR_YAML, "--table", "car", "--class", "class", "--mechanism",
+            "laplace", "--epsilon", "2", "--seed", "4", "--json"]
+    with pytest.warns(dpsql.InsecureRandomnessWarning):
+        result = CliRunner().invoke(command, args, catch_exceptions=False)
+    out = json.loads(result.output)
+    assert out["epsilon_spent"] == pytest.approx(2.0)
+    assert 0.72 < out["test_accuracy"] <= 1.0
+
+
+def test_cli_laplace_without_epsilon_is_refused(car) -> None:
+    args = ["--metadata", CAR_YAML, "--table", "car", "--class", "class", "--mechanism",
+            "laplace", "--seed", "4"]
+    with pytest.raises(dpsql.PrivacyParameterError):
+        CliRunner().invoke(command, args, catch_exceptions=False)
