@@ -22,6 +22,7 @@ passed as ``keep`` (the class label in the paper) are copied in the clear and ar
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import secrets
@@ -37,7 +38,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from dpsql.catalog import ColumnSpec, TableSpec, load_catalog
+from dpsql.catalog import Catalog, ColumnSpec, TableSpec, load_catalog
+from dpsql.connection import connect_custodian
 from dpsql.errors import (
     CatalogError,
     DataError,
@@ -592,7 +594,8 @@ def load_randomization(path: str | Path) -> RandomizationRecord:
 
 def randomize_table(metadata: str | Path | Mapping, table: str, output: str | Path,
                     spec: RandomizationSpec, *, rng: np.random.Generator | None = None,
-                    source: str | Path | None = None) -> RandomizedTable:
+                    database: str | Path | None = None, source: str | Path | None = None,
+                    ledger: str | Path | None = None) -> RandomizedTable:
     """Randomize a catalogue table (or ``source``, a CSV/Parquet file with its columns).
 
     Args:
@@ -601,75 +604,51 @@ def randomize_table(metadata: str | Path | Mapping, table: str, output: str | Pa
         output: ``.parquet`` or ``.csv`` path of the randomized data.
         spec: mechanisms and parameters.
         rng: random generator; default a CSPRNG (pass a seeded one only in experiments).
+        database: DuckDB file holding the table, if its source is a table name.
         source: read this file instead of the table's declared source.
+        ledger: where the custodian's read of the true rows is logged.
     """
     rng = rng if rng is not None else csprng()
     catalog = load_catalog(metadata)
+    frame = read_source(catalog, table, database=database, source=source, ledger=ledger)
     table_spec = catalog.table(table)
-    if table_spec is None:
-        raise CatalogError(f"the metadata declares no table {table!r}",
-                           hint=f"tables are {sorted(catalog.tables)}")
-    frame = read_source(table_spec, source)
     randomizers = spec.build(table_spec, rng)
     return write_randomized(randomize_frame(frame, randomizers, rng), table_spec, randomizers,
                             output)
 
 
-def read_source(table: TableSpec, source: str | Path | None = None) -> pd.DataFrame:
-    """All rows of a table's CSV/Parquet source, read with its ``csv:`` options.
+def read_source(metadata: str | Path | Mapping | Catalog, table: str, *,
+                database: str | Path | None = None, source: str | Path | None = None,
+                analyst: str | None = None, ledger: str | Path | None = None) -> pd.DataFrame:
+    """All rows of a catalogue table, read exactly through a custodian connection.
 
-    Raises:
-        DataError: the source cannot be read or lacks a declared column.
+    The read is the custodian's (it is written to the ledger as a non-private access), cast
+    to the declared column types.
+
+    Args:
+        source: read this CSV/Parquet file (same columns) instead of the declared source.
+        ledger: ledger path (``":memory:"`` in experiments); default as ``connect_custodian``.
     """
-    path = str(source if source is not None else table.source)
-    if table.source is None and source is None:
-        raise CatalogError(f"table {table.name!r} declares no source",
-                           hint="add source: to the metadata or pass an input file")
-    options = dict(table.csv)
-    trim = options.pop("trim", False)
+    catalog = load_catalog(metadata)
+    spec = catalog.table(table)
+    if spec is None:
+        raise CatalogError(f"the metadata declares no table {table!r}",
+                           hint=f"tables are {sorted(catalog.tables)}")
+    if source is not None:
+        spec = dataclasses.replace(spec, source=str(Path(source).resolve()))
+        catalog = dataclasses.replace(catalog, tables={**catalog.tables, spec.name: spec})
+    connection = connect_custodian(None if database is None else str(database),
+                                   metadata=catalog, analyst=analyst, ledger=ledger)
     try:
-        with duckdb.connect() as con:
-            if path.lower().endswith(".parquet"):
-                frame = con.execute("SELECT * FROM read_parquet(?)", [path]).df()
-            else:
-                frame = con.execute(*_read_csv_sql(path, options)).df()
-    except duckdb.Error as err:
-        raise DataError(f"cannot read {path!r}: {err}") from err
-    if trim:
-        for column in frame.select_dtypes(include="object"):
-            frame[column] = frame[column].str.strip()
-    missing = [c for c in table.columns if c not in frame.columns]
-    if missing:
-        raise DataError(f"{path!r} lacks the declared column(s) {missing}",
-                        hint=f"its columns are {list(frame.columns)}")
-    for name, spec in table.columns.items():
-        if spec.is_numeric and spec.values is None:
-            frame[name] = _numbers(frame[name], name)
-    return frame
+        columns = ", ".join(_quote(c) for c in spec.columns)
+        return connection.cursor().execute(
+            f"SELECT {columns} FROM {_quote(spec.name)}").fetchdf()
+    finally:
+        connection.close()
 
 
-def _numbers(values: pd.Series, column: str) -> pd.Series:
-    numbers = pd.to_numeric(values, errors="coerce")
-    bad = numbers.isna() & values.notna()
-    if bad.any():
-        raise DataError(f"numeric column {column!r} holds non-numbers such as "
-                        f"{values[bad].iloc[0]!r}", hint="fix the data or declare it as text")
-    return numbers
-
-
-def _read_csv_sql(path: str, options: Mapping[str, Any]) -> tuple[str, list]:
-    args, params = ["?"], [path]
-    if "delimiter" in options:
-        args.append("delim = ?")
-        params.append(options["delimiter"])
-    if "header" in options:
-        args.append(f"header = {'true' if options['header'] else 'false'}")
-    if "names" in options:
-        args.append("names = ?")
-        params.append(list(options["names"]))
-    # Text stays text: domains such as doors '2' must not become integers.
-    args.append("all_varchar = true")
-    return f"SELECT * FROM read_csv({', '.join(args)})", params
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
 
 
 def _parse_column_p(pairs: Iterable[str]) -> dict[str, float]:
@@ -692,6 +671,10 @@ def _parse_column_p(pairs: Iterable[str]) -> dict[str, float]:
 @click.option("--table", required=True, help="Table to randomize.")
 @click.option("--output", required=True, type=click.Path(dir_okay=False),
               help="Randomized data (.parquet or .csv); the YAML and JSON go beside it.")
+@click.option("--db", "database", type=click.Path(dir_okay=False), default=None,
+              help="DuckDB file holding the table, if its source is a table name.")
+@click.option("--ledger", default=None,
+              help="Ledger that logs the custodian's read of the true rows.")
 @click.option("--input", "source", type=click.Path(exists=True, dir_okay=False),
               help="Read this CSV/Parquet file instead of the table's declared source.")
 @click.option("--mechanism", type=click.Choice(sorted(CATEGORICAL)), default="errph",
@@ -710,7 +693,8 @@ def _parse_column_p(pairs: Iterable[str]) -> dict[str, float]:
 @click.option("--insecure-seed", type=int, default=None,
               help="Reproducible randomization for experiments: NO privacy.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def command(metadata: str, table: str, output: str, source: str | None, mechanism: str,
+def command(metadata: str, table: str, output: str, database: str | None, ledger: str | None,
+            source: str | None, mechanism: str,
             p0: float, theta: float | None, column_p: tuple[str, ...], keep: tuple[str, ...], trr_a_mean: float,
             trr_a_variance: float, trr_b_variance: float, trr_set_size: int,
             insecure_seed: int | None, as_json: bool) -> None:
@@ -727,7 +711,8 @@ def command(metadata: str, table: str, output: str, source: str | None, mechanis
                              keep=tuple(keep), trr_a_mean=trr_a_mean,
                              trr_a_variance=trr_a_variance, trr_b_variance=trr_b_variance,
                              trr_set_size=trr_set_size)
-    result = randomize_table(metadata, table, output, spec, rng=rng, source=source)
+    result = randomize_table(metadata, table, output, spec, rng=rng, database=database,
+                             source=source, ledger=ledger)
     summary = {
         "table": result.table, "rows": result.rows, "data": str(result.data_path),
         "metadata": str(result.metadata_path), "parameters": str(result.parameters_path),

@@ -102,7 +102,8 @@ def load_holdout(metadata: str | Path, table: str, class_column: str, *,
             f"class column {class_column!r} of {table!r} has no declared values",
             hint="pass --class with a column that declares its values")
     names = attributes or [c for c in spec.columns if c != target.name]
-    frame = read_source(spec)
+    # The data owner's own read of its rows; an experiment, so the ledger is throw-away.
+    frame = read_source(metadata, table, ledger=":memory:")
     columns = {name: _attribute_spec(spec, name) for name in names}
     if numeric == "drop":
         columns = {n: c for n, c in columns.items() if c.values is not None}

@@ -188,7 +188,7 @@ def test_cli_randomizes_car_and_reports_local_epsilon(tmp_path) -> None:
     output = tmp_path / "car.parquet"
     result = CliRunner().invoke(command, ["--metadata", CAR_YAML, "--table", "car", "--output",
                                           str(output), "--keep", "class", "--p0", "0.5",
-                                          "--json"])
+                                          "--ledger", ":memory:", "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
     expected = 3 * math.log(5) + 3 * math.log(4)  # three 4-valued, three 3-valued attributes
@@ -202,7 +202,7 @@ def test_cli_insecure_seed_warns_and_is_reproducible(tmp_path) -> None:
     outputs = []
     for name in ("a.csv", "b.csv"):
         args = ["--metadata", CAR_YAML, "--table", "car", "--output", str(tmp_path / name),
-                "--keep", "class", "--insecure-seed", "7"]
+                "--keep", "class", "--ledger", ":memory:", "--insecure-seed", "7"]
         with pytest.warns(dpsql.InsecureRandomnessWarning):
             result = CliRunner().invoke(command, args, catch_exceptions=False)
         assert result.exit_code == 0
