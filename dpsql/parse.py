@@ -36,7 +36,8 @@ def parse_script(sql: str, params: Sequence[Any] | None = None) -> list[Statemen
     if not trees:
         raise ProgrammingError("the SQL text holds no statement", hint="write a SELECT statement")
     bound = _bind(trees, params, sql)
-    return [Statement(tree=t, sql=t.sql(dialect=DIALECT), hints=_hints(t)) for t in bound]
+    return [Statement(tree=t, sql=t.sql(dialect=DIALECT, comments=False), hints=_hints(t))
+            for t in bound]
 
 
 def parse_one(sql: str, params: Sequence[Any] | None = None) -> Statement:

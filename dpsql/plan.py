@@ -88,6 +88,7 @@ class NoisePart:
     sensitivity: Fraction
     epsilon: Fraction
     grid_exp: int = 0
+    center: Fraction = Fraction(0)  # AVG sums x − center, which halves Δ for [0, U] inputs
 
     @property
     def scale(self) -> Fraction:

@@ -56,11 +56,8 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple],
         raise InternalError(f"exact rows lack the noise columns {missing}")
     frame: dict[str, list] = {k.name: [r[i] for r in rows] for i, k in enumerate(checked.keys)}
     noisy = {p.column: [_noisy(r[index[p.column]], p, rng) for r in rows] for p in plan.parts}
-    widths = {p.column: discrete_laplace_half_width(float(p.scale / p.grid), CONFIDENCE)
-              * float(p.grid) for p in plan.parts}
-    pair_widths = {p.column: discrete_laplace_half_width(float(p.scale / p.grid),
-                                                         1 - (1 - CONFIDENCE) / 2)
-                   * float(p.grid) for p in plan.parts}
+    widths = {p.column: _half_width(p, CONFIDENCE) for p in plan.parts}
+    pair_widths = {p.column: _half_width(p, 1 - (1 - CONFIDENCE) / 2) for p in plan.parts}
     for agg in checked.aggregates:
         own = [p for p in plan.parts if p.aggregate == agg.name]
         if agg.kind != "avg":
@@ -71,10 +68,11 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple],
             frame[agg.name + "__high"] = [v + width for v in values]
             continue
         sums, counts = noisy[own[0].column], noisy[own[1].column]
-        low, high = float(agg.lower), float(agg.upper)
-        frame[agg.name] = [min(max(s / max(c, 1), low), high) for s, c in zip(sums, counts)]
+        low, high, center = float(agg.lower), float(agg.upper), float(own[0].center)
+        frame[agg.name] = [min(max(center + s / max(c, 1), low), high)
+                           for s, c in zip(sums, counts)]
         bounds = [_ratio_interval(s, c, pair_widths[own[0].column], pair_widths[own[1].column],
-                                  low, high) for s, c in zip(sums, counts)]
+                                  center, low, high) for s, c in zip(sums, counts)]
         frame[agg.name + "__low"] = [b[0] for b in bounds]
         frame[agg.name + "__high"] = [b[1] for b in bounds]
     result_names, result_rows, intervals = _post_process(plan, pd.DataFrame(frame))
@@ -90,12 +88,18 @@ def _noisy(value, part, rng: RandomSource):
     return units if part.grid_exp == 0 else float(units * part.grid)
 
 
-def _ratio_interval(total, count, total_width, count_width, low, high):
-    """Interval for SUM/COUNT from the two 97.5% intervals (Bonferroni: ≥ 95% jointly)."""
+def _half_width(part, confidence: float):
+    """Half-width of the interval of one noised part, in value units."""
+    units = discrete_laplace_half_width(float(part.scale / part.grid), confidence)
+    return units if part.grid_exp == 0 else units * float(part.grid)
+
+
+def _ratio_interval(total, count, total_width, count_width, center, low, high):
+    """Interval for center + SUM/COUNT from two 97.5% intervals (Bonferroni: ≥ 95% jointly)."""
     count_low, count_high = count - count_width, count + count_width
     if count_low <= 0:
         return low, high
-    corners = [(total + sign * total_width) / c for sign in (-1, 1)
+    corners = [center + (total + sign * total_width) / c for sign in (-1, 1)
                for c in (count_low, count_high)]
     return max(min(corners), low), min(max(corners), high)
 

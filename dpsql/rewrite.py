@@ -99,24 +99,28 @@ def _parts(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction, cells: in
             parts.append(NoisePart(f"p{len(parts)}", agg.name, "count",
                                    count_sensitivity(table, **common), epsilon))
         else:
-            grid_exp = _grid_for(agg, table, epsilon, common)
-            lower_g, upper_g = _on_grid(agg.lower, grid_exp), _on_grid(agg.upper, grid_exp)
+            # an average only needs the sum of deviations from the middle of the range
+            center = (agg.lower + agg.upper) / 2 if agg.kind == "avg" else Fraction(0)
+            grid_exp = _grid_for(agg, center, table, epsilon, common)
+            lower_g = _on_grid(agg.lower - center, grid_exp)
+            upper_g = _on_grid(agg.upper - center, grid_exp)
             grid = Fraction(2) ** grid_exp
             sensitivity = sum_sensitivity(table, lower_g, upper_g, **common) * grid
-            values[agg.name] = _Value(agg, _clamped(agg, grid_exp), grid_exp)
+            values[agg.name] = _Value(agg, _clamped(agg, center, grid_exp), grid_exp)
             parts.append(NoisePart(f"p{len(parts)}", agg.name, "sum", sensitivity, epsilon,
-                                   grid_exp))
+                                   grid_exp, center))
             if agg.kind == "avg":
                 parts.append(NoisePart(f"p{len(parts)}", agg.name, "count",
                                        count_sensitivity(table, **common), epsilon))
     return parts, values
 
 
-def _grid_for(agg: Aggregate, table, epsilon: Fraction, common) -> int:
-    if agg.integral and agg.lower.denominator == 1 and agg.upper.denominator == 1:
+def _grid_for(agg: Aggregate, center: Fraction, table, epsilon: Fraction, common) -> int:
+    low, high = agg.lower - center, agg.upper - center
+    if agg.integral and low.denominator == 1 and high.denominator == 1:
         return 0
-    rough = sum_sensitivity(table, agg.lower, agg.upper, **common) / epsilon
-    return min(grid_exponent(rough, max(abs(agg.lower), abs(agg.upper))), 0)
+    rough = sum_sensitivity(table, low, high, **common) / epsilon
+    return min(grid_exponent(rough, max(abs(low), abs(high))), 0)
 
 
 def _on_grid(value: Fraction, grid_exp: int) -> Fraction:
@@ -130,14 +134,15 @@ def _number(value: Fraction) -> str:
     return str(value.numerator) if value.denominator == 1 else repr(float(value))
 
 
-def _clamped(agg: Aggregate, grid_exp: int) -> str:
+def _clamped(agg: Aggregate, center: Fraction, grid_exp: int) -> str:
     arg = agg.arg.sql(dialect=DIALECT)
     low, high = _number(agg.lower), _number(agg.upper)
+    shift = f" - {_number(center)}" if center else ""
     if grid_exp == 0:
-        return f"CAST(LEAST(GREATEST({arg}, {low}), {high}) AS BIGINT)"
+        return f"CAST(LEAST(GREATEST({arg}, {low}), {high}){shift} AS BIGINT)"
     grid = repr(float(Fraction(2) ** grid_exp))
-    return (f"CAST(ROUND(LEAST(GREATEST(CAST({arg} AS DOUBLE), {low}), {high}) / {grid})"
-            " AS BIGINT)")
+    return (f"CAST(ROUND((LEAST(GREATEST(CAST({arg} AS DOUBLE), {low}), {high}){shift}) / "
+            f"{grid}) AS BIGINT)")
 
 
 def _exact_sql(checked: CheckedQuery, parts, values: dict[str, _Value], salt: int) -> str:

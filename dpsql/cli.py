@@ -1,0 +1,241 @@
+"""The ``dpsql`` command line: a thin click layer over the public API.
+
+``run`` executes a SQL script as one release, ``explain`` shows its plan without touching data
+or budget, ``budget`` shows the ledger, ``evaluate`` runs the paper algorithms (loaded from
+the ``dpsql.evaluators`` entry points) and further commands come from ``dpsql.commands``.
+Every ``dpsql.Error`` becomes a message on stderr (JSON with ``--json``) and exit code 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from fractions import Fraction
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import click
+import pandas as pd
+
+import dpsql
+from dpsql.connection import ledger_for
+from dpsql.ledger import default_analyst
+
+
+def _error_payload(err: dpsql.Error) -> dict:
+    return {"ok": False, "error": str(err), "code": err.code, "class": type(err).__name__,
+            "hint": err.hint, "epsilon_spent": 0}
+
+
+class _Group(click.Group):
+    """A group that turns dpsql errors into clean messages and loads plugin commands."""
+
+    def __init__(self, *args, entry_group: str | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.entry_group = entry_group
+
+    def _plugins(self) -> dict:
+        if self.entry_group is None:
+            return {}
+        return {e.name: e for e in entry_points(group=self.entry_group)}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self._plugins()))
+
+    def get_command(self, ctx: click.Context, name: str):
+        command = super().get_command(ctx, name)
+        if command is not None:
+            return command
+        plugin = self._plugins().get(name)
+        if plugin is None:
+            return None
+        try:
+            return plugin.load()
+        except ImportError as err:
+            raise click.ClickException(f"command {name!r} is not available: {err}") from err
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except dpsql.Error as err:
+            wants_json = "--json" in sys.argv[1:]
+            message = json.dumps(_error_payload(err)) if wants_json else f"Error: {err}"
+            click.echo(message, err=True)
+            ctx.exit(1)
+
+
+@click.group(cls=_Group, entry_group="dpsql.commands")
+@click.version_option(dpsql.__version__, prog_name="dpsql")
+def main() -> None:
+    """Differentially private SQL: ordinary SQL in, private rows out."""
+
+
+def _connection_options(func):
+    options = [
+        click.option("--metadata", "-m", required=True, type=click.Path(dir_okay=False),
+                     help="YAML catalogue of tables, privacy units, bounds and budget."),
+        click.option("--db", default=None, help="DuckDB database file (default: in-memory, "
+                     "tables from the metadata's sources)."),
+        click.option("--analyst", default=None, help="Who is asking (default: OS user)."),
+        click.option("--ledger", default=None, help="Budget ledger file (default: beside the "
+                     "database, else beside the metadata)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _read_script(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    file = Path(path)
+    if not file.is_file():
+        raise dpsql.InterfaceError(f"SQL script {path!r} does not exist",
+                                   hint="pass the path of a .sql file, or - for stdin")
+    return file.read_text()
+
+
+@main.command()
+@click.argument("script", type=click.Path(dir_okay=False, allow_dash=True))
+@_connection_options
+@click.option("--epsilon", "-e", type=float, default=None,
+              help="ε for the whole script (one release).")
+@click.option("--insecure-seed", type=int, default=None,
+              help="Reproducible noise for tests only: gives NO privacy.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+def run(script, metadata, db, analyst, ledger, epsilon, insecure_seed, as_json) -> None:
+    """Run SCRIPT's SELECTs as one private release and print the noisy tables."""
+    sql = _read_script(script)
+    with dpsql.connect(db, metadata=metadata, analyst=analyst, ledger=ledger,
+                       insecure_seed=insecure_seed) as con:
+        cursor = con.cursor().executescript(sql, epsilon=epsilon)
+        statements = [s["sql"] for s in con.explain(sql, epsilon=epsilon)["statements"]] \
+            if as_json else None
+        frames = []
+        while True:
+            frames.append(cursor.intervals() if cursor.description and any(
+                c.noise for c in cursor.description) else cursor.fetchdf())
+            if not cursor.nextset():
+                break
+        remaining = con.budget_remaining
+    if as_json:
+        click.echo(json.dumps({
+            "ok": True, "epsilon_spent": float(cursor.epsilon_spent),
+            "total_sensitivity": _plain(cursor.sensitivity),
+            "budget_remaining": None if remaining is None else float(remaining.epsilon),
+            "statements": [{"sql": s, "columns": list(f.columns),
+                            "rows": json.loads(f.to_json(orient="values"))}
+                           for s, f in zip(statements, frames)],
+        }))
+        return
+    for index, frame in enumerate(frames, 1):
+        if len(frames) > 1:
+            click.echo(f"-- statement {index}")
+        click.echo(_format(frame))
+        click.echo()
+    click.echo(f"ε spent: {float(cursor.epsilon_spent):g}"
+               + ("" if remaining is None else f"; remaining: {float(remaining.epsilon):g}"))
+
+
+def _plain(value):
+    return int(value) if value.denominator == 1 else float(value)
+
+
+def _format(frame: pd.DataFrame) -> str:
+    """Show each noisy column with its 95% interval as 'value  [low, high]'."""
+    shown = pd.DataFrame(index=frame.index)
+    for column in frame.columns:
+        if column.endswith(("_low", "_high")) and column.rsplit("_", 1)[0] in frame.columns:
+            continue
+        shown[column] = frame[column].map(_cell)
+        if f"{column}_low" in frame.columns:
+            shown[f"{column} 95% CI"] = [f"[{_cell(lo)}, {_cell(hi)}]" for lo, hi in
+                                         zip(frame[f"{column}_low"], frame[f"{column}_high"])]
+    return shown.to_string(index=False)
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NULL"
+        return f"{value:,.2f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+@main.command()
+@click.argument("script", type=click.Path(dir_okay=False, allow_dash=True))
+@_connection_options
+@click.option("--epsilon", "-e", type=float, default=None, help="ε for the whole script.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+def explain(script, metadata, db, analyst, ledger, epsilon, as_json) -> None:
+    """Show SCRIPT's rewritten SQL, sensitivity, noise and expected error; spends nothing."""
+    sql = _read_script(script)
+    with dpsql.connect(db, metadata=metadata, analyst=analyst, ledger=ledger,
+                       epsilon_per_query=epsilon or 1.0) as con:
+        plan = con.explain(sql, epsilon=epsilon)
+    if as_json:
+        click.echo(json.dumps(plan, indent=2))
+        return
+    click.echo(f"dataset {plan['dataset']}, neighbouring {plan['neighbouring']}, "
+               f"ε {plan['epsilon']:g} for the script, total L1 sensitivity "
+               f"{plan['total_sensitivity']}")
+    for index, statement in enumerate(plan["statements"], 1):
+        click.echo(f"\n-- statement {index}: {statement['sql']}")
+        if statement.get("public"):
+            click.echo("   public tables only: exact, no noise, no cost")
+            continue
+        click.echo(f"   sensitivity {statement['sensitivity']}, ε {statement['epsilon']:g}, "
+                   f"{statement['groups']} group(s)")
+        for part in statement["aggregates"]:
+            click.echo(f"   {part['aggregate']:<28} {part['part']:<8} Δ={part['sensitivity']:<10g}"
+                       f" ε={part['epsilon']:<8.4g} scale={part['scale']:<10.4g}"
+                       f" 95% error ±{part['ci95_half_width']:.4g}")
+        click.echo("   rewritten:")
+        click.echo("\n".join("     " + line for line in statement["rewritten"].splitlines()))
+
+
+@main.command()
+@_connection_options
+@click.option("--history", is_flag=True, help="List every recorded release.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+def budget(metadata, db, analyst, ledger, history, as_json) -> None:
+    """Show what has been spent on the dataset and what is left."""
+    catalog, book = ledger_for(db, metadata, ledger)
+    spent = book.spent(catalog.name)
+    mine = book.spent(catalog.name, analyst or default_analyst())
+    total = catalog.budget
+    rows = book.history(catalog.name) if history else []
+    book.close()
+    payload = {
+        "dataset": catalog.name, "ledger": book.path,
+        "budget_epsilon": None if total is None else float(total.epsilon),
+        "budget_delta": None if total is None else float(total.delta),
+        "spent_epsilon": float(spent.epsilon), "spent_delta": float(spent.delta),
+        "remaining_epsilon": None if total is None else float(total.minus(spent).epsilon),
+        "analyst_spent_epsilon": float(mine.epsilon),
+        "releases": rows,
+    }
+    if as_json:
+        click.echo(json.dumps(payload, indent=2))
+        return
+    click.echo(f"dataset {catalog.name} (ledger {book.path})")
+    click.echo(f"  budget    ε={payload['budget_epsilon']}")
+    click.echo(f"  spent     ε={payload['spent_epsilon']:g} "
+               f"(you: {payload['analyst_spent_epsilon']:g})")
+    click.echo(f"  remaining ε={payload['remaining_epsilon']}")
+    for row in rows:
+        click.echo(f"  #{row['id']} {row['kind']:<5} {row['analyst']:<10} "
+                   f"ε={float(Fraction(row['epsilon'])):<8g} {row['statement'][:60]!r}")
+
+
+@main.group(cls=_Group, entry_group="dpsql.evaluators")
+def evaluate() -> None:
+    """Run a paper algorithm through a dpsql connection (see each command's --help)."""
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main(prog_name=os.path.basename(sys.argv[0]))

@@ -1,0 +1,9 @@
+-- Visits, distinct customers and average spend per weekday.
+-- Each customer counts in at most 3 days with at most 2 visits each (see data/visits.yaml).
+SELECT day,
+       COUNT(*)            AS visits,
+       COUNT(DISTINCT uid) AS customers,
+       AVG(amount)         AS avg_amount
+FROM visits
+GROUP BY day
+ORDER BY visits DESC;

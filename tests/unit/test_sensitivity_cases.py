@@ -1,0 +1,62 @@
+"""Every case of sensitivity-cases.md, under both neighbouring relations, via explain."""
+
+from __future__ import annotations
+
+import pytest
+
+CASES = [
+    (1, ["SELECT COUNT(*) FROM adult WHERE age > 40"], 1, 1),
+    (2, ["SELECT sex, COUNT(*) FROM adult GROUP BY sex"], 1, 2),
+    (3, ["SELECT education, sex, COUNT(*) FROM adult GROUP BY education, sex"], 1, 2),
+    (4, [f"SELECT {a}, salary, COUNT(*) FROM adult GROUP BY {a}, salary"
+         for a in ("education", "sex", "age", "hours", "education")], 5, 10),
+    (5, ["SELECT SUM(age) FROM adult"], 90, 73),
+    (6, ["SELECT sex, SUM(hours) FROM adult GROUP BY sex"], 99, 198),
+    (7, ["SELECT day, COUNT(*) FROM visits GROUP BY day"], 6, 12),
+    (8, ["SELECT COUNT(*) FROM visits"], 2, 2),
+    (9, ["SELECT day, SUM(amount) FROM visits GROUP BY day"], 600, 1200),
+    (10, ["SELECT day, COUNT(DISTINCT uid) FROM visits GROUP BY day"], 3, 6),
+    (11, ["SELECT COUNT(DISTINCT uid) FROM visits"], 1, 1),
+    (12, ["SELECT day, region_id, COUNT(*) FROM visits GROUP BY day, region_id"], 6, 12),
+]
+
+
+@pytest.mark.parametrize("neighbouring", ["add_remove", "replace"])
+@pytest.mark.parametrize("case,statements,add_remove,replace", CASES,
+                         ids=[f"case{c[0]}" for c in CASES])
+def test_reported_sensitivity(connect, neighbouring, case, statements, add_remove, replace):
+    con = connect(neighbouring)
+    plan = con.explain(";\n".join(statements), epsilon=1.0)
+    expected = add_remove if neighbouring == "add_remove" else replace
+    assert plan["total_sensitivity"] == expected
+    assert plan["neighbouring"] == neighbouring
+    per_statement = expected // len(statements)
+    assert [s["sensitivity"] for s in plan["statements"]] == [per_statement] * len(statements)
+    assert float(con.budget_spent.epsilon) == 0  # explain spends nothing
+
+
+@pytest.mark.parametrize("n", [1, 3, 8])
+def test_contingency_script_is_2n_under_replace_and_charges_one_epsilon(connect, n):
+    con = connect("replace")
+    columns = ["education", "sex", "age", "hours", "education", "sex", "age", "hours"][:n]
+    script = ";\n".join(f"SELECT {a} AS a, salary, COUNT(*) AS n FROM adult GROUP BY {a}, salary"
+                        for a in columns)
+    cursor = con.cursor().executescript(script, epsilon=0.5)
+    assert cursor.sensitivity == 2 * n
+    assert float(cursor.epsilon_spent) == 0.5
+    assert float(con.budget_spent.epsilon) == 0.5
+    plan = con.explain(script, epsilon=0.5)
+    # one ε over total sensitivity 2n: every count gets Laplace scale 2n/ε
+    scales = {s["scale"] for s in plan["statements"]}
+    assert scales == {2 * n / 0.5}
+
+
+def test_explain_json_fields(connect):
+    plan = connect().explain("SELECT day, AVG(amount) FROM visits GROUP BY day", epsilon=1)
+    statement = plan["statements"][0]
+    assert {"sensitivity", "scale", "rewritten", "aggregates"} <= set(statement)
+    parts = {p["part"]: p for p in statement["aggregates"]}
+    # AVG = centred noisy SUM / noisy COUNT, ε split in two; centring halves the sum's Δ
+    assert parts["sum"]["sensitivity"] == 3 * 2 * 50
+    assert parts["count"]["sensitivity"] == 6
+    assert parts["sum"]["epsilon"] == parts["count"]["epsilon"] == 0.5
