@@ -1,0 +1,330 @@
+"""Privacy models: k-anonymity, ℓ-diversity (distinct, entropy, recursive) and t-closeness (EMD).
+
+Each model is checked two ways that must agree: as SQL over a generalized table (``class_sql``,
+the reference used for published tables and for reporting the achieved k, ℓ, t of any table)
+and as vector checks on a class table of counts (``PrivacyModel.class_ok``, the kernel of the
+lattice search, where thousands of nodes are checked). Formulas follow the ρ-Gain notes §3
+with the corrected forms: equal-distance EMD uses |p − q|, recursive (c, ℓ) uses r_ℓ..r_m.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import pandas as pd
+from sqlglot import exp
+
+import dpsql.errors as errors
+
+from evaluators.anonymization.hierarchies import Hierarchy
+
+L_VARIANTS = ("distinct", "entropy", "recursive")
+T_VARIANTS = ("equal", "ordered", "hierarchical")
+_TOLERANCE = 1e-9  # EMDs are sums of floats: compare d <= t with slack (notes §12.9 pitfall 8)
+
+
+@dataclass(frozen=True)
+class SensitiveDomain:
+    """The sensitive attribute's ordered values, reference distribution and hierarchy codes.
+
+    ``tree[L][j]`` is the level-L node of value j (``tree[0]`` is ``0..m-1``); only hierarchical
+    EMD reads it.
+    """
+
+    attribute: str
+    values: tuple[str, ...]
+    reference: np.ndarray
+    tree: tuple[np.ndarray, ...] = ()
+
+
+@dataclass(frozen=True)
+class PrivacyModel:
+    """A combination of k-anonymity, one ℓ-diversity variant and one t-closeness variant."""
+
+    k: int = 1
+    l: float | None = None  # noqa: E741 - the model's name
+    l_variant: str = "distinct"
+    c: float | None = None
+    t: float | None = None
+    t_variant: str = "equal"
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise errors.ProgrammingError(f"k must be at least 1, got {self.k}")
+        if self.l_variant not in L_VARIANTS:
+            raise errors.ProgrammingError(
+                f"unknown ℓ-diversity variant {self.l_variant!r}", hint=f"use one of {L_VARIANTS}"
+            )
+        if self.t_variant not in T_VARIANTS:
+            raise errors.ProgrammingError(
+                f"unknown t-closeness variant {self.t_variant!r}", hint=f"use one of {T_VARIANTS}"
+            )
+        if self.l is not None and self.l < 1:
+            raise errors.ProgrammingError(f"ℓ must be at least 1, got {self.l}")
+        if self.l_variant == "recursive" and self.l is not None and self.c is None:
+            raise errors.ProgrammingError("recursive (c, ℓ)-diversity needs c", hint="pass c > 0")
+        if self.t is not None and not 0 <= self.t <= 1:
+            raise errors.ProgrammingError(f"t must be in [0, 1], got {self.t}")
+
+    @property
+    def needs_sensitive(self) -> bool:
+        """True when ℓ-diversity or t-closeness is on (a sensitive attribute is required)."""
+        return self.l is not None or self.t is not None
+
+    def suppressed_below(self, counts: np.ndarray) -> np.ndarray:
+        """Classes whose records fail the model at every predecessor node as well.
+
+        A predecessor splits each class, and a part of a class with fewer than k records or
+        fewer than ℓ distinct sensitive values still has too few. Entropy/recursive ℓ and
+        t-closeness can hold for a part but not the whole, so they add nothing here.
+        """
+        failing = counts.sum(axis=1) < self.k
+        if self.l is not None and self.l_variant == "distinct":
+            failing |= (counts > 0).sum(axis=1) < self.l
+        return failing
+
+    def class_ok(self, counts: np.ndarray, domain: SensitiveDomain | None) -> np.ndarray:
+        """Which classes satisfy the model; ``counts`` is classes × sensitive values."""
+        n = counts.sum(axis=1)
+        ok = n >= self.k
+        if self.l is not None:
+            ok &= l_diversity_ok(counts, self.l, self.l_variant, self.c)
+        if self.t is not None:
+            ok &= emd(counts, domain, self.t_variant) <= self.t + _TOLERANCE
+        return ok
+
+
+def l_diversity_ok(counts: np.ndarray, l: float, variant: str, c: float | None) -> np.ndarray:  # noqa: E741
+    """Per-class ℓ-diversity of a classes × values count matrix."""
+    if variant == "distinct":
+        return (counts > 0).sum(axis=1) >= l
+    if variant == "entropy":
+        return class_entropy(counts) >= math.log(l) - _TOLERANCE
+    ordered = -np.sort(-counts, axis=1)
+    tail = ordered[:, int(l) - 1:].sum(axis=1)
+    return ordered[:, 0] < c * tail
+
+
+def class_entropy(counts: np.ndarray) -> np.ndarray:
+    """Natural-log entropy of each class's sensitive distribution."""
+    n = counts.sum(axis=1, keepdims=True)
+    p = np.divide(counts, n, out=np.zeros(counts.shape), where=n > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(p > 0, -p * np.log(p), 0.0)
+    return terms.sum(axis=1)
+
+
+def emd(counts: np.ndarray, domain: SensitiveDomain | None, variant: str) -> np.ndarray:
+    """Earth mover's distance of each class's distribution to the reference (notes §3.3)."""
+    if domain is None:
+        raise errors.ProgrammingError("t-closeness needs a sensitive attribute")
+    n = counts.sum(axis=1, keepdims=True)
+    extra = counts / np.maximum(n, 1) - domain.reference[None, :]
+    if variant == "equal":
+        return 0.5 * np.abs(extra).sum(axis=1)
+    if variant == "ordered":
+        m = extra.shape[1]
+        return np.abs(np.cumsum(extra, axis=1)).sum(axis=1) / max(m - 1, 1)
+    return _hierarchical_emd(extra, domain.tree)
+
+
+def _hierarchical_emd(extra: np.ndarray, tree: tuple[np.ndarray, ...]) -> np.ndarray:
+    if len(tree) < 2:
+        raise errors.ProgrammingError(
+            "hierarchical EMD needs a hierarchy for the sensitive attribute",
+            hint="add <sensitive>.csv to the hierarchies folder or use t_variant='equal'",
+        )
+    height = len(tree) - 1
+    cost = np.zeros(extra.shape[0])
+    for level in range(1, height + 1):
+        parent = np.zeros(tree[level - 1].max() + 1, dtype=np.int64)
+        parent[tree[level - 1]] = tree[level]
+        onehot = np.zeros((len(parent), tree[level].max() + 1))
+        onehot[np.arange(len(parent)), parent] = 1.0
+        pos = np.maximum(extra, 0) @ onehot
+        neg = np.maximum(-extra, 0) @ onehot
+        cost += level / height * np.minimum(pos, neg).sum(axis=1)
+        extra = extra @ onehot
+    return cost
+
+
+def sensitive_domain(
+    con: duckdb.DuckDBPyConnection,
+    reference_relation: str,
+    attribute: str,
+    hierarchy: Hierarchy | None = None,
+) -> SensitiveDomain:
+    """Values (sorted), reference distribution and hierarchy codes of the sensitive attribute."""
+    col = exp.column(attribute, quoted=True)
+    select = exp.select(exp.cast(col, "VARCHAR").as_("v"), exp.Count(this=exp.Star()).as_("n"))
+    select = select.from_(reference_relation).group_by(exp.cast(col, "VARCHAR")).order_by("v")
+    frame = con.execute(select.sql("duckdb")).df()
+    values = tuple(frame["v"].astype(str))
+    counts = frame["n"].to_numpy(dtype=float)
+    tree: tuple[np.ndarray, ...] = ()
+    if hierarchy is not None:
+        table = dict(_labels_by_value(con, reference_relation, attribute, hierarchy))
+        tree = tuple(
+            pd.factorize(pd.Series([table[v][level] for v in values]))[0].astype(np.int64)
+            for level in range(hierarchy.levels)
+        )
+    return SensitiveDomain(attribute, values, counts / counts.sum(), tree)
+
+
+def _labels_by_value(con, relation, attribute, hierarchy):
+    col = exp.column(attribute, quoted=True)
+    exprs = [hierarchy.expression(col, lv).as_(f"l{lv}") for lv in range(hierarchy.levels)]
+    sub = exp.select(col).distinct().from_(relation).subquery("v")
+    for row in con.execute(exp.select(*exprs).from_(sub).sql("duckdb")).fetchall():
+        yield str(row[0]), tuple(str(x) for x in row)
+
+
+# ---------------------------------------------------------------- SQL checks over a table
+
+
+@dataclass(frozen=True)
+class AchievedPrivacy:
+    """The strongest parameters a table satisfies (over its equivalence classes)."""
+
+    classes: int
+    records: int
+    k: int
+    distinct_l: int | None = None
+    entropy_l: float | None = None
+    recursive_c: float | None = None  # smallest c with r1 < c·(r_ℓ+…+r_m) needs c > this value
+    t_equal: float | None = None
+    t_ordered: float | None = None
+    t_hierarchical: float | None = None
+
+
+def class_sql(
+    relation: str,
+    qids: list[str],
+    sensitive: str | None,
+    domain: SensitiveDomain | None = None,
+    l_recursive: int = 2,
+) -> str:
+    """One row per equivalence class: QIDs, n, and (with a sensitive attribute) distinct, entropy,
+    the recursive-(c, ℓ) ratio r1 / (r_ℓ+…+r_m) and the equal, ordered and hierarchical EMDs."""
+    q = [exp.column(c, quoted=True).sql("duckdb") for c in qids]
+    keys = ", ".join(q)
+    if sensitive is None:
+        return f"SELECT {keys}, COUNT(*) AS n FROM {relation} GROUP BY {keys}"
+    s = exp.column(sensitive, quoted=True).sql("duckdb")
+    ck = f"concat_ws(chr(31), {', '.join(f'CAST({c} AS VARCHAR)' for c in q)})"
+    ctes = [
+        f"cls_sa AS (SELECT {ck} AS ck, {keys}, CAST({s} AS VARCHAR) AS sa, COUNT(*) AS c "
+        f"FROM {relation} GROUP BY ALL)",
+        "cls AS (SELECT ck, SUM(c) AS n, COUNT(*) AS n_distinct FROM cls_sa GROUP BY ck)",
+        "ent AS (SELECT s.ck, -SUM((s.c / k.n) * ln(s.c / k.n)) AS entropy "
+        "FROM cls_sa s JOIN cls k USING (ck) GROUP BY s.ck)",
+        "rnk AS (SELECT ck, c, row_number() OVER (PARTITION BY ck ORDER BY c DESC, sa) AS r "
+        "FROM cls_sa)",
+        f"rec AS (SELECT ck, MAX(c) FILTER (WHERE r = 1) / NULLIF(SUM(c) FILTER "
+        f"(WHERE r >= {int(l_recursive)}), 0) AS recursive_ratio FROM rnk GROUP BY ck)",
+    ]
+    selects = ["k.n", "k.n_distinct", "e.entropy", "r.recursive_ratio"]
+    joins = ["JOIN ent e USING (ck)", "JOIN rec r USING (ck)"]
+    if domain is not None:
+        ctes += _emd_ctes(domain)
+        selects += ["d.t_equal", "d.t_ordered"]
+        joins.append("JOIN emd d USING (ck)")
+        if len(domain.tree) >= 2:
+            ctes += _hierarchical_emd_ctes(domain)
+            selects.append("h.t_hierarchical")
+            joins.append("JOIN emd_h h USING (ck)")
+    first = "(SELECT DISTINCT ck, " + keys + " FROM cls_sa) z"
+    return (
+        "WITH " + ",\n".join(ctes)
+        + f"\nSELECT {', '.join('z.' + c for c in q)}, {', '.join(selects)} FROM {first} "
+        + "JOIN cls k USING (ck) " + " ".join(joins)
+    )
+
+
+def _domain_values_sql(domain: SensitiveDomain) -> str:
+    rows = ", ".join(
+        f"({exp.Literal.string(v).sql('duckdb')}, {i}, {float(q)!r})"
+        for i, (v, q) in enumerate(zip(domain.values, domain.reference))
+    )
+    return f"dom(sa, i, q) AS (VALUES {rows})"
+
+
+def _emd_ctes(domain: SensitiveDomain) -> list[str]:
+    m = len(domain.values)
+    return [
+        _domain_values_sql(domain),
+        "grid AS (SELECT k.ck, d.sa, d.i, COALESCE(s.c / k.n, 0) - d.q AS e FROM cls k "
+        "CROSS JOIN dom d LEFT JOIN cls_sa s ON s.ck = k.ck AND s.sa = d.sa)",
+        "cum AS (SELECT ck, e, SUM(e) OVER (PARTITION BY ck ORDER BY i "
+        "ROWS UNBOUNDED PRECEDING) AS cs FROM grid)",
+        f"emd AS (SELECT ck, 0.5 * SUM(abs(e)) AS t_equal, SUM(abs(cs)) / {max(m - 1, 1)} "
+        "AS t_ordered FROM cum GROUP BY ck)",
+    ]
+
+
+def _hierarchical_emd_ctes(domain: SensitiveDomain) -> list[str]:
+    height = len(domain.tree) - 1
+    labels = ", ".join(
+        f"({exp.Literal.string(v).sql('duckdb')}, "
+        + ", ".join(str(int(domain.tree[lv][j])) for lv in range(height + 1)) + ")"
+        for j, v in enumerate(domain.values)
+    )
+    names = ", ".join(f"h{lv}" for lv in range(height + 1))
+    costs = " UNION ALL ".join(
+        f"SELECT ck, {lv / height!r} * least(SUM(greatest(x, 0)), SUM(greatest(-x, 0))) AS cost "
+        f"FROM (SELECT ck, h{lv - 1}, h{lv}, SUM(e) AS x FROM hgrid GROUP BY ALL) "
+        f"GROUP BY ck, h{lv}"
+        for lv in range(1, height + 1)
+    )
+    return [
+        f"tree(sa, {names}) AS (VALUES {labels})",
+        "hgrid AS (SELECT * FROM grid JOIN tree USING (sa))",
+        f"emd_h AS (SELECT ck, SUM(cost) AS t_hierarchical FROM ({costs}) GROUP BY ck)",
+    ]
+
+
+def achieved_privacy(
+    con: duckdb.DuckDBPyConnection,
+    relation: str,
+    qids: list[str],
+    sensitive: str | None = None,
+    domain: SensitiveDomain | None = None,
+    l_recursive: int = 2,
+) -> AchievedPrivacy:
+    """The k, ℓ (distinct, entropy), recursive c and t (EMDs) that ``relation`` achieves.
+
+    ``relation`` is any table or subquery whose QID columns are already generalized (for
+    example a file anonymized by another tool); every class is taken as published.
+    """
+    frame = con.execute(class_sql(relation, qids, sensitive, domain, l_recursive)).df()
+    if frame.empty:
+        raise errors.DataError(f"relation {relation} has no rows")
+    fields: dict = {"classes": len(frame), "records": int(frame["n"].sum()),
+                    "k": int(frame["n"].min())}
+    if sensitive is not None:
+        fields["distinct_l"] = int(frame["n_distinct"].min())
+        fields["entropy_l"] = float(np.exp(frame["entropy"].min()))
+        ratio = frame["recursive_ratio"]
+        fields["recursive_c"] = math.inf if ratio.isna().any() else float(ratio.max())
+        for name in ("t_equal", "t_ordered", "t_hierarchical"):
+            if name in frame:
+                fields[name] = float(frame[name].max())
+    return AchievedPrivacy(**fields)
+
+
+def model_ok_sql(model: PrivacyModel, class_relation: str) -> str:
+    """SQL boolean over a ``class_sql`` row saying whether the class satisfies ``model``."""
+    terms = [f"{class_relation}.n >= {model.k}"]
+    if model.l is not None:
+        if model.l_variant == "distinct":
+            terms.append(f"{class_relation}.n_distinct >= {model.l!r}")
+        elif model.l_variant == "entropy":
+            terms.append(f"{class_relation}.entropy >= {math.log(model.l) - _TOLERANCE!r}")
+        else:
+            terms.append(f"coalesce({class_relation}.recursive_ratio < {model.c!r}, false)")
+    if model.t is not None:
+        terms.append(f"{class_relation}.t_{model.t_variant} <= {model.t + _TOLERANCE!r}")
+    return " AND ".join(terms)

@@ -1,0 +1,47 @@
+"""Full-domain generalization of a lattice node as SQL (sqlglot-built)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from sqlglot import exp
+
+import dpsql.errors as errors
+
+from evaluators.anonymization.hierarchies import Hierarchy
+
+
+def generalized_select(
+    relation: str,
+    qids: Sequence[str],
+    hierarchies: Mapping[str, Hierarchy],
+    node: Sequence[int],
+    keep: Sequence[str] = (),
+) -> exp.Select:
+    """``SELECT <keep>, <QID i generalized to level node[i]> FROM relation``.
+
+    Example:
+        >>> from evaluators.anonymization.hierarchies import IntervalHierarchy
+        >>> h = {"age": IntervalHierarchy("age", (10,))}
+        >>> generalized_select("t", ["age"], h, [1]).sql("duckdb")
+        "SELECT '[' || CAST(CAST(\\"age\\" AS BIGINT) // 10 * 10 AS TEXT) || ', ' || CAST(CAST(\\"age\\" AS BIGINT) // 10 * 10 + 10 AS TEXT) || '[' AS \\"age\\" FROM t"
+    """
+    if len(node) != len(qids):
+        raise errors.ProgrammingError(
+            f"node {tuple(node)} has {len(node)} levels but there are {len(qids)} QIDs {list(qids)}"
+        )
+    columns = [exp.column(c, quoted=True) for c in keep]
+    for qid, level in zip(qids, node):
+        expression = hierarchies[qid].expression(exp.column(qid, quoted=True), int(level))
+        columns.append(exp.alias_(expression, qid, quoted=True))
+    return exp.select(*columns).from_(relation)
+
+
+def class_counts_select(generalized: exp.Select, qids: Sequence[str]) -> exp.Select:
+    """Equivalence classes: ``SELECT <QIDs>, COUNT(*) AS n FROM (generalized) GROUP BY <QIDs>``."""
+    keys = [exp.column(c, quoted=True) for c in qids]
+    return (
+        exp.select(*keys, exp.alias_(exp.Count(this=exp.Star()), "n"))
+        .from_(generalized.subquery("g"))
+        .group_by(*[k.copy() for k in keys])
+    )

@@ -1,0 +1,190 @@
+"""Search objectives of a lattice node (lower is better) and their successor bounds.
+
+Each objective gives ``value`` (the node's score) and ``bound``: a lower bound on the score of
+the node *and of every successor*, which is what makes pruning sound. The bounds rest on one
+fact of full-domain generalization: a successor's classes are unions of the node's classes,
+and the supported privacy models are monotone, so a published class stays at least as large
+and a record never leaves suppression for a class smaller than k (notes §7.5, §12.5).
+Suppressed records count as one class (ARX "including outliers") and as fully generalized
+cells for the cell-based metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from evaluators.anonymization.rollup import ClassTable, Histogram
+
+
+@dataclass
+class NodeView:
+    """What an objective sees of a node: its class table, which classes pass, and which classes
+    fail at every predecessor too (``failing_below``)."""
+
+    histogram: Histogram
+    table: ClassTable
+    ok: np.ndarray
+    failing_below: np.ndarray
+    k: int
+
+    @cached_property
+    def sizes(self) -> np.ndarray:
+        """Records per class."""
+        return self.table.sizes
+
+    @cached_property
+    def suppressed(self) -> int:
+        """Records in classes that fail the privacy model."""
+        return int(self.sizes[~self.ok].sum())
+
+    @cached_property
+    def suppressed_below(self) -> int:
+        """Records suppressed at this node and at every predecessor."""
+        return int(self.sizes[self.failing_below].sum())
+
+
+def discernibility(view: NodeView) -> float:
+    """DM = Σ_published |E|² + N·|suppressed| (Bayardo & Agrawal; notes Eq. 2-23)."""
+    n = view.sizes
+    return float((n[view.ok] ** 2).sum() + view.histogram.records * n[~view.ok].sum())
+
+
+def _discernibility_bound(view: NodeView) -> float:
+    n = view.sizes
+    return float((n * np.maximum(n, view.k)).sum())
+
+
+def _discernibility_bound_below(view: NodeView) -> float:
+    # At a predecessor these records stay suppressed (cost N each); every other record costs at
+    # least k (its class is published with ≥ k records, or suppressed at cost N ≥ k).
+    n_sup = view.suppressed_below
+    return float(view.histogram.records * n_sup + view.k * (view.histogram.records - n_sup))
+
+
+def avg_class_size(view: NodeView) -> float:
+    """C_AVG as ARX and the thesis report it: N / (#published classes + 1 if any suppressed)."""
+    published = int(view.ok.sum())
+    return view.histogram.records / max(published + (view.suppressed > 0), 1)
+
+
+def _avg_class_size_bound(view: NodeView) -> float:
+    # A successor's published classes each hold a published class of this node or ≥ k of its
+    # suppressed records, so there are at most #published + suppressed // k of them.
+    most = int(view.ok.sum()) + view.suppressed // view.k
+    return view.histogram.records / (most + 1)
+
+
+def _avg_class_size_bound_below(view: NodeView) -> float:
+    # A predecessor splits each class; a class of n records yields at most n // k published ones.
+    most = int((view.sizes[~view.failing_below] // view.k).sum())
+    return view.histogram.records / (most + 1)
+
+
+def _cell_loss(view: NodeView, per_code) -> np.ndarray:
+    """Per-class sum over QIDs of a per-generalized-value loss."""
+    hist, table = view.histogram, view.table
+    total = np.zeros(len(table.keys))
+    for position, level in enumerate(table.node):
+        total += per_code(hist.qid_codes[position], level)[hist.codes(table, position)]
+    return total
+
+
+def _loss_per_code(qc, level: int) -> np.ndarray:
+    leaves_total = len(qc.labels[0])
+    return (qc.leaves[level] - 1) / max(leaves_total - 1, 1)
+
+
+def _precision_per_code(qc, level: int) -> np.ndarray:
+    return np.full(len(qc.labels[level]), level / max(qc.levels - 1, 1))
+
+
+def _cell_average(view: NodeView, per_code, *, suppress: bool) -> float:
+    d = len(view.table.node)
+    loss = _cell_loss(view, per_code) * view.sizes
+    kept = loss[view.ok].sum() + d * view.suppressed if suppress else loss.sum()
+    return float(kept / (view.histogram.records * d))
+
+
+def loss(view: NodeView) -> float:
+    """Iyengar's loss metric (ARX Loss / NCP): mean over cells of (leaves − 1)/(all leaves − 1)."""
+    return _cell_average(view, _loss_per_code, suppress=True)
+
+
+def precision_loss(view: NodeView) -> float:
+    """1 − Sweeney's precision: mean over cells of level / max level (suppressed cell = 1)."""
+    return _cell_average(view, _precision_per_code, suppress=True)
+
+
+def height(view: NodeView) -> float:
+    """Sum of the node's levels (Samarati's height)."""
+    return float(sum(view.table.node))
+
+
+def _entropy_per_code(qc, level: int) -> np.ndarray:
+    return np.log2(np.maximum(qc.records[level], 1))
+
+
+def _entropy(view: NodeView, *, suppress: bool) -> float:
+    hist = view.histogram
+    gen = _cell_loss(view, _entropy_per_code) * view.sizes
+    total = gen[view.ok].sum() + view.suppressed * len(view.table.node) * np.log2(hist.records)
+    if not suppress:
+        total = gen.sum()
+    original = sum(float((qc.records[0] * np.log2(np.maximum(qc.records[0], 1))).sum())
+                   for qc in hist.qid_codes)
+    return float(total - original)
+
+
+def entropy(view: NodeView) -> float:
+    """Conditional entropy Σ_i N·H(A_i | generalized A_i), blind to suppression (monotone)."""
+    return _entropy(view, suppress=False)
+
+
+def non_uniform_entropy(view: NodeView) -> float:
+    """Non-uniform entropy −Σ_cells log2 P(value | generalized value); suppressed cells as ``*``."""
+    return _entropy(view, suppress=True)
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A named node score with lower bounds for all successors (``bound``) and for all
+    predecessors (``bound_below``, None when no useful one is known); ``direction`` is the
+    search order whose pruning works best for it."""
+
+    name: str
+    value: Callable[[NodeView], float]
+    bound: Callable[[NodeView], float]
+    bound_below: Callable[[NodeView], float] | None = None
+    direction: str = "up"
+
+
+def _suppressed_share(view: NodeView) -> float:
+    # Suppressed-everywhere-below records are fully generalized cells at every predecessor.
+    return view.suppressed_below / view.histogram.records
+
+
+def _loss_bound(view):
+    return _cell_average(view, _loss_per_code, suppress=False)
+
+
+def _precision_bound(view):
+    return _cell_average(view, _precision_per_code, suppress=False)
+
+
+OBJECTIVES = {
+    o.name: o
+    for o in (
+        Objective("dm", discernibility, _discernibility_bound, _discernibility_bound_below, "down"),
+        Objective("avg_class_size", avg_class_size, _avg_class_size_bound,
+                  _avg_class_size_bound_below),
+        Objective("loss", loss, _loss_bound, _suppressed_share),
+        Objective("precision", precision_loss, _precision_bound, _suppressed_share),
+        Objective("height", height, height),
+        Objective("entropy", entropy, entropy),
+        Objective("non_uniform_entropy", non_uniform_entropy, entropy),
+    )
+}

@@ -1,0 +1,178 @@
+"""Class tables of lattice nodes, rolled up from one base histogram (Incognito/Flash style).
+
+The base histogram (``GROUP BY`` every QID and the sensitive attribute) is computed once in
+DuckDB. Every QID value is replaced by an integer code per level, taken from the hierarchy's
+SQL labels (``hierarchies.level_table``), and a class is a packed int64 key with fixed strides.
+A node's class table is then its predecessor's table with one attribute's codes mapped one
+level up and regrouped, which costs a hash of a few thousand keys instead of a query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import pandas as pd
+from sqlglot import exp
+
+import dpsql.errors as errors
+
+from evaluators.anonymization.hierarchies import Hierarchy, level_table
+
+
+@dataclass(frozen=True)
+class ClassTable:
+    """Equivalence classes of one node: packed keys and a classes × sensitive-values count matrix."""
+
+    node: tuple[int, ...]
+    keys: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """Records per class."""
+        return self.counts.sum(axis=1)
+
+
+@dataclass(frozen=True)
+class QidCodes:
+    """One QID's codes: ``up[l]`` maps a level-l code to its level-(l+1) code; labels per level."""
+
+    attribute: str
+    up: tuple[np.ndarray, ...]
+    labels: tuple[np.ndarray, ...]
+    leaves: tuple[np.ndarray, ...]  # level-0 values under each level-l code (for the loss metric)
+    records: tuple[np.ndarray, ...]  # records under each level-l code (for entropy)
+
+    @property
+    def levels(self) -> int:
+        """Number of levels including level 0."""
+        return len(self.labels)
+
+    def code_at(self, codes0: np.ndarray, level: int) -> np.ndarray:
+        """Map level-0 codes to level ``level``."""
+        codes = codes0
+        for step in range(level):
+            codes = self.up[step][codes]
+        return codes
+
+
+class Histogram:
+    """The base histogram of one record set, encoded for roll-ups."""
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        relation: str,
+        qids: Sequence[str],
+        hierarchies: Mapping[str, Hierarchy],
+        sensitive: str | None = None,
+        sensitive_values: Sequence[str] | None = None,
+    ) -> None:
+        self.qids = list(qids)
+        columns = [exp.column(c, quoted=True) for c in self.qids]
+        if sensitive is not None:
+            columns.append(exp.cast(exp.column(sensitive, quoted=True), "VARCHAR").as_("__sa"))
+        select = exp.select(*columns, exp.alias_(exp.Count(this=exp.Star()), "__n"))
+        frame = con.execute(select.from_(relation).group_by(*[c.copy() for c in columns]).sql(
+            "duckdb")).df()
+        if frame.empty:
+            raise errors.DataError(f"relation {relation} has no rows to anonymize")
+        self.records = int(frame["__n"].sum())
+        codes0 = []
+        self.qid_codes = []
+        for qid in self.qids:
+            qc, value_codes = _encode(con, relation, qid, hierarchies[qid], frame, frame["__n"])
+            self.qid_codes.append(qc)
+            codes0.append(value_codes)
+        cards = np.array([len(qc.labels[0]) for qc in self.qid_codes], dtype=np.int64)
+        self.cards = cards
+        self.strides = np.concatenate([np.cumprod(cards[::-1])[::-1][1:], [1]]).astype(np.int64)
+        if float(np.prod(cards.astype(float))) >= 2.0**62:
+            raise errors.NotSupportedError("too many QID value combinations to pack into 64 bits")
+        keys = sum(c.astype(np.int64) * s for c, s in zip(codes0, self.strides))
+        if sensitive is None:
+            self.sensitive_values: tuple[str, ...] = ()
+            sa_codes = np.zeros(len(frame), dtype=np.int64)
+            width = 1
+        else:
+            self.sensitive_values = tuple(sensitive_values or sorted(frame["__sa"].unique()))
+            lookup = {v: i for i, v in enumerate(self.sensitive_values)}
+            sa_codes = frame["__sa"].map(lookup).to_numpy()
+            width = len(self.sensitive_values)
+        self.base = _group(tuple(0 for _ in self.qids), keys,
+                           _one_hot(sa_codes, frame["__n"].to_numpy(np.int64), width))
+        # Each QID's packed-key contribution at each level, per base class: a node's keys are
+        # then one sum of d arrays.
+        self._contributions = [
+            [qc.code_at(self.codes(self.base, i), level) * self.strides[i]
+             for level in range(qc.levels)]
+            for i, qc in enumerate(self.qid_codes)
+        ]
+
+    def codes(self, table: ClassTable, position: int) -> np.ndarray:
+        """The level codes of QID ``position`` for every class of ``table``."""
+        return (table.keys // self.strides[position]) % self.cards[position]
+
+    def roll_up(self, table: ClassTable, position: int) -> ClassTable:
+        """The table of the successor that raises QID ``position`` by one level."""
+        level = table.node[position]
+        old = self.codes(table, position)
+        new = self.qid_codes[position].up[level][old]
+        keys = table.keys + (new - old) * self.strides[position]
+        node = table.node[:position] + (level + 1,) + table.node[position + 1:]
+        return _group(node, keys, table.counts)
+
+    def table(self, node: Sequence[int]) -> ClassTable:
+        """A node's table computed directly from the base histogram."""
+        keys = np.zeros(len(self.base.keys), dtype=np.int64)
+        for position, level in enumerate(node):
+            keys += self._contributions[position][level]
+        return _group(tuple(int(x) for x in node), keys, self.base.counts)
+
+
+def _one_hot(codes: np.ndarray, weights: np.ndarray, width: int) -> np.ndarray:
+    matrix = np.zeros((len(codes), width), dtype=np.int64)
+    matrix[np.arange(len(codes)), codes] = weights
+    return matrix
+
+
+def _group(node: tuple[int, ...], keys: np.ndarray, counts: np.ndarray) -> ClassTable:
+    inverse, uniques = pd.factorize(keys)
+    if counts.shape[1] == 1:
+        summed = np.bincount(inverse, weights=counts[:, 0], minlength=len(uniques))[:, None]
+    else:
+        summed = np.empty((len(uniques), counts.shape[1]))
+        for j in range(counts.shape[1]):
+            summed[:, j] = np.bincount(inverse, weights=counts[:, j], minlength=len(uniques))
+    return ClassTable(node, np.asarray(uniques, dtype=np.int64), summed.astype(np.int64))
+
+
+def _encode(con, relation, qid, hierarchy, frame, weights) -> tuple[QidCodes, np.ndarray]:
+    """Codes per level for one QID from its SQL labels; checks the hierarchy is a tree."""
+    labels = level_table(con, relation, qid, hierarchy)
+    per_level = [pd.factorize(labels[f"l{lv}"].astype(str)) for lv in range(hierarchy.levels)]
+    up = []
+    for lv in range(hierarchy.levels - 1):
+        child, parent = per_level[lv][0], per_level[lv + 1][0]
+        mapping = np.full(len(per_level[lv][1]), -1, dtype=np.int64)
+        mapping[child] = parent
+        if np.any(mapping[child] != parent):
+            raise errors.DataError(
+                f"hierarchy of {qid!r} is not a tree: a level-{lv} label has two parents",
+                hint="give each generalized label exactly one label on the next level",
+            )
+        up.append(mapping)
+    value_of = {v: i for i, v in enumerate(labels["l0"].astype(str))}
+    codes0 = per_level[0][0][frame[qid].astype(str).map(value_of).to_numpy()]
+    leaves, records = [], []
+    for lv in range(hierarchy.levels):
+        level_codes = per_level[lv][0]
+        n_codes = len(per_level[lv][1])
+        leaves.append(np.bincount(level_codes, minlength=n_codes))
+        records.append(np.bincount(level_codes[codes0], weights=weights, minlength=n_codes))
+    codes = QidCodes(qid, tuple(up), tuple(np.asarray(u, dtype=object) for _, u in per_level),
+                     tuple(leaves), tuple(records))
+    return codes, codes0
