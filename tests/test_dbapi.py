@@ -1,0 +1,93 @@
+"""PEP 249 surface of connections and cursors."""
+
+from __future__ import annotations
+
+import pickle
+
+import pandas as pd
+import pytest
+
+import dpsql
+
+
+def test_module_globals():
+    assert dpsql.apilevel == "2.0"
+    assert dpsql.threadsafety == 1
+    assert dpsql.paramstyle == "qmark"
+    for name in ("Warning", "Error", "InterfaceError", "DatabaseError", "DataError",
+                 "OperationalError", "IntegrityError", "InternalError", "ProgrammingError",
+                 "NotSupportedError"):
+        assert issubclass(getattr(dpsql, name), Exception)
+    assert issubclass(dpsql.ProgrammingError, dpsql.DatabaseError)
+    assert issubclass(dpsql.DatabaseError, dpsql.Error)
+    assert issubclass(dpsql.BudgetExhaustedError, dpsql.OperationalError)
+
+
+def test_exceptions_as_connection_attributes(connect):
+    con = connect()
+    assert con.ProgrammingError is dpsql.ProgrammingError
+    assert con.Error is dpsql.Error
+
+
+def test_errors_pickle():
+    err = dpsql.UnknownColumnError("unknown column 'x'", hint="fix it", sql="SELECT x",
+                                   position=(1, 8))
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is dpsql.UnknownColumnError and again.hint == "fix it"
+    assert again.code == "unknown_column"
+
+
+def test_cursor_protocol(connect):
+    con = connect()
+    cur = con.cursor()
+    assert cur.description is None and cur.rowcount == -1
+    with pytest.raises(dpsql.InterfaceError):
+        cur.fetchone()
+    assert cur.execute("SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex", epsilon=1) is cur
+    assert [c.name for c in cur.description] == ["sex", "n"]
+    assert cur.description[1].type_code == dpsql.NUMBER
+    assert cur.description[0].type_code == dpsql.STRING
+    assert cur.description[1].noise == "discrete_laplace"
+    assert cur.description[1].noise_scale == 1.0
+    assert len(cur.description[0]) == 7
+    assert cur.rowcount == 2
+    first = cur.fetchone()
+    assert cur.fetchmany(5) == [cur._results[0].rows[1]]
+    assert cur.fetchall() == [] and cur.fetchone() is None
+    assert isinstance(cur.fetchdf(), pd.DataFrame) and first[0] == "Female"
+    assert cur.nextset() is None
+    with pytest.raises(dpsql.NotSupportedError):
+        cur.executemany("SELECT COUNT(*) FROM adult", [[], []])
+    with pytest.raises(dpsql.NotSupportedError):
+        cur.callproc("p")
+    cur.close()
+    with pytest.raises(dpsql.InterfaceError):
+        cur.execute("SELECT COUNT(*) FROM adult", epsilon=1)
+    con.commit()
+    con.rollback()
+    con.close()
+    with pytest.raises(dpsql.InterfaceError):
+        con.cursor()
+
+
+def test_script_result_sets(connect):
+    cur = connect().cursor().executescript(
+        "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex;"
+        "SELECT salary, COUNT(*) AS n FROM adult GROUP BY salary", epsilon=1)
+    frames = cur.fetchdfs()
+    assert [list(f.columns) for f in frames] == [["sex", "n"], ["salary", "n"]]
+    assert cur.fetchdf().columns[0] == "sex"
+    assert cur.nextset() is True
+    assert cur.fetchdf().columns[0] == "salary"
+    assert cur.nextset() is None
+
+
+def test_insecure_seed_warns_and_reproduces(data_dir):
+    from conftest import catalogue
+
+    answers = []
+    for _ in range(2):
+        with pytest.warns(dpsql.InsecureRandomnessWarning):
+            con = dpsql.connect(metadata=catalogue(data_dir), ledger=":memory:", insecure_seed=5)
+        answers.append(con.execute("SELECT COUNT(*) FROM adult", epsilon=1).fetchall())
+    assert answers[0] == answers[1]

@@ -1,0 +1,67 @@
+"""The budget ledger across processes: persistence, atomic charges, no overspend."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+import dpsql
+
+from conftest import catalogue
+
+SPEND = """
+import json, sys, warnings
+warnings.simplefilter("ignore")
+import dpsql
+meta, ledger = json.loads(sys.argv[1]), sys.argv[2]
+with dpsql.connect(metadata=meta, ledger=ledger, analyst=sys.argv[3]) as con:
+    try:
+        con.cursor().execute("SELECT COUNT(*) FROM adult", epsilon=float(sys.argv[4]))
+        print("released")
+    except dpsql.BudgetExhaustedError:
+        print("refused")
+"""
+
+
+def _spend(meta: dict, ledger: str, analyst: str, epsilon: float) -> str:
+    out = subprocess.run([sys.executable, "-c", SPEND, json.dumps(meta), ledger, analyst,
+                          str(epsilon)], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_spend_survives_restart(data_dir):
+    meta = catalogue(data_dir, budget=1.0)
+    ledger = str(data_dir / "ledger.sqlite")
+    assert _spend(meta, ledger, "alice", 0.7) == "released"
+    with dpsql.connect(metadata=meta, ledger=ledger, analyst="bob") as con:
+        assert float(con.budget_spent.epsilon) == 0.7
+        history = con.ledger.history()
+    assert history[0]["analyst"] == "alice" and history[0]["kind"] == "dp"
+    # the dataset's budget is shared by all analysts
+    assert _spend(meta, ledger, "bob", 0.5) == "refused"
+
+
+def test_concurrent_processes_never_overspend(data_dir):
+    meta = catalogue(data_dir, budget=1.0)
+    ledger = str(data_dir / "race.sqlite")
+    with ProcessPoolExecutor(max_workers=4) as pool:
+        outcomes = list(pool.map(_spend, [meta] * 8, [ledger] * 8,
+                                 [f"a{i}" for i in range(8)], [0.25] * 8))
+    assert outcomes.count("released") == 4
+    assert outcomes.count("refused") == 4
+    with dpsql.connect(metadata=meta, ledger=ledger) as con:
+        assert con.budget_spent.epsilon == 1
+        assert len(con.ledger.history()) == 4
+
+
+def test_custodian_access_is_logged_as_exact(data_dir):
+    meta = catalogue(data_dir)
+    ledger = str(data_dir / "cust.sqlite")
+    with dpsql.connect_custodian(metadata=meta, ledger=ledger, analyst="curator") as cust:
+        cust.execute("SELECT COUNT(*) FROM adult").fetchall()
+    with dpsql.connect(metadata=meta, ledger=ledger) as con:
+        [row] = con.ledger.history()
+        assert row["kind"] == "exact" and row["analyst"] == "curator"
+        assert con.budget_spent.epsilon == 0

@@ -1,0 +1,53 @@
+"""Metadata validation: errors that name the table and column."""
+
+from __future__ import annotations
+
+import pytest
+
+import dpsql
+from dpsql.catalog import load_catalog
+
+
+def _meta(**table):
+    base = {"privacy_unit": None, "columns": {"x": {"type": "int", "lower": 0, "upper": 1}}}
+    base.update(table)
+    return {"tables": {"t": base}}
+
+
+@pytest.mark.parametrize("meta,match", [
+    ({"tables": {"t": {"columns": {}}}}, "neither public nor private"),
+    (_meta(columns={"x": {"type": "int", "lower": 5, "upper": 1}}), "'t', column 'x'.*greater"),
+    (_meta(columns={"x": {"type": "int", "lower": 5}}), "both lower and upper"),
+    (_meta(columns={"x": {"type": "int", "lower": float("nan"), "upper": 1}}), "finite"),
+    (_meta(columns={"x": {"type": "blob"}}), "type must be one of"),
+    (_meta(columns={"x": {"type": "text", "values": []}}), "non-empty"),
+    (_meta(columns={"x": {"type": "text", "values": ["a", "a"]}}), "duplicates"),
+    (_meta(max_groups_per_unit=3), "row privacy"),
+    (_meta(privacy_unit="u", max_rows_per_group=0), "whole number"),
+    (_meta(public=True, privacy_unit="u"), "public but names"),
+    (_meta(colour="red"), "unknown key"),
+    ({"neighbouring": "swap", "tables": {}}, "neighbouring"),
+    ({"tables": {"t": {"public": True}, "T": {"public": True}}}, "declared twice"),
+    ({"budget": {"epsilon": -1}, "tables": {"t": {"public": True}}}, "budget"),
+])
+def test_invalid_metadata(meta, match):
+    with pytest.raises(dpsql.CatalogError, match=match):
+        load_catalog(meta)
+
+
+def test_dataset_variable_is_expanded(monkeypatch, tmp_path):
+    monkeypatch.setenv("DPSQL_DATASETS", str(tmp_path))
+    cat = load_catalog({"tables": {"t": {"public": True, "source": "${DPSQL_DATASETS}/a.csv"}}})
+    assert cat.table("t").source == str(tmp_path / "a.csv")
+
+
+def test_privacy_unit_column_is_declared_implicitly():
+    cat = load_catalog({"tables": {"t": {"privacy_unit": "uid", "columns": {}}}})
+    assert cat.table("t").column("UID").name == "uid"
+
+
+def test_missing_source_file_is_a_data_error(tmp_path):
+    meta = {"budget": 1, "tables": {"t": {"privacy_unit": None, "source": str(tmp_path / "no.csv"),
+                                          "columns": {}}}}
+    with pytest.raises(dpsql.DataError, match="does not exist"):
+        dpsql.connect(metadata=meta, ledger=":memory:")
