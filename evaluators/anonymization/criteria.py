@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from sqlglot import exp
 
-import dpsql.errors as errors
+import dpsql
 
 from evaluators.anonymization.hierarchies import Hierarchy
 
@@ -53,21 +53,21 @@ class PrivacyModel:
 
     def __post_init__(self) -> None:
         if self.k < 1:
-            raise errors.ProgrammingError(f"k must be at least 1, got {self.k}")
+            raise dpsql.ProgrammingError(f"k must be at least 1, got {self.k}")
         if self.l_variant not in L_VARIANTS:
-            raise errors.ProgrammingError(
+            raise dpsql.ProgrammingError(
                 f"unknown ℓ-diversity variant {self.l_variant!r}", hint=f"use one of {L_VARIANTS}"
             )
         if self.t_variant not in T_VARIANTS:
-            raise errors.ProgrammingError(
+            raise dpsql.ProgrammingError(
                 f"unknown t-closeness variant {self.t_variant!r}", hint=f"use one of {T_VARIANTS}"
             )
         if self.l is not None and self.l < 1:
-            raise errors.ProgrammingError(f"ℓ must be at least 1, got {self.l}")
+            raise dpsql.ProgrammingError(f"ℓ must be at least 1, got {self.l}")
         if self.l_variant == "recursive" and self.l is not None and self.c is None:
-            raise errors.ProgrammingError("recursive (c, ℓ)-diversity needs c", hint="pass c > 0")
+            raise dpsql.ProgrammingError("recursive (c, ℓ)-diversity needs c", hint="pass c > 0")
         if self.t is not None and not 0 <= self.t <= 1:
-            raise errors.ProgrammingError(f"t must be in [0, 1], got {self.t}")
+            raise dpsql.ProgrammingError(f"t must be in [0, 1], got {self.t}")
 
     @property
     def needs_sensitive(self) -> bool:
@@ -120,7 +120,7 @@ def class_entropy(counts: np.ndarray) -> np.ndarray:
 def emd(counts: np.ndarray, domain: SensitiveDomain | None, variant: str) -> np.ndarray:
     """Earth mover's distance of each class's distribution to the reference (notes §3.3)."""
     if domain is None:
-        raise errors.ProgrammingError("t-closeness needs a sensitive attribute")
+        raise dpsql.ProgrammingError("t-closeness needs a sensitive attribute")
     n = counts.sum(axis=1, keepdims=True)
     extra = counts / np.maximum(n, 1) - domain.reference[None, :]
     if variant == "equal":
@@ -133,7 +133,7 @@ def emd(counts: np.ndarray, domain: SensitiveDomain | None, variant: str) -> np.
 
 def _hierarchical_emd(extra: np.ndarray, tree: tuple[np.ndarray, ...]) -> np.ndarray:
     if len(tree) < 2:
-        raise errors.ProgrammingError(
+        raise dpsql.ProgrammingError(
             "hierarchical EMD needs a hierarchy for the sensitive attribute",
             hint="add <sensitive>.csv to the hierarchies folder or use t_variant='equal'",
         )
@@ -301,7 +301,7 @@ def achieved_privacy(
     """
     frame = con.execute(class_sql(relation, qids, sensitive, domain, l_recursive)).df()
     if frame.empty:
-        raise errors.DataError(f"relation {relation} has no rows")
+        raise dpsql.DataError(f"relation {relation} has no rows")
     fields: dict = {"classes": len(frame), "records": int(frame["n"].sum()),
                     "k": int(frame["n"].min())}
     if sensitive is not None:

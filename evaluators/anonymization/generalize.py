@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from sqlglot import exp
 
-import dpsql.errors as errors
+import dpsql
 
 from evaluators.anonymization.hierarchies import Hierarchy
 
@@ -27,7 +27,7 @@ def generalized_select(
         "SELECT '[' || CAST(CAST(\\"age\\" AS BIGINT) // 10 * 10 AS TEXT) || ', ' || CAST(CAST(\\"age\\" AS BIGINT) // 10 * 10 + 10 AS TEXT) || '[' AS \\"age\\" FROM t"
     """
     if len(node) != len(qids):
-        raise errors.ProgrammingError(
+        raise dpsql.ProgrammingError(
             f"node {tuple(node)} has {len(node)} levels but there are {len(qids)} QIDs {list(qids)}"
         )
     columns = [exp.column(c, quoted=True) for c in keep]

@@ -17,7 +17,7 @@ import duckdb
 import pandas as pd
 from sqlglot import exp
 
-import dpsql.errors as errors
+import dpsql
 
 SUPPRESSED = "*"
 
@@ -41,7 +41,7 @@ def _as_text(column: exp.Expression) -> exp.Expression:
 
 def _check_level(hierarchy: Hierarchy, level: int) -> None:
     if not 0 <= level < hierarchy.levels:
-        raise errors.ProgrammingError(
+        raise dpsql.ProgrammingError(
             f"level {level} is outside the hierarchy of {hierarchy.attribute!r} "
             f"(levels 0..{hierarchy.levels - 1})"
         )
@@ -57,7 +57,7 @@ class TableHierarchy:
     def __post_init__(self) -> None:
         widths = {len(row) for row in self.rows}
         if len(widths) != 1:
-            raise errors.ProgrammingError(
+            raise dpsql.ProgrammingError(
                 f"hierarchy of {self.attribute!r} has rows of different lengths {sorted(widths)}",
             )
 
@@ -158,7 +158,7 @@ def read_arx_hierarchy(path: str | Path, attribute: str | None = None) -> TableH
             if row and any(cell.strip() for cell in row)
         )
     if not rows:
-        raise errors.ProgrammingError(f"hierarchy file {str(path)!r} is empty")
+        raise dpsql.ProgrammingError(f"hierarchy file {str(path)!r} is empty")
     return TableHierarchy(attribute or path.stem, rows)
 
 
@@ -170,7 +170,7 @@ def load_hierarchies(directory: str | Path, attributes: list[str]) -> dict[str, 
         candidates = [directory / f"{attribute}.csv", *directory.glob(f"*hierarchy_{attribute}.csv")]
         path = next((p for p in candidates if p.is_file()), None)
         if path is None:
-            raise errors.ProgrammingError(
+            raise dpsql.ProgrammingError(
                 f"no hierarchy for quasi-identifier {attribute!r} in {str(directory)!r}",
                 hint=f"add {attribute}.csv (ARX format) or drop {attribute!r} from the QIDs",
             )
@@ -193,7 +193,7 @@ def level_table(
     frame = con.execute(select.sql("duckdb")).df()
     missing = frame[frame.isna().any(axis=1)]
     if len(missing):
-        raise errors.DataError(
+        raise dpsql.DataError(
             f"values of {column!r} missing from its hierarchy: {sorted(missing['l0'].astype(str))[:5]}",
             hint="add a row for each value to the hierarchy file",
         )

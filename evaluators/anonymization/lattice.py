@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import dpsql.errors as errors
+import dpsql
 
 from evaluators.anonymization.criteria import PrivacyModel, SensitiveDomain
 from evaluators.anonymization.objectives import OBJECTIVES, NodeView, discernibility
@@ -135,7 +135,7 @@ def search(
         ProgrammingError: unknown objective or direction, or ℓ/t without a sensitive attribute.
     """
     if objective not in OBJECTIVES:
-        raise errors.ProgrammingError(
+        raise dpsql.ProgrammingError(
             f"unknown objective {objective!r}", hint=f"use one of {sorted(OBJECTIVES)}"
         )
     chosen = OBJECTIVES[objective]
@@ -143,12 +143,12 @@ def search(
         # Without pruning only the cost per node matters, and roll-ups are cheapest.
         direction = chosen.direction if prune else "up"
     if direction not in ("up", "down") or (direction == "down" and chosen.bound_below is None):
-        raise errors.ProgrammingError(
+        raise dpsql.ProgrammingError(
             f"cannot search {objective!r} in direction {direction!r}",
             hint="use direction 'up' or 'auto'",
         )
     if model.needs_sensitive and domain is None:
-        raise errors.ProgrammingError(
+        raise dpsql.ProgrammingError(
             "ℓ-diversity and t-closeness need a sensitive attribute", hint="pass --sensitive"
         )
     lattice = Lattice(tuple(qc.levels for qc in histogram.qid_codes))
@@ -205,7 +205,7 @@ def node_stats(
 ) -> NodeStats:
     """Stats of one given node (no search)."""
     if len(node) != len(histogram.qids):
-        raise errors.ProgrammingError(
+        raise dpsql.ProgrammingError(
             f"node {tuple(node)} needs one level per QID {histogram.qids}"
         )
     return evaluate(histogram, histogram.table(tuple(node)), model, domain, objective)[0]

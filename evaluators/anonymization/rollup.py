@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from sqlglot import exp
 
-import dpsql.errors as errors
+import dpsql
 
 from evaluators.anonymization.hierarchies import Hierarchy, level_table
 
@@ -79,7 +79,7 @@ class Histogram:
         frame = con.execute(select.from_(relation).group_by(*[c.copy() for c in columns]).sql(
             "duckdb")).df()
         if frame.empty:
-            raise errors.DataError(f"relation {relation} has no rows to anonymize")
+            raise dpsql.DataError(f"relation {relation} has no rows to anonymize")
         self.records = int(frame["__n"].sum())
         codes0 = []
         self.qid_codes = []
@@ -91,7 +91,7 @@ class Histogram:
         self.cards = cards
         self.strides = np.concatenate([np.cumprod(cards[::-1])[::-1][1:], [1]]).astype(np.int64)
         if float(np.prod(cards.astype(float))) >= 2.0**62:
-            raise errors.NotSupportedError("too many QID value combinations to pack into 64 bits")
+            raise dpsql.NotSupportedError("too many QID value combinations to pack into 64 bits")
         keys = sum(c.astype(np.int64) * s for c, s in zip(codes0, self.strides))
         if sensitive is None:
             self.sensitive_values: tuple[str, ...] = ()
@@ -160,7 +160,7 @@ def _encode(con, relation, qid, hierarchy, frame, weights) -> tuple[QidCodes, np
         mapping = np.full(len(per_level[lv][1]), -1, dtype=np.int64)
         mapping[child] = parent
         if np.any(mapping[child] != parent):
-            raise errors.DataError(
+            raise dpsql.DataError(
                 f"hierarchy of {qid!r} is not a tree: a level-{lv} label has two parents",
                 hint="give each generalized label exactly one label on the next level",
             )
