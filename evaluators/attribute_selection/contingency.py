@@ -81,6 +81,11 @@ class ContingencyRelease:
     epsilon_spent: float
     neighbouring: str
 
+    @property
+    def scale(self) -> float:
+        """Laplace scale of every cell: the script's sensitivity over its ε."""
+        return self.sensitivity / self.epsilon_spent
+
 
 def quote(identifier: str) -> str:
     """A double-quoted SQL identifier (names like ``hours-per-week`` or ``v(g)`` need it)."""
@@ -212,7 +217,7 @@ def release_tables(
     statements = contingency_statements(table, class_column, attributes,
                                         with_class_count=with_class_count)
     script = ";\n".join(statements) + ";"
-    plan = connection.explain(script)
+    plan = connection.explain(script, epsilon=epsilon)
     neighbouring = plan["neighbouring"]
     expected = expected_sensitivity(len(statements), neighbouring)
     if float(plan["total_sensitivity"]) != expected:

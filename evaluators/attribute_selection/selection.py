@@ -24,7 +24,7 @@ from evaluators.attribute_selection.contingency import (
     exact_tables,
     release_tables,
 )
-from evaluators.attribute_selection.scores import NOISY_SMOOTHING, rank, score_tables
+from evaluators.attribute_selection.scores import rank, score_tables, smoothing_for
 
 METHODS = ("chi2", "info_gain")
 
@@ -86,7 +86,7 @@ def select_from_release(release: ContingencyRelease, method: str, *, n: int | No
                         threshold: float | None = None) -> AttributeSelection:
     """Score, rank and filter the tables of an existing release (no further budget)."""
     _check_method(method)
-    scores = score_tables(release.tables, method, alpha=NOISY_SMOOTHING)
+    scores = score_tables(release.tables, method, alpha=smoothing_for(release.scale))
     ranking = rank(scores)
     return AttributeSelection(method, ranking, scores,
                               filter_ranking(ranking, scores, n=n, threshold=threshold), release)

@@ -1,0 +1,203 @@
+"""DP attribute selection (Var & İnan) through a real dpsql connection on the shared data."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import dpsql
+from dpsql.catalog import PROJECT_ROOT, datasets_dir
+from evaluators.attribute_selection.cli import command
+from evaluators.attribute_selection.contingency import (
+    catalog_attributes,
+    encode_frame,
+    equal_width_bins,
+    exact_tables,
+    release_tables,
+)
+from evaluators.attribute_selection.scores import (
+    chi_squared,
+    conditional_entropy,
+    score_tables,
+)
+from evaluators.attribute_selection.selection import select_attributes, select_exact
+from evaluators.naive_bayes import NaiveBayesModel, train_central
+
+pytestmark = pytest.mark.filterwarnings("ignore::dpsql.InsecureRandomnessWarning")
+
+META = PROJECT_ROOT / "data" / "datasets"
+CAR = ("car", "class")
+ADULT = ("adult", "salary-class")
+
+
+def _require(name: str) -> Path:
+    path = datasets_dir() / name
+    if not path.is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{path} is missing in CI")
+        pytest.skip(f"shared dataset {path} not found (set DPSQL_DATASETS)")
+    return path
+
+
+def _metadata(name: str, neighbouring: str | None = None) -> dict:
+    raw = yaml.safe_load((META / f"{name}.yaml").read_text())
+    if neighbouring is not None:
+        raw["neighbouring"] = neighbouring
+    raw["budget"] = {"epsilon": 1.0e6, "delta": 1.0e-6}
+    return raw
+
+
+def _connect(metadata: dict, seed: int) -> dpsql.Connection:
+    return dpsql.connect(None, metadata=metadata, ledger=":memory:", insecure_seed=seed)
+
+
+@pytest.fixture(scope="module")
+def car() -> pd.DataFrame:
+    return pd.read_csv(_require("car.csv"), dtype=str)
+
+
+@pytest.fixture(scope="module")
+def adult() -> pd.DataFrame:
+    return pd.read_csv(_require("adult.csv"), skipinitialspace=True)
+
+
+# --------------------------------------------------------------------------- pure functions
+
+def test_scores_reproduce_the_papers_table_1() -> None:
+    table = np.array([[465.0, 1035.0], [680.0, 320.0]])
+    assert chi_squared(table) == pytest.approx(330.89, abs=0.01)
+    assert conditional_entropy(table) == pytest.approx(0.89766, abs=1e-5)
+    gain = score_tables({"colour": table}, "info_gain")["colour"]
+    assert gain == pytest.approx(0.09725, abs=1e-5)
+
+
+def test_negative_and_zero_noisy_cells_give_finite_scores() -> None:
+    noisy = {"a": np.array([[-40.0, 3.0], [0.0, 0.0], [12.0, -1.0]]),
+             "b": np.zeros((2, 2))}
+    for method in ("chi2", "info_gain"):
+        scores = score_tables(noisy, method, alpha=1.0)
+        assert all(np.isfinite(v) for v in scores.values())
+    assert score_tables(noisy, "chi2", alpha=1.0)["b"] == 0.0
+
+
+def test_bins_in_python_match_the_case_labels() -> None:
+    bins = equal_width_bins("age", 17, 90, 4, integer=True)
+    encoded = bins.encode(pd.Series([10, 17, 35.4, 35.5, 90, 200, None]))
+    assert encoded.tolist()[:6] == [bins.domain[0], bins.domain[0], bins.domain[0],
+                                    bins.domain[1], bins.domain[3], bins.domain[3]]
+    assert pd.isna(encoded.iloc[6])
+    assert "CASE WHEN \"age\" < 35.5 THEN '[17, 35.5)'" in bins.key
+
+
+def test_user_errors_are_dpsql_errors() -> None:
+    with pytest.raises(dpsql.ProgrammingError):
+        score_tables({}, "gini")
+    with pytest.raises(dpsql.ProgrammingError):
+        catalog_attributes(META / "adult.yaml", "adult", "age")  # a class needs values
+    with pytest.raises(dpsql.UnknownColumnError):
+        catalog_attributes(META / "car.yaml", "car", "class", ["colour"])
+
+
+# --------------------------------------------------------------------------- through the engine
+
+@pytest.mark.parametrize(("neighbouring", "per_table"), [("add_remove", 1), ("replace", 2)])
+def test_script_sensitivity_is_n_or_2n(car, neighbouring: str, per_table: int) -> None:
+    metadata = _metadata("car", neighbouring)
+    attributes, classes = catalog_attributes(metadata, *CAR)
+    with _connect(metadata, seed=1) as connection:
+        release = release_tables(connection, *CAR, attributes, classes, epsilon=1.0)
+        with_prior = release_tables(connection, *CAR, attributes, classes, epsilon=1.0,
+                                    with_class_count=True)
+    assert release.sensitivity == per_table * 6
+    assert with_prior.sensitivity == per_table * 7
+    assert release.epsilon_spent == pytest.approx(1.0)
+    assert release.neighbouring == neighbouring
+    # zero-filled over the public domain: every cell of every table is released
+    assert {name: t.shape for name, t in release.tables.items()} == {
+        a.name: (len(a.domain), 4) for a in attributes}
+
+
+@pytest.mark.parametrize("method", ["chi2", "info_gain"])
+@pytest.mark.parametrize(("name", "frame_fixture"), [("car", "car"), ("adult", "adult")])
+def test_large_epsilon_ranking_equals_the_exact_ranking(request, name, frame_fixture,
+                                                        method) -> None:
+    frame = request.getfixturevalue(frame_fixture)
+    table, target = CAR if name == "car" else ADULT
+    metadata = _metadata(name, "replace")
+    attributes, classes = catalog_attributes(metadata, table, target)
+    exact = select_exact(frame, target, attributes, classes, method, n=3)
+    with _connect(metadata, seed=2) as connection:
+        private = select_attributes(connection, table, target, metadata=metadata,
+                                    method=method, epsilon=1.0e4, n=3)
+    assert private.ranking == exact.ranking
+    assert private.selected == exact.selected
+
+
+def test_sql_bins_count_what_pandas_bins_count(adult) -> None:
+    metadata = _metadata("adult", "add_remove")
+    attributes, classes = catalog_attributes(metadata, *ADULT, ["age", "hours-per-week"])
+    with _connect(metadata, seed=3) as connection:
+        release = release_tables(connection, *ADULT, attributes, classes, epsilon=1.0e4)
+    exact = exact_tables(adult, ADULT[1], attributes, classes)
+    for name in exact:
+        np.testing.assert_allclose(release.tables[name], exact[name], atol=5)
+
+
+def test_tiny_epsilon_noise_dominates(car) -> None:
+    metadata = _metadata("car", "replace")
+    attributes, classes = catalog_attributes(metadata, *CAR)
+    exact = exact_tables(car, CAR[1], attributes, classes)
+    exact_top = select_exact(car, CAR[1], attributes, classes, "chi2").ranking[0]
+    epsilon = 1.0e-3
+    scale = 2 * len(attributes) / epsilon
+    tops, deviations = [], []
+    with _connect(metadata, seed=4) as connection:
+        for _ in range(8):
+            release = release_tables(connection, *CAR, attributes, classes, epsilon)
+            tops.append(score_tables(release.tables, "chi2", alpha=1.0))
+            deviations += [np.abs(release.tables[a] - exact[a]).mean() for a in exact]
+    # the noise is Laplace(2k/ε) per cell: mean |noise| is the scale, counts are ~100x smaller
+    assert 0.5 * scale < np.mean(deviations) < 2 * scale
+    hits = sum(max(s, key=s.get) == exact_top for s in tops)
+    assert hits <= 5  # 1/6 by chance; the exact ranking would give 8
+
+
+def test_dp_naive_bayes_with_large_epsilon_predicts_like_exact_naive_bayes(car) -> None:
+    metadata = _metadata("car", "add_remove")
+    attributes, classes = catalog_attributes(metadata, *CAR)
+    with _connect(metadata, seed=5) as connection:
+        private = train_central(connection, *CAR, None, 1.0e4, metadata=metadata)
+    exact = exact_tables(car, CAR[1], attributes, classes)
+    model = NaiveBayesModel.from_counts(
+        dict(zip(classes, next(iter(exact.values())).sum(axis=0))),
+        {a.name: {(v, c): exact[a.name][i, j] for i, v in enumerate(a.domain)
+                  for j, c in enumerate(classes)} for a in attributes},
+        {a.name: a.domain for a in attributes},
+    )
+    encoded = encode_frame(car, attributes)
+    agreement = np.mean(private.predict(encoded) == model.predict(encoded))
+    assert agreement > 0.99
+    assert np.mean(private.predict(encoded) == car["class"].to_numpy()) > 0.8
+
+
+def test_cli_prints_the_json_contract(car, tmp_path: Path) -> None:
+    metadata = tmp_path / "car.yaml"  # the ledger is written beside the metadata file
+    shutil.copy(META / "car.yaml", metadata)
+    result = CliRunner().invoke(command, [
+        "--metadata", str(metadata), "--table", "car", "--class", "class",
+        "--method", "info_gain", "--epsilon", "5", "--top", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert payload["ranking"][:2] == ["safety", "persons"]
+    assert payload["selected"] == ["safety", "persons"]
+    assert set(payload["scores"]) == {"buying", "maint", "doors", "persons", "lug_boot", "safety"}
+    assert payload["sensitivity"] == 6  # car.yaml: add_remove, 6 tables
+    assert payload["epsilon_spent"] == pytest.approx(5)
