@@ -97,3 +97,47 @@ def rho_gain(
     summary = utility_summary(con, RELEASE, ["pass", *config.qids], records)
     risk = risk_profile(con, RELEASE, config.qids) if summary.published else None
     return RhoGainResult(passes, records, summary, risk, RELEASE)
+
+
+def pass_payload(number: int, result: PassResult) -> dict:
+    """One pass as a JSON-ready dict (ARX "including outliers" averages; per-pass risks)."""
+    risk = result.risk
+    return {
+        "pass": number,
+        "node": list(result.node),
+        "input_records": result.input_records,
+        "classes": result.utility.classes,
+        "outliers": result.utility.suppressed,
+        "avg_class_size": result.utility.avg_class_size,
+        "avg_class_size_published": result.utility.avg_class_size_published,
+        "min_class": result.utility.min_class,
+        "max_class": result.utility.max_class,
+        "dm": result.utility.dm,
+        "max_prosecutor_risk": risk.max_prosecutor_risk if risk else None,
+        "marketer_risk": risk.marketer_risk if risk else None,
+        "records_at_max_risk": risk.records_at_max_risk if risk else None,
+        "metrics": result.cell_metrics,
+        "evaluated_nodes": result.evaluated_nodes,
+        "lattice_size": result.lattice_size,
+        "search_seconds": result.search_seconds,
+    }
+
+
+def result_payload(result: RhoGainResult, qids: list[str]) -> dict:
+    """The whole run as a JSON-ready dict: pass 0's node, union figures and every pass."""
+    first = result.passes[0]
+    return {
+        "qids": list(qids),
+        "node": list(first.node),
+        "records": result.records,
+        "published": result.union.published,
+        "classes": result.union.classes,
+        "outliers": result.waste,
+        "avg_class_size": result.eso_final,
+        "dm": result.union.dm,
+        "max_prosecutor_risk": result.risk.max_prosecutor_risk if result.risk else None,
+        "marketer_risk": result.risk.marketer_risk if result.risk else None,
+        "gain": result.gain if len(result.passes) > 1 else 0.0,
+        "passes": [pass_payload(i, p) for i, p in enumerate(result.passes)],
+        "epsilon_spent": 0.0,
+    }

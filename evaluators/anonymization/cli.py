@@ -1,0 +1,150 @@
+"""``dpsql anonymize``: k-anonymity / ℓ-diversity / t-closeness by full-domain generalization,
+optionally with ρ-Gain passes and an ε-DP release of the chosen node's class counts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import dpsql
+from dpsql.catalog import load_catalog
+
+from evaluators.anonymization.anonymizer import AnonymizationConfig, write_release
+from evaluators.anonymization.criteria import L_VARIANTS, T_VARIANTS, PrivacyModel
+from evaluators.anonymization.dp_release import compare_releases, dp_count_sql, release_counts
+from evaluators.anonymization.hierarchies import load_hierarchies, read_arx_hierarchy
+from evaluators.anonymization.objectives import OBJECTIVES
+from evaluators.anonymization.rho_gain import result_payload, rho_gain
+from evaluators.anonymization.source import create_source, open_custodian
+
+
+def default_qids(metadata: str, table: str, hierarchies: Path, sensitive: str | None) -> list[str]:
+    """Columns of ``table`` (metadata order) that have a hierarchy file, except the sensitive one."""
+    spec = load_catalog(metadata).table(table)
+    if spec is None:
+        raise dpsql.UnknownTableError(f"table {table!r} is not in {metadata}")
+    present = {p.stem.split("hierarchy_")[-1] for p in hierarchies.glob("*.csv")}
+    qids = [c for c in spec.columns if c in present and c != sensitive]
+    if not qids:
+        raise dpsql.ProgrammingError(
+            f"no column of {table!r} has a hierarchy in {str(hierarchies)!r}",
+            hint="name the files <column>.csv or pass --qid",
+        )
+    return qids
+
+
+@click.command("anonymize")
+@click.option("--metadata", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="YAML metadata of the data set.")
+@click.option("--table", required=True, help="The table to anonymize.")
+@click.option("--hierarchies", "hierarchy_dir", required=True,
+              type=click.Path(exists=True, file_okay=False),
+              help="Folder of ARX-format hierarchy CSVs named <column>.csv.")
+@click.option("--qid", "qids", multiple=True,
+              help="A quasi-identifier (repeatable; default: every column with a hierarchy).")
+@click.option("--sensitive", default=None, help="Sensitive attribute (for ℓ and t).")
+@click.option("--k", "k", type=int, default=2, show_default=True, help="k of k-anonymity.")
+@click.option("--l", "l_value", type=float, default=None, help="ℓ of ℓ-diversity.")
+@click.option("--l-variant", type=click.Choice(L_VARIANTS), default="distinct",
+              show_default=True)
+@click.option("--c", "c_value", type=float, default=None, help="c of recursive (c, ℓ)-diversity.")
+@click.option("--t", "t_value", type=float, default=None, help="t of t-closeness.")
+@click.option("--t-variant", type=click.Choice(T_VARIANTS), default="equal", show_default=True,
+              help="EMD: equal distance, ordered (sorted values) or hierarchical.")
+@click.option("--objective", type=click.Choice(sorted(OBJECTIVES)), default="dm",
+              show_default=True, help="What the lattice search minimizes.")
+@click.option("--suppression-limit", type=float, default=1.0, show_default=True,
+              help="Largest share of records that may be suppressed.")
+@click.option("--rho", type=int, default=0, show_default=True,
+              help="ρ-Gain passes re-anonymizing the suppressed records.")
+@click.option("--reference", type=click.Choice(["original", "input"]), default="original",
+              show_default=True, help="t-closeness reference distribution in later passes.")
+@click.option("--no-prune", is_flag=True, help="Exhaustive search (to verify the pruned one).")
+@click.option("--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the release (.csv or .parquet).")
+@click.option("--dp-epsilon", type=float, default=None,
+              help="Also release pass 0's class counts with ε-DP and compare.")
+@click.option("--insecure-seed", type=int, default=None,
+              help="Reproducible DP noise for experiments: NO privacy.")
+@click.option("--analyst", default=None, help="Ledger key (default: $USER).")
+@click.option("--ledger", default=None, help="Ledger file (default: beside the metadata).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def command(metadata, table, hierarchy_dir, qids, sensitive, k, l_value, l_variant, c_value,
+            t_value, t_variant, objective, suppression_limit, rho, reference, no_prune, output,
+            dp_epsilon, insecure_seed, analyst, ledger, as_json) -> None:
+    """Anonymize TABLE by full-domain generalization with suppression (ARX-style), optionally
+    with ρ-Gain passes; print the chosen node, classes, outliers, C_AVG, DM and risks."""
+    directory = Path(hierarchy_dir)
+    qids = list(qids) or default_qids(metadata, table, directory, sensitive)
+    hierarchies = load_hierarchies(directory, qids)
+    sensitive_file = directory / f"{sensitive}.csv" if sensitive else None
+    config = AnonymizationConfig(
+        qids=tuple(qids), hierarchies=hierarchies,
+        model=PrivacyModel(k=k, l=l_value, l_variant=l_variant, c=c_value, t=t_value,
+                           t_variant=t_variant),
+        objective=objective, sensitive=sensitive,
+        sensitive_hierarchy=read_arx_hierarchy(sensitive_file, sensitive)
+        if sensitive_file is not None and sensitive_file.is_file() else None,
+        suppression_limit=suppression_limit, prune=not no_prune,
+    )
+    custodian = open_custodian(metadata, analyst=analyst, ledger=ledger)
+    try:
+        source = create_source(custodian, table, config.columns)
+        result = rho_gain(custodian.duckdb, source, config, rho, reference=reference)
+        payload = result_payload(result, qids)
+        if output is not None:
+            columns = ", ".join(f'"{c}"' for c in config.columns)
+            write_release(custodian.duckdb,
+                          f"SELECT {columns} FROM {result.release_table} ORDER BY rid", output)
+            payload["output"] = output
+        if dp_epsilon is not None:
+            payload["dp"] = _dp_alternative(metadata, table, config, result, dp_epsilon,
+                                            insecure_seed, analyst, ledger, custodian)
+            payload["epsilon_spent"] = payload["dp"]["epsilon_spent"]
+    finally:
+        custodian.close()
+    if as_json:
+        click.echo(json.dumps(payload))
+        return
+    _print_summary(payload)
+
+
+def _dp_alternative(metadata, table, config, result, epsilon, seed, analyst, ledger, custodian):
+    node = result.passes[0].node
+    sql, keys = dp_count_sql(table, config.qids, config.hierarchies, node)
+    exact = custodian.execute(sql).fetchdf()
+    con = dpsql.connect(None, metadata=metadata, analyst=analyst, ledger=ledger,
+                        insecure_seed=seed)
+    try:
+        released = release_counts(con, table, config.qids, config.hierarchies, node, epsilon)
+    finally:
+        con.close()
+    anonymous = exact.assign(n=exact["n"].where(exact["n"] >= config.model.k, 0))
+    return {
+        "node": list(node),
+        "epsilon_spent": released.epsilon_spent,
+        "sql": sql,
+        "dp": compare_releases(exact, released.counts, keys, config.model.k),
+        "k_anonymous": compare_releases(exact, anonymous, keys, config.model.k),
+    }
+
+
+def _print_summary(payload: dict) -> None:
+    click.echo(f"QIDs: {', '.join(payload['qids'])}")
+    for p in payload["passes"]:
+        click.echo(
+            f"pass {p['pass']}: node {tuple(p['node'])} on {p['input_records']} records: "
+            f"{p['classes']} classes, {p['outliers']} outliers, C_AVG {p['avg_class_size']:.2f}, "
+            f"DM {p['dm']:.0f}, max prosecutor risk {p['max_prosecutor_risk']} "
+            f"({p['evaluated_nodes']}/{p['lattice_size']} nodes in {p['search_seconds']:.2f} s)"
+        )
+    click.echo(
+        f"release: {payload['published']} of {payload['records']} records in "
+        f"{payload['classes']} classes, {payload['outliers']} removed, C_AVG "
+        f"{payload['avg_class_size']:.2f}, DM {payload['dm']:.0f}, gain {payload['gain']:.2%}"
+    )
+    if "dp" in payload:
+        dp = payload["dp"]
+        click.echo(f"ε-DP counts (ε = {dp['epsilon_spent']:g}): {dp['dp']}")
+        click.echo(f"k-anonymous counts: {dp['k_anonymous']}")
