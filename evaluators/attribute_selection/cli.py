@@ -41,7 +41,7 @@ def command(metadata: str, table: str, class_column: str, method: str, epsilon: 
     connection = dpsql.connect(db, **options)
     try:
         selection = select_attributes(
-            connection, table, class_column, metadata=metadata, method=method, epsilon=epsilon,
+            connection, table, class_column, method=method, epsilon=epsilon,
             n=top, threshold=threshold, attributes=attributes or None, bins=bins,
         )
     finally:

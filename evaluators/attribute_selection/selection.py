@@ -97,7 +97,7 @@ def select_attributes(
     table: str,
     class_column: str,
     *,
-    metadata: object,
+    metadata: object | None = None,
     method: str = "chi2",
     epsilon: float = 1.0,
     n: int | None = None,
@@ -111,8 +111,8 @@ def select_attributes(
         connection: a dpsql analyst connection on the data.
         table: the private table.
         class_column: the class attribute (must declare its values).
-        metadata: the metadata the connection was opened with (YAML path or dict): domains
-            and numeric bounds are read from it, never from the data.
+        metadata: the metadata to read domains and numeric bounds from (YAML path, dict or
+            catalogue; default: the connection's own catalogue), never from the data.
         method: ``chi2`` or ``info_gain``.
         epsilon: ε spent once for all attribute tables together.
         n: keep the best n attributes (default: all).
@@ -125,7 +125,8 @@ def select_attributes(
             (budget exhausted, ...) pass through.
     """
     _check_method(method)
-    candidates, classes = catalog_attributes(metadata, table, class_column, attributes, bins)
+    candidates, classes = catalog_attributes(metadata or connection.catalog, table,
+                                             class_column, attributes, bins)
     release = release_tables(connection, table, class_column, candidates, classes, epsilon)
     return select_from_release(release, method, n=n, threshold=threshold)
 

@@ -609,10 +609,18 @@ ANALYSIS = """\
 @click.option("--quick", is_flag=True, help="A tiny grid (Car and CM1, 1-2 repetitions).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=REPORT_DIR,
               show_default=True, help="Folder for CSV, PNG and report.md.")
-def main(quick: bool, out: Path) -> None:
+@click.option("--replot", is_flag=True,
+              help="Rebuild summary, figures and report from OUT/results.csv without rerunning.")
+def main(quick: bool, out: Path, replot: bool) -> None:
     """Rerun the paper's experiments and write CSV, figures and a markdown report."""
     grids = QUICK if quick else FULL
     out.mkdir(parents=True, exist_ok=True)
+    if replot:
+        run = json.loads((out / "run.json").read_text())
+        results = pd.read_csv(out / "results.csv")
+        grids = QUICK if run["quick"] else FULL
+        _write_outputs(results, grids, run["records"], run["seconds"], run["quick"], out)
+        return
     started = time.perf_counter()
     rows: list[dict] = []
     records: dict[str, int] = {}
@@ -623,15 +631,20 @@ def main(quick: bool, out: Path) -> None:
             records[name] = len(dataset.load())
             rows += run_dataset(dataset, grid, progress)
     results = pd.DataFrame(rows)
-    summary = summarize(results)
     results.to_csv(out / "results.csv", index=False)
+    seconds = time.perf_counter() - started
+    (out / "run.json").write_text(json.dumps({"quick": quick, "seconds": round(seconds, 1),
+                                              "rows": len(results), "records": records}))
+    _write_outputs(results, grids, records, seconds, quick, out)
+    click.echo(f"wrote {out} in {seconds:.0f} s")
+
+
+def _write_outputs(results: pd.DataFrame, grids: dict[str, Grid], records: dict[str, int],
+                   seconds: float, quick: bool, out: Path) -> None:
+    summary = summarize(results)
     summary.to_csv(out / "summary.csv", index=False)
     figures = write_figures(summary, grids, out)
-    seconds = time.perf_counter() - started
     write_report(summary, grids, figures, records, seconds, quick, out)
-    (out / "run.json").write_text(json.dumps({"quick": quick, "seconds": round(seconds, 1),
-                                              "rows": len(results)}))
-    click.echo(f"wrote {out} in {seconds:.0f} s")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ def train_central(
     attributes: Sequence[str] | None,
     epsilon: float,
     *,
-    metadata: object,
+    metadata: object | None = None,
     bins: int = DEFAULT_BINS,
     alpha: float = 1.0,
 ) -> NaiveBayesModel:
@@ -61,12 +61,13 @@ def train_central(
         class_column: the class attribute (must declare its values).
         attributes: the attributes to model (default: every column with a domain or bounds).
         epsilon: ε for the whole script (all tables and the class count).
-        metadata: the connection's metadata (YAML path or dict), for domains and bin bounds.
+        metadata: metadata for domains and bin bounds (default: the connection's catalogue).
         bins: public equal-width bins per numeric attribute; predict on frames encoded with
             ``evaluators.attribute_selection.contingency.encode_frame``.
         alpha: Laplace smoothing after clamping negative noisy counts at 0.
     """
-    candidates, classes = catalog_attributes(metadata, table, class_column, attributes, bins)
+    candidates, classes = catalog_attributes(metadata or connection.catalog, table,
+                                             class_column, attributes, bins)
     release = release_tables(connection, table, class_column, candidates, classes, epsilon,
                              with_class_count=True)
     return model_from_release(release, alpha=alpha)

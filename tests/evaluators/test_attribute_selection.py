@@ -135,8 +135,8 @@ def test_large_epsilon_ranking_equals_the_exact_ranking(request, name, frame_fix
     attributes, classes = catalog_attributes(metadata, table, target)
     exact = select_exact(frame, target, attributes, classes, method, n=3)
     with _connect(metadata, seed=2) as connection:
-        private = select_attributes(connection, table, target, metadata=metadata,
-                                    method=method, epsilon=1.0e4, n=3)
+        private = select_attributes(connection, table, target, method=method, epsilon=1.0e4,
+                                    n=3)
     assert private.ranking == exact.ranking
     assert private.selected == exact.selected
 
@@ -174,7 +174,7 @@ def test_dp_naive_bayes_with_large_epsilon_predicts_like_exact_naive_bayes(car) 
     metadata = _metadata("car", "add_remove")
     attributes, classes = catalog_attributes(metadata, *CAR)
     with _connect(metadata, seed=5) as connection:
-        private = train_central(connection, *CAR, None, 1.0e4, metadata=metadata)
+        private = train_central(connection, *CAR, None, 1.0e4)
     exact = exact_tables(car, CAR[1], attributes, classes)
     model = NaiveBayesModel.from_counts(
         dict(zip(classes, next(iter(exact.values())).sum(axis=0))),
