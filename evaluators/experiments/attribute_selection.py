@@ -418,6 +418,9 @@ def plot_sweep(summary: pd.DataFrame, dataset: Dataset, classifier: str, x: str,
         part = part.sort_values(x)
         if part.empty:
             continue
+        if mode == "exact" and x == "epsilon":  # no noise: one value for every ε
+            ax.axhline(part["mean"].iloc[0], ls=style, color=color, lw=1.2, label=label)
+            continue
         xs = part[x] * (100 if x == "fraction" else 1)
         ax.plot(xs, part["mean"], style, color=color, marker="o", ms=3, label=label)
         if mode != "exact":
