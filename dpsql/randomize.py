@@ -371,7 +371,7 @@ class RandomizationSpec:
     trr_b_variance: float = 1.0
     trr_set_size: int = 1000
 
-    def build(self, table: TableSpec, rng: np.random.Generator) -> dict[str, Any]:
+    def build(self, table: TableSpec, rng: np.random.Generator) -> dict[str, Randomizer]:
         """One randomizer per non-kept column of ``table``: categorical if it has ``values``."""
         if self.categorical not in CATEGORICAL:
             raise ProgrammingError(f"unknown categorical mechanism {self.categorical!r}",
@@ -381,7 +381,7 @@ class RandomizationSpec:
             raise CatalogError(f"table {table.name!r} has no column(s) {unknown}",
                                hint=f"columns are {sorted(table.columns)}")
         kept = {c.lower() for c in self.keep}
-        randomizers: dict[str, Any] = {}
+        randomizers: dict[str, Randomizer] = {}
         for name, spec in table.columns.items():
             if name.lower() in kept:
                 continue
@@ -400,7 +400,7 @@ class RandomizationSpec:
         return randomizers
 
 
-def randomize_frame(frame: pd.DataFrame, randomizers: Mapping[str, Any],
+def randomize_frame(frame: pd.DataFrame, randomizers: Mapping[str, Randomizer],
                     rng: np.random.Generator | None = None) -> pd.DataFrame:
     """A copy of ``frame`` with each column in ``randomizers`` randomized independently.
 
@@ -444,7 +444,7 @@ class RandomizedTable:
     data_path: Path
     metadata_path: Path
     parameters_path: Path
-    randomizers: Mapping[str, Any]
+    randomizers: Mapping[str, Randomizer]
     clear_columns: tuple[str, ...]
     rows: int
 
@@ -465,7 +465,7 @@ class RandomizedTable:
                          if not isinstance(r, TRR)))
 
 
-def write_randomized(frame: pd.DataFrame, table: TableSpec, randomizers: Mapping[str, Any],
+def write_randomized(frame: pd.DataFrame, table: TableSpec, randomizers: Mapping[str, Randomizer],
                      output: str | Path) -> RandomizedTable:
     """Write randomized data, a public catalogue YAML and the parameters sidecar JSON.
 
@@ -565,7 +565,7 @@ class RandomizationRecord:
     table: str
     rows: int
     clear_columns: tuple[str, ...]
-    randomizers: dict[str, Any]
+    randomizers: dict[str, Randomizer]
 
     @property
     def local_epsilon_per_record(self) -> float:
@@ -694,8 +694,8 @@ def _parse_column_p(pairs: Iterable[str]) -> dict[str, float]:
               help="Reproducible randomization for experiments: NO privacy.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(metadata: str, table: str, output: str, database: str | None, ledger: str | None,
-            source: str | None, mechanism: str,
-            p0: float, theta: float | None, column_p: tuple[str, ...], keep: tuple[str, ...], trr_a_mean: float,
+            source: str | None, mechanism: str, p0: float, theta: float | None,
+            column_p: tuple[str, ...], keep: tuple[str, ...], trr_a_mean: float,
             trr_a_variance: float, trr_b_variance: float, trr_set_size: int,
             insecure_seed: int | None, as_json: bool) -> None:
     """Randomize a table column by column (local DP) and write it with its parameters."""
@@ -707,7 +707,8 @@ def command(metadata: str, table: str, output: str, database: str | None, ledger
         warnings.warn("--insecure-seed makes the randomization reproducible: it gives NO privacy",
                       InsecureRandomnessWarning, stacklevel=1)
         rng = np.random.default_rng(insecure_seed)
-    spec = RandomizationSpec(p=p0 if theta is None else theta, categorical=mechanism, column_p=_parse_column_p(column_p),
+    spec = RandomizationSpec(p=p0 if theta is None else theta, categorical=mechanism,
+                             column_p=_parse_column_p(column_p),
                              keep=tuple(keep), trr_a_mean=trr_a_mean,
                              trr_a_variance=trr_a_variance, trr_b_variance=trr_b_variance,
                              trr_set_size=trr_set_size)

@@ -221,6 +221,9 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *, p0
     """One hold-out run; the JSON object of the command."""
     if mechanism not in MECHANISMS:
         raise dpsql.ProgrammingError(f"mechanism must be one of {MECHANISMS}")
+    if mechanism == "laplace" and epsilon is None:
+        raise dpsql.PrivacyParameterError("--mechanism laplace needs --epsilon",
+                                          hint="pass e.g. --epsilon 1.0")
     rng = csprng() if seed is None else np.random.default_rng(seed)
     if mechanism == "laplace" and numeric == "trr":
         numeric = "bins"  # central DP counts need public domains for every attribute
@@ -234,9 +237,6 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *, p0
     }
     with tempfile.TemporaryDirectory(prefix="dpsql-nb-") as workdir:
         if mechanism == "laplace":
-            if epsilon is None:
-                raise dpsql.PrivacyParameterError("--mechanism laplace needs --epsilon",
-                                                  hint="pass e.g. --epsilon 1.0")
             model, spent = fit_central(holdout, epsilon, workdir, insecure_seed=seed,
                                        alpha=alpha)
             result.update(test_accuracy=accuracy(model, holdout), epsilon_spent=spent)

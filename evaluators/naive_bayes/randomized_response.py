@@ -17,7 +17,7 @@ variance below ``VARIANCE_FLOOR_FRACTION`` of the attribute's crude overall vari
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
