@@ -208,3 +208,18 @@ def test_cli_insecure_seed_warns_and_is_reproducible(tmp_path) -> None:
         assert result.exit_code == 0
         outputs.append((tmp_path / name).read_text())
     assert outputs[0] == outputs[1]
+
+
+def test_cli_reads_an_input_file_instead_of_the_declared_source(tmp_path) -> None:
+    _require("car.csv")
+    subset = tmp_path / "car_subset.csv"
+    subset.write_text("".join((datasets_dir() / "car.csv").read_text().splitlines(True)[:101]))
+    output = tmp_path / "subset.csv"
+    result = CliRunner().invoke(command, ["--metadata", CAR_YAML, "--table", "car", "--input",
+                                          str(subset), "--output", str(output), "--keep",
+                                          "class", "--ledger", ":memory:", "--json"],
+                                catch_exceptions=False)
+    assert json.loads(result.output)["rows"] == 100
+    randomized = pd.read_csv(output, dtype=str)
+    assert list(randomized.columns) == list(load_catalog(CAR_YAML).table("car").columns)
+    assert randomized["class"].tolist() == pd.read_csv(subset, dtype=str)["class"].tolist()
