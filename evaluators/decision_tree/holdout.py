@@ -1,0 +1,119 @@
+"""Train/test split done by the data custodian, so that the analyst's DP connection sees only
+the training rows.
+
+Evaluating a classifier needs labelled test rows, which is custodian work: the split reads the
+table through ``dpsql.connect_custodian`` (logged in the ledger as a non-private access),
+writes the training part to a private temporary DuckDB file (a real table, so the engine does
+not re-parse a CSV for every statement) and returns that file with metadata for a DP
+connection. The test rows stay with the custodian for scoring. Nothing is written into
+the repository.
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import yaml
+
+import dpsql
+from evaluators.decision_tree.attributes import quote_identifier
+from evaluators.decision_tree.forest import PARTITION_COLUMN
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """A custodian-made split: metadata of the training table, the test rows, the majority."""
+
+    train_metadata: dict
+    train_database: Path
+    train_rows: int
+    test: pd.DataFrame
+    train_majority: object
+    directory: Path
+
+
+def load_metadata(metadata: str | Path | Mapping) -> dict:
+    """The metadata as a plain dict (a deep copy; the caller's dict is never changed)."""
+    if isinstance(metadata, Mapping):
+        return copy.deepcopy(dict(metadata))
+    return yaml.safe_load(Path(metadata).read_text())
+
+
+def split_holdout(metadata: str | Path | Mapping, table: str, target: str, *,
+                  test_fraction: float, directory: Path, seed: int | None = None,
+                  parts: int = 1, budget: float | None = None,
+                  ledger: str | None = None) -> Holdout:
+    """Split ``table`` into training and test rows as its custodian.
+
+    Args:
+        metadata: YAML path or dict of the dataset.
+        table: the table to split.
+        target: the class column (for the training majority class).
+        test_fraction: share of rows held out for testing, in (0, 1).
+        directory: where the training database is written (a private temporary folder).
+        seed: seed of the random split (default: CSPRNG).
+        parts: when > 1, add a public column ``tree_part`` assigning each training row at
+            random to one of ``parts`` disjoint parts (for a forest).
+        budget: replace the metadata's ε budget (experiments use a large one).
+        ledger: ledger of the custodian's read (default: the engine's default).
+
+    Raises:
+        dpsql.ProgrammingError: test_fraction is outside (0, 1) or the table is unknown.
+    """
+    if not 0 < test_fraction < 1:
+        raise dpsql.ProgrammingError(f"test_fraction must be in (0, 1), got {test_fraction}",
+                                     hint="use e.g. --test-fraction 0.3")
+    raw = load_metadata(metadata)
+    spec = next((s for name, s in raw.get("tables", {}).items() if name.lower() == table.lower()),
+                None)
+    if spec is None:
+        raise dpsql.ProgrammingError(f"table {table!r} is not in the metadata",
+                                     hint=f"use one of {sorted(raw.get('tables', {}))}")
+    rows = _read_as_custodian(metadata, table, ledger)
+    rng = np.random.default_rng(seed if seed is not None else secrets.randbits(128))
+    order = rng.permutation(len(rows))
+    n_test = round(test_fraction * len(rows))
+    test = rows.iloc[order[:n_test]].reset_index(drop=True)
+    train = rows.iloc[order[n_test:]].reset_index(drop=True)
+    columns = copy.deepcopy(spec.get("columns", {}))
+    if parts > 1:
+        train[PARTITION_COLUMN] = rng.permutation(len(train)) % parts
+        columns[PARTITION_COLUMN] = {"type": "int", "lower": 0, "upper": parts - 1}
+    database = Path(directory) / f"{table}_train.duckdb"
+    with duckdb.connect(str(database)) as out:
+        out.register("train_rows", train)
+        out.execute(f"CREATE OR REPLACE TABLE {quote_identifier(table)} AS "
+                    "SELECT * FROM train_rows")
+    train_spec = {key: value for key, value in spec.items()
+                  if key not in ("csv", "rows", "source")}
+    train_spec["columns"] = columns
+    raw["tables"] = {table: train_spec}
+    raw.setdefault("name", Path(str(metadata)).stem if not isinstance(metadata, Mapping)
+                   else "dataset")
+    if budget is not None:
+        raw["budget"] = {"epsilon": budget, "delta": raw.get("budget", {}).get("delta", 1e-6)}
+    return Holdout(train_metadata=raw, train_database=database, train_rows=len(train), test=test,
+                   train_majority=train[target].mode().iloc[0], directory=Path(directory))
+
+
+def _read_as_custodian(metadata: str | Path | Mapping, table: str,
+                       ledger: str | None) -> pd.DataFrame:
+    custodian = dpsql.connect_custodian(None, metadata=metadata, analyst="decision-tree-holdout",
+                                        ledger=ledger)
+    try:
+        return custodian.cursor().execute(f"SELECT * FROM {quote_identifier(table)}").fetchdf()
+    finally:
+        custodian.close()
+
+
+def temporary_directory() -> tempfile.TemporaryDirectory:
+    """A private temporary folder for training databases (removed when closed)."""
+    return tempfile.TemporaryDirectory(prefix="dpsql-tree-")

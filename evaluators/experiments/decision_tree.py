@@ -1,0 +1,472 @@
+"""Accuracy of DP decision trees grown from DP GROUP BY scripts, against baselines.
+
+Run ``python -m evaluators.experiments.decision_tree [--quick]``. For Adult, Car and Mushroom,
+each repetition makes a fresh custodian train/test split (70/30) and measures on the test rows:
+
+* DiffP-ID3 through dpsql (this evaluator) over ε and over depth, for the max / Gini /
+  information-gain criteria, and a random forest of trees on disjoint parts;
+* the same ID3 grown from exact counts (non-private, ``fit_exact``);
+* scikit-learn's CART of the same depth on one-hot/raw features (non-private);
+* diffprivlib 0.6.6's ``DecisionTreeClassifier`` (random structure, DP leaves), run in a side
+  virtualenv because diffprivlib does not import with scikit-learn ≥ 1.8. Benchmark-only
+  setup (not a project dependency):
+      python -m venv --system-site-packages /tmp/dpl-venv
+      /tmp/dpl-venv/bin/pip install scikit-learn==1.7.2 diffprivlib==0.6.6
+  (or point $DPSQL_DIFFPRIVLIB_PYTHON at another interpreter that has both);
+* the training majority class.
+
+Writes ``results.csv``, ``summary.csv``, ``accuracy_vs_epsilon.png``, ``accuracy_vs_depth.png``
+and ``README.md`` into ``docs/reports/decision_tree/``. The noise uses ``insecure_seed=rep``
+(reproducible, not private) and a throw-away ledger, as experiments must.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import dpsql
+import dpsql.catalog
+from evaluators.decision_tree.attributes import Schema, schema_from_metadata
+from evaluators.decision_tree.forest import PARTITION_COLUMN, DPRandomForest
+from evaluators.decision_tree.holdout import Holdout, split_holdout, temporary_directory
+from evaluators.decision_tree.tree import DPDecisionTree
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "docs" / "reports" / "decision_tree"
+DIFFPRIVLIB_PYTHON = os.environ.get("DPSQL_DIFFPRIVLIB_PYTHON", "/tmp/dpl-venv/bin/python")
+N_TREES = 10
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """One benchmark table and the public choices made for it."""
+
+    name: str
+    table: str
+    target: str
+    exclude: tuple[str, ...] = ()
+
+    @property
+    def metadata(self) -> Path:
+        """Its metadata file in the repository."""
+        return ROOT / "data" / "datasets" / f"{self.name}.yaml"
+
+
+# fnlwgt is a census sampling weight and education-num duplicates education.
+DATASETS = (Dataset("adult", "adult", "salary-class", ("fnlwgt", "education-num")),
+            Dataset("car", "car", "class"),
+            Dataset("mushroom", "mushroom", "class"))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much to run."""
+
+    reps: int
+    epsilons: tuple[float, ...]
+    other_criteria_epsilons: tuple[float, ...]
+    depths: tuple[int, ...]
+    depth_reps: int
+    forest_epsilons: tuple[float, ...]
+    sweep_depth: int = 3
+    depth_epsilon: float = 1.0
+    criteria: tuple[str, ...] = ("gini", "max")
+    extra: dict = field(default_factory=dict)
+
+
+FULL = Plan(reps=4, epsilons=(0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0),
+            other_criteria_epsilons=(0.1, 1.0, 10.0), depths=(1, 2, 3, 4, 5, 6), depth_reps=2,
+            forest_epsilons=(0.1, 1.0, 10.0))
+QUICK = Plan(reps=1, epsilons=(0.1, 1.0), other_criteria_epsilons=(1.0,), depths=(1, 3),
+             depth_reps=1, forest_epsilons=(1.0,))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one repetition, few settings")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--report-only", action="store_true",
+                        help="rebuild summary, plots and README from results.csv")
+    parser.add_argument("--diffprivlib-worker", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.diffprivlib_worker:
+        _diffprivlib_worker(args.diffprivlib_worker)
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not args.report_only:
+        plan = QUICK if args.quick else FULL
+        results = run(plan)
+        results.to_csv(args.out / "results.csv", index=False)
+    results = pd.read_csv(args.out / "results.csv")
+    write_report(results, args.out)
+
+
+def run(plan: Plan) -> pd.DataFrame:
+    """Every measurement of the plan, one row per (dataset, model, setting, repetition)."""
+    from tqdm import tqdm
+
+    rows: list[dict] = []
+    jobs = [(dataset, rep) for dataset in DATASETS for rep in range(plan.reps)]
+    for dataset, rep in tqdm(jobs, desc="dataset × repetition"):
+        with temporary_directory() as directory:
+            holdout = split_holdout(dataset.metadata, dataset.table, dataset.target,
+                                    test_fraction=0.3, directory=Path(directory), seed=rep,
+                                    parts=N_TREES, budget=1e9, ledger=":memory:")
+            rows += _one_split(dataset, holdout, rep, plan)
+    return pd.DataFrame(rows)
+
+
+def _one_split(dataset: Dataset, holdout: Holdout, rep: int, plan: Plan) -> list[dict]:
+    exclude = dataset.exclude + (PARTITION_COLUMN,)
+    truth = holdout.test[dataset.target].astype(str).to_numpy()
+    base = {"dataset": dataset.name, "rep": rep}
+    rows = [dict(base, model="majority", accuracy=float((truth == holdout.train_majority).mean()))]
+    depths = sorted(set(plan.depths) | {plan.sweep_depth})
+    # The custodian's read-write handle and the analyst's read-only one cannot share the
+    # DuckDB file at the same time: custodian work first, then the DP fits.
+    custodian = dpsql.connect_custodian(str(holdout.train_database),
+                                        metadata=holdout.train_metadata, ledger=":memory:")
+    try:
+        train = custodian.cursor().execute(f'SELECT * FROM "{dataset.table}"').fetchdf()
+        for depth in depths:
+            for criterion in ("info_gain",) + plan.criteria:
+                tree = DPDecisionTree(1.0, depth, criterion=criterion, exclude=exclude)
+                rows.append(dict(base, model="ID3 exact counts (non-private)",
+                                 criterion=criterion, depth=depth,
+                                 **_timed_fit(tree, custodian, holdout, dataset, truth,
+                                              exact=True)))
+    finally:
+        custodian.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpsql.InsecureRandomnessWarning)
+        connection = dpsql.connect(str(holdout.train_database), metadata=holdout.train_metadata,
+                                   ledger=":memory:", insecure_seed=rep)
+    settings = [("info_gain", eps, plan.sweep_depth, "sweep_epsilon") for eps in plan.epsilons]
+    settings += [(c, eps, plan.sweep_depth, "sweep_epsilon") for c in plan.criteria
+                 for eps in plan.other_criteria_epsilons]
+    if rep < plan.depth_reps:
+        settings += [("info_gain", plan.depth_epsilon, d, "sweep_depth") for d in plan.depths]
+    try:
+        for criterion, epsilon, depth, sweep in settings:
+            tree = DPDecisionTree(epsilon, depth, criterion=criterion, exclude=exclude,
+                                  random_state=rep)
+            rows.append(dict(base, model=DP_MODEL, criterion=criterion, epsilon=epsilon,
+                             depth=depth, sweep=sweep,
+                             **_timed_fit(tree, connection, holdout, dataset, truth)))
+        for epsilon in plan.forest_epsilons if rep < plan.depth_reps else ():
+            forest = DPRandomForest(epsilon, N_TREES, plan.sweep_depth, criterion="info_gain",
+                                    exclude=dataset.exclude, random_state=rep)
+            rows.append(dict(base, model=f"dpsql forest ({N_TREES} trees)",
+                             criterion="info_gain", epsilon=epsilon, depth=plan.sweep_depth,
+                             sweep="sweep_epsilon",
+                             **_timed_fit(forest, connection, holdout, dataset, truth)))
+    finally:
+        connection.close()
+    schema = schema_from_metadata(holdout.train_metadata, dataset.table, dataset.target,
+                                  exclude=exclude)
+    rows += _sklearn(schema, train, holdout.test, depths, base)
+    rows += _diffprivlib(schema, train, holdout.test, plan, depths, base, rep)
+    return rows
+
+
+def _timed_fit(model: DPDecisionTree, connection, holdout: Holdout, dataset: Dataset,
+               truth: np.ndarray, *, exact: bool = False) -> dict:
+    started = time.perf_counter()
+    fit = model.fit_exact if exact else model.fit
+    fit(connection, holdout.train_metadata, dataset.table, dataset.target)
+    seconds = time.perf_counter() - started
+    accuracy = float((model.predict(holdout.test).astype(str) == truth).mean())
+    return {"accuracy": accuracy, "fit_seconds": seconds, "grown_depth": model.depth,
+            "scripts": len(model.levels)}
+
+
+def _sklearn(schema: Schema, train: pd.DataFrame, test: pd.DataFrame, depths, base) -> list[dict]:
+    from sklearn.tree import DecisionTreeClassifier
+
+    names = [a.name for a in schema.attributes]
+    encoded = pd.get_dummies(pd.concat([train[names], test[names]]),
+                             columns=[a.name for a in schema.attributes if not a.is_numeric])
+    x_train, x_test = encoded.iloc[:len(train)], encoded.iloc[len(train):]
+    rows = []
+    for depth in depths:
+        model = DecisionTreeClassifier(max_depth=depth, random_state=base["rep"])
+        model.fit(x_train, train[schema.target].astype(str))
+        accuracy = float((model.predict(x_test) == test[schema.target].astype(str)).mean())
+        rows.append(dict(base, model="scikit-learn CART (non-private)", depth=depth,
+                         accuracy=accuracy))
+    return rows
+
+
+def _diffprivlib(schema: Schema, train: pd.DataFrame, test: pd.DataFrame, plan: Plan, depths,
+                 base, rep: int) -> list[dict]:
+    """diffprivlib's DP tree in the side virtualenv (ordinal codes with public bounds)."""
+    if not Path(DIFFPRIVLIB_PYTHON).exists():
+        return []
+    with temporary_directory() as directory:
+        job = Path(directory) / "job.json"
+        features = {}
+        for name, frame in (("train", train), ("test", test)):
+            codes = pd.DataFrame({a.name: (pd.to_numeric(frame[a.name]) if a.is_numeric
+                                           else a.encode(frame[a.name]))
+                                  for a in schema.attributes})
+            codes["label"] = frame[schema.target].astype(str).to_numpy()
+            features[name] = str(Path(directory) / f"{name}.csv")
+            codes.to_csv(features[name], index=False)
+        bounds = [_bounds(a, schema) for a in schema.attributes]
+        settings = [(eps, plan.sweep_depth) for eps in plan.epsilons]
+        settings += [(plan.depth_epsilon, d) for d in depths if rep < plan.depth_reps]
+        job.write_text(json.dumps({"files": features, "bounds": bounds, "seed": rep,
+                                   "classes": [str(c) for c in schema.classes],
+                                   "settings": settings}))
+        done = subprocess.run([DIFFPRIVLIB_PYTHON, "-m", "evaluators.experiments.decision_tree",
+                               "--diffprivlib-worker", str(job)], cwd=ROOT, check=True,
+                              capture_output=True, text=True)
+    return [dict(base, model="diffprivlib DT (random splits)", **row)
+            for row in json.loads(done.stdout)]
+
+
+def _bounds(attribute, schema: Schema) -> tuple[float, float]:
+    # Public bounds only: category codes 0..size-1, numeric columns their declared range.
+    if not attribute.is_numeric:
+        return (0.0, float(attribute.size - 1))
+    column = dpsql.catalog.load_catalog(str(ROOT / "data" / "datasets" / f"{schema.table}.yaml"))
+    spec = column.table(schema.table).column(attribute.name)
+    return (float(spec.lower), float(spec.upper))
+
+
+def _diffprivlib_worker(job_path: Path) -> None:
+    warnings.simplefilter("ignore")
+    from diffprivlib.models import DecisionTreeClassifier
+
+    job = json.loads(job_path.read_text())
+    train = pd.read_csv(job["files"]["train"], dtype={"label": str})
+    test = pd.read_csv(job["files"]["test"], dtype={"label": str})
+    lower, upper = zip(*job["bounds"], strict=True)
+    x_train, x_test = train.drop(columns="label").to_numpy(), test.drop(columns="label").to_numpy()
+    rows = []
+    for epsilon, depth in job["settings"]:
+        model = DecisionTreeClassifier(max_depth=depth, epsilon=epsilon, bounds=(lower, upper),
+                                       classes=job["classes"], random_state=job["seed"])
+        model.fit(x_train, train["label"].to_numpy())
+        accuracy = float((model.predict(x_test) == test["label"].to_numpy()).mean())
+        rows.append({"epsilon": epsilon, "depth": depth, "accuracy": accuracy})
+    json.dump(rows, sys.stdout)
+
+
+# Numbers from ../shared/papers/landscape-evaluator-baselines.md ("[R]" reference runs of
+# Friedman & Schuster's rules, 10 random 2/3-1/3 splits; diffprivlib 20 seeds, official Adult
+# split, depth 5; smooth-noisy-max logs, (ε,δ)-DP, depth 5).
+PAPER = {
+    "adult": {"F&S DiffP-ID3 reimpl., max, D=3": {0.1: .772, 1.0: .819, 10.0: None},
+              "F&S DiffP-ID3 reimpl., IG, D=3": {0.1: .764, 1.0: .814, 10.0: None},
+              "diffprivlib DT, D=5 (official split)": {0.1: .775, 1.0: .775, 10.0: .775},
+              "smooth-noisy-max greedy tree, D=5, (ε,δ)": {0.01: .708, 0.1: .793, 1.0: .811}},
+    "mushroom": {"F&S DiffP-ID3 reimpl., max, D=3": {0.1: .962, 1.0: .989},
+                 "F&S DiffP-ID3 reimpl., IG, D=3": {0.1: .759, 1.0: .988},
+                 "diffprivlib DT, D=5": {0.1: .819, 1.0: .819, 10.0: .819}},
+    "car": {"F&S DiffP-ID3 reimpl., IG, D=3": {1.0: .728}},
+}
+PAPER_INFINITE = {"adult": ".826 (max) / .823 (IG)", "mushroom": ".996 / .997", "car": ".799 (IG)"}
+DP_MODEL = "dpsql DiffP-ID3"
+
+
+def _summary(results: pd.DataFrame) -> pd.DataFrame:
+    keys = ["dataset", "model", "criterion", "sweep", "epsilon", "depth"]
+    frame = results.copy()
+    for key in keys:
+        frame[key] = (frame[key].astype(object).where(frame[key].notna(), "-") if key in frame
+                      else "-")
+    grouped = frame.groupby(keys, dropna=False)
+    summary = grouped["accuracy"].agg(["mean", "std", "count"]).reset_index()
+    if "fit_seconds" in frame:
+        summary["fit_seconds"] = grouped["fit_seconds"].mean().to_numpy()
+    return summary
+
+
+def _cell(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "–"
+    mean, std, n = frame["accuracy"].mean(), frame["accuracy"].std(), len(frame)
+    return f"{mean:.3f}" if n == 1 or np.isnan(std) else f"{mean:.3f} ± {std:.3f}"
+
+
+def _select(results: pd.DataFrame, **match) -> pd.DataFrame:
+    mask = np.ones(len(results), dtype=bool)
+    for key, value in match.items():
+        mask &= (results[key] == value).to_numpy()
+    return results[mask]
+
+
+def write_report(results: pd.DataFrame, out: Path) -> None:
+    """Summary CSV, two plots and the markdown report (README.md) into ``out``."""
+    _summary(results).to_csv(out / "summary.csv", index=False)
+    _plot_epsilon(results, out / "accuracy_vs_epsilon.png")
+    _plot_depth(results, out / "accuracy_vs_depth.png")
+    (out / "README.md").write_text(_markdown(results))
+
+
+def _plot_epsilon(results: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(DATASETS), figsize=(5 * len(DATASETS), 4), sharey=False)
+    for ax, dataset in zip(axes, DATASETS, strict=True):
+        data = _select(results, dataset=dataset.name)
+        sweep = data[data["sweep"] == "sweep_epsilon"]
+        for (model, criterion), group in sweep.groupby(["model", "criterion"]):
+            stats = group.groupby("epsilon")["accuracy"].agg(["mean", "std"])
+            ax.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), marker="o",
+                        capsize=3, label=f"{model} [{criterion}]")
+        dpl = data[(data["model"].str.startswith("diffprivlib"))
+                   & (data["depth"] == FULL.sweep_depth)]
+        if not dpl.empty:
+            stats = dpl.groupby("epsilon")["accuracy"].agg(["mean", "std"])
+            ax.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), marker="s",
+                        capsize=3, linestyle="--", label="diffprivlib DT")
+        for model, style in (("majority", ":"), ("scikit-learn CART (non-private)", "-."),
+                             ("ID3 exact counts (non-private)", "--")):
+            level = data[(data["model"] == model)
+                         & ((data["depth"] == FULL.sweep_depth) | (model == "majority"))]
+            if model.startswith("ID3"):
+                level = level[level["criterion"] == "info_gain"]
+            if not level.empty:
+                ax.axhline(level["accuracy"].mean(), linestyle=style, color="grey",
+                           label=f"{model}")
+        ax.set_xscale("log")
+        ax.set_xlabel("ε (total)")
+        ax.set_ylabel("test accuracy")
+        ax.set_title(f"{dataset.name}, depth {FULL.sweep_depth}")
+    axes[0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _plot_depth(results: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(DATASETS), figsize=(5 * len(DATASETS), 4))
+    for ax, dataset in zip(axes, DATASETS, strict=True):
+        data = _select(results, dataset=dataset.name)
+        lines = {
+            f"dpsql DiffP-ID3, ε={FULL.depth_epsilon:g}": data[data["sweep"] == "sweep_depth"],
+            "ID3 exact counts": data[(data["model"] == "ID3 exact counts (non-private)")
+                                     & (data["criterion"] == "info_gain")],
+            "scikit-learn CART": data[data["model"] == "scikit-learn CART (non-private)"],
+            f"diffprivlib DT, ε={FULL.depth_epsilon:g}":
+                data[data["model"].str.startswith("diffprivlib")
+                     & (data["epsilon"] == FULL.depth_epsilon)],
+        }
+        for label, group in lines.items():
+            if group.empty:
+                continue
+            stats = group.groupby("depth")["accuracy"].agg(["mean", "std"])
+            ax.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), marker="o",
+                        capsize=3, label=label)
+        majority = data[data["model"] == "majority"]["accuracy"].mean()
+        ax.axhline(majority, linestyle=":", color="grey", label="majority class")
+        ax.set_xlabel("depth")
+        ax.set_ylabel("test accuracy")
+        ax.set_title(dataset.name)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _markdown(results: pd.DataFrame) -> str:
+    reps = int(results["rep"].max()) + 1
+    lines = [
+        "# DP decision trees from DP GROUP BY scripts (issue 5)",
+        "",
+        ("Generated by `python -m evaluators.experiments.decision_tree` "
+         f"({reps} repetition(s) of a fresh 70/30 custodian split per dataset; noise with "
+         "`insecure_seed=rep`). Plots: `accuracy_vs_epsilon.png`, `accuracy_vs_depth.png`; "
+         "raw rows: `results.csv`; means: `summary.csv`."),
+        "",
+        METHOD_TEXT,
+        "## Accuracy vs ε (depth 3, information gain on noisy counts)",
+        "",
+    ]
+    epsilons = sorted(e for e in results["epsilon"].dropna().unique())
+    header = "| dataset | model | " + " | ".join(f"ε={e:g}" for e in epsilons) + " | ∞ / non-private |"
+    lines += [header, "|" + "---|" * (len(epsilons) + 3)]
+    for dataset in DATASETS:
+        data = _select(results, dataset=dataset.name)
+        sweep = data[(data["sweep"] == "sweep_epsilon")]
+        exact = data[(data["model"] == "ID3 exact counts (non-private)")
+                     & (data["depth"] == FULL.sweep_depth)]
+        for (model, criterion), group in sweep.groupby(["model", "criterion"], sort=False):
+            cells = [_cell(group[group["epsilon"] == e]) for e in epsilons]
+            inf = _cell(exact[exact["criterion"] == criterion]) if model == DP_MODEL else "–"
+            lines.append(f"| {dataset.name} | {model} [{criterion}] | " + " | ".join(cells)
+                         + f" | {inf} |")
+        dpl = data[data["model"].str.startswith("diffprivlib")
+                   & (data["depth"] == FULL.sweep_depth)]
+        if not dpl.empty:
+            cells = [_cell(dpl[dpl["epsilon"] == e]) for e in epsilons]
+            lines.append(f"| {dataset.name} | diffprivlib DT (ours, D=3) | " + " | ".join(cells)
+                         + " | – |")
+        sk = data[(data["model"] == "scikit-learn CART (non-private)")
+                  & (data["depth"] == FULL.sweep_depth)]
+        majority = data[data["model"] == "majority"]
+        lines.append(f"| {dataset.name} | majority class / sklearn CART D=3 | "
+                     + " | ".join("" for _ in epsilons)
+                     + f" | {_cell(majority)} / {_cell(sk)} |")
+        for name, numbers in PAPER.get(dataset.name, {}).items():
+            cells = [f"{numbers[e]:.3f}" if numbers.get(e) else "" for e in epsilons]
+            lines.append(f"| {dataset.name} | *paper/reference: {name}* | " + " | ".join(cells)
+                         + f" | {PAPER_INFINITE.get(dataset.name, '')} |")
+    lines += ["", "## Accuracy vs depth (ε = 1)", ""]
+    depths = sorted(int(d) for d in results.loc[results["sweep"] == "sweep_depth", "depth"]
+                    .dropna().unique())
+    lines += ["| dataset | model | " + " | ".join(f"D={d}" for d in depths) + " |",
+              "|" + "---|" * (len(depths) + 2)]
+    for dataset in DATASETS:
+        data = _select(results, dataset=dataset.name)
+        groups = {
+            "dpsql DiffP-ID3 [info_gain], ε=1": data[data["sweep"] == "sweep_depth"],
+            "ID3 exact counts [info_gain]": data[(data["model"] == "ID3 exact counts "
+                                                  "(non-private)")
+                                                 & (data["criterion"] == "info_gain")],
+            "scikit-learn CART": data[data["model"] == "scikit-learn CART (non-private)"],
+            "diffprivlib DT, ε=1": data[data["model"].str.startswith("diffprivlib")
+                                         & (data["epsilon"] == FULL.depth_epsilon)],
+        }
+        for label, group in groups.items():
+            cells = [_cell(group[group["depth"] == d]) for d in depths]
+            lines.append(f"| {dataset.name} | {label} | " + " | ".join(cells) + " |")
+    lines += ["", "## Fit time (engine round trips included)", "",
+              "| dataset | depth | ε | mean fit seconds | scripts sent | depth grown |",
+              "|---|---|---|---|---|---|"]
+    timed = results[(results["sweep"] == "sweep_depth")]
+    for (dataset, depth), group in timed.groupby(["dataset", "depth"]):
+        lines.append(f"| {dataset} | {int(depth)} | {FULL.depth_epsilon:g} | "
+                     f"{group['fit_seconds'].mean():.2f} | {group['scripts'].mean():.1f} | "
+                     f"{group['grown_depth'].mean():.1f} |")
+    lines += ["", DISCUSSION_TEXT]
+    return "\n".join(lines) + "\n"
+
+
+METHOD_TEXT = """METHOD"""
+
+DISCUSSION_TEXT = """DISCUSSION"""
+
+
+if __name__ == "__main__":
+    main()
