@@ -8,13 +8,14 @@ from typing import Any
 import duckdb
 
 from dpsql import errors
-from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.backends import is_file_database, is_postgres_url, open_backend
 from dpsql.budget import PrivacyLoss, positive
 from dpsql.catalog import Catalog, load_catalog
 from dpsql.cursor import Cursor
 from dpsql.engine import Engine
 from dpsql.errors import BackendError, InterfaceError
 from dpsql.ledger import Ledger, default_analyst
+from dpsql.ledger_postgres import PostgresLedger
 from dpsql.mechanisms.samplers import RandomSource
 from dpsql.parse import parse_script
 from dpsql.release import ColumnInfo, NoisyResult
@@ -39,8 +40,12 @@ class _Base:
         self.catalog: Catalog = load_catalog(metadata)
         self.analyst = analyst or default_analyst()
         self.database = None if database is None else str(database)
-        self.ledger = Ledger(_ledger_path(ledger, self.database, self.catalog))
-        self._backend = DuckDBBackend(self.database, self.catalog, read_only=read_only)
+        if is_postgres_url(None if ledger is None else str(ledger)):
+            self.ledger = PostgresLedger(str(ledger))
+        else:
+            home = self.database if is_file_database(database) else None
+            self.ledger = Ledger(_ledger_path(ledger, home, self.catalog))
+        self._backend = open_backend(database, self.catalog, read_only=read_only)
         self._closed = False
 
     @property
@@ -176,18 +181,22 @@ def _ledger_path(ledger: Any, database: str | None, catalog: Catalog) -> str:
         hint="pass ledger='path/to/ledger.sqlite' (or ':memory:' for a throw-away experiment)")
 
 
-def connect(database: str | os.PathLike | None = None, *, metadata: str | os.PathLike | dict,
+def connect(database: str | os.PathLike | Any | None = None, *,
+            metadata: str | os.PathLike | dict,
             analyst: str | None = None, epsilon_per_query: float | None = None,
             ledger: str | os.PathLike | None = None, insecure_seed: int | None = None
             ) -> Connection:
     """Open an analyst connection whose every answer is differentially private.
 
     Args:
-        database: DuckDB file, or None for an in-memory database fed by the metadata sources.
+        database: DuckDB file, or None for an in-memory database fed by the metadata sources;
+            or ``postgresql://user@host/db``, a Spark master (``spark://host:7077``,
+            ``local[*]``) or a SparkSession, to run the exact queries in that warehouse.
         metadata: YAML path or dict catalogue (tables, privacy units, bounds, domains, budget).
         analyst: who is asking (ledger key); defaults to the OS user.
         epsilon_per_query: ε charged by an execute() that does not pass its own.
-        ledger: budget ledger file; default beside the database, else beside the metadata.
+        ledger: budget ledger file, or a ``postgresql://`` URL for a ledger shared by
+            analysts on several machines; default beside a DuckDB file, else the metadata.
         insecure_seed: reproducible noise for tests and experiments only; gives no privacy.
 
     Example:

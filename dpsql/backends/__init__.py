@@ -1,13 +1,19 @@
 """Backends run an exact query tree and return column names and rows; nothing else.
 
 Only exact bounded aggregates come back from a backend; noise is always added in dpsql.
+``open_backend`` picks the backend from what the user passed as ``database``: a registry of
+(predicate, opener) pairs, tried in order, with DuckDB as the fallback.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import os
+from typing import Callable, Protocol
 
 from sqlglot import exp
+
+from dpsql.catalog import Catalog
+from dpsql.errors import BackendError
 
 
 class Backend(Protocol):
@@ -19,5 +25,79 @@ class Backend(Protocol):
     def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
         """Execute a query tree; return (column names, rows)."""
 
+    def tables(self) -> dict[str, list[str]]:
+        """Every table or view the backend can read, with its column names."""
+
     def close(self) -> None:
         """Release the connection."""
+
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+SPARK_MASTERS = ("spark://", "sc://", "local[", "yarn", "k8s://")
+
+
+def is_postgres_url(target: object) -> bool:
+    """True for a ``postgresql://`` (or ``postgres://``) connection URL."""
+    return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
+
+
+def is_spark_target(target: object) -> bool:
+    """True for a SparkSession or a Spark master URL (``spark://``, ``local[*]``, ``sc://``)."""
+    if isinstance(target, str):
+        return target == "local" or target.startswith(SPARK_MASTERS)
+    return type(target).__name__ == "SparkSession" and \
+        type(target).__module__.startswith("pyspark")
+
+
+def _driver_missing(driver: str, package: str) -> BackendError:
+    return BackendError(f"the {driver} driver is not installed",
+                        hint=f"pip install '{package}'")
+
+
+def _open_postgres(target, catalog: Catalog, read_only: bool) -> Backend:
+    try:
+        from dpsql.backends.postgres import PostgresBackend
+    except ImportError as err:
+        raise _driver_missing("PostgreSQL (psycopg 3)", "psycopg[binary]") from err
+    return PostgresBackend(target, catalog, read_only=read_only)
+
+
+def _open_spark(target, catalog: Catalog, read_only: bool) -> Backend:
+    try:
+        from dpsql.backends.spark import SparkBackend
+    except ImportError as err:
+        raise _driver_missing("Spark (pyspark)", "pyspark") from err
+    return SparkBackend(target, catalog)
+
+
+def _open_duckdb(target, catalog: Catalog, read_only: bool) -> Backend:
+    from dpsql.backends.duckdb import DuckDBBackend
+    return DuckDBBackend(None if target is None else str(target), catalog, read_only=read_only)
+
+
+Opener = Callable[[object, Catalog, bool], Backend]
+REGISTRY: list[tuple[Callable[[object], bool], Opener]] = [
+    (is_postgres_url, _open_postgres),
+    (is_spark_target, _open_spark),
+]
+
+
+def open_backend(target: str | os.PathLike | object | None, catalog: Catalog, *,
+                 read_only: bool = True) -> Backend:
+    """The backend for ``target``: None or a path -> DuckDB, ``postgresql://...`` ->
+    PostgreSQL, ``spark://...``/``local[*]``/a SparkSession -> Spark SQL.
+
+    Example:
+        >>> from dpsql.catalog import load_catalog
+        >>> open_backend(None, load_catalog({"tables": {}})).name
+        'duckdb'
+    """
+    for matches, opener in REGISTRY:
+        if matches(target):
+            return opener(target, catalog, read_only)
+    return _open_duckdb(target, catalog, read_only)
+
+
+def is_file_database(target: object) -> bool:
+    """True when ``target`` names a DuckDB file (the ledger's default home is beside it)."""
+    return target is not None and not any(matches(target) for matches, _ in REGISTRY)

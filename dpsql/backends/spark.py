@@ -1,0 +1,127 @@
+"""Spark SQL through pyspark: the exact query runs on the cluster, noise stays in dpsql.
+
+Tables are the session's tables or views; a table declared with a ``source`` file (CSV or
+Parquet, a path every executor can read) is registered as a temporary view of its declared
+columns, as the DuckDB backend does. The engine's DuckDB-flavoured tree is adapted before it
+is written in Spark's dialect:
+
+- ``HASH(u, k..., salt)`` -> ``xxhash64(u, k..., salt)`` (64 bits; Spark's HASH has 32);
+- ``ROUND(x)`` -> half away from zero built from FLOOR, the same expression as PostgreSQL's;
+- ``SUM(x)`` -> ``SUM(CAST(x AS DECIMAL(38,0)))``: a BIGINT sum overflows in Spark (an error
+  under ANSI mode) where DuckDB widens to HUGEINT. Every SUM of the exact tree adds integers
+  (counts and fixed-point grid units), so the cast is exact;
+- ``a // b`` -> ``a DIV b``, truncating like DuckDB (sqlglot's own mapping).
+"""
+
+from __future__ import annotations
+
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+from sqlglot import exp
+
+from dpsql.backends.portable import exact_rows, hash_as, round_half_away_from_zero
+from dpsql.catalog import Catalog, TableSpec
+from dpsql.errors import BackendError, DataError
+
+_CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE", "text": "STRING"}
+
+
+def _hash(args: list[exp.Expression]) -> exp.Expression:
+    return exp.Anonymous(this="xxhash64", expressions=args)
+
+
+def _wide_sum(node: exp.Expression) -> exp.Expression:
+    if not isinstance(node, exp.Sum):
+        return node
+    wide = exp.cast(node.this.copy(), exp.DataType.build("DECIMAL(38, 0)"))
+    return exp.Sum(this=wide)
+
+
+def to_spark(tree: exp.Expression) -> str:
+    """The engine's exact tree as Spark SQL."""
+    adapted = tree.transform(
+        lambda node: _wide_sum(round_half_away_from_zero(hash_as(node, _hash))))
+    return adapted.sql(dialect="spark")
+
+
+class SparkBackend:
+    """Runs exact queries on a SparkSession (given, or built for a master URL)."""
+
+    name = "spark"
+    dialect = "spark"
+
+    def __init__(self, target: str | SparkSession, catalog: Catalog) -> None:
+        given = isinstance(target, SparkSession)
+        # getOrCreate hands back a session that is already running: not ours to stop either
+        self._owns_session = not given and SparkSession.getActiveSession() is None
+        try:
+            self.session = target if given else \
+                SparkSession.builder.master(target).appName("dpsql").getOrCreate()
+        except Exception as err:  # py4j and JVM start-up errors have no common base class
+            raise BackendError(f"cannot start a Spark session on {target!r}: {err}",
+                               hint="check the master URL and that Java 17+ is installed"
+                               ) from err
+        for table in catalog.tables.values():
+            if table.source is not None:
+                self._register(table)
+            self._check(table)
+
+    def _register(self, table: TableSpec) -> None:
+        reader = self.session.read
+        if table.source.lower().endswith(".parquet"):
+            frame = reader.parquet(table.source)
+        else:
+            options = table.csv
+            trim = bool(options.get("trim"))
+            frame = reader.csv(table.source, header=options.get("header", True),
+                               sep=options.get("delimiter", ","),
+                               ignoreLeadingWhiteSpace=trim, ignoreTrailingWhiteSpace=trim,
+                               nullValue=_first(options.get("null")))
+            if "names" in options:
+                frame = frame.toDF(*options["names"])
+        columns = [f"try_cast({_quote(n)} AS {_CASTS[s.type]}) AS {_quote(n)}"
+                   for n, s in table.columns.items()]
+        try:
+            frame.selectExpr(*columns).createOrReplaceTempView(table.name)
+        except PySparkException as err:
+            raise DataError(f"table {table.name!r}: cannot read {table.source!r}: {err}",
+                            hint="check the csv options and that every declared column exists "
+                            "in the file") from err
+
+    def _check(self, table: TableSpec) -> None:
+        columns = ", ".join(_quote(name) for name in table.columns)
+        try:
+            self.session.sql(f"SELECT {columns} FROM {_quote(table.name)} LIMIT 0").collect()
+        except PySparkException as err:
+            raise DataError(f"table {table.name!r} is not readable in Spark: {err}",
+                            hint="create the table or view, or give it a 'source' file") from err
+
+    def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
+        """Execute an exact query tree."""
+        try:
+            frame = self.session.sql(to_spark(tree))
+            rows = frame.collect()
+        except PySparkException as err:
+            raise BackendError(f"Spark failed to run the exact query: {err}") from err
+        return list(frame.columns), exact_rows(rows)
+
+    def tables(self) -> dict[str, list[str]]:
+        """Tables and temporary views of the current database, with their columns."""
+        found = {}
+        for table in self.session.catalog.listTables():
+            columns = self.session.catalog.listColumns(table.name)
+            found[table.name] = [c.name for c in columns]
+        return found
+
+    def close(self) -> None:
+        """Stop the session if dpsql started it; a session the caller passed stays up."""
+        if self._owns_session:
+            self.session.stop()
+
+
+def _quote(name: str) -> str:
+    return exp.to_identifier(name, quoted=True).sql(dialect="spark")
+
+
+def _first(value):
+    return value[0] if isinstance(value, list) else value
