@@ -157,10 +157,12 @@ def sensitive_domain(
     attribute: str,
     hierarchy: Hierarchy | None = None,
 ) -> SensitiveDomain:
-    """Values (sorted), reference distribution and hierarchy codes of the sensitive attribute."""
+    """Values (in the column's order), reference distribution and hierarchy codes of the
+    sensitive attribute in ``reference_relation``."""
     col = exp.column(attribute, quoted=True)
+    # Order by the typed value so that ordered EMD sees numbers in numeric order.
     select = exp.select(exp.cast(col, "VARCHAR").as_("v"), exp.Count(this=exp.Star()).as_("n"))
-    select = select.from_(reference_relation).group_by(exp.cast(col, "VARCHAR")).order_by("v")
+    select = select.from_(reference_relation).group_by(col.copy()).order_by(col.copy())
     frame = con.execute(select.sql("duckdb")).df()
     values = tuple(frame["v"].astype(str))
     counts = frame["n"].to_numpy(dtype=float)

@@ -71,9 +71,8 @@ class TableHierarchy:
         _check_level(self, level)
         if level == 0:
             return _as_text(column)
-        labels = {row[level] for row in self.rows}
-        if len(labels) == 1:
-            return exp.Literal.string(labels.pop())
+        # A CASE even when every label is '*': a value missing from the table must give NULL,
+        # which level_table reports, instead of being generalized silently.
         case = exp.Case(this=_as_text(column))
         for row in self.rows:
             case = case.when(exp.Literal.string(row[0]), exp.Literal.string(row[level]))

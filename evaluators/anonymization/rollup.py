@@ -72,11 +72,12 @@ class Histogram:
         sensitive_values: Sequence[str] | None = None,
     ) -> None:
         self.qids = list(qids)
-        columns = [exp.column(c, quoted=True) for c in self.qids]
+        keys = [exp.column(c, quoted=True) for c in self.qids]
         if sensitive is not None:
-            columns.append(exp.cast(exp.column(sensitive, quoted=True), "VARCHAR").as_("__sa"))
+            keys.append(exp.cast(exp.column(sensitive, quoted=True), "VARCHAR"))
+        columns = [*keys[:len(self.qids)], *(k.as_("__sa") for k in keys[len(self.qids):])]
         select = exp.select(*columns, exp.alias_(exp.Count(this=exp.Star()), "__n"))
-        frame = con.execute(select.from_(relation).group_by(*[c.copy() for c in columns]).sql(
+        frame = con.execute(select.from_(relation).group_by(*[k.copy() for k in keys]).sql(
             "duckdb")).df()
         if frame.empty:
             raise dpsql.DataError(f"relation {relation} has no rows to anonymize")

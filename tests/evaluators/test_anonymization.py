@@ -1,0 +1,392 @@
+"""Anonymization evaluator: hierarchies, SQL checks, pruned search, ρ-Gain, DP alternative.
+
+Hand-checked toy tables pin the formulas; synthetic data checks that the pruned search equals
+the exhaustive one; ARX's Adult with the thesis's hierarchies pins Tables 4-4 and 4-5 of the
+ρ-Gain thesis and its ρ = 2 run (notes §10).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from sqlglot import exp
+
+import dpsql
+from dpsql.catalog import datasets_dir
+from evaluators.anonymization.anonymizer import AnonymizationConfig, anonymize_pass
+from evaluators.anonymization.cli import command
+from evaluators.anonymization.criteria import (
+    PrivacyModel,
+    achieved_privacy,
+    class_entropy,
+    emd,
+    l_diversity_ok,
+    sensitive_domain,
+)
+from evaluators.anonymization.dp_release import compare_releases, dp_count_sql, release_counts
+from evaluators.anonymization.hierarchies import (
+    IntervalHierarchy,
+    MaskingHierarchy,
+    TableHierarchy,
+    load_hierarchies,
+    read_arx_hierarchy,
+)
+from evaluators.anonymization.lattice import node_stats, search
+from evaluators.anonymization.metrics import utility_summary
+from evaluators.anonymization.objectives import OBJECTIVES
+from evaluators.anonymization.rho_gain import rho_gain
+from evaluators.anonymization.risk import risk_profile
+from evaluators.anonymization.rollup import Histogram
+from evaluators.anonymization.source import create_source, open_custodian
+
+ROOT = Path(__file__).resolve().parents[2]
+THESIS_HIERARCHIES = ROOT / "data" / "hierarchies" / "rho_gain_adult"
+METADATA = ROOT / "data" / "datasets" / "adult_arx.yaml"
+QIDS_9 = ["sex", "age", "race", "marital-status", "education", "native-country", "workclass",
+          "occupation", "salary-class"]
+QIDS_8 = [q for q in QIDS_9 if q != "workclass"]
+
+
+def _require(name: str) -> Path:
+    path = datasets_dir() / name
+    if not path.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{path} is missing in CI")
+        pytest.skip(f"shared dataset {path} not found (set DPSQL_DATASETS)")
+    return path
+
+
+def _table(con: duckdb.DuckDBPyConnection, name: str, frame: pd.DataFrame) -> str:
+    con.register(f"{name}_frame", frame)
+    con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT row_number() OVER () AS rid, * "
+                f"FROM {name}_frame")
+    return name
+
+
+# ------------------------------------------------------------------ hierarchies
+
+
+def test_interval_and_masking_hierarchies_render_as_sql():
+    con = duckdb.connect()
+    age, zipc = IntervalHierarchy("age", (5, 20)), MaskingHierarchy("zip", 5)
+    col = exp.column("v")
+    labels = [con.execute(f"SELECT {age.expression(col, lv).sql('duckdb')} "
+                          "FROM (SELECT 39 AS v)").fetchone()[0] for lv in range(age.levels)]
+    assert labels == ["39", "[35, 40[", "[20, 40[", "*"]
+    masks = [con.execute(f"SELECT {zipc.expression(col, lv).sql('duckdb')} "
+                         "FROM (SELECT '00004' AS v)").fetchone()[0] for lv in range(6)]
+    assert masks == ["00004", "0000*", "000**", "00***", "0****", "*****"]
+
+
+def test_arx_hierarchy_file_strips_crlf_and_must_be_a_tree(tmp_path):
+    path = tmp_path / "colour.csv"
+    path.write_bytes(b"red;warm;*\r\nblue;cold;*\r\nteal;warm;*\r\n")
+    hierarchy = read_arx_hierarchy(path)
+    assert hierarchy.rows[0] == ("red", "warm", "*") and hierarchy.levels == 3
+    bad = TableHierarchy("colour", (("red", "warm", "A"), ("blue", "warm", "B")))
+    con = duckdb.connect()
+    _table(con, "t", pd.DataFrame({"colour": ["red", "blue"]}))
+    with pytest.raises(dpsql.DataError, match="not a tree"):
+        Histogram(con, "t", ["colour"], {"colour": bad})
+    with pytest.raises(dpsql.DataError, match="missing from its hierarchy"):
+        Histogram(con, "t", ["colour"], {"colour": TableHierarchy("colour", (("red", "*"),))})
+
+
+def test_thesis_hierarchies_have_the_level_counts_of_the_notes():
+    hierarchies = load_hierarchies(THESIS_HIERARCHIES, QIDS_9)
+    levels = {q: h.levels for q, h in hierarchies.items()}
+    assert levels == {"sex": 2, "age": 5, "race": 2, "marital-status": 3, "education": 4,
+                      "native-country": 3, "workclass": 3, "occupation": 3, "salary-class": 2}
+    assert math.prod(levels.values()) == 12_960
+
+
+# ------------------------------------------------------------------ hand-checked criteria
+
+
+def _table_2_4(con):
+    rows = ([("120**", 1967, "E", d) for d in ("Hepatitis", "Cardiomyopathy", "Eczema")]
+            + [("120**", 1970, "K", d) for d in ("Pneumonia", "Stroke", "Stroke")]
+            + [("118**", 1964, "E", d) for d in ("Stroke", "Stroke", "High chol.", "Erythema")])
+    return _table(con, "t24", pd.DataFrame(rows, columns=["zip", "born", "sex", "disease"]))
+
+
+def test_thesis_table_2_4_is_3_anonymous_with_prosecutor_risk_one_third():
+    con = duckdb.connect()
+    table = _table_2_4(con)
+    qids = ["zip", "born", "sex"]
+    achieved = achieved_privacy(con, table, qids, "disease", sensitive_domain(con, table, "disease"))
+    assert (achieved.classes, achieved.k, achieved.distinct_l) == (3, 3, 2)
+    risk = risk_profile(con, table, qids)
+    assert risk.max_prosecutor_risk == pytest.approx(1 / 3)
+    assert risk.records_at_max_risk == pytest.approx(6 / 10)
+    assert risk.avg_prosecutor_risk == pytest.approx(3 / 10) == risk.marketer_risk
+    assert utility_summary(con, table, qids, records=10).avg_class_size == pytest.approx(10 / 3)
+
+
+def _two_classes(con):
+    """Class A = a,a,b,c; class B = c,d,d,d; SA hierarchy {a,b}→X, {c,d}→Y, → *."""
+    frame = pd.DataFrame({"q": ["A"] * 4 + ["B"] * 4,
+                          "s": ["a", "a", "b", "c", "c", "d", "d", "d"]})
+    hierarchy = TableHierarchy("s", (("a", "X", "*"), ("b", "X", "*"), ("c", "Y", "*"),
+                                     ("d", "Y", "*")))
+    table = _table(con, "two", frame)
+    return table, sensitive_domain(con, table, "s", hierarchy)
+
+
+def test_l_diversity_and_emd_match_hand_computed_values_in_sql_and_numpy():
+    con = duckdb.connect()
+    table, domain = _two_classes(con)
+    achieved = achieved_privacy(con, table, ["q"], "s", domain, l_recursive=2)
+    # reference q = (2, 1, 2, 3)/8; class A extra = (.25, .125, 0, -.375), B is its negative
+    assert achieved.distinct_l == 2
+    assert achieved.entropy_l == pytest.approx(math.exp(-(0.25 * math.log(0.25)
+                                                           + 0.75 * math.log(0.75))))
+    assert achieved.recursive_c == pytest.approx(3.0)  # B: 3 / 1
+    assert achieved.t_equal == pytest.approx(0.375)
+    assert achieved.t_ordered == pytest.approx(1.0 / 3)
+    assert achieved.t_hierarchical == pytest.approx(0.375)  # only the root moves mass
+    counts = np.array([[2, 1, 1, 0], [0, 0, 1, 3]])
+    for variant, expected in (("equal", 0.375), ("ordered", 1 / 3), ("hierarchical", 0.375)):
+        assert emd(counts, domain, variant) == pytest.approx([expected, expected])
+    assert class_entropy(counts) == pytest.approx([1.5 * math.log(2), 0.5623351446])
+    assert list(l_diversity_ok(counts, 3, "distinct", None)) == [True, False]
+    assert list(l_diversity_ok(counts, 2, "recursive", 2.0)) == [True, False]
+    assert list(l_diversity_ok(counts, 2, "entropy", None)) == [True, False]
+
+
+def test_privacy_model_refuses_bad_parameters():
+    with pytest.raises(dpsql.ProgrammingError):
+        PrivacyModel(k=0)
+    with pytest.raises(dpsql.ProgrammingError):
+        PrivacyModel(l=2, l_variant="recursive")  # no c
+    with pytest.raises(dpsql.ProgrammingError):
+        PrivacyModel(t=1.5)
+
+
+# ------------------------------------------------------------------ search
+
+
+def _synthetic(con, rows=1500, seed=7):
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({
+        "age": rng.integers(17, 80, rows),
+        "zip": [f"{z:03d}" for z in rng.integers(100, 400, rows)],
+        "sex": rng.choice(["F", "M"], rows),
+        "job": rng.choice(list("abcdef"), rows, p=[0.4, 0.2, 0.15, 0.1, 0.1, 0.05]),
+    })
+    hierarchies = {
+        "age": IntervalHierarchy("age", (5, 10, 20)),
+        "zip": MaskingHierarchy("zip", 3),
+        "sex": TableHierarchy("sex", (("F", "*"), ("M", "*"))),
+    }
+    job = TableHierarchy("job", tuple((v, "ab" if v in "ab" else "cdef", "*") for v in "abcdef"))
+    return _table(con, "syn", frame), hierarchies, job
+
+
+MODELS = [
+    PrivacyModel(k=3),
+    PrivacyModel(k=5, l=2),
+    PrivacyModel(k=2, l=1.8, l_variant="entropy"),
+    PrivacyModel(k=2, l=2, l_variant="recursive", c=3),
+    PrivacyModel(k=3, t=0.3, t_variant="equal"),
+    PrivacyModel(k=2, t=0.25, t_variant="hierarchical"),
+]
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: f"k{m.k}-l{m.l}-t{m.t}")
+def test_pruned_search_equals_exhaustive(model):
+    con = duckdb.connect()
+    table, hierarchies, job = _synthetic(con)
+    qids = ["age", "zip", "sex"]
+    domain = sensitive_domain(con, table, "job", job) if model.needs_sensitive else None
+    histogram = Histogram(con, table, qids, hierarchies, "job" if domain else None,
+                          domain.values if domain else None)
+    for objective in OBJECTIVES:
+        for limit in (1.0, 0.1, 0.0):
+            full = search(histogram, model, objective, domain=domain, suppression_limit=limit,
+                          prune=False)
+            assert full.evaluated == full.lattice_size == 5 * 4 * 2
+            directions = ["up"] + (["down"] if OBJECTIVES[objective].bound_below else [])
+            for direction in directions:
+                pruned = search(histogram, model, objective, domain=domain,
+                                suppression_limit=limit, direction=direction)
+                if full.best is None:
+                    assert pruned.best is None
+                    continue
+                assert pruned.best.rank() == full.best.rank(), (objective, limit, direction)
+
+
+def test_chosen_node_is_applied_and_checked_in_sql():
+    con = duckdb.connect()
+    table, hierarchies, job = _synthetic(con)
+    config = AnonymizationConfig(("age", "zip", "sex"), hierarchies,
+                                 PrivacyModel(k=4, l=1.5, l_variant="entropy", t=0.3,
+                                              t_variant="hierarchical"),
+                                 objective="loss", sensitive="job", sensitive_hierarchy=job)
+    domain = sensitive_domain(con, table, "job", job)
+    result = anonymize_pass(con, table, config, domain, "p")  # raises if SQL ≠ search
+    achieved = achieved_privacy(con, result.published_table, list(config.qids), "job", domain)
+    assert achieved.k >= 4 and achieved.entropy_l >= 1.5 - 1e-9
+    assert achieved.t_hierarchical <= 0.3 + 1e-9
+    outliers = con.execute(f"SELECT COUNT(*) FROM {result.outlier_table}").fetchone()[0]
+    assert outliers == result.stats.suppressed == result.utility.suppressed
+
+
+def test_rho_gain_restores_originals_and_publishes_only_valid_classes():
+    con = duckdb.connect()
+    table, hierarchies, _ = _synthetic(con, rows=800, seed=3)
+    config = AnonymizationConfig(("age", "zip", "sex"), hierarchies, PrivacyModel(k=4),
+                                 objective="avg_class_size")
+    result = rho_gain(con, table, config, rho=2)
+    assert 1 < len(result.passes) <= 3
+    for before, after in zip(result.passes, result.passes[1:]):
+        assert after.input_records == before.stats.suppressed
+        # pass p+1 starts from original values: its level-0 QIDs equal the source's
+        restored = con.execute(f"SELECT COUNT(*) FROM {after.published_table} p JOIN {table} s "
+                               "USING (rid)").fetchone()[0]
+        assert restored == after.utility.published
+    assert result.union.published + result.waste == 800
+    assert result.union.min_class >= 4 and result.risk.max_prosecutor_risk <= 0.25
+    assert result.eso_final < result.passes[0].utility.avg_class_size
+
+
+# ------------------------------------------------------------------ Adult (thesis)
+
+
+@pytest.fixture(scope="module")
+def adult():
+    _require("adult_arx.csv")
+    custodian = open_custodian(METADATA, ledger=":memory:")
+    source = create_source(custodian, "adult", QIDS_9)
+    hierarchies = load_hierarchies(THESIS_HIERARCHIES, QIDS_9)
+    yield custodian, source, hierarchies, Histogram(custodian.duckdb, source, QIDS_9, hierarchies)
+    custodian.close()
+
+
+# (k, node in metadata order, #classes, #outliers): thesis Table 4-5 (ADULT, DM objective)
+TABLE_4_5 = [
+    (2, (0, 0, 1, 2, 3, 2, 2, 1, 0), 665, 62),
+    (3, (0, 0, 1, 2, 3, 2, 2, 1, 1), 371, 55),
+    (4, (0, 0, 1, 2, 3, 2, 2, 1, 1), 361, 85),
+    (5, (0, 0, 1, 2, 3, 2, 2, 1, 1), 356, 105),
+    (10, (1, 0, 1, 2, 3, 2, 2, 1, 1), 180, 121),
+    (20, (1, 0, 1, 2, 3, 2, 2, 1, 1), 164, 335),
+    (50, (1, 0, 1, 2, 3, 2, 2, 2, 1), 55, 330),
+    (100, (1, 0, 1, 2, 3, 2, 2, 2, 1), 51, 618),
+]
+# thesis Table 4-4 (average-class-size objective); k = 5 (1817 / 7549) is not reachable
+TABLE_4_4 = [
+    (2, (0, 0, 1, 1, 0, 2, 1, 0, 0), 5014, 8009),
+    (3, (0, 0, 1, 1, 1, 2, 1, 0, 0), 3075, 8401),
+    (4, (0, 0, 1, 1, 1, 2, 2, 0, 0), 2297, 8661),
+    (10, (0, 0, 1, 1, 3, 2, 2, 0, 0), 951, 8167),
+    (20, (0, 0, 1, 2, 3, 2, 2, 0, 0), 536, 9662),
+    (50, (0, 0, 1, 2, 3, 2, 2, 1, 0), 250, 6668),
+    (100, (1, 0, 1, 1, 3, 2, 2, 1, 1), 146, 8374),
+]
+
+
+@pytest.mark.parametrize(("k", "node", "classes", "outliers"), TABLE_4_5)
+def test_thesis_table_4_5_dm_optimal_nodes(adult, k, node, classes, outliers):
+    best = search(adult[3], PrivacyModel(k=k), "dm").best
+    assert (best.node, best.classes, best.suppressed) == (node, classes, outliers)
+    assert math.floor(best.avg_class_size * 100) / 100 == {
+        2: 45.28, 3: 81.08, 4: 83.32, 5: 84.48, 10: 166.64, 20: 182.8, 50: 538.60,
+        100: 580.03}[k]
+
+
+@pytest.mark.parametrize(("k", "node", "classes", "outliers"), TABLE_4_4)
+def test_thesis_table_4_4_average_class_size_nodes(adult, k, node, classes, outliers):
+    stats = node_stats(adult[3], node, PrivacyModel(k=k), "avg_class_size")
+    assert (stats.classes, stats.suppressed) == (classes, outliers)
+    if k == 2:  # one search here (the benchmark and the experiment search every k)
+        best = search(adult[3], PrivacyModel(k=k), "avg_class_size").best
+        assert (best.node, best.classes, best.suppressed) == (node, classes, outliers)
+
+
+def test_rho_gain_k5_rho2_reproduces_the_notes(adult):
+    custodian, source, hierarchies, _ = adult
+    config = AnonymizationConfig(tuple(QIDS_8), hierarchies, PrivacyModel(k=5),
+                                 objective="avg_class_size")
+    result = rho_gain(custodian.duckdb, source, config, rho=2)
+    per_pass = [(p.stats.classes, p.stats.suppressed) for p in result.passes]
+    assert per_pass == [(1809, 7296), (726, 1624), (161, 270)]
+    assert result.waste == 270 and result.union.classes == 2696
+    assert result.eso_final == pytest.approx(11.11, abs=0.1)  # thesis 11.11; ours 11.18
+    assert result.gain == pytest.approx(0.3303, abs=0.01)
+    assert result.risk.max_prosecutor_risk == pytest.approx(0.2)
+
+
+def test_adult_with_l_and_t_is_checked_in_sql(adult):
+    custodian, source, hierarchies, _ = adult
+    occupation = hierarchies["occupation"]
+    qids = ("sex", "age", "race", "marital-status", "salary-class")
+    config = AnonymizationConfig(qids, hierarchies,
+                                 PrivacyModel(k=5, l=2, l_variant="entropy", t=0.2,
+                                              t_variant="hierarchical"),
+                                 objective="dm", sensitive="occupation",
+                                 sensitive_hierarchy=occupation)
+    con = custodian.duckdb
+    domain = sensitive_domain(con, source, "occupation", occupation)
+    result = anonymize_pass(con, source, config, domain, "lt")
+    achieved = achieved_privacy(con, result.published_table, list(qids), "occupation", domain)
+    assert achieved.k >= 5 and achieved.entropy_l >= 2 - 1e-9
+    assert achieved.t_hierarchical <= 0.2 + 1e-9
+
+
+# ------------------------------------------------------------------ DP alternative and CLI
+
+
+def test_dp_release_covers_the_public_generalized_domain(adult):
+    hierarchies = adult[2]
+    node = (0, 4, 1, 1, 3, 2, 2, 1, 1)  # sex × marital {Evli, Bekar} × occupation {3 groups}
+    sql, keys = dp_count_sql("adult", QIDS_9, hierarchies, node)
+    assert keys == ("sex", "marital-status", "occupation")
+    exact = adult[0].execute(sql).fetchdf()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpsql.InsecureRandomnessWarning)
+        con = dpsql.connect(None, metadata=str(METADATA), ledger=":memory:", insecure_seed=11)
+    released = release_counts(con, "adult", QIDS_9, hierarchies, node, epsilon=1.0)
+    con.close()
+    assert released.epsilon_spent == pytest.approx(1.0)
+    assert len(released.counts) == 2 * 2 * 3
+    scores = compare_releases(exact, released.counts, keys, k=5)
+    assert scores["total_abs_error_share"] < 0.01  # 12 cells, Laplace scale ≈ 1 or 2
+    assert scores["classes"] == 12
+
+
+def test_cli_json_reports_node_classes_outliers_and_passes(adult, tmp_path):
+    _require("adult_arx.csv")
+    output = tmp_path / "release.csv"
+    args = ["--metadata", str(METADATA), "--table", "adult", "--hierarchies",
+            str(THESIS_HIERARCHIES), "--qid", "sex", "--qid", "age", "--qid", "race",
+            "--k", "5", "--objective", "avg_class_size", "--rho", "1", "--ledger", ":memory:",
+            "--output", str(output), "--json"]
+    result = CliRunner().invoke(command, args)
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    for field in ("node", "classes", "outliers", "avg_class_size", "dm",
+                  "max_prosecutor_risk", "passes", "epsilon_spent"):
+        assert field in payload
+    assert payload["epsilon_spent"] == 0 and len(payload["node"]) == 3
+    assert [p["pass"] for p in payload["passes"]] == list(range(len(payload["passes"])))
+    written = pd.read_csv(output)
+    assert list(written.columns) == ["sex", "age", "race"]
+    assert len(written) == payload["published"]
+
+
+def test_cli_refuses_a_quasi_identifier_without_hierarchy(tmp_path):
+    args = ["--metadata", str(METADATA), "--table", "adult", "--hierarchies", str(tmp_path),
+            "--qid", "sex", "--ledger", ":memory:"]
+    result = CliRunner().invoke(command, args)
+    assert isinstance(result.exception, dpsql.ProgrammingError)
+    assert "no hierarchy for quasi-identifier 'sex'" in str(result.exception)
