@@ -66,7 +66,8 @@ def split_holdout(metadata: str | Path | Mapping, table: str, target: str, *,
         ledger: ledger of the custodian's read (default: the engine's default).
 
     Raises:
-        dpsql.ProgrammingError: test_fraction is outside (0, 1) or the table is unknown.
+        dpsql.ProgrammingError: test_fraction is outside (0, 1), or the table or the class
+            column is unknown.
     """
     if not 0 < test_fraction < 1:
         raise dpsql.ProgrammingError(f"test_fraction must be in (0, 1), got {test_fraction}",
@@ -77,6 +78,9 @@ def split_holdout(metadata: str | Path | Mapping, table: str, target: str, *,
     if spec is None:
         raise dpsql.ProgrammingError(f"table {table!r} is not in the metadata",
                                      hint=f"use one of {sorted(raw.get('tables', {}))}")
+    if target not in spec.get("columns", {}):
+        raise dpsql.ProgrammingError(f"table {table!r} has no column {target!r}",
+                                     hint=f"use one of {sorted(spec.get('columns', {}))}")
     rows = _read_as_custodian(metadata, table, ledger)
     rng = np.random.default_rng(seed if seed is not None else secrets.randbits(128))
     order = rng.permutation(len(rows))

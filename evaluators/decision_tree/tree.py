@@ -24,7 +24,7 @@ class DPDecisionTree:
     Args:
         epsilon: total ε of the tree (split over levels as Friedman & Schuster do).
         max_depth: number of split levels.
-        criterion: ``max`` (max operator), ``gini`` or ``info_gain``, computed on noisy counts.
+        criterion: ``info_gain`` (ID3), ``gini`` or ``max`` (max operator), on noisy counts.
         selection: ``noisy_argmax`` or ``exponential`` (see ``split.py``; both post-processing).
         attributes: split attributes (default: every column with a public domain).
         exclude: columns left out of the default attributes (e.g. a weight column).
@@ -37,7 +37,8 @@ class DPDecisionTree:
         >>> tree.fit(con, "data/datasets/car.yaml", "car", "class").predict(rows)  # doctest: +SKIP
     """
 
-    def __init__(self, epsilon: float | Fraction, max_depth: int = 5, *, criterion: str = "max",
+    def __init__(self, epsilon: float | Fraction, max_depth: int = 5, *,
+                 criterion: str = "info_gain",
                  selection: str = "noisy_argmax", attributes: Sequence[str] | None = None,
                  exclude: Sequence[str] = (), numeric_bins: int = 5,
                  thresholds: Mapping[str, Sequence[float]] | None = None,

@@ -1,0 +1,265 @@
+"""DP decision trees grown from DP GROUP BY scripts (issue 5), on the real data sets."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from fractions import Fraction
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+import sqlglot
+import yaml
+from click.testing import CliRunner
+from sqlglot import exp
+
+import dpsql
+import dpsql.catalog
+from evaluators.decision_tree import DPDecisionTree, DPRandomForest
+from evaluators.decision_tree.attributes import (UNKNOWN, Attribute, equal_width_thresholds,
+                                                 schema_from_metadata)
+from evaluators.decision_tree.budget import level_epsilon
+from evaluators.decision_tree.cli import command
+from evaluators.decision_tree.holdout import split_holdout
+from evaluators.decision_tree.node import Node
+from evaluators.decision_tree.split import debiased_gain, gain
+
+METADATA = dpsql.catalog.PROJECT_ROOT / "data" / "datasets"
+
+
+def _require(name: str) -> None:
+    path = dpsql.catalog.datasets_dir() / name
+    if path.exists():
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"shared dataset {path} is missing in CI")
+    pytest.skip(f"shared dataset {path} not found (set DPSQL_DATASETS)")
+
+
+def _metadata(name: str, budget: float = 1e9) -> dict:
+    """The repository metadata of ``name`` with a large budget (experiments and tests)."""
+    _require(f"{name}.csv")
+    raw = yaml.safe_load((METADATA / f"{name}.yaml").read_text())
+    raw["budget"] = {"epsilon": budget}
+    for spec in raw["tables"].values():
+        spec["source"] = str(dpsql.catalog.datasets_dir() / f"{name}.csv")
+    return raw
+
+
+def _connect(metadata: dict, ledger: str = ":memory:", seed: int = 0) -> dpsql.Connection:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpsql.InsecureRandomnessWarning)
+        return dpsql.connect(None, metadata=metadata, ledger=ledger, insecure_seed=seed)
+
+
+@pytest.fixture(scope="module")
+def car() -> dict:
+    return _metadata("car")
+
+
+@pytest.fixture(scope="module")
+def car_rows(car) -> pd.DataFrame:
+    custodian = dpsql.connect_custodian(None, metadata=car, ledger=":memory:")
+    try:
+        return custodian.cursor().execute('SELECT * FROM "car"').fetchdf()
+    finally:
+        custodian.close()
+
+
+@pytest.fixture(scope="module")
+def huge_epsilon_car(car, tmp_path_factory):
+    """A depth-3 tree on Car at ε = 10⁶, with its ledger on disk and the spend around it."""
+    ledger = str(tmp_path_factory.mktemp("ledger") / "car.sqlite")
+    connection = _connect(car, ledger)
+    before = connection.budget_spent.epsilon
+    tree = DPDecisionTree(1e6, 3, criterion="info_gain", random_state=0)
+    tree.fit(connection, car, "car", "class")
+    after = connection.budget_spent.epsilon
+    connection.close()
+    return tree, before, after, ledger
+
+
+# --- privacy accounting -------------------------------------------------------------------
+
+
+def test_each_level_has_the_sensitivity_the_budget_split_assumes(huge_epsilon_car):
+    tree, *_ = huge_epsilon_car
+    splits, leaves = tree.levels[:-1], tree.levels[-1]
+    assert [level.depth for level in splits] == [0, 1, 2] and leaves.depth is None
+    for level in tree.levels:
+        # one count table per statement, over disjoint nodes: sensitivity 1 each (add/remove)
+        assert level.sensitivity == level.expected_sensitivity == level.statements
+        assert level.sql.count("SELECT") == level.statements
+    assert splits[0].statements == 1 + 6  # node × class, then the six Car attributes
+    share = Fraction(10**6, 4)
+    assert all(level.epsilon == share for level in splits)
+    assert leaves.epsilon == Fraction(10**6) - 3 * share
+
+
+def test_ledger_records_exactly_the_requested_epsilon(huge_epsilon_car):
+    tree, before, after, ledger = huge_epsilon_car
+    assert after - before == Fraction(10**6) == tree.epsilon_spent
+    reopened = dpsql.connect(None, metadata=_metadata("car"), ledger=ledger)
+    assert reopened.budget_spent.epsilon == Fraction(10**6)
+    reopened.close()
+
+
+def test_ledger_total_is_exact_for_a_decimal_epsilon_and_early_stop(car):
+    connection = _connect(car, seed=1)
+    tree = DPDecisionTree(0.3, 4, random_state=1).fit(connection, car, "car", "class")
+    # Car is too small for four levels at ε = 0.3: growth stops early and the leaf script
+    # takes the rest, so the ledger still grows by exactly 3/10.
+    assert len(tree.levels) < 5
+    assert connection.budget_spent.epsilon == Fraction(3, 10)
+    connection.close()
+
+
+def test_forest_on_disjoint_parts_costs_epsilon_once(car, tmp_path):
+    holdout = split_holdout(car, "car", "class", test_fraction=0.3, directory=tmp_path, seed=0,
+                            parts=3, budget=100, ledger=":memory:")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpsql.InsecureRandomnessWarning)
+        connection = dpsql.connect(str(holdout.train_database), metadata=holdout.train_metadata,
+                                   ledger=":memory:", insecure_seed=0)
+    forest = DPRandomForest(2.0, n_trees=3, max_depth=1, random_state=0)
+    forest.fit(connection, holdout.train_metadata, "car", "class")
+    assert connection.budget_spent.epsilon == 2
+    assert len(forest.roots) == 3 and '"tree_part" = 2' in forest.levels[0].sql
+    assert all(level.sensitivity == level.expected_sensitivity for level in forest.levels)
+    assert forest.predict_proba(holdout.test).shape == (len(holdout.test), 4)
+    connection.close()
+
+
+# --- correctness --------------------------------------------------------------------------
+
+
+def test_huge_epsilon_tree_equals_non_private_id3_on_car(huge_epsilon_car, car, car_rows):
+    tree, *_ = huge_epsilon_car
+    custodian = dpsql.connect_custodian(None, metadata=car, ledger=":memory:")
+    exact = DPDecisionTree(1e6, 3, criterion="info_gain").fit_exact(custodian, car, "car",
+                                                                      "class")
+    custodian.close()
+
+    def shape(node: Node):
+        return (node.split.name if node.split else None, [shape(c) for c in node.children])
+
+    assert shape(tree.roots[0]) == shape(exact.roots[0])
+    assert shape(exact.roots[0])[0] == "safety"  # the largest information gain on Car
+    assert list(tree.predict(car_rows)) == list(exact.predict(car_rows))
+    assert (exact.predict(car_rows) == car_rows["class"]).mean() == pytest.approx(0.819, abs=0.01)
+
+
+def test_no_query_reads_thresholds_from_the_data():
+    metadata = _metadata("adult")
+    connection = _connect(metadata, seed=2)
+    tree = DPDecisionTree(10.0, 2, attributes=["age", "hours-per-week", "sex"], random_state=2)
+    tree.fit(connection, metadata, "adult", "salary-class")
+    connection.close()
+    public = {float(t) for a in tree.schema.attributes for t in a.thresholds}
+    assert public == {float(t) for t in equal_width_thresholds(17, 90, 5, integer=True)
+                      + equal_width_thresholds(1, 99, 5, integer=True)}
+    assert tree.roots[0].split is not None  # level 1 really carries a path predicate
+    for script in tree.queries:
+        for statement in sqlglot.parse(script, read="duckdb"):
+            for comparison in statement.find_all(exp.LT, exp.GTE, exp.GT, exp.LTE):
+                literal = comparison.expression
+                assert isinstance(literal, exp.Literal), comparison.sql()
+                assert float(literal.this) in public, comparison.sql()
+            # node ids and bin ids are CASE results; nothing else is a number
+            assert not list(statement.find_all(exp.Min, exp.Max, exp.Quantile))
+
+
+def test_cli_json_contract(car, tmp_path):
+    metadata = tmp_path / "car.yaml"
+    metadata.write_text(yaml.safe_dump(car))
+    result = CliRunner().invoke(command, [
+        "--metadata", str(metadata), "--table", "car", "--class", "class", "--epsilon", "2",
+        "--depth", "2", "--test-fraction", "0.3", "--seed", "4", "--insecure-seed", "4",
+        "--ledger", str(tmp_path / "ledger.sqlite"), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert {"test_accuracy", "majority_accuracy", "depth", "epsilon_spent", "queries"} <= set(out)
+    assert out["epsilon_spent"] == 2.0 and out["test_rows"] == 518
+    assert 0.6 < out["majority_accuracy"] < 0.8 and out["test_accuracy"] >= 0.6
+    assert sum(q["epsilon"] for q in out["queries"]) == pytest.approx(2.0)
+    assert all("GROUP BY node" in q["sql"] for q in out["queries"])
+
+
+def test_cli_refuses_an_unknown_class_column(car, tmp_path):
+    metadata = tmp_path / "car.yaml"
+    metadata.write_text(yaml.safe_dump(car))
+    result = CliRunner().invoke(command, [
+        "--metadata", str(metadata), "--table", "car", "--class", "colour",
+        "--ledger", ":memory:", "--json"])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, dpsql.ProgrammingError)
+
+
+# --- pure parts -------------------------------------------------------------------------
+
+
+def test_gains_of_small_tables():
+    table = np.array([[30.0, 0.0], [0.0, 10.0], [5.0, 5.0]])
+    assert gain(table, "max") == 10.0
+    assert gain(table, "gini") == pytest.approx(50 * (1 - (35 / 50) ** 2 - (15 / 50) ** 2) - 5.0)
+    parent = -(0.7 * np.log2(0.7) + 0.3 * np.log2(0.3))
+    assert gain(table, "info_gain") == pytest.approx(50 * parent - 10.0)
+    assert gain(np.array([[4.0, 0.0], [8.0, 0.0]]), "info_gain") == 0.0  # pure node
+
+
+def test_bias_correction_removes_the_large_domain_advantage():
+    rng = np.random.default_rng(0)
+    # 42 values, no signal: every child has the parent's 3:1 class mix.
+    table = np.tile([75.0, 25.0], (42, 1))
+    scale = 56.0
+    raw, corrected = [], []
+    for _ in range(40):
+        noisy = table + rng.laplace(0.0, scale, size=table.shape)
+        raw.append(gain(noisy, "max"))
+        corrected.append(debiased_gain(noisy, "max", scale, rng))
+    assert np.mean(raw) > 400  # noise alone looks like a strong split...
+    assert abs(np.mean(corrected)) < 0.25 * np.mean(raw)  # ...until the bias is removed
+
+
+def test_prediction_bins_match_the_sql_bins():
+    attribute = Attribute("age", tuple(range(5)), equal_width_thresholds(17, 90, 5, integer=True))
+    ages = pd.Series([17, 31, 32, 46, 60, 61, 75, 76, 90, None], dtype="Int64")
+    frame = pd.DataFrame({"age": ages})
+    database = duckdb.connect()
+    database.register("frame", frame)
+    in_sql = database.execute(f"SELECT {attribute.value_sql()} AS v FROM frame").df()["v"]
+    expected = in_sql.fillna(UNKNOWN).astype(int).to_numpy()
+    np.testing.assert_array_equal(attribute.encode(frame["age"]), expected)
+    in_sql_predicates = [database.execute(f"SELECT count(*) FROM frame WHERE "
+                                          f"{attribute.predicate_sql(i)}").fetchone()[0]
+                         for i in range(attribute.size)]
+    assert in_sql_predicates == [np.sum(expected == i) for i in range(attribute.size)]
+
+
+def test_level_shares_add_up_exactly():
+    total = Fraction(1, 10)
+    for depth in range(7):
+        assert depth * level_epsilon(total, depth) + level_epsilon(total, depth) == total
+
+
+def test_inverse_variance_combination():
+    node = Node(depth=0, conditions=(), candidates=())
+    node.absorb(np.array([10.0, 20.0]), 4.0)
+    node.absorb(np.array([14.0, 16.0]), 12.0)
+    np.testing.assert_allclose(node.counts, [11.0, 19.0])
+    assert node.variance == pytest.approx(3.0)
+
+
+def test_schema_refuses_attributes_without_public_domain():
+    metadata = {"tables": {"t": {"privacy_unit": None, "columns": {
+        "y": {"type": "text", "values": ["a", "b"]}, "free": {"type": "text"},
+        "x": {"type": "int", "lower": 0, "upper": 9}}}}}
+    schema = schema_from_metadata(metadata, "t", "y")
+    assert [a.name for a in schema.attributes] == ["x"]  # 'free' has no domain: skipped
+    with pytest.raises(dpsql.ProgrammingError):
+        schema_from_metadata(metadata, "t", "y", attributes=["free"])
+    with pytest.raises(dpsql.ProgrammingError):
+        DPDecisionTree(1.0, 2, criterion="entropy")
