@@ -19,8 +19,12 @@ from sqlglot import exp
 import dpsql
 import dpsql.catalog
 from evaluators.decision_tree import DPDecisionTree, DPRandomForest
-from evaluators.decision_tree.attributes import (UNKNOWN, Attribute, equal_width_thresholds,
-                                                 schema_from_metadata)
+from evaluators.decision_tree.attributes import (
+    UNKNOWN,
+    Attribute,
+    equal_width_thresholds,
+    schema_from_metadata,
+)
 from evaluators.decision_tree.budget import level_epsilon
 from evaluators.decision_tree.cli import command
 from evaluators.decision_tree.holdout import split_holdout
