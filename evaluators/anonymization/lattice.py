@@ -128,7 +128,9 @@ def search(
         prune: skip nodes whose inherited lower bound exceeds the best score (exact, not a
             heuristic: the result equals the exhaustive one).
         direction: "up" (bottom-up, tables rolled up from predecessors, successor bounds),
-            "down" (top-down, predecessor bounds) or "auto" (the objective's preference).
+            "down" (top-down, predecessor bounds; a node suppressing more than the limit also
+            rules out all its predecessors, as in Flash/OLA) or "auto" (the objective's
+            preference).
         keep_all: return the stats of every evaluated node.
 
     Raises:
@@ -165,7 +167,8 @@ def search(
         current: dict[tuple[int, ...], ClassTable] = {}
         for node in layer:
             bound = inherited.pop(node, -math.inf)
-            if not (prune and best is not None and bound > best.value):
+            hopeless = bound == math.inf or (best is not None and bound > best.value)
+            if not (prune and hopeless):
                 table = _table_for(histogram, node, previous) if upward else histogram.table(node)
                 current[node] = table
                 stats, view = evaluate(histogram, table, model, domain, objective)
@@ -175,6 +178,8 @@ def search(
                 if stats.suppressed <= limit and (best is None or stats.rank() < best.rank()):
                     best = stats
                 bound = max(bound, bound_of(view))
+                if not upward and view.suppressed_below > limit:
+                    bound = math.inf  # every predecessor suppresses at least as many records
             for other in neighbours(node):
                 if inherited.get(other, -math.inf) < bound:
                     inherited[other] = bound
