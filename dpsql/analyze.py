@@ -66,9 +66,12 @@ def analyze(statement: Statement, catalog: Catalog) -> CheckedQuery:
             hint="aggregate the rows, e.g. SELECT COUNT(*), AVG(col) ... GROUP BY key",
         )
     outputs = _outputs(select, keys, aggregates, statement)
-    post = _post_query(select, keys, aggregates, outputs, resolver)
+    post = _post_query(select, keys, aggregates, outputs)
+    projection = all(o.role in ("key", "aggregate") for o in outputs) and not any(
+        select.args.get(c) is not None for c in ("having", "order", "limit", "offset"))
     return CheckedQuery(statement=statement, table=table, where=where_expr, keys=keys,
-                        aggregates=aggregates, outputs=outputs, post=post)
+                        aggregates=aggregates, outputs=outputs,
+                        post_sql=post.sql(dialect="duckdb"), post_is_projection=projection)
 
 
 def is_public_query(statement: Statement, catalog: Catalog) -> bool:
@@ -305,7 +308,8 @@ def _outputs(select, keys, aggregates, statement) -> tuple[OutputColumn, ...]:
             body.name if isinstance(body, exp.Column) else projection.sql(dialect="duckdb"))
         key = _matching_key(body, keys)
         if key is not None:
-            outputs.append(OutputColumn(name=name, aggregate=None, type=key.type, role="key"))
+            outputs.append(OutputColumn(name=name, aggregate=None, type=key.type, role="key",
+                                        source=key.name))
             continue
         if not _aggregates_in(body):
             if isinstance(body, (exp.Literal, exp.Null, exp.Boolean)):
@@ -325,7 +329,8 @@ def _outputs(select, keys, aggregates, statement) -> tuple[OutputColumn, ...]:
         aggregate = by_sql.get(body.sql(dialect="duckdb"))
         kind = _output_type(body, aggregate)
         outputs.append(OutputColumn(name=name, aggregate=aggregate.name if aggregate else None,
-                                    type=kind, role="aggregate" if aggregate else "derived"))
+                                    type=kind, role="aggregate" if aggregate else "derived",
+                                    source=aggregate.name if aggregate else None))
     names = [o.name.lower() for o in outputs]
     if len(set(names)) != len(names):
         raise ProgrammingError("two output columns have the same name", sql=statement.sql,
@@ -356,8 +361,17 @@ def _matching_key(body: exp.Expression, keys) -> GroupKey | None:
     return None
 
 
-def _post_query(select, keys, aggregates, outputs, resolver) -> exp.Select:
-    """The original SELECT rewritten to run over the noisy frame (pure post-processing)."""
+def ci_column(output: str, side: str) -> str:
+    """Name of the hidden interval column of an output in the post-processing query."""
+    return f"\x00ci_{side}_{output}"
+
+
+def _post_query(select, keys, aggregates, outputs) -> exp.Select:
+    """The original SELECT rewritten to run over the noisy frame (pure post-processing).
+
+    Each output that is one aggregate as is also carries its interval bounds in two hidden
+    columns, so that HAVING, ORDER BY and LIMIT move them with their rows.
+    """
     by_sql = {a.sql: a.name for a in aggregates}
 
     def substitute(node: exp.Expression) -> exp.Expression:
@@ -372,6 +386,12 @@ def _post_query(select, keys, aggregates, outputs, resolver) -> exp.Select:
     for projection, output in zip(select.expressions, outputs):
         body = projection.unalias().copy().transform(substitute)
         post = post.select(exp.alias_(body, output.name, quoted=True), copy=False)
+    for output in outputs:
+        if output.aggregate is not None:
+            for side in ("low", "high"):
+                post = post.select(exp.alias_(
+                    exp.column(f"{output.aggregate}__{side}", quoted=True),
+                    ci_column(output.name, side), quoted=True), copy=False)
     post = post.from_(exp.to_table(NOISY_FRAME), copy=False)
     having = select.args.get("having")
     if having is not None:

@@ -102,6 +102,12 @@ class Connection(_Base):
         self._check_open()
         return Cursor(self)
 
+    def close(self) -> None:
+        """Close the engine, the backend and the ledger."""
+        if not self._closed:
+            self._engine.close()
+        super().close()
+
     def execute(self, operation: str, parameters=None, *, epsilon=None) -> Cursor:
         """Shortcut: a new cursor's execute()."""
         return self.cursor().execute(operation, parameters, epsilon=epsilon)

@@ -21,7 +21,7 @@ from dpsql.mechanisms.calibrate import discrete_laplace_half_width
 from dpsql.mechanisms.samplers import RandomSource
 from dpsql.parse import parse_one, parse_script
 from dpsql.plan import ScriptPlan, Statement, StatementPlan
-from dpsql.release import ColumnInfo, NoisyResult, release
+from dpsql.release import ColumnInfo, NoisyResult, PostProcessor, release
 from dpsql.rewrite import domain_size, part_count, rewrite
 
 
@@ -41,6 +41,7 @@ class Engine:
                  rng: RandomSource, epsilon_per_query: Fraction | None) -> None:
         self.catalog, self.backend, self.ledger = catalog, backend, ledger
         self.analyst, self.rng, self.epsilon_per_query = analyst, rng, epsilon_per_query
+        self.post = PostProcessor()
 
     def plan(self, sql: str, params=None, *, epsilon=None, script: bool = False) -> Planned:
         """Parse, check and rewrite without touching data or budget."""
@@ -73,8 +74,7 @@ class Engine:
             if not remaining.covers(planned.release.loss):
                 raise budget_exhausted(self.analyst, self.catalog.name, planned.release.loss,
                                        remaining)
-        exact = [self.backend.run(p.exact) for p in planned.release.statements] \
-            if planned.release else []
+        exact = [self._run(p) for p in planned.release.statements] if planned.release else []
         public = [self.backend.run(s.tree) for s in planned.public]
         if planned.release is not None:
             self.ledger.charge(analyst=self.analyst, dataset=self.catalog.name,
@@ -86,12 +86,24 @@ class Engine:
         for kind, i in planned.order:
             if kind == "dp":
                 names, rows = exact[i]
-                results.append(release(planned.release.statements[i], names, rows, self.rng))
+                results.append(release(planned.release.statements[i], names, rows, self.rng,
+                                       self.post))
             else:
                 names, rows = public[i]
                 results.append(NoisyResult(columns=[ColumnInfo(n, "any") for n in names],
                                            rows=rows))
         return results
+
+    def _run(self, plan: StatementPlan) -> tuple[list[str], list[tuple]]:
+        # DuckDB runs the SQL text as built; other backends adapt the parsed tree
+        run_duckdb_sql = getattr(self.backend, "run_duckdb_sql", None)
+        if run_duckdb_sql is not None:
+            return run_duckdb_sql(plan.exact_query.sql)
+        return self.backend.run(plan.exact)
+
+    def close(self) -> None:
+        """Release the post-processing database."""
+        self.post.close()
 
     def explain(self, sql: str, params=None, *, epsilon=None) -> dict:
         """What a script would cost and how it would be noised; runs and spends nothing."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -29,15 +30,24 @@ def parse_script(sql: str, params: Sequence[Any] | None = None) -> list[Statemen
     """
     if not isinstance(sql, str):
         raise InterfaceError(f"SQL must be a string, got {type(sql).__name__}")
-    try:
-        trees = [t for t in sqlglot.parse(sql, read=DIALECT) if t is not None]
-    except (ParseError, TokenError) as err:
-        raise _syntax_error(err, sql) from None
+    trees = list(_parsed(sql))
     if not trees:
         raise ProgrammingError("the SQL text holds no statement", hint="write a SELECT statement")
     bound = _bind(trees, params, sql)
     return [Statement(tree=t, sql=t.sql(dialect=DIALECT, comments=False), hints=_hints(t))
             for t in bound]
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(sql: str) -> tuple[exp.Expression, ...]:
+    """sqlglot's trees for ``sql``; cached because analysts and evaluators repeat statements.
+
+    The trees are shared: every later stage copies before it changes anything.
+    """
+    try:
+        return tuple(t for t in sqlglot.parse(sql, read=DIALECT) if t is not None)
+    except (ParseError, TokenError) as err:
+        raise _syntax_error(err, sql) from None
 
 
 def parse_one(sql: str, params: Sequence[Any] | None = None) -> Statement:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+import sqlglot
 from sqlglot import exp
 
 from dpsql.budget import PrivacyLoss
@@ -60,6 +61,7 @@ class OutputColumn:
     aggregate: str | None
     type: str
     role: str = "aggregate"  # 'key', 'aggregate', 'derived' (arithmetic on aggregates), 'literal'
+    source: str | None = None  # column of the noisy frame it shows (a key's or aggregate's name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +74,8 @@ class CheckedQuery:
     keys: tuple[GroupKey, ...]
     aggregates: tuple[Aggregate, ...]
     outputs: tuple[OutputColumn, ...]
-    post: exp.Select  # runs over the noisy frame: aggregates replaced by their noisy columns
+    post_sql: str  # runs over the noisy frame; aggregates replaced by their noisy columns
+    post_is_projection: bool  # no HAVING/ORDER/LIMIT/arithmetic: a plain column selection
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,14 +104,39 @@ class NoisePart:
         return Fraction(2) ** self.grid_exp
 
 
+class ExactQuery:
+    """The exact bounded query: DuckDB SQL as built, parsed to a sqlglot tree on demand.
+
+    DuckDB runs the text as is; other backends adapt the tree to their dialect.
+    """
+
+    __slots__ = ("sql", "_tree")
+
+    def __init__(self, sql: str) -> None:
+        self.sql = sql
+        self._tree: exp.Expression | None = None
+
+    @property
+    def tree(self) -> exp.Expression:
+        """The query as a sqlglot tree (DuckDB dialect)."""
+        if self._tree is None:
+            self._tree = sqlglot.parse_one(self.sql, read="duckdb")
+        return self._tree
+
+
 @dataclass(frozen=True, slots=True)
 class StatementPlan:
     """The exact query to run and how to noise and post-process its rows."""
 
     checked: CheckedQuery
-    exact: exp.Expression
+    exact_query: ExactQuery
     parts: tuple[NoisePart, ...]
     loss: PrivacyLoss
+
+    @property
+    def exact(self) -> exp.Expression:
+        """The exact query as a sqlglot tree."""
+        return self.exact_query.tree
 
     @property
     def sensitivity(self) -> Fraction:

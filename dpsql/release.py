@@ -12,16 +12,13 @@ from fractions import Fraction
 
 import duckdb
 import pandas as pd
-from sqlglot import exp
-
-from dpsql.analyze import NOISY_FRAME
+from dpsql.analyze import NOISY_FRAME, ci_column
 from dpsql.errors import InternalError
 from dpsql.mechanisms.calibrate import discrete_laplace_half_width
 from dpsql.mechanisms.samplers import RandomSource, discrete_laplace
 from dpsql.plan import StatementPlan
 
 CONFIDENCE = 0.95
-_CI = "\x00ci_"
 
 
 @dataclass(frozen=True)
@@ -46,8 +43,8 @@ class NoisyResult:
     sensitivity: Fraction = Fraction(0)
 
 
-def release(plan: StatementPlan, names: list[str], rows: list[tuple],
-            rng: RandomSource) -> NoisyResult:
+def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: RandomSource,
+            post: PostProcessor) -> NoisyResult:
     """Add noise to the exact rows of one statement and apply its post-processing."""
     checked = plan.checked
     index = {name: i for i, name in enumerate(names)}
@@ -75,7 +72,7 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple],
                                   center, low, high) for s, c in zip(sums, counts)]
         frame[agg.name + "__low"] = [b[0] for b in bounds]
         frame[agg.name + "__high"] = [b[1] for b in bounds]
-    result_names, result_rows, intervals = _post_process(plan, pd.DataFrame(frame))
+    result_names, result_rows, intervals = _post_process(plan, frame, post)
     columns = [_describe(out, plan) for out in checked.outputs]
     if [c.name for c in columns] != result_names:
         raise InternalError("post-processing changed the output columns")
@@ -104,26 +101,47 @@ def _ratio_interval(total, count, total_width, count_width, center, low, high):
     return max(min(corners), low), min(max(corners), high)
 
 
-def _post_process(plan: StatementPlan, frame: pd.DataFrame):
+class PostProcessor:
+    """Runs post-processing SQL over noisy frames on one private, file-less DuckDB."""
+
+    def __init__(self) -> None:
+        self._connection: duckdb.DuckDBPyConnection | None = None
+
+    def run(self, sql: str, frame: pd.DataFrame) -> tuple[list[str], list[tuple]]:
+        """Execute ``sql`` with ``frame`` visible as the noisy table."""
+        if self._connection is None:
+            self._connection = duckdb.connect(":memory:",
+                                              config={"enable_external_access": False})
+        self._connection.register(NOISY_FRAME, frame)
+        try:
+            cursor = self._connection.execute(sql)
+            return [d[0] for d in cursor.description], cursor.fetchall()
+        finally:
+            self._connection.unregister(NOISY_FRAME)
+
+    def close(self) -> None:
+        """Close the DuckDB connection."""
+        if self._connection is not None:
+            self._connection.close()
+
+
+def _post_process(plan: StatementPlan, frame: dict[str, list], post: PostProcessor):
     checked = plan.checked
-    post = checked.post.copy()
     ci_outputs = [o for o in checked.outputs if o.aggregate is not None]
-    for out in ci_outputs:
-        for side in ("low", "high"):
-            post = post.select(exp.alias_(exp.column(f"{out.aggregate}__{side}", quoted=True),
-                                          f"{_CI}{side}_{out.name}", quoted=True), copy=False)
-    connection = duckdb.connect(":memory:", config={"enable_external_access": False})
-    try:
-        connection.register(NOISY_FRAME, frame)
-        cursor = connection.execute(post.sql(dialect="duckdb"))
-        rows = cursor.fetchall()
-        names = [d[0] for d in cursor.description]
-    finally:
-        connection.close()
-    visible = [i for i, n in enumerate(names) if not n.startswith(_CI)]
+    if checked.post_is_projection:
+        # a plain selection of keys and aggregates: no SQL needed
+        names = [o.name for o in checked.outputs]
+        rows = list(zip(*(frame[o.source] for o in checked.outputs)))
+        intervals = {o.name: list(zip(frame[o.aggregate + "__low"], frame[o.aggregate + "__high"]))
+                     for o in ci_outputs}
+        return names, rows, intervals
+    names, rows = post.run(checked.post_sql, pd.DataFrame(frame))
+    hidden = {ci_column(o.name, side) for o in ci_outputs for side in ("low", "high")}
+    visible = [i for i, n in enumerate(names) if n not in hidden]
     intervals = {}
     for out in ci_outputs:
-        lo, hi = names.index(f"{_CI}low_{out.name}"), names.index(f"{_CI}high_{out.name}")
+        lo = names.index(ci_column(out.name, "low"))
+        hi = names.index(ci_column(out.name, "high"))
         intervals[out.name] = [(r[lo], r[hi]) for r in rows]
     return [names[i] for i in visible], [tuple(r[i] for i in visible) for r in rows], intervals
 

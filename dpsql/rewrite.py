@@ -18,13 +18,12 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-import sqlglot
 from sqlglot import exp
 
 from dpsql.catalog import Catalog
 from dpsql.errors import ProgrammingError
 from dpsql.mechanisms.calibrate import grid_exponent
-from dpsql.plan import Aggregate, CheckedQuery, NoisePart, StatementPlan
+from dpsql.plan import Aggregate, CheckedQuery, ExactQuery, NoisePart, StatementPlan
 from dpsql.budget import PrivacyLoss
 from dpsql.sensitivity import count_sensitivity, distinct_unit_sensitivity, sum_sensitivity
 
@@ -70,9 +69,9 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
             hint="group by fewer or coarser keys: every cell of the domain is released")
     parts, values = _parts(checked, catalog, epsilon_per_part, cells)
     sql = _exact_sql(checked, parts, values, salt)
-    exact_tree = sqlglot.parse_one(sql, read=DIALECT)
     loss = PrivacyLoss(epsilon_per_part * len(parts))
-    return StatementPlan(checked=checked, exact=exact_tree, parts=tuple(parts), loss=loss)
+    return StatementPlan(checked=checked, exact_query=ExactQuery(sql), parts=tuple(parts),
+                         loss=loss)
 
 
 class _Value:

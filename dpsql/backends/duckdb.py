@@ -53,8 +53,12 @@ class DuckDBBackend:
 
     def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
         """Execute an exact query tree."""
+        return self.run_duckdb_sql(tree.sql(dialect=self.dialect))
+
+    def run_duckdb_sql(self, sql: str) -> tuple[list[str], list[tuple]]:
+        """Execute exact SQL already written in DuckDB's dialect (no re-generation)."""
         try:
-            cursor = self.connection.execute(tree.sql(dialect=self.dialect))
+            cursor = self.connection.execute(sql)
             rows = cursor.fetchall()
         except duckdb.Error as err:
             raise BackendError(f"DuckDB failed to run the exact query: {err}") from err

@@ -1,0 +1,160 @@
+"""DP query overhead: dpsql against the same raw DuckDB query, and against SmartNoise SQL.
+
+Run: ``python benchmarks/engine_overhead.py [--sizes 100000 1000000 10000000] [--repeats 5]``
+
+For each size it builds (once, in a DuckDB file under --workdir) a row-privacy table and a
+user-level table (10 rows per user on average) with a 10-value public key and a value in
+[0, 100], then times ``SELECT grp, COUNT(*), SUM(value), AVG(value) ... GROUP BY grp``:
+raw on DuckDB, and through dpsql (parse, analyse, rewrite with clamping and, for the
+user-level table, per-user contribution bounding, DuckDB, noise, post-processing). Timings
+are medians of interleaved repeats, so both sides see the same machine load; the script
+prints the table and the DP/raw ratios. SmartNoise SQL (``pip install smartnoise-sql`` into
+the interpreter given by --smartnoise-python, e.g. a separate venv) runs the same query at
+10^6 rows on its pandas reader, in a subprocess, in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import warnings
+from pathlib import Path
+
+import duckdb
+
+import dpsql
+
+QUERY = ("SELECT grp, COUNT(*) AS n, SUM(value) AS total, AVG(value) AS mean FROM {table} "
+         "GROUP BY grp")
+GROUPS = [f"g{i}" for i in range(10)]
+
+
+def build(path: Path, sizes: list[int]) -> None:
+    """Create rows_<n> and users_<n> tables in the DuckDB file (skipped when present)."""
+    con = duckdb.connect(str(path))
+    have = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables")
+            .fetchall()}
+    for n in sizes:
+        for kind, users in (("rows", n), ("users", max(n // 10, 1))):
+            name = f"{kind}_{n}"
+            if name in have:
+                continue
+            con.execute(f"""
+                CREATE TABLE {name} AS
+                SELECT CAST(hash(i) % {users} AS BIGINT) AS uid,
+                       'g' || CAST(hash(i + 7) % 10 AS VARCHAR) AS grp,
+                       (hash(i + 13) % 10000) / 100.0 AS value
+                FROM range({n}) AS t(i)""")
+    con.close()
+
+
+def metadata(sizes: list[int]) -> dict:
+    """Catalogue: rows_* with row privacy, users_* with uid as privacy unit (L0=1, L∞=10)."""
+    columns = {"uid": {"type": "int"}, "grp": {"type": "text", "values": GROUPS},
+               "value": {"type": "float", "lower": 0, "upper": 100}}
+    tables = {}
+    for n in sizes:
+        tables[f"rows_{n}"] = {"privacy_unit": None, "columns": columns}
+        tables[f"users_{n}"] = {"privacy_unit": "uid", "max_groups_per_unit": 1,
+                                "max_rows_per_group": 10, "columns": columns}
+    return {"name": "bench", "budget": {"epsilon": 1e9}, "tables": tables}
+
+
+def _median_time(func, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        func()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def time_pair(path: Path, meta: dict, table: str, repeats: int) -> tuple[float, float]:
+    """(raw seconds, dpsql seconds), interleaved medians."""
+    raw = duckdb.connect(str(path), read_only=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dp = dpsql.connect(str(path), metadata=meta, ledger=":memory:")
+    sql = QUERY.format(table=table)
+    raw.execute(sql).fetchall()  # warm the OS cache for both
+    dp.execute(sql, epsilon=1.0).fetchall()
+    raw_times, dp_times = [], []
+    for _ in range(repeats):
+        raw_times.append(_median_time(lambda: raw.execute(sql).fetchall(), 1))
+        dp_times.append(_median_time(lambda: dp.execute(sql, epsilon=1.0).fetchall(), 1))
+    raw.close()
+    dp.close()
+    return statistics.median(raw_times), statistics.median(dp_times)
+
+
+SMARTNOISE = textwrap.dedent("""
+    import sys, time, json, statistics
+    import duckdb, snsql
+    from snsql import Privacy
+    path, table, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    df = duckdb.connect(path, read_only=True).execute(f"SELECT * FROM {table}").df()
+    meta = {"bench": {"bench": {table: {
+        "max_ids": 10, "row_privacy": False, "censor_dims": False,
+        "uid": {"type": "int", "private_id": True},
+        "grp": {"type": "string"},
+        "value": {"type": "float", "lower": 0, "upper": 100}}}}}
+    reader = snsql.from_df(df, privacy=Privacy(epsilon=1.0, delta=1e-5), metadata=meta)
+    sql = f"SELECT grp, COUNT(*) AS n, SUM(value) AS total, AVG(value) AS mean FROM bench.{table} GROUP BY grp"
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter(); reader.execute(sql); times.append(time.perf_counter() - start)
+    print(json.dumps({"seconds": statistics.median(times)}))
+""")
+
+
+def time_smartnoise(python: str, path: Path, table: str, repeats: int) -> float | None:
+    """Median seconds of SmartNoise SQL on the same table, or None if it is not installed."""
+    out = subprocess.run([python, "-c", SMARTNOISE, str(path), table, str(repeats)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"SmartNoise SQL did not run ({out.stderr.strip().splitlines()[-1:]})",
+              file=sys.stderr)
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+
+
+def main() -> None:
+    """Build the tables, time both sides, print the table and ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10**5, 10**6, 10**7])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()))
+    parser.add_argument("--smartnoise-python", default="/tmp/snenv/bin/python",
+                        help="interpreter with smartnoise-sql installed (a separate venv)")
+    args = parser.parse_args()
+    path = args.workdir / "dpsql-bench.duckdb"
+    build(path, args.sizes)
+    meta = metadata(args.sizes)
+    print(f"| rows | table | raw DuckDB (s) | dpsql (s) | dpsql / raw |")
+    print("|---:|---|---:|---:|---:|")
+    results = {}
+    for n in args.sizes:
+        for kind in ("rows", "users"):
+            raw, dp = time_pair(path, meta, f"{kind}_{n}", args.repeats)
+            results[(n, kind)] = dp
+            label = "row privacy" if kind == "rows" else "user-level (L∞=10)"
+            print(f"| {n:,} | {label} | {raw:.4f} | {dp:.4f} | {dp / raw:.2f} |", flush=True)
+    if 10**6 in args.sizes and Path(args.smartnoise_python).exists():
+        print("\n| rows | table | SmartNoise SQL (s) | dpsql (s) | SmartNoise / dpsql |")
+        print("|---:|---|---:|---:|---:|")
+        for kind in ("rows", "users"):
+            sn = time_smartnoise(args.smartnoise_python, path, f"{kind}_{10**6}",
+                                 max(args.repeats // 2, 1))
+            if sn is not None:
+                dp = results[(10**6, kind)]
+                print(f"| 1,000,000 | {kind} | {sn:.3f} | {dp:.4f} | {sn / dp:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
