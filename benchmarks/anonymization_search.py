@@ -62,19 +62,19 @@ def main(repeat: int, k: int, output: str | None) -> None:
                                                         hierarchies))
     model = PrivacyModel(k=k)
     lines = [
-        f"Adult (30,162 rows), 9 QIDs, 12,960 nodes, {k}-anonymity; "
-        f"base histogram {len(histogram.base.keys):,} classes built in {build[0]:.2f} s wall / "
-        f"{build[1]:.2f} s CPU (median of {repeat}).",
+        (f"Adult (30,162 rows), 9 QIDs, 12,960 nodes, {k}-anonymity; "
+         f"base histogram {len(histogram.base.keys):,} classes built in {build[0]:.2f} s wall / "
+         f"{build[1]:.2f} s CPU (median of {repeat})."),
         "",
-        "| setting | optimum | pruned: nodes | pruned: s wall / CPU | exhaustive: nodes "
-        "| exhaustive: s wall / CPU |",
+        ("| setting | optimum | pruned: nodes | pruned: s wall / CPU | exhaustive: nodes "
+         "| exhaustive: s wall / CPU |"),
         "|---|---|---|---|---|---|",
     ]
     for label, objective, limit in SETTINGS:
-        pruned_s, pruned = _timed(repeat, lambda: search(histogram, model, objective,
-                                                         suppression_limit=limit))
-        full_s, full = _timed(repeat, lambda: search(histogram, model, objective,
-                                                     suppression_limit=limit, prune=False))
+        pruned_s, pruned = _timed(repeat, lambda o=objective, s=limit: search(
+            histogram, model, o, suppression_limit=s))
+        full_s, full = _timed(repeat, lambda o=objective, s=limit: search(
+            histogram, model, o, suppression_limit=s, prune=False))
         assert pruned.best == full.best, (label, pruned.best, full.best)
         best = pruned.best
         optimum = (f"{best.node}: {best.classes} classes, {best.suppressed} suppressed"

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import dpsql
 import duckdb
 from sqlglot import exp
 
+import dpsql
 from evaluators.anonymization.criteria import (
     PrivacyModel,
     SensitiveDomain,

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import click
+
 import dpsql
 from dpsql.catalog import load_catalog
-
 from evaluators.anonymization.anonymizer import AnonymizationConfig, write_release
 from evaluators.anonymization.criteria import L_VARIANTS, T_VARIANTS, PrivacyModel
 from evaluators.anonymization.dp_release import compare_releases, dp_count_sql, release_counts

@@ -18,7 +18,6 @@ import pandas as pd
 from sqlglot import exp
 
 import dpsql
-
 from evaluators.anonymization.hierarchies import Hierarchy
 
 L_VARIANTS = ("distinct", "entropy", "recursive")
@@ -45,7 +44,7 @@ class PrivacyModel:
     """A combination of k-anonymity, one ℓ-diversity variant and one t-closeness variant."""
 
     k: int = 1
-    l: float | None = None  # noqa: E741 - the model's name
+    l: float | None = None
     l_variant: str = "distinct"
     c: float | None = None
     t: float | None = None
@@ -97,7 +96,7 @@ class PrivacyModel:
         return ok
 
 
-def l_diversity_ok(counts: np.ndarray, l: float, variant: str, c: float | None) -> np.ndarray:  # noqa: E741
+def l_diversity_ok(counts: np.ndarray, l: float, variant: str, c: float | None) -> np.ndarray:
     """Per-class ℓ-diversity of a classes × values count matrix."""
     if variant == "distinct":
         return (counts > 0).sum(axis=1) >= l
@@ -218,15 +217,15 @@ def class_sql(
     s = exp.column(sensitive, quoted=True).sql("duckdb")
     ck = f"concat_ws(chr(31), {', '.join(f'CAST({c} AS VARCHAR)' for c in q)})"
     ctes = [
-        f"cls_sa AS (SELECT {ck} AS ck, {keys}, CAST({s} AS VARCHAR) AS sa, COUNT(*) AS c "
-        f"FROM {relation} GROUP BY ALL)",
+        (f"cls_sa AS (SELECT {ck} AS ck, {keys}, CAST({s} AS VARCHAR) AS sa, COUNT(*) AS c "
+         f"FROM {relation} GROUP BY ALL)"),
         "cls AS (SELECT ck, SUM(c) AS n, COUNT(*) AS n_distinct FROM cls_sa GROUP BY ck)",
-        "ent AS (SELECT s.ck, -SUM((s.c / k.n) * ln(s.c / k.n)) AS entropy "
-        "FROM cls_sa s JOIN cls k USING (ck) GROUP BY s.ck)",
-        "rnk AS (SELECT ck, c, row_number() OVER (PARTITION BY ck ORDER BY c DESC, sa) AS r "
-        "FROM cls_sa)",
-        f"rec AS (SELECT ck, MAX(c) FILTER (WHERE r = 1) / NULLIF(SUM(c) FILTER "
-        f"(WHERE r >= {int(l_recursive)}), 0) AS recursive_ratio FROM rnk GROUP BY ck)",
+        ("ent AS (SELECT s.ck, -SUM((s.c / k.n) * ln(s.c / k.n)) AS entropy "
+         "FROM cls_sa s JOIN cls k USING (ck) GROUP BY s.ck)"),
+        ("rnk AS (SELECT ck, c, row_number() OVER (PARTITION BY ck ORDER BY c DESC, sa) AS r "
+         "FROM cls_sa)"),
+        (f"rec AS (SELECT ck, MAX(c) FILTER (WHERE r = 1) / NULLIF(SUM(c) FILTER "
+         f"(WHERE r >= {int(l_recursive)}), 0) AS recursive_ratio FROM rnk GROUP BY ck)"),
     ]
     selects = ["k.n", "k.n_distinct", "e.entropy", "r.recursive_ratio"]
     joins = ["JOIN ent e USING (ck)", "JOIN rec r USING (ck)"]
@@ -258,12 +257,12 @@ def _emd_ctes(domain: SensitiveDomain) -> list[str]:
     m = len(domain.values)
     return [
         _domain_values_sql(domain),
-        "grid AS (SELECT k.ck, d.sa, d.i, COALESCE(s.c / k.n, 0) - d.q AS e FROM cls k "
-        "CROSS JOIN dom d LEFT JOIN cls_sa s ON s.ck = k.ck AND s.sa = d.sa)",
-        "cum AS (SELECT ck, e, SUM(e) OVER (PARTITION BY ck ORDER BY i "
-        "ROWS UNBOUNDED PRECEDING) AS cs FROM grid)",
-        f"emd AS (SELECT ck, 0.5 * SUM(abs(e)) AS t_equal, SUM(abs(cs)) / {max(m - 1, 1)} "
-        "AS t_ordered FROM cum GROUP BY ck)",
+        ("grid AS (SELECT k.ck, d.sa, d.i, COALESCE(s.c / k.n, 0) - d.q AS e FROM cls k "
+         "CROSS JOIN dom d LEFT JOIN cls_sa s ON s.ck = k.ck AND s.sa = d.sa)"),
+        ("cum AS (SELECT ck, e, SUM(e) OVER (PARTITION BY ck ORDER BY i "
+         "ROWS UNBOUNDED PRECEDING) AS cs FROM grid)"),
+        (f"emd AS (SELECT ck, 0.5 * SUM(abs(e)) AS t_equal, SUM(abs(cs)) / {max(m - 1, 1)} "
+         "AS t_ordered FROM cum GROUP BY ck)"),
     ]
 
 

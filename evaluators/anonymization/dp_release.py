@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import dpsql
 import numpy as np
 import pandas as pd
 from sqlglot import exp
 
+import dpsql
 from evaluators.anonymization.hierarchies import Hierarchy, TableHierarchy
 
 COUNT = "n"

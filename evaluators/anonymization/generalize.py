@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 from sqlglot import exp
 
 import dpsql
-
 from evaluators.anonymization.hierarchies import Hierarchy
 
 
@@ -23,8 +22,8 @@ def generalized_select(
     Example:
         >>> from evaluators.anonymization.hierarchies import IntervalHierarchy
         >>> h = {"age": IntervalHierarchy("age", (10,))}
-        >>> generalized_select("t", ["age"], h, [1]).sql("duckdb")
-        "SELECT '[' || CAST(CAST(\\"age\\" AS BIGINT) // 10 * 10 AS TEXT) || ', ' || CAST(CAST(\\"age\\" AS BIGINT) // 10 * 10 + 10 AS TEXT) || '[' AS \\"age\\" FROM t"
+        >>> print(generalized_select("t", ["age"], h, [1], keep=["rid"]).sql("duckdb"))
+        SELECT "rid", '[' || CAST(CAST("age" AS BIGINT) // 10 * 10 AS TEXT) || ', ' || CAST(CAST("age" AS BIGINT) // 10 * 10 + 10 AS TEXT) || '[' AS "age" FROM t
     """
     if len(node) != len(qids):
         raise dpsql.ProgrammingError(
@@ -35,13 +34,3 @@ def generalized_select(
         expression = hierarchies[qid].expression(exp.column(qid, quoted=True), int(level))
         columns.append(exp.alias_(expression, qid, quoted=True))
     return exp.select(*columns).from_(relation)
-
-
-def class_counts_select(generalized: exp.Select, qids: Sequence[str]) -> exp.Select:
-    """Equivalence classes: ``SELECT <QIDs>, COUNT(*) AS n FROM (generalized) GROUP BY <QIDs>``."""
-    keys = [exp.column(c, quoted=True) for c in qids]
-    return (
-        exp.select(*keys, exp.alias_(exp.Count(this=exp.Star()), "n"))
-        .from_(generalized.subquery("g"))
-        .group_by(*[k.copy() for k in keys])
-    )

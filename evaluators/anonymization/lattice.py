@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import dpsql
-
 from evaluators.anonymization.criteria import PrivacyModel, SensitiveDomain
 from evaluators.anonymization.objectives import OBJECTIVES, NodeView, discernibility
 from evaluators.anonymization.rollup import ClassTable, Histogram

@@ -84,8 +84,8 @@ def _avg_class_size_bound_below(view: NodeView) -> float:
     return view.histogram.records / (most + 1)
 
 
-def _cell_loss(view: NodeView, per_code) -> np.ndarray:
-    """Per-class sum over QIDs of a per-generalized-value loss."""
+def _per_class_sum(view: NodeView, per_code) -> np.ndarray:
+    """Per class, the sum over QIDs of a quantity of its generalized value (``per_code``)."""
     hist, table = view.histogram, view.table
     total = np.zeros(len(table.keys))
     for position, level in enumerate(table.node):
@@ -104,7 +104,7 @@ def _precision_per_code(qc, level: int) -> np.ndarray:
 
 def _cell_average(view: NodeView, per_code, *, suppress: bool) -> float:
     d = len(view.table.node)
-    loss = _cell_loss(view, per_code) * view.sizes
+    loss = _per_class_sum(view, per_code) * view.sizes
     kept = loss[view.ok].sum() + d * view.suppressed if suppress else loss.sum()
     return float(kept / (view.histogram.records * d))
 
@@ -130,7 +130,7 @@ def _entropy_per_code(qc, level: int) -> np.ndarray:
 
 def _entropy(view: NodeView, *, suppress: bool) -> float:
     hist = view.histogram
-    gen = _cell_loss(view, _entropy_per_code) * view.sizes
+    gen = _per_class_sum(view, _entropy_per_code) * view.sizes
     total = gen[view.ok].sum() + view.suppressed * len(view.table.node) * np.log2(hist.records)
     if not suppress:
         total = gen.sum()

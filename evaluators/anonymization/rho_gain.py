@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import dpsql
 import duckdb
 
+import dpsql
 from evaluators.anonymization.anonymizer import (
     AnonymizationConfig,
     PassResult,

@@ -18,7 +18,6 @@ import pandas as pd
 from sqlglot import exp
 
 import dpsql
-
 from evaluators.anonymization.hierarchies import Hierarchy, level_table
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 
-import dpsql
 from sqlglot import exp
+
+import dpsql
 
 SOURCE = "anon_source"  # immutable working copy: rid + QIDs + sensitive attribute
 
