@@ -9,7 +9,11 @@ import pandas as pd
 def to_dense(
     frame: pd.DataFrame, column: str, users: np.ndarray, n_items: int, dtype: type = np.float64
 ) -> np.ndarray:
-    """Rows follow ``users`` (sorted ids), columns item ids 1..n_items; absent cells are 0."""
+    """Rows follow ``users`` (sorted ids), columns item ids 1..n_items; absent cells are 0.
+
+    Cells of users not in ``users`` are left out.
+    """
+    frame = frame[np.isin(frame["user_id"].to_numpy(), users)]
     dense = np.zeros((len(users), n_items), dtype=dtype)
     rows = np.searchsorted(users, frame["user_id"].to_numpy())
     dense[rows, frame["item_id"].to_numpy() - 1] = frame[column].to_numpy()

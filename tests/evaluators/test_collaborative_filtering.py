@@ -1,0 +1,250 @@
+"""PPCF with RPT masking and ROUSTIDA (Öztürk 2017) on the real MovieLens 100K ratings."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import dpsql
+from dpsql.catalog import PROJECT_ROOT, datasets_dir
+from evaluators.collaborative_filtering import ldp
+from evaluators.collaborative_filtering.cli import command
+from evaluators.collaborative_filtering.clustering import kmeans_users
+from evaluators.collaborative_filtering.data import (
+    create_zscores,
+    fetch_long,
+    open_ratings,
+    split_users,
+    store_long,
+)
+from evaluators.collaborative_filtering.masking import MaskingParams, mask_ratings, perturb_user
+from evaluators.collaborative_filtering.matrix import to_dense
+from evaluators.collaborative_filtering.metrics import score
+from evaluators.collaborative_filtering.recommenders import predict_user_based
+from evaluators.collaborative_filtering.roustida import discretize, roustida
+
+METADATA = str(PROJECT_ROOT / "data" / "datasets" / "movielens.yaml")
+THESIS_USER_MAE = 0.7606
+
+# Thesis Table 3.1 (Titanik, Esaretin Bedeli, Matrix, Testere, Babam ve Oğlum); 0 = unrated.
+TABLE_3_1 = np.array([
+    [4, 2, 0, 3, 4],  # Salih
+    [0, 2, 5, 0, 4],  # Berk
+    [1, 2, 5, 3, 0],  # Selin
+    [5, 0, 0, 3, 4],  # Zeynep
+    [3, 2, 0, 3, 0],  # Ali
+])
+
+
+def _require_movielens() -> None:
+    path = datasets_dir() / "ml-100k" / "u.data"
+    if not path.is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{path} is missing in CI")
+        pytest.skip(f"shared dataset {path} not found (set DPSQL_DATASETS)")
+
+
+@pytest.fixture(scope="module")
+def movielens():
+    """Custodian DuckDB with the ratings, a fixed 700/243 split and true z-scores."""
+    _require_movielens()
+    cust = open_ratings(METADATA, ledger=":memory:")
+    con = cust.duckdb
+    split_users(con, 700, np.random.default_rng(7))
+    create_zscores(con, "cf_ratings", "rating", "cf_z_true")
+    yield con
+    cust.close()
+
+
+@pytest.fixture(scope="module")
+def user_predictions(movielens):
+    return predict_user_based(movielens, "cf_z_true")
+
+
+# --- ROUSTIDA -------------------------------------------------------------------------------
+
+def test_roustida_reproduces_the_worked_example_of_the_notes():
+    result = roustida(TABLE_3_1)
+    expected = TABLE_3_1.copy()
+    expected[0, 2] = 5                 # Salih.Matrix from Berk
+    expected[1, 3] = 3                 # Berk.Testere: all four neighbours say 3
+    expected[2, 4] = 4                 # Selin.BabamVeOğlum
+    expected[3, 1], expected[3, 2] = 2, 5
+    expected[4, 2], expected[4, 4] = 5, 4
+    np.testing.assert_array_equal(result.levels, expected)
+    assert result.filled == 7 and result.passes == 1
+    assert result.levels[1, 0] == 0    # Berk.Titanik: neighbours conflict {4, 1, 5, 3}
+
+
+def _reference_roustida(levels: np.ndarray) -> np.ndarray:
+    """Cell-by-cell transcription of the cleaned Algorithm 3.1 (notes §3.5)."""
+    current = levels.copy()
+    n, m = current.shape
+    while True:
+        nxt = current.copy()
+        for i in range(n):
+            ns = [j for j in range(n) if j != i and not any(
+                current[i, p] and current[j, p] and current[i, p] != current[j, p]
+                for p in range(m))]
+            for p in range(m):
+                if current[i, p] == 0:
+                    values = {current[j, p] for j in ns if current[j, p]}
+                    if len(values) == 1:
+                        nxt[i, p] = values.pop()
+        if np.array_equal(nxt, current):
+            return current
+        current = nxt
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_roustida_matches_a_cell_by_cell_reference(seed):
+    rng = np.random.default_rng(seed)
+    shape = (int(rng.integers(3, 12)), int(rng.integers(3, 10)))
+    density = rng.uniform(0.1, 0.7)
+    levels = np.where(rng.random(shape) < density, rng.integers(1, 4, shape), 0)
+    result = roustida(levels)
+    np.testing.assert_array_equal(result.levels, _reference_roustida(levels))
+    present = levels > 0
+    np.testing.assert_array_equal(result.levels[present], levels[present])
+    assert roustida(result.levels).filled == 0  # a fixpoint
+
+
+def test_discretize_maps_each_row_onto_levels_one_to_n_plus_one():
+    con = duckdb.connect()
+    store_long(con, "vals", pd.DataFrame({
+        "user_id": [1, 1, 1, 2, 2], "item_id": [1, 2, 3, 1, 2],
+        "z": [-1.0, 0.0, 3.0, 0.5, 0.5]}))
+    discretize(con, "vals", "z", "lv", n_levels=4)
+    got = con.execute("SELECT lvl FROM lv ORDER BY user_id, item_id").fetchnumpy()["lvl"]
+    # row 1: step (3 - -1)/4 = 1 -> 1 + round(0/1, 1/1, 4/1); row 2 is constant -> level 1
+    np.testing.assert_array_equal(got, [1, 2, 5, 1, 1])
+
+
+# --- masking and local DP -------------------------------------------------------------------
+
+def test_masking_preserves_user_means_and_variances_in_expectation(movielens):
+    z = fetch_long(movielens, "cf_z_true", "z")
+    user = z[z.user_id == 13]  # a heavy rater
+    items, values = user["item_id"].to_numpy(), user["z"].to_numpy()
+    for noise in ("uniform", "gaussian"):
+        params = MaskingParams(sigma=2.0, beta=0.0, noise=noise)
+        rng = np.random.default_rng(11)
+        draws = np.stack([perturb_user(items, values, 1682, params, rng)[1]
+                          for _ in range(3000)])
+        # E[mean] = mean(z); E[var] = var(z) + E[sigma_u^2] (1 - 1/d), E[sigma_u^2] = sigma^2/3
+        d = len(values)
+        assert abs(draws.mean(axis=1).mean() - values.mean()) < 0.01
+        expected_var = values.var() + (4.0 / 3.0) * (1 - 1 / d)
+        assert abs(draws.var(axis=1).mean() - expected_var) < 0.03 * expected_var
+        # the z-product behind the similarity survives: E[sum z v] = sum z^2 (Eq. 3.11)
+        assert abs((draws @ values).mean() / (values @ values) - 1) < 0.01
+
+
+def test_fake_cells_follow_beta_and_land_in_unrated_items(movielens):
+    z = fetch_long(movielens, "cf_z_true", "z")
+    masked = mask_ratings(z, 1682, MaskingParams(sigma=2.0, beta=200.0),
+                          np.random.default_rng(3))
+    merged = masked.merge(z, on=["user_id", "item_id"], how="left")
+    fakes = merged[merged["z"].isna()].groupby("user_id").size()
+    counts = z.groupby("user_id").size()
+    # beta = 200: f_u ~ U{0..2d}, so on average d fake cells per user
+    assert abs(fakes.reindex(counts.index, fill_value=0).sum() / counts.sum() - 1.0) < 0.05
+    assert not masked.duplicated(["user_id", "item_id"]).any()
+    assert len(merged) - merged["z"].isna().sum() == len(z)  # every real rating is kept
+
+
+def test_masking_refuses_bad_parameters():
+    with pytest.raises(dpsql.ProgrammingError, match="sigma"):
+        MaskingParams(sigma=-1.0)
+    with pytest.raises(dpsql.ProgrammingError, match="noise"):
+        MaskingParams(sigma=1.0, noise="cauchy")
+
+
+def test_discrete_laplace_has_the_epsilon_likelihood_ratio():
+    epsilon = 1.0
+    rng = np.random.default_rng(5)
+    ratings = pd.DataFrame({"user_id": 1, "item_id": 1, "rating": np.repeat([1, 5], 200_000)})
+    noisy = ldp.perturb_ratings(ratings, epsilon, rng)["noisy"].to_numpy()
+    low, high = noisy[:200_000], noisy[200_000:]
+    assert abs(low.mean() - 1) < 0.05 and abs(high.mean() - 5) < 0.05  # unbiased
+    for x in (1, 3, 5):  # P(x | 1) / P(x | 5) is within e^{±ε}, attained at the edges
+        ratio = np.mean(low == x) / np.mean(high == x)
+        assert np.exp(-epsilon) * 0.93 < ratio < np.exp(epsilon) * 1.07
+    assert np.mean(low == 1) / np.mean(high == 1) == pytest.approx(np.exp(epsilon), rel=0.07)
+
+
+def test_local_dp_refuses_non_positive_epsilon():
+    with pytest.raises(dpsql.PrivacyParameterError):
+        ldp.perturb_ratings(pd.DataFrame({"user_id": [1], "item_id": [1], "rating": [3]}), 0.0,
+                            np.random.default_rng(0))
+
+
+# --- recommenders on the real data ----------------------------------------------------------
+
+def test_non_private_user_based_mae_is_near_the_thesis(movielens, user_predictions):
+    accuracy = score(movielens, user_predictions)
+    assert abs(accuracy.mae - THESIS_USER_MAE) < 0.03
+    assert 0.95 < accuracy.coverage <= 1.0
+    assert accuracy.n_required == movielens.execute(
+        "SELECT count(*) FROM cf_targets").fetchall()[0][0]
+
+
+def test_user_based_sql_matches_a_numpy_leave_one_out_reference(movielens, user_predictions):
+    z = fetch_long(movielens, "cf_z_true", "z")
+    split = movielens.execute("SELECT user_id, is_test FROM cf_split ORDER BY 1").fetchdf()
+    train = split.loc[~split.is_test, "user_id"].to_numpy()
+    test_users = split.loc[split.is_test, "user_id"].to_numpy()[:4]
+    z_train = to_dense(z, "z", train, 1682)
+    rated_train = to_dense(z.assign(one=1.0), "one", train, 1682) > 0  # z can be exactly 0
+    stats = movielens.execute("SELECT * FROM cf_target_stats").fetchdf()
+    got = user_predictions.set_index(["user_id", "item_id"])["prediction"]
+    checked = 0
+    for a in test_users:
+        z_a = to_dense(z[z.user_id == a], "z", np.array([a]), 1682)[0]
+        w = z_train @ z_a
+        for item in np.flatnonzero(z_a) + 1:
+            w_loo = w - z_a[item - 1] * z_train[:, item - 1]  # the target leaves its own sum
+            order = np.lexsort((train, -w_loo))
+            top = [u for u in order if w_loo[u] > 0][:40]
+            if not rated_train[top, item - 1].any():
+                assert (a, item) not in got.index
+                continue
+            row = stats[(stats.user_id == a) & (stats.item_id == item)].iloc[0]
+            expected = row.mu + row.sd * (w_loo[top] @ z_train[top, item - 1]) / w_loo[top].sum()
+            assert got[(a, item)] == pytest.approx(expected, abs=1e-9)
+            checked += 1
+    assert checked > 100
+
+
+def test_kmeans_starts_from_the_first_users_and_maximizes_the_dot_product():
+    z = np.array([[1.0, 0, 0], [0, 1.0, 0], [0.9, 0.1, 0], [0.1, 0.8, 0.2]])
+    np.testing.assert_array_equal(kmeans_users(z, 2), [0, 1, 0, 1])
+
+
+# --- CLI ------------------------------------------------------------------------------------
+
+def test_cli_json_reports_the_contract_fields():
+    _require_movielens()
+    result = CliRunner().invoke(command, [
+        "--metadata", METADATA, "--ledger", ":memory:", "--method", "item", "--sigma", "2",
+        "--beta", "50", "--fill", "roustida", "--seed", "3", "--train-users", "880", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert {"mae", "rmse", "coverage", "epsilon_spent", "fill_ratio"} <= set(report)
+    assert 0.6 < report["mae"] < 1.0 and report["rmse"] > report["mae"]
+    assert 0.9 < report["coverage"] <= 1.0 and report["fill_ratio"] > 0
+    assert report["epsilon_spent"] is None  # RPT gives no ε
+
+
+def test_cli_refuses_local_dp_without_epsilon():
+    _require_movielens()
+    result = CliRunner().invoke(command, ["--metadata", METADATA, "--ledger", ":memory:",
+                                          "--perturbation", "ldp"])
+    assert isinstance(result.exception, dpsql.ProgrammingError)
+    assert "--ldp-epsilon" in result.exception.hint
