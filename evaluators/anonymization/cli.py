@@ -4,6 +4,7 @@ optionally with ρ-Gain passes and an ε-DP release of the chosen node's class c
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import click
@@ -11,11 +12,18 @@ import click
 import dpsql
 from dpsql.catalog import load_catalog
 from evaluators.anonymization.anonymizer import AnonymizationConfig, write_release
-from evaluators.anonymization.criteria import L_VARIANTS, T_VARIANTS, PrivacyModel
+from evaluators.anonymization.criteria import (
+    L_VARIANTS,
+    T_VARIANTS,
+    PrivacyModel,
+    achieved_privacy,
+    sensitive_domain,
+)
 from evaluators.anonymization.dp_release import compare_releases, dp_count_sql, release_counts
 from evaluators.anonymization.hierarchies import load_hierarchies, read_arx_hierarchy
 from evaluators.anonymization.objectives import OBJECTIVES
 from evaluators.anonymization.rho_gain import result_payload, rho_gain
+from evaluators.anonymization.risk import risk_profile
 from evaluators.anonymization.source import create_source, open_custodian
 
 
@@ -38,9 +46,12 @@ def default_qids(metadata: str, table: str, hierarchies: Path, sensitive: str | 
 @click.option("--metadata", required=True, type=click.Path(exists=True, dir_okay=False),
               help="YAML metadata of the data set.")
 @click.option("--table", required=True, help="The table to anonymize.")
-@click.option("--hierarchies", "hierarchy_dir", required=True,
+@click.option("--hierarchies", "hierarchy_dir", default=None,
               type=click.Path(exists=True, file_okay=False),
               help="Folder of ARX-format hierarchy CSVs named <column>.csv.")
+@click.option("--check", is_flag=True,
+              help="Only report the k, ℓ, t and risks TABLE achieves as it is (e.g. a table "
+                   "anonymized elsewhere); needs --qid.")
 @click.option("--qid", "qids", multiple=True,
               help="A quasi-identifier (repeatable; default: every column with a hierarchy).")
 @click.option("--sensitive", default=None, help="Sensitive attribute (for ℓ and t).")
@@ -70,11 +81,19 @@ def default_qids(metadata: str, table: str, hierarchies: Path, sensitive: str | 
 @click.option("--analyst", default=None, help="Ledger key (default: $USER).")
 @click.option("--ledger", default=None, help="Ledger file (default: beside the metadata).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def command(metadata, table, hierarchy_dir, qids, sensitive, k, l_value, l_variant, c_value,
+def command(metadata, table, hierarchy_dir, check, qids, sensitive, k, l_value, l_variant, c_value,
             t_value, t_variant, objective, suppression_limit, rho, reference, no_prune, output,
             dp_epsilon, insecure_seed, analyst, ledger, as_json) -> None:
     """Anonymize TABLE by full-domain generalization with suppression (ARX-style), optionally
     with ρ-Gain passes; print the chosen node, classes, outliers, C_AVG, DM and risks."""
+    if check:
+        payload = _check_table(metadata, table, list(qids), sensitive, hierarchy_dir, analyst,
+                               ledger, l_value)
+        click.echo(json.dumps(payload) if as_json else "\n".join(
+            f"{key}: {value}" for key, value in payload.items()))
+        return
+    if hierarchy_dir is None:
+        raise dpsql.ProgrammingError("anonymizing needs hierarchies", hint="pass --hierarchies DIR")
     directory = Path(hierarchy_dir)
     qids = list(qids) or default_qids(metadata, table, directory, sensitive)
     hierarchies = load_hierarchies(directory, qids)
@@ -108,6 +127,28 @@ def command(metadata, table, hierarchy_dir, qids, sensitive, k, l_value, l_varia
         click.echo(json.dumps(payload))
         return
     _print_summary(payload)
+
+
+def _check_table(metadata, table, qids, sensitive, hierarchy_dir, analyst, ledger, l_value):
+    """Achieved k, ℓ, t, utility and risk of the table as it is."""
+    if not qids:
+        raise dpsql.ProgrammingError("--check needs the quasi-identifiers", hint="pass --qid")
+    sensitive_hierarchy = None
+    if sensitive and hierarchy_dir and (Path(hierarchy_dir) / f"{sensitive}.csv").is_file():
+        sensitive_hierarchy = read_arx_hierarchy(Path(hierarchy_dir) / f"{sensitive}.csv")
+    custodian = open_custodian(metadata, analyst=analyst, ledger=ledger)
+    try:
+        source = create_source(custodian, table, qids + ([sensitive] if sensitive else []))
+        con = custodian.duckdb
+        domain = sensitive_domain(con, source, sensitive, sensitive_hierarchy) if sensitive else None
+        achieved = achieved_privacy(con, source, qids, sensitive, domain, int(l_value or 2))
+        risk = risk_profile(con, source, qids)
+    finally:
+        custodian.close()
+    return {"qids": qids, "sensitive": sensitive, **asdict(achieved),
+            "max_prosecutor_risk": risk.max_prosecutor_risk,
+            "avg_prosecutor_risk": risk.avg_prosecutor_risk,
+            "sample_uniqueness": risk.sample_uniqueness, "epsilon_spent": 0.0}
 
 
 def _dp_alternative(metadata, table, config, result, epsilon, seed, analyst, ledger, custodian):

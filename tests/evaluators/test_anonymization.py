@@ -390,3 +390,22 @@ def test_cli_refuses_a_quasi_identifier_without_hierarchy(tmp_path):
     result = CliRunner().invoke(command, args)
     assert isinstance(result.exception, dpsql.ProgrammingError)
     assert "no hierarchy for quasi-identifier 'sex'" in str(result.exception)
+
+
+def test_cli_check_reports_what_a_table_anonymized_elsewhere_achieves(tmp_path):
+    rows = ([("120**", "1967", "E", d) for d in ("Hepatitis", "Cardiomyopathy", "Eczema")]
+            + [("120**", "1970", "K", d) for d in ("Pneumonia", "Stroke", "Stroke")]
+            + [("118**", "1964", "E", d) for d in ("Stroke", "Stroke", "Chol", "Erythema")])
+    pd.DataFrame(rows, columns=["zip", "born", "sex", "disease"]).to_csv(
+        tmp_path / "t24.csv", index=False)
+    (tmp_path / "t24.yaml").write_text(
+        "tables:\n  t24:\n    source: t24.csv\n    privacy_unit: null\n    columns:\n"
+        + "".join(f"      {c}: {{type: text}}\n" for c in ("zip", "born", "sex", "disease")))
+    args = ["--metadata", str(tmp_path / "t24.yaml"), "--table", "t24", "--check",
+            "--qid", "zip", "--qid", "born", "--qid", "sex", "--sensitive", "disease",
+            "--ledger", ":memory:", "--json"]
+    result = CliRunner().invoke(command, args)
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert (payload["k"], payload["distinct_l"], payload["classes"]) == (3, 2, 3)
+    assert payload["max_prosecutor_risk"] == pytest.approx(1 / 3)
