@@ -89,7 +89,8 @@ def open_backend(target: str | os.PathLike | object | None, catalog: Catalog, *,
 
     Example:
         >>> from dpsql.catalog import load_catalog
-        >>> open_backend(None, load_catalog({"tables": {}})).name
+        >>> catalog = load_catalog({"tables": {"t": {"public": True, "columns": {}}}})
+        >>> open_backend(None, catalog).name
         'duckdb'
     """
     for matches, opener in REGISTRY:

@@ -46,8 +46,12 @@ class PostgresBackend:
                 self.connection.execute("SET default_transaction_read_only = on")
         except psycopg.Error as err:
             raise BackendError(f"cannot connect to PostgreSQL at {_redacted(url)}: {err}") from err
-        for table in catalog.tables.values():
-            self._check(table)
+        try:
+            for table in catalog.tables.values():
+                self._check(table)
+        except DataError:
+            self.connection.close()
+            raise
 
     def _check(self, table) -> None:
         if table.source is not None:

@@ -1,0 +1,136 @@
+"""Fixtures of the backend suite: a real PostgreSQL server and a local Spark session, each
+loaded with the generated adult and visits tables of tests/conftest.py.
+
+Start the server with ``bash scripts/services.sh`` (it prints the URL); point the tests at
+another one with ``DPSQL_TEST_POSTGRES=postgresql://...``. Without a server, pyspark or
+Java the tests skip, except under ``CI=true``, where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import catalogue, make_adult, make_visits
+
+DEFAULT_POSTGRES = "postgresql://dpsql@127.0.0.1:55432/postgres"
+L0 = 3  # max_groups_per_unit of the visits table in tests/conftest.py
+
+
+def require(condition: bool, what: str) -> None:
+    """Skip (or fail in CI) when a server the test needs is absent."""
+    if condition:
+        return
+    message = f"{what}; start it with 'bash scripts/services.sh'"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true but {message}")
+    pytest.skip(message)
+
+
+def visits_within_l0() -> pd.DataFrame:
+    """make_visits() keeping each person's rows on their first L0 distinct days.
+
+    No person then has more than L0 groups in any GROUP BY on day, so the keyed-hash L0
+    selection (whose hash differs by dialect) keeps every group on every backend.
+    """
+    visits = make_visits()
+    days = visits.drop_duplicates(["uid", "day"]).groupby("uid").head(L0)[["uid", "day"]]
+    return visits.merge(days, on=["uid", "day"]).sort_values(["uid", "day"], kind="stable")
+
+
+def frames() -> dict[str, pd.DataFrame]:
+    """The tables every backend holds."""
+    return {"adult": make_adult(), "visits": make_visits(), "visits_l0": visits_within_l0()}
+
+
+def metadata(folder: Path, *, warehouse: bool = False, budget: float = 1000.0,
+             name: str = "cases") -> dict:
+    """The sensitivity-case catalogue plus visits_l0, with CSV sources in ``folder``; with
+    ``warehouse`` the tables are declared without source (the backend's own tables)."""
+    meta = catalogue(folder, budget=budget)
+    meta["name"] = name
+    meta["tables"]["visits_l0"] = {**meta["tables"]["visits"],
+                                   "source": str(folder / "visits_l0.csv")}
+    if warehouse:
+        for table in meta["tables"].values():
+            del table["source"]
+    return meta
+
+
+@pytest.fixture(scope="module")
+def csv_dir(tmp_path_factory) -> Path:
+    """The tables as CSV files, the DuckDB backend's sources."""
+    folder = tmp_path_factory.mktemp("tables")
+    for name, frame in frames().items():
+        frame.to_csv(folder / f"{name}.csv", index=False)
+    return folder
+
+
+_PG_TYPES = {"int64": "BIGINT", "float64": "DOUBLE PRECISION", "object": "TEXT", "str": "TEXT"}
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> str:
+    """URL of a fresh database holding the tables; dropped afterwards."""
+    try:
+        import psycopg
+    except ImportError:
+        require(False, "psycopg is not installed")
+    server = os.environ.get("DPSQL_TEST_POSTGRES", DEFAULT_POSTGRES)
+    try:
+        admin = psycopg.connect(server, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as err:
+        require(False, f"no PostgreSQL server at {server} ({err})")
+    name = f"dpsql_test_{uuid.uuid4().hex[:12]}"
+    url = server.rsplit("/", 1)[0] + "/" + name
+    with admin:
+        admin.execute(f"CREATE DATABASE {name}")
+        try:
+            _load(url)
+            yield url
+        finally:
+            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def _load(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as con:
+        for table, frame in frames().items():
+            columns = ", ".join(f"{c} {_PG_TYPES[str(t)]}" for c, t in frame.dtypes.items())
+            con.execute(f"CREATE TABLE {table} ({columns})")
+            with con.cursor().copy(f"COPY {table} FROM STDIN") as copy:
+                for row in frame.itertuples(index=False):
+                    copy.write_row(row)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """A local Spark session with the tables as temporary views."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        require(False, "pyspark is not installed")
+    require(shutil.which("java") is not None, "Java (needed by Spark) is not installed")
+    with warnings.catch_warnings():  # pyspark warns about its pandas and JVM versions
+        warnings.simplefilter("ignore")
+        session = (SparkSession.builder.master("local[2]").appName("dpsql-tests")
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.sql.shuffle.partitions", "1")
+                   .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+                   .config("spark.driver.memory", "1g")
+                   .getOrCreate())
+        session.sparkContext.setLogLevel("ERROR")
+        for table, frame in frames().items():
+            # cached in the JVM: queries then start no Python workers
+            session.createDataFrame(frame).cache().createOrReplaceTempView(table)
+            session.table(table).count()
+    yield session
+    session.stop()

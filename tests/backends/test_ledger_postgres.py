@@ -1,0 +1,108 @@
+"""The budget ledger as a PostgreSQL table: same interface as the SQLite ledger, exact
+fractions, and one enforced budget shared by concurrent processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+import dpsql
+from dpsql.ledger_postgres import PostgresLedger
+from servers import csv_dir, metadata, postgres_url  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.postgres
+
+RACER = """
+import json, os, sys, time, warnings
+warnings.simplefilter("ignore")
+import dpsql
+url, meta, go, analyst = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+with dpsql.connect(url, metadata=meta, ledger=url, analyst=analyst) as con:
+    print("ready", flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.005)
+    for _ in range(3):
+        try:
+            con.execute("SELECT sex, COUNT(*) FROM adult GROUP BY sex", epsilon=0.1).fetchall()
+            print("released", flush=True)
+        except dpsql.BudgetExhaustedError:
+            print("refused", flush=True)
+"""
+
+
+def _loss(epsilon, delta=0) -> dpsql.PrivacyLoss:
+    return dpsql.PrivacyLoss(Fraction(epsilon), Fraction(delta))
+
+
+@pytest.fixture
+def ledger(postgres_url):
+    book = PostgresLedger(postgres_url)
+    yield book
+    book.close()
+
+
+def test_charges_are_exact_fractions_shared_between_connections(ledger, postgres_url):
+    dataset = f"d{uuid.uuid4().hex}"
+    budget = _loss(1, Fraction(1, 10**6))
+    for analyst in ("alice", "bob", "carol"):
+        ledger.charge(analyst=analyst, dataset=dataset, loss=_loss(Fraction(1, 3)),
+                      budget=budget, statement="SELECT 1")
+    other = PostgresLedger(postgres_url)  # another analyst's connection
+    try:
+        assert other.spent(dataset) == _loss(1)
+        assert other.spent(dataset, analyst="bob") == _loss(Fraction(1, 3))
+        with pytest.raises(dpsql.BudgetExhaustedError):
+            other.charge(analyst="dave", dataset=dataset, loss=_loss(Fraction(1, 10**9)),
+                         budget=budget, statement="SELECT 2")
+    finally:
+        other.close()
+    history = ledger.history(dataset)
+    assert [h["epsilon"] for h in history] == ["1/3"] * 3
+    assert [h["analyst"] for h in history] == ["alice", "bob", "carol"]
+
+
+def test_exact_access_is_logged_and_costs_nothing(ledger):
+    dataset = f"d{uuid.uuid4().hex}"
+    ledger.record_exact(analyst="curator", dataset=dataset, statement="SELECT * FROM adult")
+    [row] = ledger.history(dataset)
+    assert row["kind"] == "exact" and row["analyst"] == "curator"
+    assert ledger.spent(dataset) == dpsql.PrivacyLoss.zero()
+
+
+def test_connection_uses_the_postgres_ledger(csv_dir, postgres_url):
+    meta = metadata(csv_dir, warehouse=True, budget=1.0, name=f"d{uuid.uuid4().hex}")
+    with dpsql.connect(postgres_url, metadata=meta, ledger=postgres_url) as con:
+        con.execute("SELECT COUNT(*) FROM adult", epsilon=0.75).fetchall()
+        with pytest.raises(dpsql.BudgetExhaustedError):
+            con.execute("SELECT COUNT(*) FROM adult", epsilon=0.5)
+        assert con.budget_remaining.epsilon == Fraction(1, 4)
+
+
+def test_eight_racing_processes_release_exactly_ten_answers(csv_dir, postgres_url, ledger,
+                                                           tmp_path):
+    """8 processes x 3 queries of ε = 0.1 against a budget of ε = 1: exactly 10 fit."""
+    meta = metadata(csv_dir, warehouse=True, budget=1.0, name=f"race{uuid.uuid4().hex}")
+    go = tmp_path / "go"
+    racers = [subprocess.Popen([sys.executable, "-c", RACER, postgres_url, json.dumps(meta),
+                                str(go), f"analyst{i}"], stdout=subprocess.PIPE, text=True,
+                               cwd=Path(dpsql.__file__).parents[1]) for i in range(8)]
+    try:
+        for racer in racers:  # everyone connected before anyone spends
+            assert racer.stdout.readline().strip() == "ready"
+        go.touch()
+        outcomes = [line.strip() for racer in racers for line in racer.stdout]
+        assert all(racer.wait(timeout=120) == 0 for racer in racers)
+    finally:
+        for racer in racers:
+            racer.kill()
+            racer.stdout.close()
+    assert len(outcomes) == 24
+    assert outcomes.count("released") == 10
+    assert ledger.spent(meta["name"]) == _loss(1)
+    assert len(ledger.history(meta["name"])) == 10
