@@ -1,0 +1,251 @@
+"""SmartNoise SQL metadata -> dpsql catalogue, so SmartNoise users can move over.
+
+SmartNoise SQL describes data as ``Collection: {Schema: {Table: {table options, <column>:
+{type, private_id, lower, upper, ...}}}}`` (https://docs.smartnoise.org/sql/metadata.html),
+with an optional top-level ``engine`` key. This module reads that format into dpsql's
+metadata dict (see ``docs/python-api.md``) and warns, one :class:`SmartNoiseImportWarning`
+per item, about what SmartNoise declares that dpsql cannot carry over. The ``command`` at the
+bottom is the ``dpsql import-smartnoise IN.yaml OUT.yaml`` CLI command.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from dpsql.catalog import load_catalog
+from dpsql.errors import CatalogError
+from dpsql.errors import Warning as DpsqlWarning
+
+# SmartNoise column type -> dpsql column type
+COLUMN_TYPES = {"int": "int", "float": "float", "string": "text", "boolean": "bool",
+                "datetime": "date"}
+# Table-level SmartNoise options; every other key of a table is a column.
+TABLE_OPTIONS = ("rows", "rows_exact", "row_privacy", "max_ids", "sample_max_ids", "clamp_counts",
+                 "clamp_columns", "use_dpsu", "censor_dims")
+
+
+class SmartNoiseImportWarning(DpsqlWarning):
+    """Something in the SmartNoise metadata has no dpsql equivalent and was not carried over."""
+
+    __module__ = "dpsql"
+
+
+def from_smartnoise(source: str | os.PathLike | dict) -> dict:
+    """Convert SmartNoise SQL metadata (a YAML path or the parsed dict) to dpsql metadata.
+
+    Mapping, table by table:
+
+    - the column with ``private_id: true`` becomes ``privacy_unit``; ``row_privacy: true``
+      becomes ``privacy_unit: null`` (one row per person).
+    - ``max_ids`` (SmartNoise keeps at most that many rows per person in the whole table)
+      becomes both ``max_groups_per_unit`` (L0) and ``max_rows_per_group`` (L∞). A person
+      with max_ids rows may spread them over max_ids groups or put them all in one, so this
+      is the only choice that drops no row SmartNoise would keep; dpsql's L1 bound
+      L0·L∞ = max_ids² is at least SmartNoise's max_ids, so the noise is never smaller
+      and the guarantee never weaker. When each person's rows all fall in one group (keys
+      that are person attributes), the owner can set ``max_groups_per_unit: 1`` and get
+      SmartNoise's sensitivity exactly.
+    - ``lower``/``upper`` are kept; types map int/float/string/boolean/datetime to
+      int/float/text/bool/date.
+    - The catalogue is named after the collection, tables after their own names (dpsql
+      resolves ``schema.table`` by the table part), with ``neighbouring: add_remove``
+      (SmartNoise's relation) and no ``source`` (tables are read from the attached database).
+
+    Not carried over, each with a warning: public domains (SmartNoise has none, so a text
+    column needs ``values`` added by the owner before GROUP BY on it works, and
+    ``censor_dims: false`` does not make keys public), a privacy budget, ``sensitivity``
+    overrides (dpsql derives sensitivity from the bounds), ``missing_value``,
+    ``clamp_counts``, ``use_dpsu`` and ``rows_exact``. ``clamp_columns: false`` and
+    ``sample_max_ids: false`` are ignored because dpsql always clamps and bounds.
+
+    Raises:
+        CatalogError: the input is not SmartNoise metadata dpsql can represent; the
+            message names the table and column.
+
+    Example:
+        >>> meta = {"PUMS": {"PUMS": {"PUMS": {"max_ids": 1, "row_privacy": True,
+        ...     "age": {"type": "int", "lower": 0, "upper": 100}}}}}
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")  # the missing budget is warned about
+        ...     converted = from_smartnoise(meta)
+        >>> converted["tables"]["PUMS"]["columns"]["age"]
+        {'type': 'int', 'lower': 0, 'upper': 100}
+    """
+    raw = _read(source)
+    collection, schemas = _collection(raw)
+    tables: dict[str, dict] = {}
+    origin: dict[str, str] = {}
+    for schema, schema_tables in schemas.items():
+        if not isinstance(schema_tables, dict):
+            raise CatalogError(f"schema {schema!r}: expected a mapping of table names to tables")
+        for name, table in schema_tables.items():
+            qualified = f"{schema}.{name}"
+            if str(name).lower() in origin:
+                raise CatalogError(
+                    f"tables {origin[str(name).lower()]!r} and {qualified!r} have the same name",
+                    hint="dpsql resolves tables by name only: rename one of them")
+            origin[str(name).lower()] = qualified
+            tables[str(name)] = _table(qualified, table)
+    _warn(f"collection {collection!r} declares no privacy budget (SmartNoise sets it in code): "
+          "add budget: {epsilon: ..., delta: ...}; dpsql releases nothing without one")
+    metadata = {
+        "name": str(collection),
+        "description": f"imported from SmartNoise SQL metadata (collection {collection!r})",
+        "neighbouring": "add_remove",
+        "tables": tables,
+    }
+    load_catalog(metadata)  # refuse now, not at the first query, if dpsql cannot use it
+    return metadata
+
+
+def _read(source: str | os.PathLike | dict) -> dict:
+    if isinstance(source, dict):
+        return source
+    path = Path(source)
+    if not path.is_file():
+        raise CatalogError(f"SmartNoise metadata file {str(path)!r} does not exist",
+                           hint="pass the path of the SmartNoise YAML file")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise CatalogError(f"SmartNoise metadata file {str(path)!r} is not valid YAML: {err}"
+                           ) from err
+    if not isinstance(raw, dict):
+        raise CatalogError(f"SmartNoise metadata file {str(path)!r} must hold a mapping")
+    return raw
+
+
+def _collection(raw: dict) -> tuple[str, dict]:
+    names = [key for key in raw if key != "engine"]
+    if len(names) != 1:
+        raise CatalogError(
+            f"SmartNoise metadata must hold exactly one collection, found {names}",
+            hint="the layout is Collection: {Schema: {Table: {...}}}, plus an optional engine")
+    schemas = raw[names[0]]
+    if not isinstance(schemas, dict) or not schemas:
+        raise CatalogError(f"collection {names[0]!r}: expected a mapping of schemas to tables")
+    return names[0], schemas
+
+
+def _table(qualified: str, raw: Any) -> dict:
+    if not isinstance(raw, dict):
+        raise CatalogError(f"table {qualified!r}: expected a mapping of options and columns")
+    columns: dict[str, dict] = {}
+    units: list[str] = []
+    for name, spec in raw.items():
+        if name in TABLE_OPTIONS:
+            continue
+        column, is_unit = _column(qualified, str(name), spec)
+        columns[str(name)] = column
+        if is_unit:
+            units.append(str(name))
+    table: dict[str, Any] = {}
+    if "rows" in raw:
+        table["rows"] = raw["rows"]
+    table.update(_privacy_unit(qualified, raw, units))
+    _warn_table_options(qualified, raw)
+    table["columns"] = columns
+    return table
+
+
+def _privacy_unit(qualified: str, raw: dict, units: list[str]) -> dict:
+    if raw.get("row_privacy", False):
+        if units:
+            _warn(f"table {qualified!r} has row_privacy: true, so its private_id column "
+                  f"{units[0]!r} is not used as the privacy unit (as in SmartNoise)")
+        return {"privacy_unit": None}
+    if len(units) != 1:
+        found = f"columns {units}" if units else "no column"
+        raise CatalogError(
+            f"table {qualified!r}: {found} with private_id: true and row_privacy is false",
+            hint="mark exactly one column 'private_id: true' (dpsql has one privacy unit per "
+            "table), or set 'row_privacy: true' when each row is a different person")
+    max_ids = raw.get("max_ids", 1)
+    if isinstance(max_ids, bool) or not isinstance(max_ids, int) or max_ids < 1:
+        raise CatalogError(f"table {qualified!r}: max_ids must be a whole number ≥ 1, "
+                           f"got {max_ids!r}")
+    return {"privacy_unit": units[0], "max_groups_per_unit": max_ids,
+            "max_rows_per_group": max_ids}
+
+
+def _warn_table_options(qualified: str, raw: dict) -> None:
+    dropped = {
+        "rows_exact": "the exact row count is not metadata dpsql uses",
+        "clamp_counts": "dpsql releases counts as noised (clamp them in HAVING or afterwards "
+                        "if needed)",
+        "use_dpsu": "dpsql selects private keys with its own τ threshold",
+    }
+    for option, reason in dropped.items():
+        if raw.get(option):
+            _warn(f"table {qualified!r}: {option} is not carried over: {reason}")
+    if raw.get("censor_dims") is False:
+        _warn(f"table {qualified!r} has censor_dims: false, which lets SmartNoise release "
+              "GROUP BY keys read from the data; dpsql only does that for keys with declared "
+              "values (or with δ > 0 and a noisy threshold): add values: [...] to key columns")
+
+
+def _column(qualified: str, name: str, raw: Any) -> tuple[dict, bool]:
+    where = f"table {qualified!r}, column {name!r}"
+    if not isinstance(raw, dict) or "type" not in raw:
+        raise CatalogError(f"{where}: expected a mapping with a type such as {{type: int}}")
+    sn_type = raw["type"]
+    if sn_type not in COLUMN_TYPES:
+        raise CatalogError(f"{where}: SmartNoise type must be one of {sorted(COLUMN_TYPES)}, "
+                           f"got {sn_type!r}")
+    column: dict[str, Any] = {"type": COLUMN_TYPES[sn_type]}
+    has_lower, has_upper = "lower" in raw, "upper" in raw
+    if has_lower != has_upper:
+        raise CatalogError(f"{where}: declares only one of lower and upper",
+                           hint="declare both bounds, or neither")
+    if has_lower:
+        if sn_type not in ("int", "float"):
+            raise CatalogError(f"{where}: bounds on a {sn_type} column",
+                               hint="bounds are only for int and float columns")
+        cast = int if sn_type == "int" else float
+        column["lower"], column["upper"] = cast(raw["lower"]), cast(raw["upper"])
+    is_unit = bool(raw.get("private_id", False))
+    if sn_type == "string" and not is_unit:
+        _warn(f"{where} is text and SmartNoise declares no public domain for it: add "
+              "values: [...] before GROUP BY on it works without δ")
+    if "sensitivity" in raw:
+        _warn(f"{where}: sensitivity {raw['sensitivity']!r} is not carried over; dpsql derives "
+              "the sensitivity from lower/upper" + ("" if has_lower else
+                                                    ", so declare them"))
+    if raw.get("missing_value") is not None:
+        _warn(f"{where}: missing_value is not carried over; replace NULLs in the query with "
+              f"COALESCE({name}, {raw['missing_value']!r})")
+    return column, is_unit
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, SmartNoiseImportWarning, stacklevel=2)
+
+
+@click.command("import-smartnoise")
+@click.argument("source", type=click.Path(exists=True, dir_okay=False))
+@click.argument("output", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+def command(source: str, output: str, force: bool) -> None:
+    """Convert the SmartNoise SQL metadata SOURCE into the dpsql catalogue OUTPUT (YAML).
+
+    What cannot be carried over is listed on stderr; review OUTPUT before use (add values:
+    for text keys and a budget).
+    """
+    target = Path(output)
+    if target.exists() and not force:
+        raise click.ClickException(f"{output} exists; pass --force to overwrite it")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SmartNoiseImportWarning)
+        metadata = from_smartnoise(source)  # a CatalogError reaches the dpsql CLI's handler
+    target.write_text(yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True))
+    for item in caught:
+        click.echo(f"warning: {item.message}", err=True)
+    tables = ", ".join(metadata["tables"])
+    click.echo(f"wrote {output}: catalogue {metadata['name']!r} with table(s) {tables}; "
+               f"{len(caught)} warning(s)")

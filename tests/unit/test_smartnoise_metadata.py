@@ -1,0 +1,165 @@
+"""SmartNoise SQL metadata import: mapping, warnings, refusals, a real query, the CLI command."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import dpsql
+from dpsql.catalog import load_catalog
+from dpsql.smartnoise_metadata import SmartNoiseImportWarning, command, from_smartnoise
+
+# Written by hand after SmartNoise's PUMS.yaml / PUMS_pid.yaml samples and the format in
+# snsql/metadata.py (CollectionYamlLoader): one collection, schemas, tables; table options
+# beside the columns.
+SMARTNOISE_YAML = """\
+engine: duckdb
+PUMS:
+  PUMS:
+    PUMS:
+      rows: 1000
+      row_privacy: true
+      age: {type: int, lower: 0, upper: 100}
+      sex: {type: string}
+      married: {type: boolean}
+      income: {type: float, lower: 0, upper: 500000}
+    PUMS_pid:
+      rows: 1200
+      max_ids: 3
+      censor_dims: false
+      clamp_counts: true
+      pid: {type: int, private_id: true}
+      age: {type: int, lower: 0, upper: 100}
+      educ: {type: string, cardinality: 16}
+      income: {type: float, lower: 0, upper: 500000, sensitivity: 500000}
+      visited: {type: datetime}
+      married: {type: boolean, missing_value: false}
+"""
+
+
+@pytest.fixture
+def smartnoise_file(tmp_path: Path) -> Path:
+    path = tmp_path / "PUMS.yaml"
+    path.write_text(SMARTNOISE_YAML)
+    return path
+
+
+def _convert(source) -> tuple[dict, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SmartNoiseImportWarning)
+        metadata = from_smartnoise(source)
+    assert all(issubclass(w.category, SmartNoiseImportWarning) for w in caught)
+    return metadata, [str(w.message) for w in caught]
+
+
+def test_tables_units_bounds_and_types(smartnoise_file):
+    metadata, _ = _convert(smartnoise_file)
+    assert metadata["name"] == "PUMS"
+    assert metadata["neighbouring"] == "add_remove"
+    rows, users = metadata["tables"]["PUMS"], metadata["tables"]["PUMS_pid"]
+    assert rows["privacy_unit"] is None
+    assert "max_groups_per_unit" not in rows  # row privacy: one row per person
+    assert users["privacy_unit"] == "pid"
+    # max_ids=3 keeps every row SmartNoise keeps: 3 groups, or 3 rows in one group
+    assert (users["max_groups_per_unit"], users["max_rows_per_group"]) == (3, 3)
+    assert users["columns"]["age"] == {"type": "int", "lower": 0, "upper": 100}
+    assert users["columns"]["income"] == {"type": "float", "lower": 0.0, "upper": 500000.0}
+    assert {name: spec["type"] for name, spec in users["columns"].items()} == {
+        "pid": "int", "age": "int", "educ": "text", "income": "float", "visited": "date",
+        "married": "bool"}
+    catalog = load_catalog(metadata)
+    assert catalog.table("pums_pid").max_rows_per_group == 3
+    assert catalog.table("PUMS").is_row_privacy
+
+
+def test_what_cannot_be_carried_over_is_warned(smartnoise_file):
+    _, messages = _convert(smartnoise_file)
+    text = "\n".join(messages)
+    assert "'PUMS.PUMS', column 'sex' is text" in text  # no public domain
+    assert "'PUMS.PUMS_pid', column 'educ' is text" in text
+    assert "censor_dims: false" in text
+    assert "clamp_counts" in text
+    assert "sensitivity 500000" in text
+    assert "missing_value" in text and "COALESCE(married, False)" in text
+    assert "no privacy budget" in text
+    assert not any("'pid'" in m for m in messages)  # the unit is not a GROUP BY candidate
+
+
+def test_converted_catalogue_answers_queries(smartnoise_file, tmp_path):
+    metadata, _ = _convert(smartnoise_file)
+    metadata["budget"] = {"epsilon": 10_000}  # the owner's decision, warned about
+    database = tmp_path / "pums.duckdb"
+    with duckdb.connect(str(database)) as raw:
+        raw.execute("CREATE TABLE PUMS AS SELECT i AS age, i % 2 = 0 AS married, "
+                    "'x' AS sex, 1000.0 * i AS income FROM range(100) t(i)")
+        raw.execute("CREATE TABLE PUMS_pid AS SELECT i // 4 AS pid, i % 90 AS age, 'HS' AS educ,"
+                    " 10.0 AS income, DATE '2020-01-01' AS visited, i % 3 = 0 AS married "
+                    "FROM range(400) t(i)")
+    with dpsql.connect(str(database), metadata=metadata, ledger=":memory:",
+                       insecure_seed=3) as con:
+        plan = con.explain("SELECT married, COUNT(*) AS n FROM PUMS_pid GROUP BY married",
+                           epsilon=1.0)
+        # L0·L∞ with L0 capped by the 2 public groups of a boolean: 2·3
+        assert plan["total_sensitivity"] == 6
+        assert con.explain("SELECT COUNT(*) FROM PUMS_pid", epsilon=1.0)["total_sensitivity"] == 3
+        assert con.explain("SELECT SUM(age) FROM PUMS", epsilon=1.0)["total_sensitivity"] == 100
+        rows = con.execute("SELECT married, COUNT(*) AS n FROM PUMS_pid GROUP BY married",
+                           epsilon=1000.0).fetchall()
+    # 100 persons with 4 rows each: L∞=3 keeps at most 3 rows per person and group
+    assert sorted(r[0] for r in rows) == [False, True]
+    assert abs(sum(r[1] for r in rows) - 400) <= 100 + 5
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda m: m["PUMS"]["PUMS"]["PUMS_pid"]["age"].update(private_id=True),
+     "columns \\['pid', 'age'\\] with private_id"),
+    (lambda m: m["PUMS"]["PUMS"]["PUMS_pid"]["pid"].pop("private_id"), "no column with private_id"),
+    (lambda m: m["PUMS"]["PUMS"]["PUMS"]["age"].update(type="decimal"), "'age'.*type must be"),
+    (lambda m: m["PUMS"]["PUMS"]["PUMS"]["age"].pop("upper"), "only one of lower and upper"),
+    (lambda m: m["PUMS"]["PUMS"]["PUMS"]["sex"].update(lower=0, upper=1), "bounds on a string"),
+    (lambda m: m["PUMS"]["PUMS"]["PUMS_pid"].update(max_ids=0), "max_ids must be"),
+    (lambda m: m.update(Other={"s": {"t": {"row_privacy": True}}}), "exactly one collection"),
+    (lambda m: m["PUMS"].update(S2={"PUMS": {"row_privacy": True}}), "same name"),
+    (lambda m: m["PUMS"]["PUMS"]["PUMS"]["age"].update(lower=50, upper=10), "greater than"),
+])
+def test_refusals_name_table_and_column(change, match):
+    metadata = yaml.safe_load(SMARTNOISE_YAML)
+    change(metadata)
+    with pytest.raises(dpsql.CatalogError, match=match):
+        _convert(metadata)
+
+
+def test_missing_file():
+    with pytest.raises(dpsql.CatalogError, match="does not exist"):
+        from_smartnoise("/nonexistent/PUMS.yaml")
+
+
+def test_cli_writes_a_catalogue_dpsql_loads(smartnoise_file, tmp_path):
+    output = tmp_path / "out" / "pums-dpsql.yaml"
+    output.parent.mkdir()
+    result = CliRunner().invoke(command, [str(smartnoise_file), str(output)])
+    assert result.exit_code == 0, result.output
+    assert "wrote" in result.stdout and "table(s) PUMS, PUMS_pid" in result.stdout
+    assert "warning: table 'PUMS.PUMS', column 'sex' is text" in result.stderr
+    written = yaml.safe_load(output.read_text())
+    assert written == _convert(smartnoise_file)[0]
+    assert load_catalog(output).table("PUMS_pid").privacy_unit == "pid"
+
+    again = CliRunner().invoke(command, [str(smartnoise_file), str(output)])
+    assert again.exit_code == 1 and "--force" in again.output
+    forced = CliRunner().invoke(command, [str(smartnoise_file), str(output), "--force"])
+    assert forced.exit_code == 0
+
+
+def test_cli_bad_input_raises_the_dpsql_error(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("A: {s: {t: {x: {type: int}}}}\n")
+    result = CliRunner().invoke(command, [str(bad), str(tmp_path / "out.yaml")])
+    assert isinstance(result.exception, dpsql.CatalogError)
+    assert "private_id" in str(result.exception)
+    assert not (tmp_path / "out.yaml").exists()
