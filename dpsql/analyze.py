@@ -22,6 +22,7 @@ from dpsql.errors import (
 )
 from dpsql.infer import bounds_of, domain_of
 from dpsql.plan import Aggregate, CheckedQuery, GroupKey, OutputColumn, Statement
+from dpsql.relations import Relation, resolve_from
 
 NOISY_FRAME = "__noisy"
 SUPPORTED_AGGREGATES = (exp.Count, exp.Sum, exp.Avg)
@@ -45,15 +46,18 @@ def analyze(statement: Statement, catalog: Catalog) -> CheckedQuery:
     """
     tree = statement.tree
     select = _require_select(tree, statement)
-    table, alias = _single_table(select, catalog, statement)
-    resolver = _Resolver(table, alias, statement)
+    relation = resolve_from(select, catalog, statement)
     _refuse_constructs(select, statement)
-
-    for node in select.find_all(exp.Column):
-        resolver.check(node, allow_aliases=_output_aliases(select))
+    aliases = _output_aliases(select)
+    for clause in _outer_clauses(select):
+        for node in clause.find_all(exp.Column):
+            if node.table or node.name.lower() not in aliases:
+                relation.lookup(node)
+    table = relation.spec
+    resolver = relation
 
     where = select.args.get("where")
-    where_expr = where.this.copy() if where is not None else None
+    where_expr = where.this if where is not None else None
     if where_expr is not None and _aggregates_in(where_expr):
         raise ProgrammingError("WHERE cannot contain an aggregate", sql=statement.sql,
                                hint="filter on aggregates with HAVING")
@@ -69,7 +73,9 @@ def analyze(statement: Statement, catalog: Catalog) -> CheckedQuery:
     post = _post_query(select, keys, aggregates, outputs)
     projection = all(o.role in ("key", "aggregate") for o in outputs) and not any(
         select.args.get(c) is not None for c in ("having", "order", "limit", "offset"))
-    return CheckedQuery(statement=statement, table=table, where=where_expr, keys=keys,
+    return CheckedQuery(statement=statement, table=table, from_sql=relation.sql,
+                        where=resolver.plain(where_expr) if where_expr is not None else None,
+                        keys=keys,
                         aggregates=aggregates, outputs=outputs,
                         post_sql=post.sql(dialect="duckdb"), post_is_projection=projection)
 
@@ -99,68 +105,6 @@ def _require_select(tree: exp.Expression, statement: Statement) -> exp.Select:
         "analyst connection")
 
 
-def _single_table(select: exp.Select, catalog: Catalog, statement: Statement):
-    if select.args.get("with") is not None:
-        raise UnsupportedSQLError("WITH (common table expressions) is not supported yet",
-                                  sql=statement.sql, hint="select from the table directly")
-    if select.args.get("joins"):
-        raise UnsupportedSQLError("JOIN is not supported yet", sql=statement.sql,
-                                  hint="query one table at a time")
-    source = select.args.get("from_") or select.args.get("from")
-    if source is None:
-        raise NonAggregateQueryError("the SELECT has no FROM clause", sql=statement.sql,
-                                     hint="select aggregates FROM a declared table")
-    node = source.this
-    if not isinstance(node, exp.Table) or not node.name:
-        raise UnsupportedSQLError("subqueries and table functions in FROM are not supported yet",
-                                  sql=statement.sql, hint="select from a declared table")
-    spec = catalog.table(node.name)
-    if spec is None:
-        known = ", ".join(sorted(catalog.tables)) or "none"
-        raise UnknownTableError(f"unknown table {node.name!r}", sql=statement.sql,
-                                position=_position(node),
-                                hint=f"tables in the metadata: {known}")
-    if spec.public:
-        raise UnsupportedSQLError(f"table {spec.name!r} is public", sql=statement.sql)
-    return spec, node.alias_or_name
-
-
-class _Resolver:
-    """Maps column references of the query to the declared columns of its one table."""
-
-    def __init__(self, table: TableSpec, alias: str, statement: Statement) -> None:
-        self.table, self.alias, self.statement = table, alias, statement
-
-    def check(self, node: exp.Column, allow_aliases: set[str] = frozenset()) -> None:
-        if node.table and node.table.lower() not in {self.alias.lower(), self.table.name.lower()}:
-            raise UnknownColumnError(
-                f"column {node.sql()!r} refers to {node.table!r}, which is not in FROM",
-                sql=self.statement.sql, position=_position(node),
-                hint=f"qualify columns with {self.alias!r} or not at all")
-        if self.table.column(node.name) is None and not (
-            not node.table and node.name.lower() in allow_aliases
-        ):
-            known = ", ".join(self.table.columns)
-            raise UnknownColumnError(
-                f"unknown column {node.name!r} in table {self.table.name!r}",
-                sql=self.statement.sql, position=_position(node),
-                hint=f"columns of {self.table.name!r}: {known}")
-
-    def __call__(self, node: exp.Column) -> ColumnSpec:
-        spec = self.table.column(node.name)
-        if spec is None:
-            self.check(node)
-        return spec
-
-    def plain(self, node: exp.Expression) -> exp.Expression:
-        """Copy of a row-level expression with columns as quoted, unqualified source names."""
-        copy = node.copy()
-        for column in list(copy.find_all(exp.Column)):
-            spec = self.table.column(column.name)
-            column.replace(exp.column(spec.name, quoted=True))
-        return copy
-
-
 def _position(node: exp.Expression):
     meta = getattr(node, "meta", None) or {}
     ident = node.this if isinstance(node, (exp.Column, exp.Table)) else None
@@ -168,6 +112,15 @@ def _position(node: exp.Expression):
     if "line" in meta and "col" in meta:
         return meta["line"], max(meta["col"] - len(node.name) + 1, 1)
     return None
+
+
+def _outer_clauses(select: exp.Select) -> list[exp.Expression]:
+    """The parts of the outer query that are not FROM (which relations.py checks)."""
+    clauses = list(select.expressions)
+    for name in ("where", "group", "having", "order", "qualify"):
+        if select.args.get(name) is not None:
+            clauses.append(select.args[name])
+    return clauses
 
 
 def _refuse_constructs(select: exp.Select, statement: Statement) -> None:
@@ -178,13 +131,11 @@ def _refuse_constructs(select: exp.Select, statement: Statement) -> None:
     if select.args.get("distinct"):
         raise UnsupportedSQLError("SELECT DISTINCT is not supported", sql=statement.sql,
                                   hint="GROUP BY the columns instead")
-    for node in select.walk():
+    for node in (n for clause in _outer_clauses(select) for n in clause.walk()):
         if isinstance(node, exp.Window):
             raise UnsupportedSQLError("window functions (OVER ...) are not supported",
                                       sql=statement.sql, hint="remove the OVER clause")
-        if isinstance(node, (exp.Subquery, exp.Exists)) or (
-            isinstance(node, exp.Select) and node is not select
-        ):
+        if isinstance(node, (exp.Subquery, exp.Exists, exp.Select)):
             raise UnsupportedSQLError("subqueries are not supported yet", sql=statement.sql,
                                       hint="write the condition on the table's own columns")
         for kind, name in _NOT_YET.items():
@@ -205,7 +156,7 @@ def _aggregates_in(node: exp.Expression) -> list[exp.Expression]:
     return [n for n in node.find_all(exp.AggFunc) if isinstance(n, SUPPORTED_AGGREGATES)]
 
 
-def _group_keys(select, resolver: _Resolver, statement: Statement) -> tuple[GroupKey, ...]:
+def _group_keys(select, resolver: Relation, statement: Statement) -> tuple[GroupKey, ...]:
     group = select.args.get("group")
     if group is None:
         return ()
@@ -223,7 +174,7 @@ def _group_keys(select, resolver: _Resolver, statement: Statement) -> tuple[Grou
             projection = select.expressions[position - 1]
             expr, name = projection.unalias(), projection.alias_or_name
         elif isinstance(item, exp.Column) and not item.table and item.name.lower() in aliased \
-                and resolver.table.column(item.name) is None:
+                and not any(n == item.name.lower() for _, n in resolver.names):
             expr, name = aliased[item.name.lower()], item.name
         if _aggregates_in(expr):
             raise ProgrammingError("GROUP BY cannot contain an aggregate", sql=statement.sql)
@@ -241,7 +192,9 @@ def _group_keys(select, resolver: _Resolver, statement: Statement) -> tuple[Grou
                 hint="declare the column's public values (values: [...]) or int bounds in the "
                 "metadata, or group by a CASE expression with literal results")
         domain, key_type = found
-        keys.append(GroupKey(name=name, expr=expr.copy(), domain=domain, type=key_type))
+        keys.append(GroupKey(name=name, expr=expr.copy(),
+                             sql=resolver.plain(expr).sql(dialect="duckdb"), domain=domain,
+                             type=key_type))
     names = [k.name.lower() for k in keys]
     if len(set(names)) != len(names):
         raise ProgrammingError("two GROUP BY keys have the same name", sql=statement.sql,
@@ -249,7 +202,7 @@ def _group_keys(select, resolver: _Resolver, statement: Statement) -> tuple[Grou
     return tuple(keys)
 
 
-def _aggregates(select, table: TableSpec, resolver: _Resolver, statement: Statement):
+def _aggregates(select, table: TableSpec, resolver: Relation, statement: Statement):
     found: dict[str, Aggregate] = {}
     for node in select.find_all(exp.AggFunc):
         if not isinstance(node, SUPPORTED_AGGREGATES):
@@ -263,7 +216,7 @@ def _aggregates(select, table: TableSpec, resolver: _Resolver, statement: Statem
     return tuple(found.values())
 
 
-def _aggregate(node, name, table: TableSpec, resolver: _Resolver, statement: Statement):
+def _aggregate(node, name, table: TableSpec, resolver: Relation, statement: Statement):
     arg = node.this
     text = node.sql(dialect="duckdb")
     if isinstance(node, exp.Count):
@@ -272,8 +225,7 @@ def _aggregate(node, name, table: TableSpec, resolver: _Resolver, statement: Sta
         if isinstance(arg, exp.Distinct):
             inner = arg.expressions
             unit = table.privacy_unit
-            if (len(inner) == 1 and isinstance(inner[0], exp.Column) and unit is not None
-                    and inner[0].name.lower() == unit.lower()):
+            if len(inner) == 1 and unit is not None and resolver.is_unit(inner[0]):
                 return Aggregate(name=name, kind="count_distinct_unit", arg=None, sql=text)
             raise UnsupportedSQLError(
                 f"{text} is not supported: only COUNT(DISTINCT <privacy unit>) is",
@@ -287,7 +239,8 @@ def _aggregate(node, name, table: TableSpec, resolver: _Resolver, statement: Sta
     interval = bounds_of(arg, resolver)
     if interval is None:
         columns = sorted({c.name for c in arg.find_all(exp.Column)})
-        unbounded = [c for c in columns if not table.column(c).is_bounded] or columns
+        unbounded = [c.name for c in arg.find_all(exp.Column)
+                     if not resolver(c).is_bounded] or columns
         raise MissingBoundsError(
             f"{text} needs bounds on {', '.join(map(repr, unbounded)) or 'its input'} "
             f"in table {table.name!r}",

@@ -106,7 +106,12 @@ class Engine:
         self.post.close()
 
     def explain(self, sql: str, params=None, *, epsilon=None) -> dict:
-        """What a script would cost and how it would be noised; runs and spends nothing."""
+        """What a script would cost and how it would be noised; runs and spends nothing.
+
+        Without an ε (and no epsilon_per_query) the scales are shown for ε = 1.
+        """
+        if epsilon is None and self.epsilon_per_query is None:
+            epsilon = 1
         planned = self.plan(sql, params, epsilon=epsilon, script=True)
         statements = []
         for kind, i in planned.order:

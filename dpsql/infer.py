@@ -90,6 +90,13 @@ def bounds_of(node: exp.Expression, column: Resolver) -> Interval | None:
             return None
         ends = sorted((left.lower / right.lower, left.upper / right.lower))
         return Interval(ends[0], ends[1], False)
+    if isinstance(node, exp.Mod):
+        left, right = bounds_of(node.this, column), bounds_of(node.expression, column)
+        if left is None or right is None or right.lower != right.upper or right.lower <= 0:
+            return None
+        top = right.lower - 1 if left.integral and right.integral else right.lower
+        return Interval(Fraction(0) if left.lower >= 0 else -top, top,
+                        left.integral and right.integral)
     if isinstance(node, (exp.Floor, exp.Ceil, exp.Round)):
         inner = bounds_of(node.this, column)
         if inner is None or (isinstance(node, exp.Round) and node.args.get("decimals")):
@@ -136,6 +143,34 @@ def _floor(value: Fraction) -> int:
 
 def _neg(inner: Interval | None) -> Interval | None:
     return None if inner is None else Interval(-inner.upper, -inner.lower, inner.integral)
+
+
+_ARITHMETIC = {exp.Add: lambda a, b: a + b, exp.Sub: lambda a, b: a - b,
+               exp.Mul: lambda a, b: a * b}
+
+
+def _mapped_domain(node: exp.Expression, column: Resolver) -> tuple[tuple, str] | None:
+    """Domain of ``f(x) op literal`` (or FLOOR/CEIL of it) from a finite numeric domain of x.
+
+    ``FLOOR(age / 10) * 10`` has the domain {10, 20, ..., 90}, not every integer in [10, 90].
+    """
+    if isinstance(node, tuple(_ARITHMETIC)):
+        for inner, other, swap in ((node.this, node.expression, False),
+                                   (node.expression, node.this, True)):
+            try:
+                constant = literal_value(other)
+            except ValueError:
+                continue
+            if isinstance(constant, str):
+                return None
+            found = domain_of(inner, column)
+            if found is None or found[1] not in ("int", "float"):
+                return None
+            apply = _ARITHMETIC[type(node)]
+            values = [apply(constant, v) if swap else apply(v, constant) for v in found[0]]
+            kind = "int" if all(isinstance(v, int) for v in values) else "float"
+            return tuple(dict.fromkeys(values)), kind
+    return None
 
 
 def domain_of(node: exp.Expression, column: Resolver) -> tuple[tuple, str] | None:
@@ -186,6 +221,9 @@ def domain_of(node: exp.Expression, column: Resolver) -> tuple[tuple, str] | Non
         return None
     if isinstance(node, (exp.Predicate, exp.Not, exp.And, exp.Or)):
         return (False, True), "bool"
+    mapped = _mapped_domain(node, column)
+    if mapped is not None:
+        return mapped
     interval = bounds_of(node, column)
     if interval is not None and interval.integral:
         size = interval.upper - interval.lower + 1

@@ -31,7 +31,8 @@ class GroupKey:
     """A GROUP BY key: its output name, row-level expression and public domain."""
 
     name: str
-    expr: exp.Expression
+    expr: exp.Expression  # as the analyst wrote it (to match SELECT/ORDER BY references)
+    sql: str  # the same over the relation's own column names (for the exact query)
     domain: tuple
     type: str  # 'text', 'int', 'float', 'bool'
 
@@ -69,8 +70,9 @@ class CheckedQuery:
     """A statement that passed every check, with its keys, aggregates and post-processing."""
 
     statement: Statement
-    table: TableSpec
-    where: exp.Expression | None
+    table: TableSpec  # the flattened FROM clause as one (virtual) table
+    from_sql: str  # FROM item producing that table's columns
+    where: exp.Expression | None  # over the relation's own column names
     keys: tuple[GroupKey, ...]
     aggregates: tuple[Aggregate, ...]
     outputs: tuple[OutputColumn, ...]

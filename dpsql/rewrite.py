@@ -151,14 +151,14 @@ def _exact_sql(checked: CheckedQuery, parts, values: dict[str, _Value], salt: in
     src_cols = []
     if table.privacy_unit is not None:
         src_cols.append(f"{_quote(table.privacy_unit)} AS __unit")
-    src_cols += [f"{k.expr.sql(dialect=DIALECT)} AS {name}" for k, name in zip(checked.keys, keys)]
+    src_cols += [f"{k.sql} AS {name}" for k, name in zip(checked.keys, keys)]
     src_cols += [f"{v.sql} AS {value_names[n]}" for n, v in values.items()]
     if not src_cols:
         src_cols = ["1 AS __one"]
     filters = [f"({checked.where.sql(dialect=DIALECT)})"] if checked.where is not None else []
-    filters += [f"{k.expr.sql(dialect=DIALECT)} IS NOT NULL" for k in checked.keys]
+    filters += [f"{k.sql} IS NOT NULL" for k in checked.keys]
     where = f" WHERE {' AND '.join(filters)}" if filters else ""
-    ctes = [f"__src AS (SELECT {', '.join(src_cols)} FROM {_quote(table.name)}{where})"]
+    ctes = [f"__src AS (SELECT {', '.join(src_cols)} FROM {checked.from_sql}{where})"]
     key_list = ", ".join(keys)
     group_by = f" GROUP BY {key_list}" if keys else ""
     if table.privacy_unit is None:
