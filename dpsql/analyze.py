@@ -45,7 +45,7 @@ def analyze(statement: Statement, catalog: Catalog) -> CheckedQuery:
         UnsupportedSQLError: the construct is valid SQL that dpsql does not answer.
     """
     tree = statement.tree
-    select = _require_select(tree, statement)
+    select = _require_select(tree, statement).transform(_unfilter)
     relation = resolve_from(select, catalog, statement)
     _refuse_constructs(select, statement)
     aliases = _output_aliases(select)
@@ -89,6 +89,19 @@ def is_public_query(statement: Statement, catalog: Catalog) -> bool:
         return False
     specs = [catalog.table(t.name) for t in named]
     return all(spec is not None and spec.public for spec in specs)
+
+
+def _unfilter(node: exp.Expression) -> exp.Expression:
+    """``AGG(x) FILTER (WHERE c)`` as ``AGG(CASE WHEN c THEN x END)``: same rows, same bounds."""
+    if not isinstance(node, exp.Filter) or not isinstance(node.this, SUPPORTED_AGGREGATES):
+        return node
+    aggregate, condition = node.this.copy(), node.expression.this
+    arg = aggregate.this
+    value = exp.Literal.number(1) if isinstance(arg, exp.Star) else arg
+    if isinstance(value, exp.Distinct):
+        return node
+    aggregate.set("this", exp.Case(ifs=[exp.If(this=condition.copy(), true=value.copy())]))
+    return aggregate
 
 
 def _require_select(tree: exp.Expression, statement: Statement) -> exp.Select:

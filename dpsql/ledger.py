@@ -110,6 +110,20 @@ class Ledger:
             self._db.execute("ROLLBACK")
             raise
 
+    def record_answer(self, release_id: int, answer: str) -> None:
+        """Store what a release returned, so that asking again returns it at no cost."""
+        try:
+            self._db.execute("UPDATE releases SET answer = ? WHERE id = ?", (answer, release_id))
+        except sqlite3.Error as err:
+            raise LedgerError(f"cannot write the budget ledger {self.path!r}: {err}") from err
+
+    def find_answer(self, dataset: str, fingerprint: str) -> str | None:
+        """The stored answer of an earlier identical release on the dataset, if any."""
+        row = self._db.execute(
+            "SELECT answer FROM releases WHERE dataset = ? AND fingerprint = ? AND kind = 'dp' "
+            "AND answer IS NOT NULL ORDER BY id LIMIT 1", (dataset, fingerprint)).fetchone()
+        return None if row is None else row[0]
+
     def record_exact(self, *, analyst: str, dataset: str, statement: str) -> None:
         """Record a custodian's exact (non-private) access."""
         try:

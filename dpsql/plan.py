@@ -163,5 +163,5 @@ class ScriptPlan:
     @property
     def fingerprint(self) -> str:
         """Identity of the release for the ledger: the normalised statements and ε."""
-        text = ";\n".join(s.checked.statement.tree.sql(dialect="duckdb") for s in self.statements)
+        text = ";\n".join(s.checked.statement.sql for s in self.statements)
         return f"{text} @ {self.loss.describe()}"

@@ -7,6 +7,8 @@ post-processing query runs on a fresh DuckDB that holds only the noisy frame.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -41,6 +43,25 @@ class NoisyResult:
     intervals: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     epsilon: Fraction = Fraction(0)
     sensitivity: Fraction = Fraction(0)
+    reused: bool = False  # an earlier identical release, returned again at no cost
+
+
+def dump_results(results: list[NoisyResult]) -> str:
+    """JSON form of released results, for the ledger's answer store."""
+    return json.dumps([{
+        "columns": [dataclasses.asdict(c) for c in r.columns], "rows": r.rows,
+        "intervals": r.intervals, "sensitivity": str(r.sensitivity),
+    } for r in results])
+
+
+def load_results(text: str) -> list[NoisyResult]:
+    """Results stored by ``dump_results``; they cost nothing to return again."""
+    return [NoisyResult(columns=[ColumnInfo(**c) for c in item["columns"]],
+                        rows=[tuple(row) for row in item["rows"]],
+                        intervals={k: [tuple(b) for b in v] for k, v in item["intervals"].items()},
+                        epsilon=Fraction(0), sensitivity=Fraction(item["sensitivity"]),
+                        reused=True)
+            for item in json.loads(text)]
 
 
 def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: RandomSource,

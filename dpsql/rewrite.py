@@ -137,11 +137,14 @@ def _clamped(agg: Aggregate, center: Fraction, grid_exp: int) -> str:
     arg = agg.arg.sql(dialect=DIALECT)
     low, high = _number(agg.lower), _number(agg.upper)
     shift = f" - {_number(center)}" if center else ""
+    # GREATEST/LEAST skip NULLs, so a NULL must be kept out of them or it would become `low`
     if grid_exp == 0:
-        return f"CAST(LEAST(GREATEST({arg}, {low}), {high}){shift} AS BIGINT)"
-    grid = repr(float(Fraction(2) ** grid_exp))
-    return (f"CAST(ROUND((LEAST(GREATEST(CAST({arg} AS DOUBLE), {low}), {high}){shift}) / "
-            f"{grid}) AS BIGINT)")
+        value = f"CAST(LEAST(GREATEST({arg}, {low}), {high}){shift} AS BIGINT)"
+    else:
+        grid = repr(float(Fraction(2) ** grid_exp))
+        value = (f"CAST(ROUND((LEAST(GREATEST(CAST({arg} AS DOUBLE), {low}), {high}){shift}) / "
+                 f"{grid}) AS BIGINT)")
+    return f"CASE WHEN ({arg}) IS NULL THEN NULL ELSE {value} END"
 
 
 def _exact_sql(checked: CheckedQuery, parts, values: dict[str, _Value], salt: int) -> str:

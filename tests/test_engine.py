@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -155,3 +157,41 @@ def test_public_tables_are_answered_exactly_at_no_cost(tmp_path):
         assert con.execute("SELECT name FROM regions ORDER BY region_id").fetchall() == [
             ("North",), ("East",)]
         assert con.budget_spent.epsilon == 0
+
+
+def test_repeated_statement_returns_the_stored_answer_at_no_cost(connect):
+    con = connect(seed=None, budget=2.0)
+    sql = "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex"
+    first = con.cursor().execute(sql, epsilon=1.0)
+    rows = first.fetchall()
+    again = con.cursor().execute(sql, epsilon=1.0)
+    assert again.fetchall() == rows and again.epsilon_spent == 0
+    assert con.budget_spent.epsilon == 1
+    assert len(con.ledger.history()) == 1
+    # a different ε is a different release
+    assert con.cursor().execute(sql, epsilon=0.5).epsilon_spent == Fraction(1, 2)
+
+
+def test_filter_clause_is_a_conditional_aggregate(connect):
+    con = connect(budget=1e9)
+    sql = ("SELECT sex, COUNT(*) FILTER (WHERE age > 50) AS old, "
+           "SUM(hours) FILTER (WHERE age > 50) AS h FROM adult GROUP BY sex")
+    dp = dict((s, (o, h)) for s, o, h in con.cursor().execute(sql, epsilon=1e7).fetchall())
+    exact = con.cursor().execute(
+        "SELECT sex, COUNT(*) AS old, SUM(hours) AS h FROM adult WHERE age > 50 GROUP BY sex",
+        epsilon=1e7).fetchall()
+    assert all(dp[s] == (o, h) for s, o, h in exact)
+    assert con.explain(sql)["total_sensitivity"] == 1 + 99
+
+
+def test_null_values_are_skipped_not_clamped(connect, data_dir):
+    frame = make_adult()
+    frame["hours"] = frame["hours"].astype("Int64")
+    frame.loc[:999, "hours"] = pd.NA
+    frame.to_csv(data_dir / "adult.csv", index=False)
+    con = connect(budget=1e9)
+    total, mean = con.cursor().execute("SELECT SUM(hours), AVG(hours) FROM adult",
+                                       epsilon=1e7).fetchone()
+    rest = make_adult().hours[1000:]
+    assert total == rest.sum()
+    assert mean == pytest.approx(rest.mean(), abs=1e-3)
