@@ -90,8 +90,10 @@ def compare_releases(
     """Score released cell counts against the exact ones (both: keys + ``n``).
 
     Negative noisy counts are clamped to 0 and rounded (post-processing). ``classes`` counts
-    cells with at least ``k`` records (the cells a k-anonymous reading would keep); DM charges
-    the unpublished records N each, as for suppression.
+    cells showing at least ``k`` records (the cells a k-anonymous reading would keep);
+    ``false_classes`` of them hold fewer than k true records, ``missed_classes`` hold ≥ k true
+    records but show fewer. DM and C_AVG are those of the table as released (DM charges the
+    records not shown in a class N each, as for suppression).
     """
     keys = list(keys)
     if keys:
@@ -105,10 +107,10 @@ def compare_releases(
     kept = shown >= k
     published = shown[kept].sum()
     return {
-        "cells": float(len(merged)),
-        "mean_abs_error_per_cell": float(np.abs(shown - truth).mean()),
         "total_abs_error_share": float(np.abs(shown - truth).sum() / records),
         "classes": float(kept.sum()),
+        "false_classes": float((kept & (truth < k)).sum()),
+        "missed_classes": float((~kept & (truth >= k)).sum()),
         "dm": float((shown[kept] ** 2).sum() + records * max(records - published, 0)),
         "avg_class_size": float(records / max(kept.sum() + (records > published), 1)),
     }

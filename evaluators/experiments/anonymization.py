@@ -254,7 +254,8 @@ def main(quick: bool) -> None:
     plot_rho(per_pass, OUT / "rho_gain_k5.png")
     plot_dp(dp, OUT / "dp_vs_k_anonymity.png")
     summary = (dp.groupby(["node", "release", "epsilon"])
-               [["total_abs_error_share", "classes", "dm", "avg_class_size"]].mean().reset_index())
+               [["total_abs_error_share", "classes", "false_classes", "missed_classes", "dm",
+                 "avg_class_size"]].mean().reset_index())
     summary.to_csv(OUT / "dp_vs_k_anonymity_summary.csv", index=False)
     click.echo(tables.to_string(index=False))
     click.echo(per_pass.to_string(index=False))

@@ -361,7 +361,7 @@ def test_dp_release_covers_the_public_generalized_domain(adult):
     assert len(released.counts) == 2 * 2 * 3
     scores = compare_releases(exact, released.counts, keys, k=5)
     assert scores["total_abs_error_share"] < 0.01  # 12 cells, Laplace scale ≈ 1 or 2
-    assert scores["classes"] == 12
+    assert scores["classes"] == 12 and scores["false_classes"] == scores["missed_classes"] == 0
 
 
 def test_cli_json_reports_node_classes_outliers_and_passes(adult, tmp_path):
