@@ -1,0 +1,108 @@
+"""Stochastic DP audit of the full engine: empirical privacy loss vs the claimed ε.
+
+Each shape runs the engine on neighbouring databases (the added person has extreme values
+and many rows) and a Clopper-Pearson bound on the likelihood ratio of an output event must
+not exceed ε. The audit must also catch a deliberately broken mechanism. Add a shape with
+one line in ``SHAPES``; shapes the engine does not answer yet are listed in ``PENDING``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import dpsql
+import dpsql.release
+
+from auditor import (
+    Shape,
+    add_extreme_adult,
+    add_heavy_visitor,
+    audit,
+    replace_adult_row,
+)
+
+SHAPES = [
+    Shape("count_row_privacy", "SELECT COUNT(*) AS n FROM adult", add_extreme_adult),
+    Shape("count_rows_per_person", "SELECT COUNT(*) AS n FROM visits", add_heavy_visitor),
+    Shape("count_distinct_unit", "SELECT COUNT(DISTINCT uid) AS n FROM visits",
+          add_heavy_visitor),
+    Shape("sum_int_clamped", "SELECT SUM(hours) AS s FROM adult", add_extreme_adult),
+    Shape("sum_float_per_person", "SELECT SUM(amount) AS s FROM visits", add_heavy_visitor),
+    Shape("avg", "SELECT AVG(age) AS a FROM adult", add_extreme_adult),
+    Shape("group_by_public_keys",
+          "SELECT day, COUNT(*) AS n, SUM(amount) AS s FROM visits GROUP BY day",
+          add_heavy_visitor),
+    Shape("group_by_replace",
+          "SELECT sex, salary, COUNT(*) AS n FROM adult GROUP BY sex, salary",
+          replace_adult_row, neighbouring="replace"),
+    Shape("script",
+          "SELECT COUNT(*) AS n FROM adult; SELECT SUM(hours) AS s FROM adult WHERE sex = 'Male'",
+          add_extreme_adult, script=True),
+    Shape("cte", "WITH t AS (SELECT * FROM adult WHERE age > 30) SELECT COUNT(*) AS n FROM t",
+          add_extreme_adult),
+]
+
+# Shapes the lead is adding (refused today with UnsupportedSQLError): each becomes an audited
+# shape by moving it into SHAPES once the engine answers it.
+PENDING = [
+    Shape("join", "SELECT COUNT(*) AS n FROM visits v JOIN adult a ON v.uid = a.age",
+          add_heavy_visitor),
+    Shape("quantile", "SELECT MEDIAN(age) AS m FROM adult", add_extreme_adult),
+]
+
+# shapes whose neighbours differ by exactly the sensitivity, so the bound must come close to ε
+TIGHT = {"count_row_privacy", "count_rows_per_person", "count_distinct_unit"}
+# CI runs catch gross violations (a missing clamp or bound moves outputs by far more than the
+# noise); the broken-mechanism tests show a factor-2 error in ε is caught; --slow has power.
+CI_RUNS, SLOW_RUNS = 60, 1500
+BROKEN_RUNS = 150
+
+
+def _report(result) -> str:
+    return (f"{result.shape}: ε_lb={result.epsilon_lower:.3f} vs claimed "
+            f"{result.epsilon_claimed} on event {result.event} "
+            f"(p={result.p_base:.3f} vs {result.p_other:.3f}, {result.runs} runs each)")
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.name)
+def test_engine_keeps_its_epsilon(shape, tmp_path):
+    result = audit(shape, tmp_path, runs=CI_RUNS)
+    assert not result.refuted, _report(result)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.name)
+def test_engine_keeps_its_epsilon_long(shape, tmp_path):
+    result = audit(shape, tmp_path, runs=SLOW_RUNS, seed=5000)
+    assert not result.refuted, _report(result)
+    if shape.name in TIGHT:  # power: the adversarial neighbour really moves the output by Δ
+        assert result.epsilon_lower > result.epsilon_claimed / 2, _report(result)
+
+
+@pytest.mark.parametrize("shape", PENDING, ids=lambda s: s.name)
+def test_pending_shapes_are_refused_not_answered(shape, connect):
+    """Until the engine audits them, these shapes must be refused, never answered."""
+    with pytest.raises(dpsql.Error):
+        connect().cursor().execute(shape.sql, epsilon=1.0)
+
+
+def test_audit_catches_half_the_noise(tmp_path, monkeypatch):
+    real = dpsql.release.discrete_laplace
+    monkeypatch.setattr(dpsql.release, "discrete_laplace",
+                        lambda scale, rng: real(scale / 2, rng))
+    result = audit(SHAPES[0], tmp_path, runs=BROKEN_RUNS)
+    assert result.refuted, _report(result)
+
+
+def test_audit_catches_a_sensitivity_bug(tmp_path, monkeypatch):
+    """A SUM whose sensitivity forgets the L∞ rows of a person (the 'wrong odometer' class)."""
+    import dpsql.rewrite
+
+    real = dpsql.rewrite.sum_sensitivity
+    monkeypatch.setattr(dpsql.rewrite, "sum_sensitivity",
+                        lambda *args, **kwargs: real(*args, **kwargs) / 4)
+    shape = next(s for s in SHAPES if s.name == "sum_float_per_person")
+    result = audit(shape, tmp_path, runs=80)
+    assert result.refuted, _report(result)
+
+
