@@ -488,10 +488,11 @@ Trend over the full grid (plot: `accuracy_vs_p0.png`):
 
 {trend}
 
-Paper's claims: (1) accuracy increases with p0 — **confirmed on Car**; on Adult accuracy rises
-from p0 = 0.1 and is flat (within split-to-split noise) from p0 ≈ 0.3, because 22,793
-training rows make the reconstructed counts precise and a few attributes carry most of the
-signal. (2) TRR set 1 beats set 2 — {sets}; with about 17,000 / 5,500 rows per class the
+Paper's claims: (1) accuracy increases with p0 — **confirmed on Car** (monotone up to noise);
+on Adult accuracy rises from p0 = 0.1 to about 0.2-0.3 and is then flat (within split-to-split
+noise), because 22,793 training rows make the reconstructed counts precise and a few
+attributes carry most of the signal; with TRR the numeric attributes carry the signal and the
+curve is flat throughout. (2) TRR set 1 beats set 2 — {sets}; with about 17,000 / 5,500 rows per class the
 TRR moment estimates are precise for both sets, so the paper's effect (seen on its data) is
 within noise here. (3) Even p0 = 0.35 stays close to the non-private classifier on Adult.
 
@@ -505,6 +506,11 @@ randomized by RRPH (ERRPH with k = 2) at p0 = p or by Warner at θ = p.
 At equal p (the paper's comparison; plot `rrph_vs_warner.png`, left):
 
 {wins}
+
+This **reproduces the paper's Fig. 3 finding at equal p**: Warner (DTPD's randomization) is
+better for small p, collapses near p = 0.5 (its channel is singular there) and RRPH wins in
+the middle of the grid (on Car the crossover lies between p = 0.35 and 0.4, close to the
+0.30-0.35 the notes predict from the estimators' standard deviations, §7.5).
 
 At equal ε (same plot, right; the grid holds exact pairs since RRPH(p0) ≡ Warner((1 + p0)/2)):
 
@@ -543,13 +549,18 @@ the true attribute values (the label excepted).
 - The paper's accuracies are unreadable and its data private: only trends are compared.
 - The label is released in the clear (as in the paper), so neither ε protects class
   membership; TRR gives no finite ε at all (the support of a·x + b depends on x).
-- Car is small (1,210 training rows, classes of ~45 rows), so its curves are noisy; Adult's
-  randomness is mostly the split. Fewer repetitions on Adult keep the full run under ~10 min.
+- Car is small (1,210 training rows, the two smallest classes ~45 rows each), so its curves
+  are noisy (20 splits); Adult gets 4 splits, its sd comes mostly from the split. The full run
+  took {minutes:.0f} min because the 2-core machine was shared (load average 11-16); on a
+  lightly loaded machine it takes about 8-10 min (estimated from the quick run).
+- Test rows are not randomized (the paper does not say; it seems to classify clear rows).
 - The paper's DTPD compares a decision tree; we compare the randomizers under the same Naive
   Bayes, which isolates the privacy mechanism (the notes argue the tree explains part of the
   paper's gap).
 
 ## Timing (seconds per fit: randomize, write, reconstruct through the engine, predict)
+
+Measured during the shared, heavily loaded run above (so several times the idle cost).
 
 | data set | variant | seconds per fit |
 |---|---|---|
