@@ -18,7 +18,9 @@ import dpsql
 meta, ledger = json.loads(sys.argv[1]), sys.argv[2]
 with dpsql.connect(metadata=meta, ledger=ledger, analyst=sys.argv[3]) as con:
     try:
-        con.cursor().execute("SELECT COUNT(*) FROM adult", epsilon=float(sys.argv[4]))
+        # a different statement per analyst: identical ones would reuse the first answer
+        con.cursor().execute("SELECT COUNT(*) FROM adult WHERE age > ?", [len(sys.argv[3])
+                             + sum(map(ord, sys.argv[3]))], epsilon=float(sys.argv[4]))
         print("released")
     except dpsql.BudgetExhaustedError:
         print("refused")
