@@ -102,6 +102,22 @@ class PostgresLedger:
             raise LedgerError(f"cannot charge the PostgreSQL budget ledger: {err}") from err
         return row[0]
 
+    def record_answer(self, release_id: int, answer: str) -> None:
+        """Store what a release returned, so that asking again returns it at no cost."""
+        try:
+            self._db.execute("UPDATE dpsql_releases SET answer = %s WHERE id = %s",
+                             (answer, release_id))
+        except self._errors as err:
+            raise LedgerError(f"cannot write the PostgreSQL budget ledger: {err}") from err
+
+    def find_answer(self, dataset: str, fingerprint: str) -> str | None:
+        """The stored answer of an earlier identical release on the dataset, if any."""
+        row = self._db.execute(
+            "SELECT answer FROM dpsql_releases WHERE dataset = %s AND fingerprint = %s "
+            "AND kind = 'dp' AND answer IS NOT NULL ORDER BY id LIMIT 1",
+            (dataset, fingerprint)).fetchone()
+        return None if row is None else row[0]
+
     def record_exact(self, *, analyst: str, dataset: str, statement: str) -> None:
         """Record a custodian's exact (non-private) access."""
         try:

@@ -27,9 +27,10 @@ with dpsql.connect(url, metadata=meta, ledger=url, analyst=analyst) as con:
     print("ready", flush=True)
     while not os.path.exists(go):
         time.sleep(0.005)
-    for _ in range(3):
+    for attempt in range(3):  # distinct queries: a repeated one would reuse its answer
+        sql = f"SELECT COUNT(*) FROM adult WHERE age > {10 * int(analyst[-1]) + attempt}"
         try:
-            con.execute("SELECT sex, COUNT(*) FROM adult GROUP BY sex", epsilon=0.1).fetchall()
+            con.execute(sql, epsilon=0.1).fetchall()
             print("released", flush=True)
         except dpsql.BudgetExhaustedError:
             print("refused", flush=True)
@@ -106,3 +107,14 @@ def test_eight_racing_processes_release_exactly_ten_answers(csv_dir, postgres_ur
     assert outcomes.count("released") == 10
     assert ledger.spent(meta["name"]) == _loss(1)
     assert len(ledger.history(meta["name"])) == 10
+
+
+def test_repeated_query_reuses_the_stored_answer_across_machines(csv_dir, postgres_url):
+    """A second analyst asking the same thing at the same ε gets the same answer, free."""
+    meta = metadata(csv_dir, warehouse=True, budget=1.0, name=f"d{uuid.uuid4().hex}")
+    sql = "SELECT sex, COUNT(*) FROM adult GROUP BY sex"
+    with dpsql.connect(postgres_url, metadata=meta, ledger=postgres_url, analyst="a") as first:
+        answer = first.execute(sql, epsilon=0.5).fetchall()
+    with dpsql.connect(postgres_url, metadata=meta, ledger=postgres_url, analyst="b") as second:
+        assert second.execute(sql, epsilon=0.5).fetchall() == answer
+        assert second.budget_spent.epsilon == Fraction(1, 2)

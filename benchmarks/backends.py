@@ -1,0 +1,208 @@
+"""DP GROUP BY on 10^7 rows on each backend: DP/raw time ratio and time spent outside the database.
+
+For each backend the same table (generated once, deterministic) is queried twice:
+
+- raw: ``SELECT day, COUNT(*), SUM(amount) FROM t GROUP BY day`` through the backend's own
+  driver, exact and without dpsql;
+- DP: the same statement through ``dpsql.connect(...)``, which rewrites it (clamping, bounding,
+  zero-fill), runs the exact bounded query in the backend, adds noise and charges the ledger.
+
+"outside" is the DP wall time minus the time the backend spent running the exact query
+(parse, analyze, rewrite, dialect transform, ledger, noise, post-processing). Two tables are
+measured: ``rows_t`` (row privacy: the target DP/raw <= 1.5) and ``people_t`` (a privacy unit
+with 10 rows per person: the per-person bounding pass makes it inherently dearer).
+
+Run ``bash scripts/services.sh`` first for PostgreSQL and Java, then
+``python benchmarks/backends.py --rows 10000000`` (about 10 minutes on 2 busy cores; the
+generated data is cached in --work and reused).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+import warnings
+from pathlib import Path
+
+import click
+import duckdb
+
+import dpsql
+
+DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+RAW = "SELECT day, COUNT(*) AS n, SUM(amount) AS total FROM {table} GROUP BY day"
+TABLES = ("rows_t", "people_t")
+# a seeded source: with secure noise the engine would return a repeated query's stored answer
+# instead of running it again, and there would be nothing to time
+SEED = 0
+
+
+def make_parquet(rows: int, folder: Path) -> Path:
+    """``rows`` rows of (uid, day, amount), 10 per person, written once as Parquet."""
+    path = folder / f"visits_{rows}.parquet"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        days = "[" + ", ".join(f"'{d}'" for d in DAYS) + "]"
+        duckdb.sql(f"COPY (SELECT i // 10 AS uid, {days}[1 + CAST(hash(i) % 7 AS INTEGER)] AS day,"
+                   f" CAST(hash(i * 7 + 1) % 10000 AS DOUBLE) / 100 AS amount "
+                   f"FROM range({rows}) AS r(i)) TO '{path}' (FORMAT parquet)")
+    return path
+
+
+def metadata(source: Path | None) -> dict:
+    """The two benchmark tables over the same rows (a source file for DuckDB and Spark)."""
+    columns = {"uid": {"type": "int"}, "day": {"type": "text", "values": DAYS},
+               "amount": {"type": "float", "lower": 0, "upper": 100}}
+    tables = {
+        "rows_t": {"privacy_unit": None, "columns": columns},
+        "people_t": {"privacy_unit": "uid", "max_groups_per_unit": 3, "max_rows_per_group": 2,
+                     "columns": columns},
+    }
+    if source is not None:
+        for table in tables.values():
+            table["source"] = str(source)
+    return {"name": "bench", "neighbouring": "add_remove", "budget": {"epsilon": 1e6},
+            "tables": tables}
+
+
+class TimedBackend:
+    """Wraps a backend to add up the time its exact queries take."""
+
+    def __init__(self, backend) -> None:
+        self.backend, self.seconds = backend, 0.0
+        self.name, self.dialect = backend.name, backend.dialect
+
+    def run(self, tree):
+        """Run and time one exact query."""
+        start = time.perf_counter()
+        try:
+            return self.backend.run(tree)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def close(self) -> None:
+        """Close the wrapped backend."""
+        self.backend.close()
+
+
+def _median_seconds(run, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(con, raw_run, table: str, repeat: int) -> dict:
+    """Median raw time, median DP time and the DP time spent outside the backend."""
+    raw_run(RAW.format(table=table))  # warm caches the same way for both
+    raw = _median_seconds(lambda: raw_run(RAW.format(table=table)), repeat)
+    timed = TimedBackend(con._backend)
+    con._engine.backend = timed
+    sql = RAW.format(table=table)
+    con.execute(sql, epsilon=1).fetchall()
+    timed.seconds = 0.0
+    dp = _median_seconds(lambda: con.execute(sql, epsilon=1).fetchall(), repeat)
+    inside = timed.seconds / repeat
+    return {"table": table, "raw_s": round(raw, 3), "dp_s": round(dp, 3),
+            "ratio": round(dp / raw, 2), "outside_s": round(max(dp - inside, 0.0), 3)}
+
+
+def bench_duckdb(parquet: Path, repeat: int) -> list[dict]:
+    """DuckDB over the Parquet file (the default embedded backend)."""
+    raw = duckdb.connect()
+    raw.execute(f"CREATE VIEW rows_t AS SELECT * FROM read_parquet('{parquet}')")
+    raw.execute(f"CREATE VIEW people_t AS SELECT * FROM read_parquet('{parquet}')")
+    with dpsql.connect(metadata=metadata(parquet), ledger=":memory:", insecure_seed=SEED) as con:
+        return [measure(con, lambda sql: raw.execute(sql).fetchall(), t, repeat)
+                for t in TABLES]
+
+
+def load_postgres(url: str, parquet: Path, rows: int) -> None:
+    """Copy the rows into PostgreSQL tables rows_t and people_t unless already there."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as con:
+        for table in TABLES:
+            present = con.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0]
+            if present and con.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] == rows:
+                continue
+            con.execute(f"DROP TABLE IF EXISTS {table}")
+            con.execute(f"CREATE TABLE {table} (uid BIGINT, day TEXT, amount DOUBLE PRECISION)")
+            csv = parquet.with_suffix(".csv")
+            if not csv.exists():
+                duckdb.sql(f"COPY (SELECT * FROM read_parquet('{parquet}')) TO '{csv}' "
+                           "(HEADER false)")
+            with con.cursor().copy(f"COPY {table} FROM STDIN (FORMAT csv)") as copy, \
+                    csv.open("rb") as source:
+                while chunk := source.read(1 << 20):
+                    copy.write(chunk)
+            con.execute(f"ANALYZE {table}")
+
+
+def bench_postgres(url: str, parquet: Path, rows: int, repeat: int) -> list[dict]:
+    """PostgreSQL over tables loaded from the same rows."""
+    import psycopg
+
+    load_postgres(url, parquet, rows)
+    with psycopg.connect(url, autocommit=True) as raw, \
+            dpsql.connect(url, metadata=metadata(None), ledger=":memory:",
+                          insecure_seed=SEED) as con:
+        return [measure(con, lambda sql: raw.execute(sql).fetchall(), t, repeat)
+                for t in TABLES]
+
+
+def bench_spark(master: str, parquet: Path, repeat: int) -> list[dict]:
+    """Spark SQL (local mode by default) over the same Parquet file."""
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master(master).appName("dpsql-bench")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.memory", "4g").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        for table in TABLES:
+            session.read.parquet(str(parquet)).createOrReplaceTempView(table)
+        with dpsql.connect(session, metadata=metadata(None), ledger=":memory:",
+                           insecure_seed=SEED) as con:
+            return [measure(con, lambda sql: session.sql(sql).collect(), t, repeat)
+                    for t in TABLES]
+    finally:
+        session.stop()
+
+
+@click.command()
+@click.option("--rows", default=10_000_000, show_default=True, help="rows of the table")
+@click.option("--repeat", default=3, show_default=True, help="timed runs per query (median)")
+@click.option("--backends", default="duckdb,postgresql,spark", show_default=True)
+@click.option("--postgres", default="postgresql://dpsql@127.0.0.1:55432/postgres",
+              show_default=True, help="PostgreSQL URL (scripts/services.sh starts one)")
+@click.option("--spark", "spark_master", default="local[2]", show_default=True,
+              help="Spark master URL")
+@click.option("--work", type=click.Path(path_type=Path), default=Path("/tmp/dpsql-bench"),
+              show_default=True, help="folder for the generated data")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object on stdout")
+def main(rows, repeat, backends, postgres, spark_master, work, as_json) -> None:
+    """Time a DP GROUP BY against the raw GROUP BY on each backend."""
+    warnings.simplefilter("ignore")  # pyspark's version warnings
+    parquet = make_parquet(rows, work)
+    runners = {"duckdb": lambda: bench_duckdb(parquet, repeat),
+               "postgresql": lambda: bench_postgres(postgres, parquet, rows, repeat),
+               "spark": lambda: bench_spark(spark_master, parquet, repeat)}
+    results = []
+    for name in backends.split(","):
+        for row in runners[name]():
+            results.append({"backend": name, **row})
+            if not as_json:
+                click.echo(f"{name:10} {row['table']:9} raw {row['raw_s']:7.3f}s  "
+                           f"dp {row['dp_s']:7.3f}s  ratio {row['ratio']:5.2f}  "
+                           f"outside {row['outside_s']:6.3f}s", err=False)
+    if as_json:
+        click.echo(json.dumps({"rows": rows, "repeat": repeat, "query": RAW,
+                               "results": results}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""The dialect rewrites as a table: one construct of the engine's DuckDB-flavoured exact tree,
+the SQL each backend is sent. No server needed; semantics are checked in test_parity."""
+
+from __future__ import annotations
+
+import pytest
+from sqlglot import parse_one
+
+from servers import require
+
+ROUND_PG = ("SIGN((CAST(x AS DOUBLE PRECISION) / 0.25)) * (FLOOR(ABS((CAST(x AS DOUBLE "
+            "PRECISION) / 0.25))) + CASE WHEN ABS((CAST(x AS DOUBLE PRECISION) / 0.25)) - "
+            "FLOOR(ABS((CAST(x AS DOUBLE PRECISION) / 0.25))) >= 0.5 THEN 1 ELSE 0 END)")
+ROUND_SPARK = ("SIGN((x / 0.25)) * (FLOOR(ABS((x / 0.25))) + CASE WHEN ABS((x / 0.25)) - "
+               "FLOOR(ABS((x / 0.25))) >= 0.5 THEN 1 ELSE 0 END)")
+
+CASES = {
+    "keyed hash for the L0 ranking": (
+        "SELECT ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY HASH(__unit, __k0, 5)) FROM t",
+        {"postgres": "SELECT ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY "
+                     "HASHTEXTEXTENDED(CONCAT_WS('|', __unit, __k0, 5), 0)) FROM t",
+         "spark": "SELECT ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY "
+                  "XXHASH64(__unit, __k0, 5) NULLS LAST) FROM t"}),
+    "round half away from zero onto the grid": (
+        "SELECT CAST(ROUND(x / 0.25) AS BIGINT) FROM t",
+        {"postgres": f"SELECT CAST({ROUND_PG} AS BIGINT) FROM t",
+         "spark": f"SELECT CAST({ROUND_SPARK} AS BIGINT) FROM t"}),
+    "truncating integer division of a capped sum": (
+        "SELECT (s * 2) // n FROM t",
+        {"postgres": "SELECT DIV((s * 2), n) FROM t",
+         "spark": "SELECT (s * 2) DIV n FROM t"}),
+    "sums cannot overflow": (
+        "SELECT SUM(__s0) AS p0 FROM t",
+        {"postgres": "SELECT SUM(__s0) AS p0 FROM t",
+         "spark": "SELECT SUM(CAST(__s0 AS DECIMAL(38, 0))) AS p0 FROM t"}),
+    "clamping": (
+        "SELECT LEAST(GREATEST(CAST(x AS DOUBLE), 0), 100) FROM t",
+        {"postgres": "SELECT LEAST(GREATEST(CAST(x AS DOUBLE PRECISION), 0), 100) FROM t",
+         "spark": "SELECT LEAST(GREATEST(CAST(x AS DOUBLE), 0), 100) FROM t"}),
+    "domain zero-fill": (
+        "SELECT __d0.__k0, COALESCE(e.p0, 0) FROM (VALUES ('a'), ('b')) AS __d0(__k0) "
+        "LEFT JOIN e ON __d0.__k0 = e.__k0",
+        {"postgres": "SELECT __d0.__k0, COALESCE(e.p0, 0) FROM (VALUES ('a'), ('b')) AS "
+                     "__d0(__k0) LEFT JOIN e ON __d0.__k0 = e.__k0",
+         "spark": "SELECT __d0.__k0, COALESCE(e.p0, 0) FROM VALUES ('a'), ('b') AS "
+                  "__d0(__k0) LEFT JOIN e ON __d0.__k0 = e.__k0"}),
+}
+
+
+def _writers() -> dict:
+    try:
+        from dpsql.backends.postgres import to_postgres
+        from dpsql.backends.spark import to_spark
+    except ImportError as err:
+        require(False, f"a backend driver is not installed ({err})")
+    return {"postgres": to_postgres, "spark": to_spark}
+
+
+@pytest.mark.parametrize("title", list(CASES))
+def test_rewrite_per_dialect(title):
+    duckdb_sql, expected = CASES[title]
+    writers = _writers()
+    tree = parse_one(duckdb_sql, read="duckdb")
+    assert {dialect: writers[dialect](tree) for dialect in expected} == expected
+    assert tree.sql(dialect="duckdb") == parse_one(duckdb_sql, read="duckdb").sql("duckdb"), \
+        "the engine's tree must not be changed in place"
