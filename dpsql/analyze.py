@@ -36,7 +36,8 @@ _NOT_YET = {
 }
 
 
-def analyze(statement: Statement, catalog: Catalog) -> CheckedQuery:
+def analyze(statement: Statement, catalog: Catalog, *, private_keys: bool = False
+            ) -> CheckedQuery:
     """Check one statement against the catalogue and describe what it asks for.
 
     Raises:
@@ -61,7 +62,7 @@ def analyze(statement: Statement, catalog: Catalog) -> CheckedQuery:
     if where_expr is not None and _aggregates_in(where_expr):
         raise ProgrammingError("WHERE cannot contain an aggregate", sql=statement.sql,
                                hint="filter on aggregates with HAVING")
-    keys = _group_keys(select, resolver, statement)
+    keys = _group_keys(select, resolver, statement, private_keys)
     aggregates = _aggregates(select, table, resolver, statement)
     if not aggregates:
         raise NonAggregateQueryError(
@@ -169,7 +170,8 @@ def _aggregates_in(node: exp.Expression) -> list[exp.Expression]:
     return [n for n in node.find_all(exp.AggFunc) if isinstance(n, SUPPORTED_AGGREGATES)]
 
 
-def _group_keys(select, resolver: Relation, statement: Statement) -> tuple[GroupKey, ...]:
+def _group_keys(select, resolver: Relation, statement: Statement,
+                private_keys: bool) -> tuple[GroupKey, ...]:
     group = select.args.get("group")
     if group is None:
         return ()
@@ -197,14 +199,16 @@ def _group_keys(select, resolver: Relation, statement: Statement) -> tuple[Group
         if name is None:
             name = expr.name if isinstance(expr, exp.Column) else f"key_{index}"
         found = domain_of(expr, resolver)
-        if found is None:
+        if found is None and not private_keys:
             raise PrivateGroupKeysError(
                 f"the GROUP BY key {expr.sql(dialect='duckdb')!r} has no public domain, so "
                 "releasing its values could reveal a person",
                 sql=statement.sql, position=_position(expr),
-                hint="declare the column's public values (values: [...]) or int bounds in the "
-                "metadata, or group by a CASE expression with literal results")
-        domain, key_type = found
+                hint="either declare the column's public values (values: [...]) or int bounds "
+                "in the metadata (or group by a CASE expression with literal results), or "
+                "pass a δ > 0 (e.g. delta=1e-6) so that only keys whose noisy count of "
+                "distinct persons clears a threshold are released")
+        domain, key_type = found if found is not None else (None, _key_type(expr, resolver))
         keys.append(GroupKey(name=name, expr=expr.copy(),
                              sql=resolver.plain(expr).sql(dialect="duckdb"), domain=domain,
                              type=key_type))
@@ -213,6 +217,12 @@ def _group_keys(select, resolver: Relation, statement: Statement) -> tuple[Group
         raise ProgrammingError("two GROUP BY keys have the same name", sql=statement.sql,
                                hint="give the keys distinct aliases")
     return tuple(keys)
+
+
+def _key_type(expr: exp.Expression, resolver: Relation) -> str:
+    if isinstance(expr, exp.Column):
+        return resolver(expr).type
+    return "text"
 
 
 def _aggregates(select, table: TableSpec, resolver: Relation, statement: Statement):

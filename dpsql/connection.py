@@ -9,7 +9,7 @@ import duckdb
 
 from dpsql import errors
 from dpsql.backends import is_file_database, is_postgres_url, open_backend
-from dpsql.budget import PrivacyLoss, positive
+from dpsql.budget import PrivacyLoss, positive, probability
 from dpsql.catalog import Catalog, load_catalog
 from dpsql.cursor import Cursor
 from dpsql.engine import Engine
@@ -89,13 +89,14 @@ class _Base:
 class Connection(_Base):
     """An analyst's connection: every answer is differentially private and charged."""
 
-    def __init__(self, database, *, metadata, analyst=None, epsilon_per_query=None, ledger=None,
-                 insecure_seed=None) -> None:
+    def __init__(self, database, *, metadata, analyst=None, epsilon_per_query=None,
+                 delta_per_query=None, ledger=None, insecure_seed=None) -> None:
         super().__init__(database, metadata, analyst, ledger, read_only=True)
         self._engine = Engine(
             catalog=self.catalog, backend=self._backend, ledger=self.ledger,
             analyst=self.analyst, rng=RandomSource(insecure_seed),
-            epsilon_per_query=None if epsilon_per_query is None else positive(epsilon_per_query))
+            epsilon_per_query=None if epsilon_per_query is None else positive(epsilon_per_query),
+            delta_per_query=None if delta_per_query is None else probability(delta_per_query))
 
     def cursor(self) -> Cursor:
         """A new cursor."""
@@ -108,17 +109,17 @@ class Connection(_Base):
             self._engine.close()
         super().close()
 
-    def execute(self, operation: str, parameters=None, *, epsilon=None) -> Cursor:
+    def execute(self, operation: str, parameters=None, *, epsilon=None, delta=None) -> Cursor:
         """Shortcut: a new cursor's execute()."""
-        return self.cursor().execute(operation, parameters, epsilon=epsilon)
+        return self.cursor().execute(operation, parameters, epsilon=epsilon, delta=delta)
 
-    def explain(self, sql: str, *, epsilon=None) -> dict:
+    def explain(self, sql: str, *, epsilon=None, delta=None) -> dict:
         """Sensitivity, mechanism, scale and expected error of a statement or script.
 
         Nothing is run and nothing is spent.
         """
         self._check_open()
-        return self._engine.explain(sql, epsilon=epsilon)
+        return self._engine.explain(sql, epsilon=epsilon, delta=delta)
 
 
 class CustodianCursor(Cursor):
@@ -190,8 +191,8 @@ def _ledger_path(ledger: Any, database: str | None, catalog: Catalog) -> str:
 def connect(database: str | os.PathLike | Any | None = None, *,
             metadata: str | os.PathLike | dict,
             analyst: str | None = None, epsilon_per_query: float | None = None,
-            ledger: str | os.PathLike | None = None, insecure_seed: int | None = None
-            ) -> Connection:
+            delta_per_query: float | None = None, ledger: str | os.PathLike | None = None,
+            insecure_seed: int | None = None) -> Connection:
     """Open an analyst connection whose every answer is differentially private.
 
     Args:
@@ -201,6 +202,7 @@ def connect(database: str | os.PathLike | Any | None = None, *,
         metadata: YAML path or dict catalogue (tables, privacy units, bounds, domains, budget).
         analyst: who is asking (ledger key); defaults to the OS user.
         epsilon_per_query: ε charged by an execute() that does not pass its own.
+        delta_per_query: δ for queries with private GROUP BY keys (default 0: refused).
         ledger: budget ledger file, or a ``postgresql://`` URL for a ledger shared by
             analysts on several machines; default beside a DuckDB file, else the metadata.
         insecure_seed: reproducible noise for tests and experiments only; gives no privacy.
@@ -209,7 +211,8 @@ def connect(database: str | os.PathLike | Any | None = None, *,
         >>> con = connect(metadata="data/visits.yaml", ledger=":memory:")  # doctest: +SKIP
     """
     return Connection(database, metadata=metadata, analyst=analyst,
-                      epsilon_per_query=epsilon_per_query, ledger=ledger,
+                      epsilon_per_query=epsilon_per_query, delta_per_query=delta_per_query,
+                      ledger=ledger,
                       insecure_seed=insecure_seed)
 
 

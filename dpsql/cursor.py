@@ -63,16 +63,23 @@ class Cursor:
 
     # --- executing -------------------------------------------------------------------
     def execute(self, operation: str, parameters: Sequence[Any] | None = None, *,
-                epsilon: float | None = None) -> Cursor:
-        """Run one SELECT as one release (qmark parameters); returns the cursor."""
+                epsilon: float | None = None, delta: float | None = None) -> Cursor:
+        """Run one SELECT as one release (qmark parameters); returns the cursor.
+
+        ``delta`` > 0 allows GROUP BY keys without a public domain (released above a
+        noisy threshold); it is charged to the budget's δ.
+        """
         self._check_open()
-        self._load(self.connection._engine.execute(operation, parameters, epsilon=epsilon))
+        self._load(self.connection._engine.execute(operation, parameters, epsilon=epsilon,
+                                                   delta=delta))
         return self
 
-    def executescript(self, script: str, *, epsilon: float | None = None) -> Cursor:
+    def executescript(self, script: str, *, epsilon: float | None = None,
+                      delta: float | None = None) -> Cursor:
         """Run several SELECTs as ONE release: one ε, total sensitivity = their sum."""
         self._check_open()
-        self._load(self.connection._engine.execute(script, epsilon=epsilon, script=True))
+        self._load(self.connection._engine.execute(script, epsilon=epsilon, delta=delta,
+                                                   script=True))
         return self
 
     def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[Any]]) -> None:
@@ -82,10 +89,11 @@ class Cursor:
             hint="call execute() once per parameter set (each spends ε), or put the "
             "statements in one script with executescript()")
 
-    def explain(self, operation: str, *, epsilon: float | None = None) -> dict:
+    def explain(self, operation: str, *, epsilon: float | None = None,
+                delta: float | None = None) -> dict:
         """The plan of a statement or script, without running or spending anything."""
         self._check_open()
-        return self.connection.explain(operation, epsilon=epsilon)
+        return self.connection.explain(operation, epsilon=epsilon, delta=delta)
 
     def _load(self, results: list[NoisyResult]) -> None:
         self._results, self._set, self._pos = results, 0, 0

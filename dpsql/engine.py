@@ -13,7 +13,7 @@ from fractions import Fraction
 
 from dpsql.analyze import analyze, is_public_query
 from dpsql.backends import Backend
-from dpsql.budget import PrivacyLoss, positive
+from dpsql.budget import PrivacyLoss, positive, probability
 from dpsql.catalog import Catalog
 from dpsql.errors import CatalogError, PrivacyParameterError, UnsupportedSQLError
 from dpsql.ledger import Ledger, budget_exhausted
@@ -45,14 +45,18 @@ class Engine:
     """Runs DP queries for one analyst on one catalogue, backend and ledger."""
 
     def __init__(self, *, catalog: Catalog, backend: Backend, ledger: Ledger, analyst: str,
-                 rng: RandomSource, epsilon_per_query: Fraction | None) -> None:
+                 rng: RandomSource, epsilon_per_query: Fraction | None,
+                 delta_per_query: Fraction | None = None) -> None:
         self.catalog, self.backend, self.ledger = catalog, backend, ledger
         self.analyst, self.rng, self.epsilon_per_query = analyst, rng, epsilon_per_query
+        self.delta_per_query = delta_per_query
         self.post = PostProcessor()
 
-    def plan(self, sql: str, params=None, *, epsilon=None, script: bool = False) -> Planned:
+    def plan(self, sql: str, params=None, *, epsilon=None, delta=None,
+             script: bool = False) -> Planned:
         """Parse, check and rewrite without touching data or budget."""
         statements = parse_script(sql, params) if script else [parse_one(sql, params)]
+        delta = self._delta(delta)
         order, private, public = [], [], []
         for statement in statements:
             if is_public_query(statement, self.catalog):
@@ -62,19 +66,23 @@ class Engine:
                 public.append(statement)
             else:
                 order.append(("dp", len(private)))
-                private.append(analyze(statement, self.catalog))
+                private.append(analyze(statement, self.catalog, private_keys=delta > 0))
         if not private:
             return Planned(tuple(order), None, tuple(public))
-        loss = PrivacyLoss(self._epsilon(epsilon))
-        per_part = loss.epsilon / sum(part_count(c) for c in private)
-        plans = tuple(rewrite(c, self.catalog, per_part, salt=self.rng.bits(62)) for c in private)
+        epsilon = self._epsilon(epsilon)
+        per_part = epsilon / sum(part_count(c) for c in private)
+        thresholded = sum(c.has_private_keys for c in private)
+        per_statement_delta = delta / thresholded if thresholded else Fraction(0)
+        plans = tuple(rewrite(c, self.catalog, per_part, salt=self.rng.bits(62),
+                              delta=per_statement_delta) for c in private)
+        loss = PrivacyLoss(epsilon, delta if thresholded else Fraction(0))
         script_plan = ScriptPlan(statements=plans, loss=loss, neighbouring=self.catalog.neighbouring)
         return Planned(tuple(order), script_plan, tuple(public))
 
-    def execute(self, sql: str, params=None, *, epsilon=None, script: bool = False
+    def execute(self, sql: str, params=None, *, epsilon=None, delta=None, script: bool = False
                 ) -> list[NoisyResult]:
         """Plan, run, charge and release; return one result per statement."""
-        planned = self.plan(sql, params, epsilon=epsilon, script=script)
+        planned = self.plan(sql, params, epsilon=epsilon, delta=delta, script=script)
         reuse = planned.release is not None and not planned.public and self.rng.is_secure
         if reuse:
             # the same statements at the same ε were released before: return that answer, so
@@ -123,14 +131,14 @@ class Engine:
         """Release the post-processing database."""
         self.post.close()
 
-    def explain(self, sql: str, params=None, *, epsilon=None) -> dict:
+    def explain(self, sql: str, params=None, *, epsilon=None, delta=None) -> dict:
         """What a script would cost and how it would be noised; runs and spends nothing.
 
         Without an ε (and no epsilon_per_query) the scales are shown for ε = 1.
         """
         if epsilon is None and self.epsilon_per_query is None:
             epsilon = 1
-        planned = self.plan(sql, params, epsilon=epsilon, script=True)
+        planned = self.plan(sql, params, epsilon=epsilon, delta=delta, script=True)
         statements = []
         for kind, i in planned.order:
             if kind == "public":
@@ -144,6 +152,7 @@ class Engine:
             "neighbouring": self.catalog.neighbouring,
             "mechanism": "discrete_laplace",
             "epsilon": float(release_plan.loss.epsilon) if release_plan else 0.0,
+            "delta": float(release_plan.loss.delta) if release_plan else 0.0,
             "total_sensitivity": _number(release_plan.sensitivity) if release_plan else 0,
             "statements": statements,
         }
@@ -156,6 +165,11 @@ class Engine:
                 "no ε was given for this query",
                 hint="pass epsilon=... to execute(), or epsilon_per_query=... to connect()")
         return positive(epsilon, "epsilon")
+
+    def _delta(self, delta) -> Fraction:
+        if delta is None:
+            delta = self.delta_per_query
+        return Fraction(0) if delta is None else probability(delta, "delta")
 
     def _budget(self) -> PrivacyLoss:
         if self.catalog.budget is None:
@@ -171,13 +185,15 @@ def _number(value: Fraction) -> float | int:
 def _explain_statement(plan: StatementPlan) -> dict:
     parts = []
     for part in plan.parts:
-        agg = next(a for a in plan.checked.aggregates if a.name == part.aggregate)
+        agg = next((a.sql for a in plan.checked.aggregates if a.name == part.aggregate),
+                   "keys: COUNT(DISTINCT person)")
         parts.append({
-            "aggregate": agg.sql, "part": part.role, "sensitivity": _number(part.sensitivity),
+            "aggregate": agg, "part": part.role, "sensitivity": _number(part.sensitivity),
             "epsilon": float(part.epsilon), "scale": float(part.scale),
             "grid": float(part.grid),
             "ci95_half_width": discrete_laplace_half_width(float(part.scale / part.grid))
             * float(part.grid),
+            **({"threshold": part.threshold} if part.threshold is not None else {}),
         })
     scales = {p["scale"] for p in parts}
     return {

@@ -33,7 +33,7 @@ class GroupKey:
     name: str
     expr: exp.Expression  # as the analyst wrote it (to match SELECT/ORDER BY references)
     sql: str  # the same over the relation's own column names (for the exact query)
-    domain: tuple
+    domain: tuple | None  # None: a private key, released only above the threshold τ
     type: str  # 'text', 'int', 'float', 'bool'
 
 
@@ -79,6 +79,11 @@ class CheckedQuery:
     post_sql: str  # runs over the noisy frame; aggregates replaced by their noisy columns
     post_is_projection: bool  # no HAVING/ORDER/LIMIT/arithmetic: a plain column selection
 
+    @property
+    def has_private_keys(self) -> bool:
+        """True when some GROUP BY key has no public domain (keys are thresholded)."""
+        return any(k.domain is None for k in self.keys)
+
 
 @dataclass(frozen=True, slots=True)
 class NoisePart:
@@ -94,6 +99,7 @@ class NoisePart:
     epsilon: Fraction
     grid_exp: int = 0
     center: Fraction = Fraction(0)  # AVG sums x − center, which halves Δ for [0, U] inputs
+    threshold: int | None = None  # role 'select': keys whose noisy count is below are dropped
 
     @property
     def scale(self) -> Fraction:
@@ -151,7 +157,7 @@ class ScriptPlan:
     """A whole release: one or more statements charged together as one unit."""
 
     statements: tuple[StatementPlan, ...]
-    loss: PrivacyLoss
+    loss: PrivacyLoss  # ε of the whole script, and the δ its private keys use
     neighbouring: str
     details: dict[str, Any] = field(default_factory=dict)
 

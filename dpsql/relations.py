@@ -335,7 +335,9 @@ def _qualify_on(on: exp.Expression, parts: list[Relation], aliases: list[str],
 
 def _check_unit_join(parts: list[Relation], joins: list[exp.Join], statement: Statement):
     units = {_alias_of(p): p.spec.privacy_unit for p in parts if not p.spec.public}
-    for join in joins:
+    for part, join in zip(parts[1:], joins):
+        if part.spec.public:  # a dimension table: any key will do, bounding runs after
+            continue
         on = join.args.get("on")
         pairs = [] if on is None else [
             (eq.this, eq.expression) for eq in on.find_all(exp.EQ)

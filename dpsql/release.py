@@ -72,10 +72,14 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
     missing = [p.column for p in plan.parts if p.column not in index]
     if missing:
         raise InternalError(f"exact rows lack the noise columns {missing}")
+    for part in plan.parts:
+        if part.role == "select":  # private keys: keep those whose noisy person count clears τ
+            rows = [r for r in rows if _noisy(r[index[part.column]], part, rng) >= part.threshold]
     frame: dict[str, list] = {k.name: [r[i] for r in rows] for i, k in enumerate(checked.keys)}
-    noisy = {p.column: [_noisy(r[index[p.column]], p, rng) for r in rows] for p in plan.parts}
-    widths = {p.column: _half_width(p, CONFIDENCE) for p in plan.parts}
-    pair_widths = {p.column: _half_width(p, 1 - (1 - CONFIDENCE) / 2) for p in plan.parts}
+    parts = [p for p in plan.parts if p.role != "select"]
+    noisy = {p.column: [_noisy(r[index[p.column]], p, rng) for r in rows] for p in parts}
+    widths = {p.column: _half_width(p, CONFIDENCE) for p in parts}
+    pair_widths = {p.column: _half_width(p, 1 - (1 - CONFIDENCE) / 2) for p in parts}
     for agg in checked.aggregates:
         own = [p for p in plan.parts if p.aggregate == agg.name]
         if agg.kind != "avg":

@@ -22,23 +22,32 @@ from sqlglot import exp
 
 from dpsql.catalog import Catalog
 from dpsql.errors import ProgrammingError
-from dpsql.mechanisms.calibrate import grid_exponent
+from dpsql.mechanisms.calibrate import grid_exponent, private_key_threshold
 from dpsql.plan import Aggregate, CheckedQuery, ExactQuery, NoisePart, StatementPlan
 from dpsql.budget import PrivacyLoss
-from dpsql.sensitivity import count_sensitivity, distinct_unit_sensitivity, sum_sensitivity
+from dpsql.sensitivity import (
+    contribution_bounds,
+    count_sensitivity,
+    distinct_unit_sensitivity,
+    sum_sensitivity,
+)
 
 MAX_DOMAIN_CELLS = 1_000_000
 DIALECT = "duckdb"
 
 
 def part_count(checked: CheckedQuery) -> int:
-    """How many noised quantities per group the query needs (AVG needs a sum and a count)."""
-    return sum(2 if a.kind == "avg" else 1 for a in checked.aggregates)
+    """How many noised quantities per group the query needs.
+
+    AVG needs a sum and a count; private keys need a noisy count of distinct persons.
+    """
+    return sum(2 if a.kind == "avg" else 1 for a in checked.aggregates) + int(
+        checked.has_private_keys)
 
 
 def domain_size(checked: CheckedQuery) -> int | None:
     """Number of cells of the zero-filled result (None without GROUP BY)."""
-    if not checked.keys:
+    if not checked.keys or checked.has_private_keys:
         return None
     size = 1
     for key in checked.keys:
@@ -47,7 +56,7 @@ def domain_size(checked: CheckedQuery) -> int | None:
 
 
 def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
-            salt: int) -> StatementPlan:
+            salt: int, delta: Fraction = Fraction(0)) -> StatementPlan:
     """Build the exact bounded query and one NoisePart per noised quantity.
 
     Example:
@@ -68,10 +77,23 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
             sql=checked.statement.sql,
             hint="group by fewer or coarser keys: every cell of the domain is released")
     parts, values = _parts(checked, catalog, epsilon_per_part, cells)
+    if checked.has_private_keys:
+        parts.append(_selection_part(checked, catalog, epsilon_per_part, delta, len(parts)))
     sql = _exact_sql(checked, parts, values, salt)
-    loss = PrivacyLoss(epsilon_per_part * len(parts))
+    loss = PrivacyLoss(epsilon_per_part * len(parts), delta if checked.has_private_keys else 0)
     return StatementPlan(checked=checked, exact_query=ExactQuery(sql), parts=tuple(parts),
                          loss=loss)
+
+
+def _selection_part(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction,
+                    delta: Fraction, index: int) -> NoisePart:
+    """Noisy distinct-person count per key and the threshold τ that keys must clear."""
+    table = checked.table
+    sensitivity = distinct_unit_sensitivity(table, grouped=True, domain_size=None,
+                                            neighbouring=catalog.neighbouring)
+    l0, _ = contribution_bounds(table, None)
+    threshold = private_key_threshold(sensitivity / epsilon, delta, l0)
+    return NoisePart(f"p{index}", "__keys", "select", sensitivity, epsilon, threshold=threshold)
 
 
 class _Value:
@@ -174,6 +196,8 @@ def _exact_sql(checked: CheckedQuery, parts, values: dict[str, _Value], salt: in
     if not keys:
         outs = ", ".join(f"COALESCE({p}, 0) AS {p}" for p in part_names)
         return f"WITH {body} SELECT {outs} FROM __exact"
+    if checked.has_private_keys:  # only keys present in the data; release() thresholds them
+        return f"WITH {body} SELECT * FROM __exact ORDER BY {', '.join(keys)}"
     domain = " CROSS JOIN ".join(
         f"(VALUES {', '.join(f'({_literal(v, k.type)})' for v in k.domain)}) AS __d{i}({keys[i]})"
         for i, k in enumerate(checked.keys))
@@ -187,6 +211,8 @@ def _exact_sql(checked: CheckedQuery, parts, values: dict[str, _Value], salt: in
 
 def _row_part(part: NoisePart, value_names: dict[str, str]) -> str:
     value = value_names.get(part.aggregate)
+    if part.role == "select":  # one row is one person
+        return f"COUNT(*) AS {part.column}"
     if part.role == "sum":
         return f"SUM({value}) AS {part.column}"
     if value is not None:
@@ -218,7 +244,7 @@ def _unit_ctes(checked: CheckedQuery, parts, value_names, keys, salt: int) -> li
     exact = []
     for part in parts:
         value = value_names.get(part.aggregate)
-        if part.role == "distinct":
+        if part.role in ("distinct", "select"):  # one bounded row is one person in the group
             exact.append(f"COUNT(*) AS {part.column}")
         elif part.role == "sum":
             exact.append(f"SUM(__s{value}) AS {part.column}")

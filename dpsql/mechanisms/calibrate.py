@@ -52,3 +52,24 @@ def grid_exponent(scale: Fraction, magnitude: Fraction) -> int:
     fine = math.floor(math.log2(scale)) - 20 if scale > 0 else -20
     coarse = math.ceil(math.log2(magnitude)) - 40 if magnitude > 0 else fine
     return max(fine, coarse)
+
+
+def private_key_threshold(scale: Fraction, delta: Fraction, groups_per_person: int) -> int:
+    """τ for releasing private GROUP BY keys from noisy distinct-person counts.
+
+    A key that exists only because of one person has count 1; the person creates at most L0
+    such keys, so each must be released with probability ≤ δ/L0:
+    P[1 + Z ≥ τ] = q^(τ−1)/(1 + q) ≤ δ/L0 for discrete Laplace Z of scale t, q = e^(−1/t).
+
+    Example:
+        >>> private_key_threshold(Fraction(1), Fraction(1, 10**6), 1)
+        15
+    """
+    q = math.exp(-1.0 / float(scale))
+    target = float(delta) / groups_per_person
+    k = math.ceil(math.log(target * (1 + q)) / math.log(q))
+    while k > 1 and q ** (k - 1) / (1 + q) <= target:
+        k -= 1
+    while q ** k / (1 + q) > target:
+        k += 1
+    return 1 + max(k, 1)
