@@ -40,11 +40,12 @@ import pandas as pd  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import dpsql  # noqa: E402
-from dpsql.catalog import ColumnSpec, datasets_dir  # noqa: E402
+from dpsql.catalog import datasets_dir  # noqa: E402
 from dpsql.randomize import ERRPH, RandomizationSpec, Warner  # noqa: E402
 from evaluators.naive_bayes.cli import (  # noqa: E402
     Holdout,
     accuracy,
+    categorical_column,
     fit_central,
     fit_exact,
     fit_randomized,
@@ -95,12 +96,12 @@ def binarize(holdout: Holdout) -> Holdout:
             cut = float(train[name].median())
             train[name], test[name] = ((f[name] > cut).map({True: "high", False: "low"})
                                        for f in (train, test))
-            columns[name] = ColumnSpec(name, "text", values=("low", "high"))
+            columns[name] = categorical_column(columns[name], ("low", "high"))
         else:
             mode = str(train[name].astype(str).mode().iloc[0])
             train[name], test[name] = ((f[name].astype(str) == mode).map(
                 {True: "mode", False: "other"}) for f in (train, test))
-            columns[name] = ColumnSpec(name, "text", values=("other", "mode"))
+            columns[name] = categorical_column(columns[name], ("other", "mode"))
     return Holdout(dataclasses.replace(holdout.table, columns=columns), holdout.class_column,
                    train, test)
 
@@ -492,9 +493,10 @@ Paper's claims: (1) accuracy increases with p0 — **confirmed on Car** (monoton
 on Adult accuracy rises from p0 = 0.1 to about 0.2-0.3 and is then flat (within split-to-split
 noise), because 22,793 training rows make the reconstructed counts precise and a few
 attributes carry most of the signal; with TRR the numeric attributes carry the signal and the
-curve is flat throughout. (2) TRR set 1 beats set 2 — {sets}; with about 17,000 / 5,500 rows per class the
-TRR moment estimates are precise for both sets, so the paper's effect (seen on its data) is
-within noise here. (3) Even p0 = 0.35 stays close to the non-private classifier on Adult.
+curve is flat throughout. (2) TRR set 1 beats set 2 — {sets}; with about 17,000 / 5,500
+rows per class the TRR moment estimates are precise for both sets, so the paper's effect
+(seen on its data) is within noise here. (3) Even p0 = 0.35 stays close to the non-private
+classifier on Adult.
 
 ## B. RRPH vs Warner (paper Fig. 3, DTPD's randomization), all attributes binarized
 

@@ -20,14 +20,14 @@ import json
 import math
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import numpy as np
 import pandas as pd
 
 import dpsql
-from dpsql.catalog import ColumnSpec, TableSpec, load_catalog
+from dpsql.catalog import load_catalog
 from dpsql.randomize import (
     RandomizationSpec,
     RandomizedTable,
@@ -43,6 +43,9 @@ from evaluators.attribute_selection.contingency import catalog_attributes
 from evaluators.naive_bayes.central import train_central
 from evaluators.naive_bayes.model import NaiveBayesModel
 from evaluators.naive_bayes.randomized_response import ReconstructedStatistics, train_randomized
+
+if TYPE_CHECKING:  # catalogue types only annotate; evaluators use load_catalog's objects
+    from dpsql.catalog import ColumnSpec, TableSpec
 
 MECHANISMS = ("randomized-response", "laplace")
 NUMERIC_HANDLING = ("trr", "bins", "drop")
@@ -111,7 +114,7 @@ def load_holdout(metadata: str | Path, table: str, class_column: str, *,
         numeric_names = [n for n, c in columns.items() if c.values is None]
         for binned in catalog_attributes(metadata, table, target.name, numeric_names, bins)[0]:
             frame[binned.name] = binned.encode(frame[binned.name]).astype(object)
-            columns[binned.name] = ColumnSpec(binned.name, "text", values=binned.domain)
+            columns[binned.name] = categorical_column(columns[binned.name], binned.domain)
     columns[target.name] = target
     frame = frame[list(columns)]
     order = rng.permutation(len(frame))
@@ -119,6 +122,11 @@ def load_holdout(metadata: str | Path, table: str, class_column: str, *,
     restricted = dataclasses.replace(spec, columns=columns)
     return Holdout(restricted, target.name, frame.iloc[order[:cut]].reset_index(drop=True),
                    frame.iloc[order[cut:]].reset_index(drop=True))
+
+
+def categorical_column(column: ColumnSpec, values: tuple[str, ...]) -> ColumnSpec:
+    """The same column declared as text over public ``values`` (bins or a binarization)."""
+    return dataclasses.replace(column, type="text", lower=None, upper=None, values=tuple(values))
 
 
 def _attribute_spec(table: TableSpec, name: str) -> ColumnSpec:
