@@ -11,8 +11,11 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+import yaml
+from click.testing import CliRunner
 
 import dpsql
+from dpsql.cli import main
 from dpsql.ledger_postgres import PostgresLedger
 from servers import csv_dir, metadata, postgres_url  # noqa: F401 (fixtures)
 
@@ -118,3 +121,16 @@ def test_repeated_query_reuses_the_stored_answer_across_machines(csv_dir, postgr
     with dpsql.connect(postgres_url, metadata=meta, ledger=postgres_url, analyst="b") as second:
         assert second.execute(sql, epsilon=0.5).fetchall() == answer
         assert second.budget_spent.epsilon == Fraction(1, 2)
+
+
+def test_cli_takes_postgres_urls_for_db_and_ledger(csv_dir, postgres_url, tmp_path):
+    meta = metadata(csv_dir, warehouse=True, budget=1.0, name=f"d{uuid.uuid4().hex}")
+    (tmp_path / "meta.yaml").write_text(yaml.safe_dump(meta))
+    (tmp_path / "q.sql").write_text("SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex")
+    result = CliRunner().invoke(main, [
+        "run", str(tmp_path / "q.sql"), "--metadata", str(tmp_path / "meta.yaml"),
+        "--db", postgres_url, "--ledger", postgres_url, "--epsilon", "0.25", "--json"])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.output)
+    assert answer["epsilon_spent"] == 0.25 and answer["budget_remaining"] == 0.75
+    assert [row[0] for row in answer["statements"][0]["rows"]] == ["Female", "Male"]
