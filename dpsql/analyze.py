@@ -25,12 +25,13 @@ from dpsql.plan import Aggregate, CheckedQuery, GroupKey, OutputColumn, Statemen
 from dpsql.relations import Relation, resolve_from
 
 NOISY_FRAME = "__noisy"
-SUPPORTED_AGGREGATES = (exp.Count, exp.Sum, exp.Avg)
+SPREADS = {exp.Variance: "var_samp", exp.VariancePop: "var_pop", exp.Stddev: "stddev_samp",
+           exp.StddevSamp: "stddev_samp", exp.StddevPop: "stddev_pop"}
+SUPPORTED_AGGREGATES = (exp.Count, exp.Sum, exp.Avg, *SPREADS)
 _NOT_YET = {
     exp.Min: "MIN", exp.Max: "MAX", exp.Median: "MEDIAN", exp.Quantile: "QUANTILE",
     exp.PercentileCont: "PERCENTILE_CONT", exp.PercentileDisc: "PERCENTILE_DISC",
-    exp.Stddev: "STDDEV", exp.StddevPop: "STDDEV_POP", exp.StddevSamp: "STDDEV_SAMP",
-    exp.Variance: "VARIANCE", exp.VariancePop: "VAR_POP", exp.ArrayAgg: "ARRAY_AGG",
+    exp.ArrayAgg: "ARRAY_AGG",
     exp.GroupConcat: "STRING_AGG", exp.AnyValue: "ANY_VALUE", exp.First: "FIRST",
     exp.Last: "LAST", exp.CountIf: "COUNT_IF", exp.ApproxDistinct: "APPROX_COUNT_DISTINCT",
 }
@@ -156,7 +157,7 @@ def _refuse_constructs(select: exp.Select, statement: Statement) -> None:
             if isinstance(node, kind):
                 raise UnsupportedSQLError(
                     f"the aggregate {name} is not supported yet", sql=statement.sql,
-                    hint="use COUNT, SUM or AVG")
+                    hint="use COUNT, SUM, AVG, VAR or STDDEV")
     for clause in ("qualify", "pivots", "laterals"):
         if select.args.get(clause):
             raise UnsupportedSQLError(f"{clause.upper()} is not supported", sql=statement.sql)
@@ -270,7 +271,8 @@ def _aggregate(node, name, table: TableSpec, resolver: Relation, statement: Stat
             sql=statement.sql, position=_position(arg),
             hint="declare lower and upper for the column in the metadata, or clamp it in "
             "the query with LEAST(GREATEST(col, low), high)")
-    kind = "sum" if isinstance(node, exp.Sum) else "avg"
+    kind = "sum" if isinstance(node, exp.Sum) else "avg" if isinstance(node, exp.Avg) else \
+        SPREADS[type(node)]
     return Aggregate(name=name, kind=kind, arg=resolver.plain(arg), sql=text,
                      lower=interval.lower, upper=interval.upper, integral=interval.integral)
 

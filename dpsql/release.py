@@ -19,6 +19,7 @@ from dpsql.errors import InternalError
 from dpsql.mechanisms.calibrate import discrete_laplace_half_width
 from dpsql.mechanisms.samplers import RandomSource, discrete_laplace
 from dpsql.plan import StatementPlan
+from dpsql.rewrite import SPREAD_KINDS
 
 CONFIDENCE = 0.95
 
@@ -82,6 +83,9 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
     pair_widths = {p.column: _half_width(p, 1 - (1 - CONFIDENCE) / 2) for p in parts}
     for agg in checked.aggregates:
         own = [p for p in plan.parts if p.aggregate == agg.name]
+        if agg.kind in SPREAD_KINDS:
+            _spread(agg, own, noisy, frame)
+            continue
         if agg.kind != "avg":
             values = noisy[own[0].column]
             width = widths[own[0].column]
@@ -108,6 +112,42 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
 def _noisy(value, part, rng: RandomSource):
     units = int(value) + discrete_laplace(part.scale / part.grid, rng)  # grid units, exact
     return units if part.grid_exp == 0 else float(units * part.grid)
+
+
+def _spread(agg, parts, noisy: dict, frame: dict) -> None:
+    """VAR/STDDEV from a noisy centred sum S, sum of squares Q and count N, with an interval.
+
+    var_pop = Q/N − (S/N)², clamped to [0, ((U − L)/2)²]; the sample variance multiplies by
+    N/(N − 1). The interval is the range of that formula over the three parts' intervals
+    at 1 − 0.05/3 each (Bonferroni: ≥ 95% jointly).
+    """
+    total, squares, count = parts
+    top = float((agg.upper - agg.lower) / 2) ** 2
+    sample = agg.kind.endswith("samp")
+    root = agg.kind.startswith("stddev")
+    confidence = 1 - (1 - CONFIDENCE) / 3
+    widths = [_half_width(p, confidence) for p in parts]
+
+    def value(s, q, n):
+        n = max(n, 1)
+        var = min(max(q / n - (s / n) ** 2, 0.0), top)
+        if sample and n > 1:
+            var = min(var * n / (n - 1), top)
+        return var ** 0.5 if root else var
+
+    values, lows, highs = [], [], []
+    for s, q, n in zip(noisy[total.column], noisy[squares.column], noisy[count.column]):
+        values.append(value(s, q, n))
+        if n - widths[2] <= 1:
+            lows.append(0.0)
+            highs.append(top ** 0.5 if root else top)
+            continue
+        sums = [s - widths[0], s + widths[0]] + ([0.0] if abs(s) <= widths[0] else [])
+        corners = [value(a, b, c) for a in sums for b in (q - widths[1], q + widths[1])
+                   for c in (n - widths[2], n + widths[2])]
+        lows.append(min(corners))
+        highs.append(max(corners))
+    frame[agg.name], frame[agg.name + "__low"], frame[agg.name + "__high"] = values, lows, highs
 
 
 def _half_width(part, confidence: float):

@@ -36,12 +36,17 @@ MAX_DOMAIN_CELLS = 1_000_000
 DIALECT = "duckdb"
 
 
+SPREAD_KINDS = ("var_samp", "var_pop", "stddev_samp", "stddev_pop")
+PARTS_PER_KIND = {"avg": 2, **{kind: 3 for kind in SPREAD_KINDS}}
+
+
 def part_count(checked: CheckedQuery) -> int:
     """How many noised quantities per group the query needs.
 
-    AVG needs a sum and a count; private keys need a noisy count of distinct persons.
+    AVG needs a sum and a count, VAR/STDDEV a sum, a sum of squares and a count; private
+    keys need a noisy count of distinct persons.
     """
-    return sum(2 if a.kind == "avg" else 1 for a in checked.aggregates) + int(
+    return sum(PARTS_PER_KIND.get(a.kind, 1) for a in checked.aggregates) + int(
         checked.has_private_keys)
 
 
@@ -121,8 +126,9 @@ def _parts(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction, cells: in
                                    count_sensitivity(table, **common), epsilon))
         else:
             # an average only needs the sum of deviations from the middle of the range
-            center = (agg.lower + agg.upper) / 2 if agg.kind == "avg" else Fraction(0)
-            grid_exp = _grid_for(agg, center, table, epsilon, common)
+            spread = agg.kind in SPREAD_KINDS
+            center = (agg.lower + agg.upper) / 2 if agg.kind != "sum" else Fraction(0)
+            grid_exp = _grid_for(agg, center, table, epsilon, common, squares=spread)
             lower_g = _on_grid(agg.lower - center, grid_exp)
             upper_g = _on_grid(agg.upper - center, grid_exp)
             grid = Fraction(2) ** grid_exp
@@ -130,18 +136,29 @@ def _parts(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction, cells: in
             values[agg.name] = _Value(agg, _clamped(agg, center, grid_exp), grid_exp)
             parts.append(NoisePart(f"p{len(parts)}", agg.name, "sum", sensitivity, epsilon,
                                    grid_exp, center))
-            if agg.kind == "avg":
+            if spread:
+                top = max(abs(lower_g), abs(upper_g)) ** 2
+                parts.append(NoisePart(
+                    f"p{len(parts)}", agg.name, "sumsq",
+                    sum_sensitivity(table, Fraction(0), top, **common) * grid * grid, epsilon,
+                    2 * grid_exp, center))
+            if agg.kind != "sum":
                 parts.append(NoisePart(f"p{len(parts)}", agg.name, "count",
                                        count_sensitivity(table, **common), epsilon))
     return parts, values
 
 
-def _grid_for(agg: Aggregate, center: Fraction, table, epsilon: Fraction, common) -> int:
+def _grid_for(agg: Aggregate, center: Fraction, table, epsilon: Fraction, common, *,
+              squares: bool = False) -> int:
     low, high = agg.lower - center, agg.upper - center
+    magnitude = max(abs(low), abs(high))
+    if squares:  # squared grid values must fit 64 bits: at most 2**26 grid units a value
+        return grid_exponent(sum_sensitivity(table, low, high, **common) / epsilon,
+                             magnitude, max_units_exp=26)
     if agg.integral and low.denominator == 1 and high.denominator == 1:
         return 0
     rough = sum_sensitivity(table, low, high, **common) / epsilon
-    return min(grid_exponent(rough, max(abs(low), abs(high))), 0)
+    return min(grid_exponent(rough, magnitude), 0)
 
 
 def _on_grid(value: Fraction, grid_exp: int) -> Fraction:
@@ -213,6 +230,8 @@ def _row_part(part: NoisePart, value_names: dict[str, str]) -> str:
     value = value_names.get(part.aggregate)
     if part.role == "select":  # one row is one person
         return f"COUNT(*) AS {part.column}"
+    if part.role == "sumsq":
+        return f"SUM({value} * {value}) AS {part.column}"
     if part.role == "sum":
         return f"SUM({value}) AS {part.column}"
     if value is not None:
@@ -225,12 +244,17 @@ def _unit_ctes(checked: CheckedQuery, parts, value_names, keys, salt: int) -> li
     linf = table.max_rows_per_group
     per_unit = ["__unit", *keys, "COUNT(*) AS __rows"]
     capped = [*keys, f"LEAST(__rows, {linf}) AS __rows"]
+    squared = {value_names[p.aggregate] for p in parts if p.role == "sumsq"}
     for value in value_names.values():
         per_unit += [f"COUNT({value}) AS __n{value}", f"SUM({value}) AS __s{value}"]
         # a person's partial sum keeps its mean but counts for at most L∞ rows
         capped += [f"LEAST(__n{value}, {linf}) AS __n{value}",
                    f"CASE WHEN __n{value} > {linf} THEN (__s{value} * {linf}) // __n{value} "
                    f"ELSE __s{value} END AS __s{value}"]
+        if value in squared:
+            per_unit.append(f"SUM({value} * {value}) AS __q{value}")
+            capped.append(f"CASE WHEN __n{value} > {linf} THEN (__q{value} * {linf}) // "
+                          f"__n{value} ELSE __q{value} END AS __q{value}")
     ctes = [f"__per_unit AS (SELECT {', '.join(per_unit)} FROM __src GROUP BY "
             f"{', '.join(['__unit', *keys])})"]
     cells = domain_size(checked)
@@ -248,6 +272,8 @@ def _unit_ctes(checked: CheckedQuery, parts, value_names, keys, salt: int) -> li
             exact.append(f"COUNT(*) AS {part.column}")
         elif part.role == "sum":
             exact.append(f"SUM(__s{value}) AS {part.column}")
+        elif part.role == "sumsq":
+            exact.append(f"SUM(__q{value}) AS {part.column}")
         elif value is not None:
             exact.append(f"SUM(__n{value}) AS {part.column}")
         else:

@@ -195,3 +195,28 @@ def test_null_values_are_skipped_not_clamped(connect, data_dir):
     rest = make_adult().hours[1000:]
     assert total == rest.sum()
     assert mean == pytest.approx(rest.mean(), abs=1e-3)
+
+
+def test_variance_and_stddev_match_exact_at_huge_epsilon(connect):
+    con = connect(budget=1e12)
+    rows = con.cursor().execute(
+        "SELECT sex, VAR_POP(age) AS v, STDDEV(age) AS s, VARIANCE(hours) AS vh "
+        "FROM adult GROUP BY sex", epsilon=1e9).fetchall()
+    truth = make_adult().groupby("sex").agg(v=("age", lambda x: x.var(ddof=0)),
+                                            s=("age", "std"), vh=("hours", "var"))
+    for sex, v, s, vh in rows:
+        assert v == pytest.approx(truth.loc[sex, "v"], rel=1e-6)
+        assert s == pytest.approx(truth.loc[sex, "s"], rel=1e-6)
+        assert vh == pytest.approx(truth.loc[sex, "vh"], rel=1e-6)
+
+
+def test_variance_interval_covers(connect):
+    con = connect(budget=1e9)
+    truth = make_adult().groupby("sex")["hours"].var(ddof=0)
+    covered = 0
+    for _ in range(40):
+        frame = con.cursor().execute("SELECT sex, VAR_POP(hours) AS v FROM adult GROUP BY sex",
+                                     epsilon=0.5).intervals()
+        covered += sum((frame.v_low <= truth[frame.sex].values)
+                       & (truth[frame.sex].values <= frame.v_high))
+    assert covered / 80 >= 0.93

@@ -42,15 +42,15 @@ def discrete_laplace_variance(scale: float) -> float:
     return 2.0 * q / (1.0 - q) ** 2
 
 
-def grid_exponent(scale: Fraction, magnitude: Fraction) -> int:
+def grid_exponent(scale: Fraction, magnitude: Fraction, max_units_exp: int = 40) -> int:
     """Exponent e of the fixed-point grid 2**e for a real-valued sum.
 
     The grid is about a millionth of the noise scale, so rounding each value to it adds
-    error far below the noise, and coarse enough that one value stays below 2**40 grid
-    units (sums then fit the backends' 128-bit or decimal accumulators).
+    error far below the noise, and coarse enough that one value stays below
+    2**max_units_exp grid units (sums then fit the backends' 128-bit or decimal accumulators).
     """
     fine = math.floor(math.log2(scale)) - 20 if scale > 0 else -20
-    coarse = math.ceil(math.log2(magnitude)) - 40 if magnitude > 0 else fine
+    coarse = math.ceil(math.log2(magnitude)) - max_units_exp if magnitude > 0 else fine
     return max(fine, coarse)
 
 
