@@ -55,7 +55,7 @@ def _reconstruct(frame: pd.DataFrame, table, spec: RandomizationSpec, rng, path:
 
 
 def test_sql_reconstruction_is_unbiased_over_many_randomizations(car, tmp_path) -> None:
-    p0, reps = 0.5, 60
+    p0, reps = 0.5, 30
     spec = RandomizationSpec(p=p0, keep=("class",))
     rng = np.random.default_rng(21)
     runs = [_reconstruct(car.train, car.table, spec, rng, tmp_path / f"r{i}.parquet")[0]
