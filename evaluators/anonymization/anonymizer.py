@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -83,7 +83,6 @@ class PassResult:
     search_seconds: float
     published_table: str
     outlier_table: str
-    extra: dict = field(default_factory=dict)
 
 
 def reference_domain(

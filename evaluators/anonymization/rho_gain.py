@@ -73,6 +73,10 @@ def rho_gain(
     """
     if rho < 0:
         raise dpsql.ProgrammingError(f"ρ must be 0 or more, got {rho}")
+    if reference not in ("original", "input"):
+        raise dpsql.ProgrammingError(
+            f"unknown reference distribution {reference!r}", hint="use 'original' or 'input'"
+        )
     domain = reference_domain(con, source, config)
     passes: list[PassResult] = []
     relation = source

@@ -202,13 +202,19 @@ def plot_rho(per_pass: pd.DataFrame, path: Path) -> None:
     x = part["pass"]
     axes[0].bar(x - 0.2, part.classes, 0.4, label="ours")
     axes[0].bar(x + 0.2, part.thesis_classes, 0.4, label="thesis")
-    axes[0].set(xlabel="pass", ylabel="published classes", title="ρ-Gain k=5: classes per pass")
+    axes[0].set(xlabel="pass", ylabel="published classes", title="ρ-Gain k=5: classes per pass",
+                xticks=list(x))
     axes[1].plot(x, part.avg_incl, "o-", label="ours, avg class size incl. outliers")
     axes[1].plot(x, part.thesis_avg_incl, "s--", label="thesis")
-    axes[1].plot(x, part.loss, "^-", label="ours, loss metric (0-1)")
-    axes[1].set(xlabel="pass", title="per-pass utility")
-    for ax in axes:
-        ax.legend(fontsize=8)
+    axes[1].set(xlabel="pass", ylabel="average class size", title="per-pass utility",
+                xticks=list(x))
+    loss_axis = axes[1].twinx()
+    loss_axis.plot(x, part.loss, "^-", color="tab:green", label="ours, loss metric (right)")
+    loss_axis.set(ylabel="loss metric (0 = original, 1 = suppressed)", ylim=(0, 1))
+    axes[0].legend(fontsize=8)
+    handles = axes[1].get_legend_handles_labels()
+    extra = loss_axis.get_legend_handles_labels()
+    axes[1].legend(handles[0] + extra[0], handles[1] + extra[1], fontsize=8, loc="center right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
