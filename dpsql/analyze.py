@@ -8,6 +8,8 @@ post-processing of the noisy result. Everything else is refused before any data 
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from sqlglot import exp
 
 from dpsql.catalog import Catalog, ColumnSpec, TableSpec
@@ -20,17 +22,16 @@ from dpsql.errors import (
     UnknownTableError,
     UnsupportedSQLError,
 )
-from dpsql.infer import bounds_of, domain_of
+from dpsql.infer import bounds_of, domain_of, literal_value
 from dpsql.plan import Aggregate, CheckedQuery, GroupKey, OutputColumn, Statement
 from dpsql.relations import Relation, resolve_from
 
 NOISY_FRAME = "__noisy"
 SPREADS = {exp.Variance: "var_samp", exp.VariancePop: "var_pop", exp.Stddev: "stddev_samp",
            exp.StddevSamp: "stddev_samp", exp.StddevPop: "stddev_pop"}
-SUPPORTED_AGGREGATES = (exp.Count, exp.Sum, exp.Avg, *SPREADS)
+QUANTILES = (exp.Median, exp.PercentileCont, exp.PercentileDisc, exp.Quantile, exp.Min, exp.Max)
+SUPPORTED_AGGREGATES = (exp.Count, exp.Sum, exp.Avg, *SPREADS, *QUANTILES)
 _NOT_YET = {
-    exp.Min: "MIN", exp.Max: "MAX", exp.Median: "MEDIAN", exp.Quantile: "QUANTILE",
-    exp.PercentileCont: "PERCENTILE_CONT", exp.PercentileDisc: "PERCENTILE_DISC",
     exp.ArrayAgg: "ARRAY_AGG",
     exp.GroupConcat: "STRING_AGG", exp.AnyValue: "ANY_VALUE", exp.First: "FIRST",
     exp.Last: "LAST", exp.CountIf: "COUNT_IF", exp.ApproxDistinct: "APPROX_COUNT_DISTINCT",
@@ -47,7 +48,7 @@ def analyze(statement: Statement, catalog: Catalog, *, private_keys: bool = Fals
         UnsupportedSQLError: the construct is valid SQL that dpsql does not answer.
     """
     tree = statement.tree
-    select = _require_select(tree, statement).transform(_unfilter)
+    select = _require_select(tree, statement).transform(_unfilter).transform(_unwithin)
     relation = resolve_from(select, catalog, statement)
     _refuse_constructs(select, statement)
     aliases = _output_aliases(select)
@@ -106,6 +107,32 @@ def _unfilter(node: exp.Expression) -> exp.Expression:
     return aggregate
 
 
+def _unwithin(node: exp.Expression) -> exp.Expression:
+    """``PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY x)`` as ``PERCENTILE_CONT(x, q)``."""
+    inner = node.this if isinstance(node, exp.WithinGroup) else None
+    if not isinstance(inner, (exp.PercentileCont, exp.PercentileDisc)):
+        return node
+    order = node.expression.expressions
+    if len(order) != 1:
+        return node
+    return type(inner)(this=order[0].this.copy(), expression=inner.this.copy())
+
+
+def _quantile_of(node: exp.Expression, statement: Statement) -> Fraction:
+    """The q of a quantile aggregate, a literal in [0, 1]."""
+    if isinstance(node, (exp.Min, exp.Max, exp.Median)):
+        return Fraction({exp.Min: 0, exp.Max: 1, exp.Median: Fraction(1, 2)}[type(node)])
+    literal = node.args.get("quantile") if isinstance(node, exp.Quantile) else node.expression
+    try:
+        value = Fraction(str(literal_value(literal)))
+    except (ValueError, AttributeError, TypeError):
+        value = None
+    if value is None or not 0 <= value <= 1:
+        raise ProgrammingError(f"{node.sql(dialect='duckdb')} needs a literal quantile in [0, 1]",
+                               sql=statement.sql, hint="write e.g. QUANTILE_CONT(x, 0.9)")
+    return value
+
+
 def _require_select(tree: exp.Expression, statement: Statement) -> exp.Select:
     if isinstance(tree, exp.Select):
         return tree
@@ -157,7 +184,7 @@ def _refuse_constructs(select: exp.Select, statement: Statement) -> None:
             if isinstance(node, kind):
                 raise UnsupportedSQLError(
                     f"the aggregate {name} is not supported yet", sql=statement.sql,
-                    hint="use COUNT, SUM, AVG, VAR or STDDEV")
+                    hint="use COUNT, SUM, AVG, VAR, STDDEV or a quantile")
     for clause in ("qualify", "pivots", "laterals"):
         if select.args.get(clause):
             raise UnsupportedSQLError(f"{clause.upper()} is not supported", sql=statement.sql)
@@ -271,6 +298,10 @@ def _aggregate(node, name, table: TableSpec, resolver: Relation, statement: Stat
             sql=statement.sql, position=_position(arg),
             hint="declare lower and upper for the column in the metadata, or clamp it in "
             "the query with LEAST(GREATEST(col, low), high)")
+    if isinstance(node, QUANTILES):
+        return Aggregate(name=name, kind="quantile", arg=resolver.plain(arg), sql=text,
+                         lower=interval.lower, upper=interval.upper, integral=interval.integral,
+                         quantile=_quantile_of(node, statement))
     kind = "sum" if isinstance(node, exp.Sum) else "avg" if isinstance(node, exp.Avg) else \
         SPREADS[type(node)]
     return Aggregate(name=name, kind=kind, arg=resolver.plain(arg), sql=text,

@@ -157,6 +157,8 @@ def _format(frame: pd.DataFrame) -> str:
 
 
 def _cell(value) -> str:
+    if value is None:
+        return "—"
     if isinstance(value, float):
         if math.isnan(value):
             return "NULL"

@@ -8,6 +8,7 @@ the exact rows are dropped unseen.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -20,7 +21,7 @@ from dpsql.ledger import Ledger, budget_exhausted
 from dpsql.mechanisms.calibrate import discrete_laplace_half_width
 from dpsql.mechanisms.samplers import RandomSource
 from dpsql.parse import parse_one, parse_script
-from dpsql.plan import ScriptPlan, Statement, StatementPlan
+from dpsql.plan import ExactQuery, ScriptPlan, Statement, StatementPlan
 from dpsql.release import (
     ColumnInfo,
     NoisyResult,
@@ -97,7 +98,10 @@ class Engine:
             if not remaining.covers(planned.release.loss):
                 raise budget_exhausted(self.analyst, self.catalog.name, planned.release.loss,
                                        remaining)
-        exact = [self._run(p) for p in planned.release.statements] if planned.release else []
+        exact = [self._run(p.exact_query) for p in planned.release.statements] \
+            if planned.release else []
+        histograms = [{column: self._run(query)[1] for column, query in p.histograms}
+                      for p in planned.release.statements] if planned.release else []
         public = [self.backend.run(s.tree) for s in planned.public]
         release_id = None
         if planned.release is not None:
@@ -111,7 +115,7 @@ class Engine:
             if kind == "dp":
                 names, rows = exact[i]
                 results.append(release(planned.release.statements[i], names, rows, self.rng,
-                                       self.post))
+                                       self.post, histograms[i]))
             else:
                 names, rows = public[i]
                 results.append(NoisyResult(columns=[ColumnInfo(n, "any") for n in names],
@@ -120,12 +124,12 @@ class Engine:
             self.ledger.record_answer(release_id, dump_results(results))
         return results
 
-    def _run(self, plan: StatementPlan) -> tuple[list[str], list[tuple]]:
+    def _run(self, query: ExactQuery) -> tuple[list[str], list[tuple]]:
         # DuckDB runs the SQL text as built; other backends adapt the parsed tree
         run_duckdb_sql = getattr(self.backend, "run_duckdb_sql", None)
         if run_duckdb_sql is not None:
-            return run_duckdb_sql(plan.exact_query.sql)
-        return self.backend.run(plan.exact)
+            return run_duckdb_sql(query.sql)
+        return self.backend.run(query.tree)
 
     def close(self) -> None:
         """Release the post-processing database."""
@@ -178,6 +182,17 @@ class Engine:
         return self.catalog.budget
 
 
+def _explain_quantile(plan: StatementPlan, part) -> dict:
+    """A quantile's plan: with probability ≥ 95% its rank error is at most
+    (2Δ/ε)·ln(bins/0.05) rows (the exponential mechanism's utility bound)."""
+    agg = next(a for a in plan.checked.aggregates if a.name == part.aggregate)
+    rank_error = 2 * float(part.sensitivity) / float(part.epsilon) * math.log(part.bins / 0.05)
+    return {"aggregate": agg.sql, "part": "quantile", "sensitivity": _number(part.sensitivity),
+            "epsilon": float(part.epsilon), "scale": 2 * float(part.sensitivity / part.epsilon),
+            "mechanism": "exponential", "bins": part.bins, "ci95_half_width": None,
+            "rank_error_95": rank_error}
+
+
 def _number(value: Fraction) -> float | int:
     return int(value) if value.denominator == 1 else float(value)
 
@@ -185,6 +200,9 @@ def _number(value: Fraction) -> float | int:
 def _explain_statement(plan: StatementPlan) -> dict:
     parts = []
     for part in plan.parts:
+        if part.role == "quantile":
+            parts.append(_explain_quantile(plan, part))
+            continue
         agg = next((a.sql for a in plan.checked.aggregates if a.name == part.aggregate),
                    "keys: COUNT(DISTINCT person)")
         parts.append({

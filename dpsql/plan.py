@@ -52,6 +52,7 @@ class Aggregate:
     lower: Fraction | None = None
     upper: Fraction | None = None
     integral: bool = True
+    quantile: Fraction | None = None  # q of MEDIAN / QUANTILE_CONT / MIN (0) / MAX (1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +101,7 @@ class NoisePart:
     grid_exp: int = 0
     center: Fraction = Fraction(0)  # AVG sums x − center, which halves Δ for [0, U] inputs
     threshold: int | None = None  # role 'select': keys whose noisy count is below are dropped
+    bins: int = 0  # role 'quantile': candidate bins over [lower, upper] for the exponential mech.
 
     @property
     def scale(self) -> Fraction:
@@ -140,6 +142,7 @@ class StatementPlan:
     exact_query: ExactQuery
     parts: tuple[NoisePart, ...]
     loss: PrivacyLoss
+    histograms: tuple[tuple[str, ExactQuery], ...] = ()  # quantile part -> (keys, bin, n) rows
 
     @property
     def exact(self) -> exp.Expression:

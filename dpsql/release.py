@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 import duckdb
+import numpy as np
 import pandas as pd
 from dpsql.analyze import NOISY_FRAME, ci_column
 from dpsql.errors import InternalError
@@ -66,18 +67,19 @@ def load_results(text: str) -> list[NoisyResult]:
 
 
 def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: RandomSource,
-            post: PostProcessor) -> NoisyResult:
+            post: PostProcessor, histograms: dict[str, list[tuple]] | None = None
+            ) -> NoisyResult:
     """Add noise to the exact rows of one statement and apply its post-processing."""
     checked = plan.checked
     index = {name: i for i, name in enumerate(names)}
-    missing = [p.column for p in plan.parts if p.column not in index]
+    missing = [p.column for p in plan.parts if p.column not in index and p.role != "quantile"]
     if missing:
         raise InternalError(f"exact rows lack the noise columns {missing}")
     for part in plan.parts:
         if part.role == "select":  # private keys: keep those whose noisy person count clears τ
             rows = [r for r in rows if _noisy(r[index[part.column]], part, rng) >= part.threshold]
     frame: dict[str, list] = {k.name: [r[i] for r in rows] for i, k in enumerate(checked.keys)}
-    parts = [p for p in plan.parts if p.role != "select"]
+    parts = [p for p in plan.parts if p.role not in ("select", "quantile")]
     noisy = {p.column: [_noisy(r[index[p.column]], p, rng) for r in rows] for p in parts}
     widths = {p.column: _half_width(p, CONFIDENCE) for p in parts}
     pair_widths = {p.column: _half_width(p, 1 - (1 - CONFIDENCE) / 2) for p in parts}
@@ -85,6 +87,11 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
         own = [p for p in plan.parts if p.aggregate == agg.name]
         if agg.kind in SPREAD_KINDS:
             _spread(agg, own, noisy, frame)
+            continue
+        if agg.kind == "quantile":
+            keys = [tuple(r[i] for i in range(len(checked.keys))) for r in rows]
+            frame[agg.name] = _quantiles(agg, own[0], keys, histograms[own[0].column], rng)
+            frame[agg.name + "__low"] = frame[agg.name + "__high"] = [None] * len(rows)
             continue
         if agg.kind != "avg":
             values = noisy[own[0].column]
@@ -112,6 +119,35 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
 def _noisy(value, part, rng: RandomSource):
     units = int(value) + discrete_laplace(part.scale / part.grid, rng)  # grid units, exact
     return units if part.grid_exp == 0 else float(units * part.grid)
+
+
+def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: RandomSource):
+    """One exponential-mechanism draw per group (Smith 2011, on a public grid of bins).
+
+    The utility of bin b is −(distance from q·n to the rank interval [c_b, c_{b+1}] that
+    the bin covers), which moves by at most 1 per row; a bin is drawn with probability
+    ∝ exp(ε·u/(2Δ)), then a value uniformly inside it (or the integer itself).
+    """
+    per_key: dict[tuple, list[int]] = {}
+    width = len(keys[0]) if keys else 0
+    for row in histogram:
+        per_key.setdefault(tuple(row[:width]), [0] * part.bins)[int(row[width])] += int(row[-1])
+    q, low = float(agg.quantile), float(agg.lower)
+    step = float(agg.upper - agg.lower) / part.bins
+    integral_bins = agg.integral and agg.upper - agg.lower + 1 == part.bins
+    factor = float(part.epsilon) / (2 * float(part.sensitivity))
+    values = []
+    for key in keys:
+        counts = np.array(per_key.get(key, [0] * part.bins), dtype=float)
+        below = np.concatenate(([0.0], np.cumsum(counts)))
+        target = q * below[-1]
+        utility = -np.maximum(0.0, np.maximum(below[:-1] - target, target - below[1:]))
+        weights = np.exp(factor * (utility - utility.max()))
+        chosen = int(np.searchsorted(np.cumsum(weights), rng.uniform() * weights.sum(),
+                                     side="right"))
+        chosen = min(chosen, part.bins - 1)
+        values.append(low + chosen if integral_bins else low + (chosen + rng.uniform()) * step)
+    return values
 
 
 def _spread(agg, parts, noisy: dict, frame: dict) -> None:

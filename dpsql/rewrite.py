@@ -33,6 +33,7 @@ from dpsql.sensitivity import (
 )
 
 MAX_DOMAIN_CELLS = 1_000_000
+MAX_BINS = 1000
 DIALECT = "duckdb"
 
 
@@ -84,10 +85,12 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
     parts, values = _parts(checked, catalog, epsilon_per_part, cells)
     if checked.has_private_keys:
         parts.append(_selection_part(checked, catalog, epsilon_per_part, delta, len(parts)))
-    sql = _exact_sql(checked, parts, values, salt)
+    sql = _exact_sql(checked, [p for p in parts if p.role != "quantile"], values, salt)
+    histograms = tuple((p.column, ExactQuery(_histogram_sql(checked, p, salt)))
+                       for p in parts if p.role == "quantile")
     loss = PrivacyLoss(epsilon_per_part * len(parts), delta if checked.has_private_keys else 0)
     return StatementPlan(checked=checked, exact_query=ExactQuery(sql), parts=tuple(parts),
-                         loss=loss)
+                         loss=loss, histograms=histograms)
 
 
 def _selection_part(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction,
@@ -120,6 +123,13 @@ def _parts(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction, cells: in
         elif agg.kind == "count_distinct_unit":
             parts.append(NoisePart(f"p{len(parts)}", agg.name, "distinct",
                                    distinct_unit_sensitivity(table, **common), epsilon))
+        elif agg.kind == "quantile":
+            # exponential mechanism: the utility of a bin moves by ≤ 1 per row, so it has the
+            # sensitivity of a count (L∞ rows in each of L0 groups, twice under replace)
+            width = agg.upper - agg.lower
+            bins = int(width) + 1 if agg.integral and width + 1 <= MAX_BINS else MAX_BINS
+            parts.append(NoisePart(f"p{len(parts)}", agg.name, "quantile",
+                                   count_sensitivity(table, **common), epsilon, bins=bins))
         elif agg.kind == "count":
             values[agg.name] = _Value(agg, agg.arg.sql(dialect=DIALECT), 0)
             parts.append(NoisePart(f"p{len(parts)}", agg.name, "count",
@@ -210,6 +220,8 @@ def _exact_sql(checked: CheckedQuery, parts, values: dict[str, _Value], salt: in
         ctes += _unit_ctes(checked, parts, value_names, keys, salt)
     body = ", ".join(ctes)
     part_names = [p.column for p in parts]
+    if not keys and not part_names:  # only quantiles, which read their histograms
+        return "SELECT 1 AS __one"
     if not keys:
         outs = ", ".join(f"COALESCE({p}, 0) AS {p}" for p in part_names)
         return f"WITH {body} SELECT {outs} FROM __exact"
@@ -224,6 +236,49 @@ def _exact_sql(checked: CheckedQuery, parts, values: dict[str, _Value], salt: in
     return (f"WITH {body}, __domain AS (SELECT * FROM {domain}) "
             f"SELECT {outs} FROM __domain AS __d LEFT JOIN __exact ON {on} "
             f"ORDER BY {', '.join(f'__d.{k}' for k in keys)}")
+
+
+def bin_of(agg: Aggregate, bins: int) -> str:
+    """SQL of the candidate bin (0 .. bins−1) of an aggregate's input over [lower, upper]."""
+    arg = agg.arg.sql(dialect=DIALECT)
+    low = _number(agg.lower)
+    if agg.integral and agg.upper - agg.lower + 1 == bins:
+        position = f"CAST({arg} AS BIGINT) - {low}"
+    else:
+        width = repr(float((agg.upper - agg.lower) / bins))
+        position = f"CAST(FLOOR((CAST({arg} AS DOUBLE) - {low}) / {width}) AS BIGINT)"
+    return f"LEAST(GREATEST({position}, 0), {bins - 1})"
+
+
+def _histogram_sql(checked: CheckedQuery, part: NoisePart, salt: int) -> str:
+    """Exact (keys, bin, rows) of a quantile's input, each person bounded to L0 × L∞ rows.
+
+    Rows, not per-person sums, are bounded here: a person keeps at most L∞ rows per group
+    (ranked by a keyed hash) in at most L0 groups.
+    """
+    agg = next(a for a in checked.aggregates if a.name == part.aggregate)
+    table = checked.table
+    keys = [f"__k{i}" for i in range(len(checked.keys))]
+    cols = [f"{k.sql} AS {name}" for k, name in zip(checked.keys, keys)]
+    cols.append(f"{bin_of(agg, part.bins)} AS __bin")
+    filters = [f"({agg.arg.sql(dialect=DIALECT)}) IS NOT NULL"]
+    filters += [f"({checked.where.sql(dialect=DIALECT)})"] if checked.where is not None else []
+    filters += [f"{k.sql} IS NOT NULL" for k in checked.keys]
+    group = ", ".join([*keys, "__bin"])
+    if table.privacy_unit is None:
+        return (f"WITH __src AS (SELECT {', '.join(cols)} FROM {checked.from_sql} WHERE "
+                f"{' AND '.join(filters)}) SELECT {group}, COUNT(*) AS n FROM __src "
+                f"GROUP BY {group}")
+    cols.insert(0, f"{_quote(table.privacy_unit)} AS __unit")
+    partition = ", ".join(["__unit", *keys])
+    group_rank = (f"DENSE_RANK() OVER (PARTITION BY __unit ORDER BY HASH(__unit, "
+                  f"{', '.join(keys)}, {salt})) AS __g, " if keys else "1 AS __g, ")
+    return (f"WITH __src AS (SELECT {', '.join(cols)} FROM {checked.from_sql} WHERE "
+            f"{' AND '.join(filters)}), __ranked AS (SELECT {', '.join([*keys, '__bin'])}, "
+            f"{group_rank}ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY "
+            f"HASH(__unit, __bin, {salt})) AS __r FROM __src) "
+            f"SELECT {group}, COUNT(*) AS n FROM __ranked WHERE __r <= "
+            f"{table.max_rows_per_group} AND __g <= {table.max_groups_per_unit} GROUP BY {group}")
 
 
 def _row_part(part: NoisePart, value_names: dict[str, str]) -> str:

@@ -220,3 +220,33 @@ def test_variance_interval_covers(connect):
         covered += sum((frame.v_low <= truth[frame.sex].values)
                        & (truth[frame.sex].values <= frame.v_high))
     assert covered / 80 >= 0.93
+
+
+def test_quantile_rank_error_within_the_advertised_bound(connect):
+    """MEDIAN and QUANTILE_CONT by the exponential mechanism, 30 draws each at ε = 1."""
+    con = connect(budget=1e9)
+    ages = np.sort(make_adult().age.to_numpy())
+    for sql, q in (("SELECT MEDIAN(age) FROM adult", 0.5),
+                   ("SELECT QUANTILE_CONT(age, 0.9) FROM adult", 0.9),
+                   ("SELECT PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY age) FROM adult", 0.25)):
+        bound = con.explain(sql, epsilon=1)["statements"][0]["aggregates"][0]["rank_error_95"]
+        errors = []
+        for _ in range(30):
+            value = con.cursor().execute(sql, epsilon=1).fetchone()[0]
+            below, upto = np.searchsorted(ages, value, "left"), np.searchsorted(ages, value,
+                                                                                  "right")
+            target = q * len(ages)
+            errors.append(max(0, below - target, target - upto))
+        assert np.mean(np.array(errors) <= bound) >= 0.9
+        assert np.median(errors) <= bound / 4  # far better than the worst-case bound
+
+
+def test_min_max_and_grouped_quantiles(connect):
+    con = connect(budget=1e9)
+    rows = con.cursor().execute("SELECT sex, MIN(age) AS lo, MAX(age) AS hi, MEDIAN(hours) AS m "
+                                "FROM adult GROUP BY sex", epsilon=1e6).fetchall()
+    truth = make_adult().groupby("sex").agg(lo=("age", "min"), hi=("age", "max"),
+                                            m=("hours", "median"))
+    for sex, lo, hi, m in rows:
+        assert (lo, hi) == (truth.loc[sex, "lo"], truth.loc[sex, "hi"])
+        assert abs(m - truth.loc[sex, "m"]) <= 1

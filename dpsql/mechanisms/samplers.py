@@ -37,6 +37,10 @@ class RandomSource:
         """Uniform integer in [0, n)."""
         return self._rng.randrange(n)
 
+    def uniform(self) -> float:
+        """Uniform float in [0, 1) (the exponential mechanism's draw)."""
+        return self._rng.random()
+
     def bits(self, k: int) -> int:
         """Uniform k-bit integer (used for per-query hash salts)."""
         return self._rng.getrandbits(k)
