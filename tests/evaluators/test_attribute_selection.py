@@ -97,6 +97,15 @@ def test_bins_in_python_match_the_case_labels() -> None:
     assert "CASE WHEN \"age\" < 35.5 THEN '[17, 35.5)'" in bins.key
 
 
+def test_top_n_and_threshold_filters(car) -> None:
+    attributes, classes = catalog_attributes(META / "car.yaml", *CAR)
+    chosen = select_exact(car, CAR[1], attributes, classes, "chi2", threshold=100.0)
+    assert chosen.ranking == ["safety", "persons", "buying", "maint", "lug_boot", "doors"]
+    assert chosen.selected == ["safety", "persons", "buying", "maint"]
+    both = select_exact(car, CAR[1], attributes, classes, "chi2", n=2, threshold=100.0)
+    assert both.selected == ["safety", "persons"]
+
+
 def test_user_errors_are_dpsql_errors() -> None:
     with pytest.raises(dpsql.ProgrammingError):
         score_tables({}, "gini")
