@@ -90,13 +90,14 @@ class Connection(_Base):
     """An analyst's connection: every answer is differentially private and charged."""
 
     def __init__(self, database, *, metadata, analyst=None, epsilon_per_query=None,
-                 delta_per_query=None, ledger=None, insecure_seed=None) -> None:
+                 delta_per_query=None, accuracy=None, ledger=None, insecure_seed=None) -> None:
         super().__init__(database, metadata, analyst, ledger, read_only=True)
         self._engine = Engine(
             catalog=self.catalog, backend=self._backend, ledger=self.ledger,
             analyst=self.analyst, rng=RandomSource(insecure_seed),
             epsilon_per_query=None if epsilon_per_query is None else positive(epsilon_per_query),
-            delta_per_query=None if delta_per_query is None else probability(delta_per_query))
+            delta_per_query=None if delta_per_query is None else probability(delta_per_query),
+            accuracy=accuracy)
 
     def cursor(self) -> Cursor:
         """A new cursor."""
@@ -109,17 +110,19 @@ class Connection(_Base):
             self._engine.close()
         super().close()
 
-    def execute(self, operation: str, parameters=None, *, epsilon=None, delta=None) -> Cursor:
+    def execute(self, operation: str, parameters=None, *, epsilon=None, delta=None,
+                accuracy=None) -> Cursor:
         """Shortcut: a new cursor's execute()."""
-        return self.cursor().execute(operation, parameters, epsilon=epsilon, delta=delta)
+        return self.cursor().execute(operation, parameters, epsilon=epsilon, delta=delta,
+                                     accuracy=accuracy)
 
-    def explain(self, sql: str, *, epsilon=None, delta=None) -> dict:
+    def explain(self, sql: str, *, epsilon=None, delta=None, accuracy=None) -> dict:
         """Sensitivity, mechanism, scale and expected error of a statement or script.
 
         Nothing is run and nothing is spent.
         """
         self._check_open()
-        return self._engine.explain(sql, epsilon=epsilon, delta=delta)
+        return self._engine.explain(sql, epsilon=epsilon, delta=delta, accuracy=accuracy)
 
 
 class CustodianCursor(Cursor):
@@ -191,8 +194,9 @@ def _ledger_path(ledger: Any, database: str | None, catalog: Catalog) -> str:
 def connect(database: str | os.PathLike | Any | None = None, *,
             metadata: str | os.PathLike | dict,
             analyst: str | None = None, epsilon_per_query: float | None = None,
-            delta_per_query: float | None = None, ledger: str | os.PathLike | None = None,
-            insecure_seed: int | None = None) -> Connection:
+            delta_per_query: float | None = None, accuracy: float | None = None,
+            ledger: str | os.PathLike | None = None, insecure_seed: int | None = None
+            ) -> Connection:
     """Open an analyst connection whose every answer is differentially private.
 
     Args:
@@ -203,6 +207,8 @@ def connect(database: str | os.PathLike | Any | None = None, *,
         analyst: who is asking (ledger key); defaults to the OS user.
         epsilon_per_query: ε charged by an execute() that does not pass its own.
         delta_per_query: δ for queries with private GROUP BY keys (default 0: refused).
+        accuracy: default target 95% half-width for COUNT/SUM answers when no ε is given;
+            the engine picks the smallest ε that meets it.
         ledger: budget ledger file, or a ``postgresql://`` URL for a ledger shared by
             analysts on several machines; default beside a DuckDB file, else the metadata.
         insecure_seed: reproducible noise for tests and experiments only; gives no privacy.
@@ -212,7 +218,7 @@ def connect(database: str | os.PathLike | Any | None = None, *,
     """
     return Connection(database, metadata=metadata, analyst=analyst,
                       epsilon_per_query=epsilon_per_query, delta_per_query=delta_per_query,
-                      ledger=ledger,
+                      accuracy=accuracy, ledger=ledger,
                       insecure_seed=insecure_seed)
 
 

@@ -63,23 +63,25 @@ class Cursor:
 
     # --- executing -------------------------------------------------------------------
     def execute(self, operation: str, parameters: Sequence[Any] | None = None, *,
-                epsilon: float | None = None, delta: float | None = None) -> Cursor:
+                epsilon: float | None = None, delta: float | None = None,
+                accuracy: float | None = None) -> Cursor:
         """Run one SELECT as one release (qmark parameters); returns the cursor.
 
         ``delta`` > 0 allows GROUP BY keys without a public domain (released above a
-        noisy threshold); it is charged to the budget's δ.
+        noisy threshold); it is charged to the budget's δ. Without ``epsilon``, ``accuracy``
+        (a 95% half-width for COUNT/SUM answers) picks the smallest ε that meets it.
         """
         self._check_open()
         self._load(self.connection._engine.execute(operation, parameters, epsilon=epsilon,
-                                                   delta=delta))
+                                                   delta=delta, accuracy=accuracy))
         return self
 
     def executescript(self, script: str, *, epsilon: float | None = None,
-                      delta: float | None = None) -> Cursor:
+                      delta: float | None = None, accuracy: float | None = None) -> Cursor:
         """Run several SELECTs as ONE release: one ε, total sensitivity = their sum."""
         self._check_open()
         self._load(self.connection._engine.execute(script, epsilon=epsilon, delta=delta,
-                                                   script=True))
+                                                   accuracy=accuracy, script=True))
         return self
 
     def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[Any]]) -> None:
@@ -90,10 +92,11 @@ class Cursor:
             "statements in one script with executescript()")
 
     def explain(self, operation: str, *, epsilon: float | None = None,
-                delta: float | None = None) -> dict:
+                delta: float | None = None, accuracy: float | None = None) -> dict:
         """The plan of a statement or script, without running or spending anything."""
         self._check_open()
-        return self.connection.explain(operation, epsilon=epsilon, delta=delta)
+        return self.connection.explain(operation, epsilon=epsilon, delta=delta,
+                                       accuracy=accuracy)
 
     def _load(self, results: list[NoisyResult]) -> None:
         self._results, self._set, self._pos = results, 0, 0

@@ -9,6 +9,7 @@ the exact rows are dropped unseen.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -18,7 +19,10 @@ from dpsql.budget import PrivacyLoss, positive, probability
 from dpsql.catalog import Catalog
 from dpsql.errors import CatalogError, PrivacyParameterError, UnsupportedSQLError
 from dpsql.ledger import Ledger, budget_exhausted
-from dpsql.mechanisms.calibrate import discrete_laplace_half_width
+from dpsql.mechanisms.calibrate import (
+    discrete_laplace_half_width,
+    largest_scale_for_half_width,
+)
 from dpsql.mechanisms.samplers import RandomSource
 from dpsql.parse import parse_one, parse_script
 from dpsql.plan import ExactQuery, ScriptPlan, Statement, StatementPlan
@@ -47,15 +51,21 @@ class Engine:
 
     def __init__(self, *, catalog: Catalog, backend: Backend, ledger: Ledger, analyst: str,
                  rng: RandomSource, epsilon_per_query: Fraction | None,
-                 delta_per_query: Fraction | None = None) -> None:
+                 delta_per_query: Fraction | None = None, accuracy: float | None = None
+                 ) -> None:
         self.catalog, self.backend, self.ledger = catalog, backend, ledger
         self.analyst, self.rng, self.epsilon_per_query = analyst, rng, epsilon_per_query
         self.delta_per_query = delta_per_query
+        self.accuracy = accuracy
         self.post = PostProcessor()
 
-    def plan(self, sql: str, params=None, *, epsilon=None, delta=None,
+    def plan(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None,
              script: bool = False) -> Planned:
-        """Parse, check and rewrite without touching data or budget."""
+        """Parse, check and rewrite without touching data or budget.
+
+        Without ``epsilon``, an ``accuracy`` target (or a ``/* dpsql: ci95 <= X */`` hint)
+        picks the smallest ε whose 95% intervals are at most X wide on each side.
+        """
         statements = parse_script(sql, params) if script else [parse_one(sql, params)]
         delta = self._delta(delta)
         order, private, public = [], [], []
@@ -70,6 +80,11 @@ class Engine:
                 private.append(analyze(statement, self.catalog, private_keys=delta > 0))
         if not private:
             return Planned(tuple(order), None, tuple(public))
+        target = accuracy if accuracy is not None else _hinted_accuracy(statements)
+        if epsilon is None and target is None:
+            target = self.accuracy
+        if epsilon is None and target is not None:
+            epsilon = self._epsilon_for_accuracy(private, float(target), delta)
         epsilon = self._epsilon(epsilon)
         per_part = epsilon / sum(part_count(c) for c in private)
         thresholded = sum(c.has_private_keys for c in private)
@@ -80,10 +95,11 @@ class Engine:
         script_plan = ScriptPlan(statements=plans, loss=loss, neighbouring=self.catalog.neighbouring)
         return Planned(tuple(order), script_plan, tuple(public))
 
-    def execute(self, sql: str, params=None, *, epsilon=None, delta=None, script: bool = False
-                ) -> list[NoisyResult]:
+    def execute(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None,
+                script: bool = False) -> list[NoisyResult]:
         """Plan, run, charge and release; return one result per statement."""
-        planned = self.plan(sql, params, epsilon=epsilon, delta=delta, script=script)
+        planned = self.plan(sql, params, epsilon=epsilon, delta=delta, accuracy=accuracy,
+                            script=script)
         reuse = planned.release is not None and not planned.public and self.rng.is_secure
         if reuse:
             # the same statements at the same ε were released before: return that answer, so
@@ -135,14 +151,18 @@ class Engine:
         """Release the post-processing database."""
         self.post.close()
 
-    def explain(self, sql: str, params=None, *, epsilon=None, delta=None) -> dict:
+    def explain(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None
+                ) -> dict:
         """What a script would cost and how it would be noised; runs and spends nothing.
 
         Without an ε (and no epsilon_per_query) the scales are shown for ε = 1.
         """
-        if epsilon is None and self.epsilon_per_query is None:
+        statements = parse_script(sql, params)
+        if epsilon is None and self.epsilon_per_query is None and accuracy is None and \
+                self.accuracy is None and _hinted_accuracy(statements) is None:
             epsilon = 1
-        planned = self.plan(sql, params, epsilon=epsilon, delta=delta, script=True)
+        planned = self.plan(sql, params, epsilon=epsilon, delta=delta, accuracy=accuracy,
+                            script=True)
         statements = []
         for kind, i in planned.order:
             if kind == "public":
@@ -170,6 +190,30 @@ class Engine:
                 hint="pass epsilon=... to execute(), or epsilon_per_query=... to connect()")
         return positive(epsilon, "epsilon")
 
+    def _epsilon_for_accuracy(self, private, target: float, delta: Fraction) -> Fraction:
+        """Smallest ε (rounded up to 3 significant digits) meeting a CI half-width target."""
+        fixed = [a.sql for c in private for a in c.aggregates
+                 if a.kind not in ("count_star", "count", "count_distinct_unit", "sum")]
+        if fixed or any(c.has_private_keys for c in private):
+            raise PrivacyParameterError(
+                "an accuracy target fixes the interval of COUNT and SUM answers only; "
+                f"{', '.join(fixed) or 'private keys'} need an explicit ε",
+                hint="pass epsilon=..., or ask for COUNT/SUM and derive the rest")
+        if not math.isfinite(target) or target <= 0:
+            raise PrivacyParameterError(f"the accuracy target must be > 0, got {target}")
+        probe = [rewrite(c, self.catalog, Fraction(1), salt=0, delta=delta) for c in private]
+        parts = [p for plan in probe for p in plan.parts]
+        needed = max(float(p.sensitivity) / largest_scale_for_half_width(target, float(p.grid))
+                     if largest_scale_for_half_width(target, float(p.grid)) > 0 else math.inf
+                     for p in parts) * len(parts)
+        if not math.isfinite(needed):
+            raise PrivacyParameterError(
+                f"no ε gives a 95% interval of ±{target:g}: answers are on a grid of "
+                f"{max(float(p.grid) for p in parts):g}", hint="ask for a wider interval")
+        digits = 2 - math.floor(math.log10(needed))
+        return Fraction(math.ceil(needed * 10 ** digits)) / Fraction(10) ** digits \
+            if digits >= 0 else Fraction(math.ceil(needed / 10 ** -digits) * 10 ** -digits)
+
     def _delta(self, delta) -> Fraction:
         if delta is None:
             delta = self.delta_per_query
@@ -180,6 +224,19 @@ class Engine:
             raise CatalogError(f"the metadata of dataset {self.catalog.name!r} declares no budget",
                                hint="add 'budget: {epsilon: ..., delta: ...}' to the metadata")
         return self.catalog.budget
+
+
+_ACCURACY_HINT = re.compile(r"ci95\s*<=\s*([0-9.eE+-]+)")
+
+
+def _hinted_accuracy(statements: list[Statement]) -> float | None:
+    """The ``ci95 <= X`` target of a ``/* dpsql: ... */`` comment, if any."""
+    for statement in statements:
+        for hint in statement.hints:
+            match = _ACCURACY_HINT.search(hint)
+            if match:
+                return float(match.group(1))
+    return None
 
 
 def _explain_quantile(plan: StatementPlan, part) -> dict:

@@ -250,3 +250,22 @@ def test_min_max_and_grouped_quantiles(connect):
     for sex, lo, hi, m in rows:
         assert (lo, hi) == (truth.loc[sex, "lo"], truth.loc[sex, "hi"])
         assert abs(m - truth.loc[sex, "m"]) <= 1
+
+
+def test_accuracy_first_picks_the_smallest_epsilon(connect):
+    con = connect(budget=1e6)
+    sql = "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex"
+    plan = con.explain(sql, accuracy=10)
+    chosen = plan["epsilon"]
+    assert plan["statements"][0]["aggregates"][0]["ci95_half_width"] <= 10
+    looser = con.explain(sql, epsilon=chosen * 0.98)
+    assert looser["statements"][0]["aggregates"][0]["ci95_half_width"] > 10
+    assert con.budget_spent.epsilon == 0  # explain spent nothing
+    cur = con.cursor().execute(sql, accuracy=10)
+    assert float(cur.epsilon_spent) == chosen
+    frame = cur.intervals()
+    assert ((frame.n_high - frame.n) <= 10).all()
+    hinted = con.explain("/* dpsql: ci95 <= 10 */ " + sql)
+    assert hinted["epsilon"] == chosen
+    with pytest.raises(dpsql.PrivacyParameterError, match="explicit ε"):
+        con.cursor().execute("SELECT AVG(age) FROM adult", accuracy=1)

@@ -73,3 +73,23 @@ def private_key_threshold(scale: Fraction, delta: Fraction, groups_per_person: i
     while q ** k / (1 + q) > target:
         k += 1
     return 1 + max(k, 1)
+
+
+def largest_scale_for_half_width(target: float, grid: float = 1.0,
+                                 confidence: float = 0.95) -> float:
+    """Largest discrete Laplace scale (value units) whose CI half-width is ≤ ``target``.
+
+    Example:
+        >>> round(largest_scale_for_half_width(30.0), 2)
+        10.19
+    """
+    if target < grid:
+        return 0.0
+    low, high = 1e-9, target  # half-width ≥ scale·ln(1/(1−confidence))/2 > 0, so scale ≤ target
+    for _ in range(80):
+        middle = (low + high) / 2
+        if discrete_laplace_half_width(middle / grid, confidence) * grid <= target:
+            low = middle
+        else:
+            high = middle
+    return low
