@@ -80,7 +80,8 @@ def main(repeat: int, k: int, output: str | None) -> None:
         optimum = (f"{best.node}: {best.classes} classes, {best.suppressed} suppressed"
                    if best else "none")
         lines.append(f"| {label} | {optimum} | {pruned.evaluated:,} | {pruned_s[0]:.2f} / "
-                     f"{pruned_s[1]:.2f} | {full.evaluated:,} | {full_s[0]:.2f} / {full_s[1]:.2f} |")
+                     f"{pruned_s[1]:.2f} | {full.evaluated:,} | {full_s[0]:.2f} / "
+                     f"{full_s[1]:.2f} |")
     custodian.close()
     text = "\n".join(lines)
     click.echo(text)

@@ -28,7 +28,7 @@ from evaluators.anonymization.source import create_source, open_custodian
 
 
 def default_qids(metadata: str, table: str, hierarchies: Path, sensitive: str | None) -> list[str]:
-    """Columns of ``table`` (metadata order) that have a hierarchy file, except the sensitive one."""
+    """Columns of ``table`` (metadata order) with a hierarchy file, except the sensitive one."""
     spec = load_catalog(metadata).table(table)
     if spec is None:
         raise dpsql.UnknownTableError(f"table {table!r} is not in {metadata}")
@@ -140,7 +140,8 @@ def _check_table(metadata, table, qids, sensitive, hierarchy_dir, analyst, ledge
     try:
         source = create_source(custodian, table, qids + ([sensitive] if sensitive else []))
         con = custodian.duckdb
-        domain = sensitive_domain(con, source, sensitive, sensitive_hierarchy) if sensitive else None
+        domain = (sensitive_domain(con, source, sensitive, sensitive_hierarchy)
+                  if sensitive else None)
         achieved = achieved_privacy(con, source, qids, sensitive, domain, int(l_value or 2))
         risk = risk_profile(con, source, qids)
     finally:

@@ -20,10 +20,10 @@ def generalized_select(
     """``SELECT <keep>, <QID i generalized to level node[i]> FROM relation``.
 
     Example:
-        >>> from evaluators.anonymization.hierarchies import IntervalHierarchy
-        >>> h = {"age": IntervalHierarchy("age", (10,))}
-        >>> print(generalized_select("t", ["age"], h, [1], keep=["rid"]).sql("duckdb"))
-        SELECT "rid", '[' || CAST(CAST("age" AS BIGINT) // 10 * 10 AS TEXT) || ', ' || CAST(CAST("age" AS BIGINT) // 10 * 10 + 10 AS TEXT) || '[' AS "age" FROM t
+        >>> from evaluators.anonymization.hierarchies import MaskingHierarchy
+        >>> h = {"zip": MaskingHierarchy("zip", 5)}
+        >>> print(generalized_select("t", ["zip"], h, [2], keep=["rid"]).sql("duckdb"))
+        SELECT "rid", SUBSTRING(CAST("zip" AS TEXT), 1, 3) || REPEAT('*', 2) AS "zip" FROM t
     """
     if len(node) != len(qids):
         raise dpsql.ProgrammingError(

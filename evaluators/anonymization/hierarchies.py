@@ -81,7 +81,7 @@ class TableHierarchy:
 
 @dataclass(frozen=True)
 class IntervalHierarchy:
-    """Numeric bands: level ``l`` (1..len(widths)) puts ``x`` in ``[w*floor(x/w), w*floor(x/w)+w[``."""
+    """Numeric bands: level ``l`` (1..len(widths)) puts x in ``[w·⌊x/w⌋, w·⌊x/w⌋ + w[``."""
 
     attribute: str
     widths: tuple[int, ...]
@@ -166,7 +166,8 @@ def load_hierarchies(directory: str | Path, attributes: list[str]) -> dict[str, 
     directory = Path(directory)
     found = {}
     for attribute in attributes:
-        candidates = [directory / f"{attribute}.csv", *directory.glob(f"*hierarchy_{attribute}.csv")]
+        candidates = [directory / f"{attribute}.csv",
+                      *directory.glob(f"*hierarchy_{attribute}.csv")]
         path = next((p for p in candidates if p.is_file()), None)
         if path is None:
             raise dpsql.ProgrammingError(
@@ -193,7 +194,8 @@ def level_table(
     missing = frame[frame.isna().any(axis=1)]
     if len(missing):
         raise dpsql.DataError(
-            f"values of {column!r} missing from its hierarchy: {sorted(missing['l0'].astype(str))[:5]}",
+            f"values of {column!r} missing from its hierarchy: "
+            f"{sorted(missing['l0'].astype(str))[:5]}",
             hint="add a row for each value to the hierarchy file",
         )
     return frame

@@ -1,10 +1,11 @@
 """The generalization lattice and its globally optimal search (exhaustive or pruned).
 
-Nodes are visited bottom-up by height. A node's class table is rolled up from an evaluated
-predecessor (one level lower in one QID), so most nodes cost a regrouping of a small table.
-Pruning is branch-and-bound on the monotone lower bounds of ``objectives``: once a node's
-bound exceeds the best score found, neither it nor any successor can win, so its successors
-inherit the bound and are skipped. ``prune=False`` evaluates every node, to verify the result.
+Bottom-up, a node's class table is rolled up from an evaluated predecessor (one level lower in
+one QID), so most nodes cost a regrouping of a small table; top-down, each node is computed from
+the base histogram. Pruning is branch-and-bound on the lower bounds of ``objectives``: once a
+node's bound for all its successors (bottom-up) or all its predecessors (top-down) exceeds the
+best score found, they inherit the bound and are skipped, so the result is the exhaustive one.
+``prune=False`` evaluates every node, to verify that.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ class Lattice:
 
     def by_height(self) -> list[list[tuple[int, ...]]]:
         """Nodes grouped by level sum, each group in lexicographic order."""
-        groups: list[list[tuple[int, ...]]] = [[] for _ in range(sum(self.levels) - len(self.levels) + 1)]
+        height = sum(self.levels) - len(self.levels)
+        groups: list[list[tuple[int, ...]]] = [[] for _ in range(height + 1)]
         for node in itertools.product(*(range(n) for n in self.levels)):
             groups[sum(node)].append(node)
         return groups

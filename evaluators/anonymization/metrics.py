@@ -42,7 +42,7 @@ def utility_summary(
     Example:
         >>> import duckdb
         >>> con = duckdb.connect()
-        >>> _ = con.execute("CREATE TABLE r AS SELECT * FROM (VALUES ('a'), ('a'), ('b'), ('b')) t(q)")
+        >>> _ = con.execute("CREATE TABLE r AS FROM (VALUES ('a'), ('a'), ('b'), ('b')) t(q)")
         >>> s = utility_summary(con, "r", ["q"], records=5)
         >>> (s.classes, s.suppressed, s.avg_class_size, s.dm)
         (2, 1, 1.6666666666666667, 13.0)

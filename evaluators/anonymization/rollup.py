@@ -23,7 +23,7 @@ from evaluators.anonymization.hierarchies import Hierarchy, level_table
 
 @dataclass(frozen=True)
 class ClassTable:
-    """Equivalence classes of one node: packed keys and a classes × sensitive-values count matrix."""
+    """Equivalence classes of one node: packed keys and a classes × sensitive-values matrix."""
 
     node: tuple[int, ...]
     keys: np.ndarray

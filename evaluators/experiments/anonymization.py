@@ -158,7 +158,8 @@ def rho_runs(custodian, source, hierarchies, quick: bool) -> tuple[pd.DataFrame,
     return pd.DataFrame(per_pass), pd.DataFrame(final)
 
 
-def dp_comparison(custodian, hierarchies, nodes: dict[str, tuple], epsilons, repeats) -> pd.DataFrame:
+def dp_comparison(custodian, hierarchies, nodes: dict[str, tuple], epsilons,
+                  repeats) -> pd.DataFrame:
     """ε-DP noisy counts vs the 5-anonymous release of the same node, on the same metrics."""
     rows = []
     for label, node in nodes.items():

@@ -123,7 +123,8 @@ def test_thesis_table_2_4_is_3_anonymous_with_prosecutor_risk_one_third():
     con = duckdb.connect()
     table = _table_2_4(con)
     qids = ["zip", "born", "sex"]
-    achieved = achieved_privacy(con, table, qids, "disease", sensitive_domain(con, table, "disease"))
+    domain = sensitive_domain(con, table, "disease")
+    achieved = achieved_privacy(con, table, qids, "disease", domain)
     assert (achieved.classes, achieved.k, achieved.distinct_l) == (3, 3, 2)
     risk = risk_profile(con, table, qids)
     assert risk.max_prosecutor_risk == pytest.approx(1 / 3)
