@@ -569,14 +569,17 @@ quantiles over repetitions).
   statements (all candidate attributes), `neighbouring: replace` as in the paper, so the engine
   reports sensitivity 2k and adds discrete Laplace noise of scale 2k/ε to every cell; numeric
   attributes (Adult's 6, all of CM1) are cut into 10 public equal-width bins over the metadata
-  bounds by a CASE expression in the SQL. Negative cells are clamped at 0, then 1 is added to
-  every cell before scoring. ChiSq-DP and InfoGain-DP come from the same release.
+  bounds by a CASE expression in the SQL. Negative cells are clamped at 0, then min(1, b) is
+  added to every cell before scoring (b = 2k/ε, the noise scale). ChiSq-DP and InfoGain-DP come
+  from the same release.
 - Classifiers: Naive Bayes = categorical NB on the binned attributes (exact counts, Laplace
   smoothing 1); "tree" = scikit-learn CART with entropy splits and min 10 rows per leaf (standing
   in for WEKA J48/C4.5); "RF" = scikit-learn random forest, 50 trees. "DP NB" is the private
-  classifier: Naive Bayes fitted from the very noisy tables of the selection release, on the
-  selected attributes (no extra budget).
-- Grids:
+  classifier: Naive Bayes fitted from the same noisy tables as the selection, on the selected
+  attributes (no extra budget).
+
+Grids (each data set also gets the non-private selections at every point):
+
 {grids}
 
 ## Baselines (no attribute selection) against the paper's Table 2 (error %)
