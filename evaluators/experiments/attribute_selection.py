@@ -16,7 +16,9 @@ candidate tables, one ε. Two accountings are plotted for the n sweep:
 * ``dp_paper``: the paper's Δ = 2n (noise scale 2n/ε), emulated by asking the engine for
   ε·k/n (its scale 2k/(ε·k/n) = 2n/ε); not ε-DP when n < k, shown only to compare trends.
 
-Usage: ``python -m evaluators.experiments.attribute_selection [--quick]``
+Usage: ``python -m evaluators.experiments.attribute_selection [--quick | --replot]``
+Needs, beyond the core dependencies: scikit-learn, matplotlib and pyarrow (the training folds
+are handed to the engine as Parquet files).
 """
 
 from __future__ import annotations
