@@ -5,7 +5,8 @@ DuckDB-flavoured tree is adapted before it is written in PostgreSQL's dialect:
 
 - ``HASH(u, k..., salt)`` -> ``hashtextextended(concat_ws('|', u, k..., salt), 0)``
   (a 64-bit hash of the same inputs; it ranks a person's groups differently than DuckDB);
-- ``ROUND(x)`` on a double -> half away from zero, as DuckDB rounds (PostgreSQL's is half-even);
+- ``ROUND(x)`` on a double -> ``trunc(2x) - trunc(x)``: half away from zero, as DuckDB rounds
+  (PostgreSQL's is half-even);
 - ``a // b`` -> ``DIV(a, b)``, truncating like DuckDB (sqlglot's own mapping);
 - SUM of BIGINT is NUMERIC in PostgreSQL: returned as exact Python ints.
 """
@@ -27,9 +28,14 @@ def _hash(args: list[exp.Expression]) -> exp.Expression:
     return exp.Anonymous(this="hashtextextended", expressions=[text, exp.Literal.number(0)])
 
 
+def _truncate(value: exp.Expression) -> exp.Expression:
+    return exp.Anonymous(this="trunc", expressions=[value])
+
+
 def to_postgres(tree: exp.Expression) -> str:
     """The engine's exact tree as PostgreSQL SQL."""
-    adapted = tree.transform(lambda node: round_half_away_from_zero(hash_as(node, _hash)))
+    adapted = tree.transform(
+        lambda node: round_half_away_from_zero(hash_as(node, _hash), _truncate))
     return adapted.sql(dialect="postgres")
 
 

@@ -6,7 +6,8 @@ columns, as the DuckDB backend does. The engine's DuckDB-flavoured tree is adapt
 is written in Spark's dialect:
 
 - ``HASH(u, k..., salt)`` -> ``xxhash64(u, k..., salt)`` (64 bits; Spark's HASH has 32);
-- ``ROUND(x)`` -> half away from zero built from FLOOR, the same expression as PostgreSQL's;
+- ``ROUND(x)`` -> ``CAST(2x AS BIGINT) - CAST(x AS BIGINT)``: half away from zero like DuckDB
+  (the same identity as PostgreSQL's, with Spark's truncating cast);
 - ``SUM(x)`` -> ``SUM(CAST(x AS DECIMAL(38,0)))``: a BIGINT sum overflows in Spark (an error
   under ANSI mode) where DuckDB widens to HUGEINT. Every SUM of the exact tree adds integers
   (counts and fixed-point grid units), so the cast is exact;
@@ -37,10 +38,14 @@ def _wide_sum(node: exp.Expression) -> exp.Expression:
     return exp.Sum(this=wide)
 
 
+def _truncate(value: exp.Expression) -> exp.Expression:
+    return exp.cast(value, exp.DataType.build("BIGINT"))  # Spark's cast truncates toward zero
+
+
 def to_spark(tree: exp.Expression) -> str:
     """The engine's exact tree as Spark SQL."""
     adapted = tree.transform(
-        lambda node: _wide_sum(round_half_away_from_zero(hash_as(node, _hash))))
+        lambda node: _wide_sum(round_half_away_from_zero(hash_as(node, _hash), _truncate)))
     return adapted.sql(dialect="spark")
 
 

@@ -8,11 +8,9 @@ from sqlglot import parse_one
 
 from servers import require
 
-ROUND_PG = ("SIGN((CAST(x AS DOUBLE PRECISION) / 0.25)) * (FLOOR(ABS((CAST(x AS DOUBLE "
-            "PRECISION) / 0.25))) + CASE WHEN ABS((CAST(x AS DOUBLE PRECISION) / 0.25)) - "
-            "FLOOR(ABS((CAST(x AS DOUBLE PRECISION) / 0.25))) >= 0.5 THEN 1 ELSE 0 END)")
-ROUND_SPARK = ("SIGN((x / 0.25)) * (FLOOR(ABS((x / 0.25))) + CASE WHEN ABS((x / 0.25)) - "
-               "FLOOR(ABS((x / 0.25))) >= 0.5 THEN 1 ELSE 0 END)")
+ROUND_PG = ("(TRUNC(2 * (CAST(x AS DOUBLE PRECISION) / 0.25)) - "
+            "TRUNC((CAST(x AS DOUBLE PRECISION) / 0.25)))")
+ROUND_SPARK = "(CAST(2 * (x / 0.25) AS BIGINT) - CAST((x / 0.25) AS BIGINT))"
 
 CASES = {
     "keyed hash for the L0 ranking": (
