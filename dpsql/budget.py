@@ -65,32 +65,61 @@ def probability(value: float | int | str | Fraction, name: str = "delta") -> Fra
 
 @dataclass(frozen=True, slots=True)
 class PrivacyLoss:
-    """An (ε, δ) privacy loss; δ = 0 is pure ε-DP. Adds under basic composition."""
+    """A privacy loss: (ε, δ)-DP (δ = 0 is pure ε-DP) and/or ρ-zCDP.
+
+    Each dataset spends in one currency: ε and δ under the Laplace mechanism, ρ under the
+    Gaussian one. Losses add under basic composition, and ρ adds under zCDP composition.
+    """
 
     epsilon: Fraction
     delta: Fraction = Fraction(0)
+    rho: Fraction = Fraction(0)
 
     def __add__(self, other: PrivacyLoss) -> PrivacyLoss:
-        return PrivacyLoss(self.epsilon + other.epsilon, self.delta + other.delta)
+        return PrivacyLoss(self.epsilon + other.epsilon, self.delta + other.delta,
+                           self.rho + other.rho)
 
     def covers(self, other: PrivacyLoss) -> bool:
-        """True when this (remaining) loss is at least ``other`` in both ε and δ."""
-        return other.epsilon <= self.epsilon and other.delta <= self.delta
+        """True when this (remaining) loss is at least ``other`` in ε, δ and ρ."""
+        return (other.epsilon <= self.epsilon and other.delta <= self.delta
+                and other.rho <= self.rho)
 
     def minus(self, other: PrivacyLoss) -> PrivacyLoss:
         """What is left of this budget after ``other`` (never below zero)."""
-        return PrivacyLoss(max(self.epsilon - other.epsilon, Fraction(0)),
-                           max(self.delta - other.delta, Fraction(0)))
+        zero = Fraction(0)
+        return PrivacyLoss(max(self.epsilon - other.epsilon, zero),
+                           max(self.delta - other.delta, zero), max(self.rho - other.rho, zero))
 
     def describe(self) -> str:
-        """Human form, e.g. ``ε=0.5, δ=1e-06``."""
-        text = f"ε={float(self.epsilon):g}"
-        return text + (f", δ={float(self.delta):g}" if self.delta else "")
+        """Human form, e.g. ``ε=0.5, δ=1e-06`` or ``ρ=0.125``."""
+        parts = [f"ε={float(self.epsilon):g}"] if self.epsilon or not self.rho else []
+        if self.delta:
+            parts.append(f"δ={float(self.delta):g}")
+        if self.rho:
+            parts.append(f"ρ={float(self.rho):g}")
+        return ", ".join(parts)
 
     @staticmethod
     def zero() -> PrivacyLoss:
         """No loss."""
         return PrivacyLoss(Fraction(0), Fraction(0))
+
+
+def rho_from_epsilon_delta(epsilon: Fraction, delta: Fraction) -> Fraction:
+    """Largest ρ whose zCDP guarantee implies (ε, δ)-DP: ε = ρ + 2·sqrt(ρ·ln(1/δ)).
+
+    Rounded down (a smaller ρ is the safe side), to a fraction with a 10^12 denominator.
+
+    Example:
+        >>> round(float(rho_from_epsilon_delta(Fraction(1), Fraction(1, 10**6))), 5)
+        0.01747
+    """
+    if not 0 < delta < 1:
+        raise PrivacyParameterError("converting (ε, δ) to ρ needs 0 < δ < 1",
+                                    hint="give delta=1e-6 (for example) or rho=... directly")
+    log_term = math.log(1 / float(delta))
+    rho = (math.sqrt(log_term + float(epsilon)) - math.sqrt(log_term)) ** 2
+    return Fraction(math.floor(rho * 10**12), 10**12)
 
 
 def parse_loss(text: str) -> PrivacyLoss:

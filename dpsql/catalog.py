@@ -17,12 +17,12 @@ from typing import Any
 
 import yaml
 
-from dpsql.budget import PrivacyLoss, positive, probability
+from dpsql.budget import PrivacyLoss, positive, probability, rho_from_epsilon_delta
 from dpsql.errors import CatalogError
 
 COLUMN_TYPES = ("int", "float", "text", "bool", "date")
 NEIGHBOURING = ("add_remove", "replace")
-MECHANISMS = ("laplace",)
+MECHANISMS = ("laplace", "gaussian")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _ENV_PATTERN = re.compile(r"\$\{(\w+)\}")
 
@@ -170,22 +170,34 @@ def _build(raw: dict, *, base: Path, path: Path | None, default_name: str) -> Ca
         name=str(raw.get("name", default_name)),
         tables=tables,
         neighbouring=neighbouring,
-        budget=_budget(raw.get("budget")),
+        budget=_budget(raw.get("budget"), mechanism),
         mechanism=mechanism,
         path=path,
     )
 
 
-def _budget(raw: Any) -> PrivacyLoss | None:
+def _budget(raw: Any, mechanism: str) -> PrivacyLoss | None:
+    """The dataset's budget, in ε and δ (Laplace) or in ρ (Gaussian, zCDP)."""
     if raw is None:
         return None
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
         raw = {"epsilon": raw}
-    if not isinstance(raw, dict) or "epsilon" not in raw:
-        raise CatalogError("budget must be a mapping such as {epsilon: 10.0, delta: 1.0e-6}")
+    if not isinstance(raw, dict) or not ({"epsilon", "rho"} & set(raw)):
+        raise CatalogError("budget must be a mapping such as {epsilon: 10.0, delta: 1.0e-6} "
+                           "or, with mechanism: gaussian, {rho: 1.0}")
     try:
+        if mechanism == "gaussian":
+            if "rho" in raw:
+                return PrivacyLoss(Fraction(0), rho=positive(raw["rho"], "budget rho"))
+            return PrivacyLoss(Fraction(0), rho=rho_from_epsilon_delta(
+                positive(raw["epsilon"], "budget epsilon"),
+                probability(raw.get("delta", 0), "budget delta")))
+        if "rho" in raw:
+            raise CatalogError("a budget in ρ needs 'mechanism: gaussian'")
         return PrivacyLoss(positive(raw["epsilon"], "budget epsilon"),
                            probability(raw.get("delta", 0), "budget delta"))
+    except CatalogError:
+        raise
     except Exception as err:
         raise CatalogError(f"invalid budget: {err}") from err
 

@@ -111,18 +111,19 @@ class Connection(_Base):
         super().close()
 
     def execute(self, operation: str, parameters=None, *, epsilon=None, delta=None,
-                accuracy=None) -> Cursor:
+                accuracy=None, rho=None) -> Cursor:
         """Shortcut: a new cursor's execute()."""
         return self.cursor().execute(operation, parameters, epsilon=epsilon, delta=delta,
-                                     accuracy=accuracy)
+                                     accuracy=accuracy, rho=rho)
 
-    def explain(self, sql: str, *, epsilon=None, delta=None, accuracy=None) -> dict:
+    def explain(self, sql: str, *, epsilon=None, delta=None, accuracy=None, rho=None) -> dict:
         """Sensitivity, mechanism, scale and expected error of a statement or script.
 
         Nothing is run and nothing is spent.
         """
         self._check_open()
-        return self._engine.explain(sql, epsilon=epsilon, delta=delta, accuracy=accuracy)
+        return self._engine.explain(sql, epsilon=epsilon, delta=delta, accuracy=accuracy,
+                                    rho=rho)
 
 
 class CustodianCursor(Cursor):

@@ -32,7 +32,8 @@ class Column(tuple):
                 noise_scale: float | None = None, epsilon: float | None = None) -> Column:
         self = super().__new__(cls, (name, type_code, None, None, None, None, True))
         self.noise, self.noise_scale, self.epsilon = noise, noise_scale, epsilon
-        self.ci_columns = (f"{name}_low", f"{name}_high") if noise == "discrete_laplace" else ()
+        self.ci_columns = (f"{name}_low", f"{name}_high") if noise and noise.startswith(
+            "discrete") else ()
         return self
 
     @property
@@ -64,7 +65,7 @@ class Cursor:
     # --- executing -------------------------------------------------------------------
     def execute(self, operation: str, parameters: Sequence[Any] | None = None, *,
                 epsilon: float | None = None, delta: float | None = None,
-                accuracy: float | None = None) -> Cursor:
+                accuracy: float | None = None, rho: float | None = None) -> Cursor:
         """Run one SELECT as one release (qmark parameters); returns the cursor.
 
         ``delta`` > 0 allows GROUP BY keys without a public domain (released above a
@@ -73,15 +74,16 @@ class Cursor:
         """
         self._check_open()
         self._load(self.connection._engine.execute(operation, parameters, epsilon=epsilon,
-                                                   delta=delta, accuracy=accuracy))
+                                                   delta=delta, accuracy=accuracy, rho=rho))
         return self
 
     def executescript(self, script: str, *, epsilon: float | None = None,
-                      delta: float | None = None, accuracy: float | None = None) -> Cursor:
+                      delta: float | None = None, accuracy: float | None = None,
+                      rho: float | None = None) -> Cursor:
         """Run several SELECTs as ONE release: one ε, total sensitivity = their sum."""
         self._check_open()
         self._load(self.connection._engine.execute(script, epsilon=epsilon, delta=delta,
-                                                   accuracy=accuracy, script=True))
+                                                   accuracy=accuracy, rho=rho, script=True))
         return self
 
     def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[Any]]) -> None:
@@ -92,11 +94,12 @@ class Cursor:
             "statements in one script with executescript()")
 
     def explain(self, operation: str, *, epsilon: float | None = None,
-                delta: float | None = None, accuracy: float | None = None) -> dict:
+                delta: float | None = None, accuracy: float | None = None,
+                rho: float | None = None) -> dict:
         """The plan of a statement or script, without running or spending anything."""
         self._check_open()
         return self.connection.explain(operation, epsilon=epsilon, delta=delta,
-                                       accuracy=accuracy)
+                                       accuracy=accuracy, rho=rho)
 
     def _load(self, results: list[NoisyResult]) -> None:
         self._results, self._set, self._pos = results, 0, 0

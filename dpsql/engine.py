@@ -15,14 +15,11 @@ from fractions import Fraction
 
 from dpsql.analyze import analyze, is_public_query
 from dpsql.backends import Backend
-from dpsql.budget import PrivacyLoss, positive, probability
+from dpsql.budget import PrivacyLoss, positive, probability, rho_from_epsilon_delta
 from dpsql.catalog import Catalog
 from dpsql.errors import CatalogError, PrivacyParameterError, UnsupportedSQLError
 from dpsql.ledger import Ledger, budget_exhausted
-from dpsql.mechanisms.calibrate import (
-    discrete_laplace_half_width,
-    largest_scale_for_half_width,
-)
+from dpsql.mechanisms.calibrate import half_width_units, largest_scale_for_half_width
 from dpsql.mechanisms.samplers import RandomSource
 from dpsql.parse import parse_one, parse_script
 from dpsql.plan import ExactQuery, ScriptPlan, Statement, StatementPlan
@@ -60,7 +57,7 @@ class Engine:
         self.post = PostProcessor()
 
     def plan(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None,
-             script: bool = False) -> Planned:
+             rho=None, script: bool = False) -> Planned:
         """Parse, check and rewrite without touching data or budget.
 
         Without ``epsilon``, an ``accuracy`` target (or a ``/* dpsql: ci95 <= X */`` hint)
@@ -68,6 +65,7 @@ class Engine:
         """
         statements = parse_script(sql, params) if script else [parse_one(sql, params)]
         delta = self._delta(delta)
+        gaussian = self.catalog.mechanism == "gaussian"
         order, private, public = [], [], []
         for statement in statements:
             if is_public_query(statement, self.catalog):
@@ -77,9 +75,13 @@ class Engine:
                 public.append(statement)
             else:
                 order.append(("dp", len(private)))
-                private.append(analyze(statement, self.catalog, private_keys=delta > 0))
+                private.append(analyze(statement, self.catalog,
+                                       private_keys=delta > 0 and not gaussian))
         if not private:
             return Planned(tuple(order), None, tuple(public))
+        if gaussian:
+            return Planned(tuple(order), self._gaussian_plan(private, rho, epsilon, delta),
+                           tuple(public))
         target = accuracy if accuracy is not None else _hinted_accuracy(statements)
         if epsilon is None and target is None:
             target = self.accuracy
@@ -96,10 +98,10 @@ class Engine:
         return Planned(tuple(order), script_plan, tuple(public))
 
     def execute(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None,
-                script: bool = False) -> list[NoisyResult]:
+                rho=None, script: bool = False) -> list[NoisyResult]:
         """Plan, run, charge and release; return one result per statement."""
         planned = self.plan(sql, params, epsilon=epsilon, delta=delta, accuracy=accuracy,
-                            script=script)
+                            rho=rho, script=script)
         reuse = planned.release is not None and not planned.public and self.rng.is_secure
         if reuse:
             # the same statements at the same ε were released before: return that answer, so
@@ -151,18 +153,20 @@ class Engine:
         """Release the post-processing database."""
         self.post.close()
 
-    def explain(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None
-                ) -> dict:
+    def explain(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None,
+                rho=None) -> dict:
         """What a script would cost and how it would be noised; runs and spends nothing.
 
         Without an ε (and no epsilon_per_query) the scales are shown for ε = 1.
         """
         statements = parse_script(sql, params)
         if epsilon is None and self.epsilon_per_query is None and accuracy is None and \
-                self.accuracy is None and _hinted_accuracy(statements) is None:
+                self.accuracy is None and _hinted_accuracy(statements) is None and rho is None:
             epsilon = 1
+            if self.catalog.mechanism == "gaussian":
+                rho = 1
         planned = self.plan(sql, params, epsilon=epsilon, delta=delta, accuracy=accuracy,
-                            script=True)
+                            rho=rho, script=True)
         statements = []
         for kind, i in planned.order:
             if kind == "public":
@@ -174,8 +178,9 @@ class Engine:
         return {
             "dataset": self.catalog.name,
             "neighbouring": self.catalog.neighbouring,
-            "mechanism": "discrete_laplace",
+            "mechanism": f"discrete_{self.catalog.mechanism}",
             "epsilon": float(release_plan.loss.epsilon) if release_plan else 0.0,
+            "rho": float(release_plan.loss.rho) if release_plan else 0.0,
             "delta": float(release_plan.loss.delta) if release_plan else 0.0,
             "total_sensitivity": _number(release_plan.sensitivity) if release_plan else 0,
             "statements": statements,
@@ -189,6 +194,24 @@ class Engine:
                 "no ε was given for this query",
                 hint="pass epsilon=... to execute(), or epsilon_per_query=... to connect()")
         return positive(epsilon, "epsilon")
+
+    def _gaussian_plan(self, private, rho, epsilon, delta) -> ScriptPlan:
+        """zCDP: ρ (given, or converted from ε and δ) split evenly over the noised parts."""
+        if rho is not None:
+            rho = positive(rho, "rho")
+        else:
+            epsilon = self._epsilon(epsilon)
+            if not delta:
+                raise PrivacyParameterError(
+                    "this dataset uses the Gaussian mechanism (zCDP): the query needs ρ, or "
+                    "ε together with a δ > 0 to convert from",
+                    hint="pass rho=0.01, or epsilon=1 and delta=1e-6")
+            rho = rho_from_epsilon_delta(epsilon, delta)
+        per_part = rho / sum(part_count(c) for c in private)
+        plans = tuple(rewrite(c, self.catalog, Fraction(0), salt=self.rng.bits(62),
+                              rho_per_part=per_part) for c in private)
+        return ScriptPlan(statements=plans, loss=PrivacyLoss(Fraction(0), rho=rho),
+                          neighbouring=self.catalog.neighbouring)
 
     def _epsilon_for_accuracy(self, private, target: float, delta: Fraction) -> Fraction:
         """Smallest ε (rounded up to 3 significant digits) meeting a CI half-width target."""
@@ -264,10 +287,9 @@ def _explain_statement(plan: StatementPlan) -> dict:
                    "keys: COUNT(DISTINCT person)")
         parts.append({
             "aggregate": agg, "part": part.role, "sensitivity": _number(part.sensitivity),
-            "epsilon": float(part.epsilon), "scale": float(part.scale),
-            "grid": float(part.grid),
-            "ci95_half_width": discrete_laplace_half_width(float(part.scale / part.grid))
-            * float(part.grid),
+            "epsilon": float(part.epsilon), "rho": float(part.rho), "scale": float(part.scale),
+            "mechanism": f"discrete_{part.mechanism}", "grid": float(part.grid),
+            "ci95_half_width": half_width_units(part) * float(part.grid),
             **({"threshold": part.threshold} if part.threshold is not None else {}),
         })
     scales = {p["scale"] for p in parts}
@@ -277,7 +299,8 @@ def _explain_statement(plan: StatementPlan) -> dict:
         "sensitivity": _number(plan.sensitivity),
         "scale": scales.pop() if len(scales) == 1 else max(p["scale"] for p in parts),
         "epsilon": float(plan.loss.epsilon),
-        "mechanism": "discrete_laplace",
+        "rho": float(plan.loss.rho),
+        "mechanism": parts[0]["mechanism"] if parts else "none",
         "groups": domain_size(plan.checked) or 1,
         "aggregates": parts,
     }

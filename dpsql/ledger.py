@@ -30,6 +30,7 @@ CREATE TABLE IF NOT EXISTS releases (
     kind        TEXT NOT NULL CHECK (kind IN ('dp', 'exact')),
     epsilon     TEXT NOT NULL,
     delta       TEXT NOT NULL,
+    rho         TEXT NOT NULL DEFAULT '0',
     statement   TEXT NOT NULL,
     fingerprint TEXT,
     answer      TEXT
@@ -60,6 +61,9 @@ class Ledger:
             if self.path != ":memory:":
                 self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(_SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(releases)")}
+            if "rho" not in columns:  # ledgers written before zCDP accounting
+                self._db.execute("ALTER TABLE releases ADD COLUMN rho TEXT NOT NULL DEFAULT '0'")
         except sqlite3.Error as err:
             raise LedgerError(f"cannot open the budget ledger {self.path!r}: {err}",
                               hint="check the path is writable, or pass ledger=...") from err
@@ -69,7 +73,7 @@ class Ledger:
         return self._spent(self._db, dataset, analyst)
 
     def _spent(self, db, dataset: str, analyst: str | None) -> PrivacyLoss:
-        sql = "SELECT epsilon, delta FROM releases WHERE dataset = ? AND kind = 'dp'"
+        sql = "SELECT epsilon, delta, rho FROM releases WHERE dataset = ? AND kind = 'dp'"
         args: tuple = (dataset,)
         if analyst is not None:
             sql += " AND analyst = ?"
@@ -79,8 +83,8 @@ class Ledger:
         except sqlite3.Error as err:
             raise LedgerError(f"cannot read the budget ledger {self.path!r}: {err}") from err
         total = PrivacyLoss.zero()
-        for epsilon, delta in rows:
-            total = total + PrivacyLoss(Fraction(epsilon), Fraction(delta))
+        for epsilon, delta, rho in rows:
+            total = total + PrivacyLoss(Fraction(epsilon), Fraction(delta), Fraction(rho))
         return total
 
     def charge(self, *, analyst: str, dataset: str, loss: PrivacyLoss, budget: PrivacyLoss,
@@ -100,10 +104,10 @@ class Ledger:
             if not remaining.covers(loss):
                 raise budget_exhausted(analyst, dataset, loss, remaining)
             cursor = self._db.execute(
-                "INSERT INTO releases (time, analyst, dataset, kind, epsilon, delta, statement,"
-                " fingerprint) VALUES (?, ?, ?, 'dp', ?, ?, ?, ?)",
-                (time.time(), analyst, dataset, str(loss.epsilon), str(loss.delta), statement,
-                 fingerprint))
+                "INSERT INTO releases (time, analyst, dataset, kind, epsilon, delta, rho, "
+                "statement, fingerprint) VALUES (?, ?, ?, 'dp', ?, ?, ?, ?, ?)",
+                (time.time(), analyst, dataset, str(loss.epsilon), str(loss.delta),
+                 str(loss.rho), statement, fingerprint))
             self._db.execute("COMMIT")
             return cursor.lastrowid
         except BaseException:

@@ -102,10 +102,20 @@ class NoisePart:
     center: Fraction = Fraction(0)  # AVG sums x − center, which halves Δ for [0, U] inputs
     threshold: int | None = None  # role 'select': keys whose noisy count is below are dropped
     bins: int = 0  # role 'quantile': candidate bins over [lower, upper] for the exponential mech.
+    mechanism: str = "laplace"  # or 'gaussian' (zCDP): then ``rho`` is this part's share
+    rho: Fraction = Fraction(0)
+    cells: int = 1  # cells one person can change: L2 sensitivity = sensitivity / sqrt(cells)
 
     @property
-    def scale(self) -> Fraction:
-        """Laplace scale b = Δ/ε in value units."""
+    def sigma2_units(self) -> Fraction:
+        """Variance of the discrete Gaussian in grid units: (Δ₂/grid)² / (2ρ)."""
+        return (self.sensitivity / self.grid) ** 2 / self.cells / (2 * self.rho)
+
+    @property
+    def scale(self) -> Fraction | float:
+        """Laplace scale b = Δ/ε, or the Gaussian's σ, in value units."""
+        if self.mechanism == "gaussian":
+            return float(self.sigma2_units) ** 0.5 * float(self.grid)
         return self.sensitivity / self.epsilon
 
     @property

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 from dpsql.analyze import NOISY_FRAME, ci_column
 from dpsql.errors import InternalError
-from dpsql.mechanisms.calibrate import discrete_laplace_half_width
-from dpsql.mechanisms.samplers import RandomSource, discrete_laplace
+from dpsql.mechanisms.calibrate import half_width_units
+from dpsql.mechanisms.samplers import RandomSource, discrete_gaussian, discrete_laplace
 from dpsql.plan import StatementPlan
 from dpsql.rewrite import SPREAD_KINDS
 
@@ -117,7 +117,9 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
 
 
 def _noisy(value, part, rng: RandomSource):
-    units = int(value) + discrete_laplace(part.scale / part.grid, rng)  # grid units, exact
+    noise = discrete_gaussian(part.sigma2_units, rng) if part.mechanism == "gaussian" else \
+        discrete_laplace(part.scale / part.grid, rng)
+    units = int(value) + noise  # grid units, exact
     return units if part.grid_exp == 0 else float(units * part.grid)
 
 
@@ -188,7 +190,7 @@ def _spread(agg, parts, noisy: dict, frame: dict) -> None:
 
 def _half_width(part, confidence: float):
     """Half-width of the interval of one noised part, in value units."""
-    units = discrete_laplace_half_width(float(part.scale / part.grid), confidence)
+    units = half_width_units(part, confidence)
     return units if part.grid_exp == 0 else units * float(part.grid)
 
 
@@ -251,5 +253,7 @@ def _describe(out, plan: StatementPlan) -> ColumnInfo:
     if out.aggregate is None:
         return ColumnInfo(out.name, out.type, "derived" if out.role == "derived" else None)
     parts = [p for p in plan.parts if p.aggregate == out.aggregate]
-    return ColumnInfo(out.name, out.type, "discrete_laplace",
-                      max(float(p.scale) for p in parts), float(sum(p.epsilon for p in parts)))
+    mechanism = {"laplace": "discrete_laplace", "gaussian": "discrete_gaussian"}[
+        parts[0].mechanism] if parts[0].role != "quantile" else "exponential"
+    return ColumnInfo(out.name, out.type, mechanism, max(float(p.scale) for p in parts),
+                      float(sum(p.epsilon for p in parts)))

@@ -16,6 +16,8 @@ really holds in the rows the backend returns:
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from fractions import Fraction
 
 from sqlglot import exp
@@ -62,7 +64,8 @@ def domain_size(checked: CheckedQuery) -> int | None:
 
 
 def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
-            salt: int, delta: Fraction = Fraction(0)) -> StatementPlan:
+            salt: int, delta: Fraction = Fraction(0), rho_per_part: Fraction | None = None
+            ) -> StatementPlan:
     """Build the exact bounded query and one NoisePart per noised quantity.
 
     Example:
@@ -75,7 +78,12 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
         ...                cat, Fraction(1), salt=7)
         >>> [(p.role, p.sensitivity) for p in plan.parts]
         [('count', Fraction(2, 1))]
+
+    With ``rho_per_part`` the parts get discrete Gaussian noise for ρ-zCDP instead (and the
+    exponential mechanism of a quantile the ε = sqrt(2ρ) that is ρ-zCDP).
     """
+    if rho_per_part is not None:
+        epsilon_per_part = Fraction(math.sqrt(2 * rho_per_part)).limit_denominator(10**12)
     cells = domain_size(checked)
     if cells is not None and cells > MAX_DOMAIN_CELLS:
         raise ProgrammingError(
@@ -85,12 +93,31 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
     parts, values = _parts(checked, catalog, epsilon_per_part, cells)
     if checked.has_private_keys:
         parts.append(_selection_part(checked, catalog, epsilon_per_part, delta, len(parts)))
+    if rho_per_part is not None:
+        parts = [_gaussian(p, checked, catalog, rho_per_part, cells) for p in parts]
     sql = _exact_sql(checked, [p for p in parts if p.role != "quantile"], values, salt)
     histograms = tuple((p.column, ExactQuery(_histogram_sql(checked, p, salt)))
                        for p in parts if p.role == "quantile")
-    loss = PrivacyLoss(epsilon_per_part * len(parts), delta if checked.has_private_keys else 0)
+    loss = PrivacyLoss(epsilon_per_part * len(parts), delta if checked.has_private_keys else 0) \
+        if rho_per_part is None else PrivacyLoss(Fraction(0), rho=rho_per_part * len(parts))
     return StatementPlan(checked=checked, exact_query=ExactQuery(sql), parts=tuple(parts),
                          loss=loss, histograms=histograms)
+
+
+def _gaussian(part: NoisePart, checked: CheckedQuery, catalog: Catalog, rho: Fraction,
+              cells: int | None) -> NoisePart:
+    """The same part with discrete Gaussian noise for ρ-zCDP, calibrated to its L2 norm.
+
+    A person changes at most L0 cells (2·L0 under replace) by at most Δ₁/cells each, so
+    Δ₂ = Δ₁/sqrt(cells); without GROUP BY there is one cell and Δ₂ = Δ₁.
+    """
+    if part.role == "quantile":
+        return replace(part, rho=rho)
+    touched = 1
+    if checked.keys:
+        l0, _ = contribution_bounds(checked.table, cells)
+        touched = (2 if catalog.neighbouring == "replace" else 1) * l0
+    return replace(part, mechanism="gaussian", rho=rho, cells=touched, epsilon=Fraction(0))
 
 
 def _selection_part(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction,

@@ -8,7 +8,8 @@ Only exact bounded aggregates come back from a backend; noise is always added in
 from __future__ import annotations
 
 import os
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from sqlglot import exp
 

@@ -8,9 +8,12 @@ such construct into a portable one with DuckDB's exact semantics. Backends compo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 
 from sqlglot import exp
+
+Build = Callable[[exp.Expression], exp.Expression]
 
 
 def is_call(node: exp.Expression, name: str) -> bool:
@@ -18,7 +21,7 @@ def is_call(node: exp.Expression, name: str) -> bool:
     return isinstance(node, exp.Anonymous) and str(node.this).upper() == name
 
 
-def round_half_away_from_zero(node: exp.Expression, truncate) -> exp.Expression:
+def round_half_away_from_zero(node: exp.Expression, truncate: Build) -> exp.Expression:
     """``ROUND(x)`` -> ``truncate(2 * x) - truncate(x)``, with ``truncate`` toward zero.
 
     DuckDB rounds a DOUBLE half away from zero; PostgreSQL's ``round(double)`` rounds half to
@@ -35,7 +38,8 @@ def round_half_away_from_zero(node: exp.Expression, truncate) -> exp.Expression:
     return exp.paren(exp.Sub(this=truncate(doubled), expression=truncate(x)), copy=False)
 
 
-def hash_as(node: exp.Expression, build) -> exp.Expression:
+def hash_as(node: exp.Expression,
+            build: Callable[[list[exp.Expression]], exp.Expression]) -> exp.Expression:
     """Replace DuckDB's ``HASH(a, b, ...)`` (the keyed L0 ranking) by ``build(args)``."""
     if not is_call(node, "HASH"):
         return node
@@ -44,7 +48,8 @@ def hash_as(node: exp.Expression, build) -> exp.Expression:
 
 def exact_value(value):
     """A driver value as the release stage wants it: integral DECIMALs (PostgreSQL's SUM of
-    BIGINT, Spark's DECIMAL(38,0) sums) become exact Python ints, others floats."""
+    BIGINT, Spark's DECIMAL(38,0) sums) become exact Python ints, fractional ones floats;
+    other values pass through."""
     if isinstance(value, Decimal):
         return int(value) if value.as_tuple().exponent >= 0 else float(value)
     return value

@@ -96,7 +96,8 @@ class SparkBackend:
     def _check(self, table: TableSpec) -> None:
         columns = ", ".join(_quote(name) for name in table.columns)
         try:
-            self.session.sql(f"SELECT {columns} FROM {_quote(table.name)}").schema  # no job
+            # analysed when built, so a missing table or column raises here without a job
+            self.session.sql(f"SELECT {columns} FROM {_quote(table.name)}")
         except PySparkException as err:
             raise DataError(f"table {table.name!r} is not readable in Spark: {err}",
                             hint="create the table or view, or give it a 'source' file") from err

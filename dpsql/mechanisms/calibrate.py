@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from fractions import Fraction
 
 
@@ -93,3 +94,34 @@ def largest_scale_for_half_width(target: float, grid: float = 1.0,
         else:
             high = middle
     return low
+
+
+def half_width_units(part, confidence: float = 0.95) -> int:
+    """Half-width, in grid units, of the interval of a noise part (Laplace or Gaussian)."""
+    if part.mechanism == "gaussian":
+        return discrete_gaussian_half_width(float(part.sigma2_units), confidence)
+    return discrete_laplace_half_width(float(part.scale / part.grid), confidence)
+
+
+def discrete_gaussian_half_width(sigma2: float, confidence: float = 0.95) -> int:
+    """Smallest integer k with P(|Z| ≤ k) ≥ confidence for the discrete Gaussian.
+
+    Summed exactly for σ < 10; above, the discrete and continuous Gaussians' probabilities
+    differ by less than exp(−2π²σ²) (Poisson summation), so the normal quantile is used.
+
+    Example:
+        >>> discrete_gaussian_half_width(1.0)
+        2
+    """
+    sigma = math.sqrt(sigma2)
+    if sigma >= 10:
+        return math.ceil(NormalDist().inv_cdf(1 - (1 - confidence) / 2) * sigma)
+    reach = int(20 * sigma) + 20
+    weights = [math.exp(-z * z / (2 * sigma2)) for z in range(reach + 1)]
+    total = weights[0] + 2 * sum(weights[1:])
+    inside = weights[0]
+    k = 0
+    while inside / total < confidence:
+        k += 1
+        inside += 2 * weights[k]
+    return k

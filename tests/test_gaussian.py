@@ -1,0 +1,68 @@
+"""Gaussian mechanism with zCDP accounting: σ from the L2 sensitivity, ρ in the ledger."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import dpsql
+from dpsql.budget import rho_from_epsilon_delta
+
+from conftest import catalogue, make_adult
+
+
+@pytest.fixture
+def gaussian(data_dir):
+    meta = catalogue(data_dir)
+    meta["mechanism"] = "gaussian"
+    meta["budget"] = {"rho": 100}
+    return meta
+
+
+def test_noise_variance_and_coverage(gaussian, tmp_path):
+    con = dpsql.connect(metadata=gaussian, ledger=tmp_path / "l.sqlite", insecure_seed=4)
+    sql = "SELECT age, COUNT(*) AS n FROM adult GROUP BY age"
+    truth = make_adult().age.value_counts()
+    plan = con.explain(sql, rho=0.125)
+    sigma = plan["statements"][0]["aggregates"][0]["scale"]
+    assert sigma == pytest.approx(1 / (2 * 0.125) ** 0.5)  # Δ₂ = 1 (row privacy)
+    errors, covered = [], []
+    for _ in range(60):
+        frame = con.cursor().execute(sql, rho=0.125).intervals()
+        exact = truth.reindex(frame.age, fill_value=0).to_numpy()
+        errors.extend(frame.n - exact)
+        covered.extend((frame.n_low <= exact) & (exact <= frame.n_high))
+    assert abs(np.var(errors) / sigma**2 - 1) < 0.08
+    assert 0.94 <= np.mean(covered) <= 0.99  # discrete: P(|Z| ≤ 4) ≈ 0.976 at σ = 2
+    assert con.budget_spent.rho == Fraction(60, 8)
+
+
+def test_l2_sensitivity_uses_the_groups_a_person_touches(gaussian, tmp_path):
+    con = dpsql.connect(metadata=gaussian, ledger=tmp_path / "l.sqlite")
+    part = con.explain("SELECT day, COUNT(*) FROM visits GROUP BY day",
+                       rho=0.5)["statements"][0]["aggregates"][0]
+    # L0 = 3 days, L∞ = 2 rows: ‖x‖₂ ≤ 2·sqrt(3); σ = Δ₂ / sqrt(2ρ)
+    assert part["scale"] == pytest.approx(2 * 3**0.5)
+    assert part["mechanism"] == "discrete_gaussian"
+
+
+def test_budget_composes_in_rho_and_converts_epsilon_delta(gaussian, tmp_path):
+    gaussian["budget"] = {"epsilon": 1.0, "delta": 1e-6}
+    con = dpsql.connect(metadata=gaussian, ledger=tmp_path / "l.sqlite")
+    total = rho_from_epsilon_delta(Fraction(1), Fraction(1, 10**6))
+    assert con.catalog.budget.rho == total
+    con.execute("SELECT COUNT(*) FROM adult", rho=float(total) / 2)
+    with pytest.raises(dpsql.BudgetExhaustedError, match="ρ="):
+        con.execute("SELECT COUNT(*) FROM adult WHERE age > 30", rho=float(total))
+    with pytest.raises(dpsql.PrivacyParameterError, match="δ"):
+        con.execute("SELECT COUNT(*) FROM adult WHERE age > 40", epsilon=1)
+    assert len(con.ledger.history()) == 1
+
+
+def test_rho_budget_needs_the_gaussian_mechanism(data_dir):
+    meta = catalogue(data_dir)
+    meta["budget"] = {"rho": 1}
+    with pytest.raises(dpsql.CatalogError, match="gaussian"):
+        dpsql.connect(metadata=meta, ledger=":memory:")
