@@ -19,7 +19,7 @@ from conftest import DAYS, EDUCATION, catalogue, make_adult, make_visits
 
 from sql_grammar import KEY_LITERALS, sql_text
 
-CI_EXAMPLES, SLOW_EXAMPLES = 300, 20000
+CI_EXAMPLES, SLOW_EXAMPLES = 1000, 20000
 EPSILON = Fraction(1, 2)
 # values a key column may show: the public domains of the catalogue and the grammar's CASEs
 # (int keys with bounds have the public domain lower..upper, e.g. hours + age: 18..189)
