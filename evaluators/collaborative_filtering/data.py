@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 import dpsql
+import dpsql.catalog
 
 DEFAULT_METADATA = "data/datasets/movielens.yaml"
 _ANALYST = "cf-evaluator"
@@ -38,12 +39,12 @@ def open_ratings(
     everything after runs on ``.duckdb``. ``ledger`` follows ``dpsql.connect_custodian``
     (None: beside the metadata; ``":memory:"``: throw-away).
     """
-    cust = dpsql.connect_custodian(None, metadata=metadata, analyst=_ANALYST, ledger=ledger)
-    if cust.catalog.table("ratings") is None:
+    if dpsql.catalog.load_catalog(metadata).table("ratings") is None:
         raise dpsql.ProgrammingError(
             f"metadata {str(metadata)!r} has no 'ratings' table",
             hint="pass --metadata data/datasets/movielens.yaml (or a copy of it)",
         )
+    cust = dpsql.connect_custodian(None, metadata=metadata, analyst=_ANALYST, ledger=ledger)
     # DuckDB's progress bar would interleave with --json output on the terminal.
     cust.duckdb.execute("SET enable_progress_bar = false")
     cust.execute(
