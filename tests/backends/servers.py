@@ -1,4 +1,4 @@
-"""Fixtures of the backend suite: a real PostgreSQL server and a local Spark session, each
+"""Fixtures of the backend suite (a pytest plugin: ``pytest_plugins = ["servers"]``): a real PostgreSQL server and a local Spark session, each
 loaded with the generated adult and visits tables of tests/conftest.py.
 
 Start the server with ``bash scripts/services.sh`` (it prints the URL); point the tests at
@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from conftest import catalogue, make_adult, make_visits
 
 DEFAULT_POSTGRES = "postgresql://dpsql@127.0.0.1:55432/postgres"
@@ -61,6 +60,23 @@ def metadata(folder: Path, *, warehouse: bool = False, budget: float = 1000.0,
         for table in meta["tables"].values():
             del table["source"]
     return meta
+
+
+@pytest.fixture(scope="session")
+def backend_metadata():
+    """The ``metadata`` builder, for tests (they do not import this plugin module)."""
+    return metadata
+
+
+@pytest.fixture
+def sql_writers() -> dict:
+    """The dialect writers of the PostgreSQL and Spark backends."""
+    try:
+        from dpsql.backends.postgres import to_postgres
+        from dpsql.backends.spark import to_spark
+    except ImportError as err:
+        require(False, f"a backend driver is not installed ({err})")
+    return {"postgres": to_postgres, "spark": to_spark}
 
 
 @pytest.fixture(scope="module")

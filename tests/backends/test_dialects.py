@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlglot import parse_one
 
-from servers import require
+pytest_plugins = ["servers"]  # the server fixtures
 
 ROUND_PG = ("(TRUNC(2 * (CAST(x AS DOUBLE PRECISION) / 0.25)) - "
             "TRUNC((CAST(x AS DOUBLE PRECISION) / 0.25)))")
@@ -36,8 +36,8 @@ CASES = {
         {"postgres": "SELECT LEAST(GREATEST(CAST(x AS DOUBLE PRECISION), 0), 100) FROM t",
          "spark": "SELECT LEAST(GREATEST(CAST(x AS DOUBLE), 0), 100) FROM t"}),
     "domain zero-fill": (
-        "SELECT __d0.__k0, COALESCE(e.p0, 0) FROM (VALUES ('a'), ('b')) AS __d0(__k0) "
-        "LEFT JOIN e ON __d0.__k0 = e.__k0",
+        ("SELECT __d0.__k0, COALESCE(e.p0, 0) FROM (VALUES ('a'), ('b')) AS __d0(__k0) "
+         "LEFT JOIN e ON __d0.__k0 = e.__k0"),
         {"postgres": "SELECT __d0.__k0, COALESCE(e.p0, 0) FROM (VALUES ('a'), ('b')) AS "
                      "__d0(__k0) LEFT JOIN e ON __d0.__k0 = e.__k0",
          "spark": "SELECT __d0.__k0, COALESCE(e.p0, 0) FROM VALUES ('a'), ('b') AS "
@@ -45,20 +45,10 @@ CASES = {
 }
 
 
-def _writers() -> dict:
-    try:
-        from dpsql.backends.postgres import to_postgres
-        from dpsql.backends.spark import to_spark
-    except ImportError as err:
-        require(False, f"a backend driver is not installed ({err})")
-    return {"postgres": to_postgres, "spark": to_spark}
-
-
 @pytest.mark.parametrize("title", list(CASES))
-def test_rewrite_per_dialect(title):
+def test_rewrite_per_dialect(title, sql_writers):
     duckdb_sql, expected = CASES[title]
-    writers = _writers()
     tree = parse_one(duckdb_sql, read="duckdb")
-    assert {dialect: writers[dialect](tree) for dialect in expected} == expected
+    assert {dialect: sql_writers[dialect](tree) for dialect in expected} == expected
     assert tree.sql(dialect="duckdb") == parse_one(duckdb_sql, read="duckdb").sql("duckdb"), \
         "the engine's tree must not be changed in place"

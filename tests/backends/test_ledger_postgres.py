@@ -17,8 +17,8 @@ from click.testing import CliRunner
 import dpsql
 from dpsql.cli import main
 from dpsql.ledger_postgres import PostgresLedger
-from servers import csv_dir, metadata, postgres_url  # noqa: F401 (fixtures)
 
+pytest_plugins = ["servers"]  # the server fixtures
 pytestmark = pytest.mark.postgres
 
 RACER = """
@@ -79,8 +79,8 @@ def test_exact_access_is_logged_and_costs_nothing(ledger):
     assert ledger.spent(dataset) == dpsql.PrivacyLoss.zero()
 
 
-def test_connection_uses_the_postgres_ledger(csv_dir, postgres_url):
-    meta = metadata(csv_dir, warehouse=True, budget=1.0, name=f"d{uuid.uuid4().hex}")
+def test_connection_uses_the_postgres_ledger(backend_metadata, csv_dir, postgres_url):
+    meta = backend_metadata(csv_dir, warehouse=True, budget=1.0, name=f"d{uuid.uuid4().hex}")
     with dpsql.connect(postgres_url, metadata=meta, ledger=postgres_url) as con:
         con.execute("SELECT COUNT(*) FROM adult", epsilon=0.75).fetchall()
         with pytest.raises(dpsql.BudgetExhaustedError):
@@ -88,10 +88,10 @@ def test_connection_uses_the_postgres_ledger(csv_dir, postgres_url):
         assert con.budget_remaining.epsilon == Fraction(1, 4)
 
 
-def test_eight_racing_processes_release_exactly_ten_answers(csv_dir, postgres_url, ledger,
+def test_eight_racing_processes_release_exactly_ten_answers(backend_metadata, csv_dir, postgres_url, ledger,
                                                            tmp_path):
     """8 processes x 3 queries of ε = 0.1 against a budget of ε = 1: exactly 10 fit."""
-    meta = metadata(csv_dir, warehouse=True, budget=1.0, name=f"race{uuid.uuid4().hex}")
+    meta = backend_metadata(csv_dir, warehouse=True, budget=1.0, name=f"race{uuid.uuid4().hex}")
     go = tmp_path / "go"
     racers = [subprocess.Popen([sys.executable, "-c", RACER, postgres_url, json.dumps(meta),
                                 str(go), f"analyst{i}"], stdout=subprocess.PIPE, text=True,
@@ -112,9 +112,9 @@ def test_eight_racing_processes_release_exactly_ten_answers(csv_dir, postgres_ur
     assert len(ledger.history(meta["name"])) == 10
 
 
-def test_repeated_query_reuses_the_stored_answer_across_machines(csv_dir, postgres_url):
+def test_repeated_query_reuses_the_stored_answer_across_machines(backend_metadata, csv_dir, postgres_url):
     """A second analyst asking the same thing at the same ε gets the same answer, free."""
-    meta = metadata(csv_dir, warehouse=True, budget=1.0, name=f"d{uuid.uuid4().hex}")
+    meta = backend_metadata(csv_dir, warehouse=True, budget=1.0, name=f"d{uuid.uuid4().hex}")
     sql = "SELECT sex, COUNT(*) FROM adult GROUP BY sex"
     with dpsql.connect(postgres_url, metadata=meta, ledger=postgres_url, analyst="a") as first:
         answer = first.execute(sql, epsilon=0.5).fetchall()
@@ -123,8 +123,8 @@ def test_repeated_query_reuses_the_stored_answer_across_machines(csv_dir, postgr
         assert second.budget_spent.epsilon == Fraction(1, 2)
 
 
-def test_cli_takes_postgres_urls_for_db_and_ledger(csv_dir, postgres_url, tmp_path):
-    meta = metadata(csv_dir, warehouse=True, budget=1.0, name=f"d{uuid.uuid4().hex}")
+def test_cli_takes_postgres_urls_for_db_and_ledger(backend_metadata, csv_dir, postgres_url, tmp_path):
+    meta = backend_metadata(csv_dir, warehouse=True, budget=1.0, name=f"d{uuid.uuid4().hex}")
     (tmp_path / "meta.yaml").write_text(yaml.safe_dump(meta))
     (tmp_path / "q.sql").write_text("SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex")
     result = CliRunner().invoke(main, [

@@ -15,8 +15,8 @@ from sqlglot import parse_one
 import dpsql
 from dpsql.backends import open_backend
 from dpsql.catalog import load_catalog
-from servers import csv_dir, metadata, postgres_url, spark  # noqa: F401 (fixtures)
 
+pytest_plugins = ["servers"]  # the server fixtures
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 
 CORPUS = [
@@ -27,10 +27,10 @@ CORPUS = [
     "SELECT SUM(age) FROM adult",
     "SELECT sex, SUM(hours) FROM adult GROUP BY sex",
     "SELECT education, AVG(age) AS a, COUNT(hours) AS h FROM adult GROUP BY education",
-    "SELECT CASE WHEN age < 30 THEN 'young' WHEN age < 60 THEN 'middle' ELSE 'old' END "
-    "AS band, COUNT(*) AS n FROM adult GROUP BY band",
-    "SELECT education, COUNT(*) AS n FROM adult GROUP BY education HAVING COUNT(*) > 100 "
-    "ORDER BY n DESC LIMIT 5",
+    ("SELECT CASE WHEN age < 30 THEN 'young' WHEN age < 60 THEN 'middle' ELSE 'old' END "
+     "AS band, COUNT(*) AS n FROM adult GROUP BY band"),
+    ("SELECT education, COUNT(*) AS n FROM adult GROUP BY education HAVING COUNT(*) > 100 "
+     "ORDER BY n DESC LIMIT 5"),
     "SELECT COUNT(*) FROM visits",
     "SELECT COUNT(DISTINCT uid) FROM visits",
     "SELECT SUM(amount), AVG(amount) FROM visits",
@@ -42,22 +42,22 @@ CORPUS = [
 SEED = 11
 
 
-def _connect_all(csv_dir, postgres_url, spark) -> dict:
+def _connect_all(backend_metadata, csv_dir, postgres_url, spark) -> dict:
     """One analyst connection per backend, each with the same insecure seed."""
     return {
-        "duckdb": dpsql.connect(metadata=metadata(csv_dir), ledger=":memory:",
+        "duckdb": dpsql.connect(metadata=backend_metadata(csv_dir), ledger=":memory:",
                                 insecure_seed=SEED),
-        "postgresql": dpsql.connect(postgres_url, metadata=metadata(csv_dir, warehouse=True),
+        "postgresql": dpsql.connect(postgres_url, metadata=backend_metadata(csv_dir, warehouse=True),
                                     ledger=":memory:", insecure_seed=SEED),
-        "spark": dpsql.connect(spark, metadata=metadata(csv_dir, warehouse=True),
+        "spark": dpsql.connect(spark, metadata=backend_metadata(csv_dir, warehouse=True),
                                ledger=":memory:", insecure_seed=SEED),
     }
 
 
 @pytest.fixture(scope="module")
-def connections(csv_dir, postgres_url, spark):
+def connections(backend_metadata, csv_dir, postgres_url, spark):
     """Connections shared by the tests that only read exact rows."""
-    opened = _connect_all(csv_dir, postgres_url, spark)
+    opened = _connect_all(backend_metadata, csv_dir, postgres_url, spark)
     yield opened
     for con in opened.values():
         con.close()
@@ -88,9 +88,10 @@ def test_exact_aggregates_agree_on_the_whole_corpus(connections):
             assert all(type(v) is int for row in got for v in row[-1:]), (backend, sql)
 
 
-def test_same_seed_gives_identical_noisy_answers(csv_dir, postgres_url, spark):
+def test_same_seed_gives_identical_noisy_answers(backend_metadata, csv_dir, postgres_url,
+                                                 spark):
     answers = {}
-    for name, con in _connect_all(csv_dir, postgres_url, spark).items():
+    for name, con in _connect_all(backend_metadata, csv_dir, postgres_url, spark).items():
         with con:  # fresh connections: their random sources are in the same state
             answers[name] = [con.execute(sql, epsilon=1).fetchall() for sql in CORPUS]
     assert answers["postgresql"] == answers["duckdb"]
@@ -136,10 +137,10 @@ def test_spark_sums_past_bigint_without_overflow(connections):
     assert _exact(connections["spark"], "", tree) == (["s"], [(2 * 9223372036854775807,)])
 
 
-def test_spark_registers_csv_sources_as_views(csv_dir, spark):
-    with dpsql.connect(spark, metadata=metadata(csv_dir), ledger=":memory:",
+def test_spark_registers_csv_sources_as_views(backend_metadata, csv_dir, spark):
+    with dpsql.connect(spark, metadata=backend_metadata(csv_dir), ledger=":memory:",
                        insecure_seed=SEED) as con, \
-            dpsql.connect(metadata=metadata(csv_dir), ledger=":memory:",
+            dpsql.connect(metadata=backend_metadata(csv_dir), ledger=":memory:",
                           insecure_seed=SEED) as reference:
         sql = "SELECT sex, AVG(age) FROM adult GROUP BY sex"
         assert con.execute(sql, epsilon=1).fetchall() == \
@@ -152,14 +153,14 @@ def test_backend_lists_tables_and_columns(connections):
         assert tables["visits"] == ["uid", "day", "amount", "region_id"], backend
 
 
-def test_postgres_refuses_a_source_file_with_a_hint(csv_dir, postgres_url):
+def test_postgres_refuses_a_source_file_with_a_hint(backend_metadata, csv_dir, postgres_url):
     with pytest.raises(dpsql.DataError, match="cannot read") as refused:
-        dpsql.connect(postgres_url, metadata=metadata(csv_dir), ledger=":memory:")
+        dpsql.connect(postgres_url, metadata=backend_metadata(csv_dir), ledger=":memory:")
     assert "COPY" in refused.value.hint
 
 
-def test_missing_warehouse_table_is_a_data_error(csv_dir, postgres_url):
-    meta = metadata(csv_dir, warehouse=True)
+def test_missing_warehouse_table_is_a_data_error(backend_metadata, csv_dir, postgres_url):
+    meta = backend_metadata(csv_dir, warehouse=True)
     meta["tables"]["nowhere"] = meta["tables"].pop("adult")
     with pytest.raises(dpsql.DataError, match="nowhere"):
         dpsql.connect(postgres_url, metadata=meta, ledger=":memory:")
