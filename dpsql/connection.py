@@ -150,7 +150,9 @@ class CustodianConnection(_Base):
     """
 
     def __init__(self, database, *, metadata, analyst=None, ledger=None) -> None:
-        super().__init__(database, metadata, analyst, ledger, read_only=False)
+        # read-only like the analyst's (temp tables and COPY TO still work), so both can
+        # open the same DuckDB file in one process
+        super().__init__(database, metadata, analyst, ledger, read_only=True)
 
     @property
     def duckdb(self) -> duckdb.DuckDBPyConnection:

@@ -75,14 +75,18 @@ def is_splittable(node_size: float, domain_size: int, classes: int, cell_std: fl
     return node_size > 0 and node_size / (domain_size * classes) >= cell_std
 
 
-def check_ledger(spent_before: Fraction, spent_after: Fraction, requested: Fraction) -> None:
-    """Raise unless the ledger grew by exactly the requested ε.
+def check_ledger(spent_before: Fraction, spent_after: Fraction, charged: Fraction,
+                 requested: Fraction) -> None:
+    """Raise unless the ledger grew by exactly what the engine charged, and that is ≤ ε.
+
+    The charge equals the requested ε unless some scripts were answered again from the
+    ledger at no cost (the same statements released before at the same ε).
 
     Raises:
         dpsql.InternalError: the ledger disagrees with the budget split.
     """
-    charged = Fraction(spent_after) - Fraction(spent_before)
-    if charged != requested:
+    recorded = Fraction(spent_after) - Fraction(spent_before)
+    if recorded != charged or charged > requested:
         raise dpsql.InternalError(
-            f"the ledger recorded ε = {float(charged):g} for this tree, but ε = "
-            f"{float(requested):g} was requested")
+            f"the ledger recorded ε = {float(recorded):g} for this tree, the engine reported "
+            f"{float(charged):g}, and ε = {float(requested):g} was requested")

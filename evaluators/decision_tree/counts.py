@@ -50,18 +50,24 @@ class EngineCounts:
 
     def __init__(self, connection) -> None:
         self.connection = connection
+        self.charged = Fraction(0)  # what the engine charged (less when it reused answers)
 
     def release(self, schema: Schema, statements: Sequence[CountStatement],
                 epsilon: Fraction) -> Release:
-        """Send the statements as one DP script; the engine computes sensitivity and noise."""
+        """Send the statements as one DP script; the engine computes sensitivity and noise.
+
+        A script released before at the same ε comes back from the ledger at no cost (the
+        same noisy answer), so the charge can be below ``epsilon``; the noise is the same.
+        """
         text = script(statements)
         cursor = self.connection.cursor()
         cursor.executescript(text, epsilon=epsilon)
         frames = cursor.fetchdfs()
         spent = Fraction(cursor.epsilon_spent)
+        self.charged += spent
         sensitivity = Fraction(cursor.sensitivity)
         return Release(tables=_dense_all(schema, statements, frames),
-                       scale=float(sensitivity / spent), epsilon=spent,
+                       scale=float(sensitivity / Fraction(epsilon)), epsilon=spent,
                        sensitivity=sensitivity, sql=text)
 
 

@@ -65,16 +65,19 @@ class DPDecisionTree:
             target: str) -> DPDecisionTree:
         """Grow the tree with DP scripts sent through a ``dpsql`` connection.
 
-        Afterwards the connection's ledger must have grown by exactly ``epsilon``.
+        Afterwards the connection's ledger must have grown by exactly what the engine
+        charged, which is ``epsilon`` unless scripts were answered again from the ledger.
 
         Raises:
             dpsql.Error: the engine refused a script (nothing further is sent), or the ledger
                 disagrees with the budget split (``InternalError``).
         """
         before = connection.budget_spent.epsilon
-        self._grow(EngineCounts(connection), metadata, table, target)
-        check_ledger(before, connection.budget_spent.epsilon, self.settings.epsilon)
-        self.epsilon_spent = self.settings.epsilon
+        counts = EngineCounts(connection)
+        self._grow(counts, metadata, table, target)
+        check_ledger(before, connection.budget_spent.epsilon, counts.charged,
+                     self.settings.epsilon)
+        self.epsilon_spent = counts.charged
         return self
 
     def fit_exact(self, custodian, metadata: str | Mapping, table: str,
