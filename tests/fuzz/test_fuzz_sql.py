@@ -9,6 +9,7 @@ Anything else (an uncaught exception, a raw value, a spend without a release) fa
 from __future__ import annotations
 
 import math
+from collections import Counter
 from fractions import Fraction
 
 import pytest
@@ -25,6 +26,9 @@ EPSILON = Fraction(1, 2)
 # (int keys with bounds have the public domain lower..upper, e.g. hours + age: 18..189)
 PUBLIC_VALUES = {*EDUCATION, *DAYS, "Female", "Male", "<=50K", ">50K", *range(0, 200),
                  *KEY_LITERALS, True, False}
+
+
+OUTCOMES: Counter = Counter()  # outcome of every fuzzed statement, for the coverage check
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +90,7 @@ def _public(value) -> bool:
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(statement=sql_text())
 def test_fuzz_statements(fuzz_connection, statement):
-    check_one(fuzz_connection, *statement)
+    OUTCOMES[check_one(fuzz_connection, *statement)] += 1
 
 
 @pytest.mark.slow
@@ -94,4 +98,16 @@ def test_fuzz_statements(fuzz_connection, statement):
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(statement=sql_text())
 def test_fuzz_statements_long(fuzz_connection, statement):
-    check_one(fuzz_connection, *statement)
+    OUTCOMES[check_one(fuzz_connection, *statement)] += 1
+
+
+def test_fuzz_reached_every_stage():
+    """The grammar is useful only if it reaches releases and every kind of refusal."""
+    if not OUTCOMES:
+        pytest.skip("run together with the fuzz tests above")
+    print("fuzz outcomes:", dict(OUTCOMES.most_common()))
+    total = sum(OUTCOMES.values())
+    assert OUTCOMES["released"] > total / 20
+    for code in ("syntax", "unknown_table", "unknown_column", "non_aggregate", "private_keys",
+                 "missing_bounds", "unsupported_sql"):
+        assert OUTCOMES[code] > 0, code
