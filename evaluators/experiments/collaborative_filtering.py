@@ -14,6 +14,7 @@ Usage: ``python -m evaluators.experiments.collaborative_filtering [--quick] [--r
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +27,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from evaluators.collaborative_filtering.attacks import rpt_disclosure  # noqa: E402
 from evaluators.collaborative_filtering.data import (  # noqa: E402
     DEFAULT_METADATA,
+    create_zscores,
+    fetch_long,
+    n_items,
     open_ratings,
     split_users,
 )
-from evaluators.collaborative_filtering.masking import MaskingParams  # noqa: E402
+from evaluators.collaborative_filtering.masking import MaskingParams, mask_ratings  # noqa: E402
 from evaluators.collaborative_filtering.pipeline import (  # noqa: E402
     DEFAULT_LEVELS,
     Perturbation,
@@ -47,6 +52,10 @@ TRAIN_USERS = 700
 BASE_SEED = 2017
 ARMS = ("sparse", "filled")
 ARM_COLORS = {"sparse": "tab:blue", "filled": "tab:orange"}
+LEVELS_SWEEP = (2, 4, 9)
+LEVELS_SIGMAS = (2, 4)
+DISCLOSURE_SIGMAS = (1, 2, 4)
+DISCLOSURE_BETA = 200
 
 # Thesis §5.1-5.3, MovieLens ("MLP"): non-private MAE, RMSE.
 THESIS_BASELINE = {"user": (0.7606, 1.0871), "item": (0.7634, 1.0638),
@@ -137,6 +146,40 @@ def _holders_only_baseline(con, rep: int, seed: int, values: str) -> dict:
             "seconds": time.perf_counter() - started}
 
 
+def run_levels_sweep(metadata: str) -> pd.DataFrame:
+    """User-based CF after ROUSTIDA with N in LEVELS_SWEEP (the thesis never gives N)."""
+    rng = make_rng(BASE_SEED)
+    cust = open_ratings(metadata, ledger=":memory:")
+    con = cust.duckdb
+    split_users(con, TRAIN_USERS, rng)
+    rows = []
+    for sigma in tqdm(LEVELS_SIGMAS, desc="levels sweep"):
+        values = release_values(con, Perturbation("rpt", masking=MaskingParams(sigma, 0)), rng)
+        rows.append({"sigma": sigma, "levels": "sparse",
+                     **evaluate(con, "user", values).as_dict()})
+        for levels in LEVELS_SWEEP:
+            filled = fill_with_roustida(con, values, levels)
+            rows.append({"sigma": sigma, "levels": str(levels), "fill_ratio": filled.fill_ratio,
+                         "fill_passes": filled.passes,
+                         **evaluate(con, "user", filled.table).as_dict()})
+    cust.close()
+    return pd.DataFrame(rows)
+
+
+def run_disclosure(metadata: str) -> pd.DataFrame:
+    """Item-presence and value disclosure of one RPT masking of all users per σ (β = 200)."""
+    rng = make_rng(BASE_SEED)
+    cust = open_ratings(metadata, ledger=":memory:")
+    con = cust.duckdb
+    true_z = fetch_long(con, create_zscores(con, "cf_ratings", "rating", "cf_z_true"), "z")
+    rows = []
+    for sigma in DISCLOSURE_SIGMAS:
+        masked = mask_ratings(true_z, n_items(con), MaskingParams(sigma, DISCLOSURE_BETA), rng)
+        rows.append({"sigma": sigma, "beta": DISCLOSURE_BETA, **rpt_disclosure(true_z, masked)})
+    cust.close()
+    return pd.DataFrame(rows)
+
+
 def summarize(results: pd.DataFrame) -> pd.DataFrame:
     """Mean and sd over repetitions of every (setting, arm, method)."""
     keys = ["setting", "kind", "sigma", "beta", "epsilon", "arm", "method"]
@@ -209,6 +252,13 @@ def plot_local_dp(summary: pd.DataFrame, path: Path) -> None:
     plt.close(figure)
 
 
+def _recorded_run(out: Path) -> dict:
+    # Wall time and mode of the run that produced results.csv, kept for replots.
+    path = out / "run.json"
+    return json.loads(path.read_text()) if path.is_file() else {"minutes": float("nan"),
+                                                                "quick": False}
+
+
 def _fmt(mean: float, std: float) -> str:
     return f"{mean:.4f}" if pd.isna(std) else f"{mean:.4f} ± {std:.4f}"
 
@@ -250,6 +300,7 @@ def write_report(summary: pd.DataFrame, results: pd.DataFrame, path: Path,
     for method in METHODS:
         lines += _method_section(summary, results, method)
     lines += _local_dp_section(summary)
+    lines += _extras_section(path.parent)
     lines += ["", "## Runtime", "",
               "Mean seconds per (method, arm) evaluation, all settings: " + ", ".join(
                   f"{m} {results[results.method == m].seconds.mean():.1f} s" for m in METHODS)
@@ -300,6 +351,27 @@ def _local_dp_section(summary: pd.DataFrame) -> list[str]:
     return lines
 
 
+def _extras_section(out: Path) -> list[str]:
+    lines = []
+    if (out / "levels.csv").is_file():
+        levels = pd.read_csv(out / "levels.csv", dtype={"levels": str})
+        lines += ["", "## Discretization level N (user-based, one repetition, seed "
+                  f"{BASE_SEED})", "",
+                  "| σ (β = 0) | N | fill ratio | MAE | RMSE | coverage |", "|---|---|---|---|---|---|"]
+        for row in levels.itertuples():
+            fill = "–" if pd.isna(row.fill_ratio) else f"{row.fill_ratio:.3f}"
+            lines.append(f"| {row.sigma} | {row.levels} | {fill} | {row.mae:.4f} | "
+                         f"{row.rmse:.4f} | {row.coverage:.4f} |")
+    if (out / "disclosure.csv").is_file():
+        disclosure = pd.read_csv(out / "disclosure.csv")
+        lines += ["", f"## What RPT discloses (one masking of all users, β = {DISCLOSURE_BETA})",
+                  "", "| σ | real cells outside the user's fake-value range | RMSE(released, true z) |",
+                  "|---|---|---|"]
+        for row in disclosure.itertuples():
+            lines.append(f"| {row.sigma} | {row.real_cells_exposed:.3f} | {row.value_rmse:.3f} |")
+    return lines
+
+
 def write_outputs(results: pd.DataFrame, out: Path, minutes: float, quick: bool) -> None:
     """summary.csv, the PNG plots and report.md from the per-run results."""
     summary = summarize(results)
@@ -322,13 +394,19 @@ def write_outputs(results: pd.DataFrame, out: Path, minutes: float, quick: bool)
 @click.option("--out", type=click.Path(file_okay=False), default=str(OUT_DIR),
               show_default=True)
 @click.option("--replot", is_flag=True, help="Rebuild plots and report from results.csv.")
-def main(quick: bool, reps: int, metadata: str, levels: int, out: str, replot: bool) -> None:
+@click.option("--extras-only", is_flag=True,
+              help="Only rerun the N sweep and the disclosure measurement, then replot.")
+def main(quick: bool, reps: int, metadata: str, levels: int, out: str, replot: bool,
+         extras_only: bool) -> None:
     """Run the grid and write CSV, PNG and markdown outputs."""
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if replot:
-        results = pd.read_csv(out_dir / "results.csv")
-        write_outputs(results, out_dir, float("nan"), quick)
+    if extras_only or not (quick or replot):
+        run_disclosure(metadata).to_csv(out_dir / "disclosure.csv", index=False)
+        run_levels_sweep(metadata).to_csv(out_dir / "levels.csv", index=False)
+    if replot or extras_only:
+        run = _recorded_run(out_dir)
+        write_outputs(pd.read_csv(out_dir / "results.csv"), out_dir, run["minutes"], run["quick"])
         return
     settings = QUICK_SETTINGS if quick else FULL_SETTINGS
     reps = 1 if quick else reps
@@ -339,6 +417,8 @@ def main(quick: bool, reps: int, metadata: str, levels: int, out: str, replot: b
             rows += run_repetition(rep, settings, metadata, levels, bar)
             pd.DataFrame(rows).to_csv(out_dir / "results.csv", index=False)
     minutes = (time.perf_counter() - started) / 60
+    (out_dir / "run.json").write_text(json.dumps({"minutes": round(minutes, 1), "quick": quick,
+                                                  "reps": reps}))
     write_outputs(pd.DataFrame(rows), out_dir, minutes, quick)
     click.echo(f"wrote {out_dir} in {minutes:.1f} min")
 
