@@ -23,12 +23,12 @@ import click
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
+from tqdm import tqdm
 
-from evaluators.collaborative_filtering.attacks import rpt_disclosure  # noqa: E402
-from evaluators.collaborative_filtering.data import (  # noqa: E402
+from evaluators.collaborative_filtering.attacks import rpt_disclosure
+from evaluators.collaborative_filtering.data import (
     DEFAULT_METADATA,
     create_zscores,
     fetch_long,
@@ -36,16 +36,16 @@ from evaluators.collaborative_filtering.data import (  # noqa: E402
     open_ratings,
     split_users,
 )
-from evaluators.collaborative_filtering.masking import MaskingParams, mask_ratings  # noqa: E402
-from evaluators.collaborative_filtering.pipeline import (  # noqa: E402
+from evaluators.collaborative_filtering.masking import MaskingParams, mask_ratings
+from evaluators.collaborative_filtering.pipeline import (
     DEFAULT_LEVELS,
     Perturbation,
     evaluate,
     fill_with_roustida,
     release_values,
 )
-from evaluators.collaborative_filtering.randomness import make_rng  # noqa: E402
-from evaluators.collaborative_filtering.recommenders import METHODS  # noqa: E402
+from evaluators.collaborative_filtering.randomness import make_rng
+from evaluators.collaborative_filtering.recommenders import METHODS
 
 OUT_DIR = Path("docs/reports/collaborative_filtering")
 TRAIN_USERS = 700
@@ -275,9 +275,9 @@ def write_report(summary: pd.DataFrame, results: pd.DataFrame, path: Path,
     lines = [
         "# Generated results: PPCF with RPT and ROUSTIDA on MovieLens 100K",
         "",
-        f"{reps} repetition(s) (new split and new client noise each), "
+        (f"{reps} repetition(s) (new split and new client noise each), "
         f"{'quick run' if quick else 'full grid'}, {minutes:.1f} min wall time. "
-        "Values are mean ± sd over repetitions. Discussion: `README.md`.",
+        "Values are mean ± sd over repetitions. Discussion: `README.md`."),
         "",
         "## Non-private baselines",
         "",
@@ -311,10 +311,10 @@ def write_report(summary: pd.DataFrame, results: pd.DataFrame, path: Path,
 
 def _method_section(summary: pd.DataFrame, results: pd.DataFrame, method: str) -> list[str]:
     lines = ["", f"## {method}-based: sparse vs filled (RPT settings)", "",
-             "Δ = filled − sparse (negative MAE/RMSE Δ = filling helps); 'wins' counts "
-             "repetitions where filling lowered MAE. Coverage beside thesis Tables 5.1/5.3/5.5.",
-             "", "| σ | β | MAE sparse | MAE filled | ΔMAE | wins | RMSE sparse | RMSE filled | "
-             "cov. sparse | cov. filled | thesis cov. sparse | thesis cov. filled | fill ratio |",
+             ("Δ = filled − sparse (negative MAE/RMSE Δ = filling helps); 'wins' counts "
+             "repetitions where filling lowered MAE. Coverage beside thesis Tables 5.1/5.3/5.5."),
+             "", ("| σ | β | MAE sparse | MAE filled | ΔMAE | wins | RMSE sparse | RMSE filled | "
+             "cov. sparse | cov. filled | thesis cov. sparse | thesis cov. filled | fill ratio |"),
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (sigma, beta), thesis in THESIS_COVERAGE[method].items():
         label = f"rpt s={sigma:g} b={beta:g}"
@@ -338,8 +338,8 @@ def _local_dp_section(summary: pd.DataFrame) -> list[str]:
     if rows.empty:
         return []
     lines = ["", "## Local DP (discrete Laplace per rating)", "",
-             "| ε per rating | method | MAE sparse | MAE filled | RMSE sparse | RMSE filled | "
-             "cov. sparse | cov. filled |", "|---|---|---|---|---|---|---|---|"]
+             ("| ε per rating | method | MAE sparse | MAE filled | RMSE sparse | RMSE filled | "
+             "cov. sparse | cov. filled |"), "|---|---|---|---|---|---|---|---|"]
     for label in rows["setting"].unique():
         for method in METHODS:
             sparse, filled = (_cell(summary, label, arm, method) for arm in ARMS)
@@ -355,8 +355,8 @@ def _extras_section(out: Path) -> list[str]:
     lines = []
     if (out / "levels.csv").is_file():
         levels = pd.read_csv(out / "levels.csv", dtype={"levels": str})
-        lines += ["", "## Discretization level N (user-based, one repetition, seed "
-                  f"{BASE_SEED})", "",
+        lines += ["", ("## Discretization level N (user-based, one repetition, seed "
+                  f"{BASE_SEED})"), "",
                   "| σ (β = 0) | N | fill ratio | MAE | RMSE | coverage |", "|---|---|---|---|---|---|"]
         for row in levels.itertuples():
             fill = "–" if pd.isna(row.fill_ratio) else f"{row.fill_ratio:.3f}"

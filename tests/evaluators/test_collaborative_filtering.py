@@ -14,6 +14,7 @@ from click.testing import CliRunner
 import dpsql
 from dpsql.catalog import PROJECT_ROOT, datasets_dir
 from evaluators.collaborative_filtering import ldp
+from evaluators.collaborative_filtering.attacks import rpt_disclosure
 from evaluators.collaborative_filtering.cli import command
 from evaluators.collaborative_filtering.clustering import kmeans_users
 from evaluators.collaborative_filtering.data import (
@@ -248,3 +249,12 @@ def test_cli_refuses_local_dp_without_epsilon():
                                           "--perturbation", "ldp"])
     assert isinstance(result.exception, dpsql.ProgrammingError)
     assert "--ldp-epsilon" in result.exception.hint
+
+
+def test_rpt_disclosure_counts_real_cells_beyond_the_fake_range():
+    true_z = pd.DataFrame({"user_id": [1, 1, 2], "item_id": [1, 2, 1], "z": [2.0, 0.0, 1.0]})
+    masked = pd.DataFrame({"user_id": [1, 1, 1, 2], "item_id": [1, 2, 3, 1],
+                           "v": [2.5, -0.2, 0.4, 1.0]})  # user 1 has one fake (0.4)
+    got = rpt_disclosure(true_z, masked)
+    assert got["real_cells_exposed"] == pytest.approx(0.5)  # 2.5 > 0.4, 0.2 is not; user 2 left out
+    assert got["value_rmse"] == pytest.approx(np.sqrt((0.25 + 0.04 + 0.0) / 3))
