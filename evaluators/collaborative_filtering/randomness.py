@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import secrets
+import warnings
 
 import numpy as np
 
+import dpsql
+
 
 def make_rng(seed: int | None = None) -> np.random.Generator:
-    """A generator seeded from ``secrets`` unless an explicit (insecure) ``seed`` is given."""
-    return np.random.default_rng(secrets.randbits(128) if seed is None else seed)
+    """A generator seeded from ``secrets``; an explicit ``seed`` warns that it gives no privacy."""
+    if seed is None:
+        return np.random.default_rng(secrets.randbits(128))
+    warnings.warn(f"seed {seed} makes the client noise reproducible: experiments only, no privacy",
+                  dpsql.InsecureRandomnessWarning, stacklevel=2)
+    return np.random.default_rng(seed)

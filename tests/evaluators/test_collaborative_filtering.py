@@ -27,8 +27,11 @@ from evaluators.collaborative_filtering.data import (
 from evaluators.collaborative_filtering.masking import MaskingParams, mask_ratings, perturb_user
 from evaluators.collaborative_filtering.matrix import to_dense
 from evaluators.collaborative_filtering.metrics import score
+from evaluators.collaborative_filtering.randomness import make_rng
 from evaluators.collaborative_filtering.recommenders import predict_user_based
 from evaluators.collaborative_filtering.roustida import discretize, roustida
+
+pytestmark = pytest.mark.filterwarnings("ignore::dpsql.InsecureRandomnessWarning")
 
 METADATA = str(PROJECT_ROOT / "data" / "datasets" / "movielens.yaml")
 THESIS_USER_MAE = 0.7606
@@ -158,6 +161,11 @@ def test_fake_cells_follow_beta_and_land_in_unrated_items(movielens):
     assert abs(fakes.reindex(counts.index, fill_value=0).sum() / counts.sum() - 1.0) < 0.05
     assert not masked.duplicated(["user_id", "item_id"]).any()
     assert len(merged) - merged["z"].isna().sum() == len(z)  # every real rating is kept
+
+
+def test_a_fixed_seed_is_flagged_as_insecure():
+    with pytest.warns(dpsql.InsecureRandomnessWarning):
+        make_rng(1)
 
 
 def test_masking_refuses_bad_parameters():
