@@ -8,9 +8,8 @@ garbage, so that every path of parse -> analyze -> rewrite -> run -> release is 
 
 from __future__ import annotations
 
-from hypothesis import strategies as st
-
 from conftest import DAYS, EDUCATION
+from hypothesis import strategies as st
 
 COLUMNS = {
     "adult": ["age", "hours", "education", "sex", "salary"],

@@ -13,18 +13,17 @@ from collections import Counter
 from fractions import Fraction
 
 import pytest
+from conftest import DAYS, EDUCATION, catalogue, make_adult, make_visits
 from hypothesis import HealthCheck, given, settings
+from sql_grammar import KEY_LITERALS, sql_text
 
 import dpsql
-from conftest import DAYS, EDUCATION, catalogue, make_adult, make_visits
-
-from sql_grammar import KEY_LITERALS, sql_text
 
 CI_EXAMPLES, SLOW_EXAMPLES = 1000, 20000
 EPSILON = Fraction(1, 2)
 # values a key column may show: the public domains of the catalogue and the grammar's CASEs
 # (int keys with bounds have the public domain lower..upper, e.g. hours + age: 18..189)
-PUBLIC_VALUES = {*EDUCATION, *DAYS, "Female", "Male", "<=50K", ">50K", *range(0, 200),
+PUBLIC_VALUES = {*EDUCATION, *DAYS, "Female", "Male", "<=50K", ">50K", *range(200),
                  *KEY_LITERALS, True, False}
 
 

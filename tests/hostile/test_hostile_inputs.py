@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import catalogue, make_adult, make_visits
 
 import dpsql
 import dpsql.backends.duckdb
-from conftest import catalogue, make_adult, make_visits
 
 # ε so large that the noise (scale Δ/ε) is far below 1: answers show the exact bounded value
 SHARP = 1e5

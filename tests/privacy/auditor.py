@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from conftest import catalogue, make_adult, make_visits
 from scipy.stats import beta
 
 import dpsql
-
-from conftest import catalogue, make_adult, make_visits
 
 Tables = dict[str, pd.DataFrame]
 
@@ -68,7 +67,6 @@ class _Event:
     feature: int
     threshold: float
     upper: bool  # X >= t when True, X <= t otherwise
-    label: str = field(compare=False, default="")
 
     def hits(self, features: np.ndarray) -> np.ndarray:
         column = features[:, self.feature]

@@ -15,8 +15,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # tests/ (conftest helpers) and this folder
 
-from auditor import audit  # noqa: E402
-from test_dp_audit import SHAPES  # noqa: E402
+from auditor import audit
+from test_dp_audit import SHAPES
 
 
 def main() -> None:

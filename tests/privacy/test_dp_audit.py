@@ -9,10 +9,6 @@ one line in ``SHAPES``; shapes the engine does not answer yet are listed in ``PE
 from __future__ import annotations
 
 import pytest
-
-import dpsql
-import dpsql.release
-
 from auditor import (
     Shape,
     add_extreme_adult,
@@ -20,6 +16,10 @@ from auditor import (
     audit,
     replace_adult_row,
 )
+
+import dpsql
+import dpsql.release
+import dpsql.rewrite
 
 SHAPES = [
     Shape("count_row_privacy", "SELECT COUNT(*) AS n FROM adult", add_extreme_adult),
@@ -100,8 +100,6 @@ def test_audit_catches_half_the_noise(tmp_path, monkeypatch):
 
 def test_audit_catches_a_sensitivity_bug(tmp_path, monkeypatch):
     """A SUM whose sensitivity forgets the L∞ rows of a person (the 'wrong odometer' class)."""
-    import dpsql.rewrite
-
     real = dpsql.rewrite.sum_sensitivity
     monkeypatch.setattr(dpsql.rewrite, "sum_sensitivity",
                         lambda *args, **kwargs: real(*args, **kwargs) / 4)

@@ -15,12 +15,11 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from auditor import Shape, add_heavy_visitor, audit_tables, engine_outputs
+from conftest import catalogue
 from scipy.stats import chi2_contingency
 
 import dpsql
-
-from auditor import Shape, add_heavy_visitor, audit_tables, engine_outputs
-from conftest import catalogue
 
 SCALE = 1.0
 MANTISSA = 2**53
