@@ -59,6 +59,9 @@ TRAIN_USERS = 700
               help="roustida: discretize and fill the released matrix before predicting.")
 @click.option("--levels", type=int, default=DEFAULT_LEVELS, show_default=True,
               help="Discretization N (levels 1..N+1) for --fill roustida.")
+@click.option("--min-overlap", type=int, default=0, show_default=True,
+              help="ROUSTIDA variant (not in the thesis): users sharing fewer rated items are "
+              "never 'completely similar'. 0 = the thesis's literal definition.")
 @click.option("--train-users", type=int, default=TRAIN_USERS, show_default=True,
               help="Users that serve as neighbours; the rest are predicted.")
 @click.option("--seed", type=int, default=None,
@@ -66,7 +69,7 @@ TRAIN_USERS = 700
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(metadata: str, ledger: str | None, method: str, perturbation: str, sigma: float,
             beta: float, noise: str, ldp_epsilon: float | None, fill: str, levels: int,
-            train_users: int, seed: int | None, as_json: bool) -> None:
+            min_overlap: int, train_users: int, seed: int | None, as_json: bool) -> None:
     """Predict MovieLens ratings from perturbed data and report MAE, RMSE and coverage."""
     started = time.perf_counter()
     release = Perturbation(
@@ -84,9 +87,9 @@ def command(metadata: str, ledger: str | None, method: str, perturbation: str, s
     if perturbation == "rpt":
         report.update(sigma=sigma, beta=beta, noise=noise)
     if fill == "roustida":
-        filled = fill_with_roustida(con, values, levels)
+        filled = fill_with_roustida(con, values, levels, min_overlap)
         values = filled.table
-        report.update(levels=levels, fill_passes=filled.passes, filled_cells=filled.filled,
+        report.update(levels=levels, min_overlap=min_overlap, fill_passes=filled.passes, filled_cells=filled.filled,
                       fill_ratio=filled.fill_ratio)
     report.update(evaluate(con, method, values).as_dict())
     report.update(_privacy(release, fetch_long(con, "cf_ratings", "rating")))

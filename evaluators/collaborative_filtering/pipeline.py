@@ -80,14 +80,18 @@ def release_values(
 
 
 def fill_with_roustida(
-    con: duckdb.DuckDBPyConnection, values: str, n_levels: int = DEFAULT_LEVELS
+    con: duckdb.DuckDBPyConnection, values: str, n_levels: int = DEFAULT_LEVELS,
+    min_overlap: int = 0,
 ) -> FillReport:
-    """Discretize ``values`` per user, fill with ROUSTIDA, recompute z' into a new table."""
+    """Discretize ``values`` per user, fill with ROUSTIDA, recompute z' into a new table.
+
+    ``min_overlap`` > 0 selects the labelled non-thesis variant of ``roustida.roustida``.
+    """
     started = time.perf_counter()
     levels_long = fetch_long(con, discretize(con, values, "z", "cf_levels", n_levels), "lvl")
     users = np.unique(levels_long["user_id"].to_numpy())
     dense = to_dense(levels_long, "lvl", users, n_items(con), dtype=np.int16)
-    result = roustida(dense)
+    result = roustida(dense, min_overlap=min_overlap)
     store_long(con, "cf_levels_filled", to_long(result.levels, "lvl", users))
     table = create_zscores(con, "cf_levels_filled", "lvl", f"{values}_filled")
     empty = int((dense == 0).sum())

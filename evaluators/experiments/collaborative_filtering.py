@@ -52,8 +52,9 @@ TRAIN_USERS = 700
 BASE_SEED = 2017
 ARMS = ("sparse", "filled")
 ARM_COLORS = {"sparse": "tab:blue", "filled": "tab:orange"}
-LEVELS_SWEEP = (2, 4, 9)
-LEVELS_SIGMAS = (2, 4)
+# (N, min_overlap): the literal ROUSTIDA at three N, then the non-thesis min-overlap variant.
+FILL_VARIANTS = ((2, 0), (4, 0), (9, 0), (4, 1), (4, 5))
+FILL_VARIANT_SIGMAS = (2, 4)
 DISCLOSURE_SIGMAS = (1, 2, 4)
 DISCLOSURE_BETA = 200
 
@@ -146,21 +147,25 @@ def _holders_only_baseline(con, rep: int, seed: int, values: str) -> dict:
             "seconds": time.perf_counter() - started}
 
 
-def run_levels_sweep(metadata: str) -> pd.DataFrame:
-    """User-based CF after ROUSTIDA with N in LEVELS_SWEEP (the thesis never gives N)."""
+def run_fill_variants(metadata: str) -> pd.DataFrame:
+    """User-based CF after ROUSTIDA for each (N, min_overlap) of FILL_VARIANTS (β = 0).
+
+    The thesis never gives N, and its NS definition makes users without co-rated items
+    indiscernible; both drive how much ROUSTIDA fills.
+    """
     rng = make_rng(BASE_SEED)
     cust = open_ratings(metadata, ledger=":memory:")
     con = cust.duckdb
     split_users(con, TRAIN_USERS, rng)
     rows = []
-    for sigma in tqdm(LEVELS_SIGMAS, desc="levels sweep"):
+    for sigma in tqdm(FILL_VARIANT_SIGMAS, desc="fill variants"):
         values = release_values(con, Perturbation("rpt", masking=MaskingParams(sigma, 0)), rng)
         rows.append({"sigma": sigma, "levels": "sparse",
                      **evaluate(con, "user", values).as_dict()})
-        for levels in LEVELS_SWEEP:
-            filled = fill_with_roustida(con, values, levels)
-            rows.append({"sigma": sigma, "levels": str(levels), "fill_ratio": filled.fill_ratio,
-                         "fill_passes": filled.passes,
+        for levels, min_overlap in FILL_VARIANTS:
+            filled = fill_with_roustida(con, values, levels, min_overlap)
+            rows.append({"sigma": sigma, "levels": str(levels), "min_overlap": min_overlap,
+                         "fill_ratio": filled.fill_ratio, "fill_passes": filled.passes,
                          **evaluate(con, "user", filled.table).as_dict()})
     cust.close()
     return pd.DataFrame(rows)
@@ -353,15 +358,20 @@ def _local_dp_section(summary: pd.DataFrame) -> list[str]:
 
 def _extras_section(out: Path) -> list[str]:
     lines = []
-    if (out / "levels.csv").is_file():
-        levels = pd.read_csv(out / "levels.csv", dtype={"levels": str})
-        lines += ["", ("## Discretization level N (user-based, one repetition, seed "
-                  f"{BASE_SEED})"), "",
-                  "| σ (β = 0) | N | fill ratio | MAE | RMSE | coverage |", "|---|---|---|---|---|---|"]
-        for row in levels.itertuples():
-            fill = "–" if pd.isna(row.fill_ratio) else f"{row.fill_ratio:.3f}"
-            lines.append(f"| {row.sigma} | {row.levels} | {fill} | {row.mae:.4f} | "
-                         f"{row.rmse:.4f} | {row.coverage:.4f} |")
+    if (out / "fill_variants.csv").is_file():
+        variants = pd.read_csv(out / "fill_variants.csv", dtype={"levels": str})
+        lines += ["", ("## ROUSTIDA variants: level N and minimum overlap (user-based, one "
+                       f"repetition, seed {BASE_SEED})"), "",
+                  "min overlap 0 is the thesis's definition; > 0 is not in the thesis.", "",
+                  "| σ (β = 0) | N | min overlap | fill ratio | passes | MAE | RMSE | coverage |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for row in variants.itertuples():
+            filled = not pd.isna(row.fill_ratio)
+            lines.append(
+                f"| {row.sigma} | {row.levels} | {int(row.min_overlap) if filled else '–'} | "
+                f"{f'{row.fill_ratio:.3f}' if filled else '–'} | "
+                f"{int(row.fill_passes) if filled else '–'} | {row.mae:.4f} | "
+                f"{row.rmse:.4f} | {row.coverage:.4f} |")
     if (out / "disclosure.csv").is_file():
         disclosure = pd.read_csv(out / "disclosure.csv")
         lines += ["", f"## What RPT discloses (one masking of all users, β = {DISCLOSURE_BETA})",
@@ -395,7 +405,7 @@ def write_outputs(results: pd.DataFrame, out: Path, minutes: float, quick: bool)
               show_default=True)
 @click.option("--replot", is_flag=True, help="Rebuild plots and report from results.csv.")
 @click.option("--extras-only", is_flag=True,
-              help="Only rerun the N sweep and the disclosure measurement, then replot.")
+              help="Only rerun the ROUSTIDA variants and the disclosure measurement, then replot.")
 def main(quick: bool, reps: int, metadata: str, levels: int, out: str, replot: bool,
          extras_only: bool) -> None:
     """Run the grid and write CSV, PNG and markdown outputs."""
@@ -403,7 +413,7 @@ def main(quick: bool, reps: int, metadata: str, levels: int, out: str, replot: b
     out_dir.mkdir(parents=True, exist_ok=True)
     if extras_only or not (quick or replot):
         run_disclosure(metadata).to_csv(out_dir / "disclosure.csv", index=False)
-        run_levels_sweep(metadata).to_csv(out_dir / "levels.csv", index=False)
+        run_fill_variants(metadata).to_csv(out_dir / "fill_variants.csv", index=False)
     if replot or extras_only:
         run = _recorded_run(out_dir)
         write_outputs(pd.read_csv(out_dir / "results.csv"), out_dir, run["minutes"], run["quick"])

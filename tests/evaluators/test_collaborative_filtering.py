@@ -119,6 +119,12 @@ def test_roustida_matches_a_cell_by_cell_reference(seed):
     assert roustida(result.levels).filled == 0  # a fixpoint
 
 
+def test_users_without_co_rated_items_are_indiscernible_unless_min_overlap_is_set():
+    disjoint = np.array([[1, 0, 0], [0, 2, 0], [0, 0, 3]])
+    np.testing.assert_array_equal(roustida(disjoint).levels, [[1, 2, 3]] * 3)  # literal NS
+    assert roustida(disjoint, min_overlap=1).filled == 0
+
+
 def test_discretize_maps_each_row_onto_levels_one_to_n_plus_one():
     con = duckdb.connect()
     store_long(con, "vals", pd.DataFrame({
