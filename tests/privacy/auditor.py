@@ -6,7 +6,9 @@ probabilities give a lower confidence bound on the privacy loss:
 
     ε_lb = ln( CP_lower(P[M(D) ∈ S]) / CP_upper(P[M(D') ∈ S]) )      (and D, D' swapped)
 
-with Clopper-Pearson bounds at confidence 1 − α. The event (a threshold on one released
+with Clopper-Pearson bounds at confidence 1 − α (minus δ in the numerator for (ε, δ) claims).
+Released rows are matched by their keys; a row that is released in some runs only (private
+keys above a noisy threshold) also gives a "row released" feature. The event (a threshold on one released
 cell, or on the sum of the cells) is chosen on a search share of the runs and the bound is
 computed on the other runs only, so the choice does not bias the test. If ε_lb exceeds the
 ε the engine claims, the claim is refuted with confidence 1 − α.
@@ -42,6 +44,8 @@ class Shape:
     neighbouring: str = "add_remove"
     script: bool = False
     epsilon: float = 1.0
+    delta: float = 0.0  # > 0 for keys released above a noisy threshold
+    base: Callable[[Tables], Tables] | None = None  # how D differs from the default tables
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,20 @@ def add_heavy_visitor(tables: Tables) -> Tables:
     return {**tables, "visits": pd.concat([tables["visits"], person], ignore_index=True)}
 
 
+def threshold_edge_visitors(tables: Tables) -> Tables:
+    """Visits where three private amounts are each shared by 87 people (τ at ε = 1, δ = 1e-6)."""
+    people = pd.DataFrame({"uid": range(5000, 5000 + 3 * 87), "day": "Mon", "region_id": 0,
+                           "amount": np.repeat([41.0, 42.0, 43.0], 87)})
+    return {**tables, "visits": pd.concat([tables["visits"], people], ignore_index=True)}
+
+
+def add_visitor_on_the_edge(tables: Tables) -> Tables:
+    """D' = D plus one person with rows in each of the three keys at the threshold."""
+    person = pd.DataFrame({"uid": 10**6, "day": "Tue", "region_id": 1,
+                           "amount": [41.0, 42.0, 43.0] * 4})
+    return {**tables, "visits": pd.concat([tables["visits"], person], ignore_index=True)}
+
+
 def replace_adult_row(tables: Tables) -> Tables:
     """D' = D with one person's row replaced by an extreme person in other cells."""
     adult = tables["adult"].copy()
@@ -105,30 +123,49 @@ def replace_adult_row(tables: Tables) -> Tables:
 
 
 # --- running the engine --------------------------------------------------------------------
+Run = dict[tuple, float]  # (statement, key values, column) -> released value
+
+
 def engine_outputs(folder: Path, tables: Tables, shape: Shape, *, runs: int,
-                   seed: int) -> np.ndarray:
-    """Released noisy cells of ``runs`` full-engine executions: one row per run."""
+                   seed: int) -> list[Run]:
+    """Released noisy cells of ``runs`` full-engine executions, one dict per run."""
     folder.mkdir(parents=True, exist_ok=True)
     for name, frame in tables.items():
         frame.to_csv(folder / f"{name}.csv", index=False)
-    meta = catalogue(folder, shape.neighbouring, budget=1e12)
+    meta = {**catalogue(folder, shape.neighbouring), "budget": {"epsilon": 1e12, "delta": 0.5}}
+    privacy = {"epsilon": shape.epsilon, **({"delta": shape.delta} if shape.delta else {})}
     outputs = []
     with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=seed) as con:
         cursor = con.cursor()
         execute = cursor.executescript if shape.script else cursor.execute
         for _ in range(runs):
-            execute(shape.sql, epsilon=shape.epsilon)
+            execute(shape.sql, **privacy)
             outputs.append(_noisy_cells(cursor))
-    return np.asarray(outputs, dtype=float)
+    return outputs
 
 
-def _noisy_cells(cursor: dpsql.Cursor) -> list[float]:
-    cells: list[float] = []
+def _noisy_cells(cursor: dpsql.Cursor) -> Run:
+    cells: Run = {}
+    statement = 0
     while True:
         noisy = [i for i, c in enumerate(cursor.description) if c.noise is not None]
-        cells += [float(row[i]) for row in cursor.fetchall() for i in noisy]
+        names = [c.name for c in cursor.description]
+        for row in cursor.fetchall():
+            key = tuple(v for i, v in enumerate(row) if i not in noisy)
+            for i in noisy:
+                cells[(statement, key, names[i])] = float(row[i])
+        statement += 1
         if not cursor.nextset():
             return cells
+
+
+def aligned(*samples: list[Run]) -> list[np.ndarray]:
+    """Matrices over the union of released cells (NaN where a cell was not released), plus a
+    0/1 "released" column for each cell that is missing from some runs."""
+    cells = sorted({cell for runs in samples for run in runs for cell in run}, key=repr)
+    sometimes = [c for c in cells if any(c not in run for runs in samples for run in runs)]
+    return [np.array([[run.get(c, np.nan) for c in cells] +
+                      [float(c in run) for c in sometimes] for run in runs]) for runs in samples]
 
 
 # --- the statistics ------------------------------------------------------------------------
@@ -139,23 +176,27 @@ def clopper_pearson(hits: int, n: int, alpha: float) -> tuple[float, float]:
     return low, high
 
 
-def _epsilon_bound(p_hits: int, p_n: int, q_hits: int, q_n: int, alpha: float) -> float:
-    """ln(CP_lower(p) / CP_upper(q)): a 1 − alpha lower bound on ln(p/q)."""
+def _epsilon_bound(p_hits: int, p_n: int, q_hits: int, q_n: int, alpha: float,
+                   delta: float = 0.0) -> float:
+    """ln((CP_lower(p) − δ) / CP_upper(q)): a 1 − alpha lower bound on ε given δ."""
     low, _ = clopper_pearson(p_hits, p_n, alpha)
     _, high = clopper_pearson(q_hits, q_n, alpha)
-    return math.log(low / high) if low > 0 else -math.inf
+    return math.log((low - delta) / high) if low > delta else -math.inf
 
 
 def _features(outputs: np.ndarray) -> np.ndarray:
     if outputs.shape[1] == 1:
         return outputs
-    return np.column_stack([outputs, outputs.sum(axis=1)])
+    return np.column_stack([outputs, np.nansum(outputs, axis=1)])
 
 
 def _candidates(a: np.ndarray, b: np.ndarray, per_feature: int = 40) -> list[_Event]:
     events = []
     for j in range(a.shape[1]):
         pooled = np.concatenate([a[:, j], b[:, j]])
+        pooled = pooled[~np.isnan(pooled)]
+        if not pooled.size:
+            continue
         thresholds = np.unique(np.quantile(pooled, np.linspace(0.02, 0.98, per_feature)))
         for t in thresholds:
             events += [_Event(j, float(t), True), _Event(j, float(t), False)]
@@ -163,7 +204,8 @@ def _candidates(a: np.ndarray, b: np.ndarray, per_feature: int = 40) -> list[_Ev
 
 
 def estimate_epsilon(base: np.ndarray, other: np.ndarray, *, alpha: float = 0.05,
-                     search_share: float = 0.3) -> tuple[float, str, float, float]:
+                     delta: float = 0.0, search_share: float = 0.3
+                     ) -> tuple[float, str, float, float]:
     """Lower confidence bound on ε from two samples of released outputs.
 
     Returns (ε_lb, event description, P[base ∈ S], P[other ∈ S]) on the held-out runs.
@@ -175,15 +217,15 @@ def estimate_epsilon(base: np.ndarray, other: np.ndarray, *, alpha: float = 0.05
     for event in _candidates(search_a, search_b):
         ha, hb = int(event.hits(search_a).sum()), int(event.hits(search_b).sum())
         for flip in (False, True):
-            score = (_epsilon_bound(hb, cut_b, ha, cut_a, alpha) if flip
-                     else _epsilon_bound(ha, cut_a, hb, cut_b, alpha))
+            score = (_epsilon_bound(hb, cut_b, ha, cut_a, alpha, delta) if flip
+                     else _epsilon_bound(ha, cut_a, hb, cut_b, alpha, delta))
             if score > best_score:
                 best, best_score = (event, flip), score
     event, flip = best
     ha, hb = int(event.hits(test_a).sum()), int(event.hits(test_b).sum())
     na, nb = len(test_a), len(test_b)
-    bound = (_epsilon_bound(hb, nb, ha, na, alpha) if flip
-             else _epsilon_bound(ha, na, hb, nb, alpha))
+    bound = (_epsilon_bound(hb, nb, ha, na, alpha, delta) if flip
+             else _epsilon_bound(ha, na, hb, nb, alpha, delta))
     name = "sum of cells" if event.feature == a.shape[1] - 1 and a.shape[1] > 1 \
         else f"cell {event.feature}"
     description = f"{name} {'>=' if event.upper else '<='} {event.threshold:g}"
@@ -194,8 +236,10 @@ def audit(shape: Shape, folder: Path, *, runs: int, seed: int = 1000,
           base: Tables | None = None, alpha: float = 0.05) -> AuditResult:
     """Run the engine ``runs`` times on D and on D' and test its ε claim on ``shape``."""
     tables = base if base is not None else audit_tables()
-    on_base = engine_outputs(folder / "base", tables, shape, runs=runs, seed=seed)
-    on_other = engine_outputs(folder / "other", shape.change(tables), shape, runs=runs,
-                              seed=seed + 1)
-    bound, event, p_base, p_other = estimate_epsilon(on_base, on_other, alpha=alpha)
+    tables = shape.base(tables) if shape.base is not None else tables
+    on_base, on_other = aligned(
+        engine_outputs(folder / "base", tables, shape, runs=runs, seed=seed),
+        engine_outputs(folder / "other", shape.change(tables), shape, runs=runs, seed=seed + 1))
+    bound, event, p_base, p_other = estimate_epsilon(on_base, on_other, alpha=alpha,
+                                                     delta=shape.delta)
     return AuditResult(shape.name, shape.epsilon, bound, event, p_base, p_other, runs)

@@ -15,7 +15,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from auditor import Shape, add_heavy_visitor, audit_tables, engine_outputs
+from auditor import Shape, add_heavy_visitor, aligned, audit_tables, engine_outputs
 from conftest import catalogue
 from scipy.stats import chi2_contingency
 
@@ -65,9 +65,9 @@ SUM_SHAPE = Shape("sum_float", "SELECT SUM(amount) AS s FROM visits", add_heavy_
 def engine_sums(tmp_path_factory) -> tuple[np.ndarray, np.ndarray, Fraction]:
     folder = tmp_path_factory.mktemp("fp")
     base = audit_tables()
-    on_base = engine_outputs(folder / "base", base, SUM_SHAPE, runs=120, seed=1)
-    on_other = engine_outputs(folder / "other", SUM_SHAPE.change(base), SUM_SHAPE, runs=120,
-                              seed=2)
+    on_base, on_other = aligned(
+        engine_outputs(folder / "base", base, SUM_SHAPE, runs=120, seed=1),
+        engine_outputs(folder / "other", SUM_SHAPE.change(base), SUM_SHAPE, runs=120, seed=2))
     with dpsql.connect(metadata=catalogue(folder / "base"), ledger=":memory:") as con:
         grid = Fraction(con.explain(SUM_SHAPE.sql, epsilon=SUM_SHAPE.epsilon)["statements"][0]["aggregates"][0]["grid"])
     return on_base[:, 0], on_other[:, 0], grid
