@@ -2,9 +2,9 @@
 
 Run: ``python benchmarks/engine_overhead.py [--sizes 100000 1000000 10000000] [--repeats 5]``
 
-For each size it builds (once, in a DuckDB file under --workdir) a row-privacy table and a
-user-level table (10 rows per user on average) with a 10-value public key and a value in
-[0, 100], then times ``SELECT grp, COUNT(*), SUM(value), AVG(value) ... GROUP BY grp``:
+For each size it builds (once, in a DuckDB file under --workdir) a row-privacy table and two
+user-level tables (10 and 100 rows per user on average; L0 = 1, L∞ = 10), each with a
+10-value public key and a value in [0, 100], then times ``SELECT grp, COUNT(*), SUM(value), AVG(value) ... GROUP BY grp``:
 raw on DuckDB, and through dpsql (parse, analyse, rewrite with clamping and, for the
 user-level table, per-user contribution bounding, DuckDB, noise, post-processing). Timings
 are medians of interleaved repeats, so both sides see the same machine load; the script
@@ -41,7 +41,8 @@ def build(path: Path, sizes: list[int]) -> None:
     have = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables")
             .fetchall()}
     for n in sizes:
-        for kind, users in (("rows", n), ("users", max(n // 10, 1))):
+        for kind, users in (("rows", n), ("users", max(n // 10, 1)),
+                            ("users100", max(n // 100, 1))):
             name = f"{kind}_{n}"
             if name in have:
                 continue
@@ -61,8 +62,9 @@ def metadata(sizes: list[int]) -> dict:
     tables = {}
     for n in sizes:
         tables[f"rows_{n}"] = {"privacy_unit": None, "columns": columns}
-        tables[f"users_{n}"] = {"privacy_unit": "uid", "max_groups_per_unit": 1,
-                                "max_rows_per_group": 10, "columns": columns}
+        for kind in ("users", "users100"):
+            tables[f"{kind}_{n}"] = {"privacy_unit": "uid", "max_groups_per_unit": 1,
+                                     "max_rows_per_group": 10, "columns": columns}
     return {"name": "bench", "budget": {"epsilon": 1e9}, "tables": tables}
 
 
@@ -140,15 +142,16 @@ def main() -> None:
     print("|---:|---|---:|---:|---:|")
     results = {}
     for n in args.sizes:
-        for kind in ("rows", "users"):
+        for kind in ("rows", "users", "users100"):
             raw, dp = time_pair(path, meta, f"{kind}_{n}", args.repeats)
             results[(n, kind)] = dp
-            label = "row privacy" if kind == "rows" else "user-level (L∞=10)"
+            label = {"rows": "row privacy", "users": "user-level, 10 rows/user",
+                     "users100": "user-level, 100 rows/user"}[kind]
             print(f"| {n:,} | {label} | {raw:.4f} | {dp:.4f} | {dp / raw:.2f} |", flush=True)
     if 10**6 in args.sizes and Path(args.smartnoise_python).exists():
         print("\n| rows | table | SmartNoise SQL (s) | dpsql (s) | SmartNoise / dpsql |")
         print("|---:|---|---:|---:|---:|")
-        for kind in ("rows", "users"):
+        for kind in ("rows", "users", "users100"):
             sn = time_smartnoise(args.smartnoise_python, path, f"{kind}_{10**6}",
                                  max(args.repeats // 2, 1))
             if sn is not None:

@@ -75,12 +75,17 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
     missing = [p.column for p in plan.parts if p.column not in index and p.role != "quantile"]
     if missing:
         raise InternalError(f"exact rows lack the noise columns {missing}")
+    noisy: dict[str, list] = {}
     for part in plan.parts:
-        if part.role == "select":  # private keys: keep those whose noisy person count clears τ
-            rows = [r for r in rows if _noisy(r[index[part.column]], part, rng) >= part.threshold]
+        if part.threshold is not None:  # private keys: keep those whose noisy count clears τ
+            drawn = [_noisy(r[index[part.column]], part, rng) for r in rows]
+            kept = [i for i, value in enumerate(drawn) if value >= part.threshold]
+            rows = [rows[i] for i in kept]
+            noisy[part.column] = [drawn[i] for i in kept]  # the same draw is released
     frame: dict[str, list] = {k.name: [r[i] for r in rows] for i, k in enumerate(checked.keys)}
     parts = [p for p in plan.parts if p.role not in ("select", "quantile")]
-    noisy = {p.column: [_noisy(r[index[p.column]], p, rng) for r in rows] for p in parts}
+    noisy.update({p.column: [_noisy(r[index[p.column]], p, rng) for r in rows]
+                  for p in parts if p.column not in noisy})
     widths = {p.column: _half_width(p, CONFIDENCE) for p in parts}
     pair_widths = {p.column: _half_width(p, 1 - (1 - CONFIDENCE) / 2) for p in parts}
     for agg in checked.aggregates:

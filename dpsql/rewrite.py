@@ -50,7 +50,20 @@ def part_count(checked: CheckedQuery) -> int:
     keys need a noisy count of distinct persons.
     """
     return sum(PARTS_PER_KIND.get(a.kind, 1) for a in checked.aggregates) + int(
-        checked.has_private_keys)
+        checked.has_private_keys and person_count(checked) is None)
+
+
+def person_count(checked: CheckedQuery) -> str | None:
+    """An aggregate whose exact value per key is its number of distinct persons, if any.
+
+    COUNT(DISTINCT unit) always is; COUNT(*) is under row privacy. Private keys are then
+    thresholded on that same noisy value instead of a separate one, which saves its share of ε.
+    """
+    for agg in checked.aggregates:
+        if agg.kind == "count_distinct_unit" or (
+                agg.kind == "count_star" and checked.table.privacy_unit is None):
+            return agg.name
+    return None
 
 
 def domain_size(checked: CheckedQuery) -> int | None:
@@ -92,7 +105,7 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
             hint="group by fewer or coarser keys: every cell of the domain is released")
     parts, values = _parts(checked, catalog, epsilon_per_part, cells)
     if checked.has_private_keys:
-        parts.append(_selection_part(checked, catalog, epsilon_per_part, delta, len(parts)))
+        parts = _with_selection(parts, checked, catalog, epsilon_per_part, delta)
     if rho_per_part is not None:
         parts = [_gaussian(p, checked, catalog, rho_per_part, cells) for p in parts]
     sql = _exact_sql(checked, [p for p in parts if p.role != "quantile"], values, salt)
@@ -120,15 +133,22 @@ def _gaussian(part: NoisePart, checked: CheckedQuery, catalog: Catalog, rho: Fra
     return replace(part, mechanism="gaussian", rho=rho, cells=touched, epsilon=Fraction(0))
 
 
-def _selection_part(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction,
-                    delta: Fraction, index: int) -> NoisePart:
-    """Noisy distinct-person count per key and the threshold τ that keys must clear."""
-    table = checked.table
-    sensitivity = distinct_unit_sensitivity(table, grouped=True, domain_size=None,
+def _with_selection(parts: list[NoisePart], checked: CheckedQuery, catalog: Catalog,
+                    epsilon: Fraction, delta: Fraction) -> list[NoisePart]:
+    """Mark the noisy distinct-person count per key, and the threshold τ keys must clear.
+
+    It is the query's own person count when it has one, else an extra part.
+    """
+    l0, _ = contribution_bounds(checked.table, None)
+    own = person_count(checked)
+    if own is not None:
+        return [replace(p, threshold=private_key_threshold(p.scale, delta, l0))
+                if p.aggregate == own else p for p in parts]
+    sensitivity = distinct_unit_sensitivity(checked.table, grouped=True, domain_size=None,
                                             neighbouring=catalog.neighbouring)
-    l0, _ = contribution_bounds(table, None)
     threshold = private_key_threshold(sensitivity / epsilon, delta, l0)
-    return NoisePart(f"p{index}", "__keys", "select", sensitivity, epsilon, threshold=threshold)
+    return [*parts, NoisePart(f"p{len(parts)}", "__keys", "select", sensitivity, epsilon,
+                              threshold=threshold)]
 
 
 class _Value:

@@ -56,3 +56,18 @@ def test_without_delta_the_refusal_explains_both_options(keyed, tmp_path):
         con.execute("SELECT amount, COUNT(*) FROM visits GROUP BY amount", epsilon=1)
     assert "values" in info.value.hint and "δ" in info.value.hint
     assert con.budget_spent.epsilon == 0
+
+
+def test_row_privacy_thresholds_on_its_own_noisy_count(data_dir, tmp_path):
+    """Under row privacy COUNT(*) counts persons: no extra noisy count, all ε to the answer."""
+    meta = catalogue(data_dir, budget=1e6)
+    meta["budget"]["delta"] = 0.5
+    del meta["tables"]["adult"]["columns"]["education"]["values"]  # a private key now
+    con = dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=2)
+    plan = con.explain("SELECT education, COUNT(*) FROM adult GROUP BY education", epsilon=1,
+                       delta=1e-6)
+    [part] = plan["statements"][0]["aggregates"]
+    assert part["part"] == "count" and part["epsilon"] == 1.0 and part["threshold"] > 1
+    rows = con.execute("SELECT education, COUNT(*) AS n FROM adult GROUP BY education",
+                       epsilon=1, delta=1e-6).fetchall()
+    assert all(n >= part["threshold"] for _, n in rows)  # the released count is the one tested
