@@ -41,13 +41,21 @@ class DuckDBBackend:
             )
         reader = _reader(table)
         columns = ", ".join(_column_sql(table, name) for name in table.columns)
-        # text files are parsed once per connection into a temporary table (re-parsing a CSV
-        # on every query cost ~100× the aggregate); Parquet stays a view, as it reads fast
-        kind = "VIEW" if source.lower().endswith(".parquet") else "TABLE"
-        sql = (f"CREATE OR REPLACE TEMP {kind} {_quote(table.name)} AS "
-               f"SELECT {columns} FROM {reader}")
+        parquet = source.lower().endswith(".parquet")
+        raw = _quote(f"__raw_{table.name}")
         try:
-            self.connection.execute(sql)
+            if parquet:  # Parquet reads fast and typed: a view
+                self.connection.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(table.name)} AS "
+                                        f"SELECT {columns} FROM {reader}")
+            else:
+                # text is parsed once per connection (re-parsing a CSV on every query cost
+                # ~100x the aggregate), as text first: typing it in a second step keeps DuckDB
+                # from pushing TRY_CAST into the reader, where a bad value fails every query
+                self.connection.execute(f"CREATE OR REPLACE TEMP TABLE {raw} AS "
+                                        f"SELECT * FROM {reader}")
+                self.connection.execute(f"CREATE OR REPLACE TEMP TABLE {_quote(table.name)} AS "
+                                        f"SELECT {columns} FROM {raw}")
+                self.connection.execute(f"DROP TABLE {raw}")
             self.connection.execute(f"SELECT * FROM {_quote(table.name)} LIMIT 0")
         except duckdb.Error as err:
             raise DataError(f"table {table.name!r}: cannot read {source!r}: {err}",

@@ -46,6 +46,36 @@ def hash_as(node: exp.Expression,
     return build([arg.copy() for arg in node.expressions])
 
 
+def text_domain_keys(tree: exp.Expression) -> set[str]:
+    """Key columns whose public domain the exact tree lists as string literals (``VALUES``)."""
+    keys = set()
+    for values in tree.find_all(exp.Values):
+        alias = values.args.get("alias")
+        if alias is None or not values.expressions:
+            continue
+        first_row = values.expressions[0].expressions
+        for column, cell in zip(alias.columns, first_row):
+            if isinstance(cell, exp.Literal) and cell.is_string:
+                keys.add(column.name)
+    return keys
+
+
+def domain_join_as_text(node: exp.Expression, keys: set[str]) -> exp.Expression:
+    """``__d.k = __exact.k`` -> ``__d.k = CAST(__exact.k AS TEXT)`` for a text-domain key.
+
+    The zero-fill joins the listed domain to the exact groups. DuckDB compares a VARCHAR
+    literal with a DATE (or any) key by casting; PostgreSQL refuses ``text = date``. The key
+    is compared in its text form, which for a date is the ISO form the metadata lists.
+    """
+    if not (isinstance(node, exp.EQ) and isinstance(node.this, exp.Column)
+            and isinstance(node.expression, exp.Column)):
+        return node
+    domain, exact = node.this, node.expression
+    if domain.table != "__d" or exact.name != domain.name or exact.name not in keys:
+        return node
+    return exp.EQ(this=domain.copy(), expression=exp.cast(exact.copy(), "TEXT"))
+
+
 def exact_value(value):
     """A driver value as the release stage wants it: integral DECIMALs (PostgreSQL's SUM of
     BIGINT, Spark's DECIMAL(38,0) sums) become exact Python ints, fractional ones floats;

@@ -8,6 +8,8 @@ DuckDB-flavoured tree is adapted before it is written in PostgreSQL's dialect:
 - ``ROUND(x)`` on a double -> ``trunc(2x) - trunc(x)``: half away from zero, as DuckDB rounds
   (PostgreSQL's is half-even);
 - ``a // b`` -> ``DIV(a, b)``, truncating like DuckDB (sqlglot's own mapping);
+- the zero-fill join compares a key whose domain is listed as strings in its text form
+  (PostgreSQL has no implicit ``text = date``);
 - SUM of BIGINT is NUMERIC in PostgreSQL: returned as exact Python ints.
 """
 
@@ -18,7 +20,13 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from sqlglot import exp
 
-from dpsql.backends.portable import exact_rows, hash_as, round_half_away_from_zero
+from dpsql.backends.portable import (
+    domain_join_as_text,
+    exact_rows,
+    hash_as,
+    round_half_away_from_zero,
+    text_domain_keys,
+)
 from dpsql.catalog import Catalog
 from dpsql.errors import BackendError, DataError
 
@@ -34,8 +42,9 @@ def _truncate(value: exp.Expression) -> exp.Expression:
 
 def to_postgres(tree: exp.Expression) -> str:
     """The engine's exact tree as PostgreSQL SQL."""
-    adapted = tree.transform(
-        lambda node: round_half_away_from_zero(hash_as(node, _hash), _truncate))
+    text_keys = text_domain_keys(tree)
+    adapted = tree.transform(lambda node: domain_join_as_text(
+        round_half_away_from_zero(hash_as(node, _hash), _truncate), text_keys))
     return adapted.sql(dialect="postgres")
 
 

@@ -1,4 +1,4 @@
-"""Fixtures of the backend suite (a pytest plugin: ``pytest_plugins = ["servers"]``): a real PostgreSQL server and a local Spark session, each
+"""Fixtures of the backend suite (test modules import them by name): a real PostgreSQL server and a local Spark session, each
 loaded with the generated adult and visits tables of tests/conftest.py.
 
 Start the server with ``bash scripts/services.sh`` (it prints the URL); point the tests at
@@ -43,9 +43,16 @@ def visits_within_l0() -> pd.DataFrame:
     return visits.merge(days, on=["uid", "day"]).sort_values(["uid", "day"], kind="stable")
 
 
+DATES = ["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04", "2024-01-05"]
+
+
 def frames() -> dict[str, pd.DataFrame]:
-    """The tables every backend holds."""
-    return {"adult": make_adult(), "visits": make_visits(), "visits_l0": visits_within_l0()}
+    """The tables every backend holds (``events``: one row per visit, a DATE key)."""
+    visits = make_visits()
+    events = pd.DataFrame({"happened": [DATES[r] for r in visits.region_id],
+                           "amount": visits.amount})
+    return {"adult": make_adult(), "visits": visits, "visits_l0": visits_within_l0(),
+            "events": events}
 
 
 def metadata(folder: Path, *, warehouse: bool = False, budget: float = 1000.0,
@@ -56,6 +63,10 @@ def metadata(folder: Path, *, warehouse: bool = False, budget: float = 1000.0,
     meta["name"] = name
     meta["tables"]["visits_l0"] = {**meta["tables"]["visits"],
                                    "source": str(folder / "visits_l0.csv")}
+    meta["tables"]["events"] = {
+        "source": str(folder / "events.csv"), "privacy_unit": None,
+        "columns": {"happened": {"type": "date", "values": DATES},
+                    "amount": {"type": "float", "lower": 0, "upper": 100}}}
     if warehouse:
         for table in meta["tables"].values():
             del table["source"]
@@ -64,7 +75,7 @@ def metadata(folder: Path, *, warehouse: bool = False, budget: float = 1000.0,
 
 @pytest.fixture(scope="session")
 def backend_metadata():
-    """The ``metadata`` builder, for tests (they do not import this plugin module)."""
+    """The ``metadata`` builder, as a fixture."""
     return metadata
 
 
@@ -88,7 +99,16 @@ def csv_dir(tmp_path_factory) -> Path:
     return folder
 
 
-_PG_TYPES = {"int64": "BIGINT", "float64": "DOUBLE PRECISION", "object": "TEXT", "str": "TEXT"}
+# each table is typed as the catalogue declares it, on every backend
+SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE PRECISION", "text": "TEXT", "date": "DATE"}
+
+
+_SPARK_TYPES = {"DOUBLE PRECISION": "DOUBLE", "TEXT": "STRING"}
+
+
+def _declared(table: str) -> dict[str, str]:
+    columns = metadata(Path("."))["tables"][table]["columns"]
+    return {name: SQL_TYPES[spec["type"]] for name, spec in columns.items()}
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +139,7 @@ def _load(url: str) -> None:
 
     with psycopg.connect(url, autocommit=True) as con:
         for table, frame in frames().items():
-            columns = ", ".join(f"{c} {_PG_TYPES[str(t)]}" for c, t in frame.dtypes.items())
+            columns = ", ".join(f"{c} {t}" for c, t in _declared(table).items())
             con.execute(f"CREATE TABLE {table} ({columns})")
             with con.cursor().copy(f"COPY {table} FROM STDIN") as copy:
                 for row in frame.itertuples(index=False):
@@ -146,7 +166,10 @@ def spark():
         session.sparkContext.setLogLevel("ERROR")
         for table, frame in frames().items():
             # cached in the JVM: queries then start no Python workers
-            session.createDataFrame(frame).cache().createOrReplaceTempView(table)
+            typed = [f"CAST({c} AS {_SPARK_TYPES.get(t, t)}) AS {c}"
+                     for c, t in _declared(table).items()]
+            session.createDataFrame(frame).selectExpr(*typed).cache() \
+                .createOrReplaceTempView(table)
             session.table(table).count()
     yield session
     session.stop()

@@ -1,12 +1,12 @@
 """The dialect rewrites as a table: one construct of the engine's DuckDB-flavoured exact tree,
 the SQL each backend is sent. No server needed; semantics are checked in test_parity."""
+# ruff: noqa: F811 (the imported server fixtures are requested by name as parameters)
 
 from __future__ import annotations
 
 import pytest
+from servers import sql_writers  # noqa: F401 (fixtures)
 from sqlglot import parse_one
-
-pytest_plugins = ["servers"]  # the server fixtures
 
 ROUND_PG = ("(TRUNC(2 * (CAST(x AS DOUBLE PRECISION) / 0.25)) - "
             "TRUNC((CAST(x AS DOUBLE PRECISION) / 0.25)))")
@@ -42,6 +42,14 @@ CASES = {
                      "__d0(__k0) LEFT JOIN e ON __d0.__k0 = e.__k0",
          "spark": "SELECT __d0.__k0, COALESCE(e.p0, 0) FROM VALUES ('a'), ('b') AS "
                   "__d0(__k0) LEFT JOIN e ON __d0.__k0 = e.__k0"}),
+    "a key listed as strings (e.g. dates) is joined in its text form": (
+        ("SELECT __d.__k0 FROM (SELECT * FROM (VALUES ('2024-01-01')) AS __d0(__k0)) AS __d "
+         "LEFT JOIN __exact ON __d.__k0 = __exact.__k0"),
+        {"postgres": "SELECT __d.__k0 FROM (SELECT * FROM (VALUES ('2024-01-01')) AS "
+                     "__d0(__k0)) AS __d LEFT JOIN __exact ON __d.__k0 = "
+                     "CAST(__exact.__k0 AS TEXT)",
+         "spark": "SELECT __d.__k0 FROM (SELECT * FROM VALUES ('2024-01-01') AS __d0(__k0)) "
+                  "AS __d LEFT JOIN __exact ON __d.__k0 = __exact.__k0"}),
 }
 
 

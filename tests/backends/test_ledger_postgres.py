@@ -1,5 +1,6 @@
 """The budget ledger as a PostgreSQL table: same interface as the SQLite ledger, exact
 fractions, and one enforced budget shared by concurrent processes."""
+# ruff: noqa: F811 (the imported server fixtures are requested by name as parameters)
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from servers import backend_metadata, csv_dir, postgres_url  # noqa: F401 (fixtures)
 
 import dpsql
 from dpsql.cli import main
 from dpsql.ledger_postgres import PostgresLedger
 
-pytest_plugins = ["servers"]  # the server fixtures
 pytestmark = pytest.mark.postgres
 
 RACER = """

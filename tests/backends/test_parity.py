@@ -6,17 +6,18 @@ selection differs by dialect, so grouped queries on the multi-row-per-person tab
 ``visits_l0``, where nobody has more than L0 groups; on the full ``visits`` table only the
 totals that do not depend on which groups are kept are compared.
 """
+# ruff: noqa: F811 (the imported server fixtures are requested by name as parameters)
 
 from __future__ import annotations
 
 import pytest
+from servers import backend_metadata, csv_dir, postgres_url, spark  # noqa: F401 (fixtures)
 from sqlglot import parse_one
 
 import dpsql
 from dpsql.backends import open_backend
 from dpsql.catalog import load_catalog
 
-pytest_plugins = ["servers"]  # the server fixtures
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 
 CORPUS = [
@@ -38,6 +39,7 @@ CORPUS = [
     "SELECT day, SUM(amount) AS s FROM visits_l0 GROUP BY day",
     "SELECT day, COUNT(DISTINCT uid) FROM visits_l0 GROUP BY day",
     "SELECT day, AVG(amount) FROM visits_l0 WHERE amount > 10 GROUP BY day",
+    "SELECT happened, COUNT(*), SUM(amount) FROM events GROUP BY happened",
 ]
 SEED = 11
 
@@ -151,6 +153,7 @@ def test_backend_lists_tables_and_columns(connections):
     for backend in ("postgresql", "spark"):
         tables = connections[backend]._backend.tables()
         assert tables["visits"] == ["uid", "day", "amount", "region_id"], backend
+        assert tables["events"] == ["happened", "amount"], backend
 
 
 def test_postgres_refuses_a_source_file_with_a_hint(backend_metadata, csv_dir, postgres_url):
@@ -177,3 +180,11 @@ def test_open_backend_registry():
     assert open_backend(None, catalog).name == "duckdb"
     with pytest.raises(dpsql.BackendError, match="PostgreSQL"):
         open_backend("postgresql://nobody@127.0.0.1:1/none", catalog)
+
+
+def test_spark_master_url_reuses_a_running_session_and_leaves_it_up(backend_metadata, csv_dir,
+                                                                     spark):
+    meta = backend_metadata(csv_dir, warehouse=True)
+    with dpsql.connect("local[2]", metadata=meta, ledger=":memory:") as con:
+        assert con._backend.session is spark
+    assert spark.sql("SELECT 1").collect()[0][0] == 1  # still running after close()
