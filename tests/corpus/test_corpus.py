@@ -119,7 +119,9 @@ def _check_sensitivity(entry: dict, connections: dict) -> None:
         assert reported == pytest.approx(stated), f"explain reports {reported}"
     cursor = con.cursor().execute(entry["sql"], **_privacy(entry, 1.0))
     assert cursor.description, "no result columns"
-    assert isinstance(cursor.fetchall(), list)
+    rows = cursor.fetchall()
+    if "rows" in entry:
+        assert len(rows) == entry["rows"], f"released {len(rows)} rows"
     assert Fraction(cursor.sensitivity) == Fraction(reported)
     if entry.get("adversarial"):
         _check_neighbours(entry, connections, reported)
