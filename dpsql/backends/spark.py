@@ -8,9 +8,11 @@ is written in Spark's dialect:
 - ``HASH(u, k..., salt)`` -> ``xxhash64(u, k..., salt)`` (64 bits; Spark's HASH has 32);
 - ``ROUND(x)`` -> ``CAST(2x AS BIGINT) - CAST(x AS BIGINT)``: half away from zero like DuckDB
   (the same identity as PostgreSQL's, with Spark's truncating cast);
-- ``SUM(x)`` -> ``SUM(CAST(x AS DECIMAL(38,0)))``: a BIGINT sum overflows in Spark (an error
-  under ANSI mode) where DuckDB widens to HUGEINT. Every SUM of the exact tree adds integers
-  (counts and fixed-point grid units), so the cast is exact;
+- ``SUM(x)`` -> ``SUM(CAST(x AS DECIMAL(38,0)))`` when ANSI mode is off: DuckDB widens a
+  BIGINT sum to HUGEINT, Spark would silently wrap it, and a wrapped sum breaks the
+  sensitivity bound. Every SUM of the exact tree adds integers (counts and fixed-point grid
+  units), so the cast is exact. Under ANSI mode (Spark 4's default) an overflow is an error
+  instead, so the plain BIGINT sum is kept: it is 2-3 times faster than the DECIMAL one;
 - ``a // b`` -> ``a DIV b``, truncating like DuckDB (sqlglot's own mapping).
 """
 
@@ -42,11 +44,13 @@ def _truncate(value: exp.Expression) -> exp.Expression:
     return exp.cast(value, exp.DataType.build("BIGINT"))  # Spark's cast truncates toward zero
 
 
-def to_spark(tree: exp.Expression) -> str:
-    """The engine's exact tree as Spark SQL."""
-    adapted = tree.transform(
-        lambda node: _wide_sum(round_half_away_from_zero(hash_as(node, _hash), _truncate)))
-    return adapted.sql(dialect="spark")
+def to_spark(tree: exp.Expression, *, wide_sums: bool = True) -> str:
+    """The engine's exact tree as Spark SQL (``wide_sums``: sum as DECIMAL(38,0))."""
+    def adapt(node: exp.Expression) -> exp.Expression:
+        node = round_half_away_from_zero(hash_as(node, _hash), _truncate)
+        return _wide_sum(node) if wide_sums else node
+
+    return tree.transform(adapt).sql(dialect="spark")
 
 
 class SparkBackend:
@@ -104,8 +108,9 @@ class SparkBackend:
 
     def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
         """Execute an exact query tree."""
+        ansi = self.session.conf.get("spark.sql.ansi.enabled", "false").lower() == "true"
         try:
-            frame = self.session.sql(to_spark(tree))
+            frame = self.session.sql(to_spark(tree, wide_sums=not ansi))
             rows = frame.collect()
         except PySparkException as err:
             raise BackendError(f"Spark failed to run the exact query: {err}") from err

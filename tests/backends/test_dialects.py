@@ -27,7 +27,7 @@ CASES = {
         "SELECT (s * 2) // n FROM t",
         {"postgres": "SELECT DIV((s * 2), n) FROM t",
          "spark": "SELECT (s * 2) DIV n FROM t"}),
-    "sums cannot overflow": (
+    "sums cannot wrap (Spark without ANSI mode)": (
         "SELECT SUM(__s0) AS p0 FROM t",
         {"postgres": "SELECT SUM(__s0) AS p0 FROM t",
          "spark": "SELECT SUM(CAST(__s0 AS DECIMAL(38, 0))) AS p0 FROM t"}),

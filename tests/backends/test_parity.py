@@ -133,10 +133,20 @@ def test_integer_division_truncates_like_duckdb(connections, backend):
     assert _exact(connections[backend], "", tree) == _exact(connections["duckdb"], "", tree)
 
 
-def test_spark_sums_past_bigint_without_overflow(connections):
+@pytest.mark.parametrize("ansi", ["true", "false"])
+def test_spark_sum_past_bigint_is_exact_or_refused_never_wrapped(connections, spark, ansi):
     tree = parse_one("SELECT SUM(x) AS s FROM (VALUES (9223372036854775807), "
                      "(9223372036854775807)) AS t(x)", read="duckdb")
-    assert _exact(connections["spark"], "", tree) == (["s"], [(2 * 9223372036854775807,)])
+    before = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", ansi)
+    try:
+        if ansi == "true":  # BIGINT sum, and an overflow is an error
+            with pytest.raises(dpsql.BackendError, match="OVERFLOW"):
+                _exact(connections["spark"], "", tree)
+        else:  # Spark would wrap silently: summed as DECIMAL(38,0) instead
+            assert _exact(connections["spark"], "", tree) == (["s"], [(2 * 9223372036854775807,)])
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", before)
 
 
 def test_spark_registers_csv_sources_as_views(backend_metadata, csv_dir, spark):
