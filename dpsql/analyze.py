@@ -24,7 +24,7 @@ from dpsql.errors import (
 )
 from dpsql.infer import bounds_of, domain_of, literal_value
 from dpsql.plan import Aggregate, CheckedQuery, GroupKey, OutputColumn, Statement
-from dpsql.relations import Relation, resolve_from
+from dpsql.relations import Relation, refuse_failing_functions, resolve_from
 
 NOISY_FRAME = "__noisy"
 SPREADS = {exp.Variance: "var_samp", exp.VariancePop: "var_pop", exp.Stddev: "stddev_samp",
@@ -166,6 +166,8 @@ def _outer_clauses(select: exp.Select) -> list[exp.Expression]:
 
 
 def _refuse_constructs(select: exp.Select, statement: Statement) -> None:
+    for clause in _outer_clauses(select):
+        refuse_failing_functions(clause, statement)
     if any(isinstance(e, exp.Star) for e in select.expressions):
         raise NonAggregateQueryError(
             "SELECT * would return private rows", sql=statement.sql,
@@ -384,6 +386,9 @@ def _post_query(select, keys, aggregates, outputs) -> exp.Select:
     by_sql = {a.sql: a.name for a in aggregates}
 
     def substitute(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
+            # a cast of a noisy value must not fail after the budget is charged
+            return exp.TryCast(this=node.this, to=node.args["to"])
         if isinstance(node, exp.AggFunc) and node.sql(dialect="duckdb") in by_sql:
             return exp.column(by_sql[node.sql(dialect="duckdb")], quoted=True)
         key = _matching_key(node, keys) if not isinstance(node, exp.Literal) else None

@@ -41,14 +41,22 @@ def exact(value: float | int | str | Fraction, name: str = "epsilon") -> Fractio
         ) from err
 
 
+SMALLEST = Fraction(1, 10**12)
+
+
 def positive(value: float | int | str | Fraction, name: str = "epsilon") -> Fraction:
-    """Exact value of a parameter that must be > 0 (ε, a budget)."""
+    """Exact value of a parameter that must be > 0 (ε, ρ, a budget); below 1e-12 is refused."""
     result = exact(value, name)
     if result <= 0:
         raise PrivacyParameterError(
             f"{name} must be greater than 0, got {float(result):g}",
             hint=f"use a positive {name}, e.g. {name}=1.0",
         )
+    if result < SMALLEST:
+        raise PrivacyParameterError(
+            f"{name} = {float(result):g} is too small to answer anything (below 1e-12): the "
+            "noise would be astronomically larger than any answer",
+            hint=f"use a {name} of at least 1e-12; typical values are 0.01 to 10")
     return result
 
 

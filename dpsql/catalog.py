@@ -132,12 +132,31 @@ def load_catalog(metadata: str | os.PathLike | dict | Catalog) -> Catalog:
             hint="pass --metadata with the path of a YAML catalogue",
         )
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(path.read_text(), Loader=_StrictLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as err:
         raise CatalogError(f"metadata file {str(path)!r} is not valid YAML: {err}") from err
     if not isinstance(raw, dict):
         raise CatalogError(f"metadata file {str(path)!r} must hold a mapping with 'tables'")
     return _build(raw, base=path.resolve().parent, path=path.resolve(), default_name=path.stem)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a repeated key is an error, not a silent overwrite."""
+
+
+def _mapping_without_repeats(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
+    seen: set = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the key {key!r} appears twice", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                              _mapping_without_repeats)
 
 
 def _build(raw: dict, *, base: Path, path: Path | None, default_name: str) -> Catalog:

@@ -17,11 +17,17 @@ from dpsql.analyze import analyze, is_public_query
 from dpsql.backends import Backend
 from dpsql.budget import PrivacyLoss, positive, probability, rho_from_epsilon_delta
 from dpsql.catalog import Catalog
-from dpsql.errors import CatalogError, PrivacyParameterError, UnsupportedSQLError
+from dpsql.errors import (
+    BackendError,
+    CatalogError,
+    PrivacyParameterError,
+    ProgrammingError,
+    UnsupportedSQLError,
+)
 from dpsql.ledger import Ledger, budget_exhausted
 from dpsql.mechanisms.calibrate import half_width_units, largest_scale_for_half_width
 from dpsql.mechanisms.samplers import RandomSource
-from dpsql.parse import parse_one, parse_script
+from dpsql.parse import parse_one, parse_script, too_deep
 from dpsql.plan import ExactQuery, ScriptPlan, Statement, StatementPlan
 from dpsql.release import (
     ColumnInfo,
@@ -75,8 +81,13 @@ class Engine:
                 public.append(statement)
             else:
                 order.append(("dp", len(private)))
-                private.append(analyze(statement, self.catalog,
-                                       private_keys=delta > 0 and not gaussian))
+                try:
+                    checked = analyze(statement, self.catalog,
+                                      private_keys=delta > 0 and not gaussian)
+                except RecursionError:
+                    raise too_deep(statement.sql) from None
+                self.post.check(checked)
+                private.append(checked)
         if not private:
             return Planned(tuple(order), None, tuple(public))
         if gaussian:
@@ -111,15 +122,32 @@ class Engine:
             if stored is not None:
                 return load_results(stored)
         budget = self._budget() if planned.release else None
+        self._bind(planned)
         if planned.release is not None:
             remaining = budget.minus(self.ledger.spent(self.catalog.name))
             if not remaining.covers(planned.release.loss):
                 raise budget_exhausted(self.analyst, self.catalog.name, planned.release.loss,
                                        remaining)
-        exact = [self._run(p.exact_query) for p in planned.release.statements] \
-            if planned.release else []
-        histograms = [{column: self._run(query)[1] for column, query in p.histograms}
-                      for p in planned.release.statements] if planned.release else []
+        try:
+            exact = [self._run(p.exact_query) for p in planned.release.statements] \
+                if planned.release else []
+            histograms = [{column: self._run(query)[1] for column, query in p.histograms}
+                          for p in planned.release.statements] if planned.release else []
+        except BackendError:
+            if planned.release is None:
+                raise
+            # whether the exact query fails can depend on the data (a value that overflows):
+            # the failure is charged like an answer, and the database's message, which can
+            # quote private values, is not passed on
+            self.ledger.charge(analyst=self.analyst, dataset=self.catalog.name,
+                               loss=planned.release.loss, budget=budget,
+                               statement="-- failed on the data\n" + ";\n".join(
+                                   p.checked.statement.sql for p in planned.release.statements))
+            raise BackendError(
+                "the exact query failed on the data; nothing was released and the request's "
+                f"{planned.release.loss.describe()} was charged, because whether it fails can "
+                "depend on a person's values", hint="avoid expressions that can fail on some "
+                "values (overflowing arithmetic, strict conversions)") from None
         public = [self.backend.run(s.tree) for s in planned.public]
         release_id = None
         if planned.release is not None:
@@ -141,6 +169,20 @@ class Engine:
         if reuse:
             self.ledger.record_answer(release_id, dump_results(results))
         return results
+
+    def _bind(self, planned: Planned) -> None:
+        """Refuse, before any charge, exact queries the backend cannot even plan."""
+        bind = getattr(self.backend, "bind_duckdb_sql", None)
+        if bind is None or planned.release is None:
+            return
+        for plan in planned.release.statements:
+            for query in (plan.exact_query, *(q for _, q in plan.histograms)):
+                problem = bind(query.sql)
+                if problem is not None:
+                    raise ProgrammingError(
+                        f"the query cannot be planned: {problem}",
+                        sql=plan.checked.statement.sql,
+                        hint="use functions on the table's own columns (no file access)")
 
     def _run(self, query: ExactQuery) -> tuple[list[str], list[tuple]]:
         # DuckDB runs the SQL text as built; other backends adapt the parsed tree

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -48,6 +49,14 @@ def _parsed(sql: str) -> tuple[exp.Expression, ...]:
         return tuple(t for t in sqlglot.parse(sql, read=DIALECT) if t is not None)
     except (ParseError, TokenError) as err:
         raise _syntax_error(err, sql) from None
+    except RecursionError:
+        raise too_deep(sql) from None
+
+
+def too_deep(sql: str) -> ProgrammingError:
+    """The refusal for SQL nested too deeply to analyse."""
+    return ProgrammingError("the SQL is nested too deeply to analyse",
+                            sql=sql[:200], hint="flatten the expression (fewer nested parentheses)")
 
 
 def parse_one(sql: str, params: Sequence[Any] | None = None) -> Statement:
@@ -104,6 +113,9 @@ def _literal(value: Any) -> exp.Expression:
         return exp.Null()
     if isinstance(value, bool):
         return exp.Boolean(this=value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InterfaceError(f"cannot bind the parameter {value!r}: it is not a finite number",
+                             hint="bind finite numbers, or write the condition without it")
     if isinstance(value, (int, float)):
         return exp.Literal.number(value)
     if isinstance(value, str):

@@ -77,9 +77,21 @@ class Relation:
         return self.spec.columns[self.lookup(node)]
 
     def plain(self, node: exp.Expression) -> exp.Expression:
-        """Copy of a row-level expression over this relation's own column names."""
-        return node.transform(lambda n: exp.column(self.lookup(n), quoted=True)
-                              if isinstance(n, exp.Column) else n)
+        """Copy of a row-level expression over this relation's own column names.
+
+        CAST becomes TRY_CAST: a cast that fails on one person's value would otherwise make
+        the whole query fail, and whether it fails would tell about that person.
+        """
+        refuse_failing_functions(node, self.statement)
+
+        def rename(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, exp.Column):
+                return exp.column(self.lookup(n), quoted=True)
+            if isinstance(n, exp.Cast) and not isinstance(n, exp.TryCast):
+                return exp.TryCast(this=n.this, to=n.args["to"])
+            return n
+
+        return node.transform(rename)
 
     def _unknown(self, node: exp.Column) -> UnknownColumnError:
         known = ", ".join(sorted({n for _, n in self.names}))
@@ -88,6 +100,19 @@ class Relation:
 
     def _sql(self) -> str | None:
         return self.statement.sql if self.statement else None
+
+
+FAILING_FUNCTIONS = {"error", "raise_error", "assert"}
+
+
+def refuse_failing_functions(node: exp.Expression, statement: Statement | None) -> None:
+    """Refuse functions whose purpose is to fail: failing on one row would reveal it."""
+    for call in node.find_all(exp.Anonymous):
+        name = call.name.lower()
+        if name in FAILING_FUNCTIONS:
+            raise UnsupportedSQLError(
+                f"{name}() is not allowed: whether the query fails would depend on the data",
+                sql=statement.sql if statement else None, hint=f"remove {name}()")
 
 
 def resolve_from(select: exp.Select, catalog: Catalog, statement: Statement,

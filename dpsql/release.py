@@ -16,7 +16,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 from dpsql.analyze import NOISY_FRAME, ci_column
-from dpsql.errors import InternalError
+from dpsql.errors import InternalError, ProgrammingError
 from dpsql.mechanisms.calibrate import half_width_units
 from dpsql.mechanisms.samplers import RandomSource, discrete_gaussian, discrete_laplace
 from dpsql.plan import StatementPlan
@@ -122,6 +122,8 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
 
 
 def _noisy(value, part, rng: RandomSource):
+    if part.sensitivity == 0:  # the answer cannot depend on any person: nothing to hide
+        return int(value) if part.grid_exp == 0 else float(int(value) * part.grid)
     noise = discrete_gaussian(part.sigma2_units, rng) if part.mechanism == "gaussian" else \
         discrete_laplace(part.scale / part.grid, rng)
     units = int(value) + noise  # grid units, exact
@@ -227,10 +229,42 @@ class PostProcessor:
         finally:
             self._connection.unregister(NOISY_FRAME)
 
+    def check(self, checked) -> None:
+        """Run the post-processing SQL on an empty noisy frame, before any data is read.
+
+        Mistakes in HAVING / ORDER BY / LIMIT (an unknown column, a bad type, a negative
+        LIMIT) then refuse the query before the budget is charged.
+        """
+        if checked.post_is_projection:
+            return
+        try:
+            self.run(checked.post_sql, _empty_frame(checked))
+        except duckdb.Error as err:
+            raise ProgrammingError(
+                f"the post-processing of the noisy result (HAVING, ORDER BY, LIMIT or "
+                f"arithmetic) cannot run: {str(err).splitlines()[0]}", sql=checked.statement.sql,
+                hint="refer only to the SELECT's keys, aggregates and aliases") from None
+
     def close(self) -> None:
         """Close the DuckDB connection."""
         if self._connection is not None:
             self._connection.close()
+
+
+_DTYPES = {"int": "int64", "float": "float64", "bool": "bool", "text": "object",
+           "date": "datetime64[ns]"}
+
+
+def _empty_frame(checked) -> pd.DataFrame:
+    """A noisy frame with no rows and the columns (and types) ``release`` would give it."""
+    columns = {k.name: pd.Series([], dtype=_DTYPES.get(k.type, "object")) for k in checked.keys}
+    for agg in checked.aggregates:
+        kind = "int64" if agg.kind in ("count_star", "count", "count_distinct_unit") or (
+            agg.kind == "sum" and agg.integral) else "float64"
+        columns[agg.name] = pd.Series([], dtype=kind)
+        columns[agg.name + "__low"] = pd.Series([], dtype="float64")
+        columns[agg.name + "__high"] = pd.Series([], dtype="float64")
+    return pd.DataFrame(columns)
 
 
 def _post_process(plan: StatementPlan, frame: dict[str, list], post: PostProcessor):

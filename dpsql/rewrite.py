@@ -256,6 +256,8 @@ def _exact_sql(checked: CheckedQuery, parts, values: dict[str, _Value], salt: in
         src_cols = ["1 AS __one"]
     filters = [f"({checked.where.sql(dialect=DIALECT)})"] if checked.where is not None else []
     filters += [f"{k.sql} IS NOT NULL" for k in checked.keys]
+    if table.privacy_unit is not None:  # a row that names no person is no one's to bound
+        filters.append(f"{_quote(table.privacy_unit)} IS NOT NULL")
     where = f" WHERE {' AND '.join(filters)}" if filters else ""
     ctes = [f"__src AS (SELECT {', '.join(src_cols)} FROM {checked.from_sql}{where})"]
     key_list = ", ".join(keys)
@@ -317,6 +319,7 @@ def _histogram_sql(checked: CheckedQuery, part: NoisePart, salt: int) -> str:
                 f"{' AND '.join(filters)}) SELECT {group}, COUNT(*) AS n FROM __src "
                 f"GROUP BY {group}")
     cols.insert(0, f"{_quote(table.privacy_unit)} AS __unit")
+    filters.append(f"{_quote(table.privacy_unit)} IS NOT NULL")
     partition = ", ".join(["__unit", *keys])
     group_rank = (f"DENSE_RANK() OVER (PARTITION BY __unit ORDER BY HASH(__unit, "
                   f"{', '.join(keys)}, {salt})) AS __g, " if keys else "1 AS __g, ")

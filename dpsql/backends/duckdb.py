@@ -66,6 +66,18 @@ class DuckDBBackend:
         """Execute an exact query tree."""
         return self.run_duckdb_sql(tree.sql(dialect=self.dialect))
 
+    def bind_duckdb_sql(self, sql: str) -> str | None:
+        """Plan the query without running it; DuckDB's complaint if it cannot, else None.
+
+        Binding reads no rows, so its errors (unknown functions, wrong types) say nothing
+        about the data and refuse a query before anything is charged.
+        """
+        try:
+            self.connection.execute(f"EXPLAIN {sql}")
+        except duckdb.Error as err:
+            return str(err).splitlines()[0]
+        return None
+
     def run_duckdb_sql(self, sql: str) -> tuple[list[str], list[tuple]]:
         """Execute exact SQL already written in DuckDB's dialect (no re-generation)."""
         try:

@@ -26,7 +26,11 @@ def discrete_laplace_half_width(scale: float, confidence: float = 0.95) -> int:
         3
     """
     alpha = 1.0 - confidence
+    if scale <= 0:
+        return 0
     q = math.exp(-1.0 / scale)
+    if q >= 1.0 - 1e-12:  # astronomically wide: the continuous Laplace's width is exact enough
+        return math.ceil(scale * math.log(1.0 / alpha))
     # solve 2 q^(k+1) / (1 + q) <= alpha for the smallest integer k
     k = math.ceil(math.log(alpha * (1 + q) / 2) / math.log(q) - 1) if q > 0 else 0
     k = max(k, 0)
@@ -98,6 +102,8 @@ def largest_scale_for_half_width(target: float, grid: float = 1.0,
 
 def half_width_units(part, confidence: float = 0.95) -> int:
     """Half-width, in grid units, of the interval of a noise part (Laplace or Gaussian)."""
+    if part.sensitivity == 0:
+        return 0
     if part.mechanism == "gaussian":
         return discrete_gaussian_half_width(float(part.sigma2_units), confidence)
     return discrete_laplace_half_width(float(part.scale / part.grid), confidence)
