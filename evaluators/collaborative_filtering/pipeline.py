@@ -86,12 +86,15 @@ def fill_with_roustida(
     """Discretize ``values`` per user, fill with ROUSTIDA, recompute z' into a new table.
 
     ``min_overlap`` > 0 selects the labelled non-thesis variant of ``roustida.roustida``.
+    Only training users donate values (``cf_split``): every user's row is filled, but a test
+    user's ratings, held-out targets included, never reach another row.
     """
     started = time.perf_counter()
     levels_long = fetch_long(con, discretize(con, values, "z", "cf_levels", n_levels), "lvl")
     users = np.unique(levels_long["user_id"].to_numpy())
     dense = to_dense(levels_long, "lvl", users, n_items(con), dtype=np.int16)
-    result = roustida(dense, min_overlap=min_overlap)
+    train = con.execute("SELECT user_id FROM cf_split WHERE NOT is_test").fetchnumpy()["user_id"]
+    result = roustida(dense, min_overlap=min_overlap, donors=np.isin(users, train))
     store_long(con, "cf_levels_filled", to_long(result.levels, "lvl", users))
     table = create_zscores(con, "cf_levels_filled", "lvl", f"{values}_filled")
     empty = int((dense == 0).sum())

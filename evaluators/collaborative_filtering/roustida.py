@@ -62,21 +62,27 @@ def discretize(
 
 
 def roustida(
-    levels: np.ndarray, max_passes: int | None = None, min_overlap: int = 0
+    levels: np.ndarray,
+    max_passes: int | None = None,
+    min_overlap: int = 0,
+    donors: np.ndarray | None = None,
 ) -> RoustidaResult:
     """Fill ``levels`` (users x items, positive ints, 0 = missing) with ROUSTIDA to a fixpoint.
 
     ``max_passes`` caps the loop (None: until a pass fills nothing; it always terminates
     because filled cells are never emptied). ``min_overlap`` > 0 is a variant that is not in the
     thesis: users with fewer co-rated items than that are treated as discernible, so a user
-    with no overlap no longer counts as "completely similar".
+    with no overlap no longer counts as "completely similar". ``donors`` (a boolean per row,
+    default all) limits whose values may fill other rows: an evaluation passes the training
+    users only, so a test user's held-out rating can never be copied into a neighbour's row
+    and come back as its own prediction.
     """
     current = np.asarray(levels).copy()
     if current.ndim != 2 or (current < 0).any():
         raise dpsql.ProgrammingError("levels must be a 2-D array of levels >= 1, 0 = missing")
     passes = filled = 0
     while max_passes is None or passes < max_passes:
-        fill_mask, fill_values = _one_pass(current, min_overlap)
+        fill_mask, fill_values = _one_pass(current, min_overlap, donors)
         if not fill_mask.any():
             break
         current[fill_mask] = fill_values[fill_mask]
@@ -85,7 +91,9 @@ def roustida(
     return RoustidaResult(levels=current, passes=passes, filled=filled)
 
 
-def _one_pass(levels: np.ndarray, min_overlap: int) -> tuple[np.ndarray, np.ndarray]:
+def _one_pass(
+    levels: np.ndarray, min_overlap: int, donors: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
     """Cells to fill in this pass and their values, all decided from the same snapshot."""
     values = np.unique(levels[levels != MISSING])
     # float32 products count exactly up to 2^24, far above any user or item count here.
@@ -95,6 +103,8 @@ def _one_pass(levels: np.ndarray, min_overlap: int) -> tuple[np.ndarray, np.ndar
     agreeing = sum(e @ e.T for e in onehots)
     indiscernible = ((co_rated - agreeing) < 0.5) & (co_rated > min_overlap - 0.5)
     np.fill_diagonal(indiscernible, False)
+    if donors is not None:
+        indiscernible[:, ~np.asarray(donors, dtype=bool)] = False
     ns = indiscernible.astype(np.float32)
     has_value = np.stack([(ns @ e) > 0.5 for e in onehots])  # level x user x item
     n_distinct = has_value.sum(axis=0)

@@ -5,11 +5,14 @@ rating of the test users predicted leave-one-out. For each privacy setting of th
 (σ ∈ {1, 2, 4} with β = 0; β ∈ {50, 100, 200, 400} with σ = 2), the non-private baseline and
 a local-DP release (discrete Laplace per rating, ε ∈ {1, 2, 4}), the released matrix is used
 as it is ("sparse", mean filling) and after discretization + ROUSTIDA ("filled"), with the
-user-, item- and clustering-based recommenders. Writes ``results.csv`` (one row per run),
-``summary.csv`` (mean and sd over repetitions), PNG plots and ``report.md`` to
-``docs/reports/collaborative_filtering/``.
+user-, item- and clustering-based recommenders. Side runs (one repetition each, part of a full
+run): ROUSTIDA variants (level N, a minimum-overlap rule that is not in the thesis), the RPT grid
+with the min-overlap-1 filled arm, and what an RPT release discloses. Writes ``results.csv``
+(one row per run), ``summary.csv`` (mean and sd over repetitions), the side-run CSVs, PNG plots
+and ``report.md`` to ``docs/reports/collaborative_filtering/``.
 
 Usage: ``python -m evaluators.experiments.collaborative_filtering [--quick] [--reps N]``
+(``--extras-only`` / ``--min-overlap-grid`` rerun one side run; ``--replot`` only re-renders).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ FILL_VARIANTS = ((2, 0), (4, 0), (9, 0), (4, 1), (4, 5))
 FILL_VARIANT_SIGMAS = (2, 4)
 DISCLOSURE_SIGMAS = (1, 2, 4)
 DISCLOSURE_BETA = 200
+MIN_OVERLAP_CSV = "results_min_overlap1.csv"
 
 # Thesis §5.1-5.3, MovieLens ("MLP"): non-private MAE, RMSE.
 THESIS_BASELINE = {"user": (0.7606, 1.0871), "item": (0.7634, 1.0638),
@@ -109,8 +113,11 @@ QUICK_SETTINGS = [Setting("non-private", Perturbation("none")), rpt(2, 0), rpt(2
 
 
 def run_repetition(rep: int, settings: list[Setting], metadata: str, levels: int,
-                   progress: tqdm) -> list[dict]:
-    """Every setting x arm x method on one split and one draw of client noise."""
+                   progress: tqdm, min_overlap: int = 0) -> list[dict]:
+    """Every setting x arm x method on one split and one draw of client noise.
+
+    ``min_overlap`` selects the ROUSTIDA rule of the filled arm (0: the thesis's).
+    """
     seed = BASE_SEED + rep
     rng = make_rng(seed)
     cust = open_ratings(metadata, ledger=":memory:")
@@ -119,9 +126,9 @@ def run_repetition(rep: int, settings: list[Setting], metadata: str, levels: int
     rows = []
     for setting in settings:
         values = release_values(con, setting.perturbation, rng)
-        filled = fill_with_roustida(con, values, levels)
+        filled = fill_with_roustida(con, values, levels, min_overlap)
         fill_stats = {"fill_passes": filled.passes, "fill_ratio": filled.fill_ratio,
-                      "fill_seconds": filled.seconds}
+                      "fill_seconds": filled.seconds, "min_overlap": min_overlap}
         for arm, table in (("sparse", values), ("filled", filled.table)):
             for method in METHODS:
                 started = time.perf_counter()
@@ -168,6 +175,18 @@ def run_fill_variants(metadata: str) -> pd.DataFrame:
                          "fill_ratio": filled.fill_ratio, "fill_passes": filled.passes,
                          **evaluate(con, "user", filled.table).as_dict()})
     cust.close()
+    return pd.DataFrame(rows)
+
+
+def run_min_overlap_grid(metadata: str, levels: int) -> pd.DataFrame:
+    """The RPT grid once more with the min-overlap-1 ROUSTIDA variant in the filled arm.
+
+    Repetition 0's seed and setting order, so the split and the masks equal those of
+    repetition 0 of the main grid (the non-private release draws no randomness).
+    """
+    settings = [s for s in FULL_SETTINGS if s.perturbation.kind == "rpt"]
+    with tqdm(total=len(settings) * len(ARMS) * len(METHODS), desc="min overlap 1") as bar:
+        rows = run_repetition(0, settings, metadata, levels, bar, min_overlap=1)
     return pd.DataFrame(rows)
 
 
@@ -356,6 +375,26 @@ def _local_dp_section(summary: pd.DataFrame) -> list[str]:
     return lines
 
 
+def _min_overlap_section(variant: pd.DataFrame, results: pd.DataFrame) -> list[str]:
+    literal = results[(results["rep"] == 0) & (results["arm"] == "filled")]
+    lines = ["", ("## Filled arm with min overlap 1 (not in the thesis; repetition 0's split and "
+             "masks)"), "",
+             "Sparse and both filled arms see the same masked matrix. ΔMAE = filled − sparse.", "",
+             ("| setting | method | MAE sparse | MAE filled (literal NS) | MAE filled (min overlap 1) "
+             "| Δ literal | Δ min overlap 1 | cov. sparse | cov. filled (min overlap 1) "
+             "| fill ratio (min overlap 1) |"), "|---|---|---|---|---|---|---|---|---|---|"]
+    for (setting, method), pair in variant.groupby(["setting", "method"], sort=False):
+        sparse = pair[pair["arm"] == "sparse"].iloc[0]
+        filled = pair[pair["arm"] == "filled"].iloc[0]
+        lit = literal[(literal["setting"] == setting) & (literal["method"] == method)]
+        lit_mae = lit["mae"].iloc[0] if len(lit) else float("nan")
+        lines.append(f"| {setting} | {method} | {sparse.mae:.4f} | {lit_mae:.4f} | "
+                     f"{filled.mae:.4f} | {lit_mae - sparse.mae:+.4f} | "
+                     f"{filled.mae - sparse.mae:+.4f} | {sparse.coverage:.4f} | "
+                     f"{filled.coverage:.4f} | {filled.fill_ratio:.3f} |")
+    return lines
+
+
 def _extras_section(out: Path) -> list[str]:
     lines = []
     if (out / "fill_variants.csv").is_file():
@@ -372,6 +411,9 @@ def _extras_section(out: Path) -> list[str]:
                 f"{f'{row.fill_ratio:.3f}' if filled else '–'} | "
                 f"{int(row.fill_passes) if filled else '–'} | {row.mae:.4f} | "
                 f"{row.rmse:.4f} | {row.coverage:.4f} |")
+    if (out / MIN_OVERLAP_CSV).is_file():
+        lines += _min_overlap_section(pd.read_csv(out / MIN_OVERLAP_CSV),
+                                      pd.read_csv(out / "results.csv"))
     if (out / "disclosure.csv").is_file():
         disclosure = pd.read_csv(out / "disclosure.csv")
         lines += ["", f"## What RPT discloses (one masking of all users, β = {DISCLOSURE_BETA})",
@@ -404,33 +446,36 @@ def write_outputs(results: pd.DataFrame, out: Path, minutes: float, quick: bool)
 @click.option("--out", type=click.Path(file_okay=False), default=str(OUT_DIR),
               show_default=True)
 @click.option("--replot", is_flag=True, help="Rebuild plots and report from results.csv.")
+@click.option("--min-overlap-grid", is_flag=True,
+              help="Only run the RPT grid with the min-overlap-1 ROUSTIDA variant, then replot.")
 @click.option("--extras-only", is_flag=True,
               help="Only rerun the ROUSTIDA variants and the disclosure measurement, then replot.")
 def main(quick: bool, reps: int, metadata: str, levels: int, out: str, replot: bool,
-         extras_only: bool) -> None:
+         min_overlap_grid: bool, extras_only: bool) -> None:
     """Run the grid and write CSV, PNG and markdown outputs."""
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if extras_only or not (quick or replot):
+    full = not (quick or replot or min_overlap_grid or extras_only)
+    if quick or full:
+        settings = QUICK_SETTINGS if quick else FULL_SETTINGS
+        reps = 1 if quick else reps
+        started = time.perf_counter()
+        rows = []
+        with tqdm(total=reps * len(settings) * len(ARMS) * len(METHODS), desc="cf runs") as bar:
+            for rep in range(reps):
+                rows += run_repetition(rep, settings, metadata, levels, bar)
+                pd.DataFrame(rows).to_csv(out_dir / "results.csv", index=False)
+        minutes = (time.perf_counter() - started) / 60
+        (out_dir / "run.json").write_text(json.dumps({"minutes": round(minutes, 1),
+                                                      "quick": quick, "reps": reps}))
+    if extras_only or full:
         run_disclosure(metadata).to_csv(out_dir / "disclosure.csv", index=False)
         run_fill_variants(metadata).to_csv(out_dir / "fill_variants.csv", index=False)
-    if replot or extras_only:
-        run = _recorded_run(out_dir)
-        write_outputs(pd.read_csv(out_dir / "results.csv"), out_dir, run["minutes"], run["quick"])
-        return
-    settings = QUICK_SETTINGS if quick else FULL_SETTINGS
-    reps = 1 if quick else reps
-    started = time.perf_counter()
-    rows = []
-    with tqdm(total=reps * len(settings) * len(ARMS) * len(METHODS), desc="cf runs") as bar:
-        for rep in range(reps):
-            rows += run_repetition(rep, settings, metadata, levels, bar)
-            pd.DataFrame(rows).to_csv(out_dir / "results.csv", index=False)
-    minutes = (time.perf_counter() - started) / 60
-    (out_dir / "run.json").write_text(json.dumps({"minutes": round(minutes, 1), "quick": quick,
-                                                  "reps": reps}))
-    write_outputs(pd.DataFrame(rows), out_dir, minutes, quick)
-    click.echo(f"wrote {out_dir} in {minutes:.1f} min")
+    if min_overlap_grid or full:
+        run_min_overlap_grid(metadata, levels).to_csv(out_dir / MIN_OVERLAP_CSV, index=False)
+    run = _recorded_run(out_dir)
+    write_outputs(pd.read_csv(out_dir / "results.csv"), out_dir, run["minutes"], run["quick"])
+    click.echo(f"wrote {out_dir}")
 
 
 if __name__ == "__main__":

@@ -125,6 +125,14 @@ def test_users_without_co_rated_items_are_indiscernible_unless_min_overlap_is_se
     assert roustida(disjoint, min_overlap=1).filled == 0
 
 
+def test_only_donors_fill_other_rows():
+    # Row 2 plays a test user: its level 3 on item 0 must not reach rows 0 and 1.
+    levels = np.array([[0, 1], [0, 1], [3, 1]])
+    assert roustida(levels).levels[0, 0] == 3
+    restricted = roustida(levels, donors=np.array([True, True, False]))
+    np.testing.assert_array_equal(restricted.levels, levels)
+
+
 def test_discretize_maps_each_row_onto_levels_one_to_n_plus_one():
     con = duckdb.connect()
     store_long(con, "vals", pd.DataFrame({
