@@ -256,14 +256,22 @@ _DTYPES = {"int": "int64", "float": "float64", "bool": "bool", "text": "object",
 
 
 def _empty_frame(checked) -> pd.DataFrame:
-    """A noisy frame with no rows and the columns (and types) ``release`` would give it."""
-    columns = {k.name: pd.Series([], dtype=_DTYPES.get(k.type, "object")) for k in checked.keys}
+    """A one-row noisy frame with the columns (and types) ``release`` would give it.
+
+    One row of zeros (and each key's first domain value), so that constant mistakes such as
+    comparing a count with 'abc' fail here, where they cost nothing.
+    """
+    defaults = {"int": 0, "float": 0.0, "bool": False, "text": ""}
+    columns = {}
+    for key in checked.keys:
+        first = key.domain[0] if key.domain else defaults.get(key.type, "")
+        columns[key.name] = pd.Series([first], dtype=_DTYPES.get(key.type, "object"))
     for agg in checked.aggregates:
         kind = "int64" if agg.kind in ("count_star", "count", "count_distinct_unit") or (
             agg.kind == "sum" and agg.integral) else "float64"
-        columns[agg.name] = pd.Series([], dtype=kind)
-        columns[agg.name + "__low"] = pd.Series([], dtype="float64")
-        columns[agg.name + "__high"] = pd.Series([], dtype="float64")
+        columns[agg.name] = pd.Series([0], dtype=kind)
+        columns[agg.name + "__low"] = pd.Series([0.0], dtype="float64")
+        columns[agg.name + "__high"] = pd.Series([0.0], dtype="float64")
     return pd.DataFrame(columns)
 
 
