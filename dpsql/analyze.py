@@ -205,7 +205,9 @@ def _group_keys(select, resolver: Relation, statement: Statement,
     group = select.args.get("group")
     if group is None:
         return ()
-    if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
+    if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets") or \
+            any(isinstance(e, (exp.Rollup, exp.Cube, exp.GroupingSets))
+                for e in group.expressions):
         raise UnsupportedSQLError("ROLLUP, CUBE and GROUPING SETS are not supported",
                                   sql=statement.sql, hint="send one query per grouping")
     aliased = {e.alias.lower(): e.this for e in select.expressions if isinstance(e, exp.Alias)}

@@ -140,8 +140,9 @@ def resolve_from(select: exp.Select, catalog: Catalog, statement: Statement,
 def _item(node: exp.Expression, catalog: Catalog, statement: Statement,
           ctes: dict[str, exp.Expression]) -> Relation:
     alias = node.alias_or_name
-    if isinstance(node, exp.Table) and node.name and not node.args.get("db"):
-        cte = ctes.get(node.name.lower())
+    if isinstance(node, exp.Table) and node.name and not isinstance(node.this, exp.Func):
+        # a schema qualifier (SmartNoise's PUMS.PUMS) names the same catalogue table
+        cte = ctes.get(node.name.lower()) if not node.args.get("db") else None
         if cte is not None:
             return _derived(cte, alias or node.name, catalog, statement, ctes)
         return _table(node, catalog, statement)
