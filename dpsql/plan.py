@@ -183,4 +183,5 @@ class ScriptPlan:
     def fingerprint(self) -> str:
         """Identity of the release for the ledger: the normalised statements and ε."""
         text = ";\n".join(s.checked.statement.sql for s in self.statements)
-        return f"{text} @ {self.loss.describe()}"
+        loss = self.loss  # exact values: ε = 1.000001 and 1.000002 are different releases
+        return f"{text} @ epsilon={loss.epsilon} delta={loss.delta} rho={loss.rho}"

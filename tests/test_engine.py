@@ -269,3 +269,10 @@ def test_accuracy_first_picks_the_smallest_epsilon(connect):
     assert hinted["epsilon"] == chosen
     with pytest.raises(dpsql.PrivacyParameterError, match="explicit ε"):
         con.cursor().execute("SELECT AVG(age) FROM adult", accuracy=1)
+
+
+def test_nearby_epsilons_are_different_releases(connect):
+    con = connect(seed=None, budget=10.0)
+    sql = "SELECT COUNT(*) FROM adult"
+    con.cursor().execute(sql, epsilon=1.000001)
+    assert con.cursor().execute(sql, epsilon=1.000002).epsilon_spent == Fraction("1.000002")
