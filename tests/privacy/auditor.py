@@ -32,6 +32,7 @@ from scipy.stats import beta
 import dpsql
 
 Tables = dict[str, pd.DataFrame]
+ZCDP_DELTA = 1e-6
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,14 @@ class Shape:
     epsilon: float = 1.0
     delta: float = 0.0  # > 0 for keys released above a noisy threshold
     base: Callable[[Tables], Tables] | None = None  # how D differs from the default tables
+    rho: float = 0.0  # > 0: Gaussian noise under ρ-zCDP instead of ε
+
+    @property
+    def claim(self) -> tuple[float, float]:
+        """The (ε, δ) the engine claims; ρ-zCDP gives ε = ρ + 2·sqrt(ρ·ln(1/δ)) at δ = 1e-6."""
+        if self.rho:
+            return self.rho + 2 * math.sqrt(self.rho * math.log(1 / ZCDP_DELTA)), ZCDP_DELTA
+        return self.epsilon, self.delta
 
 
 @dataclass(frozen=True)
@@ -134,6 +143,9 @@ def engine_outputs(folder: Path, tables: Tables, shape: Shape, *, runs: int,
         frame.to_csv(folder / f"{name}.csv", index=False)
     meta = {**catalogue(folder, shape.neighbouring), "budget": {"epsilon": 1e12, "delta": 0.5}}
     privacy = {"epsilon": shape.epsilon, **({"delta": shape.delta} if shape.delta else {})}
+    if shape.rho:
+        meta.update(mechanism="gaussian", budget={"rho": 1e12})
+        privacy = {"rho": shape.rho}
     outputs = []
     with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=seed) as con:
         cursor = con.cursor()
@@ -240,6 +252,7 @@ def audit(shape: Shape, folder: Path, *, runs: int, seed: int = 1000,
     on_base, on_other = aligned(
         engine_outputs(folder / "base", tables, shape, runs=runs, seed=seed),
         engine_outputs(folder / "other", shape.change(tables), shape, runs=runs, seed=seed + 1))
+    epsilon, delta = shape.claim
     bound, event, p_base, p_other = estimate_epsilon(on_base, on_other, alpha=alpha,
-                                                     delta=shape.delta)
-    return AuditResult(shape.name, shape.epsilon, bound, event, p_base, p_other, runs)
+                                                     delta=delta)
+    return AuditResult(shape.name, epsilon, bound, event, p_base, p_other, runs)

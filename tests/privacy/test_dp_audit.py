@@ -56,6 +56,8 @@ SHAPES = [
           add_extreme_adult),
     Shape("private_keys_threshold", "SELECT amount, COUNT(*) AS n FROM visits GROUP BY amount",
           add_visitor_on_the_edge, delta=1e-6, base=threshold_edge_visitors),
+    Shape("gaussian_zcdp_sum", "SELECT day, SUM(amount) AS s FROM visits GROUP BY day",
+          add_heavy_visitor, rho=0.5),
 ]
 
 # Shapes the engine refuses (today or for good): a test checks they stay refused; one becomes
