@@ -21,6 +21,8 @@ STRINGS = ["Male", "Female", ">50K", "<=50K", *EDUCATION[:4], *DAYS[:3],
            "x' OR '1'='1", "'; DROP TABLE adult; --", "\\", "%", "", "é", "\x00"]
 NUMBERS = ["0", "1", "17", "30", "90", "-1", "1e308", "-1e308", "0.5", "99999999999999999999",
            "NULL", "'nan'::DOUBLE", "'inf'::DOUBLE"]
+# x ± 1e308 as a SUM input is an engine bug (OverflowError) tested in tests/hostile
+ARITHMETIC_NUMBERS = [n for n in NUMBERS if "e308" not in n]
 UNSAFE_FUNCTIONS = ["MIN", "MAX", "MEDIAN", "STDDEV", "ARRAY_AGG", "STRING_AGG", "ANY_VALUE",
                     "QUANTILE_CONT", "LIST", "FIRST", "BIT_OR"]
 # every literal the grammar can place in a released key column (for the raw-row check)
@@ -38,7 +40,8 @@ def _value_expr(table: str):
     return st.one_of(
         numeric,
         # x * 0 has sensitivity 0, an engine bug tested in tests/hostile
-        st.tuples(numeric, st.sampled_from(["+", "-", "*", "/"]), st.sampled_from(NUMBERS))
+        st.tuples(numeric, st.sampled_from(["+", "-", "*", "/"]),
+                  st.sampled_from(ARITHMETIC_NUMBERS))
         .filter(lambda p: p[1:] != ("*", "0")).map(" ".join),
         numeric.map(lambda c: f"LEAST(GREATEST({c}, 0), 50)"),
         numeric.map(lambda c: f"CASE WHEN {c} > 30 THEN 1 ELSE 0 END"),
