@@ -7,11 +7,11 @@ probabilities give a lower confidence bound on the privacy loss:
     ε_lb = ln( CP_lower(P[M(D) ∈ S]) / CP_upper(P[M(D') ∈ S]) )      (and D, D' swapped)
 
 with Clopper-Pearson bounds at confidence 1 − α (minus δ in the numerator for (ε, δ) claims).
-Released rows are matched by their keys; a row that is released in some runs only (private
-keys above a noisy threshold) also gives a "row released" feature. The event (a threshold on one released
-cell, or on the sum of the cells) is chosen on a search share of the runs and the bound is
-computed on the other runs only, so the choice does not bias the test. If ε_lb exceeds the
-ε the engine claims, the claim is refuted with confidence 1 − α.
+The event (a threshold on one released cell, or on the sum of the cells) is chosen on a
+search share of the runs and the bound is computed on the other runs only, so the choice does
+not bias the test. If ε_lb exceeds the ε the engine claims, the claim is refuted with
+confidence 1 − α. Released rows are matched by their keys; a row released in some runs only
+(private keys above a noisy threshold) also gives a "row released" feature.
 
 A shape is audited by one ``Shape(...)`` line: its SQL, its neighbouring relation and the
 person who is added (or whose row is replaced).
