@@ -24,9 +24,10 @@ from dpsql.errors import (
 )
 from dpsql.infer import bounds_of, domain_of, literal_value
 from dpsql.plan import Aggregate, CheckedQuery, GroupKey, OutputColumn, Statement
-from dpsql.relations import Relation, refuse_failing_functions, resolve_from
+from dpsql.relations import Relation, guarded, refuse_failing_functions, resolve_from
 
 NOISY_FRAME = "__noisy"
+MAX_BOUND = 10**15
 SPREADS = {exp.Variance: "var_samp", exp.VariancePop: "var_pop", exp.Stddev: "stddev_samp",
            exp.StddevSamp: "stddev_samp", exp.StddevPop: "stddev_pop"}
 QUANTILES = (exp.Median, exp.PercentileCont, exp.PercentileDisc, exp.Quantile, exp.Min, exp.Max)
@@ -302,6 +303,11 @@ def _aggregate(node, name, table: TableSpec, resolver: Relation, statement: Stat
             sql=statement.sql, position=_position(arg),
             hint="declare lower and upper for the column in the metadata, or clamp it in "
             "the query with LEAST(GREATEST(col, low), high)")
+    if max(abs(interval.lower), abs(interval.upper)) > MAX_BOUND:
+        raise ProgrammingError(
+            f"{text}: the bounds of its input reach {float(max(abs(interval.lower), abs(interval.upper))):.3g}, "
+            f"beyond {MAX_BOUND:.0e}, where sums of doubles stop being exact",
+            sql=statement.sql, hint="rescale the column (for example to thousands) or clamp it")
     if isinstance(node, QUANTILES):
         return Aggregate(name=name, kind="quantile", arg=resolver.plain(arg), sql=text,
                          lower=interval.lower, upper=interval.upper, integral=interval.integral,
@@ -401,6 +407,8 @@ def _post_query(select, keys, aggregates, outputs) -> exp.Select:
     post = exp.Select()
     for projection, output in zip(select.expressions, outputs):
         body = projection.unalias().copy().transform(substitute)
+        if output.role == "derived":  # arithmetic on noisy values must not fail after charging
+            body = guarded(body)
         post = post.select(exp.alias_(body, output.name, quoted=True), copy=False)
     for output in outputs:
         if output.aggregate is not None:

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
+from sqlglot import exp
+
 from dpsql.analyze import analyze, is_public_query
 from dpsql.backends import Backend
 from dpsql.budget import PrivacyLoss, positive, probability, rho_from_epsilon_delta
@@ -189,7 +191,9 @@ class Engine:
         run_duckdb_sql = getattr(self.backend, "run_duckdb_sql", None)
         if run_duckdb_sql is not None:
             return run_duckdb_sql(query.sql)
-        return self.backend.run(query.tree)
+        # other dialects have no TRY(): there an expression that fails on a row fails the
+        # query (charged, message withheld; docs/privacy.md)
+        return self.backend.run(query.tree.transform(_without_try))
 
     def close(self) -> None:
         """Release the post-processing database."""
@@ -289,6 +293,12 @@ class Engine:
             raise CatalogError(f"the metadata of dataset {self.catalog.name!r} declares no budget",
                                hint="add 'budget: {epsilon: ..., delta: ...}' to the metadata")
         return self.catalog.budget
+
+
+def _without_try(node):
+    if isinstance(node, exp.Anonymous) and str(node.this).upper() == "TRY":
+        return node.expressions[0]
+    return node
 
 
 _ACCURACY_HINT = re.compile(r"ci95\s*<=\s*([0-9.eE+-]+)")

@@ -91,7 +91,7 @@ class Relation:
                 return exp.TryCast(this=n.this, to=n.args["to"])
             return n
 
-        return node.transform(rename)
+        return guarded(node.transform(rename))
 
     def _unknown(self, node: exp.Column) -> UnknownColumnError:
         known = ", ".join(sorted({n for _, n in self.names}))
@@ -103,6 +103,22 @@ class Relation:
 
 
 FAILING_FUNCTIONS = {"error", "raise_error", "assert"}
+_CAN_FAIL = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Pow, exp.Anonymous,
+             exp.Func)
+_CANNOT_FAIL = (exp.TryCast, exp.Case, exp.If, exp.Coalesce, exp.Least, exp.Greatest, exp.Abs,
+                exp.Floor, exp.Ceil)
+
+
+def guarded(node: exp.Expression) -> exp.Expression:
+    """``TRY(expr)`` when evaluating ``expr`` on some row could fail, else ``expr``.
+
+    An overflow or a division by zero on one person's row would make the whole query fail
+    exactly when that person is in the data; under TRY the row's value is NULL instead, as
+    for any other missing value. Backends without TRY remove it (their own risk, documented).
+    """
+    risky = any(isinstance(n, _CAN_FAIL) and not isinstance(n, _CANNOT_FAIL)
+                for n in node.walk())
+    return exp.Anonymous(this="TRY", expressions=[node]) if risky else node
 
 
 def refuse_failing_functions(node: exp.Expression, statement: Statement | None) -> None:

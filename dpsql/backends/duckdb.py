@@ -26,6 +26,8 @@ class DuckDBBackend:
             else:
                 self.connection = duckdb.connect(str(database), read_only=read_only and
                                                  Path(database).exists())
+            # a progress bar on the terminal would corrupt --json output on stdout
+            self.connection.execute("SET enable_progress_bar = false")
         except duckdb.Error as err:
             raise BackendError(f"cannot open DuckDB database {database!r}: {err}") from err
         for table in catalog.tables.values():
