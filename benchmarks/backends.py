@@ -97,21 +97,24 @@ def _seconds(run) -> float:
 
 
 def measure(con, raw_run, table: str, repeat: int) -> dict:
-    """Median raw time, median DP time and median DP time spent outside the backend."""
+    """Median raw time, median DP time and median DP time spent outside the backend.
+
+    Raw and DP runs alternate, so that the load of a shared machine weighs on both alike.
+    """
     sql = RAW.format(table=table)
-    raw_run(sql)  # warm caches the same way for both
-    raw = statistics.median(_seconds(lambda: raw_run(sql)) for _ in range(repeat))
     timed = TimedBackend(con._backend)
     con._engine.backend = timed
+    raw_run(sql)  # warm caches the same way for both
     con.execute(sql, epsilon=1).fetchall()
-    dp, outside = [], []
+    raw, dp, outside = [], [], []
     for _ in range(repeat):
+        raw.append(_seconds(lambda: raw_run(sql)))
         timed.seconds = 0.0
         dp.append(_seconds(lambda: con.execute(sql, epsilon=1).fetchall()))
         outside.append(dp[-1] - timed.seconds)
-    return {"table": table, "raw_s": round(raw, 3), "dp_s": round(statistics.median(dp), 3),
-            "ratio": round(statistics.median(dp) / raw, 2),
-            "outside_s": round(statistics.median(outside), 3)}
+    raw_s, dp_s = statistics.median(raw), statistics.median(dp)
+    return {"table": table, "raw_s": round(raw_s, 3), "dp_s": round(dp_s, 3),
+            "ratio": round(dp_s / raw_s, 2), "outside_s": round(statistics.median(outside), 3)}
 
 
 def bench_duckdb(parquet: Path, repeat: int) -> list[dict]:
@@ -179,7 +182,7 @@ def bench_spark(master: str, parquet: Path, repeat: int) -> list[dict]:
 
 @click.command()
 @click.option("--rows", default=10_000_000, show_default=True, help="rows of the table")
-@click.option("--repeat", default=3, show_default=True, help="timed runs per query (median)")
+@click.option("--repeat", default=5, show_default=True, help="timed runs per query (median)")
 @click.option("--backends", default="duckdb,postgresql,spark", show_default=True)
 @click.option("--postgres", default="postgresql://dpsql@127.0.0.1:55432/postgres",
               show_default=True, help="PostgreSQL URL (scripts/services.sh starts one)")
