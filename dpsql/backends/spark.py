@@ -108,7 +108,8 @@ class SparkBackend:
 
     def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
         """Execute an exact query tree."""
-        ansi = self.session.conf.get("spark.sql.ansi.enabled", "false").lower() == "true"
+        # no default argument: it would replace Spark's own default (true since Spark 4)
+        ansi = str(self.session.conf.get("spark.sql.ansi.enabled")).lower() == "true"
         try:
             frame = self.session.sql(to_spark(tree, wide_sums=not ansi))
             rows = frame.collect()

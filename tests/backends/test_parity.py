@@ -133,12 +133,16 @@ def test_integer_division_truncates_like_duckdb(connections, backend):
     assert _exact(connections[backend], "", tree) == _exact(connections["duckdb"], "", tree)
 
 
-@pytest.mark.parametrize("ansi", ["true", "false"])
+@pytest.mark.parametrize("ansi", ["true", "false", None])
 def test_spark_sum_past_bigint_is_exact_or_refused_never_wrapped(connections, spark, ansi):
     tree = parse_one("SELECT SUM(x) AS s FROM (VALUES (9223372036854775807), "
                      "(9223372036854775807)) AS t(x)", read="duckdb")
     before = spark.conf.get("spark.sql.ansi.enabled")
-    spark.conf.set("spark.sql.ansi.enabled", ansi)
+    if ansi is None:  # Spark's own default: ANSI mode since Spark 4
+        spark.conf.unset("spark.sql.ansi.enabled")
+        ansi = "true" if int(spark.version.split(".")[0]) >= 4 else "false"
+    else:
+        spark.conf.set("spark.sql.ansi.enabled", ansi)
     try:
         if ansi == "true":  # BIGINT sum, and an overflow is an error
             with pytest.raises(dpsql.BackendError, match="OVERFLOW"):
