@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
-# Install dpsql with its test dependencies and run the test suite (the README's test command).
+# Install dpsql with its test dependencies, start what the backend tests need (PostgreSQL on
+# 127.0.0.1 and Java for Spark, see scripts/services.sh), and run the test suite. This is the
+# README's test command; .ci/run calls it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check -e ".[test]"
+if ! bash scripts/services.sh; then
+    if [ "${CI:-}" = true ]; then
+        echo "scripts/test.sh: the backend services could not be installed or started" >&2
+        exit 1
+    fi
+    echo "scripts/test.sh: no PostgreSQL/Spark here; tests/backends will be skipped" >&2
+fi
 python3 -m pytest -q "$@"
