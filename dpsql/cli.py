@@ -77,10 +77,12 @@ def _connection_options(func):
         click.option("--metadata", "-m", required=True, type=click.Path(dir_okay=False),
                      help="YAML catalogue of tables, privacy units, bounds and budget."),
         click.option("--db", default=None, help="DuckDB database file (default: in-memory, "
-                     "tables from the metadata's sources)."),
+                     "tables from the metadata's sources), postgresql://... or a Spark master "
+                     "URL (spark://..., local[*])."),
         click.option("--analyst", default=None, help="Who is asking (default: OS user)."),
         click.option("--ledger", default=None, help="Budget ledger file (default: beside the "
-                     "database, else beside the metadata)."),
+                     "database, else beside the metadata), or postgresql://... for a ledger "
+                     "shared by several machines."),
     ]
     for option in reversed(options):
         func = option(func)

@@ -40,11 +40,7 @@ class _Base:
         self.catalog: Catalog = load_catalog(metadata)
         self.analyst = analyst or default_analyst()
         self.database = None if database is None else str(database)
-        if is_postgres_url(None if ledger is None else str(ledger)):
-            self.ledger = PostgresLedger(str(ledger))
-        else:
-            home = self.database if is_file_database(database) else None
-            self.ledger = Ledger(_ledger_path(ledger, home, self.catalog))
+        self.ledger = open_ledger(ledger, database, self.catalog)
         self._backend = open_backend(database, self.catalog, read_only=read_only)
         self._closed = False
 
@@ -157,6 +153,10 @@ class CustodianConnection(_Base):
     @property
     def duckdb(self) -> duckdb.DuckDBPyConnection:
         """The underlying DuckDB connection, for bulk local work on data the custodian holds."""
+        if self._backend.name != "duckdb":
+            raise errors.NotSupportedError(
+                f"the custodian connection works on DuckDB only, not {self._backend.name}",
+                hint="open the custodian connection on a DuckDB file or the metadata sources")
         return self._backend.connection
 
     def cursor(self) -> CustodianCursor:
@@ -232,11 +232,19 @@ def connect_custodian(database: str | os.PathLike | None = None, *,
     return CustodianConnection(database, metadata=metadata, analyst=analyst, ledger=ledger)
 
 
+def open_ledger(ledger, database, catalog: Catalog):
+    """The budget ledger: a ``postgresql://`` table shared by machines, or a SQLite file."""
+    if is_postgres_url(None if ledger is None else str(ledger)):
+        return PostgresLedger(str(ledger))
+    home = str(database) if is_file_database(database) else None
+    return Ledger(_ledger_path(ledger, home, catalog))
+
+
 def ledger_for(database: str | None, metadata, ledger=None) -> tuple[Catalog, Ledger]:
     """The catalogue and ledger a connection would use (for the CLI's budget command)."""
     catalog = load_catalog(metadata)
-    return catalog, Ledger(_ledger_path(ledger, None if database is None else str(database),
-                                        catalog))
+    return catalog, open_ledger(ledger, database, catalog)
 
 
-__all__ = ["Connection", "CustodianConnection", "connect", "connect_custodian", "ledger_for"]
+__all__ = ["Connection", "CustodianConnection", "connect", "connect_custodian", "ledger_for",
+           "open_ledger"]

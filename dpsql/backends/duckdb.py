@@ -89,6 +89,16 @@ class DuckDBBackend:
             raise BackendError(f"DuckDB failed to run the exact query: {err}") from err
         return [d[0] for d in cursor.description], rows
 
+    def tables(self) -> dict[str, list[str]]:
+        """Every table or view the connection can read, with its column names."""
+        rows = self.connection.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "ORDER BY table_name, ordinal_position").fetchall()
+        found: dict[str, list[str]] = {}
+        for table, column in rows:
+            found.setdefault(table, []).append(column)
+        return found
+
     def close(self) -> None:
         """Close the DuckDB connection."""
         self.connection.close()
