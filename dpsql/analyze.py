@@ -303,10 +303,12 @@ def _aggregate(node, name, table: TableSpec, resolver: Relation, statement: Stat
             sql=statement.sql, position=_position(arg),
             hint="declare lower and upper for the column in the metadata, or clamp it in "
             "the query with LEAST(GREATEST(col, low), high)")
-    if max(abs(interval.lower), abs(interval.upper)) > MAX_BOUND:
+    reach = max(abs(interval.lower), abs(interval.upper))
+    if reach > MAX_BOUND:
+        digits = len(str(reach.numerator // reach.denominator)) - 1  # no float: it may overflow
         raise ProgrammingError(
-            f"{text}: the bounds of its input reach {float(max(abs(interval.lower), abs(interval.upper))):.3g}, "
-            f"beyond {MAX_BOUND:.0e}, where sums of doubles stop being exact",
+            f"{text}: the bounds of its input reach about 1e{digits}, beyond 1e15, where sums "
+            "of doubles stop being exact",
             sql=statement.sql, hint="rescale the column (for example to thousands) or clamp it")
     if isinstance(node, QUANTILES):
         return Aggregate(name=name, kind="quantile", arg=resolver.plain(arg), sql=text,
