@@ -68,14 +68,7 @@ class TableSpec:
 
     def column(self, name: str) -> ColumnSpec | None:
         """The column called ``name`` (case-insensitive, as SQL identifiers are)."""
-        found = self.columns.get(name)
-        if found is not None:
-            return found
-        lowered = name.lower()
-        for key, spec in self.columns.items():
-            if key.lower() == lowered:
-                return spec
-        return None
+        return _by_name(self.columns, name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,14 +84,15 @@ class Catalog:
 
     def table(self, name: str) -> TableSpec | None:
         """The table called ``name`` (case-insensitive)."""
-        found = self.tables.get(name)
-        if found is not None:
-            return found
-        lowered = name.lower()
-        for key, spec in self.tables.items():
-            if key.lower() == lowered:
-                return spec
-        return None
+        return _by_name(self.tables, name)
+
+
+def _by_name(specs: dict, name: str):
+    """The entry called ``name``, matched case-insensitively like SQL identifiers."""
+    found = specs.get(name)
+    if found is not None:
+        return found
+    return next((spec for key, spec in specs.items() if key.lower() == name.lower()), None)
 
 
 def datasets_dir() -> Path:
