@@ -12,14 +12,12 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.catalog import Catalog, ColumnSpec, TableSpec
+from dpsql.catalog import Catalog, TableSpec
 from dpsql.errors import (
     MissingBoundsError,
     NonAggregateQueryError,
     PrivateGroupKeysError,
     ProgrammingError,
-    UnknownColumnError,
-    UnknownTableError,
     UnsupportedSQLError,
 )
 from dpsql.infer import bounds_of, domain_of, literal_value

@@ -153,11 +153,10 @@ class Engine:
         public = [self.backend.run(s.tree) for s in planned.public]
         release_id = None
         if planned.release is not None:
-            release_id = self.ledger.charge(analyst=self.analyst, dataset=self.catalog.name,
-                               loss=planned.release.loss, budget=budget,
-                               statement=";\n".join(p.checked.statement.sql
-                                                    for p in planned.release.statements),
-                               fingerprint=planned.release.fingerprint)
+            release_id = self.ledger.charge(
+                analyst=self.analyst, dataset=self.catalog.name, loss=planned.release.loss,
+                budget=budget, fingerprint=planned.release.fingerprint,
+                statement=";\n".join(p.checked.statement.sql for p in planned.release.statements))
         results = []
         for kind, i in planned.order:
             if kind == "dp":
