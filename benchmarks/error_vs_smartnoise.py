@@ -99,6 +99,9 @@ QUERIES = [
     Query("visit_day, COUNT(*) [dpsql L0=5, L∞=5]",
           "SELECT visit_day, COUNT(*) AS n FROM visits_spread GROUP BY visit_day",
           "visits_spread", "visits"),
+    Query("visit_day, COUNT(*) [dpsql L0=L∞=5, ≤5 rows in all]",
+          "SELECT visit_day, COUNT(*) AS n FROM visits_total GROUP BY visit_day",
+          "visits_total", "visits"),
     Query("visit_day, COUNT(*) [dpsql L0=5, L∞=1]",
           "SELECT visit_day, COUNT(*) AS n FROM visits_l1 GROUP BY visit_day", "visits_l1",
           "visits"),
@@ -134,6 +137,7 @@ def build(workdir: Path) -> tuple[Path, Path]:
     """Write the same tables (and per-configuration views) to DuckDB and to SQLite."""
     frames = {"adult": read_adult(), "visits": generate_visits()}
     views = {"adult_keys": "adult", "visits_spread": "visits", "visits_l1": "visits",
+             "visits_total": "visits",
              "visits_keys": "visits"}
     duck_path, lite_path = workdir / "error-bench.duckdb", workdir / "error-bench.sqlite"
     for path in (duck_path, lite_path):
@@ -174,6 +178,8 @@ def dpsql_metadata() -> dict:
         "visits": user_table(visits, 1, MAX_IDS),
         "visits_spread": user_table(visits, MAX_IDS, MAX_IDS),
         "visits_l1": user_table(visits, MAX_IDS, 1),
+        # SmartNoise's max_ids bounds a user's rows in all: dpsql's max_rows_per_unit
+        "visits_total": {**user_table(visits, MAX_IDS, MAX_IDS), "max_rows_per_unit": MAX_IDS},
         "visits_keys": user_table(without_values(visits, "region"), 1, MAX_IDS),
     }}
 

@@ -58,6 +58,7 @@ class TableSpec:
     privacy_unit: str | None = None
     max_groups_per_unit: int = 1
     max_rows_per_group: int = 1
+    max_rows_per_unit: int | None = None  # rows one person may add in all, over all groups
     source: str | None = None
     csv: dict[str, Any] = field(default_factory=dict)
 
@@ -219,6 +220,7 @@ def _table(name: str, raw: Any, base: Path) -> TableSpec:
     if not isinstance(raw, dict):
         raise CatalogError(f"table {name!r}: expected a mapping, got {type(raw).__name__}")
     allowed = {"source", "public", "privacy_unit", "max_groups_per_unit", "max_rows_per_group",
+               "max_rows_per_unit",
                "columns", "csv", "description", "rows"}
     unknown = set(raw) - allowed
     if unknown:
@@ -251,6 +253,11 @@ def _table(name: str, raw: Any, base: Path) -> TableSpec:
     row_privacy = not public and unit is None
     l0 = _positive_int(name, "max_groups_per_unit", raw.get("max_groups_per_unit", 1))
     linf = _positive_int(name, "max_rows_per_group", raw.get("max_rows_per_group", 1))
+    total = raw.get("max_rows_per_unit")
+    if total is not None:
+        total = _positive_int(name, "max_rows_per_unit", total)
+        if unit is None:
+            raise CatalogError(f"table {name!r}: max_rows_per_unit needs a privacy_unit column")
     if row_privacy and (l0 != 1 or linf != 1):
         raise CatalogError(
             f"table {name!r} has row privacy (privacy_unit: null) but declares "
@@ -267,7 +274,8 @@ def _table(name: str, raw: Any, base: Path) -> TableSpec:
     if not isinstance(csv, dict):
         raise CatalogError(f"table {name!r}: csv must be a mapping of read options")
     return TableSpec(name=name, columns=columns, public=public, privacy_unit=unit,
-                     max_groups_per_unit=l0, max_rows_per_group=linf, source=source, csv=csv)
+                     max_groups_per_unit=l0, max_rows_per_group=linf,
+                     max_rows_per_unit=total, source=source, csv=csv)
 
 
 def _looks_like_table_name(source: str) -> bool:

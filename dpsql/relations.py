@@ -185,7 +185,8 @@ def _table(node: exp.Table, catalog: Catalog, statement: Statement) -> Relation:
     return Relation(spec=TableSpec(name=spec.name, columns=columns, public=spec.public,
                                    privacy_unit=spec.privacy_unit,
                                    max_groups_per_unit=spec.max_groups_per_unit,
-                                   max_rows_per_group=spec.max_rows_per_group),
+                                   max_rows_per_group=spec.max_rows_per_group,
+                                   max_rows_per_unit=spec.max_rows_per_unit),
                                     sql=quoted, names=names, statement=statement,
                     unit_columns={spec.privacy_unit} if spec.privacy_unit else set())
 
@@ -244,7 +245,8 @@ def _derived(select: exp.Expression, alias: str, catalog: Catalog, statement: St
                                                     if unit else {}),
                      public=inner.spec.public, privacy_unit=unit,
                      max_groups_per_unit=inner.spec.max_groups_per_unit,
-                     max_rows_per_group=inner.spec.max_rows_per_group)
+                     max_rows_per_group=inner.spec.max_rows_per_group,
+                     max_rows_per_unit=inner.spec.max_rows_per_unit)
     names = {(alias.lower(), c.lower()): c for c in columns}
     return Relation(spec=spec, sql=f"{sql} AS {_quote(alias)}", names=names,
                     statement=statement, unit_columns=carried | ({UNIT} if unit else set()))
@@ -314,9 +316,12 @@ def _join(parts: list[Relation], joins: list[exp.Join], statement: Statement) ->
         unit_sql = f"{_quote(first_alias)}.{_quote(first.spec.privacy_unit)}"
         l0 = min(p.spec.max_groups_per_unit for p in private)
         linf = min(p.spec.max_rows_per_group for p in private)
+        totals = [p.spec.max_rows_per_unit for p in private if p.spec.max_rows_per_unit]
+        total = min(totals) if totals else None
     else:  # one row-privacy table joined with public tables: each row is its own unit
         unit_sql = f"{_quote(first_alias)}.__row"
         l0 = linf = 1
+        total = None
     projections.insert(0, f"{unit_sql} AS {UNIT}")
     from_sql = _from_item(parts[0], aliases[0], numbered=parts[0] is first and
                           first.spec.privacy_unit is None)
@@ -333,7 +338,7 @@ def _join(parts: list[Relation], joins: list[exp.Join], statement: Statement) ->
             from_sql += f" {kind + ' ' if kind else ''}JOIN {item} USING ({cols})"
     columns[UNIT] = ColumnSpec(UNIT, "text")
     spec = TableSpec(name="__joined", columns=columns, public=False, privacy_unit=UNIT,
-                     max_groups_per_unit=l0, max_rows_per_group=linf)
+                     max_groups_per_unit=l0, max_rows_per_group=linf, max_rows_per_unit=total)
     sql = f"(SELECT {', '.join(projections)} FROM {from_sql}) AS __joined"
     return Relation(spec=spec, sql=sql, names=names, statement=statement, unit_columns=units)
 

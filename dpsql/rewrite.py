@@ -127,7 +127,8 @@ def _gaussian(part: NoisePart, checked: CheckedQuery, catalog: Catalog, rho: Fra
     if part.role == "quantile":
         return replace(part, rho=rho)
     touched = 1
-    if checked.keys:
+    if checked.keys and checked.table.max_rows_per_unit is None:
+        # (with a total-rows cap all of a person's rows may sit in one cell: Δ₂ = Δ₁ is safe)
         l0, _ = contribution_bounds(checked.table, cells)
         touched = (2 if catalog.neighbouring == "replace" else 1) * l0
     return replace(part, mechanism="gaussian", rho=rho, cells=touched, epsilon=Fraction(0))
@@ -175,8 +176,11 @@ def _parts(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction, cells: in
             # sensitivity of a count (L∞ rows in each of L0 groups, twice under replace)
             width = agg.upper - agg.lower
             bins = int(width) + 1 if agg.integral and width + 1 <= MAX_BINS else MAX_BINS
+            # its histogram bounds rows per group and groups, not rows in all
+            unbounded_total = replace(table, max_rows_per_unit=None)
             parts.append(NoisePart(f"p{len(parts)}", agg.name, "quantile",
-                                   count_sensitivity(table, **common), epsilon, bins=bins))
+                                   count_sensitivity(unbounded_total, **common), epsilon,
+                                   bins=bins))
         elif agg.kind == "count":
             values[agg.name] = _Value(agg, agg.arg.sql(dialect=DIALECT), 0)
             parts.append(NoisePart(f"p{len(parts)}", agg.name, "count",
@@ -369,7 +373,23 @@ def _unit_ctes(checked: CheckedQuery, parts, value_names, keys, salt: int) -> li
         capped.append(f"ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY "
                       f"HASH(__unit, {', '.join(keys)}, {salt})) AS __rank")
         rank_filter = f" WHERE __rank <= {table.max_groups_per_unit}"
-    ctes.append(f"__bounded AS (SELECT {', '.join(capped)} FROM __per_unit)")
+    total = table.max_rows_per_unit
+    l0_cells = min(table.max_groups_per_unit, cells) if cells else table.max_groups_per_unit
+    if total is not None and total < (l0_cells if keys else 1) * linf:
+        # a person's kept partials, scaled by R/T (floor) when their T rows exceed R in all
+        capped.insert(0, "__unit")
+        ctes.append(f"__bounded AS (SELECT {', '.join(capped)} FROM __per_unit)")
+        ctes.append(f"__kept AS (SELECT *, SUM(__rows) OVER (PARTITION BY __unit) AS __total "
+                    f"FROM __bounded{rank_filter})")
+        columns = ["__rows"] + [f"{prefix}{v}" for v in value_names.values()
+                                for prefix in ("__n", "__s")] + [f"__q{v}" for v in squared]
+        scaled = [f"CASE WHEN __total > {total} THEN ({c} * {total}) // __total ELSE {c} END "
+                  f"AS {c}" for c in columns]
+        ctes.append(f"__capped AS (SELECT {', '.join([*keys, *scaled])} FROM __kept)")
+        source, rank_filter = "__capped", ""
+    else:
+        ctes.append(f"__bounded AS (SELECT {', '.join(capped)} FROM __per_unit)")
+        source = "__bounded"
     exact = []
     for part in parts:
         value = value_names.get(part.aggregate)
@@ -384,7 +404,7 @@ def _unit_ctes(checked: CheckedQuery, parts, value_names, keys, salt: int) -> li
         else:
             exact.append(f"SUM(__rows) AS {part.column}")
     group_by = f" GROUP BY {', '.join(keys)}" if keys else ""
-    ctes.append(f"__exact AS (SELECT {', '.join(keys + exact)} FROM __bounded{rank_filter}"
+    ctes.append(f"__exact AS (SELECT {', '.join(keys + exact)} FROM {source}{rank_filter}"
                 f"{group_by})")
     return ctes
 

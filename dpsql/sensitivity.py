@@ -24,14 +24,25 @@ def contribution_bounds(table: TableSpec, domain_size: int | None) -> tuple[int,
     return groups, table.max_rows_per_group
 
 
+def person_rows(table: TableSpec, *, grouped: bool, domain_size: int | None) -> int:
+    """Rows one person can add to a statement: L0·L∞ (scalar L∞), capped by max_rows_per_unit."""
+    l0, linf = contribution_bounds(table, domain_size)
+    rows = l0 * linf if grouped else linf
+    if table.max_rows_per_unit is not None and not table.is_row_privacy:
+        rows = min(rows, table.max_rows_per_unit)
+    return rows
+
+
 def count_sensitivity(table: TableSpec, *, grouped: bool, domain_size: int | None,
                       neighbouring: str) -> Fraction:
-    """COUNT(*) / COUNT(col): add/remove L0·L∞ (scalar L∞); replace 2·L0·L∞ (scalar L∞)."""
-    l0, linf = contribution_bounds(table, domain_size)
+    """COUNT(*) / COUNT(col): add/remove R = L0·L∞ rows (scalar L∞), replace 2·R (scalar L∞).
+
+    R is capped by ``max_rows_per_unit`` when the table declares it.
+    """
+    rows = person_rows(table, grouped=grouped, domain_size=domain_size)
     if not grouped:
-        return Fraction(linf)
-    factor = 2 if neighbouring == "replace" else 1
-    return Fraction(factor * l0 * linf)
+        return Fraction(rows)
+    return Fraction((2 if neighbouring == "replace" else 1) * rows)
 
 
 def distinct_unit_sensitivity(table: TableSpec, *, grouped: bool, domain_size: int | None,
@@ -52,15 +63,15 @@ def sum_sensitivity(table: TableSpec, lower: Fraction, upper: Fraction, *, group
     replace, scalar: row privacy U − L; with a privacy unit the person's row count may change
     too, so L∞·(max(U, 0) − min(L, 0)), which is L∞·(U − L) whenever L ≤ 0 ≤ U.
     """
-    l0, linf = contribution_bounds(table, domain_size)
+    rows = person_rows(table, grouped=grouped, domain_size=domain_size)
     magnitude = max(abs(lower), abs(upper))
     if neighbouring == "replace":
         if grouped:
-            return 2 * l0 * linf * magnitude
+            return 2 * rows * magnitude
         if table.is_row_privacy:
             return upper - lower
-        return linf * (max(upper, Fraction(0)) - min(lower, Fraction(0)))
-    return (l0 if grouped else 1) * linf * magnitude
+        return rows * (max(upper, Fraction(0)) - min(lower, Fraction(0)))
+    return rows * magnitude
 
 
 def l2_factor(table: TableSpec, *, grouped: bool, domain_size: int | None,

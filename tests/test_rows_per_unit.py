@@ -1,0 +1,48 @@
+"""max_rows_per_unit: a bound on the rows one person adds in all, enforced by scaling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpsql
+
+from conftest import DAYS, catalogue, make_visits
+
+
+@pytest.fixture
+def capped(data_dir):
+    rogue = pd.DataFrame({"uid": 999999, "day": np.resize(DAYS, 700), "amount": 100.0,
+                          "region_id": 0})
+    pd.concat([make_visits(), rogue]).to_csv(data_dir / "visits.csv", index=False)
+    meta = catalogue(data_dir, budget=1e9)
+    meta["tables"]["visits"]["max_rows_per_unit"] = 2
+    return meta
+
+
+def test_sensitivity_uses_the_smaller_bound(capped):
+    con = dpsql.connect(metadata=capped, ledger=":memory:")
+    # L0·L∞ = 6 rows, capped at 2 in all
+    assert con.explain("SELECT day, COUNT(*) FROM visits GROUP BY day")["total_sensitivity"] == 2
+    assert con.explain("SELECT day, SUM(amount) FROM visits GROUP BY day"
+                       )["total_sensitivity"] == 200
+    assert con.explain("SELECT day, COUNT(DISTINCT uid) FROM visits GROUP BY day"
+                       )["total_sensitivity"] == 3  # persons per group: unchanged
+    # quantiles bound rows per group and groups only: L0·L∞
+    assert con.explain("SELECT day, MEDIAN(amount) FROM visits GROUP BY day"
+                       )["statements"][0]["aggregates"][0]["sensitivity"] == 6
+
+
+def test_one_person_adds_at_most_the_bound(capped):
+    con = dpsql.connect(metadata=capped, ledger=":memory:", insecure_seed=3)
+    rows = con.execute("SELECT day, COUNT(*) AS n, SUM(amount) AS s FROM visits "
+                       "WHERE uid = 999999 GROUP BY day", epsilon=1e7).fetchall()
+    assert sum(n for _, n, _ in rows) <= 2 and sum(s for _, _, s in rows) <= 200 + 1e-6
+
+
+def test_row_privacy_tables_cannot_declare_it(data_dir):
+    meta = catalogue(data_dir)
+    meta["tables"]["adult"]["max_rows_per_unit"] = 3
+    with pytest.raises(dpsql.CatalogError, match="privacy_unit"):
+        dpsql.connect(metadata=meta, ledger=":memory:")
