@@ -60,16 +60,17 @@ def sum_sensitivity(table: TableSpec, lower: Fraction, upper: Fraction, *, group
 
     add/remove: L0·L∞·M with M = max(|lower|, |upper|) (scalar L∞·M). replace, grouped:
     2·L0·L∞·M, because the old value leaves one cell and the new one enters another.
-    replace, scalar: row privacy U − L; with a privacy unit the person's row count may change
-    too, so L∞·(max(U, 0) − min(L, 0)), which is L∞·(U − L) whenever L ≤ 0 ≤ U.
+    replace, scalar: L∞·(max(U, 0) − min(L, 0)) (row privacy: L∞ = 1). This is U − L when
+    L ≤ 0 ≤ U; otherwise a row that a WHERE or a NULL drops out of the sum moves it by up to
+    max(|L|, |U|), which U − L would under-state.
     """
     rows = person_rows(table, grouped=grouped, domain_size=domain_size)
     magnitude = max(abs(lower), abs(upper))
     if neighbouring == "replace":
         if grouped:
             return 2 * rows * magnitude
-        if table.is_row_privacy:
-            return upper - lower
+        # a replaced row may fall out of the sum (a WHERE, a NULL value), so each side
+        # contributes a value in {0} ∪ [L, U]: U − L only when 0 lies in [L, U]
         return rows * (max(upper, Fraction(0)) - min(lower, Fraction(0)))
     return rows * magnitude
 

@@ -33,6 +33,14 @@ class Backend(Protocol):
         """Release the connection."""
 
 
+def columns_by_table(rows: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """(table, column) rows of information_schema, in order, as table -> columns."""
+    found: dict[str, list[str]] = {}
+    for table, column in rows:
+        found.setdefault(table, []).append(column)
+    return found
+
+
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 SPARK_MASTERS = ("spark://", "sc://", "local[", "yarn", "k8s://")
 

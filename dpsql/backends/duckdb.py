@@ -7,6 +7,7 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
+from dpsql.backends import columns_by_table
 from dpsql.catalog import Catalog, TableSpec
 from dpsql.errors import BackendError, DataError
 
@@ -60,7 +61,10 @@ class DuckDBBackend:
                 self.connection.execute(f"DROP TABLE {raw}")
             self.connection.execute(f"SELECT * FROM {_quote(table.name)} LIMIT 0")
         except duckdb.Error as err:
-            raise DataError(f"table {table.name!r}: cannot read {source!r}: {err}",
+            # the reader's own message can quote a line of the private file: withheld
+            raise DataError(f"table {table.name!r}: cannot read {source!r} as the metadata "
+                            f"declares it ({type(err).__name__}; the reader's message is "
+                            "withheld because it can quote private rows)",
                             hint="check the csv options and that every declared column exists "
                             "in the file") from err
 
@@ -94,10 +98,7 @@ class DuckDBBackend:
         rows = self.connection.execute(
             "SELECT table_name, column_name FROM information_schema.columns "
             "ORDER BY table_name, ordinal_position").fetchall()
-        found: dict[str, list[str]] = {}
-        for table, column in rows:
-            found.setdefault(table, []).append(column)
-        return found
+        return columns_by_table(rows)
 
     def close(self) -> None:
         """Close the DuckDB connection."""

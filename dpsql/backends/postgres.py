@@ -20,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from sqlglot import exp
 
+from dpsql.backends import columns_by_table
 from dpsql.backends.portable import (
     domain_join_as_text,
     exact_rows,
@@ -97,10 +98,7 @@ class PostgresBackend:
             "SELECT table_name, column_name FROM information_schema.columns "
             "WHERE table_schema = ANY (current_schemas(false)) "
             "ORDER BY table_name, ordinal_position").fetchall()
-        found: dict[str, list[str]] = {}
-        for table, column in rows:
-            found.setdefault(table, []).append(column)
-        return found
+        return columns_by_table(rows)
 
     def close(self) -> None:
         """Close the server connection."""

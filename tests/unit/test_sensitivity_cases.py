@@ -10,7 +10,9 @@ CASES = [
     (3, ["SELECT education, sex, COUNT(*) FROM adult GROUP BY education, sex"], 1, 2),
     (4, [f"SELECT {a}, salary, COUNT(*) FROM adult GROUP BY {a}, salary"
          for a in ("education", "sex", "age", "hours", "education")], 5, 10),
-    (5, ["SELECT SUM(age) FROM adult"], 90, 73),
+    # reference: 73 (U − L); a replaced row whose age is NULL leaves the sum, moving it by 90
+    # (test_scalar_replace_sum_counts_rows_that_leave_the_sum), so 73 under-states it
+    (5, ["SELECT SUM(age) FROM adult"], 90, 90),
     (6, ["SELECT sex, SUM(hours) FROM adult GROUP BY sex"], 99, 198),
     (7, ["SELECT day, COUNT(*) FROM visits GROUP BY day"], 6, 12),
     (8, ["SELECT COUNT(*) FROM visits"], 2, 2),
@@ -60,3 +62,25 @@ def test_explain_json_fields(connect):
     assert parts["sum"]["sensitivity"] == 3 * 2 * 50
     assert parts["count"]["sensitivity"] == 6
     assert parts["sum"]["epsilon"] == parts["count"]["epsilon"] == 0.5
+
+
+def test_scalar_replace_sum_counts_rows_that_leave_the_sum(data_dir):
+    """Replace one person (age 90) by one whose age is missing: SUM(age) moves by 90 > U − L."""
+    import pandas as pd
+
+    import dpsql
+    from conftest import catalogue, make_adult
+
+    sums = []
+    for age in (90, None):
+        frame = make_adult(50)
+        frame["age"] = frame["age"].astype("Int64")
+        frame.loc[0, "age"] = age
+        frame.to_csv(data_dir / "adult.csv", index=False)
+        with dpsql.connect(metadata=catalogue(data_dir, "replace", budget=1e9), ledger=":memory:",
+                           insecure_seed=1) as con:
+            sums.append(con.execute("SELECT SUM(age) FROM adult", epsilon=1e8).fetchone()[0])
+            assert con.explain("SELECT SUM(age) FROM adult")["total_sensitivity"] >= abs(
+                sums[0] - sums[-1])
+    assert abs(sums[0] - sums[1]) == 90
+    assert pd.notna(sums[1])
