@@ -16,6 +16,8 @@ from sqlglot import exp
 from dpsql.budget import PrivacyLoss
 from dpsql.catalog import TableSpec
 
+TERMS = "__terms"  # exact-query column: how many rows a group's DOUBLE sums add up
+
 
 @dataclass(frozen=True, slots=True)
 class Statement:
@@ -127,13 +129,16 @@ class NoisePart:
 class ExactQuery:
     """The exact bounded query: DuckDB SQL as built, parsed to a sqlglot tree on demand.
 
-    DuckDB runs the text as is; other backends adapt the tree to their dialect.
+    DuckDB runs the text as is; other backends adapt the tree to their dialect. A query whose
+    sums are DOUBLEs names its ``wide`` twin (the same rows with BIGINT values and 128-bit
+    sums): its DOUBLE sums are exact only when no group's ``__terms`` exceeds ``terms_limit``.
     """
 
-    __slots__ = ("sql", "_tree")
+    __slots__ = ("_tree", "sql", "terms_limit", "wide")
 
-    def __init__(self, sql: str) -> None:
-        self.sql = sql
+    def __init__(self, sql: str, *, wide: ExactQuery | None = None,
+                 terms_limit: int | None = None) -> None:
+        self.sql, self.wide, self.terms_limit = sql, wide, terms_limit
         self._tree: exp.Expression | None = None
 
     @property
@@ -142,6 +147,13 @@ class ExactQuery:
         if self._tree is None:
             self._tree = sqlglot.parse_one(self.sql, read="duckdb")
         return self._tree
+
+    def exceeded(self, names: list[str], rows: list[tuple]) -> bool:
+        """Whether these rows add up more terms than DOUBLE sums hold exactly."""
+        if self.wide is None:
+            return False
+        at = names.index(TERMS)
+        return any(row[at] > self.terms_limit for row in rows)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from sqlglot import exp
 from dpsql.catalog import Catalog
 from dpsql.errors import ProgrammingError
 from dpsql.mechanisms.calibrate import grid_exponent, private_key_threshold
-from dpsql.plan import Aggregate, CheckedQuery, ExactQuery, NoisePart, StatementPlan
+from dpsql.plan import TERMS, Aggregate, CheckedQuery, ExactQuery, NoisePart, StatementPlan
 from dpsql.budget import PrivacyLoss
 from dpsql.sensitivity import (
     contribution_bounds,
@@ -35,6 +35,7 @@ from dpsql.sensitivity import (
 )
 
 MAX_DOMAIN_CELLS = 1_000_000
+MAX_EXACT_DOUBLE = 2**53 - 1  # every integer up to here is a DOUBLE, and so is every sum
 MAX_BINS = 1000
 DIALECT = "duckdb"
 
@@ -108,12 +109,12 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
         parts = _with_selection(parts, checked, catalog, epsilon_per_part, delta)
     if rho_per_part is not None:
         parts = [_gaussian(p, checked, catalog, rho_per_part, cells) for p in parts]
-    sql = _exact_sql(checked, [p for p in parts if p.role != "quantile"], values, salt)
+    exact_query = _exact_query(checked, [p for p in parts if p.role != "quantile"], values, salt)
     histograms = tuple((p.column, ExactQuery(_histogram_sql(checked, p, salt)))
                        for p in parts if p.role == "quantile")
     loss = PrivacyLoss(epsilon_per_part * len(parts), delta if checked.has_private_keys else 0) \
         if rho_per_part is None else PrivacyLoss(Fraction(0), rho=rho_per_part * len(parts))
-    return StatementPlan(checked=checked, exact_query=ExactQuery(sql), parts=tuple(parts),
+    return StatementPlan(checked=checked, exact_query=exact_query, parts=tuple(parts),
                          loss=loss, histograms=histograms)
 
 
@@ -153,17 +154,63 @@ def _with_selection(parts: list[NoisePart], checked: CheckedQuery, catalog: Cata
 
 
 class _Value:
-    """A row-level input of the source pass: its SQL and the aggregate it feeds."""
+    """A row-level input of the source pass, clamped and on a fixed-point grid.
 
-    def __init__(self, aggregate: Aggregate, sql: str, grid_exp: int) -> None:
-        self.aggregate, self.sql, self.grid_exp = aggregate, sql, grid_exp
+    SUM and AVG over the same argument share one value (AVG subtracts its centre from the
+    shared sums: Σ(v − k) = Σv − k·n); COUNT(col) reads the argument as it is.
+    """
+
+    def __init__(self, arg: str, grid_exp: int = 0, bounds: tuple | None = None,
+                 shift: Fraction = Fraction(0), *, squared: bool = False,
+                 key: tuple | None = None) -> None:
+        self.arg, self.grid_exp, self.bounds, self.shift = arg, grid_exp, bounds, shift
+        self.summed, self.squared, self.key = bounds is not None, squared, key
+
+    def units(self) -> int:
+        """Largest magnitude of one value in grid units."""
+        low, high = self.bounds
+        return int(max(abs(_on_grid(low - self.shift, self.grid_exp)),
+                       abs(_on_grid(high - self.shift, self.grid_exp))))
+
+    def sql(self, wide: bool) -> str:
+        """SQL of the value: in BIGINT grid units (``wide``), else integral DOUBLEs."""
+        if not self.summed:
+            return self.arg
+        low, high = (_number(b) for b in self.bounds)
+        x = self.arg if self.grid_exp == 0 else f"CAST({self.arg} AS DOUBLE)"
+        # a CASE keeps NULL (GREATEST/LEAST would turn it into a bound) and NaN goes to high
+        value = f"CASE WHEN {x} < {low} THEN {low} WHEN {x} > {high} THEN {high} ELSE {x} END"
+        if self.shift:
+            value = f"{value} - {_number(self.shift)}"
+        if self.grid_exp != 0:
+            value = f"ROUND(({value}) * {_number(Fraction(2) ** -self.grid_exp)})"
+        return f"CAST({value} AS {'BIGINT' if wide else 'DOUBLE'})"
+
+
+class _Values:
+    """The source pass's value columns and which column (and centre offset) each part reads."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, _Value] = {}
+        self.of_aggregate: dict[str, str] = {}
+        self.offsets: dict[str, int] = {}  # part column -> k grid units subtracted per value
+
+    def add(self, aggregate: str, value: _Value) -> None:
+        """Feed ``aggregate`` from ``value``, or from an equal value already added."""
+        name = next((n for n, v in self.columns.items()
+                     if value.key is not None and v.key == value.key), None)
+        if name is None:
+            name = f"__v{len(self.columns)}"
+            self.columns[name] = value
+        self.of_aggregate[aggregate] = name
 
 
 def _parts(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction, cells: int | None):
     table, grouped = checked.table, bool(checked.keys)
     common = {"grouped": grouped, "domain_size": cells, "neighbouring": catalog.neighbouring}
     parts: list[NoisePart] = []
-    values: dict[str, _Value] = {}
+    values = _Values()
+    grids = _shared_grids(checked, table, epsilon, common)
     for agg in checked.aggregates:
         if agg.kind == "count_star":
             parts.append(NoisePart(f"p{len(parts)}", agg.name, "count",
@@ -182,31 +229,65 @@ def _parts(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction, cells: in
                                    count_sensitivity(unbounded_total, **common), epsilon,
                                    bins=bins))
         elif agg.kind == "count":
-            values[agg.name] = _Value(agg, agg.arg.sql(dialect=DIALECT), 0)
+            values.add(agg.name, _Value(agg.arg.sql(dialect=DIALECT)))
             parts.append(NoisePart(f"p{len(parts)}", agg.name, "count",
                                    count_sensitivity(table, **common), epsilon))
-        else:
-            # an average only needs the sum of deviations from the middle of the range
-            spread = agg.kind in SPREAD_KINDS
-            center = (agg.lower + agg.upper) / 2 if agg.kind != "sum" else Fraction(0)
-            grid_exp = _grid_for(agg, center, table, epsilon, common, squares=spread)
+        elif agg.kind in SPREAD_KINDS:
+            # sums of squares need their own centred value column (and 128-bit sums)
+            center = (agg.lower + agg.upper) / 2
+            grid_exp = _grid_for(agg, center, table, epsilon, common, squares=True)
+            values.add(agg.name, _Value(agg.arg.sql(dialect=DIALECT), grid_exp,
+                                        (agg.lower, agg.upper), center, squared=True))
             lower_g = _on_grid(agg.lower - center, grid_exp)
             upper_g = _on_grid(agg.upper - center, grid_exp)
             grid = Fraction(2) ** grid_exp
-            sensitivity = sum_sensitivity(table, lower_g, upper_g, **common) * grid
-            values[agg.name] = _Value(agg, _clamped(agg, center, grid_exp), grid_exp)
-            parts.append(NoisePart(f"p{len(parts)}", agg.name, "sum", sensitivity, epsilon,
-                                   grid_exp, center))
-            if spread:
-                top = max(abs(lower_g), abs(upper_g)) ** 2
-                parts.append(NoisePart(
-                    f"p{len(parts)}", agg.name, "sumsq",
-                    sum_sensitivity(table, Fraction(0), top, **common) * grid * grid, epsilon,
-                    2 * grid_exp, center))
-            if agg.kind != "sum":
+            top = max(abs(lower_g), abs(upper_g)) ** 2
+            parts += [
+                NoisePart(f"p{len(parts)}", agg.name, "sum",
+                          sum_sensitivity(table, lower_g, upper_g, **common) * grid, epsilon,
+                          grid_exp, center),
+                NoisePart(f"p{len(parts) + 1}", agg.name, "sumsq",
+                          sum_sensitivity(table, Fraction(0), top, **common) * grid * grid,
+                          epsilon, 2 * grid_exp, center),
+                NoisePart(f"p{len(parts) + 2}", agg.name, "count",
+                          count_sensitivity(table, **common), epsilon)]
+        else:
+            # an average only needs the sum of deviations from the middle of the range: the
+            # shared sum less k·count, k the middle in grid units
+            key, grid_exp = grids[agg.name]
+            values.add(agg.name, _Value(key[0], grid_exp, (agg.lower, agg.upper), key=key))
+            grid = Fraction(2) ** grid_exp
+            k = _on_grid((agg.lower + agg.upper) / 2, grid_exp) if agg.kind == "avg" else 0
+            lower_g = _on_grid(agg.lower, grid_exp) - k
+            upper_g = _on_grid(agg.upper, grid_exp) - k
+            column = f"p{len(parts)}"
+            values.offsets[column] = int(k)
+            parts.append(NoisePart(column, agg.name, "sum",
+                                   sum_sensitivity(table, lower_g, upper_g, **common) * grid,
+                                   epsilon, grid_exp, k * grid))
+            if agg.kind == "avg":
                 parts.append(NoisePart(f"p{len(parts)}", agg.name, "count",
                                        count_sensitivity(table, **common), epsilon))
     return parts, values
+
+
+def _shared_grids(checked: CheckedQuery, table, epsilon: Fraction, common) -> dict:
+    """The value column each SUM/AVG shares, by aggregate: (its key, its grid exponent).
+
+    Aggregates over the same argument and bounds share one column on the finest grid any of
+    them asks for; but integers summed on the unit grid stay integers (and are released as
+    such), so they never move to a finer grid another aggregate asks for.
+    """
+    wanted: dict[str, tuple[tuple, int]] = {}
+    for agg in checked.aggregates:
+        if agg.kind in ("sum", "avg"):
+            center = (agg.lower + agg.upper) / 2 if agg.kind == "avg" else Fraction(0)
+            own = _grid_for(agg, center, table, epsilon, common)
+            wanted[agg.name] = (agg.arg.sql(dialect=DIALECT), agg.lower, agg.upper, own == 0), own
+    finest: dict[tuple, int] = {}
+    for key, own in wanted.values():
+        finest[key] = min(finest.get(key, own), own)
+    return {name: (key, finest[key]) for name, (key, _) in wanted.items()}
 
 
 def _grid_for(agg: Aggregate, center: Fraction, table, epsilon: Fraction, common, *,
@@ -219,7 +300,8 @@ def _grid_for(agg: Aggregate, center: Fraction, table, epsilon: Fraction, common
     if agg.integral and low.denominator == 1 and high.denominator == 1:
         return 0
     rough = sum_sensitivity(table, low, high, **common) / epsilon
-    return min(grid_exponent(rough, magnitude), 0)
+    # the finer grid a centre of half a unit needs costs nothing: sums are exact either way
+    return min(grid_exponent(rough, magnitude), 0 if center.denominator == 1 else -1)
 
 
 def _on_grid(value: Fraction, grid_exp: int) -> Fraction:
@@ -233,29 +315,34 @@ def _number(value: Fraction) -> str:
     return str(value.numerator) if value.denominator == 1 else repr(float(value))
 
 
-def _clamped(agg: Aggregate, center: Fraction, grid_exp: int) -> str:
-    arg = agg.arg.sql(dialect=DIALECT)
-    low, high = _number(agg.lower), _number(agg.upper)
-    shift = f" - {_number(center)}" if center else ""
-    # GREATEST/LEAST skip NULLs, so a NULL must be kept out of them or it would become `low`
-    if grid_exp == 0:
-        value = f"CAST(LEAST(GREATEST({arg}, {low}), {high}){shift} AS BIGINT)"
-    else:
-        grid = repr(float(Fraction(2) ** grid_exp))
-        value = (f"CAST(ROUND((LEAST(GREATEST(CAST({arg} AS DOUBLE), {low}), {high}){shift}) / "
-                 f"{grid}) AS BIGINT)")
-    return f"CASE WHEN ({arg}) IS NULL THEN NULL ELSE {value} END"
+def _exact_query(checked: CheckedQuery, parts, values: _Values, salt: int) -> ExactQuery:
+    """The exact query with DOUBLE sums, checked against its 128-bit twin's limit.
+
+    A sum of integral DOUBLEs is exact while every partial sum stays below 2**53; each group
+    reports how many rows (``__terms``) its sums add up, so the engine can tell that held
+    and otherwise run the same query with BIGINT values and 128-bit sums.
+    """
+    wide = ExactQuery(_exact_sql(checked, parts, values, salt, wide=True))
+    summed = [v for v in values.columns.values() if v.summed]
+    if not summed or any(v.squared for v in summed):
+        return wide
+    offsets = max((abs(k) for k in values.offsets.values()), default=0)
+    largest = max(v.units() for v in summed) + offsets
+    table = checked.table
+    factor = 1 if table.privacy_unit is None else max(
+        table.max_rows_per_group, table.max_rows_per_unit or 1)
+    return ExactQuery(_exact_sql(checked, parts, values, salt, wide=False), wide=wide,
+                      terms_limit=MAX_EXACT_DOUBLE // (max(largest, 1) * factor))
 
 
-def _exact_sql(checked: CheckedQuery, parts, values: dict[str, _Value], salt: int) -> str:
+def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: bool) -> str:
     table = checked.table
     keys = [f"__k{i}" for i in range(len(checked.keys))]
-    value_names = {name: f"__v{i}" for i, name in enumerate(values)}
     src_cols = []
     if table.privacy_unit is not None:
         src_cols.append(f"{_quote(table.privacy_unit)} AS __unit")
     src_cols += [f"{k.sql} AS {name}" for k, name in zip(checked.keys, keys)]
-    src_cols += [f"{v.sql} AS {value_names[n]}" for n, v in values.items()]
+    src_cols += [f"{v.sql(wide)} AS {name}" for name, v in values.columns.items()]
     if not src_cols:
         src_cols = ["1 AS __one"]
     filters = [f"({checked.where.sql(dialect=DIALECT)})"] if checked.where is not None else []
@@ -266,13 +353,15 @@ def _exact_sql(checked: CheckedQuery, parts, values: dict[str, _Value], salt: in
     ctes = [f"__src AS (SELECT {', '.join(src_cols)} FROM {checked.from_sql}{where})"]
     key_list = ", ".join(keys)
     group_by = f" GROUP BY {key_list}" if keys else ""
+    terms = [] if wide else [TERMS]
     if table.privacy_unit is None:
-        select_parts = [_row_part(p, value_names) for p in parts]
+        select_parts = [_row_part(p, values) for p in parts]
+        select_parts += [f"COUNT(*) AS {TERMS}"] if terms else []
         ctes.append(f"__exact AS (SELECT {', '.join(keys + select_parts)} FROM __src{group_by})")
     else:
-        ctes += _unit_ctes(checked, parts, value_names, keys, salt)
+        ctes += _unit_ctes(checked, parts, values, keys, salt, wide)
     body = ", ".join(ctes)
-    part_names = [p.column for p in parts]
+    part_names = [p.column for p in parts] + terms
     if not keys and not part_names:  # only quantiles, which read their histograms
         return "SELECT 1 AS __one"
     if not keys:
@@ -335,35 +424,60 @@ def _histogram_sql(checked: CheckedQuery, part: NoisePart, salt: int) -> str:
             f"{table.max_rows_per_group} AND __g <= {table.max_groups_per_unit} GROUP BY {group}")
 
 
-def _row_part(part: NoisePart, value_names: dict[str, str]) -> str:
-    value = value_names.get(part.aggregate)
+def _row_part(part: NoisePart, values: _Values) -> str:
+    value = values.of_aggregate.get(part.aggregate)
     if part.role == "select":  # one row is one person
         return f"COUNT(*) AS {part.column}"
     if part.role == "sumsq":
         return f"SUM({value} * {value}) AS {part.column}"
     if part.role == "sum":
-        return f"SUM({value}) AS {part.column}"
+        return f"{_centred(f'SUM({value})', f'COUNT({value})', values.offsets.get(part.column))}" \
+               f" AS {part.column}"
     if value is not None:
         return f"COUNT({value}) AS {part.column}"
     return f"COUNT(*) AS {part.column}"
 
 
-def _unit_ctes(checked: CheckedQuery, parts, value_names, keys, salt: int) -> list[str]:
+def _centred(total: str, count: str, offset: int | None) -> str:
+    """``total − offset·count``: a sum of (v − k) from the shared sum of v and its count."""
+    return f"{total} - {offset} * {count}" if offset else total
+
+
+def _scaled(value: str, factor: int | str, divisor: str, wide: bool) -> str:
+    """value·factor/divisor truncated toward zero, exactly (as DuckDB's ``//`` does).
+
+    On DOUBLEs the quotient is rounded before FLOOR sees it, which can carry it onto the next
+    integer; multiplying back by the divisor tells, and one step down corrects it.
+    """
+    if wide:
+        return f"({value} * {factor}) // {divisor}"
+    magnitude = f"ABS({value}) * {factor}"
+    floor = f"FLOOR({magnitude} / {divisor})"
+    return (f"SIGN({value}) * ({floor} - CASE WHEN {floor} * {divisor} > {magnitude} "
+            f"THEN 1 ELSE 0 END)")
+
+
+def _unit_ctes(checked: CheckedQuery, parts, values: _Values, keys, salt: int,
+               wide: bool) -> list[str]:
     table = checked.table
     linf = table.max_rows_per_group
     per_unit = ["__unit", *keys, "COUNT(*) AS __rows"]
-    capped = [*keys, f"LEAST(__rows, {linf}) AS __rows"]
-    squared = {value_names[p.aggregate] for p in parts if p.role == "sumsq"}
-    for value in value_names.values():
-        per_unit += [f"COUNT({value}) AS __n{value}", f"SUM({value}) AS __s{value}"]
+    capped = [*keys, f"LEAST(__rows, {linf}) AS __rows"] + ([] if wide else ["__rows AS __all"])
+    for value, spec in values.columns.items():
+        per_unit.append(f"COUNT({value}) AS __n{value}")
+        capped.append(f"LEAST(__n{value}, {linf}) AS __n{value}")
+        if not spec.summed:
+            continue
         # a person's partial sum keeps its mean but counts for at most L∞ rows
-        capped += [f"LEAST(__n{value}, {linf}) AS __n{value}",
-                   f"CASE WHEN __n{value} > {linf} THEN (__s{value} * {linf}) // __n{value} "
-                   f"ELSE __s{value} END AS __s{value}"]
-        if value in squared:
+        per_unit.append(f"SUM({value}) AS __s{value}")
+        capped.append(f"CASE WHEN __n{value} > {linf} THEN "
+                      f"{_scaled(f'__s{value}', linf, f'__n{value}', wide)} "
+                      f"ELSE __s{value} END AS __s{value}")
+        if spec.squared:
             per_unit.append(f"SUM({value} * {value}) AS __q{value}")
-            capped.append(f"CASE WHEN __n{value} > {linf} THEN (__q{value} * {linf}) // "
-                          f"__n{value} ELSE __q{value} END AS __q{value}")
+            capped.append(f"CASE WHEN __n{value} > {linf} THEN "
+                          f"{_scaled(f'__q{value}', linf, f'__n{value}', wide)} "
+                          f"ELSE __q{value} END AS __q{value}")
     ctes = [f"__per_unit AS (SELECT {', '.join(per_unit)} FROM __src GROUP BY "
             f"{', '.join(['__unit', *keys])})"]
     cells = domain_size(checked)
@@ -375,16 +489,27 @@ def _unit_ctes(checked: CheckedQuery, parts, value_names, keys, salt: int) -> li
         rank_filter = f" WHERE __rank <= {table.max_groups_per_unit}"
     total = table.max_rows_per_unit
     l0_cells = min(table.max_groups_per_unit, cells) if cells else table.max_groups_per_unit
+    sums = {}  # part column -> SQL of its per-group exact value
     if total is not None and total < (l0_cells if keys else 1) * linf:
-        # a person's kept partials, scaled by R/T (floor) when their T rows exceed R in all
+        # a person's kept partials, scaled by R/T (truncated) when their T rows exceed R
         capped.insert(0, "__unit")
         ctes.append(f"__bounded AS (SELECT {', '.join(capped)} FROM __per_unit)")
         ctes.append(f"__kept AS (SELECT *, SUM(__rows) OVER (PARTITION BY __unit) AS __total "
                     f"FROM __bounded{rank_filter})")
-        columns = ["__rows"] + [f"{prefix}{v}" for v in value_names.values()
-                                for prefix in ("__n", "__s")] + [f"__q{v}" for v in squared]
+        counts = ["__rows"] + [f"__n{v}" for v in values.columns]
         scaled = [f"CASE WHEN __total > {total} THEN ({c} * {total}) // __total ELSE {c} END "
-                  f"AS {c}" for c in columns]
+                  f"AS {c}" for c in counts]
+        for part in parts:  # a centred sum is scaled as one, so that its bound holds
+            value = values.of_aggregate.get(part.aggregate)
+            if part.role in ("sum", "sumsq"):
+                column = f"__{'q' if part.role == 'sumsq' else 's'}{value}"
+                if part.role == "sum":
+                    column = _centred(column, f"__n{value}", values.offsets.get(part.column))
+                scaled.append(f"CASE WHEN __total > {total} THEN "
+                              f"{_scaled(f'({column})', total, '__total', wide)} "
+                              f"ELSE {column} END AS __c{part.column}")
+                sums[part.column] = f"SUM(__c{part.column})"
+        scaled += [] if wide else ["__all"]
         ctes.append(f"__capped AS (SELECT {', '.join([*keys, *scaled])} FROM __kept)")
         source, rank_filter = "__capped", ""
     else:
@@ -392,17 +517,23 @@ def _unit_ctes(checked: CheckedQuery, parts, value_names, keys, salt: int) -> li
         source = "__bounded"
     exact = []
     for part in parts:
-        value = value_names.get(part.aggregate)
+        value = values.of_aggregate.get(part.aggregate)
         if part.role in ("distinct", "select"):  # one bounded row is one person in the group
             exact.append(f"COUNT(*) AS {part.column}")
+        elif part.column in sums:
+            exact.append(f"{sums[part.column]} AS {part.column}")
         elif part.role == "sum":
-            exact.append(f"SUM(__s{value}) AS {part.column}")
+            total = _centred(f"SUM(__s{value})", f"SUM(__n{value})",
+                             values.offsets.get(part.column))
+            exact.append(f"{total} AS {part.column}")
         elif part.role == "sumsq":
             exact.append(f"SUM(__q{value}) AS {part.column}")
         elif value is not None:
             exact.append(f"SUM(__n{value}) AS {part.column}")
         else:
             exact.append(f"SUM(__rows) AS {part.column}")
+    if not wide:
+        exact.append(f"SUM(__all) AS {TERMS}")
     group_by = f" GROUP BY {', '.join(keys)}" if keys else ""
     ctes.append(f"__exact AS (SELECT {', '.join(keys + exact)} FROM {source}{rank_filter}"
                 f"{group_by})")
@@ -418,4 +549,4 @@ def _literal(value, key_type: str) -> str:
         return "TRUE" if value else "FALSE"
     if key_type in ("int", "float") and not isinstance(value, str):
         return repr(value)
-    return exp.Literal.string(str(value)).sql(dialect=DIALECT)
+    return "'" + str(value).replace("'", "''") + "'"  # DuckDB: no backslash escapes

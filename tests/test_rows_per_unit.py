@@ -46,3 +46,15 @@ def test_row_privacy_tables_cannot_declare_it(data_dir):
     meta["tables"]["adult"]["max_rows_per_unit"] = 3
     with pytest.raises(dpsql.CatalogError, match="privacy_unit"):
         dpsql.connect(metadata=meta, ledger=":memory:")
+
+
+def test_double_sums_match_128_bit_sums_when_scaled(capped):
+    with dpsql.connect(metadata=capped, ledger=":memory:") as con:
+        for sql in [("SELECT day, COUNT(*) AS n, SUM(amount) AS s, AVG(amount) AS m "
+                     "FROM visits GROUP BY day"),
+                    "SELECT day, AVG(amount) AS m FROM visits WHERE amount > 10 GROUP BY day"]:
+            query = con._engine.plan(sql, epsilon=1).release.statements[0].exact_query
+            names, fast = con._backend.run_duckdb_sql(query.sql)
+            _, wide = con._backend.run_duckdb_sql(query.wide.sql)
+            assert "__capped" in query.sql and not query.exceeded(names, fast)
+            assert [row[:-1] for row in fast] == wide

@@ -202,3 +202,25 @@ def test_corpus_size_and_coverage():
     codes = {e["refused"] for e in CORPUS if "refused" in e}
     assert {"non_aggregate", "unknown_table", "unknown_column", "missing_bounds",
             "private_keys", "unsupported_sql", "programming"} <= codes
+
+
+def test_double_sums_equal_their_128_bit_twins(connections):
+    """The DOUBLE-sum exact query returns the same numbers as its BIGINT/128-bit twin."""
+    compared = 0
+    for entry in CORPUS:
+        if "refused" in entry or entry.get("pending"):
+            continue
+        for role in ("neighbour", entry.get("neighbouring", "add_remove")):
+            con = connections[role]
+            release = con._engine.plan(entry["sql"], **_privacy(entry, 1.0)).release
+            for statement in release.statements if release else ():
+                query = statement.exact_query
+                if query.wide is None:
+                    continue
+                names, fast = con._backend.run_duckdb_sql(query.sql)
+                wide_names, wide = con._backend.run_duckdb_sql(query.wide.sql)
+                assert not query.exceeded(names, fast), entry["id"]
+                assert names[:-1] == wide_names, entry["id"]
+                assert [row[:-1] for row in fast] == wide, entry["id"]
+                compared += 1
+    assert compared >= 30, compared

@@ -1,0 +1,47 @@
+"""Exact sums: DOUBLE accumulators while they are provably exact, 128-bit ones otherwise."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+import dpsql
+
+BIG = 10**15 - 1  # odd: 21 of them add up to an odd number above 2**53, which no DOUBLE is
+
+
+def _connect(tmp_path, rows: int, privacy_unit=None):
+    frame = pd.DataFrame({"uid": range(rows), "grp": "a", "x": BIG})
+    frame.to_csv(tmp_path / "big.csv", index=False)
+    table = {"source": str(tmp_path / "big.csv"), "privacy_unit": privacy_unit,
+             "columns": {"uid": {"type": "int"}, "grp": {"type": "text", "values": ["a"]},
+                         "x": {"type": "int", "lower": 0, "upper": 10**15}}}
+    if privacy_unit:
+        table.update(max_groups_per_unit=1, max_rows_per_group=1)
+    meta = {"name": "big", "budget": {"epsilon": 100}, "tables": {"big": table}}
+    return dpsql.connect(metadata=meta, ledger=":memory:")
+
+
+def _exact(con, sql: str):
+    query = con._engine.plan(sql, epsilon=1).release.statements[0].exact_query
+    fast = con._backend.run_duckdb_sql(query.sql)
+    names, rows = con._engine._run_exact(query)
+    return query, fast, dict(zip(names, rows[0]))
+
+
+def test_too_many_terms_for_a_double_fall_back_to_128_bit_sums(tmp_path):
+    for unit in (None, "uid"):
+        with _connect(tmp_path, 21, unit) as con:
+            query, fast, exact = _exact(con, "SELECT grp, SUM(x) AS s FROM big GROUP BY grp")
+            assert query.exceeded(*fast), "the DOUBLE sum cannot be exact here"
+            assert fast[1][0][1] != 21 * BIG  # and it is not
+            assert exact["p0"] == 21 * BIG and type(exact["p0"]) is int
+
+
+def test_few_terms_keep_the_double_sum(tmp_path):
+    with _connect(tmp_path, 5) as con:
+        query, fast, exact = _exact(con, "SELECT grp, SUM(x) AS s, AVG(x) AS m FROM big "
+                                         "GROUP BY grp")
+        assert not query.exceeded(*fast)
+        assert exact["p0"] == 5 * BIG
+        # AVG reads the same value column, centred on the middle of [0, 10**15]
+        assert exact["p1"] == 5 * (BIG - 10**15 // 2)
