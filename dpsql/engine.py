@@ -30,7 +30,7 @@ from dpsql.ledger import Ledger, budget_exhausted
 from dpsql.mechanisms.calibrate import half_width_units, largest_scale_for_half_width
 from dpsql.mechanisms.samplers import RandomSource
 from dpsql.parse import parse_one, parse_script, too_deep
-from dpsql.plan import ExactQuery, ScriptPlan, Statement, StatementPlan
+from dpsql.plan import CheckedQuery, ExactQuery, ScriptPlan, Statement, StatementPlan
 from dpsql.release import (
     ColumnInfo,
     NoisyResult,
@@ -40,6 +40,9 @@ from dpsql.release import (
     release,
 )
 from dpsql.rewrite import domain_size, part_count, rewrite
+
+
+ANALYSED_KEPT = 256  # checked statements kept per connection
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class Engine:
         self.delta_per_query = delta_per_query
         self.accuracy = accuracy
         self.post = PostProcessor()
+        self._analysed: dict[tuple[str, bool], CheckedQuery] = {}
 
     def plan(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None,
              rho=None, script: bool = False) -> Planned:
@@ -83,13 +87,7 @@ class Engine:
                 public.append(statement)
             else:
                 order.append(("dp", len(private)))
-                try:
-                    checked = analyze(statement, self.catalog,
-                                      private_keys=delta > 0 and not gaussian)
-                except RecursionError:
-                    raise too_deep(statement.sql) from None
-                self.post.check(checked)
-                private.append(checked)
+                private.append(self._checked(statement, delta > 0 and not gaussian))
         if not private:
             return Planned(tuple(order), None, tuple(public))
         if gaussian:
@@ -109,6 +107,25 @@ class Engine:
         loss = PrivacyLoss(epsilon, delta if thresholded else Fraction(0))
         script_plan = ScriptPlan(statements=plans, loss=loss, neighbouring=self.catalog.neighbouring)
         return Planned(tuple(order), script_plan, tuple(public))
+
+    def _checked(self, statement: Statement, private_keys: bool) -> CheckedQuery:
+        """The statement analysed, and its post-processing tried on an empty frame.
+
+        Both depend only on the SQL and the catalogue, so a statement asked again (a notebook
+        cell re-run, the same query at another ε) reuses them; refusals are not cached.
+        """
+        key = (statement.sql, private_keys)
+        checked = self._analysed.get(key)
+        if checked is None:
+            try:
+                checked = analyze(statement, self.catalog, private_keys=private_keys)
+            except RecursionError:
+                raise too_deep(statement.sql) from None
+            self.post.check(checked)
+            if len(self._analysed) >= ANALYSED_KEPT:
+                self._analysed.pop(next(iter(self._analysed)))
+            self._analysed[key] = checked
+        return checked
 
     def execute(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None,
                 rho=None, script: bool = False) -> list[NoisyResult]:
@@ -131,7 +148,7 @@ class Engine:
                 raise budget_exhausted(self.analyst, self.catalog.name, planned.release.loss,
                                        remaining)
         try:
-            exact = [self._run(p.exact_query) for p in planned.release.statements] \
+            exact = [self._run_exact(p.exact_query) for p in planned.release.statements] \
                 if planned.release else []
             histograms = [{column: self._run(query)[1] for column, query in p.histograms}
                           for p in planned.release.statements] if planned.release else []
@@ -184,6 +201,13 @@ class Engine:
                         f"the query cannot be planned: {problem}",
                         sql=plan.checked.statement.sql,
                         hint="use functions on the table's own columns (no file access)")
+
+    def _run_exact(self, query: ExactQuery) -> tuple[list[str], list[tuple]]:
+        """The exact rows, from the 128-bit twin if the DOUBLE sums could have rounded."""
+        names, rows = self._run(query)
+        if query.exceeded(names, rows):
+            names, rows = self._run(query.wide)
+        return names, rows
 
     def _run(self, query: ExactQuery) -> tuple[list[str], list[tuple]]:
         # DuckDB runs the SQL text as built; other backends adapt the parsed tree

@@ -35,8 +35,19 @@ def parse_script(sql: str, params: Sequence[Any] | None = None) -> list[Statemen
     if not trees:
         raise ProgrammingError("the SQL text holds no statement", hint="write a SELECT statement")
     bound = _bind(trees, params, sql)
-    return [Statement(tree=t, sql=t.sql(dialect=DIALECT, comments=False), hints=_hints(t))
-            for t in bound]
+    if bound is None:
+        return list(_statements(sql))
+    return [_statement(t) for t in bound]
+
+
+@functools.lru_cache(maxsize=256)
+def _statements(sql: str) -> tuple[Statement, ...]:
+    """The statements of SQL without parameters (their normalised text is costly to write)."""
+    return tuple(_statement(t) for t in _parsed(sql))
+
+
+def _statement(tree: exp.Expression) -> Statement:
+    return Statement(tree=tree, sql=tree.sql(dialect=DIALECT, comments=False), hints=_hints(tree))
 
 
 @functools.lru_cache(maxsize=256)
@@ -88,6 +99,7 @@ def _syntax_error(err: Exception, sql: str) -> SQLSyntaxError:
 
 
 def _bind(trees: list[exp.Expression], params: Sequence[Any] | None, sql: str):
+    """The trees with the parameters in place of '?'; None when there is nothing to bind."""
     placeholders = [p for t in trees for p in t.find_all(exp.Placeholder)]
     given = list(params) if params is not None else []
     if isinstance(params, (str, bytes)) or (params is not None and isinstance(params, dict)):
@@ -100,7 +112,7 @@ def _bind(trees: list[exp.Expression], params: Sequence[Any] | None, sql: str):
             hint="pass one parameter per '?'",
         )
     if not placeholders:
-        return trees
+        return None
     trees = [t.copy() for t in trees]
     ordered = [p for t in trees for p in t.find_all(exp.Placeholder)]
     for node, value in zip(ordered, given):

@@ -31,6 +31,7 @@ class DuckDBBackend:
             self.connection.execute("SET enable_progress_bar = false")
         except duckdb.Error as err:
             raise BackendError(f"cannot open DuckDB database {database!r}: {err}") from err
+        self._bound: dict[str, duckdb.DuckDBPyRelation] = {}
         for table in catalog.tables.values():
             if table.source is not None:
                 self._register(table)
@@ -76,10 +77,13 @@ class DuckDBBackend:
         """Plan the query without running it; DuckDB's complaint if it cannot, else None.
 
         Binding reads no rows, so its errors (unknown functions, wrong types) say nothing
-        about the data and refuse a query before anything is charged.
+        about the data and refuse a query before anything is charged. The bound relation is
+        kept for ``run_duckdb_sql``, so the query is not planned twice.
         """
+        if len(self._bound) > 64:  # relations of requests refused after binding
+            self._bound.clear()
         try:
-            self.connection.execute(f"EXPLAIN {sql}")
+            self._bound[sql] = self.connection.sql(sql)
         except duckdb.Error as err:
             return str(err).splitlines()[0]
         return None
@@ -87,11 +91,13 @@ class DuckDBBackend:
     def run_duckdb_sql(self, sql: str) -> tuple[list[str], list[tuple]]:
         """Execute exact SQL already written in DuckDB's dialect (no re-generation)."""
         try:
-            cursor = self.connection.execute(sql)
-            rows = cursor.fetchall()
+            relation = self._bound.pop(sql, None)
+            if relation is None:
+                relation = self.connection.sql(sql)
+            rows = relation.fetchall()
         except duckdb.Error as err:
             raise BackendError(f"DuckDB failed to run the exact query: {err}") from err
-        return [d[0] for d in cursor.description], rows
+        return list(relation.columns), rows
 
     def tables(self) -> dict[str, list[str]]:
         """Every table or view the connection can read, with its column names."""
