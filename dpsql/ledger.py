@@ -3,10 +3,12 @@
 A charge is one ``BEGIN IMMEDIATE`` transaction: read what the dataset has spent, refuse if
 the new cost does not fit, insert, commit with ``synchronous=FULL``. SQLite's write lock makes
 the check and the insert atomic across processes, so concurrent analysts never overspend, and
-a script is one row: charged all or nothing. ε and δ are stored as exact fractions.
+a script is one row: charged all or nothing. ε, δ and ρ are stored as exact fractions.
 
 The budget in the metadata is the dataset's: it bounds what all analysts together may learn
 about the people in it (analysts may share results), and each row also names its analyst.
+
+``SqlLedger`` holds the SQL that this ledger and the PostgreSQL one share.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ CREATE TABLE IF NOT EXISTS releases (
 );
 CREATE INDEX IF NOT EXISTS releases_dataset ON releases (dataset, kind);
 """
+_HISTORY = ("id", "time", "analyst", "dataset", "kind", "epsilon", "delta", "statement")
 
 
 def default_analyst() -> str:
@@ -47,8 +50,106 @@ def default_analyst() -> str:
         return os.environ.get("USER", "analyst")
 
 
-class Ledger:
+class SqlLedger:
+    """The ledger's reads and writes over a DB-API connection ``_db``, for any database.
+
+    A subclass opens ``_db`` and sets its releases table, the driver's parameter marker and
+    error class, the name used in error messages, and ``charge`` (the transaction and lock
+    are the database's own).
+    """
+
+    _table: str
+    _marker: str
+    _errors: type[Exception]
+    _name: str
+    _losses = ("epsilon", "delta", "rho")  # the PrivacyLoss fields the table stores
+
+    def _execute(self, sql: str, args: tuple = ()):
+        # the shared SQL is written with ``?``, which is never literal text in it
+        return self._db.execute(sql.replace("?", self._marker), args)
+
+    def _failed(self, doing: str, err: Exception, hint: str | None = None) -> LedgerError:
+        return LedgerError(f"cannot {doing} the {self._name}: {err}", hint=hint)
+
+    def spent(self, dataset: str, analyst: str | None = None) -> PrivacyLoss:
+        """Total DP loss recorded for a dataset (optionally for one analyst)."""
+        sql = (f"SELECT {', '.join(self._losses)} FROM {self._table} "
+               "WHERE dataset = ? AND kind = 'dp'")
+        args: tuple = (dataset,)
+        if analyst is not None:
+            sql += " AND analyst = ?"
+            args += (analyst,)
+        try:
+            rows = self._execute(sql, args).fetchall()
+        except self._errors as err:
+            raise self._failed("read", err) from err
+        total = PrivacyLoss.zero()
+        for row in rows:
+            total = total + PrivacyLoss(*map(Fraction, row))
+        return total
+
+    def _check_fits(self, analyst: str, dataset: str, loss: PrivacyLoss,
+                    budget: PrivacyLoss) -> None:
+        """Refuse ``loss`` unless it fits what the dataset has left; call under the lock."""
+        remaining = budget.minus(self.spent(dataset))
+        if not remaining.covers(loss):
+            raise budget_exhausted(analyst, dataset, loss, remaining)
+
+    def _insert(self, kind: str, analyst: str, dataset: str, loss: PrivacyLoss, statement: str,
+                fingerprint: str | None = None, suffix: str = ""):
+        """Insert one release row; ``suffix`` ends the statement (e.g. ``RETURNING id``)."""
+        columns = ("time", "analyst", "dataset", "kind", *self._losses, "statement",
+                   "fingerprint")
+        losses = tuple(str(getattr(loss, name)) for name in self._losses)
+        return self._execute(
+            f"INSERT INTO {self._table} ({', '.join(columns)}) "
+            f"VALUES ({', '.join('?' * len(columns))}){suffix}",
+            (time.time(), analyst, dataset, kind, *losses, statement, fingerprint))
+
+    def record_answer(self, release_id: int, answer: str) -> None:
+        """Store what a release returned, so that asking again returns it at no cost."""
+        try:
+            self._execute(f"UPDATE {self._table} SET answer = ? WHERE id = ?",
+                          (answer, release_id))
+        except self._errors as err:
+            raise self._failed("write", err) from err
+
+    def find_answer(self, dataset: str, fingerprint: str) -> str | None:
+        """The stored answer of an earlier identical release on the dataset, if any."""
+        row = self._execute(
+            f"SELECT answer FROM {self._table} WHERE dataset = ? AND fingerprint = ? "
+            "AND kind = 'dp' AND answer IS NOT NULL ORDER BY id LIMIT 1",
+            (dataset, fingerprint)).fetchone()
+        return None if row is None else row[0]
+
+    def record_exact(self, *, analyst: str, dataset: str, statement: str) -> None:
+        """Record a custodian's exact (non-private) access."""
+        try:
+            self._insert("exact", analyst, dataset, PrivacyLoss.zero(), statement)
+        except self._errors as err:
+            raise self._failed("write", err) from err
+
+    def history(self, dataset: str | None = None) -> list[dict]:
+        """Every recorded release, oldest first."""
+        sql = f"SELECT {', '.join(_HISTORY)} FROM {self._table}"
+        args: tuple = ()
+        if dataset is not None:
+            sql += " WHERE dataset = ?"
+            args = (dataset,)
+        rows = self._execute(sql + " ORDER BY id", args).fetchall()
+        return [dict(zip(_HISTORY, r)) for r in rows]
+
+    def close(self) -> None:
+        """Close the connection to the ledger."""
+        self._db.close()
+
+
+class Ledger(SqlLedger):
     """A SQLite ledger file (or ``:memory:`` for throw-away experiments)."""
+
+    _table = "releases"
+    _marker = "?"
+    _errors = sqlite3.Error
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = str(path)
@@ -65,27 +166,12 @@ class Ledger:
             if "rho" not in columns:  # ledgers written before zCDP accounting
                 self._db.execute("ALTER TABLE releases ADD COLUMN rho TEXT NOT NULL DEFAULT '0'")
         except sqlite3.Error as err:
-            raise LedgerError(f"cannot open the budget ledger {self.path!r}: {err}",
-                              hint="check the path is writable, or pass ledger=...") from err
+            raise self._failed("open", err,
+                               hint="check the path is writable, or pass ledger=...") from err
 
-    def spent(self, dataset: str, analyst: str | None = None) -> PrivacyLoss:
-        """Total DP loss recorded for a dataset (optionally for one analyst)."""
-        return self._spent(self._db, dataset, analyst)
-
-    def _spent(self, db, dataset: str, analyst: str | None) -> PrivacyLoss:
-        sql = "SELECT epsilon, delta, rho FROM releases WHERE dataset = ? AND kind = 'dp'"
-        args: tuple = (dataset,)
-        if analyst is not None:
-            sql += " AND analyst = ?"
-            args += (analyst,)
-        try:
-            rows = db.execute(sql, args).fetchall()
-        except sqlite3.Error as err:
-            raise LedgerError(f"cannot read the budget ledger {self.path!r}: {err}") from err
-        total = PrivacyLoss.zero()
-        for epsilon, delta, rho in rows:
-            total = total + PrivacyLoss(Fraction(epsilon), Fraction(delta), Fraction(rho))
-        return total
+    @property
+    def _name(self) -> str:
+        return f"budget ledger {self.path!r}"
 
     def charge(self, *, analyst: str, dataset: str, loss: PrivacyLoss, budget: PrivacyLoss,
                statement: str, fingerprint: str | None = None) -> int:
@@ -97,61 +183,15 @@ class Ledger:
         try:
             self._db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as err:
-            raise LedgerError(f"cannot lock the budget ledger {self.path!r}: {err}") from err
+            raise self._failed("lock", err) from err
         try:
-            spent = self._spent(self._db, dataset, None)
-            remaining = budget.minus(spent)
-            if not remaining.covers(loss):
-                raise budget_exhausted(analyst, dataset, loss, remaining)
-            cursor = self._db.execute(
-                "INSERT INTO releases (time, analyst, dataset, kind, epsilon, delta, rho, "
-                "statement, fingerprint) VALUES (?, ?, ?, 'dp', ?, ?, ?, ?, ?)",
-                (time.time(), analyst, dataset, str(loss.epsilon), str(loss.delta),
-                 str(loss.rho), statement, fingerprint))
+            self._check_fits(analyst, dataset, loss, budget)
+            cursor = self._insert("dp", analyst, dataset, loss, statement, fingerprint)
             self._db.execute("COMMIT")
             return cursor.lastrowid
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
-
-    def record_answer(self, release_id: int, answer: str) -> None:
-        """Store what a release returned, so that asking again returns it at no cost."""
-        try:
-            self._db.execute("UPDATE releases SET answer = ? WHERE id = ?", (answer, release_id))
-        except sqlite3.Error as err:
-            raise LedgerError(f"cannot write the budget ledger {self.path!r}: {err}") from err
-
-    def find_answer(self, dataset: str, fingerprint: str) -> str | None:
-        """The stored answer of an earlier identical release on the dataset, if any."""
-        row = self._db.execute(
-            "SELECT answer FROM releases WHERE dataset = ? AND fingerprint = ? AND kind = 'dp' "
-            "AND answer IS NOT NULL ORDER BY id LIMIT 1", (dataset, fingerprint)).fetchone()
-        return None if row is None else row[0]
-
-    def record_exact(self, *, analyst: str, dataset: str, statement: str) -> None:
-        """Record a custodian's exact (non-private) access."""
-        try:
-            self._db.execute(
-                "INSERT INTO releases (time, analyst, dataset, kind, epsilon, delta, statement)"
-                " VALUES (?, ?, ?, 'exact', '0', '0', ?)",
-                (time.time(), analyst, dataset, statement))
-        except sqlite3.Error as err:
-            raise LedgerError(f"cannot write the budget ledger {self.path!r}: {err}") from err
-
-    def history(self, dataset: str | None = None) -> list[dict]:
-        """Every recorded release, oldest first."""
-        sql = "SELECT id, time, analyst, dataset, kind, epsilon, delta, statement FROM releases"
-        args: tuple = ()
-        if dataset is not None:
-            sql += " WHERE dataset = ?"
-            args = (dataset,)
-        rows = self._db.execute(sql + " ORDER BY id", args).fetchall()
-        keys = ("id", "time", "analyst", "dataset", "kind", "epsilon", "delta", "statement")
-        return [dict(zip(keys, r)) for r in rows]
-
-    def close(self) -> None:
-        """Close the ledger file."""
-        self._db.close()
 
 
 def budget_exhausted(analyst: str, dataset: str, requested: PrivacyLoss,
