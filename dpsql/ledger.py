@@ -39,6 +39,7 @@ CREATE TABLE IF NOT EXISTS releases (
 );
 CREATE INDEX IF NOT EXISTS releases_dataset ON releases (dataset, kind);
 """
+_LOSSES = ("epsilon", "delta", "rho")  # the PrivacyLoss fields, stored as exact text
 _HISTORY = ("id", "time", "analyst", "dataset", "kind", "epsilon", "delta", "statement")
 
 
@@ -62,7 +63,9 @@ class SqlLedger:
     _marker: str
     _errors: type[Exception]
     _name: str
-    _losses = ("epsilon", "delta", "rho")  # the PrivacyLoss fields the table stores
+    def __init__(self) -> None:
+        # (dataset, analyst) -> (last id read, total loss of the rows up to it)
+        self._totals: dict[tuple[str, str | None], tuple[int, PrivacyLoss]] = {}
 
     def _execute(self, sql: str, args: tuple = ()):
         # the shared SQL is written with ``?``, which is never literal text in it
@@ -72,20 +75,28 @@ class SqlLedger:
         return LedgerError(f"cannot {doing} the {self._name}: {err}", hint=hint)
 
     def spent(self, dataset: str, analyst: str | None = None) -> PrivacyLoss:
-        """Total DP loss recorded for a dataset (optionally for one analyst)."""
-        sql = (f"SELECT {', '.join(self._losses)} FROM {self._table} "
-               "WHERE dataset = ? AND kind = 'dp'")
-        args: tuple = (dataset,)
+        """Total DP loss recorded for a dataset (optionally for one analyst).
+
+        Rows are only ever appended, and charges to a dataset are serialized (so their ids
+        commit in order): the total is kept and only rows newer than the last one read are
+        added, which keeps a long ledger's checks as fast as a short one's.
+        """
+        key = (dataset, analyst)
+        last, total = self._totals.get(key, (0, PrivacyLoss.zero()))
+        sql = (f"SELECT id, {', '.join(_LOSSES)} FROM {self._table} "
+               "WHERE dataset = ? AND kind = 'dp' AND id > ?")
+        args: tuple = (dataset, last)
         if analyst is not None:
             sql += " AND analyst = ?"
             args += (analyst,)
         try:
-            rows = self._execute(sql, args).fetchall()
+            rows = self._execute(sql + " ORDER BY id", args).fetchall()
         except self._errors as err:
             raise self._failed("read", err) from err
-        total = PrivacyLoss.zero()
-        for row in rows:
-            total = total + PrivacyLoss(*map(Fraction, row))
+        for row_id, *losses in rows:
+            total = total + PrivacyLoss(*map(Fraction, losses))
+            last = row_id
+        self._totals[key] = (last, total)
         return total
 
     def _check_fits(self, analyst: str, dataset: str, loss: PrivacyLoss,
@@ -98,9 +109,9 @@ class SqlLedger:
     def _insert(self, kind: str, analyst: str, dataset: str, loss: PrivacyLoss, statement: str,
                 fingerprint: str | None = None, suffix: str = ""):
         """Insert one release row; ``suffix`` ends the statement (e.g. ``RETURNING id``)."""
-        columns = ("time", "analyst", "dataset", "kind", *self._losses, "statement",
+        columns = ("time", "analyst", "dataset", "kind", *_LOSSES, "statement",
                    "fingerprint")
-        losses = tuple(str(getattr(loss, name)) for name in self._losses)
+        losses = tuple(str(getattr(loss, name)) for name in _LOSSES)
         return self._execute(
             f"INSERT INTO {self._table} ({', '.join(columns)}) "
             f"VALUES ({', '.join('?' * len(columns))}){suffix}",
@@ -152,6 +163,7 @@ class Ledger(SqlLedger):
     _errors = sqlite3.Error
 
     def __init__(self, path: str | os.PathLike) -> None:
+        super().__init__()
         self.path = str(path)
         try:
             if self.path != ":memory:":

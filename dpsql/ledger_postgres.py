@@ -1,13 +1,12 @@
 """The budget ledger as tables in PostgreSQL, shared by analysts on different machines.
 
 Same interface and guarantees as the SQLite ``dpsql.ledger.Ledger``, whose SQL it shares
-(``SqlLedger``), except that ρ is not stored: ρ-zCDP charges are recorded as free, so a ρ
-budget is never spent.
+(``SqlLedger``).
 A charge is one transaction that first locks the dataset's row in ``dpsql_datasets``
 (``SELECT ... FOR UPDATE``), so charges to one dataset are serialized across every process and
 machine: the check of the remaining budget and the insert of the release are atomic, and
 concurrent analysts never overspend. Charges to different datasets do not wait for each other.
-ε and δ are stored as exact text fractions, summed in Python as ``Fraction``.
+ε, δ and ρ are stored as exact text fractions, summed in Python as ``Fraction``.
 """
 
 from __future__ import annotations
@@ -28,11 +27,14 @@ CREATE TABLE IF NOT EXISTS dpsql_releases (
     kind        TEXT NOT NULL CHECK (kind IN ('dp', 'exact')),
     epsilon     TEXT NOT NULL,
     delta       TEXT NOT NULL,
+    rho         TEXT NOT NULL DEFAULT '0',
     statement   TEXT NOT NULL,
     fingerprint TEXT,
     answer      TEXT
 );
 CREATE INDEX IF NOT EXISTS dpsql_releases_dataset ON dpsql_releases (dataset, kind);
+-- tables written before ρ-zCDP accounting
+ALTER TABLE dpsql_releases ADD COLUMN IF NOT EXISTS rho TEXT NOT NULL DEFAULT '0';
 """
 # CREATE TABLE IF NOT EXISTS races with itself in PostgreSQL; one advisory lock serializes it
 _SCHEMA_LOCK = 0x64707371  # "dpsq"
@@ -44,9 +46,9 @@ class PostgresLedger(SqlLedger):
     _table = "dpsql_releases"
     _marker = "%s"
     _name = "PostgreSQL budget ledger"  # not the URL: it may hold a password
-    _losses = ("epsilon", "delta")  # the table has no rho column
 
     def __init__(self, url: str) -> None:
+        super().__init__()
         try:
             import psycopg
         except ImportError as err:

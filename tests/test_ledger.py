@@ -6,8 +6,11 @@ import json
 import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from fractions import Fraction
 
 import dpsql
+from dpsql.budget import PrivacyLoss
+from dpsql.ledger import Ledger
 
 from conftest import catalogue
 
@@ -67,3 +70,18 @@ def test_custodian_access_is_logged_as_exact(data_dir):
         [row] = con.ledger.history()
         assert row["kind"] == "exact" and row["analyst"] == "curator"
         assert con.budget_spent.epsilon == 0
+
+
+def test_spent_reads_rows_charged_by_another_process_after_its_own(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    first, second = Ledger(path), Ledger(path)
+    budget, loss = PrivacyLoss(Fraction(10)), PrivacyLoss(Fraction(1, 3))
+    first.charge(analyst="a", dataset="d", loss=loss, budget=budget, statement="q")
+    assert first.spent("d").epsilon == Fraction(1, 3)  # its running total starts here
+    second.charge(analyst="b", dataset="d", loss=loss, budget=budget, statement="q")
+    first.charge(analyst="a", dataset="d", loss=loss, budget=budget, statement="q")
+    assert first.spent("d").epsilon == 1 and first.spent("d", "b").epsilon == Fraction(1, 3)
+    fresh = Ledger(path)
+    assert fresh.spent("d").epsilon == 1
+    for ledger in (first, second, fresh):
+        ledger.close()

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from servers import backend_metadata, csv_dir, postgres_url  # noqa: F401 (fixtures)
 
 import dpsql
+from dpsql.budget import PrivacyLoss
 from dpsql.cli import main
 from dpsql.ledger_postgres import PostgresLedger
 
@@ -135,3 +136,19 @@ def test_cli_takes_postgres_urls_for_db_and_ledger(backend_metadata, csv_dir, po
     answer = json.loads(result.output)
     assert answer["epsilon_spent"] == 0.25 and answer["budget_remaining"] == 0.75
     assert [row[0] for row in answer["statements"][0]["rows"]] == ["Female", "Male"]
+
+
+def test_rho_charges_are_spent_and_enforced(postgres_url):
+    ledger = PostgresLedger(postgres_url)
+    dataset = f"rho-{uuid.uuid4().hex}"
+    budget = PrivacyLoss(Fraction(0), rho=Fraction(1))
+    half = PrivacyLoss(Fraction(0), rho=Fraction(1, 2))
+    for _ in range(2):
+        ledger.charge(analyst="a", dataset=dataset, loss=half, budget=budget, statement="q")
+    assert ledger.spent(dataset).rho == 1
+    with pytest.raises(dpsql.BudgetExhaustedError):
+        ledger.charge(analyst="a", dataset=dataset, loss=half, budget=budget, statement="q")
+    other = PostgresLedger(postgres_url)  # as another process sees it
+    assert other.spent(dataset).rho == 1
+    other.close()
+    ledger.close()
