@@ -44,13 +44,10 @@ def from_smartnoise(source: str | os.PathLike | dict) -> dict:
     - the column with ``private_id: true`` becomes ``privacy_unit``; ``row_privacy: true``
       becomes ``privacy_unit: null`` (one row per person).
     - ``max_ids`` (SmartNoise keeps at most that many rows per person in the whole table)
-      becomes both ``max_groups_per_unit`` (L0) and ``max_rows_per_group`` (L∞). A person
-      with max_ids rows may spread them over max_ids groups or put them all in one, so this
-      is the only choice that drops no row SmartNoise would keep; dpsql's L1 bound
-      L0·L∞ = max_ids² is at least SmartNoise's max_ids, so the noise is never smaller
-      and the guarantee never weaker. When each person's rows all fall in one group (keys
-      that are person attributes), the owner can set ``max_groups_per_unit: 1`` and get
-      SmartNoise's sensitivity exactly.
+      becomes ``max_rows_per_unit`` (R), and also ``max_groups_per_unit`` (L0) and
+      ``max_rows_per_group`` (L∞): a person with max_ids rows may spread them over max_ids
+      groups or put them all in one, so no row SmartNoise would keep is dropped, and the
+      sensitivities use min(L0·L∞, R) = max_ids rows, SmartNoise's own bound.
     - ``lower``/``upper`` are kept; types map int/float/string/boolean/datetime to
       int/float/text/bool/date.
     - The catalogue is named after the collection, tables after their own names (dpsql
@@ -171,7 +168,7 @@ def _privacy_unit(qualified: str, raw: dict, units: list[str]) -> dict:
         raise CatalogError(f"table {qualified!r}: max_ids must be a whole number ≥ 1, "
                            f"got {max_ids!r}")
     return {"privacy_unit": units[0], "max_groups_per_unit": max_ids,
-            "max_rows_per_group": max_ids}
+            "max_rows_per_group": max_ids, "max_rows_per_unit": max_ids}
 
 
 def _warn_table_options(qualified: str, raw: dict) -> None:
