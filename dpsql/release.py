@@ -78,13 +78,13 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
     noisy: dict[str, list] = {}
     for part in plan.parts:
         if part.threshold is not None:  # private keys: keep those whose noisy count clears τ
-            drawn = [_noisy(r[index[part.column]], part, rng) for r in rows]
+            drawn = _noisy([r[index[part.column]] for r in rows], part, rng)
             kept = [i for i, value in enumerate(drawn) if value >= part.threshold]
             rows = [rows[i] for i in kept]
             noisy[part.column] = [drawn[i] for i in kept]  # the same draw is released
     frame: dict[str, list] = {k.name: [r[i] for r in rows] for i, k in enumerate(checked.keys)}
     parts = [p for p in plan.parts if p.role not in ("select", "quantile")]
-    noisy.update({p.column: [_noisy(r[index[p.column]], p, rng) for r in rows]
+    noisy.update({p.column: _noisy([r[index[p.column]] for r in rows], p, rng)
                   for p in parts if p.column not in noisy})
     widths = {p.column: _half_width(p, CONFIDENCE) for p in parts}
     pair_widths = {p.column: _half_width(p, 1 - (1 - CONFIDENCE) / 2) for p in parts}
@@ -121,13 +121,18 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
                        epsilon=plan.loss.epsilon, sensitivity=plan.sensitivity)
 
 
-def _noisy(value, part, rng: RandomSource):
+def _noisy(values: list, part, rng: RandomSource) -> list:
+    """Each exact value of a part plus its own fresh noise, drawn in grid units."""
+    grid = part.grid
     if part.sensitivity == 0:  # the answer cannot depend on any person: nothing to hide
-        return int(value) if part.grid_exp == 0 else float(int(value) * part.grid)
-    noise = discrete_gaussian(part.sigma2_units, rng) if part.mechanism == "gaussian" else \
-        discrete_laplace(part.scale / part.grid, rng)
-    units = int(value) + noise  # grid units, exact
-    return units if part.grid_exp == 0 else float(units * part.grid)
+        units = [int(v) for v in values]
+    elif part.mechanism == "gaussian":
+        sigma2 = part.sigma2_units
+        units = [int(v) + discrete_gaussian(sigma2, rng) for v in values]
+    else:
+        scale = part.scale / grid
+        units = [int(v) + discrete_laplace(scale, rng) for v in values]
+    return units if part.grid_exp == 0 else [float(u * grid) for u in units]
 
 
 def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: RandomSource):

@@ -346,7 +346,10 @@ def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: b
     if not src_cols:
         src_cols = ["1 AS __one"]
     filters = [f"({checked.where.sql(dialect=DIALECT)})"] if checked.where is not None else []
-    filters += [f"{k.sql} IS NOT NULL" for k in checked.keys]
+    if table.privacy_unit is not None or checked.has_private_keys:
+        # without a person, rows with a NULL key form a group the domain join drops unread;
+        # a person's such rows would take one of their L0 groups
+        filters += [f"{k.sql} IS NOT NULL" for k in checked.keys]
     if table.privacy_unit is not None:  # a row that names no person is no one's to bound
         filters.append(f"{_quote(table.privacy_unit)} IS NOT NULL")
     where = f" WHERE {' AND '.join(filters)}" if filters else ""

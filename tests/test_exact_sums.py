@@ -45,3 +45,17 @@ def test_few_terms_keep_the_double_sum(tmp_path):
         assert exact["p0"] == 5 * BIG
         # AVG reads the same value column, centred on the middle of [0, 10**15]
         assert exact["p1"] == 5 * (BIG - 10**15 // 2)
+
+
+def test_rows_with_a_null_key_are_in_no_released_group(tmp_path):
+    frame = pd.DataFrame({"grp": ["a", None, None, "a"], "x": [1, 5, 7, 2]})
+    frame.to_csv(tmp_path / "keys.csv", index=False)
+    meta = {"name": "keys", "budget": {"epsilon": 100}, "tables": {"keys": {
+        "source": str(tmp_path / "keys.csv"), "privacy_unit": None,
+        "columns": {"grp": {"type": "text", "values": ["a", "b"]},
+                    "x": {"type": "int", "lower": 0, "upper": 10}}}}}
+    with dpsql.connect(metadata=meta, ledger=":memory:") as con:
+        query = con._engine.plan("SELECT grp, COUNT(*) AS n, SUM(x) AS s FROM keys GROUP BY grp",
+                                 epsilon=1).release.statements[0].exact_query
+        _, rows = con._engine._run_exact(query)
+    assert [row[:3] for row in rows] == [("a", 2, 3), ("b", 0, 0)]
