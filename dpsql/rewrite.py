@@ -4,7 +4,8 @@ The exact query is written in passes, each a CTE, so that the bound the sensitiv
 really holds in the rows the backend returns:
 
 1. ``__src``: clamp every SUM/AVG input to its bounds and round it to the fixed-point grid
-   (an integer), compute the group keys, apply WHERE, drop rows whose key is NULL.
+   (an integer, held in a DOUBLE), compute the group keys, apply WHERE, drop rows whose key
+   is NULL when a person could spend an L0 group on them.
 2. ``__per_unit`` (privacy-unit tables only): aggregate each person's rows per group.
 3. ``__bounded``: cap each person-group partial (count ≤ L∞; a sum scaled by L∞/count so
    it stays within L∞·bound) and rank the person's groups by a keyed hash with a fresh
@@ -12,6 +13,10 @@ really holds in the rows the backend returns:
 4. ``__exact``: sum the capped partials per group.
 5. the public domain of the keys (cross product of the values) LEFT JOIN ``__exact``,
    zero-filled, so absent groups are released as noisy zeros rather than left out.
+
+Each group also returns ``__terms``, the rows its DOUBLE sums add up: the sums are exact
+while that stays under the plan's limit, and the query's twin with BIGINT values and 128-bit
+sums answers otherwise.
 """
 
 from __future__ import annotations
