@@ -78,16 +78,18 @@ def test_backends_are_chosen_by_target(connections):
 
 
 def test_exact_aggregates_agree_on_the_whole_corpus(connections):
+    """Both forms of each exact query: DOUBLE grid sums, and the 128-bit twin."""
     reference = connections["duckdb"]
     for sql in CORPUS:
-        tree = reference._engine.plan(sql, epsilon=1).release.statements[0].exact
-        names, expected = _exact(reference, sql, tree)
-        for backend in ("postgresql", "spark"):
-            got_names, got = _exact(connections[backend], sql, tree)
-            assert got_names == names, (backend, sql)
-            assert got == expected, (backend, sql)
-            # counts and grid sums come back as Python ints, so int(value) is exact
-            assert all(type(v) is int for row in got for v in row[-1:]), (backend, sql)
+        query = reference._engine.plan(sql, epsilon=1).release.statements[0].exact_query
+        for tree in (query.tree, *([query.wide.tree] if query.wide else [])):
+            names, expected = _exact(reference, sql, tree)
+            for backend in ("postgresql", "spark"):
+                got_names, got = _exact(connections[backend], sql, tree)
+                assert got_names == names, (backend, sql)
+                assert got == expected, (backend, sql)
+                # counts and sums are integral, so int(value) in the release is exact
+                assert all(float(row[-1]).is_integer() for row in got), (backend, sql)
 
 
 def test_same_seed_gives_identical_noisy_answers(backend_metadata, csv_dir, postgres_url,
