@@ -17,7 +17,7 @@ from dpsql.errors import BackendError, InterfaceError
 from dpsql.ledger import Ledger, default_analyst
 from dpsql.ledger_postgres import PostgresLedger
 from dpsql.mechanisms.samplers import RandomSource
-from dpsql.parse import parse_script
+from dpsql.parse import parse_one, parse_script
 from dpsql.release import ColumnInfo, NoisyResult
 
 
@@ -142,7 +142,8 @@ class CustodianCursor(Cursor):
 class CustodianConnection(_Base):
     """The data custodian's connection: exact answers, named as such and logged.
 
-    Not an analyst path: use it for anonymization and ground truth in experiments.
+    Not an analyst path: use it for anonymization and ground truth in experiments. On
+    PostgreSQL or Spark each statement is written in the warehouse's dialect and run there.
     """
 
     def __init__(self, database, *, metadata, analyst=None, ledger=None) -> None:
@@ -152,7 +153,8 @@ class CustodianConnection(_Base):
 
     @property
     def duckdb(self) -> duckdb.DuckDBPyConnection:
-        """The underlying DuckDB connection, for bulk local work on data the custodian holds."""
+        """The underlying DuckDB connection, for bulk local work on data the custodian holds
+        (DuckDB only: ``execute`` is the warehouse-independent path)."""
         if self._backend.name != "duckdb":
             raise errors.NotSupportedError(
                 f"the custodian connection works on DuckDB only, not {self._backend.name}",
@@ -170,6 +172,10 @@ class CustodianConnection(_Base):
 
     def _run_exact(self, sql: str, parameters) -> NoisyResult:
         self.ledger.record_exact(analyst=self.analyst, dataset=self.catalog.name, statement=sql)
+        if self._backend.name != "duckdb":
+            # a warehouse runs the statement in its own dialect, like the engine's queries
+            names, rows = self._backend.run(parse_one(sql, parameters).tree)
+            return NoisyResult(columns=[ColumnInfo(n, "any") for n in names], rows=rows)
         try:
             cursor = self.duckdb.execute(sql, parameters or [])
             rows = cursor.fetchall() if cursor.description else []
@@ -225,7 +231,7 @@ def connect(database: str | os.PathLike | Any | None = None, *,
                       insecure_seed=insecure_seed)
 
 
-def connect_custodian(database: str | os.PathLike | None = None, *,
+def connect_custodian(database: str | os.PathLike | Any | None = None, *,
                       metadata: str | os.PathLike | dict, analyst: str | None = None,
                       ledger: str | os.PathLike | None = None) -> CustodianConnection:
     """Open a custodian connection: exact, non-private answers, each logged in the ledger."""

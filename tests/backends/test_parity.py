@@ -204,3 +204,16 @@ def test_spark_master_url_reuses_a_running_session_and_leaves_it_up(backend_meta
     with dpsql.connect("local[2]", metadata=meta, ledger=":memory:") as con:
         assert con._backend.session is spark
     assert spark.sql("SELECT 1").collect()[0][0] == 1  # still running after close()
+
+
+def test_custodian_reads_exact_rows_in_the_warehouse(backend_metadata, csv_dir, postgres_url,
+                                                     spark):
+    sql = "SELECT day, COUNT(*) AS n FROM visits WHERE amount > ? GROUP BY day ORDER BY day"
+    answers = {}
+    for name, target in (("duckdb", None), ("postgresql", postgres_url), ("spark", spark)):
+        meta = backend_metadata(csv_dir, warehouse=target is not None)
+        with dpsql.connect_custodian(target, metadata=meta, ledger=":memory:") as custodian:
+            answers[name] = custodian.execute(sql, [10]).fetchall()
+            assert [r["kind"] for r in custodian.ledger.history()] == ["exact"]
+    assert answers["postgresql"] == answers["duckdb"] == answers["spark"]
+    assert sum(n for _, n in answers["duckdb"]) > 0
