@@ -336,8 +336,10 @@ def _exact_query(checked: CheckedQuery, parts, values: _Values, salt: int) -> Ex
     table = checked.table
     factor = 1 if table.privacy_unit is None else max(
         table.max_rows_per_group, table.max_rows_per_unit or 1)
+    # products reach terms·largest·factor, and a truncation's check adds up to one divisor
+    # (≤ terms) to that; every one must stay an exact DOUBLE
     return ExactQuery(_exact_sql(checked, parts, values, salt, wide=False), wide=wide,
-                      terms_limit=MAX_EXACT_DOUBLE // (max(largest, 1) * factor))
+                      terms_limit=MAX_EXACT_DOUBLE // (max(largest, 1) * factor + 1))
 
 
 def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: bool) -> str:
