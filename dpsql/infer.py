@@ -134,7 +134,19 @@ def bounds_of(node: exp.Expression, column: Resolver) -> Interval | None:
         return Interval(low, max(abs(inner.lower), abs(inner.upper)), inner.integral)
     if isinstance(node, (exp.Predicate, exp.Not, exp.And, exp.Or)):
         return Interval(Fraction(0), Fraction(1), True)
+    if isinstance(node, exp.Cast):  # TRY_CAST too
+        return _cast_bounds(bounds_of(node.this, column), node.to)
     return None
+
+
+def _cast_bounds(inner: Interval | None, to: exp.DataType) -> Interval | None:
+    """Bounds of a value converted to a numeric type: an integer type rounds (DuckDB) or
+    truncates (Spark), so its ends widen to the integers around them."""
+    if inner is None or not to.is_type(*exp.DataType.NUMERIC_TYPES):
+        return None
+    if to.is_type(*exp.DataType.INTEGER_TYPES):
+        return Interval(Fraction(_floor(inner.lower)), Fraction(-_floor(-inner.upper)), True)
+    return inner
 
 
 def _floor(value: Fraction) -> int:

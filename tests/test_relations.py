@@ -56,6 +56,13 @@ def test_derived_bounds_are_inferred_or_demanded(meta, tmp_path):
     with pytest.raises(dpsql.MissingBoundsError):
         con.execute("SELECT SUM(y) FROM (SELECT LENGTH(education) AS y FROM adult) t",
                     epsilon=1)
+    # a numeric CAST keeps the bounds; to an integer type they widen to whole numbers
+    assert con.explain("SELECT SUM(CAST(hours / 2 AS INT)) FROM adult"
+                       )["total_sensitivity"] == 50  # hours/2 in [0.5, 49.5] -> [0, 50]
+    assert con.explain("SELECT SUM(CAST(sex = 'Male' AS INT)) FROM adult"
+                       )["total_sensitivity"] == 1
+    with pytest.raises(dpsql.MissingBoundsError):
+        con.execute("SELECT SUM(CAST(CAST(hours AS TEXT) AS INT)) FROM adult", epsilon=1)
 
 
 def test_public_join_with_duplicated_keys_counts_each_row_once(meta, tmp_path):
