@@ -2,8 +2,9 @@
 
 For each generated statement or script: a dpsql.Error (other than InternalError) and an
 unchanged ledger (or, for a failure on the data, which the engine charges like an answer,
-exactly one row charging the ε asked for), or a release whose every cell is noisy, derived from noisy cells, or a key
-of a public domain, with exactly one ledger row charging exactly the ε asked for.
+exactly one row charging the ε asked for), or a release whose every cell is noisy, derived from
+noisy cells, or a key of a public domain (the catalogue's, or a literal of the statement), with
+exactly one ledger row charging exactly the ε asked for.
 Anything else (an uncaught exception, a raw value, a spend without a release) fails.
 """
 
@@ -14,8 +15,10 @@ from collections import Counter
 from fractions import Fraction
 
 import pytest
+import sqlglot
 from conftest import DAYS, EDUCATION, catalogue, make_adult, make_visits
 from hypothesis import HealthCheck, given, settings
+from sqlglot import exp
 from sql_grammar import KEY_LITERALS, sql_text
 
 import dpsql
@@ -72,6 +75,9 @@ def check_one(con: dpsql.Connection, sql: str, script: bool) -> str:
 
 
 def _check_cells(cursor: dpsql.Cursor, sql: str) -> None:
+    # the statement's own literals are public too (a mutated CASE can name a new key value)
+    own = {literal.this for tree in sqlglot.parse(sql, read="duckdb") if tree is not None
+           for literal in tree.find_all(exp.Literal) if literal.is_string}
     while True:
         rows = cursor.fetchall()
         for index, column in enumerate(cursor.description):
@@ -79,7 +85,7 @@ def _check_cells(cursor: dpsql.Cursor, sql: str) -> None:
             if column.noise is not None:  # a mechanism's output or derived from one
                 assert all(v is None or isinstance(v, (int, float)) for v in values), sql
                 continue
-            raw = [v for v in values if v is not None and not _public(v)]
+            raw = [v for v in values if v is not None and not _public(v) and v not in own]
             assert not raw, f"column {column.name!r} shows non-public values {raw[:3]}: {sql!r}"
         if not cursor.nextset():
             return
@@ -99,7 +105,7 @@ def test_fuzz_statements(fuzz_connection, statement):
 
 
 @pytest.mark.slow
-@settings(max_examples=SLOW_EXAMPLES, deadline=None, database=None,
+@settings(max_examples=SLOW_EXAMPLES, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(statement=sql_text())
 def test_fuzz_statements_long(fuzz_connection, statement):
