@@ -75,7 +75,6 @@ class TimedBackend:
         self.run = self._timed(backend.run)
         if hasattr(backend, "run_duckdb_sql"):  # keep the engine's DuckDB fast path
             self.run_duckdb_sql = self._timed(backend.run_duckdb_sql)
-            self.bind_duckdb_sql = backend.bind_duckdb_sql
 
     def _timed(self, run):
         def timed(query):

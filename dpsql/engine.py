@@ -141,7 +141,6 @@ class Engine:
             if stored is not None:
                 return load_results(stored)
         budget = self._budget() if planned.release else None
-        self._bind(planned)
         if planned.release is not None:
             remaining = budget.minus(self.ledger.spent(self.catalog.name))
             if not remaining.covers(planned.release.loss):
@@ -188,25 +187,15 @@ class Engine:
             self.ledger.record_answer(release_id, dump_results(results))
         return results
 
-    def _bind(self, planned: Planned) -> None:
-        """Refuse, before any charge, exact queries the backend cannot even plan."""
-        bind = getattr(self.backend, "bind_duckdb_sql", None)
-        if bind is None or planned.release is None:
-            return
-        for plan in planned.release.statements:
-            for query in (plan.exact_query, *(q for _, q in plan.histograms)):
-                problem = bind(query.sql)
-                if problem is not None:
-                    raise ProgrammingError(
-                        f"the query cannot be planned: {problem}",
-                        sql=plan.checked.statement.sql,
-                        hint="use functions on the table's own columns (no file access)")
-
     def _run_exact(self, query: ExactQuery) -> tuple[list[str], list[tuple]]:
         """The exact rows, from the 128-bit twin if the DOUBLE sums could have rounded."""
         names, rows = self._run(query)
         if query.exceeded(names, rows):
-            names, rows = self._run(query.wide)
+            try:
+                names, rows = self._run(query.wide)
+            except ProgrammingError:  # whether the twin runs depends on the data: charged
+                raise BackendError("the 128-bit form of the exact query cannot be planned"
+                                   ) from None
         return names, rows
 
     def _run(self, query: ExactQuery) -> tuple[list[str], list[tuple]]:

@@ -9,9 +9,11 @@ from sqlglot import exp
 
 from dpsql.backends import columns_by_table
 from dpsql.catalog import Catalog, TableSpec
-from dpsql.errors import BackendError, DataError
+from dpsql.errors import BackendError, DataError, ProgrammingError
 
 _CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE"}
+# raised while a statement is parsed and bound, before any row is read
+_PLANNING_ERRORS = (duckdb.ParserException, duckdb.CatalogException, duckdb.BinderException)
 
 
 class DuckDBBackend:
@@ -31,7 +33,6 @@ class DuckDBBackend:
             self.connection.execute("SET enable_progress_bar = false")
         except duckdb.Error as err:
             raise BackendError(f"cannot open DuckDB database {database!r}: {err}") from err
-        self._bound: dict[str, duckdb.DuckDBPyRelation] = {}
         for table in catalog.tables.values():
             if table.source is not None:
                 self._register(table)
@@ -73,31 +74,24 @@ class DuckDBBackend:
         """Execute an exact query tree."""
         return self.run_duckdb_sql(tree.sql(dialect=self.dialect))
 
-    def bind_duckdb_sql(self, sql: str) -> str | None:
-        """Plan the query without running it; DuckDB's complaint if it cannot, else None.
-
-        Binding reads no rows, so its errors (unknown functions, wrong types) say nothing
-        about the data and refuse a query before anything is charged. The bound relation is
-        kept for ``run_duckdb_sql``, so the query is not planned twice.
-        """
-        if len(self._bound) > 64:  # relations of requests refused after binding
-            self._bound.clear()
-        try:
-            self._bound[sql] = self.connection.sql(sql)
-        except duckdb.Error as err:
-            return str(err).splitlines()[0]
-        return None
-
     def run_duckdb_sql(self, sql: str) -> tuple[list[str], list[tuple]]:
-        """Execute exact SQL already written in DuckDB's dialect (no re-generation)."""
+        """Execute exact SQL already written in DuckDB's dialect (no re-generation).
+
+        DuckDB parses and binds a statement before it reads a row, so a parser, catalog or
+        binder error (an unknown function, a wrong type) says nothing about the data: it is
+        raised as a ProgrammingError, which refuses the query without a charge. Any other
+        failure happened while reading rows and is a BackendError.
+        """
         try:
-            relation = self._bound.pop(sql, None)
-            if relation is None:
-                relation = self.connection.sql(sql)
-            rows = relation.fetchall()
+            cursor = self.connection.execute(sql)
+            rows = cursor.fetchall()
+        except _PLANNING_ERRORS as err:
+            raise ProgrammingError(f"the query cannot be planned: {str(err).splitlines()[0]}",
+                                   hint="use functions on the table's own columns "
+                                   "(no file access)") from None
         except duckdb.Error as err:
             raise BackendError(f"DuckDB failed to run the exact query: {err}") from err
-        return list(relation.columns), rows
+        return [d[0] for d in cursor.description], rows
 
     def tables(self) -> dict[str, list[str]]:
         """Every table or view the connection can read, with its column names."""
