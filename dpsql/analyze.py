@@ -405,7 +405,7 @@ def _post_query(select, keys, aggregates, outputs) -> exp.Select:
         return node
 
     post = exp.Select()
-    for projection, output in zip(select.expressions, outputs):
+    for projection, output in zip(select.expressions, outputs, strict=True):
         body = projection.unalias().copy().transform(substitute)
         if output.role == "derived":  # arithmetic on noisy values must not fail after charging
             body = guarded(body)

@@ -129,7 +129,7 @@ def run(script, metadata, db, analyst, ledger, epsilon, insecure_seed, as_json) 
             "budget_remaining": None if remaining is None else float(remaining.epsilon),
             "statements": [{"sql": s, "columns": list(f.columns),
                             "rows": json.loads(f.to_json(orient="values"))}
-                           for s, f in zip(statements, frames)],
+                           for s, f in zip(statements, frames, strict=True)],
         }))
         return
     for index, frame in enumerate(frames, 1):
@@ -154,7 +154,8 @@ def _format(frame: pd.DataFrame) -> str:
         shown[column] = frame[column].map(_cell)
         if f"{column}_low" in frame.columns:
             shown[f"{column} 95% CI"] = [f"[{_cell(lo)}, {_cell(hi)}]" for lo, hi in
-                                         zip(frame[f"{column}_low"], frame[f"{column}_high"])]
+                                         zip(frame[f"{column}_low"], frame[f"{column}_high"],
+                                             strict=True)]
     return shown.to_string(index=False)
 
 

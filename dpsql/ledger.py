@@ -148,7 +148,7 @@ class SqlLedger:
             sql += " WHERE dataset = ?"
             args = (dataset,)
         rows = self._execute(sql + " ORDER BY id", args).fetchall()
-        return [dict(zip(_HISTORY, r)) for r in rows]
+        return [dict(zip(_HISTORY, r, strict=True)) for r in rows]
 
     def close(self) -> None:
         """Close the connection to the ledger."""

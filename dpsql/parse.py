@@ -115,7 +115,7 @@ def _bind(trees: list[exp.Expression], params: Sequence[Any] | None, sql: str):
         return None
     trees = [t.copy() for t in trees]
     ordered = [p for t in trees for p in t.find_all(exp.Placeholder)]
-    for node, value in zip(ordered, given):
+    for node, value in zip(ordered, given, strict=True):
         node.replace(_literal(value))
     return trees
 

@@ -325,7 +325,7 @@ def _join(parts: list[Relation], joins: list[exp.Join], statement: Statement) ->
     projections.insert(0, f"{unit_sql} AS {UNIT}")
     from_sql = _from_item(parts[0], aliases[0], numbered=parts[0] is first and
                           first.spec.privacy_unit is None)
-    for part, alias, join in zip(parts[1:], aliases[1:], joins):
+    for part, alias, join in zip(parts[1:], aliases[1:], joins, strict=True):
         kind = (join.args.get("side") or "").upper()
         on = join.args.get("on")
         using = join.args.get("using")
@@ -362,7 +362,7 @@ def _qualify_on(on: exp.Expression, parts: list[Relation], aliases: list[str],
     copy = on.copy()
     for column in list(copy.find_all(exp.Column)):
         owner = None
-        for part, alias in zip(parts, aliases):
+        for part, alias in zip(parts, aliases, strict=True):
             qualifier = column.table.lower() if column.table else None
             key = (qualifier, column.name.lower())
             if qualifier is not None and key in part.names:
@@ -382,7 +382,7 @@ def _qualify_on(on: exp.Expression, parts: list[Relation], aliases: list[str],
 
 def _check_unit_join(parts: list[Relation], joins: list[exp.Join], statement: Statement):
     units = {_alias_of(p): p.spec.privacy_unit for p in parts if not p.spec.public}
-    for part, join in zip(parts[1:], joins):
+    for part, join in zip(parts[1:], joins, strict=True):
         if part.spec.public:  # a dimension table: any key will do, bounding runs after
             continue
         on = join.args.get("on")

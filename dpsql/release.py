@@ -108,9 +108,9 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
         sums, counts = noisy[own[0].column], noisy[own[1].column]
         low, high, center = float(agg.lower), float(agg.upper), float(own[0].center)
         frame[agg.name] = [min(max(center + s / max(c, 1), low), high)
-                           for s, c in zip(sums, counts)]
+                           for s, c in zip(sums, counts, strict=True)]
         bounds = [_ratio_interval(s, c, pair_widths[own[0].column], pair_widths[own[1].column],
-                                  center, low, high) for s, c in zip(sums, counts)]
+                                  center, low, high) for s, c in zip(sums, counts, strict=True)]
         frame[agg.name + "__low"] = [b[0] for b in bounds]
         frame[agg.name + "__high"] = [b[1] for b in bounds]
     result_names, result_rows, intervals = _post_process(plan, frame, post)
@@ -186,7 +186,8 @@ def _spread(agg, parts, noisy: dict, frame: dict) -> None:
         return var ** 0.5 if root else var
 
     values, lows, highs = [], [], []
-    for s, q, n in zip(noisy[total.column], noisy[squares.column], noisy[count.column]):
+    for s, q, n in zip(noisy[total.column], noisy[squares.column], noisy[count.column],
+                         strict=True):
         values.append(value(s, q, n))
         if n - widths[2] <= 1:
             lows.append(0.0)
@@ -286,8 +287,9 @@ def _post_process(plan: StatementPlan, frame: dict[str, list], post: PostProcess
     if checked.post_is_projection:
         # a plain selection of keys and aggregates: no SQL needed
         names = [o.name for o in checked.outputs]
-        rows = list(zip(*(frame[o.source] for o in checked.outputs)))
-        intervals = {o.name: list(zip(frame[o.aggregate + "__low"], frame[o.aggregate + "__high"]))
+        rows = list(zip(*(frame[o.source] for o in checked.outputs), strict=True))
+        intervals = {o.name: list(zip(frame[o.aggregate + "__low"],
+                                           frame[o.aggregate + "__high"], strict=True))
                      for o in ci_outputs}
         return names, rows, intervals
     names, rows = post.run(checked.post_sql, pd.DataFrame(frame))

@@ -348,7 +348,7 @@ def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: b
     src_cols = []
     if table.privacy_unit is not None:
         src_cols.append(f"{_quote(table.privacy_unit)} AS __unit")
-    src_cols += [f"{k.sql} AS {name}" for k, name in zip(checked.keys, keys)]
+    src_cols += [f"{k.sql} AS {name}" for k, name in zip(checked.keys, keys, strict=True)]
     src_cols += [f"{v.sql(wide)} AS {name}" for name, v in values.columns.items()]
     if not src_cols:
         src_cols = ["1 AS __one"]
@@ -411,7 +411,7 @@ def _histogram_sql(checked: CheckedQuery, part: NoisePart, salt: int) -> str:
     agg = next(a for a in checked.aggregates if a.name == part.aggregate)
     table = checked.table
     keys = [f"__k{i}" for i in range(len(checked.keys))]
-    cols = [f"{k.sql} AS {name}" for k, name in zip(checked.keys, keys)]
+    cols = [f"{k.sql} AS {name}" for k, name in zip(checked.keys, keys, strict=True)]
     cols.append(f"{bin_of(agg, part.bins)} AS __bin")
     filters = [f"({agg.arg.sql(dialect=DIALECT)}) IS NOT NULL"]
     filters += [f"({checked.where.sql(dialect=DIALECT)})"] if checked.where is not None else []

@@ -54,7 +54,7 @@ def text_domain_keys(tree: exp.Expression) -> set[str]:
         if alias is None or not values.expressions:
             continue
         first_row = values.expressions[0].expressions
-        for column, cell in zip(alias.columns, first_row):
+        for column, cell in zip(alias.columns, first_row, strict=False):
             if isinstance(cell, exp.Literal) and cell.is_string:
                 keys.add(column.name)
     return keys
