@@ -42,6 +42,7 @@ from evaluators.anonymization.lattice import search
 from evaluators.anonymization.rho_gain import rho_gain
 from evaluators.anonymization.rollup import Histogram
 from evaluators.anonymization.source import create_source, open_custodian
+from evaluators.experiments.figures import save_figure
 
 OUT = PROJECT_ROOT / "docs" / "reports" / "anonymization"
 METADATA = PROJECT_ROOT / "data" / "datasets" / "adult_arx.yaml"
@@ -192,9 +193,7 @@ def plot_tables(frame: pd.DataFrame, path: Path) -> None:
     ax.set(xscale="log", yscale="log", xlabel="k", ylabel="average class size N/(#UEC+1)",
            title="Adult, 9 QIDs: chosen node's average class size")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_rho(per_pass: pd.DataFrame, path: Path) -> None:
@@ -216,9 +215,7 @@ def plot_rho(per_pass: pd.DataFrame, path: Path) -> None:
     handles = axes[1].get_legend_handles_labels()
     extra = loss_axis.get_legend_handles_labels()
     axes[1].legend(handles[0] + extra[0], handles[1] + extra[1], fontsize=8, loc="center right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_dp(frame: pd.DataFrame, path: Path) -> None:
@@ -232,9 +229,7 @@ def plot_dp(frame: pd.DataFrame, path: Path) -> None:
     ax.set(xscale="log", yscale="log", xlabel="ε", ylabel="Σ|released − true| / N",
            title="Class counts of one node: ε-DP vs 5-anonymous release")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 @click.command()

@@ -49,6 +49,7 @@ from evaluators.collaborative_filtering.pipeline import (
 )
 from evaluators.collaborative_filtering.randomness import make_rng
 from evaluators.collaborative_filtering.recommenders import METHODS
+from evaluators.experiments.figures import save_figure
 
 OUT_DIR = Path("docs/reports/collaborative_filtering")
 TRAIN_USERS = 700
@@ -246,9 +247,7 @@ def plot_sweep(summary: pd.DataFrame, sweep: str, metric: str, path: Path) -> No
         axis.grid(alpha=0.3)
     axes[0].set_ylabel(metric.upper() if metric != "coverage" else "coverage")
     axes[-1].legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path, dpi=110)
 
 
 def plot_local_dp(summary: pd.DataFrame, path: Path) -> None:
@@ -271,9 +270,7 @@ def plot_local_dp(summary: pd.DataFrame, path: Path) -> None:
         axis.grid(alpha=0.3)
     axes[0].set_ylabel("MAE")
     axes[-1].legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path, dpi=110)
 
 
 def _recorded_run(out: Path) -> dict:

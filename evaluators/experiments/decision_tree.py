@@ -41,6 +41,7 @@ from evaluators.decision_tree.attributes import Schema, schema_from_metadata
 from evaluators.decision_tree.forest import PARTITION_COLUMN, DPRandomForest
 from evaluators.decision_tree.holdout import Holdout, split_holdout, temporary_directory
 from evaluators.decision_tree.tree import DPDecisionTree
+from evaluators.experiments.figures import save_figure
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "docs" / "reports" / "decision_tree"
@@ -354,9 +355,7 @@ def _plot_epsilon(results: pd.DataFrame, path: Path) -> None:
         ax.set_ylabel("test accuracy")
         ax.set_title(f"{dataset.name}, depth {FULL.sweep_depth}")
     axes[0].legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _plot_depth(results: pd.DataFrame, path: Path) -> None:
@@ -388,9 +387,7 @@ def _plot_depth(results: pd.DataFrame, path: Path) -> None:
         ax.set_ylabel("test accuracy")
         ax.set_title(dataset.name)
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _markdown(results: pd.DataFrame) -> str:

@@ -42,6 +42,7 @@ from tqdm import tqdm  # noqa: E402
 import dpsql  # noqa: E402
 from dpsql.catalog import datasets_dir  # noqa: E402
 from dpsql.randomize import ERRPH, RandomizationSpec, Warner  # noqa: E402
+from evaluators.experiments.figures import save_figure  # noqa: E402
 from evaluators.naive_bayes.cli import (  # noqa: E402
     Holdout,
     accuracy,
@@ -238,9 +239,7 @@ def plot_part_a(summary: pd.DataFrame, path: Path) -> None:
         ax.set(title=f"{dataset.name}: PPNB accuracy vs p0", xlabel="ERRPH p0",
                ylabel="test accuracy")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_part_b(summary: pd.DataFrame, path: Path) -> None:
@@ -269,9 +268,7 @@ def plot_part_b(summary: pd.DataFrame, path: Path) -> None:
                         xlabel="p (RRPH p0 = Warner θ)")
         row_axes[1].set(title=f"{dataset.name}: at equal local ε per record", xscale="log",
                         xlabel="local ε per record")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_part_c(summary: pd.DataFrame, path: Path) -> None:
@@ -296,9 +293,7 @@ def plot_part_c(summary: pd.DataFrame, path: Path) -> None:
         ax.set(title=f"{name}: local vs central DP", xscale="log", xlabel="ε per record",
                ylabel="test accuracy")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _at(summary: pd.DataFrame, dataset: str, part: str, variant: str, p: float) -> pd.Series:
