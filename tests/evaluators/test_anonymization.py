@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import warnings
 from pathlib import Path
 
@@ -18,10 +17,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import require_dataset
 from sqlglot import exp
 
 import dpsql
-from dpsql.catalog import datasets_dir
 from evaluators.anonymization.anonymizer import AnonymizationConfig, anonymize_pass
 from evaluators.anonymization.cli import command
 from evaluators.anonymization.criteria import (
@@ -56,13 +55,6 @@ QIDS_9 = ["sex", "age", "race", "marital-status", "education", "native-country",
 QIDS_8 = [q for q in QIDS_9 if q != "workclass"]
 
 
-def _require(name: str) -> Path:
-    path = datasets_dir() / name
-    if not path.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{path} is missing in CI")
-        pytest.skip(f"shared dataset {path} not found (set DPSQL_DATASETS)")
-    return path
 
 
 def _table(con: duckdb.DuckDBPyConnection, name: str, frame: pd.DataFrame) -> str:
@@ -265,7 +257,7 @@ def test_rho_gain_restores_originals_and_publishes_only_valid_classes():
 
 @pytest.fixture(scope="module")
 def adult():
-    _require("adult_arx.csv")
+    require_dataset("adult_arx.csv")
     custodian = open_custodian(METADATA, ledger=":memory:")
     source = create_source(custodian, "adult", QIDS_9)
     hierarchies = load_hierarchies(THESIS_HIERARCHIES, QIDS_9)
@@ -366,7 +358,7 @@ def test_dp_release_covers_the_public_generalized_domain(adult):
 
 
 def test_cli_json_reports_node_classes_outliers_and_passes(adult, tmp_path):
-    _require("adult_arx.csv")
+    require_dataset("adult_arx.csv")
     output = tmp_path / "release.csv"
     args = ["--metadata", str(METADATA), "--table", "adult", "--hierarchies",
             str(THESIS_HIERARCHIES), "--qid", "sex", "--qid", "age", "--qid", "race",

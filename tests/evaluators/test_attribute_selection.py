@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -12,9 +11,10 @@ import pandas as pd
 import pytest
 import yaml
 from click.testing import CliRunner
+from conftest import require_dataset
 
 import dpsql
-from dpsql.catalog import PROJECT_ROOT, datasets_dir
+from dpsql.catalog import PROJECT_ROOT
 from evaluators.attribute_selection.cli import command
 from evaluators.attribute_selection.contingency import (
     catalog_attributes,
@@ -38,13 +38,6 @@ CAR = ("car", "class")
 ADULT = ("adult", "salary-class")
 
 
-def _require(name: str) -> Path:
-    path = datasets_dir() / name
-    if not path.is_file():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{path} is missing in CI")
-        pytest.skip(f"shared dataset {path} not found (set DPSQL_DATASETS)")
-    return path
 
 
 def _metadata(name: str, neighbouring: str | None = None) -> dict:
@@ -61,12 +54,12 @@ def _connect(metadata: dict, seed: int) -> dpsql.Connection:
 
 @pytest.fixture(scope="module")
 def car() -> pd.DataFrame:
-    return pd.read_csv(_require("car.csv"), dtype=str)
+    return pd.read_csv(require_dataset("car.csv"), dtype=str)
 
 
 @pytest.fixture(scope="module")
 def adult() -> pd.DataFrame:
-    return pd.read_csv(_require("adult.csv"), skipinitialspace=True)
+    return pd.read_csv(require_dataset("adult.csv"), skipinitialspace=True)
 
 
 # --------------------------------------------------------------------------- pure functions

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 
 import duckdb
 import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import require_dataset
 
 import dpsql
-from dpsql.catalog import PROJECT_ROOT, datasets_dir
+from dpsql.catalog import PROJECT_ROOT
 from evaluators.collaborative_filtering import ldp
 from evaluators.collaborative_filtering.attacks import rpt_disclosure
 from evaluators.collaborative_filtering.cli import command
@@ -46,18 +46,12 @@ TABLE_3_1 = np.array([
 ])
 
 
-def _require_movielens() -> None:
-    path = datasets_dir() / "ml-100k" / "u.data"
-    if not path.is_file():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{path} is missing in CI")
-        pytest.skip(f"shared dataset {path} not found (set DPSQL_DATASETS)")
 
 
 @pytest.fixture(scope="module")
 def movielens():
     """Custodian DuckDB with the ratings, a fixed 700/243 split and true z-scores."""
-    _require_movielens()
+    require_dataset("ml-100k/u.data")
     cust = open_ratings(METADATA, ledger=":memory:")
     con = cust.duckdb
     split_users(con, 700, np.random.default_rng(7))
@@ -253,7 +247,7 @@ def test_kmeans_starts_from_the_first_users_and_maximizes_the_dot_product():
 # --- CLI ------------------------------------------------------------------------------------
 
 def test_cli_json_reports_the_contract_fields():
-    _require_movielens()
+    require_dataset("ml-100k/u.data")
     result = CliRunner().invoke(command, [
         "--metadata", METADATA, "--ledger", ":memory:", "--method", "item", "--sigma", "2",
         "--beta", "50", "--fill", "roustida", "--seed", "3", "--train-users", "880", "--json"])
@@ -266,7 +260,7 @@ def test_cli_json_reports_the_contract_fields():
 
 
 def test_cli_refuses_local_dp_without_epsilon():
-    _require_movielens()
+    require_dataset("ml-100k/u.data")
     result = CliRunner().invoke(command, ["--metadata", METADATA, "--ledger", ":memory:",
                                           "--perturbation", "ldp"])
     assert isinstance(result.exception, dpsql.ProgrammingError)

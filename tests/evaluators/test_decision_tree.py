@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from fractions import Fraction
 
@@ -14,6 +13,7 @@ import pytest
 import sqlglot
 import yaml
 from click.testing import CliRunner
+from conftest import require_dataset
 from sqlglot import exp
 
 import dpsql
@@ -34,18 +34,11 @@ from evaluators.decision_tree.split import debiased_gain, gain
 METADATA = dpsql.catalog.PROJECT_ROOT / "data" / "datasets"
 
 
-def _require(name: str) -> None:
-    path = dpsql.catalog.datasets_dir() / name
-    if path.exists():
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"shared dataset {path} is missing in CI")
-    pytest.skip(f"shared dataset {path} not found (set DPSQL_DATASETS)")
 
 
 def _metadata(name: str, budget: float = 1e9) -> dict:
     """The repository metadata of ``name`` with a large budget (experiments and tests)."""
-    _require(f"{name}.csv")
+    require_dataset(f"{name}.csv")
     raw = yaml.safe_load((METADATA / f"{name}.yaml").read_text())
     raw["budget"] = {"epsilon": budget}
     for spec in raw["tables"].values():

@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import require_dataset
 from sklearn.naive_bayes import CategoricalNB, GaussianNB
 
 import dpsql
-from dpsql.catalog import datasets_dir
 from evaluators.naive_bayes import NaiveBayesModel
 
 CAR_ATTRIBUTES = ["buying", "maint", "doors", "persons", "lug_boot", "safety"]
 
 
 def _car() -> pd.DataFrame:
-    path = datasets_dir() / "car.csv"
-    if not path.is_file():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{path} is missing in CI")
-        pytest.skip(f"shared dataset {path} not found (set DPSQL_DATASETS)")
-    return pd.read_csv(path, dtype=str)
+    return pd.read_csv(require_dataset("car.csv"), dtype=str)
 
 
 def _exact_model(train: pd.DataFrame, attributes: list[str], alpha: float) -> NaiveBayesModel:

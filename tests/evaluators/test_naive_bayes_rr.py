@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import require_dataset
 
 import dpsql
-from dpsql.catalog import datasets_dir, load_catalog
+from dpsql.catalog import load_catalog
 from dpsql.randomize import (
     ERRPH,
     RandomizationSpec,
@@ -28,17 +28,11 @@ CAR_YAML = "data/datasets/car.yaml"
 ADULT_YAML = "data/datasets/adult.yaml"
 
 
-def _require(name: str) -> None:
-    path = datasets_dir() / name
-    if not path.is_file():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{path} is missing in CI")
-        pytest.skip(f"shared dataset {path} not found (set DPSQL_DATASETS)")
 
 
 @pytest.fixture(scope="module")
 def car():
-    _require("car.csv")
+    require_dataset("car.csv")
     return load_holdout(CAR_YAML, "car", "class", test_fraction=0.3,
                         rng=np.random.default_rng(0))
 
@@ -124,7 +118,7 @@ def test_local_epsilon_matches_the_empirical_likelihood_ratio_of_a_released_tabl
 
 
 def test_p0_one_gives_the_non_private_classifier_on_adult(tmp_path) -> None:
-    _require("adult.csv")
+    require_dataset("adult.csv")
     holdout = load_holdout(ADULT_YAML, "adult", "salary-class", test_fraction=0.3,
                            rng=np.random.default_rng(1))
     # p0 = 1 and TRR with a ≡ 1, b ≡ 0: the released table is the true one.

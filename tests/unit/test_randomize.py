@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 
 import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import require_dataset
 
 import dpsql
 from dpsql.catalog import datasets_dir, load_catalog
@@ -27,12 +27,6 @@ from dpsql.randomize import (
 CAR_YAML = "data/datasets/car.yaml"
 
 
-def _require(name: str) -> None:
-    path = datasets_dir() / name
-    if not path.is_file():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{path} is missing in CI")
-        pytest.skip(f"shared dataset {path} not found (set DPSQL_DATASETS)")
 
 
 def _empirical_epsilon(randomizer, draws: int, rng: np.random.Generator) -> float:
@@ -184,7 +178,7 @@ def test_written_table_is_a_valid_public_catalogue_with_its_parameters(tmp_path)
 
 
 def test_cli_randomizes_car_and_reports_local_epsilon(tmp_path) -> None:
-    _require("car.csv")
+    require_dataset("car.csv")
     output = tmp_path / "car.parquet"
     result = CliRunner().invoke(command, ["--metadata", CAR_YAML, "--table", "car", "--output",
                                           str(output), "--keep", "class", "--p0", "0.5",
@@ -198,7 +192,7 @@ def test_cli_randomizes_car_and_reports_local_epsilon(tmp_path) -> None:
 
 
 def test_cli_insecure_seed_warns_and_is_reproducible(tmp_path) -> None:
-    _require("car.csv")
+    require_dataset("car.csv")
     outputs = []
     for name in ("a.csv", "b.csv"):
         args = ["--metadata", CAR_YAML, "--table", "car", "--output", str(tmp_path / name),
@@ -211,7 +205,7 @@ def test_cli_insecure_seed_warns_and_is_reproducible(tmp_path) -> None:
 
 
 def test_cli_reads_an_input_file_instead_of_the_declared_source(tmp_path) -> None:
-    _require("car.csv")
+    require_dataset("car.csv")
     subset = tmp_path / "car_subset.csv"
     subset.write_text("".join((datasets_dir() / "car.csv").read_text().splitlines(True)[:101]))
     output = tmp_path / "subset.csv"
