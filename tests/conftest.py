@@ -87,6 +87,25 @@ def catalogue(folder: Path, neighbouring: str = "add_remove", budget: float = 10
     }
 
 
+REGIONS = ["North", "East", "South", "West", "Centre"]
+
+
+def join_tables(folder: Path, **purchase_columns) -> dict:
+    """A public ``regions`` table and a private ``purchases`` table (uid; L0 = 2, L∞ = 1) with
+    sources in ``folder``; ``purchase_columns`` declares columns besides uid, item and price."""
+    return {
+        "regions": {
+            "public": True, "source": str(folder / "regions.csv"),
+            "columns": {"region_id": "int", "name": {"type": "text", "values": REGIONS}}},
+        "purchases": {
+            "privacy_unit": "uid", "max_groups_per_unit": 2, "max_rows_per_group": 1,
+            "source": str(folder / "purchases.csv"),
+            "columns": {"uid": "int", "item": {"type": "text", "values": ["a", "b", "c"]},
+                        **purchase_columns,
+                        "price": {"type": "float", "lower": 0, "upper": 50}}},
+    }
+
+
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     """A folder with adult.csv and visits.csv."""

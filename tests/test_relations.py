@@ -8,9 +8,7 @@ import pytest
 
 import dpsql
 
-from conftest import DAYS, catalogue, make_visits
-
-REGIONS = ["North", "East", "South", "West", "Centre"]
+from conftest import DAYS, REGIONS, catalogue, join_tables, make_visits
 
 
 @pytest.fixture
@@ -25,14 +23,7 @@ def meta(data_dir):
                               "price": rng.uniform(0, 50, 1500).round(2)})
     purchases.to_csv(data_dir / "purchases.csv", index=False)
     catalog = catalogue(data_dir, budget=1e9)
-    catalog["tables"]["regions"] = {
-        "public": True, "source": str(data_dir / "regions.csv"),
-        "columns": {"region_id": "int", "name": {"type": "text", "values": REGIONS}}}
-    catalog["tables"]["purchases"] = {
-        "privacy_unit": "uid", "max_groups_per_unit": 2, "max_rows_per_group": 1,
-        "source": str(data_dir / "purchases.csv"),
-        "columns": {"uid": "int", "item": {"type": "text", "values": ["a", "b", "c"]},
-                    "price": {"type": "float", "lower": 0, "upper": 50}}}
+    catalog["tables"].update(join_tables(data_dir))
     return catalog
 
 

@@ -19,12 +19,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import DAYS, catalogue, make_adult, make_visits
+from conftest import DAYS, REGIONS, catalogue, join_tables, make_adult, make_visits
 
 import dpsql
 
 CORPUS = yaml.safe_load((Path(__file__).parent / "queries.yaml").read_text())
-REGIONS = ["North", "East", "South", "West", "Centre"]
 SHOPS = ["corner", "market", "online", "kiosk"]
 ROGUE = 999
 HUGE_EPSILON = 1e9  # noise far below the tolerance: answers are the bounded exact values
@@ -76,15 +75,8 @@ def _write(folder: Path, with_extreme_person: bool) -> None:
 def _metadata(folder: Path, neighbouring: str) -> dict:
     meta = catalogue(folder, neighbouring, budget=1e15)
     meta["budget"]["delta"] = 1e-3  # room for every private-key release of the corpus
-    meta["tables"]["regions"] = {
-        "public": True, "source": str(folder / "regions.csv"),
-        "columns": {"region_id": "int", "name": {"type": "text", "values": REGIONS}}}
-    meta["tables"]["purchases"] = {
-        "privacy_unit": "uid", "max_groups_per_unit": 2, "max_rows_per_group": 1,
-        "source": str(folder / "purchases.csv"),
-        "columns": {"uid": "int", "item": {"type": "text", "values": ["a", "b", "c"]},
-                    "shop": {"type": "text"},  # no public domain: a private group key
-                    "price": {"type": "float", "lower": 0, "upper": 50}}}
+    # shop has no public domain: a private group key
+    meta["tables"].update(join_tables(folder, shop={"type": "text"}))
     return meta
 
 
