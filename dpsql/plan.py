@@ -6,6 +6,7 @@ SQL text -> ``Statement`` (parse) -> ``CheckedQuery`` (analyze) -> ``StatementPl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -130,16 +131,25 @@ class ExactQuery:
     """The exact bounded query: DuckDB SQL as built, parsed to a sqlglot tree on demand.
 
     DuckDB runs the text as is; other backends adapt the tree to their dialect. A query whose
-    sums are DOUBLEs names its ``wide`` twin (the same rows with BIGINT values and 128-bit
-    sums): its DOUBLE sums are exact only when no group's ``__terms`` exceeds ``terms_limit``.
+    sums are DOUBLEs has a ``wide`` twin (the same rows with BIGINT values and 128-bit sums),
+    written only when asked for: its DOUBLE sums are exact only when no group's ``__terms``
+    exceeds ``terms_limit``.
     """
 
-    __slots__ = ("_tree", "sql", "terms_limit", "wide")
+    __slots__ = ("_tree", "_wide", "_write_wide", "sql", "terms_limit")
 
-    def __init__(self, sql: str, *, wide: ExactQuery | None = None,
+    def __init__(self, sql: str, *, wide: Callable[[], str] | None = None,
                  terms_limit: int | None = None) -> None:
-        self.sql, self.wide, self.terms_limit = sql, wide, terms_limit
+        self.sql, self.terms_limit = sql, terms_limit
+        self._write_wide, self._wide = wide, None
         self._tree: exp.Expression | None = None
+
+    @property
+    def wide(self) -> ExactQuery | None:
+        """The 128-bit twin, or None when this query's sums are already exact integers."""
+        if self._wide is None and self._write_wide is not None:
+            self._wide = ExactQuery(self._write_wide())
+        return self._wide
 
     @property
     def tree(self) -> exp.Expression:
@@ -150,7 +160,7 @@ class ExactQuery:
 
     def exceeded(self, names: list[str], rows: list[tuple]) -> bool:
         """Whether these rows add up more terms than DOUBLE sums hold exactly."""
-        if self.wide is None:
+        if self.terms_limit is None:
             return False
         at = names.index(TERMS)
         return any(row[at] > self.terms_limit for row in rows)

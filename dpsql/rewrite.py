@@ -327,10 +327,9 @@ def _exact_query(checked: CheckedQuery, parts, values: _Values, salt: int) -> Ex
     reports how many rows (``__terms``) its sums add up, so the engine can tell that held
     and otherwise run the same query with BIGINT values and 128-bit sums.
     """
-    wide = ExactQuery(_exact_sql(checked, parts, values, salt, wide=True))
     summed = [v for v in values.columns.values() if v.summed]
     if not summed or any(v.squared for v in summed):
-        return wide
+        return ExactQuery(_exact_sql(checked, parts, values, salt, wide=True))
     offsets = max((abs(k) for k in values.offsets.values()), default=0)
     largest = max(v.units() for v in summed) + offsets
     table = checked.table
@@ -338,7 +337,8 @@ def _exact_query(checked: CheckedQuery, parts, values: _Values, salt: int) -> Ex
         table.max_rows_per_group, table.max_rows_per_unit or 1)
     # products reach terms·largest·factor, and a truncation's check adds up to one divisor
     # (≤ terms) to that; every one must stay an exact DOUBLE
-    return ExactQuery(_exact_sql(checked, parts, values, salt, wide=False), wide=wide,
+    return ExactQuery(_exact_sql(checked, parts, values, salt, wide=False),
+                      wide=lambda: _exact_sql(checked, parts, values, salt, wide=True),
                       terms_limit=MAX_EXACT_DOUBLE // (max(largest, 1) * factor + 1))
 
 
