@@ -12,4 +12,14 @@ if ! bash scripts/services.sh; then
     fi
     echo "scripts/test.sh: no PostgreSQL/Spark here; tests/backends will be skipped" >&2
 fi
+# The shared data sets live beside the checkout (../shared/datasets, see DESIGN.md), never in
+# the repository. A clone made elsewhere from a local checkout finds them beside its origin.
+if [ -z "${DPSQL_DATASETS:-}" ] && [ ! -d ../shared/datasets ]; then
+    origin=$(git remote get-url origin 2>/dev/null || true)
+    if [ -n "$origin" ] && [ -d "$origin/../shared/datasets" ]; then
+        DPSQL_DATASETS=$(cd "$origin/../shared/datasets" && pwd)
+        export DPSQL_DATASETS
+        echo "scripts/test.sh: shared data sets from $DPSQL_DATASETS" >&2
+    fi
+fi
 python3 -m pytest -q "$@"
