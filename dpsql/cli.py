@@ -99,6 +99,12 @@ def _read_script(path: str) -> str:
     return file.read_text()
 
 
+_bounding_option = click.option(
+    "--bounding", type=click.Choice(["per_query", "snapshot"]), default="per_query",
+    show_default=True, help="Bound each person's rows in every query (after its WHERE), or "
+    "once per table and GROUP BY in a snapshot that later statements reuse (before WHERE).")
+
+
 @main.command()
 @click.argument("script", type=click.Path(dir_okay=False, allow_dash=True))
 @_connection_options
@@ -106,12 +112,14 @@ def _read_script(path: str) -> str:
               help="ε for the whole script (one release).")
 @click.option("--insecure-seed", type=int, default=None,
               help="Reproducible noise for tests only: gives NO privacy.")
+@_bounding_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
-def run(script, metadata, db, analyst, ledger, epsilon, insecure_seed, as_json) -> None:
+def run(script, metadata, db, analyst, ledger, epsilon, insecure_seed, bounding, as_json
+        ) -> None:
     """Run SCRIPT's SELECTs as one private release and print the noisy tables."""
     sql = _read_script(script)
     with dpsql.connect(db, metadata=metadata, analyst=analyst, ledger=ledger,
-                       insecure_seed=insecure_seed) as con:
+                       insecure_seed=insecure_seed, bounding=bounding) as con:
         cursor = con.cursor().executescript(sql, epsilon=epsilon)
         statements = [s["sql"] for s in con.explain(sql, epsilon=epsilon)["statements"]] \
             if as_json else None
@@ -175,12 +183,13 @@ def _cell(value) -> str:
 @click.argument("script", type=click.Path(dir_okay=False, allow_dash=True))
 @_connection_options
 @click.option("--epsilon", "-e", type=float, default=None, help="ε for the whole script.")
+@_bounding_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
-def explain(script, metadata, db, analyst, ledger, epsilon, as_json) -> None:
+def explain(script, metadata, db, analyst, ledger, epsilon, bounding, as_json) -> None:
     """Show SCRIPT's rewritten SQL, sensitivity, noise and expected error; spends nothing."""
     sql = _read_script(script)
     with dpsql.connect(db, metadata=metadata, analyst=analyst, ledger=ledger,
-                       epsilon_per_query=epsilon or 1.0) as con:
+                       epsilon_per_query=epsilon or 1.0, bounding=bounding) as con:
         plan = con.explain(sql, epsilon=epsilon)
     if as_json:
         click.echo(json.dumps(plan, indent=2))
@@ -199,6 +208,10 @@ def explain(script, metadata, db, analyst, ledger, epsilon, as_json) -> None:
             click.echo(f"   {part['aggregate']:<28} {part['part']:<8} Δ={part['sensitivity']:<10g}"
                        f" ε={part['epsilon']:<8.4g} scale={part['scale']:<10.4g}"
                        f" 95% error ±{part['ci95_half_width']:.4g}")
+        if "snapshot" in statement:
+            click.echo("   reads a bounded snapshot (persons bounded once, before WHERE), "
+                       "made if absent by:")
+            click.echo(f"     {statement['snapshot']}")
         click.echo("   rewritten:")
         click.echo("\n".join("     " + line for line in statement["rewritten"].splitlines()))
 

@@ -86,14 +86,21 @@ class Connection(_Base):
     """An analyst's connection: every answer is differentially private and charged."""
 
     def __init__(self, database, *, metadata, analyst=None, epsilon_per_query=None,
-                 delta_per_query=None, accuracy=None, ledger=None, insecure_seed=None) -> None:
+                 delta_per_query=None, accuracy=None, ledger=None, insecure_seed=None,
+                 bounding="per_query") -> None:
         super().__init__(database, metadata, analyst, ledger, read_only=True)
-        self._engine = Engine(
-            catalog=self.catalog, backend=self._backend, ledger=self.ledger,
-            analyst=self.analyst, rng=RandomSource(insecure_seed),
-            epsilon_per_query=None if epsilon_per_query is None else positive(epsilon_per_query),
-            delta_per_query=None if delta_per_query is None else probability(delta_per_query),
-            accuracy=accuracy)
+        try:
+            self._engine = Engine(
+                catalog=self.catalog, backend=self._backend, ledger=self.ledger,
+                analyst=self.analyst, rng=RandomSource(insecure_seed),
+                epsilon_per_query=None if epsilon_per_query is None else
+                positive(epsilon_per_query),
+                delta_per_query=None if delta_per_query is None else
+                probability(delta_per_query),
+                accuracy=accuracy, bounding=bounding)
+        except errors.Error:
+            super().close()
+            raise
 
     def cursor(self) -> Cursor:
         """A new cursor."""
@@ -204,8 +211,8 @@ def connect(database: str | os.PathLike | Any | None = None, *,
             metadata: str | os.PathLike | dict,
             analyst: str | None = None, epsilon_per_query: float | None = None,
             delta_per_query: float | None = None, accuracy: float | None = None,
-            ledger: str | os.PathLike | None = None, insecure_seed: int | None = None
-            ) -> Connection:
+            ledger: str | os.PathLike | None = None, insecure_seed: int | None = None,
+            bounding: str = "per_query") -> Connection:
     """Open an analyst connection whose every answer is differentially private.
 
     Args:
@@ -221,6 +228,9 @@ def connect(database: str | os.PathLike | Any | None = None, *,
         ledger: budget ledger file, or a ``postgresql://`` URL for a ledger shared by
             analysts on several machines; default beside a DuckDB file, else the metadata.
         insecure_seed: reproducible noise for tests and experiments only; gives no privacy.
+        bounding: ``"per_query"`` bounds each person's rows in every query, after its WHERE;
+            ``"snapshot"`` (DuckDB) bounds them once per table and GROUP BY, before the
+            queries' WHERE, and answers later queries from that snapshot (docs/python-api.md).
 
     Example:
         >>> con = connect(metadata="data/visits.yaml", ledger=":memory:")  # doctest: +SKIP
@@ -228,7 +238,7 @@ def connect(database: str | os.PathLike | Any | None = None, *,
     return Connection(database, metadata=metadata, analyst=analyst,
                       epsilon_per_query=epsilon_per_query, delta_per_query=delta_per_query,
                       accuracy=accuracy, ledger=ledger,
-                      insecure_seed=insecure_seed)
+                      insecure_seed=insecure_seed, bounding=bounding)
 
 
 def connect_custodian(database: str | os.PathLike | Any | None = None, *,

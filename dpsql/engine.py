@@ -15,6 +15,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
+from dpsql import snapshot
 from dpsql.analyze import analyze, is_public_query
 from dpsql.backends import Backend
 from dpsql.budget import PrivacyLoss, positive, probability, rho_from_epsilon_delta
@@ -22,6 +23,7 @@ from dpsql.catalog import Catalog
 from dpsql.errors import (
     BackendError,
     CatalogError,
+    NotSupportedError,
     PrivacyParameterError,
     ProgrammingError,
     UnsupportedSQLError,
@@ -59,8 +61,16 @@ class Engine:
 
     def __init__(self, *, catalog: Catalog, backend: Backend, ledger: Ledger, analyst: str,
                  rng: RandomSource, epsilon_per_query: Fraction | None,
-                 delta_per_query: Fraction | None = None, accuracy: float | None = None
-                 ) -> None:
+                 delta_per_query: Fraction | None = None, accuracy: float | None = None,
+                 bounding: str = "per_query") -> None:
+        if bounding not in snapshot.MODES:
+            raise ProgrammingError(f"unknown bounding {bounding!r}",
+                                   hint=f"use one of {', '.join(snapshot.MODES)}")
+        if bounding == "snapshot" and not hasattr(backend, "run_duckdb_sql"):
+            raise NotSupportedError(
+                f"bounded snapshots are temporary DuckDB tables; {backend.name} bounds per query",
+                hint="leave bounding at 'per_query' for this backend")
+        self.bounding = bounding
         self.catalog, self.backend, self.ledger = catalog, backend, ledger
         self.analyst, self.rng, self.epsilon_per_query = analyst, rng, epsilon_per_query
         self.delta_per_query = delta_per_query
@@ -103,7 +113,8 @@ class Engine:
         thresholded = sum(c.has_private_keys for c in private)
         per_statement_delta = delta / thresholded if thresholded else Fraction(0)
         plans = tuple(rewrite(c, self.catalog, per_part, salt=self.rng.bits(62),
-                              delta=per_statement_delta) for c in private)
+                              delta=per_statement_delta, bounding=self.bounding)
+                      for c in private)
         loss = PrivacyLoss(epsilon, delta if thresholded else Fraction(0))
         script_plan = ScriptPlan(statements=plans, loss=loss, neighbouring=self.catalog.neighbouring)
         return Planned(tuple(order), script_plan, tuple(public))
@@ -202,6 +213,8 @@ class Engine:
         # DuckDB runs the SQL text as built; other backends adapt the parsed tree
         run_duckdb_sql = getattr(self.backend, "run_duckdb_sql", None)
         if run_duckdb_sql is not None:
+            for statement in query.setup:  # only DuckDB engines plan snapshots (__init__)
+                run_duckdb_sql(statement)
             return run_duckdb_sql(query.sql)
         # other dialects have no TRY(): there an expression that fails on a row fails the
         # query (charged, message withheld; docs/privacy.md)
@@ -267,7 +280,7 @@ class Engine:
             rho = rho_from_epsilon_delta(epsilon, delta)
         per_part = rho / sum(part_count(c) for c in private)
         plans = tuple(rewrite(c, self.catalog, Fraction(0), salt=self.rng.bits(62),
-                              rho_per_part=per_part) for c in private)
+                              rho_per_part=per_part, bounding=self.bounding) for c in private)
         return ScriptPlan(statements=plans, loss=PrivacyLoss(Fraction(0), rho=rho),
                           neighbouring=self.catalog.neighbouring)
 
@@ -357,8 +370,12 @@ def _explain_statement(plan: StatementPlan) -> dict:
             **({"threshold": part.threshold} if part.threshold is not None else {}),
         })
     scales = {p["scale"] for p in parts}
+    setup = plan.exact_query.setup
     return {
         "sql": plan.checked.statement.sql,
+        "bounding": "snapshot" if setup else (
+            "rows" if plan.checked.table.privacy_unit is None else "per_query"),
+        **({"snapshot": setup[0]} if setup else {}),
         "rewritten": plan.exact.sql(dialect="duckdb", pretty=True),
         "sensitivity": _number(plan.sensitivity),
         "scale": scales.pop() if len(scales) == 1 else max(p["scale"] for p in parts),

@@ -133,14 +133,15 @@ class ExactQuery:
     DuckDB runs the text as is; other backends adapt the tree to their dialect. A query whose
     sums are DOUBLEs has a ``wide`` twin (the same rows with BIGINT values and 128-bit sums),
     written only when asked for: its DOUBLE sums are exact only when no group's ``__terms``
-    exceeds ``terms_limit``.
+    exceeds ``terms_limit``. ``setup`` holds statements to run first (creating a bounded
+    snapshot the query reads, if it does not exist yet).
     """
 
-    __slots__ = ("_tree", "_wide", "_write_wide", "sql", "terms_limit")
+    __slots__ = ("_tree", "_wide", "_write_wide", "setup", "sql", "terms_limit")
 
     def __init__(self, sql: str, *, wide: Callable[[], str] | None = None,
-                 terms_limit: int | None = None) -> None:
-        self.sql, self.terms_limit = sql, terms_limit
+                 terms_limit: int | None = None, setup: tuple[str, ...] = ()) -> None:
+        self.sql, self.terms_limit, self.setup = sql, terms_limit, setup
         self._write_wide, self._wide = wide, None
         self._tree: exp.Expression | None = None
 
@@ -148,7 +149,7 @@ class ExactQuery:
     def wide(self) -> ExactQuery | None:
         """The 128-bit twin, or None when this query's sums are already exact integers."""
         if self._wide is None and self._write_wide is not None:
-            self._wide = ExactQuery(self._write_wide())
+            self._wide = ExactQuery(self._write_wide(), setup=self.setup)
         return self._wide
 
     @property

@@ -27,6 +27,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
+from dpsql import snapshot
 from dpsql.catalog import Catalog
 from dpsql.errors import ProgrammingError
 from dpsql.mechanisms.calibrate import grid_exponent, private_key_threshold
@@ -83,8 +84,8 @@ def domain_size(checked: CheckedQuery) -> int | None:
 
 
 def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
-            salt: int, delta: Fraction = Fraction(0), rho_per_part: Fraction | None = None
-            ) -> StatementPlan:
+            salt: int, delta: Fraction = Fraction(0), rho_per_part: Fraction | None = None,
+            bounding: str = "per_query") -> StatementPlan:
     """Build the exact bounded query and one NoisePart per noised quantity.
 
     Example:
@@ -99,7 +100,9 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
         [('count', Fraction(2, 1))]
 
     With ``rho_per_part`` the parts get discrete Gaussian noise for ρ-zCDP instead (and the
-    exponential mechanism of a quantile the ε = sqrt(2ρ) that is ρ-zCDP).
+    exponential mechanism of a quantile the ε = sqrt(2ρ) that is ρ-zCDP). With
+    ``bounding="snapshot"`` a statement that can reads a bounded snapshot (``snapshot.py``),
+    created by the query's setup if absent, instead of bounding each person's rows itself.
     """
     if rho_per_part is not None:
         epsilon_per_part = Fraction(math.sqrt(2 * rho_per_part)).limit_denominator(10**12)
@@ -114,8 +117,14 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
         parts = _with_selection(parts, checked, catalog, epsilon_per_part, delta)
     if rho_per_part is not None:
         parts = [_gaussian(p, checked, catalog, rho_per_part, cells) for p in parts]
-    exact_query = _exact_query(checked, [p for p in parts if p.role != "quantile"], values, salt)
-    histograms = tuple((p.column, ExactQuery(_histogram_sql(checked, p, salt)))
+    source, setup = None, ()
+    if bounding == "snapshot" and snapshot.applies(checked):
+        source, create = snapshot.snapshot(checked, cells, salt)
+        setup = (create,)
+    exact_query = _exact_query(checked, [p for p in parts if p.role != "quantile"], values, salt,
+                               source, setup)
+    histograms = tuple((p.column, ExactQuery(_histogram_sql(checked, p, salt, source),
+                                             setup=setup))
                        for p in parts if p.role == "quantile")
     loss = PrivacyLoss(epsilon_per_part * len(parts), delta if checked.has_private_keys else 0) \
         if rho_per_part is None else PrivacyLoss(Fraction(0), rho=rho_per_part * len(parts))
@@ -320,51 +329,56 @@ def _number(value: Fraction) -> str:
     return str(value.numerator) if value.denominator == 1 else repr(float(value))
 
 
-def _exact_query(checked: CheckedQuery, parts, values: _Values, salt: int) -> ExactQuery:
+def _exact_query(checked: CheckedQuery, parts, values: _Values, salt: int, source: str | None,
+                 setup: tuple[str, ...]) -> ExactQuery:
     """The exact query with DOUBLE sums, checked against its 128-bit twin's limit.
 
     A sum of integral DOUBLEs is exact while every partial sum stays below 2**53; each group
     reports how many rows (``__terms``) its sums add up, so the engine can tell that held
-    and otherwise run the same query with BIGINT values and 128-bit sums.
+    and otherwise run the same query with BIGINT values and 128-bit sums. With a ``source``
+    (a bounded snapshot) the query reads its rows as they are, without a per-person pass.
     """
     summed = [v for v in values.columns.values() if v.summed]
     if not summed or any(v.squared for v in summed):
-        return ExactQuery(_exact_sql(checked, parts, values, salt, wide=True))
+        return ExactQuery(_exact_sql(checked, parts, values, salt, True, source), setup=setup)
     offsets = max((abs(k) for k in values.offsets.values()), default=0)
     largest = max(v.units() for v in summed) + offsets
     table = checked.table
-    factor = 1 if table.privacy_unit is None else max(
+    factor = 1 if table.privacy_unit is None or source is not None else max(
         table.max_rows_per_group, table.max_rows_per_unit or 1)
     # products reach terms·largest·factor, and a truncation's check adds up to one divisor
     # (≤ terms) to that; every one must stay an exact DOUBLE
-    return ExactQuery(_exact_sql(checked, parts, values, salt, wide=False),
-                      wide=lambda: _exact_sql(checked, parts, values, salt, wide=True),
-                      terms_limit=MAX_EXACT_DOUBLE // (max(largest, 1) * factor + 1))
+    return ExactQuery(_exact_sql(checked, parts, values, salt, False, source),
+                      wide=lambda: _exact_sql(checked, parts, values, salt, True, source),
+                      terms_limit=MAX_EXACT_DOUBLE // (max(largest, 1) * factor + 1),
+                      setup=setup)
 
 
-def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: bool) -> str:
-    table = checked.table
+def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: bool,
+               source: str | None) -> str:
+    # a snapshot's rows are bounded already: they are summed like rows under row privacy
+    unit = None if source is not None else checked.table.privacy_unit
     keys = [f"__k{i}" for i in range(len(checked.keys))]
     src_cols = []
-    if table.privacy_unit is not None:
-        src_cols.append(f"{_quote(table.privacy_unit)} AS __unit")
+    if unit is not None:
+        src_cols.append(f"{_quote(unit)} AS __unit")
     src_cols += [f"{k.sql} AS {name}" for k, name in zip(checked.keys, keys, strict=True)]
     src_cols += [f"{v.sql(wide)} AS {name}" for name, v in values.columns.items()]
     if not src_cols:
         src_cols = ["1 AS __one"]
     filters = [f"({checked.where.sql(dialect=DIALECT)})"] if checked.where is not None else []
-    if table.privacy_unit is not None or checked.has_private_keys:
+    if unit is not None or checked.has_private_keys:
         # without a person, rows with a NULL key form a group the domain join drops unread;
         # a person's such rows would take one of their L0 groups
         filters += [f"{k.sql} IS NOT NULL" for k in checked.keys]
-    if table.privacy_unit is not None:  # a row that names no person is no one's to bound
-        filters.append(f"{_quote(table.privacy_unit)} IS NOT NULL")
+    if unit is not None:  # a row that names no person is no one's to bound
+        filters.append(f"{_quote(unit)} IS NOT NULL")
     where = f" WHERE {' AND '.join(filters)}" if filters else ""
-    ctes = [f"__src AS (SELECT {', '.join(src_cols)} FROM {checked.from_sql}{where})"]
+    ctes = [f"__src AS (SELECT {', '.join(src_cols)} FROM {source or checked.from_sql}{where})"]
     key_list = ", ".join(keys)
     group_by = f" GROUP BY {key_list}" if keys else ""
     terms = [] if wide else [TERMS]
-    if table.privacy_unit is None:
+    if unit is None:
         select_parts = [_row_part(p, values) for p in parts]
         select_parts += [f"COUNT(*) AS {TERMS}"] if terms else []
         ctes.append(f"__exact AS (SELECT {', '.join(keys + select_parts)} FROM __src{group_by})")
@@ -402,11 +416,12 @@ def bin_of(agg: Aggregate, bins: int) -> str:
     return f"LEAST(GREATEST({position}, 0), {bins - 1})"
 
 
-def _histogram_sql(checked: CheckedQuery, part: NoisePart, salt: int) -> str:
+def _histogram_sql(checked: CheckedQuery, part: NoisePart, salt: int, source: str | None
+                   ) -> str:
     """Exact (keys, bin, rows) of a quantile's input, each person bounded to L0 × L∞ rows.
 
     Rows, not per-person sums, are bounded here: a person keeps at most L∞ rows per group
-    (ranked by a keyed hash) in at most L0 groups.
+    (ranked by a keyed hash) in at most L0 groups, or the rows a bounded snapshot kept.
     """
     agg = next(a for a in checked.aggregates if a.name == part.aggregate)
     table = checked.table
@@ -417,8 +432,8 @@ def _histogram_sql(checked: CheckedQuery, part: NoisePart, salt: int) -> str:
     filters += [f"({checked.where.sql(dialect=DIALECT)})"] if checked.where is not None else []
     filters += [f"{k.sql} IS NOT NULL" for k in checked.keys]
     group = ", ".join([*keys, "__bin"])
-    if table.privacy_unit is None:
-        return (f"WITH __src AS (SELECT {', '.join(cols)} FROM {checked.from_sql} WHERE "
+    if table.privacy_unit is None or source is not None:
+        return (f"WITH __src AS (SELECT {', '.join(cols)} FROM {source or checked.from_sql} WHERE "
                 f"{' AND '.join(filters)}) SELECT {group}, COUNT(*) AS n FROM __src "
                 f"GROUP BY {group}")
     cols.insert(0, f"{_quote(table.privacy_unit)} AS __unit")
