@@ -44,6 +44,22 @@ def test_explain_json_contract(data_dir):
     assert all(s["scale"] == 4.0 for s in plan["statements"])
 
 
+def test_bounding_snapshot_on_the_command_line(tmp_path):
+    args = ["queries/visits_by_day.sql", "--metadata", "data/visits.yaml", "--epsilon", "1",
+            "--ledger", tmp_path / "l.sqlite", "--bounding", "snapshot"]
+    plan = json.loads(_dpsql("explain", *args, "--json").stdout)
+    # COUNT(DISTINCT uid) counts persons, so this script is bounded per query
+    assert [s["bounding"] for s in plan["statements"]] == ["per_query"]
+    plan = json.loads(_dpsql("explain", "queries/visits_weekend_members.sql", *args[1:],
+                             "--json").stdout)
+    assert {s["bounding"] for s in plan["statements"]} == {"snapshot"}
+    out = _dpsql("run", "queries/visits_weekend_members.sql", *args[1:])
+    assert out.returncode == 0, out.stderr
+    assert "ε spent: 1" in out.stdout
+    out = _dpsql("run", *args[:-1], "cached")
+    assert out.returncode == 2 and "per_query" in out.stderr
+
+
 def test_errors_go_to_stderr_without_traceback(data_dir):
     meta = _meta(data_dir)
     out = _dpsql("run", "-", "-m", meta, "-e", "1", stdin="SELECT age FROM adult")

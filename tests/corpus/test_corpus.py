@@ -11,6 +11,7 @@ and fail once they work, so that the flag is removed.
 
 from __future__ import annotations
 
+import collections
 import math
 from fractions import Fraction
 from pathlib import Path
@@ -80,17 +81,22 @@ def _metadata(folder: Path, neighbouring: str) -> dict:
     return meta
 
 
-@pytest.fixture(scope="module")
-def connections(tmp_path_factory):
+def _open(root: Path, bounding: str) -> dict:
     """Connections by role: add_remove, replace, and the adversarial pair (base, neighbour)."""
-    root = tmp_path_factory.mktemp("corpus")
     _write(root / "data", with_extreme_person=False)
     _write(root / "neighbour", with_extreme_person=True)
     roles = {"add_remove": ("data", "add_remove"), "replace": ("data", "replace"),
              "base": ("data", "add_remove"), "neighbour": ("neighbour", "add_remove")}
-    opened = {role: dpsql.connect(metadata=_metadata(root / folder, neighbouring),
-                                  ledger=root / f"{role}.sqlite", insecure_seed=11)
-              for role, (folder, neighbouring) in roles.items()}
+    return {role: dpsql.connect(metadata=_metadata(root / folder, neighbouring),
+                                ledger=root / f"{role}.sqlite", insecure_seed=11,
+                                bounding=bounding)
+            for role, (folder, neighbouring) in roles.items()}
+
+
+@pytest.fixture(scope="module", params=["per_query", "snapshot"])
+def connections(request, tmp_path_factory):
+    """Connections by role, bounding per query or from bounded snapshots."""
+    opened = _open(tmp_path_factory.mktemp("corpus"), request.param)
     yield opened
     for con in opened.values():
         con.close()
@@ -216,3 +222,15 @@ def test_double_sums_equal_their_128_bit_twins(connections):
                 assert [row[:-1] for row in fast] == wide, entry["id"]
                 compared += 1
     assert compared >= 30, compared
+
+
+def test_snapshot_connections_read_snapshots(connections):
+    """With bounding="snapshot", the corpus's user-level statements really read snapshots."""
+    if connections["base"]._engine.bounding != "snapshot":
+        pytest.skip("per-query connections")
+    modes = collections.Counter()
+    for entry in CORPUS:
+        if "refused" not in entry and not entry.get("pending"):
+            plan = connections["add_remove"].explain(entry["sql"], **_privacy(entry, 1.0))
+            modes.update(s["bounding"] for s in plan["statements"] if not s.get("public"))
+    assert modes["snapshot"] >= 20 and modes["per_query"] >= 5, modes

@@ -23,7 +23,7 @@ from sql_grammar import KEY_LITERALS, sql_text
 
 import dpsql
 
-CI_EXAMPLES, SLOW_EXAMPLES = 2000, 20000
+CI_EXAMPLES, SLOW_EXAMPLES, SNAPSHOT_EXAMPLES = 2000, 20000, 500
 EPSILON = Fraction(1, 2)
 # values a key column may show: the public domains of the catalogue and the grammar's CASEs
 # (int keys with bounds have the public domain lower..upper, e.g. hours + age: 18..189)
@@ -34,13 +34,24 @@ PUBLIC_VALUES = {*EDUCATION, *DAYS, "Female", "Male", "<=50K", ">50K", *range(20
 OUTCOMES: Counter = Counter()  # outcome of every fuzzed statement, for the coverage check
 
 
-@pytest.fixture(scope="module")
-def fuzz_connection(tmp_path_factory):
+def _connect(tmp_path_factory, bounding: str) -> dpsql.Connection:
     folder = tmp_path_factory.mktemp("fuzz")
     make_adult(400).to_csv(folder / "adult.csv", index=False)
     make_visits(60).to_csv(folder / "visits.csv", index=False)
-    con = dpsql.connect(metadata=catalogue(folder, budget=1e9), ledger=folder / "ledger.sqlite",
-                        insecure_seed=3)
+    return dpsql.connect(metadata=catalogue(folder, budget=1e9),
+                         ledger=folder / "ledger.sqlite", insecure_seed=3, bounding=bounding)
+
+
+@pytest.fixture(scope="module")
+def fuzz_connection(tmp_path_factory):
+    con = _connect(tmp_path_factory, "per_query")
+    yield con
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def snapshot_connection(tmp_path_factory):
+    con = _connect(tmp_path_factory, "snapshot")
     yield con
     con.close()
 
@@ -102,6 +113,14 @@ def _public(value) -> bool:
 @given(statement=sql_text())
 def test_fuzz_statements(fuzz_connection, statement):
     OUTCOMES[check_one(fuzz_connection, *statement)] += 1
+
+
+@settings(max_examples=SNAPSHOT_EXAMPLES, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(statement=sql_text())
+def test_fuzz_statements_with_snapshots(snapshot_connection, statement):
+    """The same contract when persons are bounded once per connection (bounding="snapshot")."""
+    check_one(snapshot_connection, *statement)
 
 
 @pytest.mark.slow

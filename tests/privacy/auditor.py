@@ -48,6 +48,7 @@ class Shape:
     delta: float = 0.0  # > 0 for keys released above a noisy threshold
     base: Callable[[Tables], Tables] | None = None  # how D differs from the default tables
     rho: float = 0.0  # > 0: Gaussian noise under ρ-zCDP instead of ε
+    bounding: str = "per_query"  # or "snapshot": persons bounded once per connection
 
     @property
     def claim(self) -> tuple[float, float]:
@@ -147,7 +148,8 @@ def engine_outputs(folder: Path, tables: Tables, shape: Shape, *, runs: int,
         meta.update(mechanism="gaussian", budget={"rho": 1e12})
         privacy = {"rho": shape.rho}
     outputs = []
-    with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=seed) as con:
+    with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=seed,
+                       bounding=shape.bounding) as con:
         cursor = con.cursor()
         execute = cursor.executescript if shape.script else cursor.execute
         for _ in range(runs):

@@ -58,6 +58,12 @@ SHAPES = [
           add_visitor_on_the_edge, delta=1e-6, base=threshold_edge_visitors),
     Shape("gaussian_zcdp_sum", "SELECT day, SUM(amount) AS s FROM visits GROUP BY day",
           add_heavy_visitor, rho=0.5),
+    Shape("snapshot_count", "SELECT COUNT(*) AS n FROM visits", add_heavy_visitor,
+          bounding="snapshot"),
+    Shape("snapshot_group_by_where", "SELECT day, COUNT(*) AS n, SUM(amount) AS s FROM visits "
+          "WHERE amount > 10 GROUP BY day", add_heavy_visitor, bounding="snapshot"),
+    Shape("snapshot_quantile", "SELECT QUANTILE_CONT(amount, 0.9) AS q FROM visits",
+          add_heavy_visitor, bounding="snapshot"),
 ]
 
 # Shapes the engine refuses (today or for good): a test checks they stay refused; one becomes
@@ -70,7 +76,7 @@ REFUSED = [
 ]
 
 # shapes whose neighbours differ by exactly the sensitivity, so the bound must come close to ε
-TIGHT = {"count_row_privacy", "count_rows_per_person", "count_distinct_unit"}
+TIGHT = {"count_row_privacy", "count_rows_per_person", "count_distinct_unit", "snapshot_count"}
 # CI runs catch gross violations (a missing clamp or bound moves outputs by far more than the
 # noise); the broken-mechanism tests show a factor-2 error in ε is caught; --slow has power.
 CI_RUNS, SLOW_RUNS = 80, 1500
