@@ -181,7 +181,7 @@ def _table(node: exp.Table, catalog: Catalog, statement: Statement) -> Relation:
     alias = node.alias_or_name.lower()
     columns = dict(spec.columns)
     names = {(alias, c.lower()): c for c in spec.columns}
-    quoted = _quote(spec.name)
+    quoted = quote_identifier(spec.name)
     return Relation(spec=TableSpec(name=spec.name, columns=columns, public=spec.public,
                                    privacy_unit=spec.privacy_unit,
                                    max_groups_per_unit=spec.max_groups_per_unit,
@@ -214,7 +214,7 @@ def _derived(select: exp.Expression, alias: str, catalog: Catalog, statement: St
     projections: list[str] = []
     carried: set[str] = set()
     if inner.spec.privacy_unit is not None:
-        projections.append(f"{_quote(inner.spec.privacy_unit)} AS {UNIT}")
+        projections.append(f"{quote_identifier(inner.spec.privacy_unit)} AS {UNIT}")
     for projection in select.expressions:
         if isinstance(projection, exp.Star):
             for name, spec in inner.spec.columns.items():
@@ -223,7 +223,7 @@ def _derived(select: exp.Expression, alias: str, catalog: Catalog, statement: St
                 if name.lower() in {c.lower() for c in columns}:
                     continue
                 columns[name] = spec
-                projections.append(f"{_quote(name)} AS {_quote(name)}")
+                projections.append(f"{quote_identifier(name)} AS {quote_identifier(name)}")
             continue
         body = projection.unalias()
         name = projection.alias or (body.name if isinstance(body, exp.Column) else None)
@@ -236,7 +236,7 @@ def _derived(select: exp.Expression, alias: str, catalog: Catalog, statement: St
         columns[name] = _derived_spec(name, body, inner)
         if inner.is_unit(body):
             carried.add(name)
-        projections.append(f"{inner.plain(body).sql(dialect=DIALECT)} AS {_quote(name)}")
+        projections.append(f"{inner.plain(body).sql(dialect=DIALECT)} AS {quote_identifier(name)}")
     where = select.args.get("where")
     condition = f" WHERE {inner.plain(where.this).sql(dialect=DIALECT)}" if where else ""
     sql = f"(SELECT {', '.join(projections)} FROM {inner.sql}{condition})"
@@ -248,7 +248,7 @@ def _derived(select: exp.Expression, alias: str, catalog: Catalog, statement: St
                      max_rows_per_group=inner.spec.max_rows_per_group,
                      max_rows_per_unit=inner.spec.max_rows_per_unit)
     names = {(alias.lower(), c.lower()): c for c in columns}
-    return Relation(spec=spec, sql=f"{sql} AS {_quote(alias)}", names=names,
+    return Relation(spec=spec, sql=f"{sql} AS {quote_identifier(alias)}", names=names,
                     statement=statement, unit_columns=carried | ({UNIT} if unit else set()))
 
 
@@ -306,20 +306,20 @@ def _join(parts: list[Relation], joins: list[exp.Join], statement: Statement) ->
             columns[flat] = ColumnSpec(flat, spec.type, spec.lower, spec.upper, spec.values)
             if column in part.unit_columns:
                 units.add(flat)
-            projections.append(f"{_quote(alias)}.{_quote(column)} AS {_quote(flat)}")
+            projections.append(f"{quote_identifier(alias)}.{quote_identifier(column)} AS {quote_identifier(flat)}")
             for (q, n), v in part.names.items():
                 if v == column:
                     names[(q, n)] = flat
     first = private[0]
     first_alias = aliases[parts.index(first)]
     if first.spec.privacy_unit is not None:
-        unit_sql = f"{_quote(first_alias)}.{_quote(first.spec.privacy_unit)}"
+        unit_sql = f"{quote_identifier(first_alias)}.{quote_identifier(first.spec.privacy_unit)}"
         l0 = min(p.spec.max_groups_per_unit for p in private)
         linf = min(p.spec.max_rows_per_group for p in private)
         totals = [p.spec.max_rows_per_unit for p in private if p.spec.max_rows_per_unit]
         total = min(totals) if totals else None
     else:  # one row-privacy table joined with public tables: each row is its own unit
-        unit_sql = f"{_quote(first_alias)}.__row"
+        unit_sql = f"{quote_identifier(first_alias)}.__row"
         l0 = linf = 1
         total = None
     projections.insert(0, f"{unit_sql} AS {UNIT}")
@@ -334,7 +334,7 @@ def _join(parts: list[Relation], joins: list[exp.Join], statement: Statement) ->
             condition = _qualify_on(on, parts, aliases, statement)
             from_sql += f" {kind + ' ' if kind else ''}JOIN {item} ON {condition}"
         else:
-            cols = ", ".join(_quote(u.name) for u in using)
+            cols = ", ".join(quote_identifier(u.name) for u in using)
             from_sql += f" {kind + ' ' if kind else ''}JOIN {item} USING ({cols})"
     columns[UNIT] = ColumnSpec(UNIT, "text")
     spec = TableSpec(name="__joined", columns=columns, public=False, privacy_unit=UNIT,
@@ -350,11 +350,11 @@ def _alias_of(part: Relation) -> str:
 
 def _from_item(part: Relation, alias: str, *, numbered: bool) -> str:
     base = part.sql
-    if base.endswith(f" AS {_quote(part.spec.name)}"):
-        base = base[: -len(f" AS {_quote(part.spec.name)}")]
+    if base.endswith(f" AS {quote_identifier(part.spec.name)}"):
+        base = base[: -len(f" AS {quote_identifier(part.spec.name)}")]
     if numbered:
-        return f"(SELECT *, ROW_NUMBER() OVER () AS __row FROM {base}) AS {_quote(alias)}"
-    return f"{base} AS {_quote(alias)}"
+        return f"(SELECT *, ROW_NUMBER() OVER () AS __row FROM {base}) AS {quote_identifier(alias)}"
+    return f"{base} AS {quote_identifier(alias)}"
 
 
 def _qualify_on(on: exp.Expression, parts: list[Relation], aliases: list[str],
@@ -404,5 +404,6 @@ def _check_unit_join(parts: list[Relation], joins: list[exp.Join], statement: St
                 hint="join ON a.<unit> = b.<unit> with both sides qualified")
 
 
-def _quote(name: str) -> str:
+def quote_identifier(name: str) -> str:
+    """``name`` as a quoted DuckDB identifier."""
     return exp.to_identifier(name, quoted=True).sql(dialect=DIALECT)

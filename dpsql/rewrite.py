@@ -25,12 +25,11 @@ import math
 from dataclasses import replace
 from fractions import Fraction
 
-from sqlglot import exp
-
 from dpsql import snapshot
 from dpsql.catalog import Catalog
 from dpsql.errors import ProgrammingError
 from dpsql.mechanisms.calibrate import grid_exponent, private_key_threshold
+from dpsql.relations import quote_identifier
 from dpsql.plan import TERMS, Aggregate, CheckedQuery, ExactQuery, NoisePart, StatementPlan
 from dpsql.budget import PrivacyLoss
 from dpsql.sensitivity import (
@@ -361,7 +360,7 @@ def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: b
     keys = [f"__k{i}" for i in range(len(checked.keys))]
     src_cols = []
     if unit is not None:
-        src_cols.append(f"{_quote(unit)} AS __unit")
+        src_cols.append(f"{quote_identifier(unit)} AS __unit")
     src_cols += [f"{k.sql} AS {name}" for k, name in zip(checked.keys, keys, strict=True)]
     src_cols += [f"{v.sql(wide)} AS {name}" for name, v in values.columns.items()]
     if not src_cols:
@@ -372,7 +371,7 @@ def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: b
         # a person's such rows would take one of their L0 groups
         filters += [f"{k.sql} IS NOT NULL" for k in checked.keys]
     if unit is not None:  # a row that names no person is no one's to bound
-        filters.append(f"{_quote(unit)} IS NOT NULL")
+        filters.append(f"{quote_identifier(unit)} IS NOT NULL")
     where = f" WHERE {' AND '.join(filters)}" if filters else ""
     ctes = [f"__src AS (SELECT {', '.join(src_cols)} FROM {source or checked.from_sql}{where})"]
     key_list = ", ".join(keys)
@@ -436,8 +435,8 @@ def _histogram_sql(checked: CheckedQuery, part: NoisePart, salt: int, source: st
         return (f"WITH __src AS (SELECT {', '.join(cols)} FROM {source or checked.from_sql} WHERE "
                 f"{' AND '.join(filters)}) SELECT {group}, COUNT(*) AS n FROM __src "
                 f"GROUP BY {group}")
-    cols.insert(0, f"{_quote(table.privacy_unit)} AS __unit")
-    filters.append(f"{_quote(table.privacy_unit)} IS NOT NULL")
+    cols.insert(0, f"{quote_identifier(table.privacy_unit)} AS __unit")
+    filters.append(f"{quote_identifier(table.privacy_unit)} IS NOT NULL")
     partition = ", ".join(["__unit", *keys])
     group_rank = (f"DENSE_RANK() OVER (PARTITION BY __unit ORDER BY HASH(__unit, "
                   f"{', '.join(keys)}, {salt})) AS __g, " if keys else "1 AS __g, ")
@@ -503,8 +502,8 @@ def _unit_ctes(checked: CheckedQuery, parts, values: _Values, keys, salt: int,
             capped.append(f"CASE WHEN __n{value} > {linf} THEN "
                           f"{_scaled(f'__q{value}', linf, f'__n{value}', wide)} "
                           f"ELSE __q{value} END AS __q{value}")
-    ctes = [f"__per_unit AS (SELECT {', '.join(per_unit)} FROM __src GROUP BY "
-            f"{', '.join(['__unit', *keys])})"]
+    ctes = [(f"__per_unit AS (SELECT {', '.join(per_unit)} FROM __src GROUP BY "
+             f"{', '.join(['__unit', *keys])})")]
     cells = domain_size(checked)
     needs_l0 = bool(keys) and (cells is None or table.max_groups_per_unit < cells)
     rank_filter = ""
@@ -563,10 +562,6 @@ def _unit_ctes(checked: CheckedQuery, parts, values: _Values, keys, salt: int,
     ctes.append(f"__exact AS (SELECT {', '.join(keys + exact)} FROM {source}{rank_filter}"
                 f"{group_by})")
     return ctes
-
-
-def _quote(name: str) -> str:
-    return exp.to_identifier(name, quoted=True).sql(dialect=DIALECT)
 
 
 def _literal(value, key_type: str) -> str:

@@ -21,9 +21,9 @@ from __future__ import annotations
 import hashlib
 
 from dpsql.plan import CheckedQuery
+from dpsql.relations import quote_identifier
 from dpsql.sensitivity import contribution_bounds
 
-DIALECT = "duckdb"
 MODES = ("per_query", "snapshot")
 
 
@@ -40,13 +40,13 @@ def snapshot(checked: CheckedQuery, cells: int | None, salt: int) -> tuple[str, 
     share them share one snapshot; the first to run creates it with its own salt.
     """
     table = checked.table
-    unit = _quote(table.privacy_unit)
+    unit = quote_identifier(table.privacy_unit)
     keys = [k.sql for k in checked.keys]
     marks = [f"__snap_k{i}" for i in range(len(keys))]
     l0, linf, total = table.max_groups_per_unit, table.max_rows_per_group, \
         table.max_rows_per_unit
     identity = "\n".join([checked.from_sql, *keys, f"{l0} {linf} {total}"])
-    name = _quote("__dpsql_bounded_" + hashlib.sha256(identity.encode()).hexdigest()[:16])
+    name = quote_identifier("__dpsql_bounded_" + hashlib.sha256(identity.encode()).hexdigest()[:16])
     filters = [f"{unit} IS NOT NULL", *(f"({k}) IS NOT NULL" for k in keys)]
     with_marks = "".join(f", {k} AS {m}" for k, m in zip(keys, marks, strict=True))
     # read twice (to choose groups, then their rows): scanning again beats materializing
@@ -73,7 +73,3 @@ def snapshot(checked: CheckedQuery, cells: int | None, salt: int) -> tuple[str, 
     columns = f"* EXCLUDE ({', '.join(marks)})" if marks else "*"
     return name, (f"CREATE TEMP TABLE IF NOT EXISTS {name} AS WITH {', '.join(ctes)} "
                   f"SELECT {columns} FROM {last}")
-
-
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
