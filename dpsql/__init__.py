@@ -39,6 +39,7 @@ from dpsql.errors import (
     PrivacyParameterError,
     PrivateGroupKeysError,
     ProgrammingError,
+    QueryTimeoutError,
     SQLSyntaxError,
     UnknownColumnError,
     UnknownTableError,
@@ -58,7 +59,7 @@ __all__ = [
     "InsecureRandomnessWarning", "IntegrityError", "InterfaceError", "InternalError",
     "LedgerError", "MissingBoundsError", "NonAggregateQueryError", "NotSupportedError",
     "OperationalError", "PrivacyLoss", "PrivacyParameterError", "PrivateGroupKeysError",
-    "ProgrammingError", "SQLSyntaxError", "Time", "TimeFromTicks", "Timestamp",
+    "ProgrammingError", "QueryTimeoutError", "SQLSyntaxError", "Time", "TimeFromTicks", "Timestamp",
     "TimestampFromTicks", "UnknownColumnError", "UnknownTableError", "UnsupportedSQLError",
     "Warning", "apilevel", "connect", "connect_custodian", "paramstyle", "threadsafety",
 ]

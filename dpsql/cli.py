@@ -26,7 +26,7 @@ from dpsql.ledger import default_analyst
 
 def _error_payload(err: dpsql.Error) -> dict:
     return {"ok": False, "error": str(err), "code": err.code, "class": type(err).__name__,
-            "hint": err.hint, "epsilon_spent": 0}
+            "hint": err.hint, "epsilon_spent": float(err.epsilon_spent)}
 
 
 class _Group(click.Group):
@@ -113,13 +113,15 @@ _bounding_option = click.option(
 @click.option("--insecure-seed", type=int, default=None,
               help="Reproducible noise for tests only: gives NO privacy.")
 @_bounding_option
+@click.option("--timeout", type=float, default=None,
+              help="Stop an exact query after this many seconds (DuckDB); it is charged.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
-def run(script, metadata, db, analyst, ledger, epsilon, insecure_seed, bounding, as_json
-        ) -> None:
+def run(script, metadata, db, analyst, ledger, epsilon, insecure_seed, bounding, timeout,
+        as_json) -> None:
     """Run SCRIPT's SELECTs as one private release and print the noisy tables."""
     sql = _read_script(script)
     with dpsql.connect(db, metadata=metadata, analyst=analyst, ledger=ledger,
-                       insecure_seed=insecure_seed, bounding=bounding) as con:
+                       insecure_seed=insecure_seed, bounding=bounding, timeout=timeout) as con:
         cursor = con.cursor().executescript(sql, epsilon=epsilon)
         statements = [s["sql"] for s in con.explain(sql, epsilon=epsilon)["statements"]] \
             if as_json else None

@@ -87,7 +87,7 @@ class Connection(_Base):
 
     def __init__(self, database, *, metadata, analyst=None, epsilon_per_query=None,
                  delta_per_query=None, accuracy=None, ledger=None, insecure_seed=None,
-                 bounding="per_query") -> None:
+                 bounding="per_query", timeout=None) -> None:
         super().__init__(database, metadata, analyst, ledger, read_only=True)
         try:
             self._engine = Engine(
@@ -97,7 +97,7 @@ class Connection(_Base):
                 positive(epsilon_per_query),
                 delta_per_query=None if delta_per_query is None else
                 probability(delta_per_query),
-                accuracy=accuracy, bounding=bounding)
+                accuracy=accuracy, bounding=bounding, timeout=timeout)
         except errors.Error:
             super().close()
             raise
@@ -212,7 +212,7 @@ def connect(database: str | os.PathLike | Any | None = None, *,
             analyst: str | None = None, epsilon_per_query: float | None = None,
             delta_per_query: float | None = None, accuracy: float | None = None,
             ledger: str | os.PathLike | None = None, insecure_seed: int | None = None,
-            bounding: str = "per_query") -> Connection:
+            bounding: str = "per_query", timeout: float | None = None) -> Connection:
     """Open an analyst connection whose every answer is differentially private.
 
     Args:
@@ -231,6 +231,9 @@ def connect(database: str | os.PathLike | Any | None = None, *,
         bounding: ``"per_query"`` bounds each person's rows in every query, after its WHERE;
             ``"snapshot"`` (DuckDB) bounds them once per table and GROUP BY, before the
             queries' WHERE, and answers later queries from that snapshot (docs/python-api.md).
+        timeout: seconds an exact query of a private statement may run on DuckDB; a longer
+            one is stopped with QueryTimeoutError and charged (its length can depend on the
+            data). Default: no limit.
 
     Example:
         >>> con = connect(metadata="data/visits.yaml", ledger=":memory:")  # doctest: +SKIP
@@ -238,7 +241,7 @@ def connect(database: str | os.PathLike | Any | None = None, *,
     return Connection(database, metadata=metadata, analyst=analyst,
                       epsilon_per_query=epsilon_per_query, delta_per_query=delta_per_query,
                       accuracy=accuracy, ledger=ledger,
-                      insecure_seed=insecure_seed, bounding=bounding)
+                      insecure_seed=insecure_seed, bounding=bounding, timeout=timeout)
 
 
 def connect_custodian(database: str | os.PathLike | Any | None = None, *,

@@ -26,6 +26,7 @@ from dpsql.errors import (
     NotSupportedError,
     PrivacyParameterError,
     ProgrammingError,
+    QueryTimeoutError,
     UnsupportedSQLError,
 )
 from dpsql.ledger import Ledger, budget_exhausted
@@ -62,15 +63,25 @@ class Engine:
     def __init__(self, *, catalog: Catalog, backend: Backend, ledger: Ledger, analyst: str,
                  rng: RandomSource, epsilon_per_query: Fraction | None,
                  delta_per_query: Fraction | None = None, accuracy: float | None = None,
-                 bounding: str = "per_query") -> None:
+                 bounding: str = "per_query", timeout: float | None = None) -> None:
         if bounding not in snapshot.MODES:
             raise ProgrammingError(f"unknown bounding {bounding!r}",
                                    hint=f"use one of {', '.join(snapshot.MODES)}")
-        if bounding == "snapshot" and not hasattr(backend, "run_duckdb_sql"):
+        duckdb = hasattr(backend, "run_duckdb_sql")
+        if bounding == "snapshot" and not duckdb:
             raise NotSupportedError(
                 f"bounded snapshots are temporary DuckDB tables; {backend.name} bounds per query",
                 hint="leave bounding at 'per_query' for this backend")
-        self.bounding = bounding
+        if timeout is not None:
+            if not duckdb:
+                raise NotSupportedError(
+                    f"a query timeout works on DuckDB; on {backend.name} set the warehouse's "
+                    "own limit", hint="e.g. statement_timeout for the PostgreSQL role")
+            if not (isinstance(timeout, (int, float)) and math.isfinite(timeout)
+                    and timeout > 0):
+                raise ProgrammingError(f"timeout must be a number of seconds > 0, got "
+                                       f"{timeout!r}", hint="e.g. timeout=30")
+        self.bounding, self.timeout = bounding, timeout
         self.catalog, self.backend, self.ledger = catalog, backend, ledger
         self.analyst, self.rng, self.epsilon_per_query = analyst, rng, epsilon_per_query
         self.delta_per_query = delta_per_query
@@ -162,21 +173,31 @@ class Engine:
                 if planned.release else []
             histograms = [{column: self._run(query)[1] for column, query in p.histograms}
                           for p in planned.release.statements] if planned.release else []
-        except BackendError:
+        except BackendError as failure:
             if planned.release is None:
                 raise
-            # whether the exact query fails can depend on the data (a value that overflows):
-            # the failure is charged like an answer, and the database's message, which can
-            # quote private values, is not passed on
-            self.ledger.charge(analyst=self.analyst, dataset=self.catalog.name,
-                               loss=planned.release.loss, budget=budget,
+            # whether the exact query fails (or how long it runs) can depend on the data: the
+            # failure is charged like an answer, and the database's message, which can quote
+            # private values, is not passed on
+            loss = planned.release.loss
+            self.ledger.charge(analyst=self.analyst, dataset=self.catalog.name, loss=loss,
+                               budget=budget,
                                statement="-- failed on the data\n" + ";\n".join(
                                    p.checked.statement.sql for p in planned.release.statements))
-            raise BackendError(
-                "the exact query failed on the data; nothing was released and the request's "
-                f"{planned.release.loss.describe()} was charged, because whether it fails can "
-                "depend on a person's values", hint="avoid expressions that can fail on some "
-                "values (overflowing arithmetic, strict conversions)") from None
+            charged = (f"nothing was released and the request's {loss.describe()} was "
+                       "charged, because whether it")
+            if isinstance(failure, QueryTimeoutError):
+                error = QueryTimeoutError(
+                    f"the exact query ran longer than the timeout of {self.timeout:g} s; "
+                    f"{charged} finishes in time can depend on a person's rows",
+                    hint="raise timeout=, or ask a narrower query (fewer joins, a WHERE)")
+            else:
+                error = BackendError(
+                    f"the exact query failed on the data; {charged} fails can depend on a "
+                    "person's values", hint="avoid expressions that can fail on some values "
+                    "(overflowing arithmetic, strict conversions)")
+            error.epsilon_spent = loss.epsilon
+            raise error from None
         public = [self.backend.run(s.tree) for s in planned.public]
         release_id = None
         if planned.release is not None:
@@ -214,8 +235,8 @@ class Engine:
         run_duckdb_sql = getattr(self.backend, "run_duckdb_sql", None)
         if run_duckdb_sql is not None:
             for statement in query.setup:  # only DuckDB engines plan snapshots (__init__)
-                run_duckdb_sql(statement)
-            return run_duckdb_sql(query.sql)
+                run_duckdb_sql(statement, self.timeout)
+            return run_duckdb_sql(query.sql, self.timeout)
         # other dialects have no TRY(): there an expression that fails on a row fails the
         # query (charged, message withheld; docs/privacy.md)
         return self.backend.run(query.tree.transform(_without_try))

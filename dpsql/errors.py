@@ -2,7 +2,8 @@
 
 Every class carries a stable ``code``, an optional ``hint`` and, when the error comes from
 SQL, the statement and a position so that ``str(e)`` can point at the offending span.
-A refusal always means nothing was spent: ``epsilon_spent`` is 0 on every error.
+A refusal always means nothing was spent: ``epsilon_spent`` is 0, except on the
+BackendError of an exact query that failed on the data, which is charged and says so.
 """
 
 from __future__ import annotations
@@ -147,6 +148,10 @@ class LedgerError(OperationalError, code="ledger"):
 
 class BackendError(OperationalError, code="backend"):
     """The database driver failed; the driver's error is the __cause__."""
+
+
+class QueryTimeoutError(BackendError, code="timeout"):
+    """The exact query ran longer than the connection's timeout and was stopped."""
 
 
 class DataError(DatabaseError, code="data"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import duckdb
@@ -9,7 +10,7 @@ from sqlglot import exp
 
 from dpsql.backends import columns_by_table
 from dpsql.catalog import Catalog, TableSpec
-from dpsql.errors import BackendError, DataError, ProgrammingError
+from dpsql.errors import BackendError, DataError, ProgrammingError, QueryTimeoutError
 
 _CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE"}
 # raised while a statement is parsed and bound, before any row is read
@@ -74,14 +75,20 @@ class DuckDBBackend:
         """Execute an exact query tree."""
         return self.run_duckdb_sql(tree.sql(dialect=self.dialect))
 
-    def run_duckdb_sql(self, sql: str) -> tuple[list[str], list[tuple]]:
+    def run_duckdb_sql(self, sql: str, timeout: float | None = None
+                       ) -> tuple[list[str], list[tuple]]:
         """Execute exact SQL already written in DuckDB's dialect (no re-generation).
 
         DuckDB parses and binds a statement before it reads a row, so a parser, catalog or
         binder error (an unknown function, a wrong type) says nothing about the data: it is
         raised as a ProgrammingError, which refuses the query without a charge. Any other
-        failure happened while reading rows and is a BackendError.
+        failure happened while reading rows and is a BackendError; a statement still running
+        after ``timeout`` seconds is interrupted (QueryTimeoutError).
         """
+        timer = None
+        if timeout is not None:
+            timer = threading.Timer(timeout, self.connection.interrupt)
+            timer.start()
         try:
             cursor = self.connection.execute(sql)
             rows = cursor.fetchall()
@@ -89,8 +96,14 @@ class DuckDBBackend:
             raise ProgrammingError(f"the query cannot be planned: {str(err).splitlines()[0]}",
                                    hint="use functions on the table's own columns "
                                    "(no file access)") from None
+        except duckdb.InterruptException as err:
+            raise QueryTimeoutError(f"the exact query ran longer than {timeout:g} s") from err
         except duckdb.Error as err:
             raise BackendError(f"DuckDB failed to run the exact query: {err}") from err
+        finally:
+            if timer is not None:
+                timer.cancel()
+                timer.join()  # so that no interrupt can reach the connection's next query
         return [d[0] for d in cursor.description], rows
 
     def tables(self) -> dict[str, list[str]]:

@@ -178,13 +178,15 @@ def test_postgres_refuses_a_source_file_with_a_hint(backend_metadata, csv_dir, p
     assert "COPY" in refused.value.hint
 
 
-def test_warehouses_refuse_bounded_snapshots_with_a_hint(backend_metadata, csv_dir,
-                                                          postgres_url, spark):
+@pytest.mark.parametrize(("option", "named"), [({"bounding": "snapshot"}, "per_query"),
+                                               ({"timeout": 5}, "statement_timeout")])
+def test_warehouses_refuse_duckdb_only_options_with_a_hint(backend_metadata, csv_dir,
+                                                           postgres_url, spark, option, named):
     for target in (postgres_url, spark):
-        with pytest.raises(dpsql.NotSupportedError, match="per query") as refused:
+        with pytest.raises(dpsql.NotSupportedError) as refused:
             dpsql.connect(target, metadata=backend_metadata(csv_dir, warehouse=True),
-                          ledger=":memory:", bounding="snapshot")
-        assert "per_query" in refused.value.hint
+                          ledger=":memory:", **option)
+        assert named in refused.value.hint
 
 
 def test_missing_warehouse_table_is_a_data_error(backend_metadata, csv_dir, postgres_url):

@@ -1,0 +1,57 @@
+"""A query timeout: a runaway exact query is stopped, charged once, and the connection lives."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from conftest import DAYS, catalogue, make_visits
+
+import dpsql
+
+# one person with 20,000 rows: a self-join on the unit makes 4·10^8 of their rows (~5 s)
+SLOW = "SELECT SUM(v.amount * w.amount / 100) AS s FROM visits v JOIN visits w ON v.uid = w.uid"
+
+
+@pytest.fixture
+def meta(tmp_path):
+    heavy = pd.DataFrame({"uid": 10**6, "day": [DAYS[i % 7] for i in range(20_000)],
+                          "amount": [i % 100 for i in range(20_000)], "region_id": 0})
+    pd.concat([make_visits(), heavy]).to_csv(tmp_path / "visits.csv", index=False)
+    pd.DataFrame({"age": [30], "hours": [40], "education": ["9th"], "sex": ["Male"],
+                  "salary": ["<=50K"]}).to_csv(tmp_path / "adult.csv", index=False)
+    return catalogue(tmp_path)
+
+
+def test_a_query_past_the_timeout_is_stopped_and_charged_once(meta):
+    with dpsql.connect(metadata=meta, ledger=":memory:", timeout=0.05) as con:
+        with pytest.raises(dpsql.QueryTimeoutError, match="0.05 s") as stopped:
+            con.execute(SLOW, epsilon=1)
+        assert stopped.value.epsilon_spent == 1 and "charged" in stopped.value.message
+        (charge,) = con.ledger.history()
+        assert charge["statement"].startswith("-- failed on the data")
+        assert con.budget_spent.epsilon == 1
+        # the connection is not left interrupted: the next query runs and is charged
+        rows = con.execute("SELECT day, COUNT(*) AS n FROM visits GROUP BY day",
+                           epsilon=1).fetchall()
+        assert len(rows) == 7 and con.budget_spent.epsilon == 2
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), "10"])
+def test_a_bad_timeout_is_refused_before_anything_runs(meta, timeout):
+    with pytest.raises(dpsql.ProgrammingError, match="seconds > 0"):
+        dpsql.connect(metadata=meta, ledger=":memory:", timeout=timeout)
+
+
+def test_the_cli_reports_what_a_timeout_charged(meta, tmp_path):
+    path = tmp_path / "meta.json"
+    path.write_text(json.dumps(meta))
+    out = subprocess.run([sys.executable, "-m", "dpsql", "run", "-", "-m", path, "-e", "0.5",
+                          "--timeout", "0.05", "--ledger", tmp_path / "l.sqlite", "--json"],
+                         input=SLOW, capture_output=True, text=True, check=False)
+    payload = json.loads(out.stderr)
+    assert out.returncode == 1 and payload["code"] == "timeout"
+    assert payload["epsilon_spent"] == 0.5
