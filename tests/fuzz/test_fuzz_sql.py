@@ -72,8 +72,9 @@ def check_one(con: dpsql.Connection, sql: str, script: bool) -> str:
         if isinstance(err, dpsql.BackendError) and "was charged" in err.message:
             # a failure on the data depends on the data, so it is charged like an answer
             assert len(charged) == 1 and Fraction(charged[0]["epsilon"]) == EPSILON, sql
+            assert err.epsilon_spent == EPSILON, sql
             return "failed_charged"
-        assert not charged, f"refused ({err.code}) but charged: {sql!r}"
+        assert not charged and err.epsilon_spent == 0, f"refused ({err.code}) but charged: {sql!r}"
         return err.code
     after = con.ledger.history()
     charged = after[len(before):]
