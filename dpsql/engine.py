@@ -67,13 +67,13 @@ class Engine:
         if bounding not in snapshot.MODES:
             raise ProgrammingError(f"unknown bounding {bounding!r}",
                                    hint=f"use one of {', '.join(snapshot.MODES)}")
-        duckdb = hasattr(backend, "run_duckdb_sql")
-        if bounding == "snapshot" and not duckdb:
+        on_duckdb = hasattr(backend, "run_duckdb_sql")
+        if bounding == "snapshot" and not on_duckdb:
             raise NotSupportedError(
                 f"bounded snapshots are temporary DuckDB tables; {backend.name} bounds per query",
                 hint="leave bounding at 'per_query' for this backend")
         if timeout is not None:
-            if not duckdb:
+            if not on_duckdb:
                 raise NotSupportedError(
                     f"a query timeout works on DuckDB; on {backend.name} set the warehouse's "
                     "own limit", hint="e.g. statement_timeout for the PostgreSQL role")
