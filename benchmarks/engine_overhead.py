@@ -83,13 +83,10 @@ def metadata(sizes: list[int]) -> dict:
     return {"name": "bench", "budget": {"epsilon": 1e9}, "tables": tables}
 
 
-def _median_time(func, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        func()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def _seconds(func) -> float:
+    start = time.perf_counter()
+    func()
+    return time.perf_counter() - start
 
 
 def _connect(path: Path, meta: dict, bounding: str = "per_query") -> dpsql.Connection:
@@ -110,11 +107,10 @@ def time_pair(path: Path, meta: dict, table: str, repeats: int) -> tuple[float, 
     for i in range(repeats):
         # a different ε each time: an identical release would be answered from the ledger
         epsilon = 1.0 + (i + 1) * 1e-6
-        raw_times.append(_median_time(lambda: raw.execute(sql).fetchall(), 1))
-        dp_times.append(_median_time(
-            lambda e=epsilon: dp.execute(sql, epsilon=e).fetchall(), 1))
+        raw_times.append(_seconds(lambda: raw.execute(sql).fetchall()))
+        dp_times.append(_seconds(lambda e=epsilon: dp.execute(sql, epsilon=e).fetchall()))
         if per_person:
-            pass_times.append(_median_time(lambda: raw.execute(per_person).fetchall(), 1))
+            pass_times.append(_seconds(lambda: raw.execute(per_person).fetchall()))
     raw.close()
     dp.close()
     floor = statistics.median(pass_times) if pass_times else float("nan")
@@ -136,13 +132,12 @@ def time_snapshot(path: Path, meta: dict, table: str, repeats: int
     raw_times, first_times, later_times = [], [], []
     for i in range(repeats):
         epsilon = 1.0 + (i + 1) * 1e-6
-        raw_times.append(_median_time(lambda: raw.execute(sql).fetchall(), 1))
+        raw_times.append(_seconds(lambda: raw.execute(sql).fetchall()))
         fresh = _connect(path, meta, "snapshot")
-        first_times.append(_median_time(
-            lambda con=fresh, e=epsilon: con.execute(sql, epsilon=e).fetchall(), 1))
+        first_times.append(_seconds(
+            lambda con=fresh, e=epsilon: con.execute(sql, epsilon=e).fetchall()))
         fresh.close()
-        later_times.append(_median_time(
-            lambda e=epsilon: dp.execute(sql, epsilon=e).fetchall(), 1))
+        later_times.append(_seconds(lambda e=epsilon: dp.execute(sql, epsilon=e).fetchall()))
     raw.close()
     dp.close()
     return (statistics.median(raw_times), statistics.median(first_times),
@@ -171,7 +166,7 @@ SMARTNOISE = textwrap.dedent("""
 
 def time_smartnoise(python: str, path: Path, table: str, repeats: int) -> float | None:
     """Median seconds of SmartNoise SQL on the same table, or None if it is not installed."""
-    out = subprocess.run([python, "-c", SMARTNOISE, str(path), table, str(repeats)],
+    out = subprocess.run([python, "-c", SMARTNOISE, str(path), table, str(repeats)], check=False,
                          capture_output=True, text=True)
     if out.returncode != 0:
         print(f"SmartNoise SQL did not run ({out.stderr.strip().splitlines()[-1:]})",

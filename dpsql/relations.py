@@ -306,7 +306,8 @@ def _join(parts: list[Relation], joins: list[exp.Join], statement: Statement) ->
             columns[flat] = ColumnSpec(flat, spec.type, spec.lower, spec.upper, spec.values)
             if column in part.unit_columns:
                 units.add(flat)
-            projections.append(f"{quote_identifier(alias)}.{quote_identifier(column)} AS {quote_identifier(flat)}")
+            projections.append(f"{quote_identifier(alias)}.{quote_identifier(column)} "
+                               f"AS {quote_identifier(flat)}")
             for (q, n), v in part.names.items():
                 if v == column:
                     names[(q, n)] = flat

@@ -547,9 +547,9 @@ def _unit_ctes(checked: CheckedQuery, parts, values: _Values, keys, salt: int,
         elif part.column in sums:
             exact.append(f"{sums[part.column]} AS {part.column}")
         elif part.role == "sum":
-            total = _centred(f"SUM(__s{value})", f"SUM(__n{value})",
-                             values.offsets.get(part.column))
-            exact.append(f"{total} AS {part.column}")
+            centred = _centred(f"SUM(__s{value})", f"SUM(__n{value})",
+                               values.offsets.get(part.column))
+            exact.append(f"{centred} AS {part.column}")
         elif part.role == "sumsq":
             exact.append(f"SUM(__q{value}) AS {part.column}")
         elif value is not None:
