@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
+from conftest import catalogue, make_adult
+
+import dpsql
 
 CASES = [
     (1, ["SELECT COUNT(*) FROM adult WHERE age > 40"], 1, 1),
@@ -66,11 +70,6 @@ def test_explain_json_fields(connect):
 
 def test_scalar_replace_sum_counts_rows_that_leave_the_sum(data_dir):
     """Replace one person (age 90) by one whose age is missing: SUM(age) moves by 90 > U − L."""
-    import pandas as pd
-
-    import dpsql
-    from conftest import catalogue, make_adult
-
     sums = []
     for age in (90, None):
         frame = make_adult(50)
