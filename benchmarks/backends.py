@@ -73,8 +73,8 @@ class TimedBackend:
         self.backend, self.seconds = backend, 0.0
         self.name, self.dialect = backend.name, backend.dialect
         self.run = self._timed(backend.run)
-        if hasattr(backend, "run_duckdb_sql"):  # keep the engine's DuckDB fast path
-            self.run_duckdb_sql = self._timed(backend.run_duckdb_sql)
+        if hasattr(backend, "run_sql"):  # keep the engine's DuckDB fast path
+            self.run_sql = self._timed(backend.run_sql)
 
     def _timed(self, run):
         def timed(query):

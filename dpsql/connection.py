@@ -36,12 +36,18 @@ class _Base:
     ProgrammingError = errors.ProgrammingError
     NotSupportedError = errors.NotSupportedError
 
-    def __init__(self, database, metadata, analyst, ledger, read_only: bool) -> None:
+    def __init__(self, database, metadata, analyst, ledger, read_only: bool,
+                 locked: bool) -> None:
         self.catalog: Catalog = load_catalog(metadata)
         self.analyst = analyst or default_analyst()
         self.database = None if database is None else str(database)
         self.ledger = open_ledger(ledger, database, self.catalog)
-        self._backend = open_backend(database, self.catalog, read_only=read_only)
+        try:
+            self._backend = open_backend(database, self.catalog, read_only=read_only,
+                                         locked=locked)
+        except errors.Error:
+            self.ledger.close()
+            raise
         self._closed = False
 
     @property
@@ -88,7 +94,7 @@ class Connection(_Base):
     def __init__(self, database, *, metadata, analyst=None, epsilon_per_query=None,
                  delta_per_query=None, accuracy=None, ledger=None, insecure_seed=None,
                  bounding="per_query", timeout=None) -> None:
-        super().__init__(database, metadata, analyst, ledger, read_only=True)
+        super().__init__(database, metadata, analyst, ledger, read_only=True, locked=True)
         try:
             self._engine = Engine(
                 catalog=self.catalog, backend=self._backend, ledger=self.ledger,
@@ -156,7 +162,7 @@ class CustodianConnection(_Base):
     def __init__(self, database, *, metadata, analyst=None, ledger=None) -> None:
         # read-only like the analyst's (temp tables and COPY TO still work), so both can
         # open the same DuckDB file in one process
-        super().__init__(database, metadata, analyst, ledger, read_only=True)
+        super().__init__(database, metadata, analyst, ledger, read_only=True, locked=False)
 
     @property
     def duckdb(self) -> duckdb.DuckDBPyConnection:

@@ -13,21 +13,20 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from sqlglot import exp
-
 from dpsql import snapshot
-from dpsql.analyze import analyze, is_public_query
 from dpsql.backends import Backend
 from dpsql.budget import PrivacyLoss, positive, probability, rho_from_epsilon_delta
 from dpsql.catalog import Catalog
+from dpsql.compile import PublicQuery, compile_statement
+from dpsql.compile.render import Dialect, dialect
 from dpsql.errors import (
     BackendError,
     CatalogError,
+    InternalError,
     NotSupportedError,
     PrivacyParameterError,
     ProgrammingError,
     QueryTimeoutError,
-    UnsupportedSQLError,
 )
 from dpsql.ledger import Ledger, budget_exhausted
 from dpsql.mechanisms.calibrate import half_width_units, largest_scale_for_half_width
@@ -54,7 +53,7 @@ class Planned:
 
     order: tuple[tuple[str, int], ...]  # ('dp', i) or ('public', i) in statement order
     release: ScriptPlan | None
-    public: tuple[Statement, ...]
+    public: tuple[PublicQuery, ...]
 
 
 class Engine:
@@ -67,7 +66,7 @@ class Engine:
         if bounding not in snapshot.MODES:
             raise ProgrammingError(f"unknown bounding {bounding!r}",
                                    hint=f"use one of {', '.join(snapshot.MODES)}")
-        on_duckdb = hasattr(backend, "run_duckdb_sql")
+        on_duckdb = backend.name == "duckdb"
         if bounding == "snapshot" and not on_duckdb:
             raise NotSupportedError(
                 f"bounded snapshots are temporary DuckDB tables; {backend.name} bounds per query",
@@ -87,7 +86,7 @@ class Engine:
         self.delta_per_query = delta_per_query
         self.accuracy = accuracy
         self.post = PostProcessor()
-        self._analysed: dict[tuple[str, bool], CheckedQuery] = {}
+        self._analysed: dict[tuple[str, bool], CheckedQuery | PublicQuery] = {}
 
     def plan(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None,
              rho=None, script: bool = False) -> Planned:
@@ -101,14 +100,13 @@ class Engine:
         gaussian = self.catalog.mechanism == "gaussian"
         order, private, public = [], [], []
         for statement in statements:
-            if is_public_query(statement, self.catalog):
-                if statement.tree.key not in ("select", "union", "intersect", "except"):
-                    raise UnsupportedSQLError("only SELECT runs on public tables", sql=statement.sql)
+            compiled = self._checked(statement, delta > 0 and not gaussian)
+            if isinstance(compiled, PublicQuery):
                 order.append(("public", len(public)))
-                public.append(statement)
+                public.append(compiled)
             else:
                 order.append(("dp", len(private)))
-                private.append(self._checked(statement, delta > 0 and not gaussian))
+                private.append(compiled)
         if not private:
             return Planned(tuple(order), None, tuple(public))
         if gaussian:
@@ -124,14 +122,19 @@ class Engine:
         thresholded = sum(c.has_private_keys for c in private)
         per_statement_delta = delta / thresholded if thresholded else Fraction(0)
         plans = tuple(rewrite(c, self.catalog, per_part, salt=self.rng.bits(62),
-                              delta=per_statement_delta, bounding=self.bounding)
+                              delta=per_statement_delta, bounding=self.bounding,
+                              **self._target())
                       for c in private)
         loss = PrivacyLoss(epsilon, delta if thresholded else Fraction(0))
         script_plan = ScriptPlan(statements=plans, loss=loss, neighbouring=self.catalog.neighbouring)
         return Planned(tuple(order), script_plan, tuple(public))
 
-    def _checked(self, statement: Statement, private_keys: bool) -> CheckedQuery:
-        """The statement analysed, and its post-processing tried on an empty frame.
+    def _target(self) -> dict:
+        """The dialect the exact SQL is rendered in and the names the backend reads tables by."""
+        return {"dialect_name": self.backend.dialect, "sources": self.backend.sources}
+
+    def _checked(self, statement: Statement, private_keys: bool) -> CheckedQuery | PublicQuery:
+        """The statement compiled, and its post-processing tried on an empty frame.
 
         Both depend only on the SQL and the catalogue, so a statement asked again (a notebook
         cell re-run, the same query at another ε) reuses them; refusals are not cached.
@@ -140,10 +143,11 @@ class Engine:
         checked = self._analysed.get(key)
         if checked is None:
             try:
-                checked = analyze(statement, self.catalog, private_keys=private_keys)
+                checked = compile_statement(statement, self.catalog, private_keys=private_keys)
             except RecursionError:
                 raise too_deep(statement.sql) from None
-            self.post.check(checked)
+            if not isinstance(checked, PublicQuery):
+                self.post.check(checked)
             if len(self._analysed) >= ANALYSED_KEPT:
                 self._analysed.pop(next(iter(self._analysed)))
             self._analysed[key] = checked
@@ -191,14 +195,20 @@ class Engine:
                     f"the exact query ran longer than the timeout of {self.timeout:g} s; "
                     f"{charged} finishes in time can depend on a person's rows",
                     hint="raise timeout=, or ask a narrower query (fewer joins, a WHERE)")
-            else:
+            elif failure.resource:
                 error = BackendError(
-                    f"the exact query failed on the data; {charged} fails can depend on a "
-                    "person's values", hint="avoid expressions that can fail on some values "
-                    "(overflowing arithmetic, strict conversions)")
+                    f"the exact query ran out of {failure.resource}; {charged} it fits can "
+                    "depend on a person's rows", hint="ask a narrower query, or give the "
+                    "backend more memory or temporary disk space")
+            else:
+                # compiled expressions are total: no value of a declared type can make the
+                # exact query fail, so a failure here is an engine bug (still charged)
+                error = InternalError(
+                    f"the exact query failed; {charged} fails might depend on the data")
             error.epsilon_spent = loss.epsilon
             raise error from None
-        public = [self.backend.run(s.tree) for s in planned.public]
+        public = [self.backend.run_public(q.sql(self._public_dialect(), self.backend.sources))
+                  for q in planned.public]
         release_id = None
         if planned.release is not None:
             release_id = self.ledger.charge(
@@ -231,15 +241,12 @@ class Engine:
         return names, rows
 
     def _run(self, query: ExactQuery) -> tuple[list[str], list[tuple]]:
-        # DuckDB runs the SQL text as built; other backends adapt the parsed tree
-        run_duckdb_sql = getattr(self.backend, "run_duckdb_sql", None)
-        if run_duckdb_sql is not None:
-            for statement in query.setup:  # only DuckDB engines plan snapshots (__init__)
-                run_duckdb_sql(statement, self.timeout)
-            return run_duckdb_sql(query.sql, self.timeout)
-        # other dialects have no TRY(): there an expression that fails on a row fails the
-        # query (charged, message withheld; docs/privacy.md)
-        return self.backend.run(query.tree.transform(_without_try))
+        for statement in query.setup:  # only DuckDB engines plan snapshots (__init__)
+            self.backend.run_sql(statement, self.timeout)
+        return self.backend.run_sql(query.sql, self.timeout)
+
+    def _public_dialect(self) -> Dialect:
+        return dialect(self.backend.dialect)
 
     def close(self) -> None:
         """Release the post-processing database."""
@@ -262,7 +269,7 @@ class Engine:
         statements = []
         for kind, i in planned.order:
             if kind == "public":
-                statements.append({"sql": planned.public[i].sql, "public": True,
+                statements.append({"sql": planned.public[i].statement.sql, "public": True,
                                    "sensitivity": 0, "scale": 0, "epsilon": 0})
                 continue
             statements.append(_explain_statement(planned.release.statements[i]))
@@ -301,7 +308,8 @@ class Engine:
             rho = rho_from_epsilon_delta(epsilon, delta)
         per_part = rho / sum(part_count(c) for c in private)
         plans = tuple(rewrite(c, self.catalog, Fraction(0), salt=self.rng.bits(62),
-                              rho_per_part=per_part, bounding=self.bounding) for c in private)
+                              rho_per_part=per_part, bounding=self.bounding, **self._target())
+                      for c in private)
         return ScriptPlan(statements=plans, loss=PrivacyLoss(Fraction(0), rho=rho),
                           neighbouring=self.catalog.neighbouring)
 
@@ -316,7 +324,8 @@ class Engine:
                 hint="pass epsilon=..., or ask for COUNT/SUM and derive the rest")
         if not math.isfinite(target) or target <= 0:
             raise PrivacyParameterError(f"the accuracy target must be > 0, got {target}")
-        probe = [rewrite(c, self.catalog, Fraction(1), salt=0, delta=delta) for c in private]
+        probe = [rewrite(c, self.catalog, Fraction(1), salt=0, delta=delta, **self._target())
+                 for c in private]
         parts = [p for plan in probe for p in plan.parts]
         needed = max(float(p.sensitivity) / largest_scale_for_half_width(target, float(p.grid))
                      if largest_scale_for_half_width(target, float(p.grid)) > 0 else math.inf
@@ -339,12 +348,6 @@ class Engine:
             raise CatalogError(f"the metadata of dataset {self.catalog.name!r} declares no budget",
                                hint="add 'budget: {epsilon: ..., delta: ...}' to the metadata")
         return self.catalog.budget
-
-
-def _without_try(node):
-    if isinstance(node, exp.Anonymous) and str(node.this).upper() == "TRY":
-        return node.expressions[0]
-    return node
 
 
 _ACCURACY_HINT = re.compile(r"ci95\s*<=\s*([0-9.eE+-]+)")
@@ -397,7 +400,7 @@ def _explain_statement(plan: StatementPlan) -> dict:
         "bounding": "snapshot" if setup else (
             "rows" if plan.checked.table.privacy_unit is None else "per_query"),
         **({"snapshot": setup[0]} if setup else {}),
-        "rewritten": plan.exact.sql(dialect="duckdb", pretty=True),
+        "rewritten": plan.exact_query.sql,
         "sensitivity": _number(plan.sensitivity),
         "scale": scales.pop() if len(scales) == 1 else max(p["scale"] for p in parts),
         "epsilon": float(plan.loss.epsilon),

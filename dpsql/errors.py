@@ -147,11 +147,21 @@ class LedgerError(OperationalError, code="ledger"):
 
 
 class BackendError(OperationalError, code="backend"):
-    """The database driver failed; the driver's error is the __cause__."""
+    """The database driver failed; the driver's error is the __cause__.
+
+    ``resource`` names what ran out ('memory', 'time'), if that was the cause.
+    """
+
+    def __init__(self, message: str, *, resource: str | None = None, **kwargs) -> None:
+        super().__init__(message, **kwargs)
+        self.resource = resource
 
 
 class QueryTimeoutError(BackendError, code="timeout"):
     """The exact query ran longer than the connection's timeout and was stopped."""
+
+    def __init__(self, message: str, **kwargs) -> None:
+        super().__init__(message, resource="time", **kwargs)
 
 
 class DataError(DatabaseError, code="data"):

@@ -31,26 +31,26 @@ class Statement:
 
 @dataclass(frozen=True, slots=True)
 class GroupKey:
-    """A GROUP BY key: its output name, row-level expression and public domain."""
+    """A GROUP BY key: its output name, IR expression and public domain."""
 
     name: str
-    expr: exp.Expression  # as the analyst wrote it (to match SELECT/ORDER BY references)
-    sql: str  # the same over the relation's own column names (for the exact query)
+    expr: Any  # compile.ir.Expr over the relation's internal columns
     domain: tuple | None  # None: a private key, released only above the threshold τ
-    type: str  # 'text', 'int', 'float', 'bool'
+    type: str  # 'text', 'int', 'float', 'bool', 'date'
 
 
 @dataclass(frozen=True, slots=True)
 class Aggregate:
     """One aggregate call of the query and what it needs from the data.
 
-    ``kind`` is one of count_star, count, count_distinct_unit, sum, avg. ``arg`` is the
-    row-level input (None for COUNT(*)); ``lower``/``upper`` its declared or derived bounds.
+    ``kind`` is one of count_star, count, count_distinct_unit, sum, avg, the VAR/STDDEV
+    kinds and quantile. ``arg`` is the row-level IR input (None for COUNT(*));
+    ``lower``/``upper`` its declared or derived bounds; ``sql`` how the analyst wrote it.
     """
 
     name: str
     kind: str
-    arg: exp.Expression | None
+    arg: Any
     sql: str
     lower: Fraction | None = None
     upper: Fraction | None = None
@@ -71,17 +71,22 @@ class OutputColumn:
 
 @dataclass(frozen=True, slots=True)
 class CheckedQuery:
-    """A statement that passed every check, with its keys, aggregates and post-processing."""
+    """A statement compiled to IR, with its keys, aggregates and post-processing.
+
+    ``relation`` is the compiled FROM clause (``compile.scope.Relation``: an IR node and its
+    person, bounds and columns); ``table`` the same as a virtual table for the sensitivity
+    formulas; ``where`` an IR condition. ``post_sql`` runs over the noisy frame only.
+    """
 
     statement: Statement
-    table: TableSpec  # the flattened FROM clause as one (virtual) table
-    from_sql: str  # FROM item producing that table's columns
-    where: exp.Expression | None  # over the relation's own column names
+    relation: Any
+    table: TableSpec
+    where: Any
     keys: tuple[GroupKey, ...]
     aggregates: tuple[Aggregate, ...]
     outputs: tuple[OutputColumn, ...]
-    post_sql: str  # runs over the noisy frame; aggregates replaced by their noisy columns
-    post_is_projection: bool  # no HAVING/ORDER/LIMIT/arithmetic: a plain column selection
+    post_sql: str
+    post_is_projection: bool
 
     @property
     def has_private_keys(self) -> bool:
@@ -108,6 +113,7 @@ class NoisePart:
     mechanism: str = "laplace"  # or 'gaussian' (zCDP): then ``rho`` is this part's share
     rho: Fraction = Fraction(0)
     cells: int = 1  # cells one person can change: L2 sensitivity = sensitivity / sqrt(cells)
+    signed: bool = False  # a sum of values of both signs (its replace change can share a cell)
 
     @property
     def sigma2_units(self) -> Fraction:
@@ -128,20 +134,21 @@ class NoisePart:
 
 
 class ExactQuery:
-    """The exact bounded query: DuckDB SQL as built, parsed to a sqlglot tree on demand.
+    """The exact bounded query: SQL rendered for the backend's dialect, run as written.
 
-    DuckDB runs the text as is; other backends adapt the tree to their dialect. A query whose
+    A query whose
     sums are DOUBLEs has a ``wide`` twin (the same rows with BIGINT values and 128-bit sums),
     written only when asked for: its DOUBLE sums are exact only when no group's ``__terms``
     exceeds ``terms_limit``. ``setup`` holds statements to run first (creating a bounded
     snapshot the query reads, if it does not exist yet).
     """
 
-    __slots__ = ("_tree", "_wide", "_write_wide", "setup", "sql", "terms_limit")
+    __slots__ = ("_tree", "_wide", "_write_wide", "dialect", "setup", "sql", "terms_limit")
 
     def __init__(self, sql: str, *, wide: Callable[[], str] | None = None,
-                 terms_limit: int | None = None, setup: tuple[str, ...] = ()) -> None:
-        self.sql, self.terms_limit, self.setup = sql, terms_limit, setup
+                 terms_limit: int | None = None, setup: tuple[str, ...] = (),
+                 dialect: str = "duckdb") -> None:
+        self.sql, self.terms_limit, self.setup, self.dialect = sql, terms_limit, setup, dialect
         self._write_wide, self._wide = wide, None
         self._tree: exp.Expression | None = None
 
@@ -149,14 +156,14 @@ class ExactQuery:
     def wide(self) -> ExactQuery | None:
         """The 128-bit twin, or None when this query's sums are already exact integers."""
         if self._wide is None and self._write_wide is not None:
-            self._wide = ExactQuery(self._write_wide(), setup=self.setup)
+            self._wide = ExactQuery(self._write_wide(), setup=self.setup, dialect=self.dialect)
         return self._wide
 
     @property
     def tree(self) -> exp.Expression:
-        """The query as a sqlglot tree (DuckDB dialect)."""
+        """The query as a sqlglot tree (for display)."""
         if self._tree is None:
-            self._tree = sqlglot.parse_one(self.sql, read="duckdb")
+            self._tree = sqlglot.parse_one(self.sql, read=self.dialect)
         return self._tree
 
     def exceeded(self, names: list[str], rows: list[tuple]) -> bool:

@@ -15,7 +15,7 @@ from fractions import Fraction
 import duckdb
 import numpy as np
 import pandas as pd
-from dpsql.analyze import NOISY_FRAME, ci_column
+from dpsql.compile.select import NOISY_FRAME, ci_column
 from dpsql.errors import InternalError, ProgrammingError
 from dpsql.mechanisms.calibrate import half_width_units
 from dpsql.mechanisms.samplers import RandomSource, discrete_gaussian, discrete_laplace
@@ -50,10 +50,11 @@ class NoisyResult:
 
 def dump_results(results: list[NoisyResult]) -> str:
     """JSON form of released results, for the ledger's answer store."""
+    # dates and exact decimals are stored as text: the answer is shown again, never computed on
     return json.dumps([{
         "columns": [dataclasses.asdict(c) for c in r.columns], "rows": r.rows,
         "intervals": r.intervals, "sensitivity": str(r.sensitivity),
-    } for r in results])
+    } for r in results], default=str)
 
 
 def load_results(text: str) -> list[NoisyResult]:
@@ -226,8 +227,8 @@ class PostProcessor:
     def run(self, sql: str, frame: pd.DataFrame) -> tuple[list[str], list[tuple]]:
         """Execute ``sql`` with ``frame`` visible as the noisy table."""
         if self._connection is None:
-            self._connection = duckdb.connect(":memory:",
-                                              config={"enable_external_access": False})
+            self._connection = duckdb.connect(":memory:", config={
+                "enable_external_access": False, "lock_configuration": True})
         self._connection.register(NOISY_FRAME, frame)
         try:
             cursor = self._connection.execute(sql)

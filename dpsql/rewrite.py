@@ -26,12 +26,13 @@ from dataclasses import replace
 from fractions import Fraction
 
 from dpsql import snapshot
+from dpsql.budget import PrivacyLoss
 from dpsql.catalog import Catalog
+from dpsql.compile.bound import bound_rows
+from dpsql.compile.render import Dialect, dialect
 from dpsql.errors import ProgrammingError
 from dpsql.mechanisms.calibrate import grid_exponent, private_key_threshold
-from dpsql.relations import quote_identifier
 from dpsql.plan import TERMS, Aggregate, CheckedQuery, ExactQuery, NoisePart, StatementPlan
-from dpsql.budget import PrivacyLoss
 from dpsql.sensitivity import (
     contribution_bounds,
     count_sensitivity,
@@ -42,7 +43,6 @@ from dpsql.sensitivity import (
 MAX_DOMAIN_CELLS = 1_000_000
 MAX_EXACT_DOUBLE = 2**53 - 1  # every integer up to here is a DOUBLE, and so is every sum
 MAX_BINS = 1000
-DIALECT = "duckdb"
 
 
 SPREAD_KINDS = ("var_samp", "var_pop", "stddev_samp", "stddev_pop")
@@ -84,17 +84,18 @@ def domain_size(checked: CheckedQuery) -> int | None:
 
 def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
             salt: int, delta: Fraction = Fraction(0), rho_per_part: Fraction | None = None,
-            bounding: str = "per_query") -> StatementPlan:
+            bounding: str = "per_query", dialect_name: str = "duckdb",
+            sources: dict[str, str] | None = None) -> StatementPlan:
     """Build the exact bounded query and one NoisePart per noised quantity.
 
     Example:
         >>> from dpsql.catalog import load_catalog
         >>> from dpsql.parse import parse_one
-        >>> from dpsql.analyze import analyze
+        >>> from dpsql.compile import compile_statement
         >>> cat = load_catalog({"neighbouring": "replace", "tables": {"t": {
         ...     "privacy_unit": None, "columns": {"sex": {"values": ["F", "M"]}}}}})
-        >>> plan = rewrite(analyze(parse_one("SELECT sex, COUNT(*) FROM t GROUP BY sex"), cat),
-        ...                cat, Fraction(1), salt=7)
+        >>> checked = compile_statement(parse_one("SELECT sex, COUNT(*) FROM t GROUP BY sex"), cat)
+        >>> plan = rewrite(checked, cat, Fraction(1), salt=7)
         >>> [(p.role, p.sensitivity) for p in plan.parts]
         [('count', Fraction(2, 1))]
 
@@ -102,7 +103,10 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
     exponential mechanism of a quantile the ε = sqrt(2ρ) that is ρ-zCDP). With
     ``bounding="snapshot"`` a statement that can reads a bounded snapshot (``snapshot.py``),
     created by the query's setup if absent, instead of bounding each person's rows itself.
+    The SQL is rendered for ``dialect_name``; ``sources`` maps catalogued tables to the names
+    the backend reads them by.
     """
+    d = _Writer(dialect(dialect_name), sources or {}, checked)
     if rho_per_part is not None:
         epsilon_per_part = Fraction(math.sqrt(2 * rho_per_part)).limit_denominator(10**12)
     cells = domain_size(checked)
@@ -118,12 +122,12 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
         parts = [_gaussian(p, checked, catalog, rho_per_part, cells) for p in parts]
     source, setup = None, ()
     if bounding == "snapshot" and snapshot.applies(checked):
-        source, create = snapshot.snapshot(checked, cells, salt)
+        source, create = snapshot.snapshot(checked, cells, salt, d.dialect, d.from_item())
         setup = (create,)
     exact_query = _exact_query(checked, [p for p in parts if p.role != "quantile"], values, salt,
-                               source, setup)
-    histograms = tuple((p.column, ExactQuery(_histogram_sql(checked, p, salt, source),
-                                             setup=setup))
+                               source, setup, d)
+    histograms = tuple((p.column, ExactQuery(_histogram_sql(checked, p, salt, source, d),
+                                             setup=setup, dialect=dialect_name))
                        for p in parts if p.role == "quantile")
     loss = PrivacyLoss(epsilon_per_part * len(parts), delta if checked.has_private_keys else 0) \
         if rho_per_part is None else PrivacyLoss(Fraction(0), rho=rho_per_part * len(parts))
@@ -135,8 +139,13 @@ def _gaussian(part: NoisePart, checked: CheckedQuery, catalog: Catalog, rho: Fra
               cells: int | None) -> NoisePart:
     """The same part with discrete Gaussian noise for ρ-zCDP, calibrated to its L2 norm.
 
-    A person changes at most L0 cells (2·L0 under replace) by at most Δ₁/cells each, so
-    Δ₂ = Δ₁/sqrt(cells); without GROUP BY there is one cell and Δ₂ = Δ₁.
+    A person changes at most L0 cells by at most Δ₁/L0 each. Under add/remove, and under
+    replace for values of one sign (counts, sums of squares, a sum over [0, U]), the change
+    vector's L2 norm is at most Δ₁/sqrt(cells) with cells = L0, 2·L0 under replace (the old
+    person's cells and the new one's). A signed or centred sum under replace can change one
+    shared cell by 2·L∞·M (the old −M rows and the new +M rows in the same cell): there the
+    norm is at most 2·sqrt(L0)·L∞·M = Δ₁/sqrt(L0), so cells = L0. Without GROUP BY there is
+    one cell and Δ₂ = Δ₁.
     """
     if part.role == "quantile":
         return replace(part, rho=rho)
@@ -144,7 +153,8 @@ def _gaussian(part: NoisePart, checked: CheckedQuery, catalog: Catalog, rho: Fra
     if checked.keys and checked.table.max_rows_per_unit is None:
         # (with a total-rows cap all of a person's rows may sit in one cell: Δ₂ = Δ₁ is safe)
         l0, _ = contribution_bounds(checked.table, cells)
-        touched = (2 if catalog.neighbouring == "replace" else 1) * l0
+        replaced = catalog.neighbouring == "replace" and not part.signed
+        touched = (2 if replaced else 1) * l0
     return replace(part, mechanism="gaussian", rho=rho, cells=touched, epsilon=Fraction(0))
 
 
@@ -166,6 +176,25 @@ def _with_selection(parts: list[NoisePart], checked: CheckedQuery, catalog: Cata
                               threshold=threshold)]
 
 
+class _Writer:
+    """The dialect and table names the exact SQL of one statement is written with."""
+
+    def __init__(self, dialect_: Dialect, sources: dict[str, str], checked: CheckedQuery):
+        self.dialect, self.sources, self.checked = dialect_, sources, checked
+
+    def from_item(self) -> str:
+        """The statement's relation as a FROM item."""
+        return self.dialect.relation(self.checked.relation.node, self.sources) + " AS __rel"
+
+    def expr(self, expr) -> str:
+        """An IR expression over the relation's columns."""
+        return self.dialect.expr(expr)
+
+    def number(self, value) -> str:
+        """A constant the engine computed."""
+        return self.dialect.number(value)
+
+
 class _Value:
     """A row-level input of the source pass, clamped and on a fixed-point grid.
 
@@ -173,7 +202,7 @@ class _Value:
     shared sums: Σ(v − k) = Σv − k·n); COUNT(col) reads the argument as it is.
     """
 
-    def __init__(self, arg: str, grid_exp: int = 0, bounds: tuple | None = None,
+    def __init__(self, arg, grid_exp: int = 0, bounds: tuple | None = None,
                  shift: Fraction = Fraction(0), *, squared: bool = False,
                  key: tuple | None = None) -> None:
         self.arg, self.grid_exp, self.bounds, self.shift = arg, grid_exp, bounds, shift
@@ -185,19 +214,23 @@ class _Value:
         return int(max(abs(_on_grid(low - self.shift, self.grid_exp)),
                        abs(_on_grid(high - self.shift, self.grid_exp))))
 
-    def sql(self, wide: bool) -> str:
+    def sql(self, wide: bool, d: _Writer) -> str:
         """SQL of the value: in BIGINT grid units (``wide``), else integral DOUBLEs."""
+        arg = d.expr(self.arg)
         if not self.summed:
-            return self.arg
-        low, high = (_number(b) for b in self.bounds)
-        x = self.arg if self.grid_exp == 0 else f"CAST({self.arg} AS DOUBLE)"
+            return arg
+        types = d.dialect.types
+        low, high = (d.number(b) for b in self.bounds)
+        x = f"CAST({arg} AS {types['float']})" if self.grid_exp != 0 or \
+            self.arg.type != "int" else arg
         # a CASE keeps NULL (GREATEST/LEAST would turn it into a bound) and NaN goes to high
         value = f"CASE WHEN {x} < {low} THEN {low} WHEN {x} > {high} THEN {high} ELSE {x} END"
         if self.shift:
-            value = f"{value} - {_number(self.shift)}"
+            value = f"{value} - {d.number(self.shift)}"
         if self.grid_exp != 0:
-            value = f"ROUND(({value}) * {_number(Fraction(2) ** -self.grid_exp)})"
-        return f"CAST({value} AS {'BIGINT' if wide else 'DOUBLE'})"
+            value = d.dialect.round_half_away(
+                f"({value}) * {d.number(Fraction(2) ** -self.grid_exp)}")
+        return f"CAST({value} AS {types['int'] if wide else types['float']})"
 
 
 class _Values:
@@ -216,6 +249,10 @@ class _Values:
             name = f"__v{len(self.columns)}"
             self.columns[name] = value
         self.of_aggregate[aggregate] = name
+
+
+def _signed(lower: Fraction, upper: Fraction) -> bool:
+    return lower < 0 < upper
 
 
 def _parts(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction, cells: int | None):
@@ -242,15 +279,15 @@ def _parts(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction, cells: in
                                    count_sensitivity(unbounded_total, **common), epsilon,
                                    bins=bins))
         elif agg.kind == "count":
-            values.add(agg.name, _Value(agg.arg.sql(dialect=DIALECT)))
+            values.add(agg.name, _Value(agg.arg))
             parts.append(NoisePart(f"p{len(parts)}", agg.name, "count",
                                    count_sensitivity(table, **common), epsilon))
         elif agg.kind in SPREAD_KINDS:
             # sums of squares need their own centred value column (and 128-bit sums)
             center = (agg.lower + agg.upper) / 2
             grid_exp = _grid_for(agg, center, table, epsilon, common, squares=True)
-            values.add(agg.name, _Value(agg.arg.sql(dialect=DIALECT), grid_exp,
-                                        (agg.lower, agg.upper), center, squared=True))
+            values.add(agg.name, _Value(agg.arg, grid_exp, (agg.lower, agg.upper), center,
+                                        squared=True))
             lower_g = _on_grid(agg.lower - center, grid_exp)
             upper_g = _on_grid(agg.upper - center, grid_exp)
             grid = Fraction(2) ** grid_exp
@@ -258,7 +295,7 @@ def _parts(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction, cells: in
             parts += [
                 NoisePart(f"p{len(parts)}", agg.name, "sum",
                           sum_sensitivity(table, lower_g, upper_g, **common) * grid, epsilon,
-                          grid_exp, center),
+                          grid_exp, center, signed=_signed(lower_g, upper_g)),
                 NoisePart(f"p{len(parts) + 1}", agg.name, "sumsq",
                           sum_sensitivity(table, Fraction(0), top, **common) * grid * grid,
                           epsilon, 2 * grid_exp, center),
@@ -268,7 +305,7 @@ def _parts(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction, cells: in
             # an average only needs the sum of deviations from the middle of the range: the
             # shared sum less k·count, k the middle in grid units
             key, grid_exp = grids[agg.name]
-            values.add(agg.name, _Value(key[0], grid_exp, (agg.lower, agg.upper), key=key))
+            values.add(agg.name, _Value(agg.arg, grid_exp, (agg.lower, agg.upper), key=key))
             grid = Fraction(2) ** grid_exp
             k = _on_grid((agg.lower + agg.upper) / 2, grid_exp) if agg.kind == "avg" else 0
             lower_g = _on_grid(agg.lower, grid_exp) - k
@@ -277,7 +314,7 @@ def _parts(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction, cells: in
             values.offsets[column] = int(k)
             parts.append(NoisePart(column, agg.name, "sum",
                                    sum_sensitivity(table, lower_g, upper_g, **common) * grid,
-                                   epsilon, grid_exp, k * grid))
+                                   epsilon, grid_exp, k * grid, signed=_signed(lower_g, upper_g)))
             if agg.kind == "avg":
                 parts.append(NoisePart(f"p{len(parts)}", agg.name, "count",
                                        count_sensitivity(table, **common), epsilon))
@@ -296,7 +333,7 @@ def _shared_grids(checked: CheckedQuery, table, epsilon: Fraction, common) -> di
         if agg.kind in ("sum", "avg"):
             center = (agg.lower + agg.upper) / 2 if agg.kind == "avg" else Fraction(0)
             own = _grid_for(agg, center, table, epsilon, common)
-            wanted[agg.name] = (agg.arg.sql(dialect=DIALECT), agg.lower, agg.upper, own == 0), own
+            wanted[agg.name] = (agg.arg, agg.lower, agg.upper, own == 0), own
     finest: dict[tuple, int] = {}
     for key, own in wanted.values():
         finest[key] = min(finest.get(key, own), own)
@@ -324,12 +361,8 @@ def _on_grid(value: Fraction, grid_exp: int) -> Fraction:
     return Fraction(magnitude if scaled >= 0 else -magnitude)
 
 
-def _number(value: Fraction) -> str:
-    return str(value.numerator) if value.denominator == 1 else repr(float(value))
-
-
 def _exact_query(checked: CheckedQuery, parts, values: _Values, salt: int, source: str | None,
-                 setup: tuple[str, ...]) -> ExactQuery:
+                 setup: tuple[str, ...], d: _Writer) -> ExactQuery:
     """The exact query with DOUBLE sums, checked against its 128-bit twin's limit.
 
     A sum of integral DOUBLEs is exact while every partial sum stays below 2**53; each group
@@ -337,9 +370,11 @@ def _exact_query(checked: CheckedQuery, parts, values: _Values, salt: int, sourc
     and otherwise run the same query with BIGINT values and 128-bit sums. With a ``source``
     (a bounded snapshot) the query reads its rows as they are, without a per-person pass.
     """
+    name = d.dialect.name
     summed = [v for v in values.columns.values() if v.summed]
     if not summed or any(v.squared for v in summed):
-        return ExactQuery(_exact_sql(checked, parts, values, salt, True, source), setup=setup)
+        return ExactQuery(_exact_sql(checked, parts, values, salt, True, source, d), setup=setup,
+                          dialect=name)
     offsets = max((abs(k) for k in values.offsets.values()), default=0)
     largest = max(v.units() for v in summed) + offsets
     table = checked.table
@@ -347,42 +382,49 @@ def _exact_query(checked: CheckedQuery, parts, values: _Values, salt: int, sourc
         table.max_rows_per_group, table.max_rows_per_unit or 1)
     # products reach terms·largest·factor, and a truncation's check adds up to one divisor
     # (≤ terms) to that; every one must stay an exact DOUBLE
-    return ExactQuery(_exact_sql(checked, parts, values, salt, False, source),
-                      wide=lambda: _exact_sql(checked, parts, values, salt, True, source),
+    return ExactQuery(_exact_sql(checked, parts, values, salt, False, source, d),
+                      wide=lambda: _exact_sql(checked, parts, values, salt, True, source, d),
                       terms_limit=MAX_EXACT_DOUBLE // (max(largest, 1) * factor + 1),
-                      setup=setup)
+                      setup=setup, dialect=name)
 
 
-def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: bool,
-               source: str | None) -> str:
-    # a snapshot's rows are bounded already: they are summed like rows under row privacy
-    unit = None if source is not None else checked.table.privacy_unit
-    keys = [f"__k{i}" for i in range(len(checked.keys))]
-    src_cols = []
-    if unit is not None:
-        src_cols.append(f"{quote_identifier(unit)} AS __unit")
-    src_cols += [f"{k.sql} AS {name}" for k, name in zip(checked.keys, keys, strict=True)]
-    src_cols += [f"{v.sql(wide)} AS {name}" for name, v in values.columns.items()]
-    if not src_cols:
-        src_cols = ["1 AS __one"]
-    filters = [f"({checked.where.sql(dialect=DIALECT)})"] if checked.where is not None else []
+def _source_rows(checked: CheckedQuery, source: str | None, d: _Writer, unit: str | None,
+                 columns: list[str], extra_filters: list[str]) -> str:
+    """The ``__src`` CTE: the relation's rows (or a snapshot's), filtered by WHERE, with the
+    given computed columns; rows without a person or with a NULL key are dropped where they
+    would take a person's L0 group."""
+    filters = [f"({d.expr(checked.where)})"] if checked.where is not None else []
+    filters += extra_filters
     if unit is not None or checked.has_private_keys:
         # without a person, rows with a NULL key form a group the domain join drops unread;
         # a person's such rows would take one of their L0 groups
-        filters += [f"{k.sql} IS NOT NULL" for k in checked.keys]
+        filters += [f"({d.expr(k.expr)}) IS NOT NULL" for k in checked.keys]
     if unit is not None:  # a row that names no person is no one's to bound
-        filters.append(f"{quote_identifier(unit)} IS NOT NULL")
+        filters.append(f"{unit} IS NOT NULL")
     where = f" WHERE {' AND '.join(filters)}" if filters else ""
-    ctes = [f"__src AS (SELECT {', '.join(src_cols)} FROM {source or checked.from_sql}{where})"]
+    items = columns or ["1 AS __one"]
+    origin = f"{source} AS __rel" if source is not None else d.from_item()
+    return f"__src AS (SELECT {', '.join(items)} FROM {origin}{where})"
+
+
+def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: bool,
+               source: str | None, d: _Writer) -> str:
+    # a snapshot's rows are bounded already: they are summed like rows under row privacy
+    unit = None if source is not None else checked.table.privacy_unit
+    keys = [f"__k{i}" for i in range(len(checked.keys))]
+    src_cols = [f"{unit} AS __unit"] if unit is not None else []
+    src_cols += [f"{d.expr(k.expr)} AS {name}" for k, name in zip(checked.keys, keys, strict=True)]
+    src_cols += [f"{v.sql(wide, d)} AS {name}" for name, v in values.columns.items()]
+    ctes = [_source_rows(checked, source, d, unit, src_cols, [])]
     key_list = ", ".join(keys)
     group_by = f" GROUP BY {key_list}" if keys else ""
     terms = [] if wide else [TERMS]
     if unit is None:
-        select_parts = [_row_part(p, values) for p in parts]
+        select_parts = [_row_part(p, values, d, wide) for p in parts]
         select_parts += [f"COUNT(*) AS {TERMS}"] if terms else []
         ctes.append(f"__exact AS (SELECT {', '.join(keys + select_parts)} FROM __src{group_by})")
     else:
-        ctes += _unit_ctes(checked, parts, values, keys, salt, wide)
+        ctes += _unit_ctes(checked, parts, values, keys, salt, wide, d)
     body = ", ".join(ctes)
     part_names = [p.column for p in parts] + terms
     if not keys and not part_names:  # only quantiles, which read their histograms
@@ -391,9 +433,11 @@ def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: b
         outs = ", ".join(f"COALESCE({p}, 0) AS {p}" for p in part_names)
         return f"WITH {body} SELECT {outs} FROM __exact"
     if checked.has_private_keys:  # only keys present in the data; release() thresholds them
-        return f"WITH {body} SELECT * FROM __exact ORDER BY {', '.join(keys)}"
+        outs = ", ".join(keys + [f"COALESCE({p}, 0) AS {p}" for p in part_names])
+        return f"WITH {body} SELECT {outs} FROM __exact ORDER BY {key_list}"
     domain = " CROSS JOIN ".join(
-        f"(VALUES {', '.join(f'({_literal(v, k.type)})' for v in k.domain)}) AS __d{i}({keys[i]})"
+        d.dialect.values([f"({d.dialect.literal(v, k.type)})" for v in k.domain], f"__d{i}",
+                         [keys[i]])
         for i, k in enumerate(checked.keys))
     on = " AND ".join(f"__d.{k} = __exact.{k}" for k in keys)
     outs = ", ".join([f"__d.{k}" for k in keys] +
@@ -403,59 +447,62 @@ def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: b
             f"ORDER BY {', '.join(f'__d.{k}' for k in keys)}")
 
 
-def bin_of(agg: Aggregate, bins: int) -> str:
-    """SQL of the candidate bin (0 .. bins−1) of an aggregate's input over [lower, upper]."""
-    arg = agg.arg.sql(dialect=DIALECT)
-    low = _number(agg.lower)
+def bin_of(agg: Aggregate, bins: int, d: _Writer) -> str:
+    """SQL of the candidate bin (0 .. bins−1) of an aggregate's input over [lower, upper].
+
+    The input is clamped to [lower, upper] first, so NaN, ±inf and huge values fall in the
+    end bins instead of failing the conversion to an integer.
+    """
+    types = d.dialect.types
+    arg = f"CAST({d.expr(agg.arg)} AS {types['float']})"
+    low, high = d.number(agg.lower), d.number(agg.upper)
+    clamped = f"(CASE WHEN {arg} < {low} THEN {low} WHEN {arg} > {high} THEN {high} ELSE {arg} END)"
     if agg.integral and agg.upper - agg.lower + 1 == bins:
-        position = f"CAST({arg} AS BIGINT) - {low}"
+        position = f"CAST({d.dialect.round_half_away(clamped)} AS {types['int']}) - {low}"
     else:
-        width = repr(float((agg.upper - agg.lower) / bins))
-        position = f"CAST(FLOOR((CAST({arg} AS DOUBLE) - {low}) / {width}) AS BIGINT)"
+        width = d.number(Fraction(float((agg.upper - agg.lower) / bins)))
+        position = f"CAST(FLOOR(({clamped} - {low}) / {width}) AS {types['int']})"
     return f"LEAST(GREATEST({position}, 0), {bins - 1})"
 
 
-def _histogram_sql(checked: CheckedQuery, part: NoisePart, salt: int, source: str | None
-                   ) -> str:
+def _histogram_sql(checked: CheckedQuery, part: NoisePart, salt: int, source: str | None,
+                   d: _Writer) -> str:
     """Exact (keys, bin, rows) of a quantile's input, each person bounded to L0 × L∞ rows.
 
     Rows, not per-person sums, are bounded here: a person keeps at most L∞ rows per group
-    (ranked by a keyed hash) in at most L0 groups, or the rows a bounded snapshot kept.
+    (ranked by a keyed hash) in at most L0 groups (``compile.bound.bound_rows``), or the rows
+    a bounded snapshot kept.
     """
     agg = next(a for a in checked.aggregates if a.name == part.aggregate)
     table = checked.table
     keys = [f"__k{i}" for i in range(len(checked.keys))]
-    cols = [f"{k.sql} AS {name}" for k, name in zip(checked.keys, keys, strict=True)]
-    cols.append(f"{bin_of(agg, part.bins)} AS __bin")
-    filters = [f"({agg.arg.sql(dialect=DIALECT)}) IS NOT NULL"]
-    filters += [f"({checked.where.sql(dialect=DIALECT)})"] if checked.where is not None else []
-    filters += [f"{k.sql} IS NOT NULL" for k in checked.keys]
+    cols = [f"{d.expr(k.expr)} AS {name}" for k, name in zip(checked.keys, keys, strict=True)]
+    cols.append(f"{bin_of(agg, part.bins, d)} AS __bin")
+    unit = None if source is not None else table.privacy_unit
+    keep = [f"({d.expr(agg.arg)}) IS NOT NULL"]
+    if unit is None:
+        keep += [f"({d.expr(k.expr)}) IS NOT NULL" for k in checked.keys]
+    else:
+        cols.insert(0, f"{unit} AS __unit")
+    src = _source_rows(checked, source, d, unit, cols, keep)
     group = ", ".join([*keys, "__bin"])
-    if table.privacy_unit is None or source is not None:
-        return (f"WITH __src AS (SELECT {', '.join(cols)} FROM {source or checked.from_sql} WHERE "
-                f"{' AND '.join(filters)}) SELECT {group}, COUNT(*) AS n FROM __src "
-                f"GROUP BY {group}")
-    cols.insert(0, f"{quote_identifier(table.privacy_unit)} AS __unit")
-    filters.append(f"{quote_identifier(table.privacy_unit)} IS NOT NULL")
-    partition = ", ".join(["__unit", *keys])
-    group_rank = (f"DENSE_RANK() OVER (PARTITION BY __unit ORDER BY HASH(__unit, "
-                  f"{', '.join(keys)}, {salt})) AS __g, " if keys else "1 AS __g, ")
-    return (f"WITH __src AS (SELECT {', '.join(cols)} FROM {checked.from_sql} WHERE "
-            f"{' AND '.join(filters)}), __ranked AS (SELECT {', '.join([*keys, '__bin'])}, "
-            f"{group_rank}ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY "
-            f"HASH(__unit, __bin, {salt})) AS __r FROM __src) "
-            f"SELECT {group}, COUNT(*) AS n FROM __ranked WHERE __r <= "
-            f"{table.max_rows_per_group} AND __g <= {table.max_groups_per_unit} GROUP BY {group}")
+    if unit is None:
+        return f"WITH {src} SELECT {group}, COUNT(*) AS n FROM __src GROUP BY {group}"
+    bounded = bound_rows(d.dialect, "__src", "__unit", keys, ["__bin"],
+                         table.max_groups_per_unit, table.max_rows_per_group, None, salt)
+    return (f"WITH {src}, {bounded.ctes} SELECT {group}, COUNT(*) AS n FROM {bounded.last} "
+            f"GROUP BY {group}")
 
 
-def _row_part(part: NoisePart, values: _Values) -> str:
+def _row_part(part: NoisePart, values: _Values, d: _Writer, wide: bool) -> str:
     value = values.of_aggregate.get(part.aggregate)
     if part.role == "select":  # one row is one person
         return f"COUNT(*) AS {part.column}"
     if part.role == "sumsq":
-        return f"SUM({value} * {value}) AS {part.column}"
+        return f"{d.dialect.sum_int(f'{value} * {value}')} AS {part.column}"
     if part.role == "sum":
-        return f"{_centred(f'SUM({value})', f'COUNT({value})', values.offsets.get(part.column))}" \
+        total = d.dialect.sum_int(value) if wide else f"SUM({value})"
+        return f"{_centred(total, f'COUNT({value})', values.offsets.get(part.column))}" \
                f" AS {part.column}"
     if value is not None:
         return f"COUNT({value}) AS {part.column}"
@@ -467,14 +514,14 @@ def _centred(total: str, count: str, offset: int | None) -> str:
     return f"{total} - {offset} * {count}" if offset else total
 
 
-def _scaled(value: str, factor: int | str, divisor: str, wide: bool) -> str:
-    """value·factor/divisor truncated toward zero, exactly (as DuckDB's ``//`` does).
+def _scaled(value: str, factor: int | str, divisor: str, wide: bool, d: _Writer) -> str:
+    """value·factor/divisor truncated toward zero, exactly.
 
     On DOUBLEs the quotient is rounded before FLOOR sees it, which can carry it onto the next
     integer; multiplying back by the divisor tells, and one step down corrects it.
     """
     if wide:
-        return f"({value} * {factor}) // {divisor}"
+        return (f"SIGN({value}) * {d.dialect.int_divide(f'ABS({value}) * {factor}', divisor)}")
     magnitude = f"ABS({value}) * {factor}"
     floor = f"FLOOR({magnitude} / {divisor})"
     return (f"SIGN({value}) * ({floor} - CASE WHEN {floor} * {divisor} > {magnitude} "
@@ -482,7 +529,10 @@ def _scaled(value: str, factor: int | str, divisor: str, wide: bool) -> str:
 
 
 def _unit_ctes(checked: CheckedQuery, parts, values: _Values, keys, salt: int,
-               wide: bool) -> list[str]:
+               wide: bool, d: _Writer) -> list[str]:
+    """Bounding on per-(person, group) pre-aggregates: cap each partial at L∞ rows, keep at
+    most L0 groups per person by a keyed hash, and with R scale a person's partials to R
+    rows in all (DESIGN.md)."""
     table = checked.table
     linf = table.max_rows_per_group
     per_unit = ["__unit", *keys, "COUNT(*) AS __rows"]
@@ -493,14 +543,14 @@ def _unit_ctes(checked: CheckedQuery, parts, values: _Values, keys, salt: int,
         if not spec.summed:
             continue
         # a person's partial sum keeps its mean but counts for at most L∞ rows
-        per_unit.append(f"SUM({value}) AS __s{value}")
+        per_unit.append(f"{d.dialect.sum_int(value) if wide else f'SUM({value})'} AS __s{value}")
         capped.append(f"CASE WHEN __n{value} > {linf} THEN "
-                      f"{_scaled(f'__s{value}', linf, f'__n{value}', wide)} "
+                      f"{_scaled(f'__s{value}', linf, f'__n{value}', wide, d)} "
                       f"ELSE __s{value} END AS __s{value}")
         if spec.squared:
-            per_unit.append(f"SUM({value} * {value}) AS __q{value}")
+            per_unit.append(f"{d.dialect.sum_int(f'{value} * {value}')} AS __q{value}")
             capped.append(f"CASE WHEN __n{value} > {linf} THEN "
-                          f"{_scaled(f'__q{value}', linf, f'__n{value}', wide)} "
+                          f"{_scaled(f'__q{value}', linf, f'__n{value}', True, d)} "
                           f"ELSE __q{value} END AS __q{value}")
     ctes = [(f"__per_unit AS (SELECT {', '.join(per_unit)} FROM __src GROUP BY "
              f"{', '.join(['__unit', *keys])})")]
@@ -509,7 +559,7 @@ def _unit_ctes(checked: CheckedQuery, parts, values: _Values, keys, salt: int,
     rank_filter = ""
     if needs_l0:
         capped.append(f"ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY "
-                      f"HASH(__unit, {', '.join(keys)}, {salt})) AS __rank")
+                      f"{d.dialect.hash(['__unit', *keys, str(salt)])}) AS __rank")
         rank_filter = f" WHERE __rank <= {table.max_groups_per_unit}"
     total = table.max_rows_per_unit
     l0_cells = min(table.max_groups_per_unit, cells) if cells else table.max_groups_per_unit
@@ -521,7 +571,8 @@ def _unit_ctes(checked: CheckedQuery, parts, values: _Values, keys, salt: int,
         ctes.append(f"__kept AS (SELECT *, SUM(__rows) OVER (PARTITION BY __unit) AS __total "
                     f"FROM __bounded{rank_filter})")
         counts = ["__rows"] + [f"__n{v}" for v in values.columns]
-        scaled = [f"CASE WHEN __total > {total} THEN ({c} * {total}) // __total ELSE {c} END "
+        scaled = [f"CASE WHEN __total > {total} THEN "
+                  f"{d.dialect.int_divide(f'{c} * {total}', '__total')} ELSE {c} END "
                   f"AS {c}" for c in counts]
         for part in parts:  # a centred sum is scaled as one, so that its bound holds
             value = values.of_aggregate.get(part.aggregate)
@@ -530,7 +581,7 @@ def _unit_ctes(checked: CheckedQuery, parts, values: _Values, keys, salt: int,
                 if part.role == "sum":
                     column = _centred(column, f"__n{value}", values.offsets.get(part.column))
                 scaled.append(f"CASE WHEN __total > {total} THEN "
-                              f"{_scaled(f'({column})', total, '__total', wide)} "
+                              f"{_scaled(f'({column})', total, '__total', wide, d)} "
                               f"ELSE {column} END AS __c{part.column}")
                 sums[part.column] = f"SUM(__c{part.column})"
         scaled += [] if wide else ["__all"]
@@ -562,11 +613,3 @@ def _unit_ctes(checked: CheckedQuery, parts, values: _Values, keys, salt: int,
     ctes.append(f"__exact AS (SELECT {', '.join(keys + exact)} FROM {source}{rank_filter}"
                 f"{group_by})")
     return ctes
-
-
-def _literal(value, key_type: str) -> str:
-    if key_type == "bool":
-        return "TRUE" if value else "FALSE"
-    if key_type in ("int", "float") and not isinstance(value, str):
-        return repr(value)
-    return "'" + str(value).replace("'", "''") + "'"  # DuckDB: no backslash escapes

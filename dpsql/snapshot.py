@@ -4,11 +4,11 @@ With ``bounding="snapshot"`` the per-person pass runs once for each relation and
 not once per query. The snapshot is a temporary table of the relation's rows in which every
 person keeps at most L0 groups (chosen by a keyed hash among the groups they have), at most
 L∞ rows in each (chosen by a keyed hash of the row) and, with ``max_rows_per_unit``, at most
-R rows in all. Every subset of those rows meets the same bounds, so each later query, with
-any WHERE, runs on the snapshot as plain rows and its sensitivity is the one the metadata
-gives. The snapshot depends on each person's own rows only, so it is a stable
-transformation: it changes by one person's bounded rows when one person is added, removed or
-replaced.
+R rows in all (``compile.bound.bound_rows``, the same bounding quantile histograms use).
+Every subset of those rows meets the same bounds, so each later query, with any WHERE, runs
+on the snapshot as plain rows and its sensitivity is the one the metadata gives. The snapshot
+depends on each person's own rows only, so it is a stable transformation: it changes by one
+person's bounded rows when one person is added, removed or replaced.
 
 The cost is in the semantics: a person's groups and rows are chosen before the query's WHERE,
 not after it, so a WHERE that drops a person's chosen group does not give them another one
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import hashlib
 
+from dpsql.compile.bound import bound_rows
+from dpsql.compile.render import Dialect
 from dpsql.plan import CheckedQuery
-from dpsql.relations import quote_identifier
-from dpsql.sensitivity import contribution_bounds
 
 MODES = ("per_query", "snapshot")
 
@@ -33,43 +33,30 @@ def applies(checked: CheckedQuery) -> bool:
             and all(a.kind != "count_distinct_unit" for a in checked.aggregates))
 
 
-def snapshot(checked: CheckedQuery, cells: int | None, salt: int) -> tuple[str, str]:
+def snapshot(checked: CheckedQuery, cells: int | None, salt: int, d: Dialect,
+             from_item: str) -> tuple[str, str]:
     """(name, SQL creating it if absent) of the statement's bounded snapshot.
 
     The name is a digest of the relation, the keys and the bounds, so the statements that
     share them share one snapshot; the first to run creates it with its own salt.
     """
     table = checked.table
-    unit = quote_identifier(table.privacy_unit)
-    keys = [k.sql for k in checked.keys]
+    unit = table.privacy_unit
+    keys = [d.expr(k.expr) for k in checked.keys]
     marks = [f"__snap_k{i}" for i in range(len(keys))]
     l0, linf, total = table.max_groups_per_unit, table.max_rows_per_group, \
         table.max_rows_per_unit
-    identity = "\n".join([checked.from_sql, *keys, f"{l0} {linf} {total}"])
-    name = quote_identifier("__dpsql_bounded_" + hashlib.sha256(identity.encode()).hexdigest()[:16])
+    identity = "\n".join([from_item, *keys, f"{l0} {linf} {total}"])
+    name = d.quote("__dpsql_bounded_" + hashlib.sha256(identity.encode()).hexdigest()[:16])
     filters = [f"{unit} IS NOT NULL", *(f"({k}) IS NOT NULL" for k in keys)]
     with_marks = "".join(f", {k} AS {m}" for k, m in zip(keys, marks, strict=True))
-    # read twice (to choose groups, then their rows): scanning again beats materializing
-    ctes = [(f"__rows AS NOT MATERIALIZED (SELECT *{with_marks} FROM {checked.from_sql} "
-             f"WHERE {' AND '.join(filters)})")]
-    last = "__rows"
-    group = ", ".join([unit, *marks])
-    if keys and (cells is None or l0 < cells):
-        on = " AND ".join([f"__rows.{unit} = __groups.__snap_unit",
-                           *(f"__rows.{m} = __groups.{m}" for m in marks)])
-        ctes.append(f"__groups AS (SELECT {unit} AS __snap_unit, {', '.join(marks)} FROM "
-                    f"__rows GROUP BY {group} QUALIFY ROW_NUMBER() OVER (PARTITION BY {unit} "
-                    f"ORDER BY HASH({group}, {salt})) <= {l0})")
-        ctes.append(f"__chosen AS (SELECT __rows.* FROM __rows JOIN __groups ON {on})")
-        last = "__chosen"
-    ctes.append(f"__capped AS (SELECT * FROM {last} QUALIFY ROW_NUMBER() OVER (PARTITION BY "
-                f"{group} ORDER BY HASH({last}, {salt})) <= {linf})")
-    last = "__capped"
-    groups, _ = contribution_bounds(table, cells)
-    if total is not None and total < (groups if keys else 1) * linf:
-        ctes.append(f"__kept AS (SELECT * FROM __capped QUALIFY ROW_NUMBER() OVER (PARTITION "
-                    f"BY {unit} ORDER BY HASH(__capped, {salt})) <= {total})")
-        last = "__kept"
-    columns = f"* EXCLUDE ({', '.join(marks)})" if marks else "*"
-    return name, (f"CREATE TEMP TABLE IF NOT EXISTS {name} AS WITH {', '.join(ctes)} "
-                  f"SELECT {columns} FROM {last}")
+    rows = (f"__rows AS (SELECT *{with_marks} FROM {from_item} "
+            f"WHERE {' AND '.join(filters)})")
+    payload = sorted(checked.relation.columns)
+    grouped = bool(keys) and (cells is None or l0 < cells)
+    bounded = bound_rows(d, "__rows", unit, marks, payload, l0 if grouped else None, linf,
+                         total, salt)
+    hidden = [*marks, "__row_rank"] + (["__group_rank"] if grouped else []) + \
+        (["__total_rank"] if total is not None else [])
+    return name, (f"CREATE TEMP TABLE IF NOT EXISTS {name} AS WITH {rows}, {bounded.ctes} "
+                  f"SELECT * EXCLUDE ({', '.join(hidden)}) FROM {bounded.last}")

@@ -23,7 +23,7 @@ def _connect(tmp_path, rows: int, privacy_unit=None):
 
 def _exact(con, sql: str):
     query = con._engine.plan(sql, epsilon=1).release.statements[0].exact_query
-    fast = con._backend.run_duckdb_sql(query.sql)
+    fast = con._backend.run_sql(query.sql)
     names, rows = con._engine._run_exact(query)
     return query, fast, dict(zip(names, rows[0]))
 

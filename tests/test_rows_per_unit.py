@@ -54,7 +54,7 @@ def test_double_sums_match_128_bit_sums_when_scaled(capped):
                      "FROM visits GROUP BY day"),
                     "SELECT day, AVG(amount) AS m FROM visits WHERE amount > 10 GROUP BY day"]:
             query = con._engine.plan(sql, epsilon=1).release.statements[0].exact_query
-            names, fast = con._backend.run_duckdb_sql(query.sql)
-            _, wide = con._backend.run_duckdb_sql(query.wide.sql)
+            names, fast = con._backend.run_sql(query.sql)
+            _, wide = con._backend.run_sql(query.wide.sql)
             assert "__capped" in query.sql and not query.exceeded(names, fast)
             assert [row[:-1] for row in fast] == wide

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Protocol
 
 from sqlglot import exp
@@ -22,15 +23,37 @@ class Backend(Protocol):
 
     name: str
     dialect: str
+    sources: dict[str, str]  # catalogued table -> the name the SQL reads it by
+
+    def run_sql(self, sql: str, timeout: float | None = None
+                ) -> tuple[list[str], list[tuple]]:
+        """Execute SQL rendered in this backend's dialect; return (column names, rows)."""
+
+    def run_public(self, sql: str) -> tuple[list[str], list[tuple]]:
+        """Execute a statement over public tables only."""
 
     def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
-        """Execute a query tree; return (column names, rows)."""
+        """Execute a custodian's query tree in this backend's dialect."""
 
     def tables(self) -> dict[str, list[str]]:
         """Every table or view the backend can read, with its column names."""
 
     def close(self) -> None:
         """Release the connection."""
+
+
+def exact_value(value):
+    """A driver value as the release stage wants it: integral DECIMALs (PostgreSQL's SUM of
+    BIGINT, Spark's DECIMAL(38,0) sums) become exact Python ints, fractional ones floats;
+    other values pass through."""
+    if isinstance(value, Decimal):
+        return int(value) if value.as_tuple().exponent >= 0 else float(value)
+    return value
+
+
+def exact_rows(rows) -> list[tuple]:
+    """Apply ``exact_value`` to every cell."""
+    return [tuple(exact_value(v) for v in row) for row in rows]
 
 
 def columns_by_table(rows: list[tuple[str, str]]) -> dict[str, list[str]]:
@@ -63,7 +86,7 @@ def _driver_missing(driver: str, package: str) -> BackendError:
                         hint=f"pip install '{package}'")
 
 
-def _open_postgres(target, catalog: Catalog, read_only: bool) -> Backend:
+def _open_postgres(target, catalog: Catalog, read_only: bool, locked: bool) -> Backend:
     try:
         from dpsql.backends.postgres import PostgresBackend
     except ImportError as err:
@@ -71,7 +94,7 @@ def _open_postgres(target, catalog: Catalog, read_only: bool) -> Backend:
     return PostgresBackend(target, catalog, read_only=read_only)
 
 
-def _open_spark(target, catalog: Catalog, read_only: bool) -> Backend:
+def _open_spark(target, catalog: Catalog, read_only: bool, locked: bool) -> Backend:
     try:
         from dpsql.backends.spark import SparkBackend
     except ImportError as err:
@@ -79,12 +102,13 @@ def _open_spark(target, catalog: Catalog, read_only: bool) -> Backend:
     return SparkBackend(target, catalog)
 
 
-def _open_duckdb(target, catalog: Catalog, read_only: bool) -> Backend:
+def _open_duckdb(target, catalog: Catalog, read_only: bool, locked: bool) -> Backend:
     from dpsql.backends.duckdb import DuckDBBackend
-    return DuckDBBackend(None if target is None else str(target), catalog, read_only=read_only)
+    return DuckDBBackend(None if target is None else str(target), catalog, read_only=read_only,
+                         locked=locked)
 
 
-Opener = Callable[[object, Catalog, bool], Backend]
+Opener = Callable[[object, Catalog, bool, bool], Backend]
 REGISTRY: list[tuple[Callable[[object], bool], Opener]] = [
     (is_postgres_url, _open_postgres),
     (is_spark_target, _open_spark),
@@ -92,7 +116,7 @@ REGISTRY: list[tuple[Callable[[object], bool], Opener]] = [
 
 
 def open_backend(target: str | os.PathLike | object | None, catalog: Catalog, *,
-                 read_only: bool = True) -> Backend:
+                 read_only: bool = True, locked: bool = False) -> Backend:
     """The backend for ``target``: None or a path -> DuckDB, ``postgresql://...`` ->
     PostgreSQL, ``spark://...``/``local[*]``/a SparkSession -> Spark SQL.
 
@@ -101,11 +125,14 @@ def open_backend(target: str | os.PathLike | object | None, catalog: Catalog, *,
         >>> catalog = load_catalog({"tables": {"t": {"public": True, "columns": {}}}})
         >>> open_backend(None, catalog).name
         'duckdb'
+
+    ``locked`` (an analyst's backend) holds the catalogued relations only, with file access
+    and configuration changes switched off where the database allows it.
     """
     for matches, opener in REGISTRY:
         if matches(target):
-            return opener(target, catalog, read_only)
-    return _open_duckdb(target, catalog, read_only)
+            return opener(target, catalog, read_only, locked)
+    return _open_duckdb(target, catalog, read_only, locked)
 
 
 def is_file_database(target: object) -> bool:

@@ -1,4 +1,12 @@
-"""The embedded default backend: DuckDB over a database file, CSV or Parquet sources."""
+"""The embedded default backend: DuckDB over a database file, CSV or Parquet sources.
+
+An analyst's backend (``locked``) is an in-memory database that holds only the catalogued
+relations: a database file is attached read-only and each catalogued table is a view of its
+declared columns (sources are loaded or viewed likewise); then file access, extension loading
+and configuration changes are switched off, so the exact query, which is rendered from the
+IR and names only those views, can reach nothing else. Statements over public tables run on
+a second in-memory database that holds the public tables only.
+"""
 
 from __future__ import annotations
 
@@ -23,9 +31,15 @@ class DuckDBBackend:
     name = "duckdb"
     dialect = "duckdb"
 
-    def __init__(self, database: str | None, catalog: Catalog, *, read_only: bool = True) -> None:
+    def __init__(self, database: str | None, catalog: Catalog, *, read_only: bool = True,
+                 locked: bool = False) -> None:
+        self.catalog, self.database = catalog, database
+        self.sources = {name: _quote(name) for name in catalog.tables}
+        self._public: DuckDBBackend | None = None
         try:
-            if database is None or database == ":memory:":
+            if locked:
+                self.connection = self._catalogued(database, catalog.tables.values())
+            elif database is None or database == ":memory:":
                 self.connection = duckdb.connect(":memory:")
             else:
                 self.connection = duckdb.connect(str(database), read_only=read_only and
@@ -34,9 +48,63 @@ class DuckDBBackend:
             self.connection.execute("SET enable_progress_bar = false")
         except duckdb.Error as err:
             raise BackendError(f"cannot open DuckDB database {database!r}: {err}") from err
-        for table in catalog.tables.values():
+        if not locked:
+            for table in catalog.tables.values():
+                if table.source is not None:
+                    self._register(table)
+        else:
+            self._lock([t.source for t in catalog.tables.values() if t.source is not None
+                        and t.source.lower().endswith(".parquet")])
+
+    def _catalogued(self, database: str | None, tables) -> duckdb.DuckDBPyConnection:
+        """An in-memory database with a view or table per catalogued table, nothing else."""
+        self.connection = duckdb.connect(":memory:")
+        attached = database is not None and database != ":memory:"
+        if attached:
+            if not Path(database).exists():
+                raise DataError(f"the DuckDB database {database!r} does not exist",
+                                hint="pass the path of an existing DuckDB file, or leave the "
+                                "database out to read the metadata's sources")
+            self.connection.execute(f"ATTACH {_literal(str(database))} AS __database "
+                                    "(READ_ONLY)")
+        for table in tables:
             if table.source is not None:
                 self._register(table)
+            elif attached:
+                columns = ", ".join(_column_sql(table, name) for name in table.columns)
+                try:
+                    self.connection.execute(
+                        f"CREATE TEMP VIEW {_quote(table.name)} AS SELECT {columns} FROM "
+                        f"__database.{'.'.join(map(_quote, table.name.split('.')))}")
+                except duckdb.Error as err:
+                    raise DataError(f"table {table.name!r} is not readable in {database!r} as "
+                                    f"the metadata declares it: {str(err).splitlines()[0]}",
+                                    hint="fix the declared table and column names") from None
+        return self.connection
+
+    def _lock(self, parquet_paths: list[str]) -> None:
+        """No file access (but the Parquet sources' views), no extensions, no settings."""
+        if parquet_paths:
+            paths = ", ".join(_literal(p) for p in parquet_paths)
+            self.connection.execute(f"SET allowed_paths = [{paths}]")
+        self.connection.execute("SET enable_external_access = false")
+        self.connection.execute("SET lock_configuration = true")
+
+    def run_public(self, sql: str) -> tuple[list[str], list[tuple]]:
+        """Run a statement over public tables on a database that holds only those."""
+        if self._public is None:
+            public = [t for t in self.catalog.tables.values() if t.public]
+            self._public = DuckDBBackend.__new__(DuckDBBackend)
+            self._public.catalog, self._public._public = self.catalog, None
+            self._public.sources = self.sources
+            self._public._catalogued(self.database, public)
+            self._public._lock([t.source for t in public if t.source is not None
+                                and t.source.lower().endswith(".parquet")])
+        try:
+            return self._public.run_sql(sql)
+        except (BackendError, ProgrammingError) as err:
+            raise ProgrammingError(f"the statement over public tables cannot run: "
+                                   f"{err.message}", hint="check the SQL") from None
 
     def _register(self, table: TableSpec) -> None:
         source = table.source
@@ -72,11 +140,11 @@ class DuckDBBackend:
                             "in the file") from err
 
     def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
-        """Execute an exact query tree."""
-        return self.run_duckdb_sql(tree.sql(dialect=self.dialect))
+        """Execute a query tree (the custodian's statements)."""
+        return self.run_sql(tree.sql(dialect=self.dialect))
 
-    def run_duckdb_sql(self, sql: str, timeout: float | None = None
-                       ) -> tuple[list[str], list[tuple]]:
+    def run_sql(self, sql: str, timeout: float | None = None
+                ) -> tuple[list[str], list[tuple]]:
         """Execute exact SQL already written in DuckDB's dialect (no re-generation).
 
         DuckDB parses and binds a statement before it reads a row, so a parser, catalog or
@@ -98,6 +166,8 @@ class DuckDBBackend:
                                    "(no file access)") from None
         except duckdb.InterruptException as err:
             raise QueryTimeoutError(f"the exact query ran longer than {timeout:g} s") from err
+        except duckdb.OutOfMemoryException as err:
+            raise BackendError("DuckDB ran out of memory", resource="memory") from err
         except duckdb.Error as err:
             raise BackendError(f"DuckDB failed to run the exact query: {err}") from err
         finally:
@@ -114,7 +184,9 @@ class DuckDBBackend:
         return columns_by_table(rows)
 
     def close(self) -> None:
-        """Close the DuckDB connection."""
+        """Close the DuckDB connections."""
+        if self._public is not None:
+            self._public.close()
         self.connection.close()
 
 

@@ -1,16 +1,9 @@
 """PostgreSQL through psycopg 3: the exact query runs in the warehouse, noise stays in dpsql.
 
-Tables are the server's own (declared in the metadata without ``source``). The engine's
-DuckDB-flavoured tree is adapted before it is written in PostgreSQL's dialect:
-
-- ``HASH(u, k..., salt)`` -> ``hashtextextended(concat_ws('|', u, k..., salt), 0)``
-  (a 64-bit hash of the same inputs; it ranks a person's groups differently than DuckDB);
-- ``ROUND(x)`` on a double -> ``trunc(2x) - trunc(x)``: half away from zero, as DuckDB rounds
-  (PostgreSQL's is half-even);
-- ``a // b`` -> ``DIV(a, b)``, truncating like DuckDB (sqlglot's own mapping);
-- the zero-fill join compares a key whose domain is listed as strings in its text form
-  (PostgreSQL has no implicit ``text = date``);
-- SUM of BIGINT is NUMERIC in PostgreSQL: returned as exact Python ints.
+Tables are the server's own (declared in the metadata without ``source``; a dotted name is
+schema.table). The exact SQL is rendered from the IR in PostgreSQL's dialect
+(``compile.render.PostgresDialect``); the session is read-only. SUM of BIGINT is NUMERIC in
+PostgreSQL: returned as exact Python ints.
 """
 
 from __future__ import annotations
@@ -20,33 +13,9 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from sqlglot import exp
 
-from dpsql.backends import columns_by_table
-from dpsql.backends.portable import (
-    domain_join_as_text,
-    exact_rows,
-    hash_as,
-    round_half_away_from_zero,
-    text_domain_keys,
-)
+from dpsql.backends import columns_by_table, exact_rows
 from dpsql.catalog import Catalog
 from dpsql.errors import BackendError, DataError
-
-
-def _hash(args: list[exp.Expression]) -> exp.Expression:
-    text = exp.Anonymous(this="concat_ws", expressions=[exp.Literal.string("|"), *args])
-    return exp.Anonymous(this="hashtextextended", expressions=[text, exp.Literal.number(0)])
-
-
-def _truncate(value: exp.Expression) -> exp.Expression:
-    return exp.Anonymous(this="trunc", expressions=[value])
-
-
-def to_postgres(tree: exp.Expression) -> str:
-    """The engine's exact tree as PostgreSQL SQL."""
-    text_keys = text_domain_keys(tree)
-    adapted = tree.transform(lambda node: domain_join_as_text(
-        round_half_away_from_zero(hash_as(node, _hash), _truncate), text_keys))
-    return adapted.sql(dialect="postgres")
 
 
 class PostgresBackend:
@@ -56,6 +25,7 @@ class PostgresBackend:
     dialect = "postgres"
 
     def __init__(self, url: str, catalog: Catalog, *, read_only: bool = True) -> None:
+        self.sources = {name: ".".join(map(_quote, name.split("."))) for name in catalog.tables}
         try:
             self.connection = psycopg.connect(url, autocommit=True)
             if read_only:
@@ -77,20 +47,32 @@ class PostgresBackend:
                 "the metadata")
         columns = ", ".join(_quote(name) for name in table.columns)
         try:
-            self.connection.execute(f"SELECT {columns} FROM {_quote(table.name)} LIMIT 0")
+            self.connection.execute(f"SELECT {columns} FROM {self.sources[table.name]} LIMIT 0")
         except psycopg.Error as err:
             raise DataError(f"table {table.name!r} is not readable in PostgreSQL: {err}",
                             hint="create the table, or fix the declared table and column "
                             "names (lower case unless created quoted)") from err
 
-    def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
-        """Execute an exact query tree."""
+    def run_sql(self, sql: str, timeout: float | None = None
+                ) -> tuple[list[str], list[tuple]]:
+        """Execute SQL rendered in PostgreSQL's dialect."""
         try:
-            cursor = self.connection.execute(to_postgres(tree))
+            cursor = self.connection.execute(sql)
             rows = cursor.fetchall()
+        except psycopg.errors.QueryCanceled as err:
+            raise BackendError("PostgreSQL cancelled the exact query", resource="time") from err
+        except (psycopg.errors.OutOfMemory, psycopg.errors.DiskFull) as err:
+            raise BackendError("PostgreSQL ran out of memory or disk",
+                               resource="memory") from err
         except psycopg.Error as err:
             raise BackendError(f"PostgreSQL failed to run the exact query: {err}") from err
         return [d.name for d in cursor.description], exact_rows(rows)
+
+    run_public = run_sql
+
+    def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
+        """Execute a custodian's query tree, written in PostgreSQL's dialect."""
+        return self.run_sql(tree.sql(dialect=self.dialect))
 
     def tables(self) -> dict[str, list[str]]:
         """Tables and views on the search path, with their columns in order."""

@@ -2,18 +2,9 @@
 
 Tables are the session's tables or views; a table declared with a ``source`` file (CSV or
 Parquet, a path every executor can read) is registered as a temporary view of its declared
-columns, as the DuckDB backend does. The engine's DuckDB-flavoured tree is adapted before it
-is written in Spark's dialect:
-
-- ``HASH(u, k..., salt)`` -> ``xxhash64(u, k..., salt)`` (64 bits; Spark's HASH has 32);
-- ``ROUND(x)`` -> ``CAST(2x AS BIGINT) - CAST(x AS BIGINT)``: half away from zero like DuckDB
-  (the same identity as PostgreSQL's, with Spark's truncating cast);
-- ``SUM(x)`` -> ``SUM(CAST(x AS DECIMAL(38,0)))`` when ANSI mode is off: DuckDB widens a
-  BIGINT sum to HUGEINT, Spark would silently wrap it, and a wrapped sum breaks the
-  sensitivity bound. Every SUM of the exact tree adds integers (counts and fixed-point grid
-  units), so the cast is exact. Under ANSI mode (Spark 4's default) an overflow is an error
-  instead, so the plain BIGINT sum is kept: it is 2-3 times faster than the DECIMAL one;
-- ``a // b`` -> ``a DIV b``, truncating like DuckDB (sqlglot's own mapping).
+columns, as the DuckDB backend does. The exact SQL is rendered from the IR in Spark's dialect
+(``compile.render.SparkDialect``: try_* arithmetic, xxhash64, sums as DECIMAL(38, 0) where
+they must not wrap).
 """
 
 from __future__ import annotations
@@ -22,35 +13,11 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from sqlglot import exp
 
-from dpsql.backends.portable import exact_rows, hash_as, round_half_away_from_zero
+from dpsql.backends import exact_rows
 from dpsql.catalog import Catalog, TableSpec
 from dpsql.errors import BackendError, DataError
 
 _CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE", "text": "STRING"}
-
-
-def _hash(args: list[exp.Expression]) -> exp.Expression:
-    return exp.Anonymous(this="xxhash64", expressions=args)
-
-
-def _wide_sum(node: exp.Expression) -> exp.Expression:
-    if not isinstance(node, exp.Sum):
-        return node
-    wide = exp.cast(node.this.copy(), exp.DataType.build("DECIMAL(38, 0)"))
-    return exp.Sum(this=wide)
-
-
-def _truncate(value: exp.Expression) -> exp.Expression:
-    return exp.cast(value, exp.DataType.build("BIGINT"))  # Spark's cast truncates toward zero
-
-
-def to_spark(tree: exp.Expression, *, wide_sums: bool = True) -> str:
-    """The engine's exact tree as Spark SQL (``wide_sums``: sum as DECIMAL(38,0))."""
-    def adapt(node: exp.Expression) -> exp.Expression:
-        node = round_half_away_from_zero(hash_as(node, _hash), _truncate)
-        return _wide_sum(node) if wide_sums else node
-
-    return tree.transform(adapt).sql(dialect="spark")
 
 
 class SparkBackend:
@@ -60,6 +27,7 @@ class SparkBackend:
     dialect = "spark"
 
     def __init__(self, target: str | SparkSession, catalog: Catalog) -> None:
+        self.sources = {name: _quote(name) for name in catalog.tables}
         given = isinstance(target, SparkSession)
         # getOrCreate hands back a session that is already running: not ours to stop either
         self._owns_session = not given and SparkSession.getActiveSession() is None
@@ -106,16 +74,21 @@ class SparkBackend:
             raise DataError(f"table {table.name!r} is not readable in Spark: {err}",
                             hint="create the table or view, or give it a 'source' file") from err
 
-    def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
-        """Execute an exact query tree."""
-        # no default argument: it would replace Spark's own default (true since Spark 4)
-        ansi = str(self.session.conf.get("spark.sql.ansi.enabled")).lower() == "true"
+    def run_sql(self, sql: str, timeout: float | None = None
+                ) -> tuple[list[str], list[tuple]]:
+        """Execute SQL rendered in Spark's dialect."""
         try:
-            frame = self.session.sql(to_spark(tree, wide_sums=not ansi))
+            frame = self.session.sql(sql)
             rows = frame.collect()
         except PySparkException as err:
             raise BackendError(f"Spark failed to run the exact query: {err}") from err
         return list(frame.columns), exact_rows(rows)
+
+    run_public = run_sql
+
+    def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
+        """Execute a custodian's query tree, written in Spark's dialect."""
+        return self.run_sql(tree.sql(dialect=self.dialect))
 
     def tables(self) -> dict[str, list[str]]:
         """Tables and temporary views of the current database, with their columns."""

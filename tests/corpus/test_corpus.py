@@ -215,8 +215,8 @@ def test_double_sums_equal_their_128_bit_twins(connections):
                 query = statement.exact_query
                 if query.wide is None:
                     continue
-                names, fast = con._backend.run_duckdb_sql(query.sql)
-                wide_names, wide = con._backend.run_duckdb_sql(query.wide.sql)
+                names, fast = con._backend.run_sql(query.sql)
+                wide_names, wide = con._backend.run_sql(query.wide.sql)
                 assert not query.exceeded(names, fast), entry["id"]
                 assert names[:-1] == wide_names, entry["id"]
                 assert [row[:-1] for row in fast] == wide, entry["id"]

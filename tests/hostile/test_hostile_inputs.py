@@ -245,7 +245,7 @@ def test_budget_overrun_releases_nothing(connect):
 
 def test_enormous_group_by_domain_is_refused_before_reading_data(con, monkeypatch):
     monkeypatch.setattr(dpsql.backends.duckdb.DuckDBBackend, "run", _must_not_run)
-    monkeypatch.setattr(dpsql.backends.duckdb.DuckDBBackend, "run_duckdb_sql", _must_not_run,
+    monkeypatch.setattr(dpsql.backends.duckdb.DuckDBBackend, "run_sql", _must_not_run,
                         raising=False)
     sql = ("SELECT age, hours, education, hours + age AS s, COUNT(*) FROM adult "
            "GROUP BY age, hours, education, s")
@@ -264,7 +264,7 @@ def _must_not_run(*args, **kwargs):
 def test_refusals_never_read_the_data(con, monkeypatch, sql):
     """A refusal cannot depend on the data (in message or timing): it happens before any read."""
     monkeypatch.setattr(dpsql.backends.duckdb.DuckDBBackend, "run", _must_not_run)
-    monkeypatch.setattr(dpsql.backends.duckdb.DuckDBBackend, "run_duckdb_sql", _must_not_run,
+    monkeypatch.setattr(dpsql.backends.duckdb.DuckDBBackend, "run_sql", _must_not_run,
                         raising=False)
     refused(con, sql, dpsql.ProgrammingError)
 

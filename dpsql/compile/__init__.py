@@ -1,0 +1,38 @@
+"""The compile stage: analyst SQL -> IR, built from an allow-list, rendered per dialect.
+
+``compile_statement`` resolves the FROM clause with real scopes (``scope.py``), builds every
+expression from the allow-list (``ops.py``) and returns either a ``CheckedQuery`` over
+private data (``select.py``) or a ``PublicQuery`` over public tables only (``public.py``).
+The SQL a database runs is rendered from the IR (``render.py``); row-level bounding is
+written once (``bound.py``).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.catalog import Catalog
+from dpsql.compile.public import PublicQuery, compile_public
+from dpsql.compile.scope import Resolver
+from dpsql.compile.select import compile_select, refuse_non_select, rewritten_select
+from dpsql.plan import CheckedQuery, Statement
+
+
+def compile_statement(statement: Statement, catalog: Catalog, *, private_keys: bool = False
+                      ) -> CheckedQuery | PublicQuery:
+    """Compile one statement: private data -> CheckedQuery, public tables only -> PublicQuery.
+
+    Raises:
+        dpsql.ProgrammingError / dpsql.UnsupportedSQLError: with what to change.
+    """
+    tree = statement.tree
+    if not isinstance(tree, exp.Select):
+        raise refuse_non_select(tree, statement)
+    select = rewritten_select(tree)
+    relation = Resolver(catalog, statement.sql).from_clause(select)
+    if relation.public:
+        return compile_public(select, relation, statement)
+    return compile_select(select, relation, catalog, statement, private_keys=private_keys)
+
+
+__all__ = ["CheckedQuery", "PublicQuery", "compile_statement"]

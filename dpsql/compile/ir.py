@@ -1,0 +1,152 @@
+"""The intermediate representation: typed row-level expressions and relations.
+
+The compile stage turns the accepted subset of the analyst's SQL into these frozen values;
+the SQL a database runs is rendered from them alone (``render.py``), never from the analyst's
+text. Every expression knows its type, the interval its values lie in (``interval``: the
+declared bounds, which the rewrite enforces by clamping), the range it is proven to stay in
+whatever the data hold (``proven``: from types and literals only, which decides whether an
+operation needs a guard), its public domain, and whether it can be NULL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+TYPES = ("int", "float", "text", "bool", "date", "null")
+NUMERIC = ("int", "float")
+INT64 = (-(2**63), 2**63 - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """Closed interval [lower, upper] of an expression, and whether it is integer-valued."""
+
+    lower: Fraction
+    upper: Fraction
+    integral: bool
+
+    def within(self, low: int | Fraction, high: int | Fraction) -> bool:
+        """True when the interval lies inside [low, high]."""
+        return low <= self.lower and self.upper <= high
+
+
+@dataclass(frozen=True, slots=True)
+class Expr:
+    """One row-level (or post-processing) expression node.
+
+    ``op`` names an entry of the allow-list (``ops.py``); ``value`` holds the literal value,
+    the column name or an operation's fixed parameter (a cast's target type, LIKE's pattern).
+    Only the structure (op, args, type, value) takes part in equality.
+    """
+
+    op: str
+    args: tuple[Expr, ...] = ()
+    type: str = "null"
+    value: Any = None
+    interval: Interval | None = field(default=None, compare=False)
+    proven: Interval | None = field(default=None, compare=False)
+    domain: tuple | None = field(default=None, compare=False)
+    nullable: bool = field(default=True, compare=False)
+
+    def columns(self) -> set[str]:
+        """Names of the columns the expression reads."""
+        if self.op == "col":
+            return {self.value}
+        found: set[str] = set()
+        for arg in self.args:
+            found |= arg.columns()
+        return found
+
+    def walk(self):
+        """This node and every node below it."""
+        yield self
+        for arg in self.args:
+            yield from arg.walk()
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnInfo:
+    """A column of a relation: its internal name and what is known about its values."""
+
+    name: str
+    type: str
+    interval: Interval | None = None
+    domain: tuple | None = None
+    nullable: bool = True
+    label: str = ""  # the name the analyst knows it by, for messages
+
+
+# --- relations ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """Every declared column of a catalogued table, renamed to internal names."""
+
+    table: str
+    columns: tuple[tuple[str, str, str], ...]  # (internal name, declared name, type)
+
+
+@dataclass(frozen=True, slots=True)
+class Number:
+    """The rows of ``input`` with their position in a new column: the synthetic person of a
+    row-privacy table that is joined (one row may meet several partners)."""
+
+    input: Any
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """The rows of ``input`` for which ``predicate`` is TRUE."""
+
+    input: Any
+    predicate: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Project:
+    """One output row per input row, with the given named expressions."""
+
+    input: Any
+    columns: tuple[tuple[str, Expr], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    """``left`` joined to ``right`` (inner or left) on a row-level condition."""
+
+    left: Any
+    right: Any
+    kind: str  # 'inner' or 'left'
+    on: Expr
+
+
+Relation = Scan | Number | Filter | Project | Join
+
+
+def column(info: ColumnInfo) -> Expr:
+    """A reference to a relation's column."""
+    return Expr("col", (), info.type, info.name, info.interval, _type_range(info.type),
+                info.domain, info.nullable)
+
+
+def _type_range(kind: str) -> Interval | None:
+    if kind == "int":
+        return Interval(Fraction(INT64[0]), Fraction(INT64[1]), True)
+    if kind == "bool":
+        return Interval(Fraction(0), Fraction(1), True)
+    return None
+
+
+def literal(value: Any, kind: str) -> Expr:
+    """A constant of the given type (None is NULL)."""
+    if value is None:
+        return Expr("lit", (), kind, None, nullable=True)
+    interval = None
+    if kind in NUMERIC or kind == "bool":
+        number = Fraction(int(value)) if kind == "bool" else Fraction(value)
+        interval = Interval(number, number, number.denominator == 1)
+    domain = (value,) if kind in ("int", "float", "text", "bool", "date") else None
+    return Expr("lit", (), kind, value, interval, interval, domain, nullable=False)

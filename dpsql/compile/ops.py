@@ -1,0 +1,734 @@
+"""The allow-list: each accepted sqlglot node type becomes one typed IR expression.
+
+``build(node, scope)`` maps a row-level sqlglot expression to an ``Expr`` through the
+``BUILDERS`` registry; a node type that is not in it is refused with an
+``UnsupportedSQLError`` that names it. No expression may hold a query: a subquery anywhere in
+an expression is refused here, so the only queries the compiler ever sees are FROM items.
+Each builder types its node, propagates the declared interval (for sensitivities), the
+proven range (for totality) and the public domain, and nothing is read from the data.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Protocol
+
+from sqlglot import exp
+
+from dpsql.compile.ir import INT64, NUMERIC, Expr, Interval, literal
+from dpsql.errors import ProgrammingError, UnsupportedSQLError
+
+MAX_INT_DOMAIN = 10_000
+MAX_DOMAIN_VALUES = 10_000
+
+
+class Scope(Protocol):
+    """What a builder needs: column lookup and the statement, for messages."""
+
+    sql: str | None
+
+    def lookup(self, node: exp.Column) -> Expr:
+        """The column a reference names (or an UnknownColumnError)."""
+
+
+Builder = Callable[[exp.Expression, Scope], Expr]
+BUILDERS: dict[type, Builder] = {}
+
+
+def builds(*types: type):
+    """Register a builder for the given sqlglot node types."""
+    def register(func: Builder) -> Builder:
+        for kind in types:
+            BUILDERS[kind] = func
+        return func
+    return register
+
+
+def build(node: exp.Expression, scope: Scope) -> Expr:
+    """The IR of a row-level expression, or a refusal naming the construct.
+
+    Example:
+        >>> from sqlglot import parse_one
+        >>> from dpsql.compile.ir import Interval
+        >>> class S:
+        ...     sql = None
+        ...     def lookup(self, node):
+        ...         return Expr("col", (), "int", "c0", Interval(Fraction(17), Fraction(90), True))
+        >>> e = build(parse_one("LEAST(age, 60) - 17"), S())
+        >>> (e.type, e.interval.lower, e.interval.upper)
+        ('int', Fraction(0, 1), Fraction(43, 1))
+    """
+    intercept = getattr(scope, "intercept", None)
+    found = intercept(node) if intercept is not None else None
+    if found is not None:
+        return found
+    builder = BUILDERS.get(type(node))
+    if builder is None:
+        raise refusal(node, scope)
+    return builder(node, scope)
+
+
+def construct_name(node: exp.Expression) -> str:
+    """How a refusal names an expression node to a person."""
+    if isinstance(node, (exp.Subquery, exp.Select, exp.Exists, exp.SetOperation)):
+        return "a subquery"
+    if isinstance(node, exp.Window):
+        return "a window function (OVER ...)"
+    if isinstance(node, exp.Anonymous):
+        return f"the function {str(node.this).upper()}()"
+    if isinstance(node, exp.Func):
+        return f"the function {node.sql_name()}()"
+    return f"{node.key.upper()} ({node.sql(dialect='duckdb')[:60]})"
+
+
+def refusal(node: exp.Expression, scope: Scope) -> UnsupportedSQLError:
+    """The refusal of a node that is not on the allow-list."""
+    name = construct_name(node)
+    if name == "a subquery":
+        return UnsupportedSQLError(
+            "subqueries are not allowed in expressions (SELECT, WHERE, ON, GROUP BY, HAVING, "
+            "ORDER BY): one person's rows could change every other row's value",
+            sql=scope.sql, hint="join a public table on a key, or filter rows in a CTE or a "
+            "derived table in FROM")
+    if isinstance(node, exp.AggFunc):
+        return ProgrammingError(f"the aggregate {node.sql(dialect='duckdb')} is not allowed "
+                                "here", sql=scope.sql,
+                                hint="aggregates belong in SELECT or HAVING, not nested or "
+                                "in row-level clauses")
+    return UnsupportedSQLError(
+        f"{name} is not supported in dpsql's SQL", sql=scope.sql,
+        hint="use arithmetic, comparisons, CASE/COALESCE/NULLIF, CAST, LEAST/GREATEST, "
+        "ABS/FLOOR/CEIL/ROUND/SIGN, LOWER/UPPER/LENGTH/TRIM/SUBSTRING/||, LIKE, IN (...), "
+        "BETWEEN and IS NULL on the table's columns")
+
+
+# --- typing helpers ----------------------------------------------------------------------
+
+def unify(types: list[str], what: str, scope: Scope) -> str:
+    """The common type of values that meet (CASE branches, IN lists, comparisons)."""
+    known = [t for t in types if t != "null"]
+    if not known:
+        return "null"
+    if all(t in NUMERIC for t in known):
+        return "float" if "float" in known else "int"
+    if len(set(known)) == 1:
+        return known[0]
+    raise ProgrammingError(f"{what} mixes values of types {', '.join(sorted(set(known)))}",
+                           sql=scope.sql, hint="CAST one side so that both have one type")
+
+
+def coerce(expr: Expr, kind: str, scope: Scope) -> Expr:
+    """A literal converted to ``kind`` at compile time; other expressions as they are.
+
+    ``age = '30'`` compares with the number 30 and ``day = 5`` with the text '5', so that no
+    implicit cast of a column's values (which can fail on one row) is ever rendered.
+    """
+    if expr.op != "lit" or expr.type == kind or expr.value is None or kind == "null":
+        return expr
+    value = expr.value
+    try:
+        if kind == "text":
+            return literal(_text(value), "text")
+        if kind == "int" and expr.type in ("text", "float"):
+            number = Fraction(str(value))
+            return literal(int(number), "int") if number.denominator == 1 \
+                else literal(float(number), "float")
+        if kind == "float" and expr.type in ("text", "int"):
+            number = float(value)
+            if math.isfinite(number):
+                return literal(number, "float")
+        if kind == "bool" and expr.type == "text" and str(value).lower() in ("true", "false"):
+            return literal(str(value).lower() == "true", "bool")
+        if kind == "date" and expr.type == "text" and _DATE.match(str(value)):
+            return literal(_valid_date(str(value), scope), "date")
+    except (ValueError, ArithmeticError):
+        pass
+    if kind in NUMERIC and expr.type in NUMERIC:
+        return expr
+    raise ProgrammingError(f"the literal {_text(value)!r} cannot be compared with a {kind} "
+                           "value", sql=scope.sql,
+                           hint=f"write a {kind} literal, or CAST the column")
+
+
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def _valid_date(text: str, scope: Scope) -> str:
+    import datetime
+
+    try:
+        datetime.date.fromisoformat(text)
+    except ValueError:
+        raise ProgrammingError(f"{text!r} is not a valid date", sql=scope.sql,
+                               hint="write dates as 'YYYY-MM-DD'") from None
+    return text
+
+
+def _text(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _require(expr: Expr, kinds: tuple[str, ...], what: str, scope: Scope) -> Expr:
+    if expr.type == "null" or expr.type in kinds:
+        return expr
+    raise ProgrammingError(f"{what} needs {' or '.join(kinds)} values, got {expr.type}",
+                           sql=scope.sql, hint="CAST the value to the type it needs")
+
+
+def _nullable(*args: Expr) -> bool:
+    return any(a.nullable for a in args)
+
+
+# --- interval arithmetic -----------------------------------------------------------------
+
+def _add(a: Interval | None, b: Interval | None) -> Interval | None:
+    if a is None or b is None:
+        return None
+    return Interval(a.lower + b.lower, a.upper + b.upper, a.integral and b.integral)
+
+
+def _sub(a: Interval | None, b: Interval | None) -> Interval | None:
+    if a is None or b is None:
+        return None
+    return Interval(a.lower - b.upper, a.upper - b.lower, a.integral and b.integral)
+
+
+def _mul(a: Interval | None, b: Interval | None) -> Interval | None:
+    if a is None or b is None:
+        return None
+    ends = [x * y for x in (a.lower, a.upper) for y in (b.lower, b.upper)]
+    return Interval(min(ends), max(ends), a.integral and b.integral)
+
+
+def _neg(a: Interval | None) -> Interval | None:
+    return None if a is None else Interval(-a.upper, -a.lower, a.integral)
+
+
+def _hull(parts: list[Interval | None]) -> Interval | None:
+    if not parts or any(p is None for p in parts):
+        return None
+    return Interval(min(p.lower for p in parts), max(p.upper for p in parts),
+                    all(p.integral for p in parts))
+
+
+def int_result(interval: Interval | None) -> Interval:
+    """The proven range of an int operation: its exact range if it fits 64 bits, else the
+    whole 64-bit range (the rendered form turns an overflow into NULL)."""
+    if interval is not None and interval.within(*INT64):
+        return interval
+    return Interval(Fraction(INT64[0]), Fraction(INT64[1]), True)
+
+
+def _floor(value: Fraction) -> int:
+    return value.numerator // value.denominator
+
+
+def _domain_from_interval(interval: Interval | None, kind: str) -> tuple | None:
+    if kind == "int" and interval is not None and interval.integral and \
+            interval.upper - interval.lower + 1 <= MAX_INT_DOMAIN:
+        return tuple(range(int(interval.lower), int(interval.upper) + 1))
+    return None
+
+
+# --- leaves ------------------------------------------------------------------------------
+
+@builds(exp.Column)
+def _column(node: exp.Column, scope: Scope) -> Expr:
+    return scope.lookup(node)
+
+
+@builds(exp.Paren)
+def _paren(node: exp.Paren, scope: Scope) -> Expr:
+    return build(node.this, scope)
+
+
+@builds(exp.Literal)
+def _literal(node: exp.Literal, scope: Scope) -> Expr:
+    if node.is_string:
+        return literal(node.this, "text")
+    return number_literal(node.this, scope)
+
+
+def number_literal(text: str, scope: Scope, negative: bool = False) -> Expr:
+    """A numeric literal: an int when it is whole and fits 64 bits, else a finite double."""
+    sign = "-" if negative else ""
+    if re.fullmatch(r"\d+", text):
+        value = int(sign + text)
+        if INT64[0] <= value <= INT64[1]:
+            return literal(value, "int")
+    try:
+        value = float(sign + text)
+    except ValueError:
+        raise ProgrammingError(f"{text!r} is not a number", sql=scope.sql) from None
+    if not math.isfinite(value):
+        raise ProgrammingError(f"the literal {sign}{text} is not a finite number",
+                               sql=scope.sql, hint="write a number within ±1.7e308")
+    return literal(value, "float")
+
+
+@builds(exp.Boolean)
+def _boolean(node: exp.Boolean, scope: Scope) -> Expr:
+    return literal(bool(node.this), "bool")
+
+
+@builds(exp.Null)
+def _null(node: exp.Null, scope: Scope) -> Expr:
+    return literal(None, "null")
+
+
+# --- arithmetic --------------------------------------------------------------------------
+
+@builds(exp.Neg)
+def _negate(node: exp.Neg, scope: Scope) -> Expr:
+    inner = node.this
+    if isinstance(inner, exp.Literal) and not inner.is_string:
+        return number_literal(inner.this, scope, negative=True)
+    arg = _require(build(inner, scope), NUMERIC, "negation", scope)
+    if arg.type == "int":
+        return Expr("neg", (arg,), "int", None, _neg(arg.interval), int_result(_neg(arg.proven)),
+                    _mapped(arg, lambda v: -v), arg.nullable)
+    return Expr("neg", (arg,), arg.type, None, _neg(arg.interval), _neg(arg.proven),
+                _mapped(arg, lambda v: -v), arg.nullable)
+
+
+_ARITHMETIC = {exp.Add: ("add", _add, lambda a, b: a + b),
+               exp.Sub: ("sub", _sub, lambda a, b: a - b),
+               exp.Mul: ("mul", _mul, lambda a, b: a * b)}
+
+
+@builds(*_ARITHMETIC)
+def _arithmetic(node: exp.Expression, scope: Scope) -> Expr:
+    op, combine, apply = _ARITHMETIC[type(node)]
+    left = _require(build(node.this, scope), NUMERIC, f"'{node.key}'", scope)
+    right = _require(build(node.expression, scope), NUMERIC, f"'{node.key}'", scope)
+    kind = "float" if "float" in (left.type, right.type) else "int"
+    interval = combine(left.interval, right.interval)
+    proven = combine(left.proven, right.proven)
+    if kind == "int":
+        proven = int_result(proven)
+    elif interval is not None:
+        interval = Interval(interval.lower, interval.upper, False)
+    domain = _binary_domain(left, right, apply, kind)
+    return Expr(op, (left, right), kind, None, interval, proven, domain,
+                _nullable(left, right))
+
+
+def _binary_domain(left: Expr, right: Expr, apply, kind: str) -> tuple | None:
+    """The domain of ``x op c`` (or ``c op x``) from a finite domain of x, computed with the
+    same arithmetic the database uses (integers exactly, doubles as IEEE doubles)."""
+    for inner, other, swap in ((left, right, False), (right, left, True)):
+        if other.op != "lit" or other.value is None or inner.domain is None:
+            continue
+        constant = float(other.value) if kind == "float" else other.value
+        values = []
+        for v in inner.domain:
+            v = float(v) if kind == "float" else v
+            out = apply(constant, v) if swap else apply(v, constant)
+            if kind == "int" and not INT64[0] <= out <= INT64[1]:
+                return None
+            values.append(out)
+        return tuple(dict.fromkeys(values))
+    return None
+
+
+def _mapped(arg: Expr, func) -> tuple | None:
+    if arg.domain is None:
+        return None
+    return tuple(dict.fromkeys(func(v) for v in arg.domain))
+
+
+@builds(exp.Div)
+def _divide(node: exp.Div, scope: Scope) -> Expr:
+    left = _require(build(node.this, scope), NUMERIC, "'/'", scope)
+    right = _require(build(node.expression, scope), NUMERIC, "'/'", scope)
+    interval = None
+    if left.interval is not None and right.op == "lit" and right.value:
+        ends = sorted((left.interval.lower / Fraction(right.value),
+                       left.interval.upper / Fraction(right.value)))
+        interval = Interval(ends[0], ends[1], False)
+    domain = _binary_domain(left, right, lambda a, b: a / b if b else None, "float") \
+        if right.op == "lit" and right.value else None
+    return Expr("div", (left, right), "float", None, interval, None, domain, True)
+
+
+@builds(exp.IntDiv)
+def _int_divide(node: exp.IntDiv, scope: Scope) -> Expr:
+    left = _require(build(node.this, scope), ("int",), "'//'", scope)
+    right = _require(build(node.expression, scope), ("int",), "'//'", scope)
+    interval = None
+    if left.interval is not None and right.op == "lit" and right.value:
+        ends = sorted((int(left.interval.lower / right.value),
+                       int(left.interval.upper / right.value)))
+        interval = Interval(Fraction(ends[0]), Fraction(ends[1]), True)
+    return Expr("intdiv", (left, right), "int", None, interval, int_result(None), None, True)
+
+
+@builds(exp.Mod)
+def _modulo(node: exp.Mod, scope: Scope) -> Expr:
+    left = _require(build(node.this, scope), NUMERIC, "'%'", scope)
+    right = _require(build(node.expression, scope), NUMERIC, "'%'", scope)
+    kind = "float" if "float" in (left.type, right.type) else "int"
+    interval = None
+    if right.op == "lit" and right.value and right.value > 0 and left.interval is not None:
+        top = Fraction(right.value) - 1 if kind == "int" else Fraction(right.value)
+        interval = Interval(Fraction(0) if left.interval.lower >= 0 else -top, top,
+                            kind == "int")
+    proven = None
+    if right.op == "lit" and right.value and right.value > 0:
+        top = Fraction(right.value)
+        proven = Interval(-top, top, kind == "int")
+    domain = _domain_from_interval(interval, kind)
+    return Expr("mod", (left, right), kind, None, interval,
+                proven if kind == "float" else int_result(proven), domain, True)
+
+
+@builds(exp.Abs)
+def _abs(node: exp.Abs, scope: Scope) -> Expr:
+    arg = _require(build(node.this, scope), NUMERIC, "ABS", scope)
+
+    def absolute(a: Interval | None) -> Interval | None:
+        if a is None:
+            return None
+        low = Fraction(0) if a.lower <= 0 <= a.upper else min(abs(a.lower), abs(a.upper))
+        return Interval(low, max(abs(a.lower), abs(a.upper)), a.integral)
+
+    proven = absolute(arg.proven)
+    return Expr("abs", (arg,), arg.type, None, absolute(arg.interval),
+                int_result(proven) if arg.type == "int" else proven,
+                _mapped(arg, abs), arg.nullable)
+
+
+@builds(exp.Floor, exp.Ceil)
+def _floor_ceil(node: exp.Expression, scope: Scope) -> Expr:
+    if node.args.get("decimals") is not None:
+        raise UnsupportedSQLError(f"{node.sql_name()} with decimals is not supported",
+                                  sql=scope.sql, hint="use ROUND(x, d)")
+    arg = _require(build(node.this, scope), NUMERIC, node.sql_name(), scope)
+    op = "floor" if isinstance(node, exp.Floor) else "ceil"
+    if arg.type == "int":
+        return arg
+
+    def whole(a: Interval | None) -> Interval | None:
+        if a is None:
+            return None
+        return Interval(Fraction(_floor(a.lower)), Fraction(-_floor(-a.upper)), True)
+
+    func = math.floor if op == "floor" else math.ceil
+    domain = _mapped(arg, lambda v: float(func(v)) if math.isfinite(v) else v)
+    return Expr(op, (arg,), "float", None, whole(arg.interval), whole(arg.proven), domain,
+                arg.nullable)
+
+
+@builds(exp.Round)
+def _round(node: exp.Round, scope: Scope) -> Expr:
+    arg = _require(build(node.this, scope), NUMERIC, "ROUND", scope)
+    decimals = node.args.get("decimals")
+    places = 0
+    if decimals is not None:
+        places_expr = build(decimals, scope)
+        if places_expr.op != "lit" or places_expr.type != "int" or not 0 <= places_expr.value <= 15:
+            raise ProgrammingError("ROUND(x, d) needs a literal d between 0 and 15",
+                                   sql=scope.sql, hint="e.g. ROUND(x, 2)")
+        places = places_expr.value
+    if arg.type == "int":
+        return arg
+    interval = arg.interval
+    if interval is not None:
+        interval = Interval(interval.lower - 1, interval.upper + 1, places == 0)
+    return Expr("round", (arg,), "float", places, interval, None, None, arg.nullable)
+
+
+@builds(exp.Sign)
+def _sign(node: exp.Expression, scope: Scope) -> Expr:
+    arg = _require(build(node.this, scope), NUMERIC, "SIGN", scope)
+    interval = Interval(Fraction(-1), Fraction(1), True)
+    return Expr("sign", (arg,), "int", None, interval, interval, (-1, 0, 1), arg.nullable)
+
+
+@builds(exp.Least, exp.Greatest)
+def _least_greatest(node: exp.Expression, scope: Scope) -> Expr:
+    args = tuple(build(a, scope) for a in [node.this, *node.expressions])
+    name = "LEAST" if isinstance(node, exp.Least) else "GREATEST"
+    kind = unify([a.type for a in args], name, scope)
+    args = tuple(coerce(a, kind, scope) for a in args)
+    pick = min if isinstance(node, exp.Least) else max
+
+    def combine(parts: list[Interval | None]) -> Interval | None:
+        # NULL arguments are skipped, so an unknown part leaves the result unknown
+        if any(p is None for p in parts):
+            return None
+        return Interval(pick(p.lower for p in parts), pick(p.upper for p in parts),
+                        all(p.integral for p in parts))
+
+    return Expr(name.lower(), args, kind, None, combine([a.interval for a in args]),
+                combine([a.proven for a in args]), None, all(a.nullable for a in args))
+
+
+# --- predicates --------------------------------------------------------------------------
+
+_COMPARISONS = {exp.EQ: "eq", exp.NEQ: "ne", exp.LT: "lt", exp.LTE: "le", exp.GT: "gt",
+                exp.GTE: "ge", exp.NullSafeEQ: "is_not_distinct", exp.NullSafeNEQ: "is_distinct"}
+BOOL = Interval(Fraction(0), Fraction(1), True)
+
+
+def _bool(op: str, args: tuple[Expr, ...], nullable: bool, value=None) -> Expr:
+    return Expr(op, args, "bool", value, BOOL, BOOL, (False, True), nullable)
+
+
+def comparable(left: Expr, right: Expr, what: str, scope: Scope) -> tuple[Expr, Expr]:
+    """Both sides of a comparison in one type, literals converted at compile time."""
+    if left.op == "lit" and right.op != "lit":
+        left = coerce(left, right.type, scope)
+    elif right.op == "lit" and left.op != "lit":
+        right = coerce(right, left.type, scope)
+    unify([left.type, right.type], what, scope)
+    return left, right
+
+
+@builds(*_COMPARISONS)
+def _compare(node: exp.Expression, scope: Scope) -> Expr:
+    left, right = comparable(build(node.this, scope), build(node.expression, scope),
+                             f"the comparison {node.sql(dialect='duckdb')[:60]}", scope)
+    op = _COMPARISONS[type(node)]
+    return _bool(op, (left, right), op.startswith("is_") is False and _nullable(left, right))
+
+
+@builds(exp.Is)
+def _is(node: exp.Is, scope: Scope) -> Expr:
+    if not isinstance(node.expression, exp.Null):
+        raise UnsupportedSQLError(f"IS {node.expression.sql(dialect='duckdb')} is not "
+                                  "supported", sql=scope.sql, hint="use IS NULL or = TRUE")
+    return _bool("is_null", (build(node.this, scope),), False)
+
+
+@builds(exp.Not)
+def _not(node: exp.Not, scope: Scope) -> Expr:
+    arg = _require(build(node.this, scope), ("bool",), "NOT", scope)
+    return _bool("not", (arg,), arg.nullable)
+
+
+@builds(exp.And, exp.Or)
+def _and_or(node: exp.Expression, scope: Scope) -> Expr:
+    name = "and" if isinstance(node, exp.And) else "or"
+    left = _require(build(node.this, scope), ("bool",), name.upper(), scope)
+    right = _require(build(node.expression, scope), ("bool",), name.upper(), scope)
+    return _bool(name, (left, right), _nullable(left, right))
+
+
+@builds(exp.In)
+def _in(node: exp.In, scope: Scope) -> Expr:
+    if node.args.get("query") is not None or node.args.get("unnest") is not None or \
+            node.args.get("field") is not None:
+        raise refusal(exp.Subquery(), scope)
+    subject = build(node.this, scope)
+    items = [build(e, scope) for e in node.expressions]
+    if not items:
+        raise ProgrammingError("IN () needs at least one value", sql=scope.sql)
+    kind = unify([subject.type, *(i.type for i in items)], "IN", scope)
+    items = [coerce(i, kind, scope) for i in items]
+    return _bool("in", (subject, *items), True)
+
+
+@builds(exp.Between)
+def _between(node: exp.Between, scope: Scope) -> Expr:
+    subject = build(node.this, scope)
+    low, high = build(node.args["low"], scope), build(node.args["high"], scope)
+    subject, low = comparable(subject, low, "BETWEEN", scope)
+    subject, high = comparable(subject, high, "BETWEEN", scope)
+    return _bool("and", (_bool("ge", (subject, low), True), _bool("le", (subject, high), True)),
+                 True)
+
+
+@builds(exp.Like, exp.ILike)
+def _like(node: exp.Expression, scope: Scope) -> Expr:
+    subject = _require(build(node.this, scope), ("text",), "LIKE", scope)
+    pattern = node.expression
+    if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+        raise UnsupportedSQLError("LIKE needs a literal pattern", sql=scope.sql,
+                                  hint="write the pattern as a string, e.g. LIKE 'a%'")
+    if "\\" in pattern.this:
+        # backends disagree on escapes, and a malformed one fails at run time
+        raise UnsupportedSQLError("LIKE patterns with a backslash are not supported",
+                                  sql=scope.sql, hint="remove the backslash from the pattern")
+    op = "like" if isinstance(node, exp.Like) else "ilike"
+    return _bool(op, (subject,), subject.nullable, pattern.this)
+
+
+@builds(exp.Escape)
+def _escape(node: exp.Escape, scope: Scope) -> Expr:
+    raise UnsupportedSQLError("LIKE ... ESCAPE is not supported", sql=scope.sql,
+                              hint="write the pattern without an escape character")
+
+
+# --- conditionals ------------------------------------------------------------------------
+
+def case(branches: list[tuple[Expr, Expr]], default: Expr | None, scope: Scope) -> Expr:
+    """A searched CASE from (condition, value) pairs, typed and with a domain of its
+    literal results."""
+    results = [value for _, value in branches] + ([default] if default is not None else [])
+    kind = unify([r.type for r in results], "CASE", scope)
+    branches = [(_require(c, ("bool",), "CASE WHEN", scope), coerce(v, kind, scope))
+                for c, v in branches]
+    default = coerce(default, kind, scope) if default is not None else literal(None, kind)
+    values = [v for _, v in branches] + [default]
+    non_null = [v for v in values if not (v.op == "lit" and v.value is None)]
+    interval = _hull([v.interval for v in non_null])
+    proven = _hull([v.proven for v in non_null])
+    domain = None
+    if all(v.domain is not None for v in non_null) and non_null:
+        merged = tuple(dict.fromkeys(x for v in non_null for x in v.domain))
+        domain = merged if len(merged) <= MAX_DOMAIN_VALUES else None
+    if kind == "float" and domain is not None:
+        domain = tuple(dict.fromkeys(float(v) for v in domain))
+    args = tuple(x for c, v in branches for x in (c, v)) + (default,)
+    return Expr("case", args, kind, None, interval, proven, domain,
+                any(v.nullable for v in values))
+
+
+@builds(exp.Case)
+def _case(node: exp.Case, scope: Scope) -> Expr:
+    operand = build(node.this, scope) if node.this is not None else None
+    branches = []
+    for item in node.args.get("ifs") or []:
+        condition = build(item.this, scope)
+        if operand is not None:
+            left, right = comparable(operand, condition, "CASE", scope)
+            condition = _bool("eq", (left, right), True)
+        branches.append((condition, build(item.args["true"], scope)))
+    default = node.args.get("default")
+    return case(branches, build(default, scope) if default is not None else None, scope)
+
+
+@builds(exp.If)
+def _if(node: exp.If, scope: Scope) -> Expr:
+    false = node.args.get("false")
+    return case([(build(node.this, scope), build(node.args["true"], scope))],
+                build(false, scope) if false is not None else None, scope)
+
+
+@builds(exp.Coalesce)
+def _coalesce(node: exp.Coalesce, scope: Scope) -> Expr:
+    args = [build(a, scope) for a in [node.this, *node.expressions]]
+    kind = unify([a.type for a in args], "COALESCE", scope)
+    args = [coerce(a, kind, scope) for a in args]
+    # the first non-NULL argument: its value lies in the union of the arguments' ranges
+    interval = _hull([a.interval for a in args if not (a.op == "lit" and a.value is None)])
+    proven = _hull([a.proven for a in args if not (a.op == "lit" and a.value is None)])
+    domain = None
+    if all(a.domain is not None or (a.op == "lit" and a.value is None) for a in args):
+        domain = tuple(dict.fromkeys(x for a in args for x in (a.domain or ())))
+    return Expr("coalesce", tuple(args), kind, None, interval, proven, domain,
+                all(a.nullable for a in args))
+
+
+@builds(exp.Nullif)
+def _nullif(node: exp.Nullif, scope: Scope) -> Expr:
+    left, right = comparable(build(node.this, scope), build(node.expression, scope),
+                             "NULLIF", scope)
+    return Expr("nullif", (left, right), left.type, None, left.interval, left.proven,
+                left.domain, True)
+
+
+# --- casts -------------------------------------------------------------------------------
+
+def cast_target(data_type: exp.DataType, scope: Scope) -> str:
+    """The IR type a SQL type maps to, or a refusal."""
+    if data_type.is_type(*exp.DataType.INTEGER_TYPES):
+        return "int"
+    if data_type.is_type(*exp.DataType.REAL_TYPES) or data_type.is_type(
+            exp.DataType.Type.DECIMAL):
+        return "float"
+    if data_type.is_type(*exp.DataType.TEXT_TYPES):
+        return "text"
+    if data_type.is_type(exp.DataType.Type.BOOLEAN):
+        return "bool"
+    if data_type.is_type(exp.DataType.Type.DATE):
+        return "date"
+    raise UnsupportedSQLError(f"CAST to {data_type.sql(dialect='duckdb')} is not supported",
+                              sql=scope.sql, hint="cast to INT, DOUBLE, TEXT, BOOLEAN or DATE")
+
+
+@builds(exp.Cast, exp.TryCast)
+def _cast(node: exp.Cast, scope: Scope) -> Expr:
+    """Every cast is rendered as a cast that yields NULL where the value does not convert,
+    so a value of one person can never make the query fail."""
+    target = cast_target(node.to, scope)
+    arg = build(node.this, scope)
+    if arg.type == target:
+        return arg
+    interval = proven = None
+    if target in NUMERIC and arg.type in (*NUMERIC, "bool"):
+        interval, proven = arg.interval, arg.proven
+        if target == "int":
+            interval = None if interval is None else Interval(
+                Fraction(_floor(interval.lower)), Fraction(-_floor(-interval.upper)), True)
+            proven = int_result(None if proven is None else Interval(
+                Fraction(_floor(proven.lower)), Fraction(-_floor(-proven.upper)), True))
+        elif interval is not None:
+            interval = Interval(interval.lower, interval.upper, arg.type != "float"
+                                and interval.integral)
+    domain = None
+    if arg.domain is not None and arg.type in (*NUMERIC, "bool") and target == "text" and \
+            arg.type != "float":
+        domain = tuple(dict.fromkeys(_text(v) for v in arg.domain))
+    elif arg.domain is not None and arg.type in ("int", "bool") and target in NUMERIC:
+        domain = tuple(dict.fromkeys(float(v) if target == "float" else int(v)
+                                     for v in arg.domain))
+    return Expr("cast", (arg,), target, target, interval, proven, domain, True)
+
+
+# --- text --------------------------------------------------------------------------------
+
+@builds(exp.Lower, exp.Upper)
+def _case_fold(node: exp.Expression, scope: Scope) -> Expr:
+    arg = _require(build(node.this, scope), ("text",), node.sql_name(), scope)
+    return Expr(node.sql_name().lower(), (arg,), "text", None, None, None, None, arg.nullable)
+
+
+@builds(exp.Length)
+def _length(node: exp.Length, scope: Scope) -> Expr:
+    arg = _require(build(node.this, scope), ("text",), "LENGTH", scope)
+    return Expr("length", (arg,), "int", None, None, int_result(None), None, arg.nullable)
+
+
+@builds(exp.Trim)
+def _trim(node: exp.Trim, scope: Scope) -> Expr:
+    if node.expression is not None or node.args.get("position"):
+        raise UnsupportedSQLError("TRIM with characters or a side is not supported",
+                                  sql=scope.sql, hint="use TRIM(x)")
+    arg = _require(build(node.this, scope), ("text",), "TRIM", scope)
+    return Expr("trim", (arg,), "text", None, None, None, None, arg.nullable)
+
+
+@builds(exp.Substring)
+def _substring(node: exp.Substring, scope: Scope) -> Expr:
+    arg = _require(build(node.this, scope), ("text",), "SUBSTRING", scope)
+    start, length = node.args.get("start"), node.args.get("length")
+    values = []
+    for part in (start, length):
+        if part is None:
+            values.append(None)
+            continue
+        built = build(part, scope)
+        if built.op != "lit" or built.type != "int" or not 0 <= built.value <= 10**6:
+            raise ProgrammingError("SUBSTRING needs literal, non-negative start and length",
+                                   sql=scope.sql, hint="e.g. SUBSTRING(x, 1, 3)")
+        values.append(built.value)
+    if values[0] is None or values[0] < 1:
+        raise ProgrammingError("SUBSTRING needs a literal start of at least 1",
+                               sql=scope.sql, hint="e.g. SUBSTRING(x, 1, 3)")
+    return Expr("substring", (arg,), "text", tuple(values), None, None, None, arg.nullable)
+
+
+@builds(exp.DPipe, exp.Concat)
+def _concat(node: exp.Expression, scope: Scope) -> Expr:
+    parts = [node.this, node.expression] if isinstance(node, exp.DPipe) else node.expressions
+    args = tuple(coerce(build(p, scope), "text", scope) for p in parts)
+    for arg in args:
+        _require(arg, ("text",), "||", scope)
+    return Expr("concat", args, "text", None, None, None, None, _nullable(*args))

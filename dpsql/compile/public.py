@@ -1,0 +1,187 @@
+"""Statements that read public tables only: compiled from the same allow-list, exact.
+
+Public tables hold no personal data, so their rows may be selected as they are; the SQL still
+comes from the IR alone (every table reference a catalogued public table), and it runs where
+only the public tables exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from dpsql.compile import ops
+from dpsql.compile.ir import Expr, column
+from dpsql.compile.render import Dialect
+from dpsql.compile.scope import Relation, Scope, predicate
+from dpsql.errors import ProgrammingError, UnsupportedSQLError
+from dpsql.plan import Statement
+
+_AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min",
+               exp.Max: "max"}
+
+
+@dataclass(frozen=True, slots=True)
+class PublicQuery:
+    """A SELECT over public tables, as IR."""
+
+    statement: Statement
+    relation: Relation
+    outputs: tuple[tuple[str, Expr], ...]
+    where: Expr | None
+    group: tuple[Expr, ...]
+    having: Expr | None
+    order: tuple[tuple[Expr, bool, bool | None], ...]
+    distinct: bool
+    limit: int | None
+    offset: int | None
+
+    def sql(self, d: Dialect, sources: dict[str, str]) -> str:
+        """The exact query in ``d``'s dialect."""
+        render = _Render(d)
+        items = ", ".join(f"{render(e)} AS {d.quote(name)}" for name, e in self.outputs)
+        sql = (f"SELECT {'DISTINCT ' if self.distinct else ''}{items} FROM "
+               f"{d.relation(self.relation.node, sources)} AS __rel")
+        if self.where is not None:
+            sql += f" WHERE {render(self.where)}"
+        if self.group:
+            sql += " GROUP BY " + ", ".join(render(g) for g in self.group)
+        if self.having is not None:
+            sql += f" HAVING {render(self.having)}"
+        if self.order:
+            sql += " ORDER BY " + ", ".join(
+                f"{render(e)}{' DESC' if desc else ''}"
+                f"{'' if nulls is None else (' NULLS FIRST' if nulls else ' NULLS LAST')}"
+                for e, desc, nulls in self.order)
+        if self.limit is not None:
+            sql += f" LIMIT {self.limit}"
+        if self.offset is not None:
+            sql += f" OFFSET {self.offset}"
+        return sql
+
+
+class _Render:
+    """Renders IR with exact aggregates (only public queries have them)."""
+
+    def __init__(self, d: Dialect) -> None:
+        self.d = d
+
+    def __call__(self, e: Expr) -> str:
+        if e.op != "agg":
+            if any(n.op == "agg" for n in e.walk()):
+                return self.d.expr(_substitute(e, self))
+            return self.d.expr(e)
+        kind = e.value
+        if kind == "count_star":
+            return "COUNT(*)"
+        arg = self.d.expr(e.args[0])
+        if kind == "count_distinct":
+            return f"COUNT(DISTINCT {arg})"
+        return f"{kind.upper()}({arg})"
+
+
+def _substitute(e: Expr, render: _Render) -> Expr:
+    """``e`` with each aggregate replaced by a column holding its rendered SQL."""
+    if e.op == "agg":
+        return Expr("sql", (), e.type, render(e))
+    return Expr(e.op, tuple(_substitute(a, render) for a in e.args), e.type, e.value,
+                e.interval, e.proven, e.domain, e.nullable)
+
+
+class _PublicScope(Scope):
+    """Columns of public tables, and exact aggregates of them."""
+
+    def intercept(self, node: exp.Expression) -> Expr | None:
+        if not isinstance(node, exp.AggFunc):
+            return None
+        kind = _AGGREGATES.get(type(node))
+        if kind is None:
+            raise UnsupportedSQLError(f"the aggregate {node.sql(dialect='duckdb')} is not "
+                                      "supported on public tables", sql=self.sql,
+                                      hint="use COUNT, SUM, AVG, MIN or MAX")
+        arg = node.this
+        row_level = Scope(self.relation, self.sql)
+        if isinstance(arg, exp.Star):
+            return Expr("agg", (), "int", "count_star")
+        if isinstance(arg, exp.Distinct):
+            if kind != "count" or len(arg.expressions) != 1:
+                raise UnsupportedSQLError(f"{node.sql(dialect='duckdb')} is not supported",
+                                          sql=self.sql, hint="use COUNT(DISTINCT x)")
+            return Expr("agg", (ops.build(arg.expressions[0], row_level),), "int",
+                        "count_distinct")
+        built = ops.build(arg, row_level)
+        kind_type = {"count": "int", "avg": "float"}.get(kind, built.type)
+        return Expr("agg", (built,), kind_type, kind)
+
+
+def compile_public(select: exp.Select, relation: Relation, statement: Statement
+                   ) -> PublicQuery:
+    """The IR of a SELECT whose every table is public."""
+    sql = statement.sql
+    for clause in ("qualify", "windows"):
+        if select.args.get(clause):
+            raise UnsupportedSQLError(f"{clause.upper()} is not supported", sql=sql)
+    scope = _PublicScope(relation, sql)
+    outputs: list[tuple[str, Expr]] = []
+    for item in select.expressions:
+        if isinstance(item, exp.Star):
+            for (_, name), internal in relation.names.items():
+                outputs.append((relation.columns[internal].label or name,
+                                column(relation.columns[internal])))
+            continue
+        body = item.unalias()
+        name = item.alias if isinstance(item, exp.Alias) else (
+            body.name if isinstance(body, exp.Column) else body.sql(dialect="duckdb"))
+        outputs.append((name, ops.build(body, scope)))
+    where = select.args.get("where")
+    group = select.args.get("group")
+    group_exprs = []
+    if group is not None:
+        for item in group.expressions:
+            if isinstance(item, exp.Literal) and not item.is_string:
+                position = int(item.this) if item.this.isdigit() else 0
+                if not 1 <= position <= len(outputs):
+                    raise ProgrammingError(f"GROUP BY {item.this} is out of range", sql=sql)
+                group_exprs.append(outputs[position - 1][1])
+            else:
+                group_exprs.append(_aliased(item, outputs, scope))
+    having = select.args.get("having")
+    order = []
+    for ordered in (select.args["order"].expressions if select.args.get("order") else []):
+        target = ordered.this
+        if isinstance(target, exp.Literal) and not target.is_string:
+            position = int(target.this) if target.this.isdigit() else 0
+            if not 1 <= position <= len(outputs):
+                raise ProgrammingError(f"ORDER BY {target.this} is out of range", sql=sql)
+            expr = outputs[position - 1][1]
+        else:
+            expr = _aliased(target, outputs, scope)
+        order.append((expr, bool(ordered.args.get("desc")), ordered.args.get("nulls_first")))
+    counts = []
+    for clause in ("limit", "offset"):
+        node = select.args.get(clause)
+        value = None
+        if node is not None:
+            built = ops.build(node.expression if node.expression is not None else node.this,
+                              scope)
+            if built.op != "lit" or built.type != "int" or built.value < 0:
+                raise ProgrammingError(f"{clause.upper()} needs a literal whole number ≥ 0",
+                                       sql=sql)
+            value = built.value
+        counts.append(value)
+    return PublicQuery(statement=statement, relation=relation, outputs=tuple(outputs),
+                       where=predicate(where.this, Scope(relation, sql)) if where else None,
+                       group=tuple(group_exprs),
+                       having=_aliased(having.this, outputs, scope) if having else None,
+                       order=tuple(order), distinct=bool(select.args.get("distinct")),
+                       limit=counts[0], offset=counts[1])
+
+
+def _aliased(node: exp.Expression, outputs, scope: Scope) -> Expr:
+    if isinstance(node, exp.Column) and not node.table:
+        for name, expr in outputs:
+            if name.lower() == node.name.lower() and not any(
+                    n == node.name.lower() for _, n in scope.relation.names):
+                return expr
+    return ops.build(node, scope)

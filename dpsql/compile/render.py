@@ -1,0 +1,481 @@
+"""IR -> SQL text, per dialect. The only place where SQL is written from analyst input.
+
+Every rendered row-level expression is total: for every value of its declared type (NULL,
+NaN, ±inf, the 64-bit limits) it yields a value or NULL and never raises, so whether a query
+fails cannot depend on one person. An operation that could fail is rendered in a guarded form
+chosen per dialect: DuckDB's ``TRY(...)`` (NULL where the operation fails), Spark's
+``try_*`` functions, and on PostgreSQL, which has neither, 64-bit integer arithmetic in
+NUMERIC (which cannot overflow) and double arithmetic on operands clamped to ±1e150 (whose
+products and sums cannot overflow). Operations whose operands are proven in range (from
+types and literals, never from declared bounds, which the data may break) render plainly.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+from dpsql.compile import ops
+from dpsql.compile.ir import INT64, Expr, Filter, Join, Number, Project, Scan
+from dpsql.errors import InternalError, UnsupportedSQLError
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "=", "ne": "<>", "lt": "<", "le": "<=",
+          "gt": ">", "ge": ">=", "and": "AND", "or": "OR"}
+_INTERNAL = re.compile(r"c\d+|__[a-z0-9_]+")  # names the compiler made: never quoted
+_COMBINE = {"add": ops._add, "sub": ops._sub, "mul": ops._mul}
+
+
+def _fits(expr: Expr) -> bool:
+    """Whether an int operation provably stays within 64 bits for every input."""
+    if expr.op == "neg" or expr.op == "abs":
+        proven = expr.args[0].proven
+        return proven is not None and proven.lower > INT64[0]
+    combined = _COMBINE[expr.op](expr.args[0].proven, expr.args[1].proven)
+    return combined is not None and combined.within(*INT64)
+
+
+class Dialect:
+    """How one database spells the IR. Subclasses override what differs from DuckDB."""
+
+    name = "duckdb"
+    types = {"int": "BIGINT", "float": "DOUBLE", "text": "VARCHAR", "bool": "BOOLEAN",
+             "date": "DATE", "null": "VARCHAR"}
+
+    # --- names and literals ------------------------------------------------------------
+    def quote(self, name: str) -> str:
+        """A quoted identifier."""
+        return '"' + name.replace('"', '""') + '"'
+
+    def string(self, text: str) -> str:
+        """A string literal."""
+        return "'" + text.replace("'", "''") + "'"
+
+    def number(self, value: int | float | Fraction) -> str:
+        """A numeric constant the engine computed (grid factors, bounds, thresholds)."""
+        if isinstance(value, Fraction):
+            value = value.numerator if value.denominator == 1 else float(value)
+        if isinstance(value, int):
+            return str(value) if value >= 0 else f"({value})"
+        text = repr(float(value))
+        return f"CAST({text} AS {self.types['float']})" if value >= 0 else \
+            f"(-CAST({text[1:]} AS {self.types['float']}))"
+
+    def literal(self, value, kind: str) -> str:
+        """A typed constant."""
+        if value is None:
+            return f"CAST(NULL AS {self.types[kind]})"
+        if kind == "bool":
+            return "TRUE" if value else "FALSE"
+        if kind == "int":
+            return self.number(int(value))
+        if kind == "float":
+            if not math.isfinite(value):
+                text = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+                return f"CAST({self.string(text)} AS {self.types['float']})"
+            return self.number(float(value))
+        if kind == "date":
+            return f"DATE {self.string(str(value))}"
+        return self.string(str(value))
+
+    # --- engine building blocks ----------------------------------------------------------
+    def hash(self, args: list[str]) -> str:
+        """A 64-bit keyed hash of the arguments (ranks a person's groups and rows)."""
+        return f"HASH({', '.join(args)})"
+
+    def round_half_away(self, value: str) -> str:
+        """ROUND(x) half away from zero, on a double."""
+        return f"ROUND({value})"
+
+    def int_divide(self, left: str, right: str) -> str:
+        """Integer division truncating toward zero (right > 0)."""
+        return f"({left}) // ({right})"
+
+    def row_number(self) -> str:
+        """A distinct number for each row of a relation."""
+        return "ROW_NUMBER() OVER ()"
+
+    def sum_int(self, value: str) -> str:
+        """SUM of integers that cannot wrap (128-bit in DuckDB)."""
+        return f"SUM({value})"
+
+    def values(self, rows: list[str], alias: str, columns: list[str]) -> str:
+        """A VALUES list as a FROM item."""
+        return f"(VALUES {', '.join(rows)}) AS {alias}({', '.join(columns)})"
+
+    # --- expressions ---------------------------------------------------------------------
+    def expr(self, e: Expr) -> str:
+        """SQL of an IR expression (total for every input value)."""
+        method = getattr(self, f"_op_{e.op}", None)
+        if method is not None:
+            return method(e)
+        if e.op in _INFIX:
+            return self._infix(e)
+        raise InternalError(f"no rendering of the IR operation {e.op!r} in {self.name}")
+
+    def _args(self, e: Expr) -> list[str]:
+        return [self.expr(a) for a in e.args]
+
+    def _infix(self, e: Expr) -> str:
+        left, right = self._args(e)
+        return f"({left} {_INFIX[e.op]} {right})"
+
+    def _op_col(self, e: Expr) -> str:
+        name = str(e.value)
+        return name if _INTERNAL.fullmatch(name) else self.quote(name)
+
+    def _op_sql(self, e: Expr) -> str:
+        return str(e.value)  # an exact aggregate of a public query, rendered already
+
+    def _op_lit(self, e: Expr) -> str:
+        return self.literal(e.value, e.type)
+
+    def _try(self, sql: str) -> str:
+        return f"TRY({sql})"
+
+    def _arith(self, e: Expr) -> str:
+        if e.type == "int" and not _fits(e):
+            return self._try(self._infix(e))
+        return self._infix(e)
+
+    _op_add = _op_sub = _op_mul = _arith
+
+    def _op_neg(self, e: Expr) -> str:
+        (arg,) = self._args(e)
+        if e.type == "int" and not _fits(e):
+            return self._try(f"(-{arg})")
+        return f"(-{arg})"
+
+    def _op_abs(self, e: Expr) -> str:
+        (arg,) = self._args(e)
+        if e.type == "int" and not _fits(e):
+            return self._try(f"ABS({arg})")
+        return f"ABS({arg})"
+
+    def _as_double(self, sql: str, e: Expr) -> str:
+        return sql if e.type == "float" else f"CAST({sql} AS {self.types['float']})"
+
+    def _op_div(self, e: Expr) -> str:
+        left, right = (self._as_double(s, a) for s, a in zip(self._args(e), e.args, strict=True))
+        return f"({left} / NULLIF({right}, 0))"
+
+    def _op_intdiv(self, e: Expr) -> str:
+        left, right = self._args(e)
+        return self._try(f"({left} // NULLIF({right}, 0))")
+
+    def _op_mod(self, e: Expr) -> str:
+        left, right = self._args(e)
+        return self._try(f"({left} % NULLIF({right}, 0))")
+
+    def _op_floor(self, e: Expr) -> str:
+        return f"FLOOR({self.expr(e.args[0])})"
+
+    def _op_ceil(self, e: Expr) -> str:
+        return f"CEIL({self.expr(e.args[0])})"
+
+    def _op_round(self, e: Expr) -> str:
+        (arg,) = self._args(e)
+        if e.value:
+            return f"ROUND({arg}, {int(e.value)})"
+        return self.round_half_away(arg)
+
+    def _op_sign(self, e: Expr) -> str:
+        (arg,) = self._args(e)
+        return f"CAST(SIGN({arg}) AS {self.types['int']})"
+
+    def _op_least(self, e: Expr) -> str:
+        return f"LEAST({', '.join(self._args(e))})"
+
+    def _op_greatest(self, e: Expr) -> str:
+        return f"GREATEST({', '.join(self._args(e))})"
+
+    def _op_is_not_distinct(self, e: Expr) -> str:
+        left, right = self._args(e)
+        return f"({left} IS NOT DISTINCT FROM {right})"
+
+    def _op_is_distinct(self, e: Expr) -> str:
+        left, right = self._args(e)
+        return f"({left} IS DISTINCT FROM {right})"
+
+    def _op_is_null(self, e: Expr) -> str:
+        return f"({self.expr(e.args[0])} IS NULL)"
+
+    def _op_not(self, e: Expr) -> str:
+        return f"(NOT {self.expr(e.args[0])})"
+
+    def _op_in(self, e: Expr) -> str:
+        subject, *items = self._args(e)
+        return f"({subject} IN ({', '.join(items)}))"
+
+    def _op_like(self, e: Expr) -> str:
+        return f"({self.expr(e.args[0])} LIKE {self.string(e.value)})"
+
+    def _op_ilike(self, e: Expr) -> str:
+        return f"({self.expr(e.args[0])} ILIKE {self.string(e.value)})"
+
+    def _op_case(self, e: Expr) -> str:
+        args = self._args(e)
+        *pairs, default = args
+        whens = " ".join(f"WHEN {pairs[i]} THEN {pairs[i + 1]}" for i in range(0, len(pairs), 2))
+        return f"(CASE {whens} ELSE {default} END)"
+
+    def _op_coalesce(self, e: Expr) -> str:
+        return f"COALESCE({', '.join(self._args(e))})"
+
+    def _op_nullif(self, e: Expr) -> str:
+        return f"NULLIF({', '.join(self._args(e))})"
+
+    def _op_cast(self, e: Expr) -> str:
+        return f"TRY_CAST({self.expr(e.args[0])} AS {self.types[e.value]})"
+
+    def _op_lower(self, e: Expr) -> str:
+        return f"LOWER({self.expr(e.args[0])})"
+
+    def _op_upper(self, e: Expr) -> str:
+        return f"UPPER({self.expr(e.args[0])})"
+
+    def _op_length(self, e: Expr) -> str:
+        return f"CAST(LENGTH({self.expr(e.args[0])}) AS {self.types['int']})"
+
+    def _op_trim(self, e: Expr) -> str:
+        return f"TRIM({self.expr(e.args[0])})"
+
+    def _op_substring(self, e: Expr) -> str:
+        start, length = e.value
+        suffix = f", {length}" if length is not None else ""
+        return f"SUBSTRING({self.expr(e.args[0])}, {start}{suffix})"
+
+    def _op_concat(self, e: Expr) -> str:
+        return "(" + " || ".join(self._args(e)) + ")"
+
+    # --- relations -----------------------------------------------------------------------
+    def relation(self, node, sources: dict[str, str]) -> str:
+        """A FROM item (a parenthesised query) producing a relation's internal columns.
+
+        ``sources`` maps catalogued tables to the names the backend reads them by.
+        """
+        if isinstance(node, Scan):
+            columns = ", ".join(f"{self.quote(declared)} AS {internal}"
+                                for internal, declared, _ in node.columns)
+            return f"(SELECT {columns} FROM {sources.get(node.table, self.quote(node.table))})"
+        if isinstance(node, Number):
+            return (f"(SELECT *, {self.row_number()} AS {node.name} FROM "
+                    f"{self.relation(node.input, sources)} AS __r)")
+        if isinstance(node, Filter):
+            return (f"(SELECT * FROM {self.relation(node.input, sources)} AS __r WHERE "
+                    f"{self.expr(node.predicate)})")
+        if isinstance(node, Project):
+            columns = ", ".join(f"{self.expr(e)} AS {name}" for name, e in node.columns)
+            return f"(SELECT {columns} FROM {self.relation(node.input, sources)} AS __r)"
+        if isinstance(node, Join):
+            kind = "LEFT JOIN" if node.kind == "left" else "JOIN"
+            return (f"(SELECT * FROM {self.relation(node.left, sources)} AS __l {kind} "
+                    f"{self.relation(node.right, sources)} AS __rr ON {self.expr(node.on)})")
+        raise InternalError(f"no rendering of the relation {type(node).__name__}")
+
+
+class PostgresDialect(Dialect):
+    """PostgreSQL: no TRY, integer division with DIV, half-even ROUND, overflow errors."""
+
+    name = "postgres"
+    types = {**Dialect.types, "float": "DOUBLE PRECISION", "text": "TEXT", "null": "TEXT"}
+    _LIMIT = "1e150"
+
+    def hash(self, args: list[str]) -> str:
+        return f"hashtextextended(concat_ws('|', {', '.join(args)}), 0)"
+
+    def round_half_away(self, value: str) -> str:
+        # trunc(2x) - trunc(x) = k + [f >= 1/2] for x = k + f: DuckDB's rounding, exactly
+        return f"(trunc(2 * ({value})) - trunc({value}))"
+
+    def int_divide(self, left: str, right: str) -> str:
+        return f"DIV({left}, {right})"
+
+    def sum_int(self, value: str) -> str:
+        return f"SUM(CAST({value} AS NUMERIC))"
+
+    def _numeric(self, e: Expr) -> str:
+        return f"CAST({self.expr(e)} AS NUMERIC)"
+
+    def _clamped(self, e: Expr) -> str:
+        # a double beyond ±1e150 (or NaN/inf) is clamped there before arithmetic, so that
+        # sums and products cannot overflow (which PostgreSQL raises as an error)
+        sql = self.expr(e)
+        if e.type != "float":
+            return f"CAST({sql} AS DOUBLE PRECISION)"
+        return f"LEAST(GREATEST({sql}, -{self._LIMIT}), {self._LIMIT})"
+
+    def _arith(self, e: Expr) -> str:
+        if e.type == "int":
+            if _fits(e):
+                return self._infix(e)
+            # NUMERIC cannot overflow; the value is cast back where a 64-bit int is needed
+            left, right = (self._numeric(a) for a in e.args)
+            return f"({left} {_INFIX[e.op]} {right})"
+        left, right = (self._clamped(a) for a in e.args)
+        return f"({left} {_INFIX[e.op]} {right})"
+
+    _op_add = _op_sub = _op_mul = _arith
+
+    def _op_neg(self, e: Expr) -> str:
+        if e.type == "int" and not _fits(e):
+            return f"(-{self._numeric(e.args[0])})"
+        return f"(-{self.expr(e.args[0])})"
+
+    def _op_abs(self, e: Expr) -> str:
+        if e.type == "int" and not _fits(e):
+            return f"ABS({self._numeric(e.args[0])})"
+        return f"ABS({self.expr(e.args[0])})"
+
+    def _op_div(self, e: Expr) -> str:
+        left = self._clamped(e.args[0])
+        right = self.expr(e.args[1])
+        if e.args[1].type != "float":
+            right = f"CAST({right} AS DOUBLE PRECISION)"
+        return (f"(CASE WHEN ABS({right}) >= 1e-150 AND ABS({right}) <= 1e300 "
+                f"THEN {left} / {right} END)")
+
+    def _op_intdiv(self, e: Expr) -> str:
+        left, right = (self._numeric(a) for a in e.args)
+        return f"DIV({left}, NULLIF({right}, 0))"
+
+    def _op_mod(self, e: Expr) -> str:
+        if e.type == "int":
+            left, right = (self._numeric(a) for a in e.args)
+            return f"MOD({left}, NULLIF({right}, 0))"
+        left, right = (self._clamped(a) for a in e.args)
+        return (f"CAST(MOD(CAST({left} AS NUMERIC), NULLIF(CAST({right} AS NUMERIC), 0)) "
+                "AS DOUBLE PRECISION)")
+
+    def _op_round(self, e: Expr) -> str:
+        (arg,) = self._args(e)
+        if e.value:
+            return f"CAST(ROUND(CAST({self._clamped(e.args[0])} AS NUMERIC), {int(e.value)}) " \
+                   "AS DOUBLE PRECISION)"
+        return self.round_half_away(arg)
+
+    def _op_cast(self, e: Expr) -> str:
+        arg, source, target = self.expr(e.args[0]), e.args[0].type, e.value
+        if target == "text":
+            return f"CAST({arg} AS TEXT)"
+        if target == "float" and source in ("int", "bool"):
+            return f"CAST(CAST({arg} AS INT) AS DOUBLE PRECISION)" if source == "bool" else \
+                f"CAST({arg} AS DOUBLE PRECISION)"
+        if target == "int" and source in ("float", "int"):
+            return (f"(CASE WHEN {arg} BETWEEN -9.2e18 AND 9.2e18 THEN "
+                    f"CAST(ROUND(CAST({arg} AS NUMERIC)) AS BIGINT) END)")
+        if target == "int" and source == "bool":
+            return f"CAST(CAST({arg} AS INT) AS BIGINT)"
+        if target == "int" and source == "text":
+            return (f"(CASE WHEN {arg} ~ '^\\s*[-+]?[0-9]{{1,18}}\\s*$' THEN "
+                    f"CAST({arg} AS BIGINT) END)")
+        if target == "float" and source == "text":
+            return (f"(CASE WHEN {arg} ~ '^\\s*[-+]?([0-9]{{1,15}}(\\.[0-9]{{0,15}})?|"
+                    f"\\.[0-9]{{1,15}})([eE][-+]?[0-9]{{1,2}})?\\s*$' THEN "
+                    f"CAST({arg} AS DOUBLE PRECISION) END)")
+        if target == "bool" and source == "text":
+            return (f"(CASE WHEN LOWER(TRIM({arg})) IN ('true', 't', '1') THEN TRUE "
+                    f"WHEN LOWER(TRIM({arg})) IN ('false', 'f', '0') THEN FALSE END)")
+        if target == "bool" and source in ("int", "float"):
+            return f"({arg} <> 0)"
+        raise UnsupportedSQLError(f"CAST from {source} to {target} is not supported on "
+                                  "PostgreSQL", hint="compare the column with a literal of "
+                                  "its own type instead")
+
+    def _op_ilike(self, e: Expr) -> str:
+        return f"({self.expr(e.args[0])} ILIKE {self.string(e.value)})"
+
+
+class SparkDialect(Dialect):
+    """Spark SQL: backquoted names, try_* arithmetic, try_cast, xxhash64."""
+
+    name = "spark"
+    types = {**Dialect.types, "text": "STRING", "null": "STRING"}
+
+    def quote(self, name: str) -> str:
+        return "`" + name.replace("`", "``") + "`"
+
+    def string(self, text: str) -> str:
+        return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+    def hash(self, args: list[str]) -> str:
+        return f"xxhash64({', '.join(args)})"
+
+    def round_half_away(self, value: str) -> str:
+        return f"ROUND({value})"
+
+    def int_divide(self, left: str, right: str) -> str:
+        return f"(({left}) DIV ({right}))"
+
+    def row_number(self) -> str:
+        return "monotonically_increasing_id()"
+
+    def sum_int(self, value: str) -> str:
+        return f"SUM(CAST({value} AS DECIMAL(38, 0)))"
+
+    def values(self, rows: list[str], alias: str, columns: list[str]) -> str:
+        return f"(SELECT * FROM VALUES {', '.join(rows)} AS {alias}({', '.join(columns)}))"
+
+    def _try(self, sql: str) -> str:
+        raise InternalError("Spark renders try_* functions, never TRY()")
+
+    _TRY = {"add": "try_add", "sub": "try_subtract", "mul": "try_multiply"}
+
+    def _arith(self, e: Expr) -> str:
+        if e.type == "int" and not _fits(e):
+            left, right = self._args(e)
+            return f"{self._TRY[e.op]}({left}, {right})"
+        return self._infix(e)
+
+    _op_add = _op_sub = _op_mul = _arith
+
+    def _op_neg(self, e: Expr) -> str:
+        (arg,) = self._args(e)
+        if e.type == "int" and not _fits(e):
+            return f"try_subtract(0, {arg})"
+        return f"(-{arg})"
+
+    def _op_abs(self, e: Expr) -> str:
+        (arg,) = self._args(e)
+        if e.type == "int" and not _fits(e):
+            return f"(CASE WHEN {arg} = -9223372036854775808 THEN NULL ELSE ABS({arg}) END)"
+        return f"ABS({arg})"
+
+    def _op_div(self, e: Expr) -> str:
+        left, right = (self._as_double(s, a) for s, a in zip(self._args(e), e.args, strict=True))
+        return f"try_divide({left}, {right})"
+
+    def _op_intdiv(self, e: Expr) -> str:
+        left, right = self._args(e)
+        return (f"(CASE WHEN {right} = 0 OR ({left} = -9223372036854775808 AND {right} = -1) "
+                f"THEN NULL ELSE ({left} DIV {right}) END)")
+
+    def _op_mod(self, e: Expr) -> str:
+        left, right = self._args(e)
+        return f"try_mod({left}, {right})"
+
+    def _whole(self, func: str, e: Expr) -> str:
+        arg = self.expr(e.args[0])
+        # FLOOR of a double is a BIGINT in Spark; beyond 2^52 every double is whole already
+        return (f"(CASE WHEN ABS({arg}) < 4503599627370496 THEN CAST({func}({arg}) AS DOUBLE) "
+                f"ELSE {arg} END)")
+
+    def _op_floor(self, e: Expr) -> str:
+        return self._whole("FLOOR", e)
+
+    def _op_ceil(self, e: Expr) -> str:
+        return self._whole("CEIL", e)
+
+    def _op_cast(self, e: Expr) -> str:
+        return f"try_cast({self.expr(e.args[0])} AS {self.types[e.value]})"
+
+    def _op_ilike(self, e: Expr) -> str:
+        return f"(LOWER({self.expr(e.args[0])}) LIKE LOWER({self.string(e.value)}))"
+
+
+DIALECTS = {d.name: d for d in (Dialect(), PostgresDialect(), SparkDialect())}
+
+
+def dialect(name: str) -> Dialect:
+    """The dialect object for a backend's dialect name."""
+    return DIALECTS[name]

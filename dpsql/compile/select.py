@@ -1,0 +1,447 @@
+"""A SELECT over private data -> its checked, compiled form, or a refusal that says what to
+change.
+
+Accepted: aggregates (COUNT(*), COUNT(x), COUNT(DISTINCT person), SUM, AVG, VAR/STDDEV,
+quantiles, MIN/MAX) with FILTER (WHERE ...), GROUP BY keys (a public domain, or private keys
+released above a noisy threshold with δ), a row-level WHERE, and arithmetic on aggregates,
+HAVING, ORDER BY, LIMIT and OFFSET, which become post-processing of the noisy result,
+compiled from the same allow-list and rendered to run over the noisy frame only.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from sqlglot import exp
+
+from dpsql.catalog import Catalog
+from dpsql.compile import ops
+from dpsql.compile.ir import Expr
+from dpsql.compile.render import dialect
+from dpsql.compile.scope import Relation, Scope, predicate
+from dpsql.errors import (
+    InternalError,
+    MissingBoundsError,
+    NonAggregateQueryError,
+    PrivateGroupKeysError,
+    ProgrammingError,
+    UnsupportedSQLError,
+)
+from dpsql.plan import Aggregate, CheckedQuery, GroupKey, OutputColumn, Statement
+
+NOISY_FRAME = "__noisy"
+MAX_BOUND = 10**15
+SPREADS = {exp.Variance: "var_samp", exp.VariancePop: "var_pop", exp.Stddev: "stddev_samp",
+           exp.StddevSamp: "stddev_samp", exp.StddevPop: "stddev_pop"}
+QUANTILES = (exp.Median, exp.PercentileCont, exp.PercentileDisc, exp.Quantile, exp.Min, exp.Max)
+SUPPORTED = (exp.Count, exp.Sum, exp.Avg, *SPREADS, *QUANTILES)
+COUNT_KINDS = ("count_star", "count", "count_distinct_unit")
+
+
+def ci_column(output: str, side: str) -> str:
+    """Name of the hidden interval column of an output in the post-processing query."""
+    return f"\x00ci_{side}_{output}"
+
+
+def compile_select(select: exp.Select, relation: Relation, catalog: Catalog,
+                   statement: Statement, *, private_keys: bool = False) -> CheckedQuery:
+    """Compile one statement over private data (its FROM already resolved).
+
+    Raises:
+        ProgrammingError: (a subclass naming the problem) the query cannot be answered
+            privately as written.
+        UnsupportedSQLError: the construct is valid SQL that dpsql does not answer.
+    """
+    return _Compiler(select, relation, catalog, statement, private_keys).compile()
+
+
+def rewritten_select(tree: exp.Select) -> exp.Select:
+    """The SELECT with FILTER and WITHIN GROUP written as plain aggregate arguments."""
+    return tree.transform(_unfilter).transform(_unwithin)
+
+
+def refuse_non_select(tree: exp.Expression, statement: Statement) -> Exception:
+    """The refusal of a statement that is not a SELECT."""
+    if isinstance(tree, exp.SetOperation):
+        return UnsupportedSQLError(
+            f"{tree.key.upper()} of several SELECTs is not supported", sql=statement.sql,
+            hint="send the SELECTs as separate statements of one script")
+    return UnsupportedSQLError(
+        f"dpsql answers SELECT statements only; got {tree.key.upper()}", sql=statement.sql,
+        hint="DDL and DML (CREATE, INSERT, UPDATE, DELETE, DROP, ...) are never run on an "
+        "analyst connection")
+
+
+def _unfilter(node: exp.Expression) -> exp.Expression:
+    """``AGG(x) FILTER (WHERE c)`` as ``AGG(CASE WHEN c THEN x END)``: same rows, same bounds."""
+    if not isinstance(node, exp.Filter) or not isinstance(node.this, SUPPORTED):
+        return node
+    aggregate, condition = node.this.copy(), node.expression.this
+    arg = aggregate.this
+    value = exp.Literal.number(1) if isinstance(arg, exp.Star) else arg
+    if isinstance(value, exp.Distinct):
+        return node
+    aggregate.set("this", exp.Case(ifs=[exp.If(this=condition.copy(), true=value.copy())]))
+    return aggregate
+
+
+def _unwithin(node: exp.Expression) -> exp.Expression:
+    """``PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY x)`` as ``PERCENTILE_CONT(x, q)``."""
+    inner = node.this if isinstance(node, exp.WithinGroup) else None
+    if not isinstance(inner, (exp.PercentileCont, exp.PercentileDisc)):
+        return node
+    order = node.expression.expressions
+    if len(order) != 1:
+        return node
+    return type(inner)(this=order[0].this.copy(), expression=inner.this.copy())
+
+
+def _position(node: exp.Expression):
+    meta = getattr(node, "meta", None) or {}
+    ident = node.this if isinstance(node, (exp.Column, exp.Table)) else None
+    meta = meta or (getattr(ident, "meta", None) or {})
+    if "line" in meta and "col" in meta:
+        return meta["line"], max(meta["col"] - len(node.name) + 1, 1)
+    return None
+
+
+class _Compiler:
+    """One statement's compilation: relation, keys, aggregates, outputs, post-processing."""
+
+    def __init__(self, select: exp.Select, relation: Relation, catalog: Catalog,
+                 statement: Statement, private_keys: bool) -> None:
+        self.select, self.catalog, self.statement = select, catalog, statement
+        self.relation = relation
+        self.private_keys = private_keys
+        self.sql = statement.sql
+        self.aggregates: dict[tuple, Aggregate] = {}
+        self.by_node: dict[int, Aggregate] = {}
+
+    def compile(self) -> CheckedQuery:
+        select = self.select
+        if select.args.get("distinct"):
+            raise UnsupportedSQLError("SELECT DISTINCT is not supported", sql=self.sql,
+                                      hint="GROUP BY the columns instead")
+        for clause in ("qualify", "windows"):
+            if select.args.get(clause):
+                raise UnsupportedSQLError(f"{clause.upper()} is not supported", sql=self.sql)
+        if any(isinstance(e, exp.Star) for e in select.expressions):
+            raise NonAggregateQueryError("SELECT * would return private rows", sql=self.sql,
+                                         hint="select aggregates such as COUNT(*) and GROUP BY "
+                                         "keys instead")
+        self.scope = Scope(self.relation, self.sql)
+        where = select.args.get("where")
+        self.where = predicate(where.this, self.scope) if where is not None else None
+        self.keys = self._group_keys()
+        post = _PostScope(self)
+        outputs, projections = [], []
+        for item in select.expressions:
+            body = item.unalias()
+            name = item.alias if isinstance(item, exp.Alias) else (
+                body.name if isinstance(body, exp.Column) else body.sql(dialect="duckdb"))
+            expr = post.output(body)
+            outputs.append(self._output(name, expr))
+            projections.append((name, expr))
+        having = select.args.get("having")
+        having_expr = post.condition(having.this, projections) if having is not None else None
+        order = [post.ordering(o, projections) for o in
+                 (select.args["order"].expressions if select.args.get("order") else [])]
+        limit, offset = (self._count_clause(c) for c in ("limit", "offset"))
+        if not self.aggregates:
+            raise NonAggregateQueryError(
+                "the SELECT returns rows, not aggregates: it would release private data",
+                sql=self.sql,
+                hint="aggregate the rows, e.g. SELECT COUNT(*), AVG(col) ... GROUP BY key")
+        names = [o.name.lower() for o in outputs]
+        if len(set(names)) != len(names):
+            raise ProgrammingError("two output columns have the same name", sql=self.sql,
+                                   hint="give them distinct aliases with AS")
+        projection = all(o.role in ("key", "aggregate") for o in outputs) and \
+            having is None and not order and limit is None and offset is None
+        post_sql = _post_sql(projections, outputs, having_expr, order, limit, offset)
+        return CheckedQuery(statement=self.statement, relation=self.relation,
+                            table=self.relation.spec, where=self.where, keys=self.keys,
+                            aggregates=tuple(self.aggregates.values()), outputs=tuple(outputs),
+                            post_sql=post_sql, post_is_projection=projection)
+
+    def _count_clause(self, clause: str) -> int | None:
+        node = self.select.args.get(clause)
+        if node is None:
+            return None
+        value = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node
+        value = value if value is not None else node.this
+        built = ops.build(value, self.scope) if value is not None else None
+        if built is None or built.op != "lit" or built.type != "int" or built.value < 0:
+            raise ProgrammingError(f"{clause.upper()} needs a literal whole number ≥ 0",
+                                   sql=self.sql, hint=f"e.g. {clause.upper()} 10")
+        return built.value
+
+    # --- keys --------------------------------------------------------------------------
+    def _group_keys(self) -> tuple[GroupKey, ...]:
+        group = self.select.args.get("group")
+        if group is None:
+            return ()
+        if group.args.get("rollup") or group.args.get("cube") or \
+                group.args.get("grouping_sets") or group.args.get("all") or \
+                any(isinstance(e, (exp.Rollup, exp.Cube, exp.GroupingSets))
+                    for e in group.expressions):
+            raise UnsupportedSQLError("ROLLUP, CUBE, GROUPING SETS and GROUP BY ALL are not "
+                                      "supported", sql=self.sql,
+                                      hint="list the keys; send one query per grouping")
+        aliased = {e.alias.lower(): e.this for e in self.select.expressions
+                   if isinstance(e, exp.Alias)}
+        columns = {n for _, n in self.relation.names}
+        keys: list[GroupKey] = []
+        for index, item in enumerate(group.expressions):
+            node, name = item, None
+            if isinstance(item, exp.Literal) and not item.is_string:
+                position = int(item.this) if item.this.isdigit() else 0
+                if not 1 <= position <= len(self.select.expressions):
+                    raise ProgrammingError(f"GROUP BY {item.this} is out of range", sql=self.sql)
+                projection = self.select.expressions[position - 1]
+                node, name = projection.unalias(), projection.alias_or_name
+            elif isinstance(item, exp.Column) and not item.table and \
+                    item.name.lower() in aliased and item.name.lower() not in columns:
+                node, name = aliased[item.name.lower()], item.name
+            expr = ops.build(node, self.scope)
+            self._refuse_unit_key(expr, node)
+            if name is None:
+                name = next((e.alias for e in self.select.expressions if isinstance(e, exp.Alias)
+                             and e.this == node), None)
+            if name is None:
+                name = node.name if isinstance(node, exp.Column) else f"key_{index}"
+            if expr.domain is None and not self.private_keys:
+                raise PrivateGroupKeysError(
+                    f"the GROUP BY key {node.sql(dialect='duckdb')!r} has no public domain, so "
+                    "releasing its values could reveal a person",
+                    sql=self.sql, position=_position(node),
+                    hint="either declare the column's public values (values: [...]) or int "
+                    "bounds in the metadata (or group by a CASE expression with literal "
+                    "results), or pass a δ > 0 (e.g. delta=1e-6) so that only keys whose "
+                    "noisy count of distinct persons clears a threshold are released")
+            if expr.domain is not None and expr.type == "null":
+                raise ProgrammingError("GROUP BY NULL is not a key", sql=self.sql)
+            keys.append(GroupKey(name=name, expr=expr, domain=expr.domain, type=expr.type))
+        names = [k.name.lower() for k in keys]
+        if len(set(names)) != len(names):
+            raise ProgrammingError("two GROUP BY keys have the same name", sql=self.sql,
+                                   hint="give the keys distinct aliases")
+        return tuple(keys)
+
+    def _refuse_unit_key(self, expr: Expr, node: exp.Expression) -> None:
+        inner = expr
+        while inner.op == "cast":
+            inner = inner.args[0]
+        if inner.op == "col" and inner.value in self.relation.unit_columns:
+            raise PrivateGroupKeysError(
+                f"GROUP BY {node.sql(dialect='duckdb')} groups by the privacy unit: every "
+                "group is one person, whose identifier would be the released key",
+                sql=self.sql, position=_position(node),
+                hint="count persons with COUNT(DISTINCT ...) or group by a public attribute")
+
+    # --- aggregates --------------------------------------------------------------------
+    def aggregate(self, node: exp.AggFunc) -> Aggregate:
+        """The aggregate a call asks for, shared by equal calls (by their IR)."""
+        found = self.by_node.get(id(node))
+        if found is not None:
+            return found
+        if not isinstance(node, SUPPORTED):
+            raise UnsupportedSQLError(
+                f"the aggregate {node.sql(dialect='duckdb')} is not supported", sql=self.sql,
+                hint="use COUNT, SUM, AVG, VAR, STDDEV or a quantile (MEDIAN, QUANTILE_CONT, "
+                "MIN, MAX)")
+        for inner in node.find_all(exp.AggFunc):
+            if inner is not node:
+                raise ProgrammingError("aggregates cannot be nested", sql=self.sql)
+        draft = self._aggregate(node, f"__a{len(self.aggregates)}")
+        identity = (draft.kind, draft.arg, draft.quantile)
+        aggregate = self.aggregates.setdefault(identity, draft)
+        self.by_node[id(node)] = aggregate
+        return aggregate
+
+    def _aggregate(self, node: exp.AggFunc, name: str) -> Aggregate:
+        arg = node.this
+        text = node.sql(dialect="duckdb")
+        if isinstance(node, exp.Count):
+            if isinstance(arg, exp.Star):
+                return Aggregate(name=name, kind="count_star", arg=None, sql=text)
+            if isinstance(arg, exp.Distinct):
+                inner = arg.expressions
+                built = ops.build(inner[0], self.scope) if len(inner) == 1 else None
+                if built is not None and built.op == "col" and \
+                        built.value in self.relation.unit_columns:
+                    return Aggregate(name=name, kind="count_distinct_unit", arg=None, sql=text)
+                unit = self.relation.unit
+                raise UnsupportedSQLError(
+                    f"{text} is not supported: only COUNT(DISTINCT <privacy unit>) is",
+                    sql=self.sql,
+                    hint="count distinct persons with COUNT(DISTINCT <the privacy unit "
+                    "column>)" if unit else "on a row-privacy table COUNT(*) already counts "
+                    "distinct persons")
+            return Aggregate(name=name, kind="count", arg=ops.build(arg, self.scope), sql=text)
+        if isinstance(arg, exp.Distinct):
+            raise UnsupportedSQLError(f"{text} is not supported", sql=self.sql,
+                                      hint="remove DISTINCT")
+        built = ops.build(arg, self.scope)
+        if built.type not in ("int", "float", "bool"):
+            raise ProgrammingError(f"{text} needs a numeric input, got {built.type}",
+                                   sql=self.sql, hint="aggregate a number, or CAST it")
+        interval = built.interval
+        if interval is None:
+            columns = sorted({self.relation.columns[c].label for c in built.columns()
+                              if self.relation.columns[c].interval is None})
+            raise MissingBoundsError(
+                f"{text} needs bounds on {', '.join(map(repr, columns)) or 'its input'}",
+                sql=self.sql, position=_position(arg),
+                hint="declare lower and upper for the column in the metadata, or clamp it in "
+                "the query with LEAST(GREATEST(col, low), high)")
+        reach = max(abs(interval.lower), abs(interval.upper))
+        if reach > MAX_BOUND:
+            digits = len(str(reach.numerator // reach.denominator)) - 1
+            raise ProgrammingError(
+                f"{text}: the bounds of its input reach about 1e{digits}, beyond 1e15, where "
+                "sums of doubles stop being exact",
+                sql=self.sql, hint="rescale the column (for example to thousands) or clamp it")
+        common = {"name": name, "arg": built, "sql": text, "lower": interval.lower,
+                  "upper": interval.upper, "integral": interval.integral}
+        if isinstance(node, QUANTILES):
+            return Aggregate(kind="quantile", quantile=self._quantile_of(node), **common)
+        kind = "sum" if isinstance(node, exp.Sum) else "avg" if isinstance(node, exp.Avg) else \
+            SPREADS[type(node)]
+        return Aggregate(kind=kind, **common)
+
+    def _quantile_of(self, node: exp.Expression) -> Fraction:
+        if isinstance(node, (exp.Min, exp.Max, exp.Median)):
+            return Fraction({exp.Min: 0, exp.Max: 1, exp.Median: Fraction(1, 2)}[type(node)])
+        given = node.args.get("quantile") if isinstance(node, exp.Quantile) else node.expression
+        value = None
+        if given is not None:
+            built = ops.build(given, self.scope)
+            if built.op == "lit" and built.type in ("int", "float"):
+                value = Fraction(str(built.value))
+        if value is None or not 0 <= value <= 1:
+            raise ProgrammingError(f"{node.sql(dialect='duckdb')} needs a literal quantile in "
+                                   "[0, 1]", sql=self.sql, hint="write e.g. QUANTILE_CONT(x, 0.9)")
+        return value
+
+    # --- outputs -----------------------------------------------------------------------
+    def _output(self, name: str, expr: Expr) -> OutputColumn:
+        if expr.op == "col" and expr.value in self._key_names():
+            key = self._key_names()[expr.value]
+            return OutputColumn(name=name, aggregate=None, type=key.type, role="key",
+                                source=key.name)
+        if expr.op == "col" and expr.value in self._aggregate_names():
+            aggregate = self._aggregate_names()[expr.value]
+            return OutputColumn(name=name, aggregate=aggregate.name, type=_agg_type(aggregate),
+                                source=aggregate.name)
+        if not expr.columns():
+            return OutputColumn(name=name, aggregate=None, type=expr.type, role="literal")
+        return OutputColumn(name=name, aggregate=None,
+                            type="float" if expr.type == "int" and expr.op in ("div",) else
+                            expr.type if expr.type in ("int", "float") else "float",
+                            role="derived")
+
+    def _key_names(self) -> dict:
+        return {k.name: k for k in self.keys}
+
+    def _aggregate_names(self) -> dict:
+        return {a.name: a for a in self.aggregates.values()}
+
+    def key_for(self, expr: Expr) -> GroupKey | None:
+        """The GROUP BY key whose expression equals ``expr``, if any."""
+        return next((k for k in self.keys if k.expr == expr), None)
+
+
+def _agg_type(aggregate: Aggregate) -> str:
+    if aggregate.kind in COUNT_KINDS or (aggregate.kind == "sum" and aggregate.integral):
+        return "int"
+    return "float"
+
+
+class _PostScope:
+    """Builds the post-processing expressions: over keys and noisy aggregates only."""
+
+    def __init__(self, compiler: _Compiler) -> None:
+        self.compiler, self.sql = compiler, compiler.sql
+        self.aliases: dict[str, Expr] = {}
+
+    def output(self, node: exp.Expression) -> Expr:
+        return ops.build(node, self)
+
+    def condition(self, node: exp.Expression, projections) -> Expr:
+        self.aliases = {name.lower(): expr for name, expr in projections}
+        built = ops.build(node, self)
+        if built.type not in ("bool", "null"):
+            raise ProgrammingError("HAVING needs a condition", sql=self.sql,
+                                   hint="e.g. HAVING COUNT(*) > 10")
+        return built
+
+    def ordering(self, node: exp.Ordered, projections) -> tuple[Expr, bool, bool | None]:
+        self.aliases = {name.lower(): expr for name, expr in projections}
+        target = node.this
+        if isinstance(target, exp.Literal) and not target.is_string:
+            position = int(target.this) if target.this.isdigit() else 0
+            if not 1 <= position <= len(projections):
+                raise ProgrammingError(f"ORDER BY {target.this} is out of range", sql=self.sql)
+            expr = projections[position - 1][1]
+        else:
+            expr = ops.build(target, self)
+        return expr, bool(node.args.get("desc")), node.args.get("nulls_first")
+
+    def intercept(self, node: exp.Expression) -> Expr | None:
+        if isinstance(node, exp.AggFunc):
+            aggregate = self.compiler.aggregate(node)
+            return Expr("col", (), _agg_type(aggregate), aggregate.name)
+        if any(isinstance(n, exp.AggFunc) for n in node.walk()):
+            return None  # arithmetic on aggregates: built node by node
+        if isinstance(node, exp.Column) and not node.table and \
+                node.name.lower() in self.aliases:
+            return self.aliases[node.name.lower()]
+        if not any(isinstance(n, exp.Column) for n in node.walk()):
+            return None  # a constant
+        row_level = ops.build(node, self.compiler.scope)
+        key = self.compiler.key_for(row_level)
+        if key is None and isinstance(node, exp.Column) and not node.table:
+            key = next((k for k in self.compiler.keys if k.name.lower() == node.name.lower()),
+                       None)
+        if key is None:
+            raise NonAggregateQueryError(
+                f"{node.sql(dialect='duckdb')!r} is neither a GROUP BY key nor an aggregate: "
+                "it would release row values", sql=self.sql,
+                hint="add it to GROUP BY (with a public domain) or aggregate it")
+        return Expr("col", (), key.type, key.name, domain=key.domain)
+
+    def lookup(self, node: exp.Column) -> Expr:
+        raise InternalError("post-processing columns are resolved by intercept()")
+
+
+def _post_sql(projections, outputs, having, order, limit, offset) -> str:
+    """The post-processing query over the noisy frame, rendered for DuckDB.
+
+    Each output that is one aggregate as is also carries its interval bounds in two hidden
+    columns, so that HAVING, ORDER BY and LIMIT move them with their rows.
+    """
+    duck = dialect("duckdb")
+    items = [f"{duck.expr(expr)} AS {duck.quote(name)}" for name, expr in projections]
+    for output in outputs:
+        if output.aggregate is not None:
+            for side in ("low", "high"):
+                items.append(f"{duck.quote(output.aggregate + '__' + side)} AS "
+                             f"{duck.quote(ci_column(output.name, side))}")
+    sql = f"SELECT {', '.join(items)} FROM {NOISY_FRAME}"
+    if having is not None:
+        sql += f" WHERE {duck.expr(having)}"
+    if order:
+        terms = []
+        for expr, desc, nulls_first in order:
+            nulls = "" if nulls_first is None else (" NULLS FIRST" if nulls_first
+                                                    else " NULLS LAST")
+            terms.append(f"{duck.expr(expr)}{' DESC' if desc else ''}{nulls}")
+        sql += " ORDER BY " + ", ".join(terms)
+    if limit is not None:
+        sql += f" LIMIT {limit}"
+    if offset is not None:
+        sql += f" OFFSET {offset}"
+    return sql
+
+
