@@ -108,7 +108,9 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
     """
     d = _Writer(dialect(dialect_name), sources or {}, checked)
     if rho_per_part is not None:
-        epsilon_per_part = Fraction(math.sqrt(2 * rho_per_part)).limit_denominator(10**12)
+        # the largest 2^-40 multiple ≤ sqrt(2ρ), exactly: ε-DP at that ε implies ρ-zCDP
+        scale = 2**40
+        epsilon_per_part = Fraction(math.isqrt(int(2 * rho_per_part * scale * scale)), scale)
     cells = domain_size(checked)
     if cells is not None and cells > MAX_DOMAIN_CELLS:
         raise ProgrammingError(

@@ -71,8 +71,15 @@ def build(node: exp.Expression, scope: Scope) -> Expr:
     return builder(node, scope)
 
 
+_AGGREGATE_NAMES = {exp.GroupConcat: "STRING_AGG", exp.ArrayAgg: "ARRAY_AGG",
+                    exp.AnyValue: "ANY_VALUE", exp.First: "FIRST", exp.Last: "LAST",
+                    exp.CountIf: "COUNT_IF", exp.ApproxDistinct: "APPROX_COUNT_DISTINCT"}
+
+
 def construct_name(node: exp.Expression) -> str:
     """How a refusal names an expression node to a person."""
+    if type(node) in _AGGREGATE_NAMES:
+        return f"the aggregate {_AGGREGATE_NAMES[type(node)]}"
     if isinstance(node, (exp.Subquery, exp.Select, exp.Exists, exp.SetOperation)):
         return "a subquery"
     if isinstance(node, exp.Window):
@@ -313,7 +320,7 @@ def _arithmetic(node: exp.Expression, scope: Scope) -> Expr:
         proven = int_result(proven)
     elif interval is not None:
         interval = Interval(interval.lower, interval.upper, False)
-    domain = _binary_domain(left, right, apply, kind)
+    domain = _binary_domain(left, right, apply, kind) or _domain_from_interval(interval, kind)
     return Expr(op, (left, right), kind, None, interval, proven, domain,
                 _nullable(left, right))
 

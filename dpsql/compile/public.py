@@ -19,7 +19,9 @@ from dpsql.errors import ProgrammingError, UnsupportedSQLError
 from dpsql.plan import Statement
 
 _AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min",
-               exp.Max: "max"}
+               exp.Max: "max", exp.Variance: "var_samp", exp.VariancePop: "var_pop",
+               exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp",
+               exp.StddevPop: "stddev_pop", exp.Median: "median"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +113,8 @@ class _PublicScope(Scope):
             return Expr("agg", (ops.build(arg.expressions[0], row_level),), "int",
                         "count_distinct")
         built = ops.build(arg, row_level)
-        kind_type = {"count": "int", "avg": "float"}.get(kind, built.type)
+        kind_type = built.type if kind in ("sum", "min", "max") else \
+            "int" if kind == "count" else "float"
         return Expr("agg", (built,), kind_type, kind)
 
 

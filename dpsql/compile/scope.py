@@ -89,9 +89,10 @@ class Scope:
         """Aggregates have no meaning in a row-level clause."""
         if isinstance(node, exp.AggFunc):
             raise ProgrammingError(
-                f"the aggregate {node.sql(dialect='duckdb')} cannot be used here",
-                sql=self.sql, hint="aggregates belong in the SELECT list or HAVING; filter "
-                "on them with HAVING")
+                f"the aggregate {node.sql(dialect='duckdb')} cannot be used in WHERE, ON, "
+                "GROUP BY or a subquery's rows", sql=self.sql,
+                hint="aggregates belong in the SELECT list or HAVING; filter on them with "
+                "HAVING")
         return None
 
     def lookup(self, node: exp.Column) -> Expr:

@@ -125,10 +125,22 @@ class _Compiler:
         for clause in ("qualify", "windows"):
             if select.args.get(clause):
                 raise UnsupportedSQLError(f"{clause.upper()} is not supported", sql=self.sql)
+        outer = [*select.expressions, *(select.args[c] for c in ("having", "order", "group")
+                                        if select.args.get(c) is not None)]
+        for node in (n for clause in outer for n in clause.walk()):
+            if isinstance(node, exp.Window):
+                raise UnsupportedSQLError("window functions (OVER ...) are not supported",
+                                          sql=self.sql, hint="remove the OVER clause")
         if any(isinstance(e, exp.Star) for e in select.expressions):
             raise NonAggregateQueryError("SELECT * would return private rows", sql=self.sql,
                                          hint="select aggregates such as COUNT(*) and GROUP BY "
                                          "keys instead")
+        if not any(isinstance(n, exp.AggFunc) for item in select.expressions
+                   for n in item.walk()):
+            raise NonAggregateQueryError(
+                "the SELECT returns rows, not aggregates: it would release private data",
+                sql=self.sql,
+                hint="aggregate the rows, e.g. SELECT COUNT(*), AVG(col) ... GROUP BY key")
         self.scope = Scope(self.relation, self.sql)
         where = select.args.get("where")
         self.where = predicate(where.this, self.scope) if where is not None else None
@@ -234,7 +246,7 @@ class _Compiler:
             inner = inner.args[0]
         if inner.op == "col" and inner.value in self.relation.unit_columns:
             raise PrivateGroupKeysError(
-                f"GROUP BY {node.sql(dialect='duckdb')} groups by the privacy unit: every "
+                f"GROUP BY {node.sql(dialect='duckdb')!r} groups by the privacy unit: every "
                 "group is one person, whose identifier would be the released key",
                 sql=self.sql, position=_position(node),
                 hint="count persons with COUNT(DISTINCT ...) or group by a public attribute")
@@ -247,7 +259,7 @@ class _Compiler:
             return found
         if not isinstance(node, SUPPORTED):
             raise UnsupportedSQLError(
-                f"the aggregate {node.sql(dialect='duckdb')} is not supported", sql=self.sql,
+                f"{ops.construct_name(node)} is not supported", sql=self.sql,
                 hint="use COUNT, SUM, AVG, VAR, STDDEV or a quantile (MEDIAN, QUANTILE_CONT, "
                 "MIN, MAX)")
         for inner in node.find_all(exp.AggFunc):
