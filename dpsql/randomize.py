@@ -328,8 +328,8 @@ class TRR:
              b_variance: float = 1.0, set_size: int = 1000) -> TRR:
         """Sets of ``set_size`` Gaussian numbers, B re-centred so that b̄ = 0 (paper §4.2).
 
-        The numbers are ``RandomSource.normal`` draws (exact discrete Gaussians on a grid of
-        sd·2^-32): TRR has no finite ε, so no rounding here can weaken a guarantee.
+        The numbers are ``RandomSource.normal`` draws (Box-Muller on the source's uniforms):
+        TRR has no finite ε, so float rounding here weakens no guarantee.
         """
         if a_variance < 0 or b_variance < 0:
             raise PrivacyParameterError("TRR variances must be ≥ 0",

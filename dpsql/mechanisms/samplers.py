@@ -23,7 +23,7 @@ import warnings
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from fractions import Fraction
-from math import gcd, isqrt, lcm
+from math import cos, gcd, isqrt, lcm, log, pi, sqrt
 
 from dpsql.errors import InsecureRandomnessWarning, ProgrammingError
 
@@ -113,8 +113,9 @@ class RandomSource:
     client-side perturbations. The default reads ``os.urandom``; ``insecure_seed`` makes the
     draws reproducible for tests and experiments, gives no privacy, and warns
     (``InsecureRandomnessWarning``). Beyond uniform integers (``below``, ``bits``) it offers
-    exact Bernoulli(p) for rational p, a uniform choice of k distinct indices, and fixed-point
-    uniform and Gaussian reals for perturbations that are not differentially private.
+    exact Bernoulli(p) for rational p, a uniform choice of k distinct indices, the exact
+    discrete Laplace, and uniform and Gaussian reals (from fixed-point uniforms) for
+    perturbations that are not differentially private.
 
     Example:
         >>> import warnings; warnings.simplefilter("ignore")
@@ -181,6 +182,17 @@ class RandomSource:
             moved[j] = moved.get(i, i)
         return picked
 
+    def discrete_laplace(self, scale: Fraction) -> int:
+        """One exact two-sided geometric sample, P(z) ∝ exp(−|z|/scale) (CKS Algorithm 2).
+
+        A float scale is taken as the rational it holds exactly.
+        """
+        scale = Fraction(scale)
+        if not scale > 0:
+            raise ProgrammingError(f"a Laplace scale must be positive, got {scale}",
+                                   hint="scale = sensitivity / ε with ε > 0")
+        return discrete_laplace(scale, self)
+
     def uniform_real(self, low: float, high: float) -> float:
         """A uniform point of the grid low + (high − low)·j/2^53, j = 0 … 2^53 − 1.
 
@@ -190,20 +202,23 @@ class RandomSource:
         return low + (high - low) * (self._rng.getrandbits(53) * _TWO_TO_MINUS_53)
 
     def normal(self, mean: float, sd: float) -> float:
-        """mean + sd·Z/2^32, Z an exact discrete Gaussian of σ = 2^32 (CKS Algorithm 3).
+        """A Gaussian of mean ``mean`` and standard deviation ``sd`` (Box-Muller transform).
 
-        So a Gaussian of mean ``mean`` and standard deviation ``sd`` on a grid of sd·2^-32,
-        drawn without floating-point logarithms or trigonometry; for perturbations that are
-        not a DP mechanism (the engine's Gaussian noise is ``discrete_gaussian`` itself).
+        Two fixed-point uniforms of this source (53 bits each) go through log, sqrt and cos in
+        floating point, so the law is Gaussian up to float rounding, not exactly: this is for
+        perturbations that are not a DP mechanism (TRR's sets, RPT masking), where rounding
+        weakens no guarantee. DP noise is ``discrete_gaussian``, which is exact. (An exact
+        discrete Gaussian on a fine grid costs about 10 µs a draw in CPython, this about 1.)
         """
         if sd == 0:
             return float(mean)
-        return mean + sd * (discrete_gaussian(_NORMAL_SIGMA2, self) * _TWO_TO_MINUS_32)
+        getrandbits = self._rng.getrandbits
+        u = (getrandbits(53) + 1) * _TWO_TO_MINUS_53  # in (0, 1]: log(u) is finite
+        v = getrandbits(53) * _TWO_TO_MINUS_53
+        return mean + sd * sqrt(-2.0 * log(u)) * cos(2.0 * pi * v)
 
 
 _TWO_TO_MINUS_53 = 2.0 ** -53
-_TWO_TO_MINUS_32 = 2.0 ** -32
-_NORMAL_SIGMA2 = Fraction(2 ** 64)  # σ = 2^32 grid units
 
 
 class Categorical:
