@@ -188,10 +188,10 @@ class ERRPH:
         1 − p0 by rounding), so the output is a_x with p0 + (1 − p0)·p_x/Σ p.
         """
         codes = np.asarray(codes)
-        if self.p0 == 1.0:
+        hide = [Fraction(p) for p in self.hide_probabilities]
+        if self.p0 == 1.0 or sum(hide) == 0:  # p0 within rounding of 1 and nothing to hide to
             return codes.copy()
         p0 = Fraction(self.p0)
-        hide = [Fraction(p) for p in self.hide_probabilities]
         table = Categorical([p0] + [(1 - p0) * p / sum(hide) for p in hide])
         drawn = _draw_array(table, rng, codes.shape)
         return np.where(drawn == 0, codes, drawn - 1)

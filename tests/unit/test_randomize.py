@@ -127,6 +127,8 @@ def test_p0_one_and_degenerate_trr_are_identities() -> None:
     rng = dpsql.RandomSource(insecure_seed=0)
     codes = data.integers(0, 5, 1_000)
     np.testing.assert_array_equal(ERRPH.uniform(range(5), 1.0).randomize_codes(codes, rng), codes)
+    nowhere = ERRPH(range(5), 1 - 1e-10, (0.0,) * 5)  # p0 + Σ p_j = 1 up to the tolerance
+    np.testing.assert_array_equal(nowhere.randomize_codes(codes, rng), codes)
     x = data.normal(size=100)
     identity = TRR.draw(rng, a_mean=1.0, a_variance=0.0, b_variance=0.0)
     np.testing.assert_allclose(identity.randomize_values(x, rng), x)
