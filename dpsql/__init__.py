@@ -46,6 +46,7 @@ from dpsql.errors import (
     UnsupportedSQLError,
     Warning,
 )
+from dpsql.mechanisms.samplers import RandomSource
 
 apilevel = "2.0"
 threadsafety = 1
@@ -59,7 +60,8 @@ __all__ = [
     "InsecureRandomnessWarning", "IntegrityError", "InterfaceError", "InternalError",
     "LedgerError", "MissingBoundsError", "NonAggregateQueryError", "NotSupportedError",
     "OperationalError", "PrivacyLoss", "PrivacyParameterError", "PrivateGroupKeysError",
-    "ProgrammingError", "QueryTimeoutError", "SQLSyntaxError", "Time", "TimeFromTicks", "Timestamp",
-    "TimestampFromTicks", "UnknownColumnError", "UnknownTableError", "UnsupportedSQLError",
-    "Warning", "apilevel", "connect", "connect_custodian", "paramstyle", "threadsafety",
+    "ProgrammingError", "QueryTimeoutError", "RandomSource", "SQLSyntaxError", "Time",
+    "TimeFromTicks", "Timestamp", "TimestampFromTicks", "UnknownColumnError", "UnknownTableError",
+    "UnsupportedSQLError", "Warning", "apilevel", "connect", "connect_custodian", "paramstyle",
+    "threadsafety",
 ]

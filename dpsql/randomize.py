@@ -3,6 +3,11 @@
 Each record is randomized on its own with a CSPRNG, so whoever holds the output never sees a
 true value and may query it exactly: the output is written as a ``public: true`` table.
 
+Every draw comes from a ``RandomSource`` (the OS CSPRNG; ``insecure_seed`` only for
+experiments) through exact samplers: the keep coin and the fake value of ERRPH and Warner are
+one draw from the exact rational channel (a float parameter is used as the rational it
+holds, not rounded), so the local ε computed from the parameters is the mechanism's.
+
 Randomizers (Zhang et al. 2007, "Privacy Preserving Naive Bayes Classification", §3-§4):
 
 * ``ERRPH(domain, p0, hide_probabilities)``: keep the true value with probability p0, else
@@ -25,10 +30,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import secrets
-import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -43,10 +47,10 @@ from dpsql.connection import connect_custodian
 from dpsql.errors import (
     CatalogError,
     DataError,
-    InsecureRandomnessWarning,
     PrivacyParameterError,
     ProgrammingError,
 )
+from dpsql.mechanisms.samplers import Categorical, RandomSource
 
 PARAMETERS_FORMAT = "dpsql-randomization/1"
 OUTPUT_SUFFIXES = (".parquet", ".csv")
@@ -131,11 +135,26 @@ class ERRPH:
 
     @classmethod
     def from_epsilon(cls, domain: Iterable, epsilon: float) -> ERRPH:
-        """The k-ary randomized response whose local ε is ``epsilon``: p0 = (e^ε-1)/(e^ε+k-1)."""
+        """The k-ary randomized response of local ε at most ``epsilon``.
+
+        p0 = (e^ε − 1)/(e^ε + k − 1) is irrational; it is rounded DOWN to a multiple of
+        2^-52 (so the float p0 is that rational exactly). The local ε, ln(1 + k·p0/(1 − p0)),
+        grows with p0, so rounding down keeps the guarantee: ε is never exceeded, and falls
+        short by about 2^-52 relative. e^ε itself is bounded below by a rational, math.exp
+        stepped down two ulps (it is within one ulp of e^ε).
+
+        Example:
+            >>> m = ERRPH.from_epsilon(["a", "b", "c"], 1.0)
+            >>> m.p0 < (math.e - 1) / (math.e + 2), (m.p0 * 2**52).is_integer()
+            (True, True)
+        """
         domain = tuple(domain)
         if not epsilon >= 0:
             raise PrivacyParameterError(f"epsilon must be ≥ 0, got {epsilon!r}")
-        return cls.uniform(domain, math.expm1(epsilon) / (math.exp(epsilon) + len(domain) - 1))
+        exp_low = Fraction(math.nextafter(math.nextafter(math.exp(min(epsilon, 700.0)), 0.0),
+                                          0.0))
+        p0 = max((exp_low - 1) / (exp_low + len(domain) - 1), Fraction(0))
+        return cls.uniform(domain, math.floor(p0 * 2**52) / 2**52)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> ERRPH:
@@ -161,15 +180,21 @@ class ERRPH:
         k = len(self.domain)
         return self.p0 * np.eye(k) + np.asarray(self.hide_probabilities)[:, None]
 
-    def randomize_codes(self, codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Randomize domain indices; one independent keep coin and fake draw per entry."""
+    def randomize_codes(self, codes: np.ndarray, rng: RandomSource) -> np.ndarray:
+        """Randomize domain indices, each independently and exactly.
+
+        One draw per entry from {keep, a_1, …, a_k} with probabilities p0 and
+        (1 − p0)·p_j / Σ p (exact rationals: p_j normalised, as the floats may miss a sum of
+        1 − p0 by rounding), so the output is a_x with p0 + (1 − p0)·p_x/Σ p.
+        """
         codes = np.asarray(codes)
-        if self.p0 == 1.0:
+        hide = [Fraction(p) for p in self.hide_probabilities]
+        if self.p0 == 1.0 or sum(hide) == 0:  # p0 within rounding of 1 and nothing to hide to
             return codes.copy()
-        keep = rng.random(codes.shape) < self.p0
-        fake_distribution = np.asarray(self.hide_probabilities) / (1.0 - self.p0)
-        fake = rng.choice(len(self.domain), size=codes.shape, p=fake_distribution)
-        return np.where(keep, codes, fake)
+        p0 = Fraction(self.p0)
+        table = Categorical([p0] + [(1 - p0) * p / sum(hide) for p in hide])
+        drawn = _draw_array(table, rng, codes.shape)
+        return np.where(drawn == 0, codes, drawn - 1)
 
     def estimate_counts(self, observed: np.ndarray, total: np.ndarray | float) -> np.ndarray:
         """Unbiased true counts from released counts (last axis = domain): (c_j - p_j·N) / p0.
@@ -225,11 +250,12 @@ class Warner:
         """M[y, x] = θ on the diagonal, 1 - θ off it."""
         return np.array([[self.theta, 1 - self.theta], [1 - self.theta, self.theta]])
 
-    def randomize_codes(self, codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Randomize 0/1 indices: flip each with probability 1 - θ."""
+    def randomize_codes(self, codes: np.ndarray, rng: RandomSource) -> np.ndarray:
+        """Randomize 0/1 indices: flip each with probability exactly 1 − θ."""
         codes = np.asarray(codes)
-        keep = rng.random(codes.shape) < self.theta
-        return np.where(keep, codes, 1 - codes)
+        theta = Fraction(self.theta)
+        flip = _draw_array(Categorical([theta, 1 - theta]), rng, codes.shape)
+        return np.where(flip == 0, codes, 1 - codes)
 
     def estimate_counts(self, observed: np.ndarray, total: np.ndarray | float) -> np.ndarray:
         """Unbiased true counts: (c_j - (1-θ)·N) / (2θ - 1); singular at θ = 0.5."""
@@ -298,16 +324,21 @@ class TRR:
     mechanism: ClassVar[str] = "trr"
 
     @classmethod
-    def draw(cls, rng: np.random.Generator, *, a_mean: float = 1.0, a_variance: float = 1.0,
+    def draw(cls, rng: RandomSource, *, a_mean: float = 1.0, a_variance: float = 1.0,
              b_variance: float = 1.0, set_size: int = 1000) -> TRR:
-        """Sets of ``set_size`` Gaussian numbers, B re-centred so that b̄ = 0 (paper §4.2)."""
+        """Sets of ``set_size`` Gaussian numbers, B re-centred so that b̄ = 0 (paper §4.2).
+
+        The numbers are ``RandomSource.normal`` draws (Box-Muller on the source's uniforms):
+        TRR has no finite ε, so float rounding here weakens no guarantee.
+        """
         if a_variance < 0 or b_variance < 0:
             raise PrivacyParameterError("TRR variances must be ≥ 0",
                                         hint="pass --trr-a-variance and --trr-b-variance ≥ 0")
         if set_size < 1:
             raise PrivacyParameterError(f"TRR set size must be ≥ 1, got {set_size}")
-        a_set = rng.normal(a_mean, math.sqrt(a_variance), set_size)
-        b_set = rng.normal(0.0, math.sqrt(b_variance), set_size)
+        a_sd, b_sd = math.sqrt(a_variance), math.sqrt(b_variance)
+        a_set = np.array([rng.normal(a_mean, a_sd) for _ in range(set_size)])
+        b_set = np.array([rng.normal(0.0, b_sd) for _ in range(set_size)])
         trr = cls(a_set, b_set - b_set.mean())
         if abs(trr.parameters.a_mean) < 1e-6:
             raise PrivacyParameterError("the mean of TRR's set A is 0, so x cannot be recovered",
@@ -329,12 +360,26 @@ class TRR:
         """The published parameters (not the sets)."""
         return self.parameters.to_params()
 
-    def randomize_values(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Fresh a and b for every value."""
+    def randomize_values(self, values: np.ndarray, rng: RandomSource) -> np.ndarray:
+        """Fresh a and b for every value, each uniform over its set (``below``)."""
         values = np.asarray(values, dtype=float)
-        a = self.a_set[rng.integers(0, len(self.a_set), values.shape)]
-        b = self.b_set[rng.integers(0, len(self.b_set), values.shape)]
+        a = self.a_set[_below_array(len(self.a_set), rng, values.shape)]
+        b = self.b_set[_below_array(len(self.b_set), rng, values.shape)]
         return a * values + b
+
+
+def _draw_array(table: Categorical, rng: RandomSource, shape: tuple[int, ...]) -> np.ndarray:
+    """Independent draws of ``table`` as an integer array of ``shape`` (one per cell)."""
+    size = math.prod(shape)
+    return np.fromiter(table.draws(rng, size), dtype=np.int64, count=size).reshape(shape)
+
+
+def _below_array(n: int, rng: RandomSource, shape: tuple[int, ...]) -> np.ndarray:
+    """Uniform integers of [0, n) as an array of ``shape``."""
+    size = math.prod(shape)
+    below = rng.below
+    return np.fromiter((below(n) for _ in range(size)), dtype=np.int64,
+                       count=size).reshape(shape)
 
 
 CATEGORICAL = {"errph": ERRPH.uniform, "warner": lambda domain, p: Warner(domain, p)}
@@ -342,9 +387,9 @@ PUBLISHED = {"errph": ERRPH.from_params, "warner": Warner.from_params,
              "trr": TRRParameters.from_params}
 
 
-def csprng() -> np.random.Generator:
-    """A numpy Generator seeded from the OS CSPRNG (the default for every randomization)."""
-    return np.random.default_rng(secrets.randbits(128))
+def csprng() -> RandomSource:
+    """The OS CSPRNG as a ``RandomSource`` (the default for every randomization)."""
+    return RandomSource()
 
 
 def _json_epsilon(epsilon: float) -> float | None:
@@ -371,7 +416,7 @@ class RandomizationSpec:
     trr_b_variance: float = 1.0
     trr_set_size: int = 1000
 
-    def build(self, table: TableSpec, rng: np.random.Generator) -> dict[str, Randomizer]:
+    def build(self, table: TableSpec, rng: RandomSource) -> dict[str, Randomizer]:
         """One randomizer per non-kept column of ``table``: categorical if it has ``values``."""
         if self.categorical not in CATEGORICAL:
             raise ProgrammingError(f"unknown categorical mechanism {self.categorical!r}",
@@ -401,7 +446,7 @@ class RandomizationSpec:
 
 
 def randomize_frame(frame: pd.DataFrame, randomizers: Mapping[str, Randomizer],
-                    rng: np.random.Generator | None = None) -> pd.DataFrame:
+                    rng: RandomSource | None = None) -> pd.DataFrame:
     """A copy of ``frame`` with each column in ``randomizers`` randomized independently.
 
     Raises:
@@ -593,7 +638,7 @@ def load_randomization(path: str | Path) -> RandomizationRecord:
 
 
 def randomize_table(metadata: str | Path | Mapping, table: str, output: str | Path,
-                    spec: RandomizationSpec, *, rng: np.random.Generator | None = None,
+                    spec: RandomizationSpec, *, rng: RandomSource | None = None,
                     database: str | Path | None = None, source: str | Path | None = None,
                     ledger: str | Path | None = None) -> RandomizedTable:
     """Randomize a catalogue table (or ``source``, a CSV/Parquet file with its columns).
@@ -603,7 +648,8 @@ def randomize_table(metadata: str | Path | Mapping, table: str, output: str | Pa
         table: the table to randomize.
         output: ``.parquet`` or ``.csv`` path of the randomized data.
         spec: mechanisms and parameters.
-        rng: random generator; default a CSPRNG (pass a seeded one only in experiments).
+        rng: random source; default the CSPRNG (``RandomSource(insecure_seed=…)`` only in
+            experiments).
         database: DuckDB file holding the table, if its source is a table name.
         source: read this file instead of the table's declared source.
         ledger: where the custodian's read of the true rows is logged.
@@ -701,12 +747,8 @@ def command(metadata: str, table: str, output: str, database: str | None, ledger
     """Randomize a table column by column (local DP) and write it with its parameters."""
     if (mechanism == "warner") != (theta is not None):
         raise click.UsageError("--theta goes with --mechanism warner, --p0 with errph")
-    if insecure_seed is None:
-        rng = csprng()
-    else:
-        warnings.warn("--insecure-seed makes the randomization reproducible: it gives NO privacy",
-                      InsecureRandomnessWarning, stacklevel=1)
-        rng = np.random.default_rng(insecure_seed)
+    # a seeded source warns (InsecureRandomnessWarning): reproducible, NO privacy
+    rng = csprng() if insecure_seed is None else RandomSource(insecure_seed=insecure_seed)
     spec = RandomizationSpec(p=p0 if theta is None else theta, categorical=mechanism,
                              column_p=_parse_column_p(column_p),
                              keep=tuple(keep), trr_a_mean=trr_a_mean,

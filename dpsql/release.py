@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 import duckdb
-import numpy as np
 import pandas as pd
 from dpsql.compile.select import NOISY_FRAME, ci_column
 from dpsql.errors import InternalError, ProgrammingError
 from dpsql.mechanisms.calibrate import half_width_units
+from dpsql.mechanisms.exponential import exponential
 from dpsql.mechanisms.samplers import RandomSource, discrete_gaussian, discrete_laplace
 from dpsql.plan import StatementPlan
 from dpsql.rewrite import SPREAD_KINDS
@@ -141,28 +141,40 @@ def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: Random
 
     The utility of bin b is −(distance from q·n to the rank interval [c_b, c_{b+1}] that
     the bin covers), which moves by at most 1 per row; a bin is drawn with probability
-    ∝ exp(ε·u/(2Δ)), then a value uniformly inside it (or the integer itself).
+    exactly ∝ exp(ε·u/(2Δ)) (``mechanisms.exponential``: q·n and the utilities are exact
+    Fractions, no float exp). Then the value is the bin's integer when bins are integers, or
+    else a uniform point of a grid of 2^52 values inside the bin, drawn by ``below``: the
+    choice inside a bin is independent of the data, so it costs nothing and needs no
+    exactness, but it draws from the same source as every other sample.
     """
     per_key: dict[tuple, list[int]] = {}
     width = len(keys[0]) if keys else 0
     for row in histogram:
         per_key.setdefault(tuple(row[:width]), [0] * part.bins)[int(row[width])] += int(row[-1])
-    q, low = float(agg.quantile), float(agg.lower)
-    step = float(agg.upper - agg.lower) / part.bins
+    q, low = Fraction(agg.quantile), Fraction(agg.lower)
+    step = Fraction(agg.upper - agg.lower) / part.bins
     integral_bins = agg.integral and agg.upper - agg.lower + 1 == part.bins
-    factor = float(part.epsilon) / (2 * float(part.sensitivity))
+    # Utilities in units of 1/d (d = q's denominator) are integers, as is q·n·d; scaling the
+    # utilities and Δ alike leaves ε·u/(2Δ), so the draw, unchanged.
+    d = q.denominator
     values = []
     for key in keys:
-        counts = np.array(per_key.get(key, [0] * part.bins), dtype=float)
-        below = np.concatenate(([0.0], np.cumsum(counts)))
-        target = q * below[-1]
-        utility = -np.maximum(0.0, np.maximum(below[:-1] - target, target - below[1:]))
-        weights = np.exp(factor * (utility - utility.max()))
-        chosen = int(np.searchsorted(np.cumsum(weights), rng.uniform() * weights.sum(),
-                                     side="right"))
-        chosen = min(chosen, part.bins - 1)
-        values.append(low + chosen if integral_bins else low + (chosen + rng.uniform()) * step)
+        rank, utilities = 0, []
+        counts = per_key.get(key, [0] * part.bins)
+        target = q.numerator * sum(counts)
+        for count in counts:  # bin b covers the ranks [rank, rank + count]
+            utilities.append(-max(0, rank * d - target, target - (rank + count) * d))
+            rank += count
+        chosen = exponential(utilities, part.sensitivity * d, part.epsilon, rng)
+        if integral_bins:
+            values.append(float(low + chosen))
+        else:
+            offset = Fraction(rng.below(_INSIDE_BIN), _INSIDE_BIN)
+            values.append(float(low + (chosen + offset) * step))
     return values
+
+
+_INSIDE_BIN = 2 ** 52  # grid points inside a quantile's bin
 
 
 def _spread(agg, parts, noisy: dict, frame: dict) -> None:

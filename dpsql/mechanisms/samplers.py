@@ -20,11 +20,12 @@ import os
 import random
 import threading
 import warnings
-from collections.abc import Callable
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
 from fractions import Fraction
-from math import gcd, isqrt
+from math import cos, gcd, isqrt, lcm, log, pi, sqrt
 
-from dpsql.errors import InsecureRandomnessWarning
+from dpsql.errors import InsecureRandomnessWarning, ProgrammingError
 
 _BUFFER_BYTES = 4096
 
@@ -105,7 +106,28 @@ class _BufferedOSRandom(random.Random):
 
 
 class RandomSource:
-    """Uniform integers from the OS CSPRNG, or from a seeded PRNG when named insecure."""
+    """Uniform integers from the OS CSPRNG, or from a seeded PRNG when named insecure.
+
+    Every random draw dpsql makes goes through one of these: the engine's noise, the
+    exponential mechanism, the local randomizers of ``dpsql randomize`` and the evaluators'
+    client-side perturbations. The default reads ``os.urandom``; ``insecure_seed`` makes the
+    draws reproducible for tests and experiments, gives no privacy, and warns
+    (``InsecureRandomnessWarning``). Beyond uniform integers (``below``, ``bits``) it offers
+    exact Bernoulli(p) for rational p, a uniform choice of k distinct indices, the exact
+    discrete Laplace, and uniform and Gaussian reals (from fixed-point uniforms) for
+    perturbations that are not differentially private.
+
+    Example:
+        >>> import warnings; warnings.simplefilter("ignore")
+        >>> rng = RandomSource(insecure_seed=7)
+        >>> 0 <= rng.below(10) < 10, rng.bernoulli(Fraction(1)), rng.bernoulli(Fraction(0))
+        (True, True, False)
+        >>> picked = rng.sample(10, 4)
+        >>> len(set(picked)) == 4 and all(0 <= i < 10 for i in picked)
+        True
+    """
+
+    __module__ = "dpsql"
 
     def __init__(self, insecure_seed: int | None = None) -> None:
         if insecure_seed is None:
@@ -129,13 +151,108 @@ class RandomSource:
         """Uniform integer in [0, n)."""
         return self._below(n)
 
-    def uniform(self) -> float:
-        """Uniform float in [0, 1) (the exponential mechanism's draw)."""
-        return self._rng.random()
-
     def bits(self, k: int) -> int:
-        """Uniform k-bit integer (used for per-query hash salts)."""
+        """Uniform k-bit integer (per-query hash salts, fixed-point uniforms)."""
         return self._rng.getrandbits(k)
+
+    def bernoulli(self, p: Fraction) -> bool:
+        """Exact Bernoulli(p) for rational 0 ≤ p ≤ 1: ``below(q) < r`` for p = r/q.
+
+        A float p is taken as the rational it holds exactly (``Fraction(p)``), not rounded.
+        """
+        p = Fraction(p)
+        if not 0 <= p <= 1:
+            raise ProgrammingError(f"a probability must be in [0, 1], got {p}",
+                                   hint="pass p as a probability")
+        return self._below(p.denominator) < p.numerator
+
+    def sample(self, n: int, k: int) -> list[int]:
+        """k distinct integers of ``range(n)``, every k-subset (and order) equally likely.
+
+        A partial Fisher-Yates shuffle: k draws of ``below``, exact for any n.
+        """
+        if not 0 <= k <= n:
+            raise ProgrammingError(f"cannot pick {k} distinct integers of range({n})",
+                                   hint="pass 0 <= k <= n")
+        moved: dict[int, int] = {}  # the positions swapped so far, of a virtual range(n)
+        picked = []
+        for i in range(k):
+            j = i + self._below(n - i)
+            picked.append(moved.get(j, j))
+            moved[j] = moved.get(i, i)
+        return picked
+
+    def discrete_laplace(self, scale: Fraction) -> int:
+        """One exact two-sided geometric sample, P(z) ∝ exp(−|z|/scale) (CKS Algorithm 2).
+
+        A float scale is taken as the rational it holds exactly.
+        """
+        scale = Fraction(scale)
+        if not scale > 0:
+            raise ProgrammingError(f"a Laplace scale must be positive, got {scale}",
+                                   hint="scale = sensitivity / ε with ε > 0")
+        return discrete_laplace(scale, self)
+
+    def uniform_real(self, low: float, high: float) -> float:
+        """A uniform point of the grid low + (high − low)·j/2^53, j = 0 … 2^53 − 1.
+
+        For perturbations that are not a DP mechanism (their float arithmetic leaks nothing a
+        guarantee depends on): the grid is as fine as a double's mantissa.
+        """
+        return low + (high - low) * (self._rng.getrandbits(53) * _TWO_TO_MINUS_53)
+
+    def normal(self, mean: float, sd: float) -> float:
+        """A Gaussian of mean ``mean`` and standard deviation ``sd`` (Box-Muller transform).
+
+        Two fixed-point uniforms of this source (53 bits each) go through log, sqrt and cos in
+        floating point, so the law is Gaussian up to float rounding, not exactly: this is for
+        perturbations that are not a DP mechanism (TRR's sets, RPT masking), where rounding
+        weakens no guarantee. DP noise is ``discrete_gaussian``, which is exact. (An exact
+        discrete Gaussian on a fine grid costs about 10 µs a draw in CPython, this about 1.)
+        """
+        if sd == 0:
+            return float(mean)
+        getrandbits = self._rng.getrandbits
+        u = (getrandbits(53) + 1) * _TWO_TO_MINUS_53  # in (0, 1]: log(u) is finite
+        v = getrandbits(53) * _TWO_TO_MINUS_53
+        return mean + sd * sqrt(-2.0 * log(u)) * cos(2.0 * pi * v)
+
+
+_TWO_TO_MINUS_53 = 2.0 ** -53
+
+
+class Categorical:
+    """Exact draws from a finite distribution with rational weights (one ``below`` a draw).
+
+    The weights are put over one common denominator D; a draw is the index whose cumulative
+    interval holds ``below(D)``, so P(i) = w_i / Σ w exactly.
+
+    Example:
+        >>> import warnings; warnings.simplefilter("ignore")
+        >>> table = Categorical([Fraction(1, 4), Fraction(3, 4), Fraction(0)])
+        >>> table.draws(RandomSource(insecure_seed=1), 8).count(2)
+        0
+    """
+
+    def __init__(self, weights: Sequence[Fraction | int]) -> None:
+        exact = [Fraction(w) for w in weights]
+        if not exact or any(w < 0 for w in exact) or sum(exact) == 0:
+            raise ValueError("weights must be non-negative with a positive sum")
+        scale = lcm(*(w.denominator for w in exact))
+        running, self._ends = 0, []
+        for w in exact:
+            running += int(w * scale)
+            self._ends.append(running)  # index i holds the integers [ends[i-1], ends[i])
+        self._total = running
+
+    def draw(self, rng: RandomSource) -> int:
+        """One index."""
+        return bisect_right(self._ends, rng._below(self._total))
+
+    def draws(self, rng: RandomSource, size: int) -> list[int]:
+        """``size`` independent indices."""
+        below, ends, total = rng._below, self._ends, self._total
+        return [bisect_right(ends, below(total)) for _ in range(size)]
 
 
 # The Bernoulli helpers take gamma = n/d as integers and draw through `below` (a bound

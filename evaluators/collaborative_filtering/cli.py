@@ -29,7 +29,7 @@ from evaluators.collaborative_filtering.pipeline import (
     fill_with_roustida,
     release_values,
 )
-from evaluators.collaborative_filtering.randomness import make_rng
+from evaluators.collaborative_filtering.randomness import make_rng, make_source
 from evaluators.collaborative_filtering.recommenders import METHODS
 
 TRAIN_USERS = 700
@@ -78,11 +78,10 @@ def command(metadata: str, ledger: str | None, method: str, perturbation: str, s
         else None,
         epsilon=ldp_epsilon if perturbation == "ldp" else None,
     )
-    rng = make_rng(seed)
     cust = open_ratings(metadata, ledger=ledger)
     con = cust.duckdb
-    split_users(con, train_users, rng)
-    values = release_values(con, release, rng)
+    split_users(con, train_users, make_rng(seed))
+    values = release_values(con, release, make_source(seed))
     report = {"method": method, "perturbation": perturbation, "fill": fill, "seed": seed}
     if perturbation == "rpt":
         report.update(sigma=sigma, beta=beta, noise=noise)

@@ -3,13 +3,16 @@
 Each user releases every rated cell as ``rating + L`` with L two-sided geometric,
 ``P(L = x) ∝ exp(-epsilon |x| / 4)``: ratings are integers in [1, 5], so changing one rating
 moves it by at most 4 and each released cell is ``epsilon``-DP for its value (integer noise,
-so no floating-point leak). Which items a user rated is released as is (like RPT with
-beta = 0), so the guarantee covers rating values, not item presence. A user's whole profile
-of d ratings is ``d * epsilon``-DP by basic composition. Everything the server does after
+drawn exactly from a ``dpsql.RandomSource``, so no floating-point leak). Which items a user
+rated is released as is (like RPT with beta = 0), so the guarantee covers rating values, not
+item presence. A user's whole profile of d ratings is ``d * epsilon``-DP by basic
+composition. Everything the server does after
 (z-scores, discretization, ROUSTIDA, kNN) is post-processing.
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -20,21 +23,22 @@ from evaluators.collaborative_filtering.data import RATING_LOWER, RATING_UPPER
 RATING_SENSITIVITY = RATING_UPPER - RATING_LOWER
 
 
-def discrete_laplace(scale: float, size: int, rng: np.random.Generator) -> np.ndarray:
-    """Two-sided geometric noise with ``P(x) ∝ exp(-|x| / scale)``."""
-    success = 1.0 - np.exp(-1.0 / scale)
-    return rng.geometric(success, size) - rng.geometric(success, size)
+def discrete_laplace(scale: Fraction, size: int, rng: dpsql.RandomSource) -> np.ndarray:
+    """Two-sided geometric noise with ``P(x) ∝ exp(-|x| / scale)``, sampled exactly."""
+    draw = rng.discrete_laplace
+    return np.fromiter((draw(scale) for _ in range(size)), dtype=np.int64, count=size)
 
 
 def perturb_ratings(
-    ratings: pd.DataFrame, epsilon: float, rng: np.random.Generator
+    ratings: pd.DataFrame, epsilon: float, rng: dpsql.RandomSource
 ) -> pd.DataFrame:
     """Release ``(user_id, item_id, rating)`` as ``(user_id, item_id, noisy)``, ε per rating."""
     if not epsilon > 0:
         raise dpsql.PrivacyParameterError(f"epsilon must be > 0, got {epsilon}",
                                           hint="pass --ldp-epsilon 1 (or any positive value)")
     clipped = ratings["rating"].clip(RATING_LOWER, RATING_UPPER).to_numpy()
-    noise = discrete_laplace(RATING_SENSITIVITY / epsilon, len(clipped), rng)
+    # ε as the exact rational its float holds: the scale is exactly Δ/ε
+    noise = discrete_laplace(Fraction(RATING_SENSITIVITY) / Fraction(epsilon), len(clipped), rng)
     return pd.DataFrame({"user_id": ratings["user_id"].to_numpy(),
                          "item_id": ratings["item_id"].to_numpy(),
                          "noisy": (clipped + noise).astype(np.float64)})

@@ -9,10 +9,16 @@ Each user (thesis ch. 4, steps 1-5; notes §5.3):
 
 Only the masked ``(user_id, item_id, v)`` rows leave the user. This is not differential
 privacy: see ``docs/reports/collaborative_filtering/README.md``.
+
+Every draw comes from a ``dpsql.RandomSource`` (the OS CSPRNG unless seeded for an
+experiment): uniform noise on a 2^-53 grid of its interval, Gaussian noise by Box-Muller on
+the source's uniforms, the fake-cell count by ``below`` and the fake items by an exact
+uniform choice without replacement.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,12 +49,15 @@ class MaskingParams:
                                          hint=f"choose one of {', '.join(NOISE_KINDS)}")
 
 
-def draw_noise(kind: str, sigma_u: float, size: int, rng: np.random.Generator) -> np.ndarray:
+def draw_noise(kind: str, sigma_u: float, size: int, rng: dpsql.RandomSource) -> np.ndarray:
     """Zero-mean noise with standard deviation ``sigma_u``, uniform or Gaussian."""
     if kind == "uniform":
-        alpha = np.sqrt(3.0) * sigma_u  # Var(U[-a, a]) = a^2 / 3 = sigma_u^2
-        return rng.uniform(-alpha, alpha, size)
-    return rng.normal(0.0, sigma_u, size)
+        alpha = math.sqrt(3.0) * sigma_u  # Var(U[-a, a]) = a^2 / 3 = sigma_u^2
+        uniform = rng.uniform_real
+        return np.fromiter((uniform(-alpha, alpha) for _ in range(size)), dtype=float,
+                           count=size)
+    normal = rng.normal
+    return np.fromiter((normal(0.0, sigma_u) for _ in range(size)), dtype=float, count=size)
 
 
 def perturb_user(
@@ -56,21 +65,21 @@ def perturb_user(
     z: np.ndarray,
     n_items: int,
     params: MaskingParams,
-    rng: np.random.Generator,
+    rng: dpsql.RandomSource,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mask one user's z-scores ``z`` on ``items`` (ids 1..n_items); returns (items, values)."""
-    sigma_u = rng.uniform(0.0, params.sigma)
+    sigma_u = rng.uniform_real(0.0, params.sigma)
     masked = z + draw_noise(params.noise, sigma_u, len(z), rng)
     max_fake = int(np.floor(params.beta / 100.0 * len(items)))
     unrated = np.setdiff1d(np.arange(1, n_items + 1), items, assume_unique=True)
-    n_fake = min(int(rng.integers(0, max_fake + 1)), len(unrated))
-    fake_items = rng.choice(unrated, size=n_fake, replace=False)
+    n_fake = min(rng.below(max_fake + 1), len(unrated))
+    fake_items = unrated[np.asarray(rng.sample(len(unrated), n_fake), dtype=np.int64)]
     fake_values = draw_noise(params.noise, sigma_u, n_fake, rng)
     return np.concatenate([items, fake_items]), np.concatenate([masked, fake_values])
 
 
 def mask_ratings(
-    zscores: pd.DataFrame, n_items: int, params: MaskingParams, rng: np.random.Generator
+    zscores: pd.DataFrame, n_items: int, params: MaskingParams, rng: dpsql.RandomSource
 ) -> pd.DataFrame:
     """Mask every user of ``zscores`` (columns user_id, item_id, z; sorted by user_id).
 

@@ -65,7 +65,7 @@ class FillReport:
 
 
 def release_values(
-    con: duckdb.DuckDBPyConnection, perturbation: Perturbation, rng: np.random.Generator
+    con: duckdb.DuckDBPyConnection, perturbation: Perturbation, rng: dpsql.RandomSource
 ) -> str:
     """Simulate the clients' release and return the server-side value table's name."""
     if perturbation.kind == "none":

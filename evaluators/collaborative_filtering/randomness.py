@@ -1,4 +1,9 @@
-"""Random generators: CSPRNG-seeded by default, fixed seeds only for experiments and tests."""
+"""Random generators: CSPRNG-seeded by default, fixed seeds only for experiments and tests.
+
+Two kinds: ``make_source`` is the clients' noise (RPT masking, local-DP Laplace), a
+``dpsql.RandomSource`` like every noise dpsql draws; ``make_rng`` is a numpy generator for
+the experiment's own sampling (which users are neighbours and which are tested), not noise.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +16,14 @@ import dpsql
 
 
 def make_rng(seed: int | None = None) -> np.random.Generator:
-    """A generator seeded from ``secrets``; an explicit ``seed`` warns that it gives no privacy."""
+    """A split generator seeded from ``secrets``; an explicit ``seed`` warns (no privacy)."""
     if seed is None:
         return np.random.default_rng(secrets.randbits(128))
-    warnings.warn(f"seed {seed} makes the client noise reproducible: experiments only, no privacy",
+    warnings.warn(f"seed {seed} makes the user split reproducible: experiments only, no privacy",
                   dpsql.InsecureRandomnessWarning, stacklevel=2)
     return np.random.default_rng(seed)
+
+
+def make_source(seed: int | None = None) -> dpsql.RandomSource:
+    """The clients' noise source: the OS CSPRNG, or seeded (which warns: no privacy)."""
+    return dpsql.RandomSource() if seed is None else dpsql.RandomSource(insecure_seed=seed)

@@ -47,7 +47,7 @@ from evaluators.collaborative_filtering.pipeline import (
     fill_with_roustida,
     release_values,
 )
-from evaluators.collaborative_filtering.randomness import make_rng
+from evaluators.collaborative_filtering.randomness import make_rng, make_source
 from evaluators.collaborative_filtering.recommenders import METHODS
 from evaluators.experiments.figures import save_figure
 
@@ -120,10 +120,10 @@ def run_repetition(rep: int, settings: list[Setting], metadata: str, levels: int
     ``min_overlap`` selects the ROUSTIDA rule of the filled arm (0: the thesis's).
     """
     seed = BASE_SEED + rep
-    rng = make_rng(seed)
+    rng = make_source(seed)  # the clients' noise; the split has its own generator
     cust = open_ratings(metadata, ledger=":memory:")
     con = cust.duckdb
-    split_users(con, TRAIN_USERS, rng)
+    split_users(con, TRAIN_USERS, make_rng(seed))
     rows = []
     for setting in settings:
         values = release_values(con, setting.perturbation, rng)
@@ -161,10 +161,10 @@ def run_fill_variants(metadata: str) -> pd.DataFrame:
     The thesis never gives N, and its NS definition makes users without co-rated items
     indiscernible; both drive how much ROUSTIDA fills.
     """
-    rng = make_rng(BASE_SEED)
+    rng = make_source(BASE_SEED)
     cust = open_ratings(metadata, ledger=":memory:")
     con = cust.duckdb
-    split_users(con, TRAIN_USERS, rng)
+    split_users(con, TRAIN_USERS, make_rng(BASE_SEED))
     rows = []
     for sigma in tqdm(FILL_VARIANT_SIGMAS, desc="fill variants"):
         values = release_values(con, Perturbation("rpt", masking=MaskingParams(sigma, 0)), rng)
@@ -193,7 +193,7 @@ def run_min_overlap_grid(metadata: str, levels: int) -> pd.DataFrame:
 
 def run_disclosure(metadata: str) -> pd.DataFrame:
     """Item-presence and value disclosure of one RPT masking of all users per σ (β = 200)."""
-    rng = make_rng(BASE_SEED)
+    rng = make_source(BASE_SEED)
     cust = open_ratings(metadata, ledger=":memory:")
     con = cust.duckdb
     true_z = fetch_long(con, create_zscores(con, "cf_ratings", "rating", "cf_z_true"), "z")

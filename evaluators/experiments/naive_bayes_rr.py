@@ -134,7 +134,7 @@ class Runner:
         self.progress.update()
 
     def local(self, part: str, variant: str, rep: int, holdout: Holdout,
-              spec: RandomizationSpec, rng: np.random.Generator, **fields) -> None:
+              spec: RandomizationSpec, rng: dpsql.RandomSource, **fields) -> None:
         def fit():
             model, randomized = fit_randomized(holdout, spec, rng, self.workdir)
             return model, randomized.local_epsilon_categorical
@@ -170,6 +170,8 @@ def run_dataset(dataset: Dataset, reps: int, workdir: Path, progress: tqdm) -> l
     for rep in range(reps):
         rng = np.random.default_rng([rep, len(dataset.name)])
         split_seed = int(rng.integers(2**31))
+        # the randomizers' draws: a seeded RandomSource (experiments only, no privacy)
+        noise = dpsql.RandomSource(insecure_seed=int(rng.integers(2**63)))
         holdout = functools.partial(_holdout, dataset, seed=split_seed)
         categorical = holdout("bins")  # same rows in every variant: same split seed
         # Part A: accuracy vs p0.
@@ -186,18 +188,18 @@ def run_dataset(dataset: Dataset, reps: int, workdir: Path, progress: tqdm) -> l
                 spec = RandomizationSpec(p=p0, trr_a_mean=trr["a_mean"],
                                          trr_a_variance=trr["a_variance"],
                                          trr_b_variance=trr["b_variance"])
-                runner.local("A", variant, rep, data, spec, rng, p=p0)
+                runner.local("A", variant, rep, data, spec, noise, p=p0)
         # Part B: binarized attributes, RRPH(p) vs Warner(θ = p).
         binary = binarize(holdout("trr") if dataset.has_numeric else categorical)
         runner.exact("B", "non-private", rep, binary)
         for p in B_GRID:
-            runner.local("B", "rrph", rep, binary, RandomizationSpec(p=p), rng, p=p)
+            runner.local("B", "rrph", rep, binary, RandomizationSpec(p=p), noise, p=p)
             runner.local("B", "warner", rep, binary,
-                         RandomizationSpec(p=p, categorical="warner"), rng, p=p)
+                         RandomizationSpec(p=p, categorical="warner"), noise, p=p)
         # Part C: local vs central at equal ε per record (all attributes categorical).
         for epsilon in EPSILON_GRID:
             runner.local("C", "local equal split", rep, categorical,
-                         equal_split_spec(categorical, epsilon), rng)
+                         equal_split_spec(categorical, epsilon), noise)
             runner.central("C", rep, categorical, epsilon, int(rng.integers(2**31)))
         for p0 in REPORT_P0:
             epsilon = sum(ERRPH.uniform(categorical.table.columns[a].values, p0).local_epsilon

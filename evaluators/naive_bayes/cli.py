@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import secrets
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -161,7 +162,7 @@ def fit_exact(holdout: Holdout, alpha: float = 1.0) -> NaiveBayesModel:
     return ReconstructedStatistics(class_counts, feature_counts, domains, gaussian).to_model(alpha)
 
 
-def fit_randomized(holdout: Holdout, spec: RandomizationSpec, rng: np.random.Generator,
+def fit_randomized(holdout: Holdout, spec: RandomizationSpec, rng: dpsql.RandomSource,
                    workdir: str | Path, alpha: float = 1.0) -> tuple[NaiveBayesModel,
                                                                       RandomizedTable]:
     """Randomize the train rows (class kept clear) and fit PPNB through a dpsql connection."""
@@ -232,10 +233,13 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *, p0
     if mechanism == "laplace" and epsilon is None:
         raise dpsql.PrivacyParameterError("--mechanism laplace needs --epsilon",
                                           hint="pass e.g. --epsilon 1.0")
-    rng = csprng() if seed is None else np.random.default_rng(seed)
+    # the split is the data owner's sampling, not noise: a numpy generator; the randomizers
+    # draw from a RandomSource (the CSPRNG, or seeded and warning for experiments)
+    split = np.random.default_rng(seed if seed is not None else secrets.randbits(128))
+    noise = csprng() if seed is None else dpsql.RandomSource(insecure_seed=seed)
     if mechanism == "laplace" and numeric == "trr":
         numeric = "bins"  # central DP counts need public domains for every attribute
-    holdout = load_holdout(metadata, table, class_column, test_fraction=test_fraction, rng=rng,
+    holdout = load_holdout(metadata, table, class_column, test_fraction=test_fraction, rng=split,
                            attributes=attributes, numeric=numeric, bins=bins)
     result: dict[str, Any] = {
         "table": table, "class": holdout.class_column, "mechanism": mechanism,
@@ -251,7 +255,7 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *, p0
             return result
         spec = RandomizationSpec(p=p0, trr_a_mean=trr["a_mean"], trr_a_variance=trr["a_variance"],
                                  trr_b_variance=trr["b_variance"])
-        model, randomized = fit_randomized(holdout, spec, rng, workdir, alpha)
+        model, randomized = fit_randomized(holdout, spec, noise, workdir, alpha)
     per_attribute = randomized.local_epsilon_per_attribute
     result.update(
         test_accuracy=accuracy(model, holdout), p0=p0,

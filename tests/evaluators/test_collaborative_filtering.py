@@ -146,7 +146,7 @@ def test_masking_preserves_user_means_and_variances_in_expectation(movielens):
     items, values = user["item_id"].to_numpy(), user["z"].to_numpy()
     for noise in ("uniform", "gaussian"):
         params = MaskingParams(sigma=2.0, beta=0.0, noise=noise)
-        rng = np.random.default_rng(11)
+        rng = dpsql.RandomSource(insecure_seed=11)
         draws = np.stack([perturb_user(items, values, 1682, params, rng)[1]
                           for _ in range(3000)])
         # E[mean] = mean(z); E[var] = var(z) + E[sigma_u^2] (1 - 1/d), E[sigma_u^2] = sigma^2/3
@@ -161,7 +161,7 @@ def test_masking_preserves_user_means_and_variances_in_expectation(movielens):
 def test_fake_cells_follow_beta_and_land_in_unrated_items(movielens):
     z = fetch_long(movielens, "cf_z_true", "z")
     masked = mask_ratings(z, 1682, MaskingParams(sigma=2.0, beta=200.0),
-                          np.random.default_rng(3))
+                          dpsql.RandomSource(insecure_seed=3))
     merged = masked.merge(z, on=["user_id", "item_id"], how="left")
     fakes = merged[merged["z"].isna()].groupby("user_id").size()
     counts = z.groupby("user_id").size()
@@ -185,7 +185,7 @@ def test_masking_refuses_bad_parameters():
 
 def test_discrete_laplace_has_the_epsilon_likelihood_ratio():
     epsilon = 1.0
-    rng = np.random.default_rng(5)
+    rng = dpsql.RandomSource(insecure_seed=5)
     ratings = pd.DataFrame({"user_id": 1, "item_id": 1, "rating": np.repeat([1, 5], 200_000)})
     noisy = ldp.perturb_ratings(ratings, epsilon, rng)["noisy"].to_numpy()
     low, high = noisy[:200_000], noisy[200_000:]
@@ -199,7 +199,7 @@ def test_discrete_laplace_has_the_epsilon_likelihood_ratio():
 def test_local_dp_refuses_non_positive_epsilon():
     with pytest.raises(dpsql.PrivacyParameterError):
         ldp.perturb_ratings(pd.DataFrame({"user_id": [1], "item_id": [1], "rating": [3]}), 0.0,
-                            np.random.default_rng(0))
+                            dpsql.RandomSource(insecure_seed=0))
 
 
 # --- recommenders on the real data ----------------------------------------------------------

@@ -51,7 +51,7 @@ def _reconstruct(frame: pd.DataFrame, table, spec: RandomizationSpec, rng, path:
 def test_sql_reconstruction_is_unbiased_over_many_randomizations(car, tmp_path) -> None:
     p0, reps = 0.5, 30
     spec = RandomizationSpec(p=p0, keep=("class",))
-    rng = np.random.default_rng(21)
+    rng = dpsql.RandomSource(insecure_seed=21)
     runs = [_reconstruct(car.train, car.table, spec, rng, tmp_path / f"r{i}.parquet")[0]
             for i in range(reps)]
     classes = car.train["class"].value_counts()
@@ -74,7 +74,7 @@ def test_sql_reconstruction_is_unbiased_over_many_randomizations(car, tmp_path) 
 
 
 def test_sql_path_equals_the_closed_form_on_the_released_table(car, tmp_path) -> None:
-    rng = np.random.default_rng(3)
+    rng = dpsql.RandomSource(insecure_seed=3)
     stats, written = _reconstruct(car.train, car.table, RandomizationSpec(p=0.35, keep=("class",)),
                                   rng, tmp_path / "car.parquet")
     custodian = dpsql.connect_custodian(None, metadata=str(written.metadata_path),
@@ -102,7 +102,7 @@ def test_local_epsilon_matches_the_empirical_likelihood_ratio_of_a_released_tabl
         "x": {"type": "text", "values": domain},
         "class": {"type": "text", "values": domain}}}}}).table("t")
     frame = pd.DataFrame({"x": np.repeat(domain, n), "class": np.repeat(domain, n)})
-    rng = np.random.default_rng(9)
+    rng = dpsql.RandomSource(insecure_seed=9)
     randomizers = RandomizationSpec(p=p0, keep=("class",)).build(table, rng)
     written = write_randomized(randomize_frame(frame, randomizers, rng), table, randomizers,
                                tmp_path / "t.parquet")
@@ -123,7 +123,7 @@ def test_p0_one_gives_the_non_private_classifier_on_adult(tmp_path) -> None:
                            rng=np.random.default_rng(1))
     # p0 = 1 and TRR with a ≡ 1, b ≡ 0: the released table is the true one.
     spec = RandomizationSpec(p=1.0, trr_a_variance=0.0, trr_b_variance=0.0)
-    private, _ = fit_randomized(holdout, spec, np.random.default_rng(2), tmp_path)
+    private, _ = fit_randomized(holdout, spec, dpsql.RandomSource(insecure_seed=2), tmp_path)
     exact = fit_exact(holdout)
     test = holdout.test[holdout.attributes]
     np.testing.assert_array_equal(private.predict(test), exact.predict(test))
@@ -132,7 +132,7 @@ def test_p0_one_gives_the_non_private_classifier_on_adult(tmp_path) -> None:
 
 
 def test_class_column_must_stay_clear(car, tmp_path) -> None:
-    rng = np.random.default_rng(5)
+    rng = dpsql.RandomSource(insecure_seed=5)
     randomizers = RandomizationSpec(p=0.5).build(car.table, rng)
     written = write_randomized(randomize_frame(car.train, randomizers, rng), car.table,
                                randomizers, tmp_path / "all.parquet")

@@ -122,6 +122,18 @@ def add_visitor_on_the_edge(tables: Tables) -> Tables:
     return {**tables, "visits": pd.concat([tables["visits"], person], ignore_index=True)}
 
 
+def two_age_clusters(tables: Tables) -> Tables:
+    """Adults whose ages are 30 (half of them) or 60: the median sits on a rank boundary."""
+    adult = tables["adult"].copy()
+    adult["age"] = np.where(np.arange(len(adult)) % 2 == 0, 30, 60)
+    return {**tables, "adult": adult}
+
+
+def equal_hours(tables: Tables) -> Tables:
+    """Adults who all work 50 hours: MAX's utility is flat over 50..99, so one row moves it."""
+    return {**tables, "adult": tables["adult"].assign(hours=50)}
+
+
 def replace_adult_row(tables: Tables) -> Tables:
     """D' = D with one person's row replaced by an extreme person in other cells."""
     adult = tables["adult"].copy()

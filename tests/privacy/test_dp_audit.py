@@ -15,8 +15,10 @@ from auditor import (
     add_heavy_visitor,
     add_visitor_on_the_edge,
     audit,
+    equal_hours,
     replace_adult_row,
     threshold_edge_visitors,
+    two_age_clusters,
 )
 
 import dpsql
@@ -43,6 +45,12 @@ SHAPES = [
     Shape("cte", "WITH t AS (SELECT * FROM adult WHERE age > 30) SELECT COUNT(*) AS n FROM t",
           add_extreme_adult),
     Shape("median", "SELECT MEDIAN(age) AS m FROM adult", add_extreme_adult),
+    # the exponential mechanism where one person moves the utilities most: D's median on a
+    # rank boundary between two clusters, D's maximum flat over half the bins
+    Shape("median_between_clusters", "SELECT MEDIAN(age) AS m FROM adult", add_extreme_adult,
+          base=two_age_clusters),
+    Shape("max_of_equal_values", "SELECT MAX(hours) AS m FROM adult", add_extreme_adult,
+          base=equal_hours),
     Shape("quantile_per_person", "SELECT QUANTILE_CONT(amount, 0.9) AS q FROM visits",
           add_heavy_visitor),
     Shape("grouped_max", "SELECT sex, MAX(hours) AS m FROM adult GROUP BY sex",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -29,7 +30,7 @@ CAR_YAML = "data/datasets/car.yaml"
 
 
 
-def _empirical_epsilon(randomizer, draws: int, rng: np.random.Generator) -> float:
+def _empirical_epsilon(randomizer, draws: int, rng: dpsql.RandomSource) -> float:
     """max over inputs x, x' and outputs y of ln(P̂(y|x) / P̂(y|x'))."""
     k = len(randomizer.domain)
     freq = np.array([np.bincount(randomizer.randomize_codes(np.full(draws, x), rng),
@@ -45,26 +46,34 @@ def test_errph_epsilon_matches_formula_and_empirical_ratio(k: int, p0: float) ->
     matrix = randomizer.transition_matrix()
     np.testing.assert_allclose(matrix.sum(axis=0), 1.0)
     assert np.log(matrix.max(axis=1) / matrix.min(axis=1)).max() == pytest.approx(formula)
-    empirical = _empirical_epsilon(randomizer, 200_000, np.random.default_rng(k))
+    empirical = _empirical_epsilon(randomizer, 200_000, dpsql.RandomSource(insecure_seed=k))
     assert empirical == pytest.approx(formula, abs=0.05)
 
 
 def test_unequal_hide_probabilities_use_the_smallest() -> None:
     randomizer = ERRPH(["a", "b", "c"], 0.4, (0.1, 0.2, 0.3))
     assert randomizer.local_epsilon == pytest.approx(math.log(1 + 0.4 / 0.1))
-    empirical = _empirical_epsilon(randomizer, 200_000, np.random.default_rng(3))
+    empirical = _empirical_epsilon(randomizer, 200_000, dpsql.RandomSource(insecure_seed=3))
     assert empirical == pytest.approx(randomizer.local_epsilon, abs=0.05)
 
 
-def test_from_epsilon_inverts_the_epsilon_formula() -> None:
-    randomizer = ERRPH.from_epsilon(list("abcde"), 1.3)
-    assert randomizer.local_epsilon == pytest.approx(1.3, rel=1e-12)
+def test_from_epsilon_inverts_the_epsilon_formula_never_above() -> None:
+    for k, epsilon in ((5, 1.3), (2, 0.1), (12, 4.0), (3, 0.0), (4, 800.0)):
+        randomizer = ERRPH.from_epsilon([f"v{i}" for i in range(k)], epsilon)
+        p0 = Fraction(randomizer.p0)  # the exact rational the randomizer draws with
+        assert p0.denominator <= 2**52
+        # exp(local ε) = 1 + k·p0/(1 − p0) ≤ e^ε, checked in exact arithmetic below the
+        # float: e^ε ≥ its float stepped down two ulps
+        exp_low = Fraction(math.nextafter(math.nextafter(math.exp(min(epsilon, 700)), 0), 0))
+        assert p0 == 0 or 1 + k * p0 / (1 - p0) <= exp_low  # p0 = 0: local ε = 0
+        if epsilon < 700:
+            assert randomizer.local_epsilon == pytest.approx(epsilon, rel=1e-12, abs=1e-12)
 
 
 def test_warner_epsilon_and_equivalence_with_binary_errph() -> None:
     warner = Warner(["no", "yes"], theta=0.3)
     assert warner.local_epsilon == pytest.approx(math.log(0.7 / 0.3))
-    empirical = _empirical_epsilon(warner, 200_000, np.random.default_rng(5))
+    empirical = _empirical_epsilon(warner, 200_000, dpsql.RandomSource(insecure_seed=5))
     assert empirical == pytest.approx(warner.local_epsilon, abs=0.05)
     # RRPH(p0) is Warner with θ = (1 + p0) / 2: same channel, same ε (notes §5.4).
     errph = ERRPH.uniform(["no", "yes"], 0.5)
@@ -79,7 +88,7 @@ def test_errph_reconstruction_is_unbiased_with_the_papers_variance() -> None:
     true = np.array([5_000, 5_000, 8_000, 2_000])
     codes = np.repeat(np.arange(4), true)
     randomizer = ERRPH.uniform(list("abcd"), p0)
-    rng = np.random.default_rng(11)
+    rng = dpsql.RandomSource(insecure_seed=11)
     released = np.stack([np.bincount(randomizer.randomize_codes(codes, rng), minlength=4)
                          for _ in range(reps)])
     estimates = randomizer.estimate_counts(released, np.full(reps, n))
@@ -92,7 +101,7 @@ def test_errph_reconstruction_is_unbiased_with_the_papers_variance() -> None:
 def test_warner_reconstruction_is_unbiased() -> None:
     codes = np.repeat([0, 1], [3_000, 1_000])
     warner = Warner(["no", "yes"], 0.8)
-    rng = np.random.default_rng(2)
+    rng = dpsql.RandomSource(insecure_seed=2)
     released = np.stack([np.bincount(warner.randomize_codes(codes, rng), minlength=2)
                          for _ in range(300)])
     estimates = warner.estimate_counts(released, np.full(300, 4_000))
@@ -100,8 +109,8 @@ def test_warner_reconstruction_is_unbiased() -> None:
 
 
 def test_trr_reconstructs_mean_and_variance_without_bias() -> None:
-    rng = np.random.default_rng(8)
-    x = rng.normal(40.0, 8.0, 2_000)
+    x = np.random.default_rng(8).normal(40.0, 8.0, 2_000)  # data, not noise
+    rng = dpsql.RandomSource(insecure_seed=8)
     trr = TRR.draw(rng, a_mean=1.0, a_variance=1.0, b_variance=1.0, set_size=1_000)
     params = trr.parameters
     assert params.b_mean == pytest.approx(0.0, abs=1e-12)
@@ -114,10 +123,13 @@ def test_trr_reconstructs_mean_and_variance_without_bias() -> None:
 
 
 def test_p0_one_and_degenerate_trr_are_identities() -> None:
-    rng = np.random.default_rng(0)
-    codes = rng.integers(0, 5, 1_000)
+    data = np.random.default_rng(0)
+    rng = dpsql.RandomSource(insecure_seed=0)
+    codes = data.integers(0, 5, 1_000)
     np.testing.assert_array_equal(ERRPH.uniform(range(5), 1.0).randomize_codes(codes, rng), codes)
-    x = rng.normal(size=100)
+    nowhere = ERRPH(range(5), 1 - 1e-10, (0.0,) * 5)  # p0 + Σ p_j = 1 up to the tolerance
+    np.testing.assert_array_equal(nowhere.randomize_codes(codes, rng), codes)
+    x = data.normal(size=100)
     identity = TRR.draw(rng, a_mean=1.0, a_variance=0.0, b_variance=0.0)
     np.testing.assert_allclose(identity.randomize_values(x, rng), x)
 
@@ -132,7 +144,7 @@ def test_invalid_parameters_are_dpsql_errors() -> None:
     with pytest.raises(dpsql.PrivacyParameterError):
         Warner(["a", "b"], 0.5).estimate_counts(np.array([1, 1]), 2)
     with pytest.raises(dpsql.PrivacyParameterError):
-        TRR.draw(np.random.default_rng(0), a_mean=0.0, a_variance=0.0)
+        TRR.draw(dpsql.RandomSource(insecure_seed=0), a_mean=0.0, a_variance=0.0)
 
 
 def test_frame_values_outside_the_domain_or_missing_are_data_errors() -> None:
@@ -147,10 +159,11 @@ def test_spec_refuses_text_columns_without_domain_and_unknown_columns() -> None:
     table = load_catalog({"tables": {"t": {"privacy_unit": None, "columns": {
         "name": {"type": "text"}, "c": {"type": "text", "values": ["u", "v"]}}}}}).table("t")
     with pytest.raises(dpsql.CatalogError, match="no public domain"):
-        RandomizationSpec().build(table, np.random.default_rng(0))
+        RandomizationSpec().build(table, dpsql.RandomSource(insecure_seed=0))
     with pytest.raises(dpsql.CatalogError, match="no column"):
-        RandomizationSpec(keep=("nope",)).build(table, np.random.default_rng(0))
-    assert list(RandomizationSpec(keep=("name",)).build(table, np.random.default_rng(0))) == ["c"]
+        RandomizationSpec(keep=("nope",)).build(table, dpsql.RandomSource(insecure_seed=0))
+    rng = dpsql.RandomSource(insecure_seed=0)
+    assert list(RandomizationSpec(keep=("name",)).build(table, rng)) == ["c"]
 
 
 def test_written_table_is_a_valid_public_catalogue_with_its_parameters(tmp_path) -> None:
@@ -158,7 +171,7 @@ def test_written_table_is_a_valid_public_catalogue_with_its_parameters(tmp_path)
         "c": {"type": "text", "values": ["u", "v", "w"]}, "x": {"type": "int", "lower": 0,
                                                                 "upper": 9},
         "label": {"type": "text", "values": ["y", "n"]}}}}}).table("t")
-    rng = np.random.default_rng(4)
+    rng = dpsql.RandomSource(insecure_seed=4)
     frame = pd.DataFrame({"c": ["u", "v", "w"] * 10, "x": range(30), "label": ["y", "n"] * 15})
     randomizers = RandomizationSpec(p=0.6, keep=("label",)).build(table, rng)
     result = write_randomized(randomize_frame(frame, randomizers, rng), table, randomizers,

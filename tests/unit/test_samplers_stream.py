@@ -9,6 +9,7 @@ from fractions import Fraction
 import pytest
 from scipy.stats import chisquare
 
+import dpsql
 from dpsql.mechanisms import samplers
 from dpsql.mechanisms.samplers import RandomSource, discrete_gaussian, discrete_laplace
 
@@ -88,11 +89,51 @@ def test_secure_bits_and_uniform():
         values = [rng.bits(k) for _ in range(64)]
         assert all(0 <= v < 2**k for v in values)
         assert max(values).bit_length() > k - 8  # the top bits are used
-    floats = [rng.uniform() for _ in range(20_000)]
+    floats = [rng.uniform_real(0.0, 1.0) for _ in range(20_000)]
     assert all(0.0 <= x < 1.0 for x in floats)
     assert all((x * 2**53).is_integer() for x in floats)
     mean = sum(floats) / len(floats)
     assert abs(mean - 0.5) < 6 * math.sqrt(1 / 12 / len(floats))
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_bernoulli_categorical_and_sample_are_exact(secure):
+    rng = RandomSource() if secure else RandomSource(insecure_seed=9)
+    draws = 30_000
+    hits = sum(rng.bernoulli(Fraction(2, 7)) for _ in range(draws))
+    assert chisquare([hits, draws - hits], [draws * 2 / 7, draws * 5 / 7]).pvalue > P_FLOOR
+    weights = [Fraction(1, 10), Fraction(0), Fraction(3, 5), Fraction(3, 10)]
+    observed = [0] * 4
+    for i in samplers.Categorical(weights).draws(rng, draws):
+        observed[i] += 1
+    assert observed[1] == 0
+    kept = [0, 2, 3]
+    assert chisquare([observed[i] for i in kept],
+                     [draws * float(weights[i]) for i in kept]).pvalue > P_FLOOR
+    # every ordered pair of 2 distinct values out of 5 is equally likely (20 of them)
+    pairs = [tuple(rng.sample(5, 2)) for _ in range(draws)]
+    assert all(a != b for a, b in pairs)
+    counts = [pairs.count((a, b)) for a in range(5) for b in range(5) if a != b]
+    assert chisquare(counts).pvalue > P_FLOOR
+    assert sorted(rng.sample(6, 6)) == list(range(6))
+
+
+def test_normal_has_its_mean_and_standard_deviation():
+    rng = RandomSource(insecure_seed=4)
+    xs = [rng.normal(3.0, 2.0) for _ in range(20_000)]
+    mean = sum(xs) / len(xs)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+    assert abs(mean - 3.0) < 6 * 2.0 / math.sqrt(len(xs))
+    assert abs(sd - 2.0) < 0.05
+    assert rng.normal(1.5, 0.0) == 1.5
+
+
+def test_bad_probabilities_and_sizes_are_dpsql_errors():
+    rng = RandomSource(insecure_seed=0)
+    with pytest.raises(dpsql.ProgrammingError):
+        rng.bernoulli(Fraction(3, 2))
+    with pytest.raises(dpsql.ProgrammingError):
+        rng.sample(3, 4)
 
 
 def _chi_square_against(pmf, draws, lo, hi):
