@@ -523,7 +523,7 @@ def _scaled(value: str, factor: int | str, divisor: str, wide: bool, d: _Writer)
     integer; multiplying back by the divisor tells, and one step down corrects it.
     """
     if wide:
-        return (f"SIGN({value}) * {d.dialect.int_divide(f'ABS({value}) * {factor}', divisor)}")
+        return d.dialect.int_divide(f"{value} * {factor}", divisor)
     magnitude = f"ABS({value}) * {factor}"
     floor = f"FLOOR({magnitude} / {divisor})"
     return (f"SIGN({value}) * ({floor} - CASE WHEN {floor} * {divisor} > {magnitude} "
