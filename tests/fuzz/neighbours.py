@@ -45,7 +45,6 @@ ITEMS = ["a", "b", "c"]
 SHOPS = ["corner", "market", "online"]
 VARIANTS = 3  # adversarial persons; the fuzz picks one per statement, the attack tests use all
 EPSILON = 1
-DELTA = 1e-6
 TOLERANCE = Fraction(1, 10**9)
 DATA = "@DATA@"  # in a statement: the folder of the database it runs on (a path to its files)
 
@@ -190,14 +189,24 @@ def _reseed(con: dpsql.Connection, seed: int, *, store_answers: bool) -> None:
 
 
 def _fail(sql: str, message: str) -> AssertionError:
-    return AssertionError(f"{message}\n  statement: {sql!r}")
+    """The failure, statement first; only the first line of an engine message is kept."""
+    return AssertionError(f"{sql}\n    -> {message.splitlines()[0]}")
 
 
-def _plan(con: dpsql.Connection, seed: int, sql: str, script: bool, delta):
+def plan_both(pair: Pair, sql: str, **privacy) -> list:
+    """The engine's plans of ``sql`` on D and D′, from the same seed (so the same salts)."""
+    plans = []
+    for con, _ in pair.sides:
+        _reseed(con, pair.seed, store_answers=False)
+        plans.append(con._engine.plan(sql, script=True, **privacy))
+    return plans
+
+
+def _plan(con: dpsql.Connection, seed: int, sql: str, script: bool, privacy: dict):
     """The engine's plan, or the dpsql.Error refusing it."""
     _reseed(con, seed, store_answers=False)
     try:
-        return con._engine.plan(sql, epsilon=EPSILON, delta=delta, script=script)
+        return con._engine.plan(sql, script=script, **privacy)
     except dpsql.InternalError as err:
         raise _fail(sql, f"InternalError while planning: {err}") from err
     except dpsql.Error as err:
@@ -216,15 +225,16 @@ class Answer:
     charged: bool
 
 
-def _execute(con: dpsql.Connection, seed: int, sql: str, script: bool, delta) -> Answer:
+def _execute(con: dpsql.Connection, seed: int, sql: str, script: bool, privacy: dict
+             ) -> Answer:
     _reseed(con, seed, store_answers=True)
     spent = con.budget_spent
     cursor = con.cursor()
     try:
         if script:
-            cursor.executescript(sql, epsilon=EPSILON, delta=delta)
+            cursor.executescript(sql, **privacy)
         else:
-            cursor.execute(sql, epsilon=EPSILON, delta=delta)
+            cursor.execute(sql, **privacy)
     except dpsql.InternalError as err:
         raise _fail(sql, f"InternalError: {err}") from err
     except dpsql.Error as err:
@@ -238,12 +248,14 @@ def _execute(con: dpsql.Connection, seed: int, sql: str, script: bool, delta) ->
     return Answer(None, sets, True)
 
 
-def check_statement(pair: Pair, sql: str, *, script: bool = False, delta=None) -> str:
+def check_statement(pair: Pair, sql: str, *, script: bool = False, delta=None,
+                    epsilon=EPSILON) -> str:
     """Run ``sql`` on D and D′ through the engine's plan and the public path; assert the
     neighbour contract (module docstring) and return 'released', 'public', 'failed' (on the
     data, on both) or the refusal code."""
+    privacy = {"epsilon": epsilon, "delta": delta}
     texts = [sql.replace(DATA, str(folder)) for _, folder in pair.sides]
-    planned = [_plan(con, pair.seed, text, script, delta)
+    planned = [_plan(con, pair.seed, text, script, privacy)
                for (con, _), text in zip(pair.sides, texts, strict=True)]
     refusals = [p for p in planned if isinstance(p, dpsql.Error)]
     if len(refusals) == 1:
@@ -254,7 +266,7 @@ def check_statement(pair: Pair, sql: str, *, script: bool = False, delta=None) -
     failed = False
     if not refusals:
         failed = _check_exact(planned[0], planned[1], pair, sql)
-    answers = [_execute(con, pair.seed, text, script, delta)
+    answers = [_execute(con, pair.seed, text, script, privacy)
                for (con, _), text in zip(pair.sides, texts, strict=True)]
     errors = [a.error for a in answers]
     if (errors[0] is None) != (errors[1] is None):
