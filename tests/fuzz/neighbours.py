@@ -149,6 +149,9 @@ class Pair:
         """(connection, data folder) of D then D′."""
         return (self.d, self.folders[0]), (self.d_prime, self.folders[1])
 
+    def __repr__(self) -> str:
+        return f"Pair({self.folders[0].parent})"
+
     def close(self) -> None:
         """Close both connections."""
         self.d.close()
@@ -228,7 +231,7 @@ class Answer:
 def _execute(con: dpsql.Connection, seed: int, sql: str, script: bool, privacy: dict
              ) -> Answer:
     _reseed(con, seed, store_answers=True)
-    spent = con.budget_spent
+    releases = len(con.ledger.history())
     cursor = con.cursor()
     try:
         if script:
@@ -238,7 +241,7 @@ def _execute(con: dpsql.Connection, seed: int, sql: str, script: bool, privacy: 
     except dpsql.InternalError as err:
         raise _fail(sql, f"InternalError: {err}") from err
     except dpsql.Error as err:
-        charged = con.budget_spent != spent or err.epsilon_spent != 0
+        charged = len(con.ledger.history()) != releases or err.epsilon_spent != 0
         return Answer(err, [], charged)
     except Exception as err:
         raise _fail(sql, f"{type(err).__name__} (not a dpsql.Error): {err}") from err
