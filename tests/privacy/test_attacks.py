@@ -213,6 +213,17 @@ def test_private_keys_with_all_null_sums_answer(null_shop_pairs):
     assert all(outcome == "released" for row in outcomes for outcome in row), outcomes
 
 
+def test_private_key_quantiles_when_no_key_clears_the_threshold(pairs):
+    """MEDIAN/MIN/MAX/QUANTILE with private keys (δ) answer, also when no key's noisy count
+    clears the threshold (an empty release, not an exception after the charge)."""
+    contract(pairs, [
+        "SELECT shop, MEDIAN(price) FROM purchases GROUP BY shop",
+        "SELECT shop, MIN(price) FROM purchases GROUP BY shop",
+        "SELECT item, shop, MAX(price) FROM purchases GROUP BY item, shop",
+        "SELECT shop, COUNT(*), QUANTILE_CONT(price, 0.9) FROM purchases GROUP BY shop",
+    ], delta=DELTA)
+
+
 def test_group_by_the_privacy_unit_is_refused(pairs):
     """GROUP BY the privacy unit (or an injective function of it) can only ever release
     persons' ids: it is refused, with δ too, with nothing charged."""
