@@ -1,0 +1,419 @@
+"""Neighbour-differential checks: one statement on D and on D′ = D plus one adversarial person.
+
+A test on one database cannot see a privacy bug; a pair of neighbouring databases can. For a
+statement the contract is:
+
+- refused on both with the same ``dpsql.Error`` class and nothing charged on either ledger; or
+- answered on both, and for every noised part the exact values move between D and D′ by at
+  most the part's reported sensitivity (L1 over the cells; L2 too for the Gaussian mechanism);
+  a statement that reads only public tables is answered identically on both and never shows a
+  private value;
+- never answered on one and failed on the other, never a ``dpsql.InternalError`` and never an
+  exception outside ``dpsql.Error``.
+
+The adversarial person is appended at the END of each private table, so no other row moves.
+Both connections of a pair plan every statement from the same seeded random source, so the
+per-query hash salts (which persons' groups are kept) agree on D and D′.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import zlib
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from conftest import DAYS, REGIONS, catalogue, join_tables, make_adult, make_visits
+
+import dpsql
+from dpsql.mechanisms.samplers import RandomSource
+
+TARGET = 42  # the adversarial person's uid: absent from D (its uids are 0..PEOPLE-1)
+PEOPLE = 40
+BIG, SMALL = 9223372036854775807, -9223372036854775808
+LONG_TEXT = "adversary-" + "x" * 3000  # a public answer must never show it
+NULL = "NULL"  # the CSV spelling of NULL ('' stays an empty string)
+FLOATS = ["1e20", "-1e20", "inf", "-inf", "nan", None]
+INTS = [str(BIG), str(SMALL), None]
+TEXTS = ["abc", "", LONG_TEXT, None]
+ITEMS = ["a", "b", "c"]
+SHOPS = ["corner", "market", "online"]
+VARIANTS = 3  # adversarial persons; the fuzz picks one per statement, the attack tests use all
+EPSILON = 1
+TOLERANCE = Fraction(1, 10**9)
+DATA = "@DATA@"  # in a statement: the folder of the database it runs on (a path to its files)
+
+
+def base_tables() -> dict[str, pd.DataFrame]:
+    """D: small adult, visits, purchases (uids 0..PEOPLE-1) and regions (each id twice)."""
+    rng = np.random.default_rng(5)
+    purchases = pd.DataFrame({"uid": rng.integers(0, PEOPLE, 150),
+                              "item": rng.choice(ITEMS, 150), "shop": rng.choice(SHOPS, 150),
+                              "price": rng.uniform(0, 50, 150).round(2)})
+    regions = pd.DataFrame({"region_id": np.repeat(range(5), 2), "name": np.repeat(REGIONS, 2)})
+    return {"adult": make_adult(200), "visits": make_visits(PEOPLE), "purchases": purchases,
+            "regions": regions}
+
+
+def _cycled(values: list, rows: int) -> list:
+    return [values[i % len(values)] for i in range(rows)]
+
+
+def adversary(variant: int) -> dict[str, pd.DataFrame]:
+    """One adversarial person: hundreds of rows over every key, at and beyond every bound.
+
+    0: in bounds but heavy (every key value, values at the upper bounds);
+    1: extreme values of each declared type (±1e20, ±inf, NaN, BIGINT limits, texts that
+       break casts) and NULLs, uid 42;
+    2: the same mixed with NULL-heavy rows, under the uid SMALL (the smallest BIGINT).
+    Visits and purchases cycle through value lists of coprime lengths, so every combination
+    of key values appears.
+    """
+    if variant == 0:
+        adult = {"age": ["90"], "hours": ["99"], "education": ["Doctorate"], "sex": ["Male"],
+                 "salary": [">50K"]}
+        days, regions, amounts = DAYS, ["0", "1", "2", "3", "4"], ["100"]
+        items, shops, prices, uid = ITEMS, ["rogue"], ["50"], TARGET
+    elif variant == 1:
+        adult = {"age": [str(BIG)], "hours": [str(SMALL)], "education": [LONG_TEXT],
+                 "sex": [""], "salary": ["abc"]}
+        days, regions = [*DAYS, *TEXTS], ["0", "1", "2", "3", "4", *INTS]
+        amounts, prices = [*FLOATS, "100", "0"], [*FLOATS, "50"]
+        items, shops, uid = [*ITEMS, *TEXTS], [*TEXTS, "rogue"], TARGET
+    else:
+        adult = {"age": [None], "hours": [str(BIG)], "education": ["abc"], "sex": [None],
+                 "salary": [LONG_TEXT]}
+        days, regions = [None, *DAYS, "abc"], [None, str(SMALL), "0", "4", str(BIG)]
+        amounts, prices = [None, "nan", "inf", "-1e20", "1e20", "-inf", "100"], [None, "nan"]
+        items, shops, uid = [None, *ITEMS, ""], [None, LONG_TEXT], SMALL
+    visits, purchases = 700, 330
+    return {
+        "adult": pd.DataFrame(adult, dtype=object),
+        "visits": pd.DataFrame({"uid": [str(uid)] * visits, "day": _cycled(days, visits),
+                                "amount": _cycled(amounts, visits),
+                                "region_id": _cycled(regions, visits)}, dtype=object),
+        "purchases": pd.DataFrame({"uid": [str(uid)] * purchases,
+                                   "item": _cycled(items, purchases),
+                                   "shop": _cycled(shops, purchases),
+                                   "price": _cycled(prices, purchases)}, dtype=object),
+    }
+
+
+def with_rows(tables: dict[str, pd.DataFrame], extra: dict[str, pd.DataFrame]
+              ) -> dict[str, pd.DataFrame]:
+    """``tables`` with the ``extra`` rows appended at the end of their tables."""
+    return {name: pd.concat([frame.astype(object), extra[name]], ignore_index=True)
+            if name in extra else frame for name, frame in tables.items()}
+
+
+def metadata(folder: Path, *, neighbouring: str = "add_remove", mechanism: str = "laplace",
+             **purchase_columns) -> dict:
+    """The test catalogue over ``folder``: adult, visits, public regions, private purchases.
+
+    purchases.shop is text without public values (a private group key); NULL is spelled NULL
+    in the CSV files, so an empty string stays a value.
+    """
+    meta = catalogue(folder, neighbouring, budget=1e15)
+    meta["budget"]["delta"] = 0.5
+    meta["mechanism"] = mechanism
+    meta["tables"].update(join_tables(folder, shop={"type": "text"}, **purchase_columns))
+    for table in meta["tables"].values():
+        table["csv"] = {"null": NULL}
+    return meta
+
+
+def write_database(folder: Path, tables: dict[str, pd.DataFrame]) -> None:
+    """One CSV file per table, quoting text so that '' and NULL stay apart."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, frame in tables.items():
+        frame.to_csv(folder / f"{name}.csv", index=False, na_rep=NULL,
+                     quoting=csv.QUOTE_NONNUMERIC)
+
+
+@dataclass
+class Pair:
+    """Analyst connections on D and D′ that plan every statement from the same seed."""
+
+    d: dpsql.Connection
+    d_prime: dpsql.Connection
+    folders: tuple[Path, Path]  # where the CSV files of D and D′ are
+    seed: int = 11
+
+    @property
+    def sides(self) -> tuple[tuple[dpsql.Connection, Path], ...]:
+        """(connection, data folder) of D then D′."""
+        return (self.d, self.folders[0]), (self.d_prime, self.folders[1])
+
+    def __repr__(self) -> str:
+        return f"Pair({self.folders[0].parent})"
+
+    def close(self) -> None:
+        """Close both connections."""
+        self.d.close()
+        self.d_prime.close()
+
+
+def open_pair(root: Path, d_tables: dict, d_prime_tables: dict, **meta_options) -> Pair:
+    """Connections on two databases given as tables, with the same catalogue options."""
+    connections = []
+    for name, tables in (("d", d_tables), ("d_prime", d_prime_tables)):
+        write_database(root / name, tables)
+        connections.append(dpsql.connect(metadata=metadata(root / name, **meta_options),
+                                         ledger=root / f"{name}.sqlite", insecure_seed=11))
+    return Pair(*connections, folders=(root / "d", root / "d_prime"))
+
+
+def open_neighbours(root: Path, variant: int, **meta_options) -> Pair:
+    """D (base_tables) and D′ = D plus the adversarial person ``variant``."""
+    base = base_tables()
+    return open_pair(root / f"variant{variant}", base, with_rows(base, adversary(variant)),
+                     **meta_options)
+
+
+def variant_of(sql: str) -> int:
+    """The adversarial person a statement is fuzzed against (stable across runs)."""
+    return zlib.crc32(sql.encode()) % VARIANTS
+
+
+# ---- one statement on both sides ------------------------------------------------------------
+
+def _reseed(con: dpsql.Connection, seed: int, *, store_answers: bool) -> None:
+    """Plan from a fresh seeded source; with ``store_answers`` the engine stores and reuses
+    answers as it does on a secure connection (the noise stays reproducible)."""
+    engine = con._engine
+    assert hasattr(engine, "rng"), "the engine no longer has .rng: update the neighbour harness"
+    engine.rng = RandomSource(seed)
+    engine.rng.is_secure = store_answers
+
+
+def _fail(sql: str, message: str) -> AssertionError:
+    """The failure, statement first; only the first line of an engine message is kept."""
+    return AssertionError(f"{sql}\n    -> {message.splitlines()[0]}")
+
+
+def plan_both(pair: Pair, sql: str, **privacy) -> list:
+    """The engine's plans of ``sql`` on D and D′, from the same seed (so the same salts)."""
+    plans = []
+    for con, _ in pair.sides:
+        _reseed(con, pair.seed, store_answers=False)
+        plans.append(con._engine.plan(sql, script=True, **privacy))
+    return plans
+
+
+def _plan(con: dpsql.Connection, seed: int, sql: str, script: bool, privacy: dict):
+    """The engine's plan, or the dpsql.Error refusing it."""
+    _reseed(con, seed, store_answers=False)
+    try:
+        return con._engine.plan(sql, script=script, **privacy)
+    except dpsql.InternalError as err:
+        raise _fail(sql, f"InternalError while planning: {err}") from err
+    except dpsql.Error as err:
+        return err
+    except Exception as err:
+        raise _fail(sql, f"{type(err).__name__} (not a dpsql.Error) while planning: {err}"
+                    ) from err
+
+
+@dataclass
+class Answer:
+    """What the public path did with a statement on one side."""
+
+    error: dpsql.Error | None
+    sets: list[list[tuple]]  # rows of each result set
+    charged: bool
+
+
+def _execute(con: dpsql.Connection, seed: int, sql: str, script: bool, privacy: dict
+             ) -> Answer:
+    _reseed(con, seed, store_answers=True)
+    releases = len(con.ledger.history())
+    cursor = con.cursor()
+    try:
+        if script:
+            cursor.executescript(sql, **privacy)
+        else:
+            cursor.execute(sql, **privacy)
+    except dpsql.InternalError as err:
+        raise _fail(sql, f"InternalError: {err}") from err
+    except dpsql.Error as err:
+        charged = len(con.ledger.history()) != releases or err.epsilon_spent != 0
+        return Answer(err, [], charged)
+    except Exception as err:
+        raise _fail(sql, f"{type(err).__name__} (not a dpsql.Error): {err}") from err
+    sets = [cursor.fetchall()]
+    while cursor.nextset():
+        sets.append(cursor.fetchall())
+    return Answer(None, sets, True)
+
+
+def check_statement(pair: Pair, sql: str, *, script: bool = False, delta=None,
+                    epsilon=EPSILON) -> str:
+    """Run ``sql`` on D and D′ through the engine's plan and the public path; assert the
+    neighbour contract (module docstring) and return 'released', 'public', 'failed' (on the
+    data, on both) or the refusal code."""
+    privacy = {"epsilon": epsilon, "delta": delta}
+    texts = [sql.replace(DATA, str(folder)) for _, folder in pair.sides]
+    planned = [_plan(con, pair.seed, text, script, privacy)
+               for (con, _), text in zip(pair.sides, texts, strict=True)]
+    refusals = [p for p in planned if isinstance(p, dpsql.Error)]
+    if len(refusals) == 1:
+        side = "D" if refusals[0] is planned[0] else "D′"
+        raise _fail(sql, f"refused on {side} only ({refusals[0].code}): {refusals[0]}")
+    if refusals and type(refusals[0]) is not type(refusals[1]):
+        raise _fail(sql, f"refused as {refusals[0].code} on D but {refusals[1].code} on D′")
+    failed = False
+    if not refusals:
+        failed = _check_exact(planned[0], planned[1], pair, sql)
+    answers = [_execute(con, pair.seed, text, script, privacy)
+               for (con, _), text in zip(pair.sides, texts, strict=True)]
+    errors = [a.error for a in answers]
+    if (errors[0] is None) != (errors[1] is None):
+        side, err = ("D", errors[0]) if errors[0] is not None else ("D′", errors[1])
+        raise _fail(sql, f"answered on one database, {type(err).__name__} ({err.code}) on "
+                    f"{side}: {err}")
+    if errors[0] is not None:
+        if type(errors[0]) is not type(errors[1]):
+            raise _fail(sql, f"{errors[0].code} on D but {errors[1].code} on D′")
+        if any(a.charged for a in answers):
+            raise _fail(sql, f"failed on the data and charged ({errors[0].code}): whether a "
+                        f"statement fails must not depend on the data: {errors[0]}")
+        return errors[0].code
+    if refusals:
+        raise _fail(sql, f"plan refused ({refusals[0].code}) but execute answered")
+    _check_public_sets(planned[0], answers, sql)
+    if failed:
+        return "failed"
+    return "public" if planned[0].release is None else "released"
+
+
+def _check_public_sets(planned, answers: list[Answer], sql: str) -> None:
+    """Result sets of public statements: equal on D and D′, and no private value shown."""
+    for position, (kind, _) in enumerate(planned.order):
+        if kind != "public":
+            continue
+        on_d, on_d_prime = (_comparable(a.sets[position]) for a in answers)
+        if on_d != on_d_prime:
+            raise _fail(sql, "judged public (ε 0) but answers differ on D and D′: it reads "
+                        f"private rows; D′ shows {on_d_prime[:3]}")
+        if any(LONG_TEXT in str(value) for row in on_d_prime for value in row):
+            raise _fail(sql, "judged public (ε 0) but shows the adversarial person's value")
+
+
+def _comparable(rows: list[tuple]) -> list[tuple]:
+    return sorted((tuple(repr(v) for v in row) for row in rows))
+
+
+# ---- exact values of the noised parts ----------------------------------------------------
+
+def exact_cells(con: dpsql.Connection, statement) -> tuple[dict, dict]:
+    """(values by part column and cell, histogram counts by quantile column and (cell, bin))
+    of one planned statement on one database; may raise a dpsql.Error of the backend."""
+    engine = con._engine
+    names, rows = engine._run_exact(statement.exact_query)
+    keys = [i for i, name in enumerate(names) if name.startswith("__k")]
+    values = {}
+    for part in statement.parts:
+        if part.role == "quantile":
+            continue
+        at = names.index(part.column)
+        scale = part.grid if part.role in ("sum", "sumsq") else 1
+        values[part.column] = _by_cell(((tuple(row[i] for i in keys), row[at]) for row in rows),
+                                       scale)
+    histograms = {}
+    for column, query in statement.histograms:
+        _, counts = engine._run(query)
+        histograms[column] = _by_cell(((tuple(row[:-1]), row[-1]) for row in counts), 1)
+    return values, histograms
+
+
+def _by_cell(pairs, scale: Fraction | int) -> dict:
+    """Values by cell key, in value units (``scale`` is a sum's grid)."""
+    cells: dict = {}
+    for key, value in pairs:
+        key = tuple("NaN" if isinstance(k, float) and math.isnan(k) else k for k in key)
+        if key in cells:
+            raise AssertionError(f"the exact query returned the cell {key!r} twice")
+        value = _exact(value)
+        cells[key] = value * scale if isinstance(value, Fraction) else value
+    return cells
+
+
+def _exact(value) -> Fraction | float:
+    """A cell value as an exact Fraction (NULL is 0); a non-finite float stays a float."""
+    if value is None:
+        return Fraction(0)
+    if isinstance(value, float) and not math.isfinite(value):
+        return value
+    if isinstance(value, (int, float, Decimal, Fraction)):
+        return Fraction(value)
+    return float("nan")  # not a number at all: no sensitivity bound can hold
+
+
+def change_vector(on_d: dict, on_d_prime: dict) -> list[Fraction | float]:
+    """|exact(D) − exact(D′)| per cell in value units; a cell on one side counts in full."""
+    changes = []
+    for key in on_d.keys() | on_d_prime.keys():
+        a, b = on_d.get(key, Fraction(0)), on_d_prime.get(key, Fraction(0))
+        if isinstance(a, float) or isinstance(b, float):
+            changes.append(math.inf)  # ±inf/NaN released with noise shows the person
+        else:
+            changes.append(abs(a - b))
+    return changes
+
+
+def _check_exact(plan_d, plan_d_prime, pair: Pair, sql: str) -> bool:
+    """Compare the exact values of every noised part on D and D′; return True when the exact
+    queries failed on both databases (the public path then checks that this was refused)."""
+    if (plan_d.release is None) != (plan_d_prime.release is None):
+        raise _fail(sql, "judged public on one database only")
+    if plan_d.release is None:
+        return False
+    for statement, twin in zip(plan_d.release.statements, plan_d_prime.release.statements,
+                               strict=True):
+        outcomes = []
+        for con, _ in pair.sides:
+            try:
+                outcomes.append(exact_cells(con, statement if con is pair.d else twin))
+            except dpsql.InternalError as err:
+                raise _fail(sql, f"InternalError in the exact query: {err}") from err
+            except dpsql.Error as err:
+                outcomes.append(err)
+        failures = [o for o in outcomes if isinstance(o, dpsql.Error)]
+        if len(failures) == 1:
+            side = "D" if failures[0] is outcomes[0] else "D′"
+            raise _fail(sql, f"the exact query fails on {side} only ({failures[0].code}): a "
+                        f"membership test: {failures[0]}")
+        if failures:
+            return True
+        check_parts(statement, outcomes[0], outcomes[1], sql)
+    return False
+
+
+def check_parts(statement, on_d: tuple[dict, dict], on_d_prime: tuple[dict, dict],
+                sql: str) -> None:
+    """Assert Σ|exact(D) − exact(D′)| ≤ sensitivity for every noised part (histogram counts
+    for a quantile), and the L2 norm ≤ sensitivity/√cells for the Gaussian mechanism."""
+    for part in statement.parts:
+        if part.role == "quantile":
+            changes = change_vector(on_d[1][part.column], on_d_prime[1][part.column])
+        else:
+            changes = change_vector(on_d[0][part.column], on_d_prime[0][part.column])
+        l1 = sum(changes, Fraction(0))
+        bound = part.sensitivity * (1 + TOLERANCE) + TOLERANCE
+        if not l1 <= bound:
+            raise _fail(sql, f"part {part.column} ({part.role} of {part.aggregate}) moved by "
+                        f"{float(l1):g} between D and D′ > its sensitivity "
+                        f"{float(part.sensitivity):g}")
+        if part.mechanism == "gaussian":
+            l2_squared = sum((c * c for c in changes), Fraction(0))
+            bound2 = part.sensitivity ** 2 / part.cells * (1 + TOLERANCE) + TOLERANCE
+            if not l2_squared <= bound2:
+                raise _fail(sql, f"part {part.column} ({part.role} of {part.aggregate}): L2 "
+                            f"change {math.sqrt(l2_squared):g} > the L2 sensitivity "
+                            f"{float(part.sensitivity) / math.sqrt(part.cells):g} it is "
+                            "calibrated to")

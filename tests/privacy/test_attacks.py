@@ -1,0 +1,355 @@
+"""Regression tests for the attacks of the issue "Privacy by construction", on neighbours.
+
+Each test runs a class of attacks (the issue's examples and variants of our own) on D and on
+D′ = D plus one adversarial person (tests/fuzz/neighbours.py, every adversarial variant) and
+asserts the neighbour contract: refused on both with nothing charged, or answered on both with
+every noised part's exact values within its reported sensitivity; never answered on one and
+failed on the other; never an exception outside ``dpsql.Error``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "fuzz"))  # the harness lives with the fuzz
+
+from neighbours import (  # noqa: E402
+    DATA,
+    TARGET,
+    VARIANTS,
+    adversary,
+    base_tables,
+    change_vector,
+    check_statement,
+    exact_cells,
+    open_neighbours,
+    open_pair,
+    plan_both,
+    with_rows,
+)
+
+import dpsql  # noqa: E402
+
+DELTA = 1e-6
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    """One (D, D′) pair per adversarial person."""
+    root = tmp_path_factory.mktemp("attacks")
+    opened = [open_neighbours(root, variant) for variant in range(VARIANTS)]
+    yield opened
+    for pair in opened:
+        pair.close()
+
+
+def contract(pairs, statements: list[str], *, delta=None, **options) -> list[list[str]]:
+    """Check every statement on every pair; fail once, listing every broken statement.
+
+    Returns the outcomes, by statement then pair.
+    """
+    broken, outcomes = [], []
+    for sql in statements:
+        row = []
+        for variant, pair in enumerate(pairs):
+            try:
+                row.append(check_statement(pair, sql, delta=delta, **options))
+            except AssertionError as err:
+                broken.append(f"[adversary {variant}] {err}")
+                row.append("broken")
+        outcomes.append(row)
+    assert not broken, f"{len(broken)} broken:\n" + "\n".join(broken)
+    return outcomes
+
+
+def test_public_path_shows_no_private_rows(pairs):
+    """A statement judged public (ε 0) reads only public tables: CTEs named like tables,
+    schema-qualified names, quoted file paths and public tables joined with private rows
+    cannot reach a person's rows."""
+    contract(pairs, [
+        "WITH visits AS (SELECT * FROM visits) SELECT * FROM visits, regions "
+        "WHERE visits.uid = 42",
+        "SELECT * FROM temp.main.visits v, regions r WHERE v.uid = 42",
+        "SELECT * FROM regions r, main.visits v WHERE v.uid = 42",
+        "SELECT * FROM memory.main.purchases p, regions r WHERE p.uid = 42",
+        "WITH regions AS (SELECT * FROM visits) SELECT * FROM regions",
+        "WITH r AS (SELECT * FROM purchases) SELECT * FROM r, regions",
+        "SELECT name FROM regions WHERE region_id IN (SELECT region_id FROM visits "
+        "WHERE uid = 42)",
+        "SELECT * FROM regions WHERE EXISTS (SELECT 1 FROM visits WHERE uid = 42)",
+        "SELECT name, (SELECT MAX(amount) FROM visits WHERE uid = 42) FROM regions",
+        "SELECT region_id, name FROM regions UNION ALL SELECT uid, day FROM visits "
+        "WHERE uid = 42",
+        f"SELECT * FROM '{DATA}/visits.csv' WHERE uid = 42",
+        f"SELECT * FROM read_csv('{DATA}/purchases.csv')",
+        f'SELECT COUNT(*) FROM "{DATA}/adult.csv"',
+        f"SELECT * FROM regions, read_csv_auto('{DATA}/visits.csv') v WHERE v.uid = 42",
+    ])
+
+
+def test_file_reads_and_table_functions_are_refused(pairs):
+    """A quoted file path or a file-reading table function in FROM is refused, whatever the
+    file: the exact query runs where only the catalogued relations exist."""
+    statements = ["SELECT * FROM '/etc/passwd'", "SELECT COUNT(*) FROM read_csv('/etc/passwd')",
+                  "SELECT * FROM read_text('/etc/hostname')", "SELECT * FROM glob('/etc/*')",
+                  f"SELECT COUNT(*) FROM read_parquet('{DATA}/x.parquet')"]
+    outcomes = contract(pairs, statements)
+    answered = [sql for sql, row in zip(statements, outcomes, strict=True)
+                if {"public", "released"} & set(row)]
+    assert not answered, f"file reads answered: {answered}"
+
+
+def test_subqueries_anywhere_are_checked(pairs):
+    """A subquery over a private table in JOIN ... ON, a FROM subquery, a CTE, HAVING, GROUP BY,
+    ORDER BY or the SELECT list cannot make a count move by more than its sensitivity, nor
+    reveal one person's value by bisection."""
+    bisection = [f"SELECT COUNT(*) FROM (SELECT * FROM visits WHERE (SELECT MAX(amount) FROM "
+                 f"visits WHERE uid = {TARGET}) > {t}) s" for t in (10, 50, 99.5)]
+    bisection.append(f"SELECT COUNT(*) FROM visits WHERE (SELECT MAX(amount) FROM visits "
+                     f"WHERE uid = {TARGET}) > 50")
+    contract(pairs, [
+        "SELECT COUNT(*) FROM visits v JOIN regions r ON v.region_id = r.region_id "
+        "AND EXISTS (SELECT 1 FROM visits x WHERE x.uid = 42)",
+        "SELECT COUNT(*) FROM (SELECT * FROM visits WHERE 42 IN (SELECT uid FROM visits)) t",
+        *bisection,
+        "WITH t AS (SELECT * FROM visits WHERE EXISTS (SELECT 1 FROM visits x "
+        "WHERE x.uid = 42)) SELECT COUNT(*) FROM t",
+        "SELECT day, COUNT(*) FROM visits v JOIN regions r ON v.region_id = r.region_id "
+        "AND 42 IN (SELECT uid FROM purchases) GROUP BY day",
+        "SELECT COUNT(*) FROM (SELECT * FROM visits WHERE amount > ALL (SELECT amount "
+        "FROM visits WHERE uid = 42)) t",
+        "SELECT SUM(amount) FROM (SELECT * FROM visits WHERE (SELECT COUNT(*) FROM purchases "
+        "WHERE uid = 42) > 100) t",
+        "SELECT day, COUNT(*) FROM visits GROUP BY day HAVING (SELECT MAX(price) "
+        "FROM purchases WHERE uid = 42) > 10",
+        "SELECT CASE WHEN EXISTS (SELECT 1 FROM visits x WHERE x.uid = 42) THEN 'y' "
+        "ELSE 'n' END AS k, COUNT(*) FROM visits GROUP BY k",
+        "SELECT COUNT(*) + (SELECT COUNT(*) FROM visits WHERE uid = 42) FROM adult",
+        "SELECT sex, COUNT(*) FROM adult GROUP BY sex ORDER BY (SELECT COUNT(*) FROM visits "
+        "WHERE uid = 42)",
+        "SELECT COUNT(*) FROM visits WHERE uid IN (SELECT uid FROM purchases WHERE uid = 42 "
+        "UNION SELECT 42)",
+    ])
+
+
+def test_unit_joins_need_equality_on_the_unit(pairs):
+    """A join counts as "on the privacy unit" only when it equates the two units; OR, NOT,
+    self-comparisons and inequalities let one person's rows multiply everyone's."""
+    contract(pairs, [
+        "SELECT COUNT(*) FROM visits v JOIN visits w ON v.uid = w.uid OR w.uid = 42",
+        "SELECT COUNT(*) FROM visits v JOIN visits w ON w.uid = w.uid",
+        "SELECT COUNT(*) FROM visits v JOIN visits w ON NOT (v.uid = w.uid)",
+        "SELECT COUNT(*) FROM visits v JOIN visits w ON w.uid = w.uid WHERE w.uid = 42",
+        "SELECT day, SUM(w.amount) FROM visits v JOIN visits w ON NOT (v.uid = w.uid) "
+        "WHERE w.uid = 42 GROUP BY day",
+        "SELECT day, COUNT(*) FROM visits v JOIN visits w ON v.uid IN (w.uid, 42) GROUP BY day",
+        "SELECT COUNT(*) FROM visits v JOIN visits w ON v.uid >= w.uid",
+        "SELECT COUNT(*) FROM visits v JOIN visits w ON v.uid = v.uid",
+        "SELECT COUNT(*) FROM visits v JOIN visits w ON (v.uid = w.uid) IS NOT FALSE",
+        "SELECT SUM(price) FROM visits v JOIN purchases p ON v.uid = p.uid OR p.uid = 42",
+        "SELECT COUNT(*) FROM visits v LEFT JOIN visits w ON NOT (v.uid <> w.uid) OR w.uid = 42",
+        "SELECT item, COUNT(*) FROM visits v JOIN purchases p ON v.uid + 0 = p.uid "
+        "GROUP BY item",
+    ])
+
+
+def test_no_failure_depends_on_one_person(pairs):
+    """Whether a statement answers cannot depend on one person: error() in ON, casts only one
+    person reaches, BIGINT overflow, quantiles of inf, and stored 1e20/inf/NaN values under
+    MEDIAN/MIN/MAX are refused or answered on D and D′ alike."""
+    contract(pairs, [
+        "SELECT COUNT(*) FROM visits v JOIN regions r ON v.region_id = r.region_id AND "
+        "CASE WHEN v.uid = 42 THEN error('x') ELSE TRUE END",
+        "SELECT SUM(CASE WHEN uid = 42 THEN day ELSE 0 END) FROM visits",
+        "SELECT COUNT(*) FROM purchases WHERE CASE WHEN item = 'abc' THEN "
+        "CAST(item AS INTEGER) = 1 ELSE TRUE END",
+        "SELECT COUNT(*) FROM visits WHERE ABS(uid) > 0",
+        "SELECT COUNT(*) FROM visits WHERE region_id * 2 > 0",
+        "SELECT COUNT(*) FROM visits WHERE -region_id < 1",
+        "SELECT COUNT(*) FROM adult WHERE age * 2 > 100",
+        "SELECT SUM(hours) FROM adult WHERE hours + 1 > 0",
+        "SELECT QUANTILE_CONT(amount * 1e308, 0.5) FROM visits",
+        "SELECT MEDIAN(amount) FROM visits",
+        "SELECT MIN(price), MAX(price) FROM purchases",
+        "SELECT day, MAX(amount) FROM visits GROUP BY day",
+        "SELECT item, QUANTILE_CONT(price, 0.9) FROM purchases GROUP BY item",
+        "SELECT COUNT(*) FROM visits WHERE CAST(amount AS INTEGER) > 0",
+        "SELECT COUNT(*) FROM visits WHERE 100 / (region_id - 4) > 0",
+    ])
+
+
+@pytest.fixture(scope="module")
+def null_shop_pairs(tmp_path_factory):
+    """Pairs whose D has a shop of 200 persons whose prices are all NULL."""
+    root = tmp_path_factory.mktemp("null-shop")
+    base = base_tables()
+    closed = pd.DataFrame({"uid": np.arange(100, 300), "item": "a", "shop": "closed",
+                           "price": None})
+    base["purchases"] = pd.concat([base["purchases"], closed], ignore_index=True)
+    opened = [open_pair(root / str(v), base, with_rows(base, adversary(v)))
+              for v in range(VARIANTS)]
+    yield opened
+    for pair in opened:
+        pair.close()
+
+
+def test_private_keys_with_all_null_sums_answer(null_shop_pairs):
+    """A private key (GROUP BY shop, with δ) whose SUM/AVG inputs are all NULL is released
+    like any other key, without an exception after the charge."""
+    outcomes = contract(null_shop_pairs, [
+        "SELECT shop, SUM(price) FROM purchases GROUP BY shop",
+        "SELECT shop, AVG(price) FROM purchases GROUP BY shop",
+        "SELECT shop, COUNT(*), SUM(price) FROM purchases WHERE price IS NULL GROUP BY shop",
+        "SELECT shop, SUM(CASE WHEN price > 1000 THEN price END) FROM purchases GROUP BY shop",
+        "SELECT shop, VAR_POP(price) FROM purchases GROUP BY shop",
+    ], delta=DELTA, epsilon=20)
+    assert all(outcome == "released" for row in outcomes for outcome in row), outcomes
+
+
+def test_private_key_quantiles_when_no_key_clears_the_threshold(pairs):
+    """MEDIAN/MIN/MAX/QUANTILE with private keys (δ) answer, also when no key's noisy count
+    clears the threshold (an empty release, not an exception after the charge)."""
+    contract(pairs, [
+        "SELECT shop, MEDIAN(price) FROM purchases GROUP BY shop",
+        "SELECT shop, MIN(price) FROM purchases GROUP BY shop",
+        "SELECT item, shop, MAX(price) FROM purchases GROUP BY item, shop",
+        "SELECT shop, COUNT(*), QUANTILE_CONT(price, 0.9) FROM purchases GROUP BY shop",
+    ], delta=DELTA)
+
+
+def test_group_by_the_privacy_unit_is_refused(pairs):
+    """GROUP BY the privacy unit (or an injective function of it) can only ever release
+    persons' ids: it is refused, with δ too, with nothing charged."""
+    statements = [
+        "SELECT uid, COUNT(*) FROM visits GROUP BY uid",
+        "SELECT v.uid AS k, SUM(amount) FROM visits v GROUP BY k",
+        "SELECT uid + 0 AS k, COUNT(*) FROM visits GROUP BY k",
+        "SELECT uid, COUNT(*) FROM purchases GROUP BY uid",
+        "SELECT CAST(uid AS VARCHAR) AS k, COUNT(*) FROM visits GROUP BY k",
+        "SELECT day, uid, COUNT(*) FROM visits GROUP BY day, uid",
+        "SELECT p.uid, COUNT(*) FROM visits v JOIN purchases p ON v.uid = p.uid GROUP BY p.uid",
+    ]
+    outcomes = contract(pairs, statements, delta=DELTA)
+    answered = [(sql, row) for sql, row in zip(statements, outcomes, strict=True)
+                if not set(row) <= {"private_keys", "unsupported_sql"}]
+    assert not answered, f"GROUP BY the privacy unit not refused: {answered}"
+
+
+# ---- Gaussian under replace: the calibration against the exact change vector --------------
+
+def _replace_pair(root: Path, old: dict, new: dict):
+    """D = base + the old person's rows, D′ = base + the new person's (same uid): a replace
+    neighbour under the Gaussian mechanism; purchases get a signed column refund [-50, 50]."""
+    base = base_tables()
+    rng = np.random.default_rng(8)
+    base["purchases"]["refund"] = rng.uniform(-50, 50, len(base["purchases"])).round(2)
+    return open_pair(root, with_rows(base, old), with_rows(base, new), neighbouring="replace",
+                     mechanism="gaussian",
+                     refund={"type": "float", "lower": -50, "upper": 50})
+
+
+def _person(refund: float, price: float, amount: float, age: int) -> dict:
+    """uid 42 with one purchase in items a and b, two visits on Mon, Tue and Wed, and one adult
+    row (Male): the same cells, other values."""
+    return {
+        "purchases": pd.DataFrame({"uid": TARGET, "item": ["a", "b"], "shop": "corner",
+                                   "price": price, "refund": refund}).astype(object),
+        "visits": pd.DataFrame({"uid": TARGET, "day": np.repeat(["Mon", "Tue", "Wed"], 2),
+                                "amount": amount, "region_id": 1}).astype(object),
+        "adult": pd.DataFrame({"age": [age], "hours": [40], "education": ["HS-grad"],
+                               "sex": ["Male"], "salary": ["<=50K"]}).astype(object),
+    }
+
+
+@pytest.fixture(scope="module")
+def replace_pair(tmp_path_factory):
+    pair = _replace_pair(tmp_path_factory.mktemp("replace"), _person(-50, 0, 0, 17),
+                         _person(50, 50, 100, 90))
+    yield pair
+    pair.close()
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT item, SUM(refund) FROM purchases GROUP BY item",
+    "SELECT item, AVG(price) FROM purchases GROUP BY item",
+    "SELECT item, AVG(refund) FROM purchases GROUP BY item",
+    "SELECT item, VAR_POP(refund) FROM purchases GROUP BY item",
+    "SELECT day, AVG(amount) FROM visits GROUP BY day",
+    "SELECT sex, AVG(age) FROM adult GROUP BY sex",
+])
+def test_gaussian_replace_calibrates_to_the_shared_cell_change(replace_pair, sql):
+    """Gaussian + replace: when the old and the new person sit in the same cells, a signed or
+    centred sum changes by 2·L∞·M in each of them; the L2 sensitivity the noise is calibrated
+    to (sensitivity/√cells, with ρ = part.rho) is at least the L2 norm of that exact change."""
+    planned = plan_both(replace_pair, sql, rho=Fraction(1, 10))
+    statement, twin = (p.release.statements[0] for p in planned)
+    on_d = exact_cells(replace_pair.d, statement)[0]
+    on_d_prime = exact_cells(replace_pair.d_prime, twin)[0]
+    checked = 0
+    for part in statement.parts:
+        assert part.mechanism == "gaussian" and part.rho > 0, part
+        changes = change_vector(on_d[part.column], on_d_prime[part.column])
+        l2 = math.sqrt(sum(float(c) ** 2 for c in changes))
+        calibrated = float(part.sensitivity) / math.sqrt(part.cells)
+        assert l2 <= calibrated * (1 + 1e-9), (
+            f"{sql}: part {part.column} ({part.role}) changes by L2 {l2:g} between replace "
+            f"neighbours, but its noise is calibrated to L2 sensitivity {calibrated:g} "
+            f"(Δ₁ {float(part.sensitivity):g} / √{part.cells})")
+        checked += part.role in ("sum", "sumsq")
+    assert checked, "no sum part was compared"
+
+
+# ---- crashes ------------------------------------------------------------------------------
+
+def test_crashes_are_refusals_or_answers(pairs):
+    """Overflowing ORDER BY arithmetic, DECIMAL group keys (stored answers) and literals
+    beyond DOUBLE end in a dpsql.Error with nothing charged or in an answer, on D and D′."""
+    contract(pairs, [
+        "SELECT COUNT(*) FROM visits ORDER BY COUNT(*) * 9223372036854775807",
+        "SELECT sex, COUNT(*) FROM adult GROUP BY sex ORDER BY COUNT(*) * 9223372036854775807",
+        "SELECT COUNT(*) * 9223372036854775807 AS n FROM adult",
+        "SELECT day, SUM(amount) FROM visits GROUP BY day ORDER BY SUM(amount) * 1e308 * 1e308",
+        "SELECT region_id * 0.1 AS k, COUNT(*) FROM visits GROUP BY k",
+        "SELECT age * 0.1 AS k, COUNT(*) FROM adult GROUP BY k",
+        "SELECT CAST(region_id AS DECIMAL(10, 2)) AS k, COUNT(*) FROM visits GROUP BY k",
+        "SELECT COUNT(*) FROM adult WHERE age > 1e400",
+        "SELECT SUM(age * 1e400) FROM adult",
+        "SELECT COUNT(*) FROM adult WHERE age < -1e400 OR hours > 1e400",
+    ])
+
+
+@pytest.mark.parametrize("key", ["age * 0.1", "hours * 0.01", "CAST(age AS DOUBLE) / 10",
+                                 "age * 0.1 + 0"])
+def test_decimal_keys_count_every_row(pairs, key):
+    """A derived DECIMAL/DOUBLE key (age * 0.1) releases the cells the rows are in: on the
+    row-privacy table every row with a key lands in a released cell."""
+    con, rows = pairs[0].d, len(base_tables()["adult"])
+    try:
+        planned = con._engine.plan(f"SELECT {key} AS k, COUNT(*) FROM adult GROUP BY k",
+                                   epsilon=1, script=True)
+    except dpsql.Error:
+        return  # refusing such a key is safe too
+    [statement] = planned.release.statements
+    counts = exact_cells(con, statement)[0][statement.parts[0].column]
+    assert sum(counts.values()) == rows, (
+        f"GROUP BY {key}: {sum(counts.values())} of {rows} rows land in released cells")
+
+
+@pytest.mark.parametrize("options", [{"accuracy": "abc"}, {"accuracy": "1e400"},
+                                     {"epsilon": "1e400"}, {"epsilon": 10**400},
+                                     {"accuracy": float("inf")}, {"epsilon": 1, "delta": "x"}])
+def test_bad_privacy_parameters_are_refused(pairs, options):
+    """ε, δ or accuracy that are not usable numbers are refused with a dpsql.Error, and
+    nothing is charged."""
+    con = pairs[0].d
+    spent = con.budget_spent
+    with pytest.raises(dpsql.Error) as caught:
+        con.cursor().execute("SELECT COUNT(*) FROM adult", **options)
+    assert caught.value.epsilon_spent == 0 and con.budget_spent == spent
