@@ -45,6 +45,19 @@ from dpsql.rewrite import domain_size, part_count, rewrite
 
 
 ANALYSED_KEPT = 256  # checked statements kept per connection
+LARGEST_EPSILON = 10**12
+
+
+def _accuracy(target) -> float:
+    """An accuracy target as a finite positive number, or a PrivacyParameterError."""
+    try:
+        value = float(target)
+    except (TypeError, ValueError, OverflowError):
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise PrivacyParameterError(f"the accuracy target must be a number > 0, got {target!r}",
+                                    hint="e.g. accuracy=10 for 95% intervals of ±10")
+    return value
 
 
 @dataclass(frozen=True)
@@ -116,7 +129,7 @@ class Engine:
         if epsilon is None and target is None:
             target = self.accuracy
         if epsilon is None and target is not None:
-            epsilon = self._epsilon_for_accuracy(private, float(target), delta)
+            epsilon = self._epsilon_for_accuracy(private, _accuracy(target), delta)
         epsilon = self._epsilon(epsilon)
         per_part = epsilon / sum(part_count(c) for c in private)
         thresholded = sum(c.has_private_keys for c in private)
@@ -292,7 +305,12 @@ class Engine:
             raise PrivacyParameterError(
                 "no ε was given for this query",
                 hint="pass epsilon=... to execute(), or epsilon_per_query=... to connect()")
-        return positive(epsilon, "epsilon")
+        value = positive(epsilon, "epsilon")
+        if value > LARGEST_EPSILON:
+            raise PrivacyParameterError(
+                f"ε above {LARGEST_EPSILON:.0e} is refused: it would release exact answers",
+                hint="use an ε of at most 1e12 (typical values are 0.01 to 10)")
+        return value
 
     def _gaussian_plan(self, private, rho, epsilon, delta) -> ScriptPlan:
         """zCDP: ρ (given, or converted from ε and δ) split evenly over the noised parts."""

@@ -148,7 +148,9 @@ def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: Random
     exactness, but it draws from the same source as every other sample.
     """
     per_key: dict[tuple, list[int]] = {}
-    width = len(keys[0]) if keys else 0
+    if not keys:  # private keys, none of which cleared the threshold
+        return []
+    width = len(keys[0])
     for row in histogram:
         per_key.setdefault(tuple(row[:width]), [0] * part.bins)[int(row[width])] += int(row[-1])
     q, low = Fraction(agg.quantile), Fraction(agg.lower)

@@ -241,10 +241,8 @@ class _Compiler:
         return tuple(keys)
 
     def _refuse_unit_key(self, expr: Expr, node: exp.Expression) -> None:
-        inner = expr
-        while inner.op == "cast":
-            inner = inner.args[0]
-        if inner.op == "col" and inner.value in self.relation.unit_columns:
+        # a key computed from the person's id without a public domain can only release ids
+        if expr.domain is None and expr.columns() & self.relation.unit_columns:
             raise PrivateGroupKeysError(
                 f"GROUP BY {node.sql(dialect='duckdb')!r} groups by the privacy unit: every "
                 "group is one person, whose identifier would be the released key",
