@@ -22,4 +22,6 @@ if [ -z "${DPSQL_DATASETS:-}" ] && [ ! -d ../shared/datasets ]; then
         echo "scripts/test.sh: shared data sets from $DPSQL_DATASETS" >&2
     fi
 fi
+# no stage imports a later one; evaluators use the public API (.importlinter)
+lint-imports
 python3 -m pytest -q "$@"
