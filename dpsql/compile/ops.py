@@ -463,17 +463,40 @@ def _least_greatest(node: exp.Expression, scope: Scope) -> Expr:
     name = "LEAST" if isinstance(node, exp.Least) else "GREATEST"
     kind = unify([a.type for a in args], name, scope)
     args = tuple(coerce(a, kind, scope) for a in args)
-    pick = min if isinstance(node, exp.Least) else max
+    least = isinstance(node, exp.Least)
+    interval = _clamped(args, least, "interval", kind)
+    proven = _clamped(args, least, "proven", kind)
+    return Expr(name.lower(), args, kind, None, interval, proven, None,
+                all(a.nullable for a in args))
 
-    def combine(parts: list[Interval | None]) -> Interval | None:
-        # NULL arguments are skipped, so an unknown part leaves the result unknown
-        if any(p is None for p in parts):
-            return None
-        return Interval(pick(p.lower for p in parts), pick(p.upper for p in parts),
-                        all(p.integral for p in parts))
 
-    return Expr(name.lower(), args, kind, None, combine([a.interval for a in args]),
-                combine([a.proven for a in args]), None, all(a.nullable for a in args))
+def _ends(expr: Expr, field: str) -> tuple[Fraction | None, Fraction | None]:
+    """Lower and upper ends of an expression's ``field`` range, each None if unknown.
+
+    LEAST(x, c) is below c and GREATEST(x, c) above it whatever x is (the NULLs that
+    LEAST and GREATEST skip are never literals), so a clamp written
+    LEAST(GREATEST(x, a), b) is bounded by [a, b] even when x is not.
+    """
+    known = getattr(expr, field)
+    if known is not None:
+        return known.lower, known.upper
+    if expr.op in ("least", "greatest"):
+        ends = [_ends(a, field) for a in expr.args]
+        lows, highs = [e[0] for e in ends], [e[1] for e in ends]
+        sure = [e for a, e in zip(expr.args, ends, strict=True) if not a.nullable]
+        if expr.op == "least":
+            high = min((e[1] for e in sure if e[1] is not None), default=None)
+            return (None if None in lows else min(lows)), high
+        low = max((e[0] for e in sure if e[0] is not None), default=None)
+        return low, (None if None in highs else max(highs))
+    return None, None
+
+
+def _clamped(args: tuple[Expr, ...], least: bool, field: str, kind: str) -> Interval | None:
+    low, high = _ends(Expr("least" if least else "greatest", args, kind), field)
+    if low is None or high is None:
+        return None
+    return Interval(low, high, kind == "int")
 
 
 # --- predicates --------------------------------------------------------------------------
