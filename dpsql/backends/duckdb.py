@@ -21,6 +21,10 @@ from dpsql.catalog import Catalog, TableSpec
 from dpsql.errors import BackendError, DataError, ProgrammingError, QueryTimeoutError
 
 _CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE"}
+
+
+def _base_type(name: str) -> str:
+    return name.split("(")[0].strip().upper()
 # raised while a statement is parsed and bound, before any row is read
 _PLANNING_ERRORS = (duckdb.ParserException, duckdb.CatalogException, duckdb.BinderException)
 
@@ -71,16 +75,22 @@ class DuckDBBackend:
             if table.source is not None:
                 self._register(table)
             elif attached:
-                columns = ", ".join(_column_sql(table, name) for name in table.columns)
+                stored = f"__database.{'.'.join(map(_quote, table.name.split('.')))}"
                 try:
+                    types = self._stored_types(stored)
+                    columns = ", ".join(_column_sql(table, name, types) for name in table.columns)
                     self.connection.execute(
-                        f"CREATE TEMP VIEW {_quote(table.name)} AS SELECT {columns} FROM "
-                        f"__database.{'.'.join(map(_quote, table.name.split('.')))}")
+                        f"CREATE TEMP VIEW {_quote(table.name)} AS SELECT {columns} FROM {stored}")
                 except duckdb.Error as err:
                     raise DataError(f"table {table.name!r} is not readable in {database!r} as "
                                     f"the metadata declares it: {str(err).splitlines()[0]}",
                                     hint="fix the declared table and column names") from None
         return self.connection
+
+    def _stored_types(self, relation: str) -> dict[str, str]:
+        """Column name (lower case) -> DuckDB type of a stored relation."""
+        return {row[0].lower(): _base_type(row[1]) for row in
+                self.connection.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()}
 
     def _lock(self, parquet_paths: list[str]) -> None:
         """No file access (but the Parquet sources' views), no extensions, no settings."""
@@ -114,8 +124,12 @@ class DuckDBBackend:
                 hint="set DPSQL_DATASETS to the folder of the shared data sets, or fix 'source'",
             )
         reader = _reader(table)
-        columns = ", ".join(_column_sql(table, name) for name in table.columns)
         parquet = source.lower().endswith(".parquet")
+        try:
+            types = self._stored_types(reader) if parquet else None
+        except duckdb.Error:
+            types = None  # the read below reports the problem
+        columns = ", ".join(_column_sql(table, name, types) for name in table.columns)
         raw = _quote(f"__raw_{table.name}")
         try:
             if parquet:  # Parquet reads fast and typed: a view
@@ -216,9 +230,15 @@ def _reader(table: TableSpec) -> str:
     return f"read_csv({', '.join(args)})"
 
 
-def _column_sql(table: TableSpec, name: str) -> str:
+def _column_sql(table: TableSpec, name: str, stored: dict[str, str] | None = None) -> str:
+    """The declared column, converted to its declared type (NULL where it does not convert);
+    a column already stored in that type is read as it is, which keeps DuckDB's statistics
+    (and its fastest aggregates) for it."""
     spec = table.columns[name]
     source = _quote(name)
+    target = _CASTS.get(spec.type, "VARCHAR")
+    if stored is not None and stored.get(name.lower()) == target:
+        return f"{source} AS {source}"
     text = f"TRIM({source})" if table.csv.get("trim") and not table.source.endswith(
         ".parquet") else source
     if spec.type in _CASTS:
