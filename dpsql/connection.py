@@ -14,6 +14,7 @@ from dpsql.catalog import Catalog, load_catalog
 from dpsql.cursor import Cursor
 from dpsql.engine import Engine
 from dpsql.errors import BackendError, InterfaceError
+from dpsql.frames import connection_html
 from dpsql.ledger import Ledger, default_analyst
 from dpsql.ledger_postgres import PostgresLedger
 from dpsql.mechanisms.samplers import RandomSource
@@ -133,6 +134,15 @@ class Connection(_Base):
         self._check_open()
         return self._engine.explain(sql, epsilon=epsilon, delta=delta, accuracy=accuracy,
                                     rho=rho)
+
+    def _repr_html_(self) -> str:
+        """Notebook view: dataset, analyst, backend, budget spent and remaining."""
+        if self._closed:
+            return f"<p>dpsql connection to {self.catalog.name!r} (closed)</p>"
+        remaining = self.budget_remaining
+        return connection_html(dataset=self.catalog.name, analyst=self.analyst,
+                               backend=self._backend.name, spent=self.budget_spent.describe(),
+                               remaining=None if remaining is None else remaining.describe())
 
 
 class CustodianCursor(Cursor):
