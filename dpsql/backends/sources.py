@@ -134,8 +134,8 @@ def check_database(database: object) -> None:
         >>> check_database(pd.DataFrame({"x": [1]}))
         Traceback (most recent call last):
         ...
-        dpsql.InterfaceError: database must be a DuckDB file path, a postgresql:// URL, a Spark master or a SparkSession, not a pandas.DataFrame
-        Hint: pass the data as sources={"<table>": frame}, with the table declared in the metadata, and leave database out
+        dpsql.InterfaceError: database must be a DuckDB file path, ... not a pandas.DataFrame
+        Hint: pass the data as sources={"<table>": frame}, ...
     """
     if database is None or isinstance(database, (str, os.PathLike)) or is_spark_target(
             database):

@@ -116,3 +116,15 @@ def test_bad_sources_are_refused(metadata, tmp_path):
     with pytest.raises(dpsql.NotSupportedError):
         dpsql.connect("postgresql://nobody@localhost:1/none", metadata=metadata, ledger=ledger,
                       sources={"adult": make_adult()})
+
+
+def test_a_public_table_from_a_frame_serves_public_statements(tmp_path):
+    regions = pl.DataFrame({"region_id": [0, 1, 2], "name": ["North", "East", "South"]})
+    metadata = {"name": "shop", "tables": {
+        "regions": {"public": True, "columns": {"region_id": "int", "name": "text"}},
+        "visits": {"privacy_unit": "uid", "columns": {"uid": "int", "region_id": "int"}}}}
+    visits = pa.table({"uid": [1, 1, 2], "region_id": [0, 1, 1]})
+    with dpsql.connect(metadata=metadata, ledger=tmp_path / "l.sqlite",
+                       sources={"regions": regions, "visits": visits}) as con:
+        cursor = con.execute("SELECT name FROM regions WHERE region_id > 0 ORDER BY name")
+        assert cursor.fetchall() == [("East",), ("South",)] and cursor.epsilon_spent == 0
