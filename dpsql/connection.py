@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import duckdb
 
 from dpsql import errors
 from dpsql.backends import is_file_database, is_postgres_url, open_backend
+from dpsql.backends.sources import check_database, frame_sources
 from dpsql.budget import PrivacyLoss, positive, probability
 from dpsql.catalog import Catalog, load_catalog
 from dpsql.cursor import Cursor
 from dpsql.engine import Engine
 from dpsql.errors import BackendError, InterfaceError
+from dpsql.frames import connection_html
 from dpsql.ledger import Ledger, default_analyst
 from dpsql.ledger_postgres import PostgresLedger
 from dpsql.mechanisms.samplers import RandomSource
@@ -37,14 +40,16 @@ class _Base:
     NotSupportedError = errors.NotSupportedError
 
     def __init__(self, database, metadata, analyst, ledger, read_only: bool,
-                 locked: bool) -> None:
+                 locked: bool, sources=None) -> None:
+        check_database(database)  # before any file (ledger, database) is made from it
         self.catalog: Catalog = load_catalog(metadata)
+        frames = frame_sources(sources, self.catalog)
         self.analyst = analyst or default_analyst()
         self.database = None if database is None else str(database)
         self.ledger = open_ledger(ledger, database, self.catalog)
         try:
             self._backend = open_backend(database, self.catalog, read_only=read_only,
-                                         locked=locked)
+                                         locked=locked, frames=frames)
         except errors.Error:
             self.ledger.close()
             raise
@@ -93,8 +98,9 @@ class Connection(_Base):
 
     def __init__(self, database, *, metadata, analyst=None, epsilon_per_query=None,
                  delta_per_query=None, accuracy=None, ledger=None, insecure_seed=None,
-                 bounding="per_query", timeout=None) -> None:
-        super().__init__(database, metadata, analyst, ledger, read_only=True, locked=True)
+                 bounding="per_query", timeout=None, sources=None) -> None:
+        super().__init__(database, metadata, analyst, ledger, read_only=True, locked=True,
+                         sources=sources)
         try:
             self._engine = Engine(
                 catalog=self.catalog, backend=self._backend, ledger=self.ledger,
@@ -134,6 +140,15 @@ class Connection(_Base):
         return self._engine.explain(sql, epsilon=epsilon, delta=delta, accuracy=accuracy,
                                     rho=rho)
 
+    def _repr_html_(self) -> str:
+        """Notebook view: dataset, analyst, backend, budget spent and remaining."""
+        if self._closed:
+            return f"<p>dpsql connection to {self.catalog.name!r} (closed)</p>"
+        remaining = self.budget_remaining
+        return connection_html(dataset=self.catalog.name, analyst=self.analyst,
+                               backend=self._backend.name, spent=self.budget_spent.describe(),
+                               remaining=None if remaining is None else remaining.describe())
+
 
 class CustodianCursor(Cursor):
     """Exact SQL for the data custodian; every statement is logged as non-private."""
@@ -159,10 +174,11 @@ class CustodianConnection(_Base):
     PostgreSQL or Spark each statement is written in the warehouse's dialect and run there.
     """
 
-    def __init__(self, database, *, metadata, analyst=None, ledger=None) -> None:
+    def __init__(self, database, *, metadata, analyst=None, ledger=None, sources=None) -> None:
         # read-only like the analyst's (temp tables and COPY TO still work), so both can
         # open the same DuckDB file in one process
-        super().__init__(database, metadata, analyst, ledger, read_only=True, locked=False)
+        super().__init__(database, metadata, analyst, ledger, read_only=True, locked=False,
+                         sources=sources)
 
     @property
     def duckdb(self) -> duckdb.DuckDBPyConnection:
@@ -218,7 +234,8 @@ def connect(database: str | os.PathLike | Any | None = None, *,
             analyst: str | None = None, epsilon_per_query: float | None = None,
             delta_per_query: float | None = None, accuracy: float | None = None,
             ledger: str | os.PathLike | None = None, insecure_seed: int | None = None,
-            bounding: str = "per_query", timeout: float | None = None) -> Connection:
+            bounding: str = "per_query", timeout: float | None = None,
+            sources: Mapping[str, Any] | None = None) -> Connection:
     """Open an analyst connection whose every answer is differentially private.
 
     Args:
@@ -240,6 +257,14 @@ def connect(database: str | os.PathLike | Any | None = None, *,
         timeout: seconds an exact query of a private statement may run on DuckDB; a longer
             one is stopped with QueryTimeoutError and charged (its length can depend on the
             data). Default: no limit.
+        sources: in-memory data of declared tables, ``{"visits": frame}``: pandas, polars
+            or pyarrow frames, or DuckDB relations, copied into the embedded DuckDB as typed
+            tables of the declared columns (instead of the metadata's ``source``).
+
+    Raises:
+        InterfaceError: ``database`` is a frame or another object that names no database,
+            or a source is not a frame.
+        UnknownTableError: ``sources`` names a table the metadata does not declare.
 
     Example:
         >>> con = connect(metadata="data/visits.yaml", ledger=":memory:")  # doctest: +SKIP
@@ -247,14 +272,17 @@ def connect(database: str | os.PathLike | Any | None = None, *,
     return Connection(database, metadata=metadata, analyst=analyst,
                       epsilon_per_query=epsilon_per_query, delta_per_query=delta_per_query,
                       accuracy=accuracy, ledger=ledger,
-                      insecure_seed=insecure_seed, bounding=bounding, timeout=timeout)
+                      insecure_seed=insecure_seed, bounding=bounding, timeout=timeout,
+                      sources=sources)
 
 
 def connect_custodian(database: str | os.PathLike | Any | None = None, *,
                       metadata: str | os.PathLike | dict, analyst: str | None = None,
-                      ledger: str | os.PathLike | None = None) -> CustodianConnection:
+                      ledger: str | os.PathLike | None = None,
+                      sources: Mapping[str, Any] | None = None) -> CustodianConnection:
     """Open a custodian connection: exact, non-private answers, each logged in the ledger."""
-    return CustodianConnection(database, metadata=metadata, analyst=analyst, ledger=ledger)
+    return CustodianConnection(database, metadata=metadata, analyst=analyst, ledger=ledger,
+                               sources=sources)
 
 
 def open_ledger(ledger, database, catalog: Catalog):

@@ -8,10 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from dpsql import frames
 from dpsql.errors import InterfaceError, NotSupportedError
 from dpsql.release import NoisyResult
 
 if TYPE_CHECKING:
+    import numpy as np
+    import polars
+    import pyarrow
+
     from dpsql.connection import Connection
 
 _TYPE_CODES = {"int": "BIGINT", "float": "DOUBLE", "text": "VARCHAR", "bool": "BOOLEAN",
@@ -168,6 +173,36 @@ class Cursor:
             frame[f"{name}_low"] = [b[0] for b in bounds]
             frame[f"{name}_high"] = [b[1] for b in bounds]
         return frame
+
+    # --- DuckDB-style results: the whole current set, intervals on request ------------
+    def df(self, *, intervals: bool = False) -> pd.DataFrame:
+        """The current result set as a pandas DataFrame, as DuckDB's ``df()``.
+
+        Args:
+            intervals: also the 95% interval of each noisy column, as ``<col>_low`` and
+                ``<col>_high`` after the result's columns (the frame of ``intervals()``).
+        """
+        return frames.to_pandas(self._require(), intervals=intervals)
+
+    def pl(self, *, intervals: bool = False) -> polars.DataFrame:
+        """The current result set as a polars DataFrame (needs ``dpsql[polars]``)."""
+        return frames.to_polars(self._require(), intervals=intervals)
+
+    def arrow(self, *, intervals: bool = False) -> pyarrow.Table:
+        """The current result set as a pyarrow Table (needs ``dpsql[arrow]``)."""
+        return frames.to_arrow(self._require(), intervals=intervals)
+
+    def fetch_arrow_table(self, *, intervals: bool = False) -> pyarrow.Table:
+        """The same as ``arrow()`` (DuckDB's older name)."""
+        return self.arrow(intervals=intervals)
+
+    def fetchnumpy(self, *, intervals: bool = False) -> dict[str, np.ndarray]:
+        """The current result set as column name -> NumPy array, as DuckDB's."""
+        return frames.to_numpy(self._require(), intervals=intervals)
+
+    def _repr_html_(self) -> str:
+        """Notebook view: the current result, each noisy value over its 95% interval."""
+        return frames.result_html(self._current, self.epsilon_spent)
 
     def nextset(self) -> bool | None:
         """Move to the next statement's result; None when there is none."""

@@ -8,14 +8,14 @@ Only exact bounded aggregates come back from a backend; noise is always added in
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from decimal import Decimal
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlglot import exp
 
 from dpsql.catalog import Catalog
-from dpsql.errors import BackendError
+from dpsql.errors import BackendError, NotSupportedError
 
 
 class Backend(Protocol):
@@ -102,10 +102,11 @@ def _open_spark(target, catalog: Catalog, read_only: bool, locked: bool) -> Back
     return SparkBackend(target, catalog)
 
 
-def _open_duckdb(target, catalog: Catalog, read_only: bool, locked: bool) -> Backend:
+def _open_duckdb(target, catalog: Catalog, read_only: bool, locked: bool,
+                 frames: Mapping[str, Any] | None = None) -> Backend:
     from dpsql.backends.duckdb import DuckDBBackend
     return DuckDBBackend(None if target is None else str(target), catalog, read_only=read_only,
-                         locked=locked)
+                         locked=locked, frames=frames)
 
 
 Opener = Callable[[object, Catalog, bool, bool], Backend]
@@ -116,7 +117,8 @@ REGISTRY: list[tuple[Callable[[object], bool], Opener]] = [
 
 
 def open_backend(target: str | os.PathLike | object | None, catalog: Catalog, *,
-                 read_only: bool = True, locked: bool = False) -> Backend:
+                 read_only: bool = True, locked: bool = False,
+                 frames: Mapping[str, Any] | None = None) -> Backend:
     """The backend for ``target``: None or a path -> DuckDB, ``postgresql://...`` ->
     PostgreSQL, ``spark://...``/``local[*]``/a SparkSession -> Spark SQL.
 
@@ -127,12 +129,18 @@ def open_backend(target: str | os.PathLike | object | None, catalog: Catalog, *,
         'duckdb'
 
     ``locked`` (an analyst's backend) holds the catalogued relations only, with file access
-    and configuration changes switched off where the database allows it.
+    and configuration changes switched off where the database allows it. ``frames`` (validated
+    by ``sources.frame_sources``) feed declared tables of the embedded DuckDB only.
     """
     for matches, opener in REGISTRY:
         if matches(target):
+            if frames:
+                raise NotSupportedError(
+                    "in-memory sources feed the embedded DuckDB database only",
+                    hint="leave database out (or name a DuckDB file) to use sources=, or load "
+                    "the frames into the warehouse")
             return opener(target, catalog, read_only, locked)
-    return _open_duckdb(target, catalog, read_only, locked)
+    return _open_duckdb(target, catalog, read_only, locked, frames)
 
 
 def is_file_database(target: object) -> bool:

@@ -10,8 +10,11 @@ a second in-memory database that holds the public tables only.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import duckdb
 from sqlglot import exp
@@ -36,8 +39,9 @@ class DuckDBBackend:
     dialect = "duckdb"
 
     def __init__(self, database: str | None, catalog: Catalog, *, read_only: bool = True,
-                 locked: bool = False) -> None:
+                 locked: bool = False, frames: Mapping[str, Any] | None = None) -> None:
         self.catalog, self.database = catalog, database
+        self._frames = dict(frames or {})  # in-memory sources (backends/sources.py)
         self.sources = {name: _quote(name) for name in catalog.tables}
         self._public: DuckDBBackend | None = None
         try:
@@ -54,7 +58,9 @@ class DuckDBBackend:
             raise BackendError(f"cannot open DuckDB database {database!r}: {err}") from err
         if not locked:
             for table in catalog.tables.values():
-                if table.source is not None:
+                if table.name in self._frames:
+                    self._register_frame(table)
+                elif table.source is not None:
                     self._register(table)
         else:
             self._lock([t.source for t in catalog.tables.values() if t.source is not None
@@ -72,7 +78,9 @@ class DuckDBBackend:
             self.connection.execute(f"ATTACH {_literal(str(database))} AS __database "
                                     "(READ_ONLY)")
         for table in tables:
-            if table.source is not None:
+            if table.name in self._frames:
+                self._register_frame(table)
+            elif table.source is not None:
                 self._register(table)
             elif attached:
                 stored = f"__database.{'.'.join(map(_quote, table.name.split('.')))}"
@@ -106,7 +114,7 @@ class DuckDBBackend:
             public = [t for t in self.catalog.tables.values() if t.public]
             self._public = DuckDBBackend.__new__(DuckDBBackend)
             self._public.catalog, self._public._public = self.catalog, None
-            self._public.sources = self.sources
+            self._public.sources, self._public._frames = self.sources, self._frames
             self._public._catalogued(self.database, public)
             self._public._lock([t.source for t in public if t.source is not None
                                 and t.source.lower().endswith(".parquet")])
@@ -152,6 +160,25 @@ class DuckDBBackend:
                             "withheld because it can quote private rows)",
                             hint="check the csv options and that every declared column exists "
                             "in the file") from err
+
+    def _register_frame(self, table: TableSpec) -> None:
+        """Copy an in-memory source into a table of its declared columns, typed as ``_register``
+        types a file's; the frame itself is unregistered, so that only catalogued relations
+        remain and later changes to the frame do not reach the answers."""
+        raw = f"__frame_{table.name}"
+        typed = dataclasses.replace(table, csv={})  # CSV options (trim) are not for frames
+        columns = ", ".join(_column_sql(typed, name) for name in table.columns)
+        self.connection.register(raw, self._frames[table.name])
+        try:
+            self.connection.execute(f"CREATE OR REPLACE TEMP TABLE {_quote(table.name)} AS "
+                                    f"SELECT {columns} FROM {_quote(raw)}")
+        except duckdb.Error as err:
+            raise DataError(f"table {table.name!r}: the in-memory source cannot be read as the "
+                            f"metadata declares it ({type(err).__name__}; the message is "
+                            "withheld because it can quote private rows)",
+                            hint="check that every declared column is in the frame") from err
+        finally:
+            self.connection.unregister(raw)
 
     def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
         """Execute a query tree (the custodian's statements)."""

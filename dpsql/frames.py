@@ -1,0 +1,171 @@
+"""Released results as pandas, Arrow, polars and NumPy frames, and as HTML for notebooks.
+
+A frame holds the result set as released. With ``intervals=True`` each noisy aggregate is
+followed by its 95% confidence interval, ``<col>_low`` and ``<col>_high`` (the columns that
+``Cursor.intervals()`` adds). pyarrow and polars are optional: a missing one raises
+InterfaceError naming the package to install.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from dpsql.errors import InterfaceError
+from dpsql.release import NoisyResult
+
+if TYPE_CHECKING:
+    import polars
+    import pyarrow
+
+_EXTRA = {"pyarrow": "dpsql[arrow]", "polars": "dpsql[polars]"}
+
+
+def columns(result: NoisyResult, *, intervals: bool = False) -> dict[str, list]:
+    """The result as column name -> values, then the noisy columns' intervals.
+
+    Example:
+        >>> from dpsql.release import ColumnInfo
+        >>> result = NoisyResult([ColumnInfo("day", "text"), ColumnInfo("n", "int")],
+        ...                      [("Mon", 7)], intervals={"n": [(5.0, 9.0)]})
+        >>> columns(result, intervals=True)
+        {'day': ['Mon'], 'n': [7], 'n_low': [5.0], 'n_high': [9.0]}
+    """
+    data = {c.name: [row[i] for row in result.rows] for i, c in enumerate(result.columns)}
+    if intervals:
+        for name, bounds in result.intervals.items():
+            data[f"{name}_low"] = [None if b is None else b[0] for b in bounds]
+            data[f"{name}_high"] = [None if b is None else b[1] for b in bounds]
+    return data
+
+
+def to_pandas(result: NoisyResult, *, intervals: bool = False) -> pd.DataFrame:
+    """The result as a pandas DataFrame (the same frame as ``Cursor.fetchdf()``).
+
+    Example:
+        >>> from dpsql.release import ColumnInfo
+        >>> to_pandas(NoisyResult([ColumnInfo("n", "int")], [(7,)])).to_dict("list")
+        {'n': [7]}
+    """
+    frame = pd.DataFrame(result.rows, columns=[c.name for c in result.columns])
+    if intervals:  # the columns of Cursor.intervals(), in the same order
+        for name, values in columns(result, intervals=True).items():
+            if name not in frame.columns:
+                frame[name] = values
+    return frame
+
+
+def to_arrow(result: NoisyResult, *, intervals: bool = False) -> pyarrow.Table:
+    """The result as a pyarrow Table; an empty column takes its declared type.
+
+    Example:
+        >>> from dpsql.release import ColumnInfo
+        >>> to_arrow(NoisyResult([ColumnInfo("n", "int")], [(7,)])).to_pydict()
+        {'n': [7]}
+    """
+    pa = _optional("pyarrow")
+    declared = {"int": pa.int64(), "float": pa.float64(), "text": pa.string(),
+                "bool": pa.bool_(), "date": pa.date32()}
+    types = {c.name: declared.get(c.type) for c in result.columns}
+    arrays = {}
+    for name, values in columns(result, intervals=intervals).items():
+        array = pa.array(values)
+        if pa.types.is_null(array.type):
+            array = pa.array(values, type=types.get(name) or pa.float64())
+        arrays[name] = array
+    return pa.table(arrays)
+
+
+def to_polars(result: NoisyResult, *, intervals: bool = False) -> polars.DataFrame:
+    """The result as a polars DataFrame (built from Python values: pyarrow not needed).
+
+    Example:
+        >>> from dpsql.release import ColumnInfo
+        >>> to_polars(NoisyResult([ColumnInfo("n", "int")], [(7,)]))["n"].to_list()
+        [7]
+    """
+    pl = _optional("polars")
+    return pl.DataFrame(columns(result, intervals=intervals), strict=False)
+
+
+def to_numpy(result: NoisyResult, *, intervals: bool = False) -> dict[str, np.ndarray]:
+    """The result as column name -> NumPy array (DuckDB's ``fetchnumpy`` shape).
+
+    Example:
+        >>> from dpsql.release import ColumnInfo
+        >>> to_numpy(NoisyResult([ColumnInfo("n", "int")], [(7,)]))["n"]
+        array([7])
+    """
+    frame = to_pandas(result, intervals=intervals)
+    return {name: frame[name].to_numpy() for name in frame.columns}
+
+
+def result_html(result: NoisyResult | None, epsilon: float) -> str:
+    """An HTML table of the result: each noisy value with its 95% interval beneath it.
+
+    Example:
+        >>> from dpsql.release import ColumnInfo
+        >>> page = result_html(NoisyResult([ColumnInfo("n", "int")], [(7,)],
+        ...                               intervals={"n": [(5.0, 9.0)]}), 1)
+        >>> "<td>7<br><small>[5, 9]</small></td>" in page, "ε spent: 1" in page
+        (True, True)
+    """
+    if result is None:
+        return "<p>dpsql cursor: no result (call execute())</p>"
+    names = [c.name for c in result.columns]
+    head = "".join(f"<th>{html.escape(str(n))}</th>" for n in names)
+    body = []
+    for r, row in enumerate(result.rows):
+        cells = []
+        for name, value in zip(names, row, strict=True):
+            text = html.escape(_show(value))
+            bounds = result.intervals.get(name)
+            if bounds is not None and bounds[r] is not None:
+                low, high = bounds[r]
+                text += f"<br><small>[{_show(low)}, {_show(high)}]</small>"
+            cells.append(f"<td>{text}</td>")
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    note = f"ε spent: {float(epsilon):g}"
+    if result.intervals:
+        note += " · brackets: 95% confidence intervals"
+    return (f'<table class="dpsql-result"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table><p><small>{note}</small></p>")
+
+
+def connection_html(*, dataset: str, analyst: str, backend: str, spent: Any,
+                    remaining: Any) -> str:
+    """An HTML summary of a connection: dataset, analyst, backend, budget spent and left.
+
+    Example:
+        >>> connection_html(dataset="visits", analyst="ann", backend="duckdb", spent="ε=1",
+        ...                 remaining=None).count("<tr>")
+        5
+    """
+    rows = [("dataset", dataset), ("analyst", analyst), ("backend", backend),
+            ("spent", spent), ("remaining", "no budget declared" if remaining is None
+                                else remaining)]
+    body = "".join(f"<tr><th>{k}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    return f'<table class="dpsql-connection"><caption>dpsql connection</caption>{body}</table>'
+
+
+def _show(value: Any) -> str:
+    """A cell as text: floats with 6 significant digits, None as NULL."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _optional(package: str) -> ModuleType:
+    try:
+        return importlib.import_module(package)
+    except ImportError as err:
+        raise InterfaceError(f"this result format needs {package}, which is not installed",
+                             hint=f"pip install '{_EXTRA[package]}' (or pip install "
+                             f"{package})") from err
