@@ -82,6 +82,7 @@ class Catalog:
     budget: PrivacyLoss | None = None
     mechanism: str = "laplace"
     path: Path | None = None
+    dialect: str = "duckdb"  # the SQL dialect analysts write (sqlglot's dialect names)
 
     def table(self, name: str) -> TableSpec | None:
         """The table called ``name`` (case-insensitive)."""
@@ -155,11 +156,12 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 
 def _build(raw: dict, *, base: Path, path: Path | None, default_name: str) -> Catalog:
-    unknown = set(raw) - {"name", "neighbouring", "budget", "tables", "mechanism", "description"}
+    unknown = set(raw) - {"name", "neighbouring", "budget", "tables", "mechanism", "description",
+                          "dialect"}
     if unknown:
         raise CatalogError(
             f"unknown metadata key(s) {sorted(unknown)}",
-            hint="top-level keys are name, neighbouring, budget, mechanism and tables",
+            hint="top-level keys are name, neighbouring, budget, mechanism, dialect and tables",
         )
     neighbouring = raw.get("neighbouring", "add_remove")
     if neighbouring not in NEIGHBOURING:
@@ -187,6 +189,7 @@ def _build(raw: dict, *, base: Path, path: Path | None, default_name: str) -> Ca
         budget=_budget(raw.get("budget"), mechanism),
         mechanism=mechanism,
         path=path,
+        dialect=str(raw.get("dialect", "duckdb")).lower(),
     )
 
 

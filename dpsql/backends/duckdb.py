@@ -11,16 +11,28 @@ a second in-memory database that holds the public tables only.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import duckdb
 from sqlglot import exp
 
 from dpsql.backends import columns_by_table
-from dpsql.catalog import Catalog, TableSpec
+from dpsql.catalog import Catalog, ColumnSpec, TableSpec
 from dpsql.errors import BackendError, DataError, ProgrammingError, QueryTimeoutError
 
-_CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE"}
+_CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE",
+          "timestamp": "TIMESTAMP"}
+# DuckDB's types of an undeclared public column -> dpsql's
+_TYPES = {"BIGINT": "int", "INTEGER": "int", "SMALLINT": "int", "TINYINT": "int",
+          "UBIGINT": "int", "UINTEGER": "int", "USMALLINT": "int", "UTINYINT": "int",
+          "HUGEINT": "int", "DOUBLE": "float", "FLOAT": "float", "DECIMAL": "float",
+          "VARCHAR": "text", "BOOLEAN": "bool", "DATE": "date", "TIMESTAMP": "timestamp",
+          "TIMESTAMP WITH TIME ZONE": "timestamp"}
+
+
+def _base_type(name: str) -> str:
+    return name.split("(")[0].strip().upper()
 # raised while a statement is parsed and bound, before any row is read
 _PLANNING_ERRORS = (duckdb.ParserException, duckdb.CatalogException, duckdb.BinderException)
 
@@ -52,7 +64,8 @@ class DuckDBBackend:
             for table in catalog.tables.values():
                 if table.source is not None:
                     self._register(table)
-        else:
+        self.catalog = self._completed(catalog)
+        if locked:
             self._lock([t.source for t in catalog.tables.values() if t.source is not None
                         and t.source.lower().endswith(".parquet")])
 
@@ -71,7 +84,7 @@ class DuckDBBackend:
             if table.source is not None:
                 self._register(table)
             elif attached:
-                columns = ", ".join(_column_sql(table, name) for name in table.columns)
+                columns = ", ".join(_column_sql(table, name) for name in table.columns) or "*"
                 try:
                     self.connection.execute(
                         f"CREATE TEMP VIEW {_quote(table.name)} AS SELECT {columns} FROM "
@@ -81,6 +94,19 @@ class DuckDBBackend:
                                     f"the metadata declares it: {str(err).splitlines()[0]}",
                                     hint="fix the declared table and column names") from None
         return self.connection
+
+    def _completed(self, catalog: Catalog) -> Catalog:
+        """The catalogue with the columns of public tables that declare none, as the
+        database or file has them (their names and types; no domains or bounds)."""
+        tables = dict(catalog.tables)
+        for name, table in catalog.tables.items():
+            if not table.public or table.columns:
+                continue
+            described = self.connection.execute(f"DESCRIBE {_quote(name)}").fetchall()
+            columns = {row[0]: ColumnSpec(row[0], _TYPES.get(_base_type(row[1]), "text"))
+                       for row in described if _base_type(row[1]) in _TYPES}
+            tables[name] = replace(table, columns=columns)
+        return replace(catalog, tables=tables)
 
     def _lock(self, parquet_paths: list[str]) -> None:
         """No file access (but the Parquet sources' views), no extensions, no settings."""
@@ -96,6 +122,7 @@ class DuckDBBackend:
             public = [t for t in self.catalog.tables.values() if t.public]
             self._public = DuckDBBackend.__new__(DuckDBBackend)
             self._public.catalog, self._public._public = self.catalog, None
+            self._public.database = self.database
             self._public.sources = self.sources
             self._public._catalogued(self.database, public)
             self._public._lock([t.source for t in public if t.source is not None
@@ -113,8 +140,9 @@ class DuckDBBackend:
                 f"table {table.name!r}: source file {source!r} does not exist",
                 hint="set DPSQL_DATASETS to the folder of the shared data sets, or fix 'source'",
             )
-        reader = _reader(table)
-        columns = ", ".join(_column_sql(table, name) for name in table.columns)
+        undeclared = table.public and not table.columns  # typed by DuckDB's sniffer
+        reader = _reader(table, typed=undeclared)
+        columns = ", ".join(_column_sql(table, name) for name in table.columns) or "*"
         parquet = source.lower().endswith(".parquet")
         raw = _quote(f"__raw_{table.name}")
         try:
@@ -198,12 +226,12 @@ def _literal(text: str) -> str:
     return "'" + str(text).replace("'", "''") + "'"
 
 
-def _reader(table: TableSpec) -> str:
+def _reader(table: TableSpec, *, typed: bool = False) -> str:
     path = _literal(table.source)
     if table.source.lower().endswith(".parquet"):
         return f"read_parquet({path})"
     options = table.csv
-    args = [path, "all_varchar = true"]
+    args = [path] if typed else [path, "all_varchar = true"]
     if "delimiter" in options:
         args.append(f"delim = {_literal(options['delimiter'])}")
     header = options.get("header", True)

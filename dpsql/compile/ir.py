@@ -76,6 +76,8 @@ class ColumnInfo:
     domain: tuple | None = None
     nullable: bool = True
     label: str = ""  # the name the analyst knows it by, for messages
+    source: str | None = None  # where its public domain comes from (explain shows it)
+    origin: tuple[str, str] | None = None  # (public table, column) it is read from, if any
 
 
 # --- relations ---------------------------------------------------------------------------

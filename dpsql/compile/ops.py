@@ -363,6 +363,17 @@ def _divide(node: exp.Div, scope: Scope) -> Expr:
     return Expr("div", (left, right), "float", None, interval, None, domain, True)
 
 
+@builds(exp.SafeDivide)
+def _safe_divide(node: exp.SafeDivide, scope: Scope) -> Expr:
+    """BigQuery's SAFE_DIVIDE: NULL where the divisor is 0, which is how '/' is compiled."""
+    return _divide(node, scope)
+
+
+@builds(exp.Pi)
+def _pi(node: exp.Pi, scope: Scope) -> Expr:
+    return literal(math.pi, "float")
+
+
 @builds(exp.IntDiv)
 def _int_divide(node: exp.IntDiv, scope: Scope) -> Expr:
     left = _require(build(node.this, scope), ("int",), "'//'", scope)

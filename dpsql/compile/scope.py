@@ -220,6 +220,8 @@ class Resolver:
             internal = self.names()
             scanned.append((internal, name, col.type))
             columns[internal] = declared(internal, col)
+            if spec.public:
+                columns[internal] = replace(columns[internal], origin=(spec.name, name))
             names[(alias, name.lower())] = internal
             if name == spec.privacy_unit:
                 unit = internal
@@ -260,8 +262,11 @@ class Resolver:
                                        sql=self.sql, hint="give them distinct aliases")
             internal = self.names()
             projected.append((internal, expr))
-            columns[internal] = ColumnInfo(internal, expr.type, expr.interval, expr.domain,
-                                           expr.nullable, name)
+            if expr.op == "col":  # the same column under a new name keeps what is known of it
+                columns[internal] = replace(inner.columns[expr.value], name=internal, label=name)
+            else:
+                columns[internal] = ColumnInfo(internal, expr.type, expr.interval, expr.domain,
+                                               expr.nullable, name)
             names[(alias_key, name.lower())] = internal
             if expr.op == "col" and expr.value in inner.unit_columns:
                 units.add(internal)
@@ -417,14 +422,16 @@ def declared(name: str, spec: ColumnSpec) -> ColumnInfo:
     interval = None
     if spec.is_bounded:
         interval = Interval(exact_bound(spec.lower), exact_bound(spec.upper), spec.type == "int")
-    domain = None
+    domain, source = None, None
     if spec.values is not None:
         domain = tuple(float(v) if spec.type == "float" else v for v in spec.values)
+        source = "values in the metadata"
     elif spec.type == "bool":
-        domain = (False, True)
+        domain, source = (False, True), "a boolean"
     elif spec.type == "int" and interval is not None and \
             interval.upper - interval.lower + 1 <= ops.MAX_INT_DOMAIN:
         domain = tuple(range(int(interval.lower), int(interval.upper) + 1))
+        source = "bounds in the metadata"
     if spec.type == "bool":
         interval = Interval(exact_bound(0), exact_bound(1), True)
-    return ColumnInfo(name, spec.type, interval, domain, True, spec.name)
+    return ColumnInfo(name, spec.type, interval, domain, True, spec.name, source)
