@@ -20,7 +20,9 @@ from dataclasses import dataclass, field, replace
 
 from sqlglot import exp
 
-from dpsql.catalog import Catalog, ColumnSpec, TableSpec, exact_bound
+from fractions import Fraction
+
+from dpsql.catalog import TEMPORAL, Catalog, ColumnSpec, TableSpec, exact_bound, temporal_number
 from dpsql.compile import ops
 from dpsql.compile.ir import (
     ColumnInfo,
@@ -420,7 +422,10 @@ def predicate(node: exp.Expression, scope: Scope) -> Expr:
 def declared(name: str, spec: ColumnSpec) -> ColumnInfo:
     """What the metadata declares about a column: type, bounds and public domain."""
     interval = None
-    if spec.is_bounded:
+    if spec.is_bounded and spec.type in TEMPORAL:
+        interval = Interval(Fraction(temporal_number(spec.lower, spec.type)),
+                            Fraction(temporal_number(spec.upper, spec.type)), True)
+    elif spec.is_bounded:
         interval = Interval(exact_bound(spec.lower), exact_bound(spec.upper), spec.type == "int")
     domain, source = None, None
     if spec.values is not None:
@@ -431,6 +436,10 @@ def declared(name: str, spec: ColumnSpec) -> ColumnInfo:
     elif spec.type == "int" and interval is not None and \
             interval.upper - interval.lower + 1 <= ops.MAX_INT_DOMAIN:
         domain = tuple(range(int(interval.lower), int(interval.upper) + 1))
+        source = "bounds in the metadata"
+    elif spec.type == "date" and interval is not None and \
+            interval.upper - interval.lower + 1 <= ops.MAX_INT_DOMAIN:
+        domain = tuple(ops.day(int(d)) for d in range(int(interval.lower), int(interval.upper) + 1))
         source = "bounds in the metadata"
     if spec.type == "bool":
         interval = Interval(exact_bound(0), exact_bound(1), True)

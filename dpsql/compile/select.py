@@ -282,6 +282,8 @@ class _Compiler:
             return "literals of the query"
         if expr.op == "case":
             return "literals of the query"
+        if expr.op == "extract" and expr.value != "year":
+            return f"the calendar ({expr.value})"
         return "computed from " + ", ".join(inner)
 
     def _refuse_unit_key(self, expr: Expr, node: exp.Expression) -> None:
