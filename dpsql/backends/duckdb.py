@@ -102,7 +102,11 @@ class DuckDBBackend:
         for name, table in catalog.tables.items():
             if not table.public or table.columns:
                 continue
-            described = self.connection.execute(f"DESCRIBE {_quote(name)}").fetchall()
+            try:
+                described = self.connection.execute(f"DESCRIBE {_quote(name)}").fetchall()
+            except duckdb.CatalogException:
+                continue  # not in this database: it stays without columns
+
             columns = {row[0]: ColumnSpec(row[0], _TYPES.get(_base_type(row[1]), "text"))
                        for row in described if _base_type(row[1]) in _TYPES}
             tables[name] = replace(table, columns=columns)
