@@ -7,6 +7,7 @@ declaration, never derived from the rows.
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import re
@@ -20,7 +21,8 @@ import yaml
 from dpsql.budget import PrivacyLoss, positive, probability, rho_from_epsilon_delta
 from dpsql.errors import CatalogError
 
-COLUMN_TYPES = ("int", "float", "text", "bool", "date")
+COLUMN_TYPES = ("int", "float", "text", "bool", "date", "timestamp")
+TEMPORAL = ("date", "timestamp")
 NEIGHBOURING = ("add_remove", "replace")
 MECHANISMS = ("laplace", "gaussian")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -82,6 +84,7 @@ class Catalog:
     budget: PrivacyLoss | None = None
     mechanism: str = "laplace"
     path: Path | None = None
+    dialect: str = "duckdb"  # the SQL dialect analysts write (sqlglot's dialect names)
 
     def table(self, name: str) -> TableSpec | None:
         """The table called ``name`` (case-insensitive)."""
@@ -155,11 +158,12 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 
 def _build(raw: dict, *, base: Path, path: Path | None, default_name: str) -> Catalog:
-    unknown = set(raw) - {"name", "neighbouring", "budget", "tables", "mechanism", "description"}
+    unknown = set(raw) - {"name", "neighbouring", "budget", "tables", "mechanism", "description",
+                          "dialect"}
     if unknown:
         raise CatalogError(
             f"unknown metadata key(s) {sorted(unknown)}",
-            hint="top-level keys are name, neighbouring, budget, mechanism and tables",
+            hint="top-level keys are name, neighbouring, budget, mechanism, dialect and tables",
         )
     neighbouring = raw.get("neighbouring", "add_remove")
     if neighbouring not in NEIGHBOURING:
@@ -187,6 +191,7 @@ def _build(raw: dict, *, base: Path, path: Path | None, default_name: str) -> Ca
         budget=_budget(raw.get("budget"), mechanism),
         mechanism=mechanism,
         path=path,
+        dialect=str(raw.get("dialect", "duckdb")).lower(),
     )
 
 
@@ -317,14 +322,21 @@ def _column(table: str, name: str, raw: Any) -> ColumnSpec:
     lower, upper = raw.get("lower"), raw.get("upper")
     if (lower is None) != (upper is None):
         raise CatalogError(f"{where}: declare both lower and upper, or neither")
-    if lower is not None:
+    if lower is not None and col_type in TEMPORAL:
+        lower, upper = (_temporal_bound(where, label, bound, col_type)
+                        for label, bound in (("lower", lower), ("upper", upper)))
+        if temporal_number(lower, col_type) > temporal_number(upper, col_type):
+            raise CatalogError(f"{where}: lower ({lower}) is later than upper ({upper})",
+                               hint="swap the bounds")
+    elif lower is not None:
         for label, bound in (("lower", lower), ("upper", upper)):
             if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(
                 bound
             ):
                 raise CatalogError(f"{where}: {label} must be a finite number, got {bound!r}")
         if col_type not in ("int", "float"):
-            raise CatalogError(f"{where}: bounds are only for int and float columns")
+            raise CatalogError(f"{where}: bounds are only for int, float, date and timestamp "
+                               "columns")
         if lower > upper:
             raise CatalogError(f"{where}: lower ({lower}) is greater than upper ({upper})",
                                hint="swap the bounds")
@@ -336,6 +348,38 @@ def _column(table: str, name: str, raw: Any) -> ColumnSpec:
             raise CatalogError(f"{where}: values has duplicates")
         values = tuple(values)
     return ColumnSpec(name=name, type=col_type, lower=lower, upper=upper, values=values)
+
+
+def _temporal_bound(where: str, label: str, bound: Any, kind: str) -> str:
+    """A date or timestamp bound as its ISO text (YAML may give a date object)."""
+    text = bound.isoformat() if hasattr(bound, "isoformat") else str(bound)
+    try:
+        temporal_number(text, kind)
+    except ValueError:
+        raise CatalogError(f"{where}: {label} must be an ISO {kind} such as "
+                           f"{'2024-01-31' if kind == 'date' else '2024-01-31 12:00:00'}, "
+                           f"got {bound!r}") from None
+    return text
+
+
+_EPOCH = datetime.date(1970, 1, 1)
+
+
+def temporal_number(text, kind: str) -> int:
+    """A date as days since 1970-01-01, a timestamp as seconds since then (the IR's
+    intervals of temporal values).
+
+    Example:
+        >>> temporal_number("1970-01-03", "date"), temporal_number("1970-01-01 00:01:00", "timestamp")
+        (2, 60)
+    """
+    if kind == "date":
+        value = text if isinstance(text, datetime.date) else datetime.date.fromisoformat(
+            str(text)[:10])
+        return (value - _EPOCH).days
+    value = text if isinstance(text, datetime.datetime) else datetime.datetime.fromisoformat(
+        str(text))
+    return int((value.replace(tzinfo=None) - datetime.datetime(1970, 1, 1)).total_seconds())
 
 
 def exact_bound(value: float | int) -> Fraction:

@@ -53,6 +53,8 @@ class _Base:
         except errors.Error:
             self.ledger.close()
             raise
+        # public tables that declare no columns have them from the database or file
+        self.catalog = getattr(self._backend, "catalog", self.catalog)
         self._closed = False
 
     @property
@@ -98,7 +100,7 @@ class Connection(_Base):
 
     def __init__(self, database, *, metadata, analyst=None, epsilon_per_query=None,
                  delta_per_query=None, accuracy=None, ledger=None, insecure_seed=None,
-                 bounding="per_query", timeout=None, sources=None) -> None:
+                 bounding="per_query", timeout=None, sources=None, dialect=None) -> None:
         super().__init__(database, metadata, analyst, ledger, read_only=True, locked=True,
                          sources=sources)
         try:
@@ -109,7 +111,8 @@ class Connection(_Base):
                 positive(epsilon_per_query),
                 delta_per_query=None if delta_per_query is None else
                 probability(delta_per_query),
-                accuracy=accuracy, bounding=bounding, timeout=timeout)
+                accuracy=accuracy, bounding=bounding, timeout=timeout,
+                dialect=dialect or self.catalog.dialect)
         except errors.Error:
             super().close()
             raise
@@ -235,7 +238,8 @@ def connect(database: str | os.PathLike | Any | None = None, *,
             delta_per_query: float | None = None, accuracy: float | None = None,
             ledger: str | os.PathLike | None = None, insecure_seed: int | None = None,
             bounding: str = "per_query", timeout: float | None = None,
-            sources: Mapping[str, Any] | None = None) -> Connection:
+            sources: Mapping[str, Any] | None = None,
+            dialect: str | None = None) -> Connection:
     """Open an analyst connection whose every answer is differentially private.
 
     Args:
@@ -257,6 +261,9 @@ def connect(database: str | os.PathLike | Any | None = None, *,
         timeout: seconds an exact query of a private statement may run on DuckDB; a longer
             one is stopped with QueryTimeoutError and charged (its length can depend on the
             data). Default: no limit.
+        dialect: the SQL dialect the analyst writes (sqlglot's names: duckdb, postgres,
+            bigquery, snowflake, spark, tsql, mysql, sqlite, ...); default the metadata's
+            ``dialect:`` key, else duckdb.
         sources: in-memory data of declared tables, ``{"visits": frame}``: pandas, polars
             or pyarrow frames, or DuckDB relations, copied into the embedded DuckDB as typed
             tables of the declared columns (instead of the metadata's ``source``).
@@ -273,7 +280,7 @@ def connect(database: str | os.PathLike | Any | None = None, *,
                       epsilon_per_query=epsilon_per_query, delta_per_query=delta_per_query,
                       accuracy=accuracy, ledger=ledger,
                       insecure_seed=insecure_seed, bounding=bounding, timeout=timeout,
-                      sources=sources)
+                      sources=sources, dialect=dialect)
 
 
 def connect_custodian(database: str | os.PathLike | Any | None = None, *,

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from dpsql.connection import Connection
 
 _TYPE_CODES = {"int": "BIGINT", "float": "DOUBLE", "text": "VARCHAR", "bool": "BOOLEAN",
-               "date": "DATE"}
+               "date": "DATE", "timestamp": "TIMESTAMP"}
 
 
 class Column(tuple):

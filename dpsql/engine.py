@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from dpsql import snapshot
 from dpsql.backends import Backend
-from dpsql.budget import PrivacyLoss, positive, probability, rho_from_epsilon_delta
+from dpsql.budget import PrivacyLoss, exact, positive, probability, rho_from_epsilon_delta
 from dpsql.catalog import Catalog
 from dpsql.compile import PublicQuery, compile_statement
 from dpsql.compile.render import Dialect, dialect
@@ -31,7 +31,7 @@ from dpsql.errors import (
 from dpsql.ledger import Ledger, budget_exhausted
 from dpsql.mechanisms.calibrate import half_width_units, largest_scale_for_half_width
 from dpsql.mechanisms.samplers import RandomSource
-from dpsql.parse import parse_one, parse_script, too_deep
+from dpsql.parse import check_dialect, dp_options, parse_one, parse_script, too_deep
 from dpsql.plan import CheckedQuery, ExactQuery, ScriptPlan, Statement, StatementPlan
 from dpsql.release import (
     ColumnInfo,
@@ -41,7 +41,7 @@ from dpsql.release import (
     load_results,
     release,
 )
-from dpsql.rewrite import domain_size, part_count, rewrite
+from dpsql.rewrite import MAX_DOMAIN_CELLS, domain_size, part_count, rewrite
 
 
 ANALYSED_KEPT = 256  # checked statements kept per connection
@@ -75,7 +75,8 @@ class Engine:
     def __init__(self, *, catalog: Catalog, backend: Backend, ledger: Ledger, analyst: str,
                  rng: RandomSource, epsilon_per_query: Fraction | None,
                  delta_per_query: Fraction | None = None, accuracy: float | None = None,
-                 bounding: str = "per_query", timeout: float | None = None) -> None:
+                 bounding: str = "per_query", timeout: float | None = None,
+                 dialect: str = "duckdb") -> None:
         if bounding not in snapshot.MODES:
             raise ProgrammingError(f"unknown bounding {bounding!r}",
                                    hint=f"use one of {', '.join(snapshot.MODES)}")
@@ -94,12 +95,14 @@ class Engine:
                 raise ProgrammingError(f"timeout must be a number of seconds > 0, got "
                                        f"{timeout!r}", hint="e.g. timeout=30")
         self.bounding, self.timeout = bounding, timeout
+        self.dialect = check_dialect(dialect)
         self.catalog, self.backend, self.ledger = catalog, backend, ledger
         self.analyst, self.rng, self.epsilon_per_query = analyst, rng, epsilon_per_query
         self.delta_per_query = delta_per_query
         self.accuracy = accuracy
         self.post = PostProcessor()
         self._analysed: dict[tuple[str, bool], CheckedQuery | PublicQuery] = {}
+        self._domains: dict[tuple[str, str], tuple | None] = {}
 
     def plan(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None,
              rho=None, script: bool = False) -> Planned:
@@ -108,12 +111,17 @@ class Engine:
         Without ``epsilon``, an ``accuracy`` target (or a ``/* dpsql: ci95 <= X */`` hint)
         picks the smallest ε whose 95% intervals are at most X wide on each side.
         """
-        statements = parse_script(sql, params) if script else [parse_one(sql, params)]
+        statements = parse_script(sql, params, self.dialect) if script else \
+            [parse_one(sql, params, self.dialect)]
+        epsilon, delta = _clause_parameters(statements, epsilon, delta)
         delta = self._delta(delta)
         gaussian = self.catalog.mechanism == "gaussian"
         order, private, public = [], [], []
         for statement in statements:
             compiled = self._checked(statement, delta > 0 and not gaussian)
+            options = dp_options(statement)
+            if options and not isinstance(compiled, PublicQuery):
+                compiled = _tightened(compiled, options)
             if isinstance(compiled, PublicQuery):
                 order.append(("public", len(public)))
                 public.append(compiled)
@@ -122,6 +130,13 @@ class Engine:
                 private.append(compiled)
         if not private:
             return Planned(tuple(order), None, tuple(public))
+        if not sum(part_count(c) for c in private):
+            # keys over public domains only: nothing is measured, nothing is spent
+            plans = tuple(rewrite(c, self.catalog, Fraction(1), salt=self.rng.bits(62),
+                                  **self._target()) for c in private)
+            return Planned(tuple(order), ScriptPlan(statements=plans, loss=PrivacyLoss.zero(),
+                                                    neighbouring=self.catalog.neighbouring),
+                           tuple(public))
         if gaussian:
             return Planned(tuple(order), self._gaussian_plan(private, rho, epsilon, delta),
                            tuple(public))
@@ -156,7 +171,8 @@ class Engine:
         checked = self._analysed.get(key)
         if checked is None:
             try:
-                checked = compile_statement(statement, self.catalog, private_keys=private_keys)
+                checked = compile_statement(statement, self.catalog, private_keys=private_keys,
+                                            public_values=self._public_values)
             except RecursionError:
                 raise too_deep(statement.sql) from None
             if not isinstance(checked, PublicQuery):
@@ -171,7 +187,8 @@ class Engine:
         """Plan, run, charge and release; return one result per statement."""
         planned = self.plan(sql, params, epsilon=epsilon, delta=delta, accuracy=accuracy,
                             rho=rho, script=script)
-        reuse = planned.release is not None and not planned.public and self.rng.is_secure
+        reuse = planned.release is not None and not planned.public and self.rng.is_secure \
+            and planned.release.loss != PrivacyLoss.zero()
         if reuse:
             # the same statements at the same ε were released before: return that answer, so
             # that asking again (and averaging) cannot wear the noise down. With an insecure
@@ -223,7 +240,7 @@ class Engine:
         public = [self.backend.run_public(q.sql(self._public_dialect(), self.backend.sources))
                   for q in planned.public]
         release_id = None
-        if planned.release is not None:
+        if planned.release is not None and planned.release.loss != PrivacyLoss.zero():
             release_id = self.ledger.charge(
                 analyst=self.analyst, dataset=self.catalog.name, loss=planned.release.loss,
                 budget=budget, fingerprint=planned.release.fingerprint,
@@ -258,6 +275,21 @@ class Engine:
             self.backend.run_sql(statement, self.timeout)
         return self.backend.run_sql(query.sql, self.timeout)
 
+    def _public_values(self, table: str, column: str) -> tuple | None:
+        """The distinct non-NULL values of a public table's column (a GROUP BY key's public
+        domain), read from the public table; None when there are more than a domain may
+        hold. Cached for the connection."""
+        key = (table, column)
+        if key not in self._domains:
+            d = self._public_dialect()
+            name = d.quote(column)
+            sql = (f"SELECT DISTINCT {name} FROM {self.backend.sources[table]} WHERE {name} IS "
+                   f"NOT NULL ORDER BY 1 LIMIT {MAX_DOMAIN_CELLS + 1}")
+            _, rows = self.backend.run_public(sql)
+            values = tuple(row[0] for row in rows)
+            self._domains[key] = values if 0 < len(values) <= MAX_DOMAIN_CELLS else None
+        return self._domains[key]
+
     def _public_dialect(self) -> Dialect:
         return dialect(self.backend.dialect)
 
@@ -271,9 +303,10 @@ class Engine:
 
         Without an ε (and no epsilon_per_query) the scales are shown for ε = 1.
         """
-        statements = parse_script(sql, params)
+        statements = parse_script(sql, params, self.dialect)
         if epsilon is None and self.epsilon_per_query is None and accuracy is None and \
-                self.accuracy is None and _hinted_accuracy(statements) is None and rho is None:
+                self.accuracy is None and _hinted_accuracy(statements) is None and \
+                rho is None and not any("epsilon" in dp_options(s) for s in statements):
             epsilon = 1
             if self.catalog.mechanism == "gaussian":
                 rho = 1
@@ -368,6 +401,69 @@ class Engine:
         return self.catalog.budget
 
 
+def _clause_parameters(statements: list[Statement], epsilon, delta):
+    """ε and δ of a ``WITH DIFFERENTIAL_PRIVACY OPTIONS(...)`` clause, checked against the
+    ones the call passes: a script is one release, so its statements must agree."""
+    for name, given in (("epsilon", epsilon), ("delta", delta)):
+        stated = {dp_options(s)[name] for s in statements if name in dp_options(s)}
+        if len(stated) > 1:
+            raise PrivacyParameterError(
+                f"the statements of the script state different {name}s: {sorted(stated)}",
+                hint="a script is one release: state one value, or send the statements "
+                "separately")
+        if stated:
+            (value,) = stated
+            if given is not None and exact(given, name) != exact(value, name):
+                raise PrivacyParameterError(
+                    f"the query's DIFFERENTIAL_PRIVACY clause says {name}={value} but "
+                    f"{given} was passed", hint=f"pass the same {name}, or none")
+            if name == "epsilon":
+                epsilon = value
+            else:
+                delta = value
+    return epsilon, delta
+
+
+def _tightened(checked: CheckedQuery, options: dict[str, str]) -> CheckedQuery:
+    """The statement under the clause's per-query bounds: they may tighten the metadata's
+    contribution bounds, never loosen them, and must name the declared person."""
+    relation = checked.relation
+    unit = options.get("privacy_unit_column")
+    if unit is not None:
+        label = relation.columns[relation.unit].label if relation.unit in relation.columns \
+            else None
+        if label is None or label.lower() != unit.lower():
+            raise ProgrammingError(
+                f"privacy_unit_column={unit} is not the privacy unit the metadata declares "
+                f"({label or 'each row is a person'})", sql=checked.statement.sql,
+                hint="name the declared privacy unit, or leave the option out")
+    table = checked.table
+    changes = {}
+    for option, field in (("max_groups_contributed", "max_groups_per_unit"),
+                          ("max_rows_contributed", "max_rows_per_group")):
+        if option not in options:
+            continue
+        try:
+            value = int(options[option])
+        except ValueError:
+            value = 0
+        declared = getattr(table, field)
+        if not 1 <= value <= declared:
+            raise ProgrammingError(
+                f"{option}={options[option]} is not a whole number between 1 and the "
+                f"declared {field} ({declared}): the query may tighten the metadata's bounds, "
+                "never loosen them", sql=checked.statement.sql,
+                hint=f"use {option} of at most {declared}")
+        changes[field] = value
+    if not changes:
+        return checked
+    if table.is_row_privacy:
+        raise ProgrammingError("contribution bounds do not apply to a table where each row is "
+                               "a person", sql=checked.statement.sql,
+                               hint="leave max_groups_contributed out")
+    return replace(checked, table=replace(table, **changes))
+
+
 _ACCURACY_HINT = re.compile(r"ci95\s*<=\s*([0-9.eE+-]+)")
 
 
@@ -425,5 +521,7 @@ def _explain_statement(plan: StatementPlan) -> dict:
         "rho": float(plan.loss.rho),
         "mechanism": parts[0]["mechanism"] if parts else "none",
         "groups": domain_size(plan.checked) or 1,
+        "keys": [{"name": k.name, "domain_size": None if k.domain is None else len(k.domain),
+                  "domain_source": k.source} for k in plan.checked.keys],
         "aggregates": parts,
     }

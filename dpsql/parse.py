@@ -15,12 +15,28 @@ from sqlglot.errors import ParseError, TokenError
 from dpsql.errors import InterfaceError, ProgrammingError, SQLSyntaxError
 from dpsql.plan import Statement
 
-DIALECT = "duckdb"
+DIALECT = "duckdb"  # the dialect statements are normalised to (ledger, fingerprints)
+DIALECTS = ("duckdb", "postgres", "bigquery", "snowflake", "spark", "databricks", "tsql",
+            "mysql", "sqlite", "trino", "redshift")
 _HINT = re.compile(r"dpsql\s*:\s*(.+)", re.IGNORECASE)
+# BigQuery's and ZetaSQL's per-query privacy clause, which sqlglot does not parse: it becomes a
+# hint comment that the engine reads (``dp_options``)
+_DP_CLAUSE = re.compile(r"\bSELECT\s+WITH\s+DIFFERENTIAL_PRIVACY\s+OPTIONS\s*\(([^()]*)\)",
+                        re.IGNORECASE)
 
 
-def parse_script(sql: str, params: Sequence[Any] | None = None) -> list[Statement]:
-    """Split ``sql`` into statements and parse each with sqlglot.
+def check_dialect(dialect: str) -> str:
+    """The input dialect name, or a ProgrammingError listing the ones accepted."""
+    name = str(dialect).lower()
+    if name not in DIALECTS:
+        raise ProgrammingError(f"unknown SQL dialect {dialect!r}",
+                               hint=f"use one of {', '.join(DIALECTS)}")
+    return name
+
+
+def parse_script(sql: str, params: Sequence[Any] | None = None,
+                 dialect: str = DIALECT) -> list[Statement]:
+    """Split ``sql`` into statements and parse each with sqlglot, read as ``dialect``.
 
     Raises:
         SQLSyntaxError: the SQL does not parse; the message carries sqlglot's line/column.
@@ -31,19 +47,19 @@ def parse_script(sql: str, params: Sequence[Any] | None = None) -> list[Statemen
     """
     if not isinstance(sql, str):
         raise InterfaceError(f"SQL must be a string, got {type(sql).__name__}")
-    trees = list(_parsed(sql))
+    trees = list(_parsed(sql, dialect))
     if not trees:
         raise ProgrammingError("the SQL text holds no statement", hint="write a SELECT statement")
     bound = _bind(trees, params, sql)
     if bound is None:
-        return list(_statements(sql))
+        return list(_statements(sql, dialect))
     return [_statement(t) for t in bound]
 
 
 @functools.lru_cache(maxsize=256)
-def _statements(sql: str) -> tuple[Statement, ...]:
+def _statements(sql: str, dialect: str) -> tuple[Statement, ...]:
     """The statements of SQL without parameters (their normalised text is costly to write)."""
-    return tuple(_statement(t) for t in _parsed(sql))
+    return tuple(_statement(t) for t in _parsed(sql, dialect))
 
 
 def _statement(tree: exp.Expression) -> Statement:
@@ -51,13 +67,15 @@ def _statement(tree: exp.Expression) -> Statement:
 
 
 @functools.lru_cache(maxsize=256)
-def _parsed(sql: str) -> tuple[exp.Expression, ...]:
+def _parsed(sql: str, dialect: str = DIALECT) -> tuple[exp.Expression, ...]:
     """sqlglot's trees for ``sql``; cached because analysts and evaluators repeat statements.
 
     The trees are shared: every later stage copies before it changes anything.
     """
+    text = _DP_CLAUSE.sub(lambda m: f"SELECT /* dpsql: differential_privacy {m.group(1)} */",
+                          sql)
     try:
-        return tuple(t for t in sqlglot.parse(sql, read=DIALECT) if t is not None)
+        return tuple(t for t in sqlglot.parse(text, read=dialect) if t is not None)
     except (ParseError, TokenError) as err:
         raise _syntax_error(err, sql) from None
     except RecursionError:
@@ -70,9 +88,10 @@ def too_deep(sql: str) -> ProgrammingError:
                             sql=sql[:200], hint="flatten the expression (fewer nested parentheses)")
 
 
-def parse_one(sql: str, params: Sequence[Any] | None = None) -> Statement:
+def parse_one(sql: str, params: Sequence[Any] | None = None,
+              dialect: str = DIALECT) -> Statement:
     """Parse exactly one statement; several are refused."""
-    statements = parse_script(sql, params)
+    statements = parse_script(sql, params, dialect)
     if len(statements) != 1:
         raise ProgrammingError(
             f"expected one statement, got {len(statements)}",
@@ -134,6 +153,25 @@ def _literal(value: Any) -> exp.Expression:
         return exp.Literal.string(value)
     raise InterfaceError(f"cannot bind a parameter of type {type(value).__name__}",
                          hint="bind None, bool, int, float or str")
+
+
+def dp_options(statement: Statement) -> dict[str, str]:
+    """The options of a ``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(...)`` clause, lower-case
+    names to their text (empty without the clause).
+
+    Example:
+        >>> dp_options(parse_one("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=1, "
+        ...                      "privacy_unit_column=uid) COUNT(*) FROM t"))
+        {'epsilon': '1', 'privacy_unit_column': 'uid'}
+    """
+    found: dict[str, str] = {}
+    for hint in statement.hints:
+        if hint.lower().startswith("differential_privacy"):
+            for item in hint[len("differential_privacy"):].split(","):
+                name, _, value = item.partition("=")
+                if name.strip():
+                    found[name.strip().lower()] = value.strip().strip("'\"")
+    return found
 
 
 def _hints(tree: exp.Expression) -> tuple[str, ...]:

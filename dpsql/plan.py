@@ -36,7 +36,8 @@ class GroupKey:
     name: str
     expr: Any  # compile.ir.Expr over the relation's internal columns
     domain: tuple | None  # None: a private key, released only above the threshold τ
-    type: str  # 'text', 'int', 'float', 'bool', 'date'
+    type: str  # 'text', 'int', 'float', 'bool', 'date', 'timestamp'
+    source: str | None = None  # where the domain comes from (metadata, public table, ...)
 
 
 @dataclass(frozen=True, slots=True)

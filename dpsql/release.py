@@ -273,7 +273,7 @@ class PostProcessor:
 
 
 _DTYPES = {"int": "int64", "float": "float64", "bool": "bool", "text": "object",
-           "date": "datetime64[ns]"}
+           "date": "datetime64[ns]", "timestamp": "datetime64[ns]"}
 
 
 def _empty_frame(checked) -> pd.DataFrame:

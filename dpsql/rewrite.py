@@ -29,6 +29,7 @@ from dpsql import snapshot
 from dpsql.budget import PrivacyLoss
 from dpsql.catalog import Catalog
 from dpsql.compile.bound import bound_rows
+from dpsql.compile.ir import Filter, Join, Number, Project
 from dpsql.compile.render import Dialect, dialect
 from dpsql.errors import ProgrammingError
 from dpsql.mechanisms.calibrate import grid_exponent, private_key_threshold
@@ -314,13 +315,27 @@ def _parts(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction, cells: in
             upper_g = _on_grid(agg.upper, grid_exp) - k
             column = f"p{len(parts)}"
             values.offsets[column] = int(k)
+            droppable = agg.arg.nullable or checked.where is not None or \
+                _drops_rows(checked.relation.node)
             parts.append(NoisePart(column, agg.name, "sum",
-                                   sum_sensitivity(table, lower_g, upper_g, **common) * grid,
+                                   sum_sensitivity(table, lower_g, upper_g, **common,
+                                                   droppable=droppable) * grid,
                                    epsilon, grid_exp, k * grid, signed=_signed(lower_g, upper_g)))
             if agg.kind == "avg":
                 parts.append(NoisePart(f"p{len(parts)}", agg.name, "count",
                                        count_sensitivity(table, **common), epsilon))
     return parts, values
+
+
+def _drops_rows(node) -> bool:
+    """Whether a relation can lose one of its table's rows (a filter, an inner join)."""
+    if isinstance(node, Filter) or (isinstance(node, Join) and node.kind == "inner"):
+        return True
+    if isinstance(node, Join):
+        return _drops_rows(node.left) or _drops_rows(node.right)
+    if isinstance(node, (Project, Number)):
+        return _drops_rows(node.input)
+    return False
 
 
 def _shared_grids(checked: CheckedQuery, table, epsilon: Fraction, common) -> dict:

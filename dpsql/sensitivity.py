@@ -55,20 +55,25 @@ def distinct_unit_sensitivity(table: TableSpec, *, grouped: bool, domain_size: i
 
 
 def sum_sensitivity(table: TableSpec, lower: Fraction, upper: Fraction, *, grouped: bool,
-                    domain_size: int | None, neighbouring: str) -> Fraction:
+                    domain_size: int | None, neighbouring: str,
+                    droppable: bool = True) -> Fraction:
     """SUM of values clamped to [lower, upper].
 
     add/remove: L0·L∞·M with M = max(|lower|, |upper|) (scalar L∞·M). replace, grouped:
     2·L0·L∞·M, because the old value leaves one cell and the new one enters another.
     replace, scalar: L∞·(max(U, 0) − min(L, 0)) (row privacy: L∞ = 1). This is U − L when
     L ≤ 0 ≤ U; otherwise a row that a WHERE or a NULL drops out of the sum moves it by up to
-    max(|L|, |U|), which U − L would under-state.
+    max(|L|, |U|), which U − L would under-state. When no row can drop out (a value that is
+    never NULL, no WHERE, no join that can lose the row) and each person is one row, both
+    sides contribute one value in [L, U]: U − L.
     """
     rows = person_rows(table, grouped=grouped, domain_size=domain_size)
     magnitude = max(abs(lower), abs(upper))
     if neighbouring == "replace":
         if grouped:
             return 2 * rows * magnitude
+        if not droppable and table.is_row_privacy:
+            return upper - lower
         # a replaced row may fall out of the sum (a WHERE, a NULL value), so each side
         # contributes a value in {0} ∪ [L, U]: U − L only when 0 lies in [L, U]
         return rows * (max(upper, Fraction(0)) - min(lower, Fraction(0)))

@@ -10,9 +10,9 @@ a second in-memory database that holds the public tables only.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +20,23 @@ import duckdb
 from sqlglot import exp
 
 from dpsql.backends import columns_by_table
-from dpsql.catalog import Catalog, TableSpec
+from dpsql.catalog import Catalog, ColumnSpec, TableSpec
 from dpsql.errors import BackendError, DataError, ProgrammingError, QueryTimeoutError
 
-_CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE"}
+_CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE",
+          "timestamp": "TIMESTAMP"}
+# DuckDB's types of an undeclared public column -> dpsql's
+_TYPES = {"BIGINT": "int", "INTEGER": "int", "SMALLINT": "int", "TINYINT": "int",
+          "UBIGINT": "int", "UINTEGER": "int", "USMALLINT": "int", "UTINYINT": "int",
+          "HUGEINT": "int", "DOUBLE": "float", "FLOAT": "float", "DECIMAL": "float",
+          "VARCHAR": "text", "BOOLEAN": "bool", "DATE": "date", "TIMESTAMP": "timestamp",
+          "TIMESTAMP WITH TIME ZONE": "timestamp"}
 
 
 def _base_type(name: str) -> str:
     return name.split("(")[0].strip().upper()
+
+
 # raised while a statement is parsed and bound, before any row is read
 _PLANNING_ERRORS = (duckdb.ParserException, duckdb.CatalogException, duckdb.BinderException)
 
@@ -62,7 +71,8 @@ class DuckDBBackend:
                     self._register_frame(table)
                 elif table.source is not None:
                     self._register(table)
-        else:
+        self.catalog = self._completed(catalog)
+        if locked:
             self._lock([t.source for t in catalog.tables.values() if t.source is not None
                         and t.source.lower().endswith(".parquet")])
 
@@ -86,7 +96,8 @@ class DuckDBBackend:
                 stored = f"__database.{'.'.join(map(_quote, table.name.split('.')))}"
                 try:
                     types = self._stored_types(stored)
-                    columns = ", ".join(_column_sql(table, name, types) for name in table.columns)
+                    columns = ", ".join(_column_sql(table, name, types)
+                                        for name in table.columns) or "*"
                     self.connection.execute(
                         f"CREATE TEMP VIEW {_quote(table.name)} AS SELECT {columns} FROM {stored}")
                 except duckdb.Error as err:
@@ -99,6 +110,23 @@ class DuckDBBackend:
         """Column name (lower case) -> DuckDB type of a stored relation."""
         return {row[0].lower(): _base_type(row[1]) for row in
                 self.connection.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()}
+
+    def _completed(self, catalog: Catalog) -> Catalog:
+        """The catalogue with the columns of public tables that declare none, as the
+        database or file has them (their names and types; no domains or bounds)."""
+        tables = dict(catalog.tables)
+        for name, table in catalog.tables.items():
+            if not table.public or table.columns:
+                continue
+            try:
+                described = self.connection.execute(f"DESCRIBE {_quote(name)}").fetchall()
+            except duckdb.CatalogException:
+                continue  # not in this database: it stays without columns
+
+            columns = {row[0]: ColumnSpec(row[0], _TYPES.get(_base_type(row[1]), "text"))
+                       for row in described if _base_type(row[1]) in _TYPES}
+            tables[name] = replace(table, columns=columns)
+        return replace(catalog, tables=tables)
 
     def _lock(self, parquet_paths: list[str]) -> None:
         """No file access (but the Parquet sources' views), no extensions, no settings."""
@@ -115,6 +143,7 @@ class DuckDBBackend:
             self._public = DuckDBBackend.__new__(DuckDBBackend)
             self._public.catalog, self._public._public = self.catalog, None
             self._public.sources, self._public._frames = self.sources, self._frames
+            self._public.database = self.database
             self._public._catalogued(self.database, public)
             self._public._lock([t.source for t in public if t.source is not None
                                 and t.source.lower().endswith(".parquet")])
@@ -131,13 +160,14 @@ class DuckDBBackend:
                 f"table {table.name!r}: source file {source!r} does not exist",
                 hint="set DPSQL_DATASETS to the folder of the shared data sets, or fix 'source'",
             )
-        reader = _reader(table)
+        undeclared = table.public and not table.columns  # typed by DuckDB's sniffer
+        reader = _reader(table, typed=undeclared)
         parquet = source.lower().endswith(".parquet")
         try:
             types = self._stored_types(reader) if parquet else None
         except duckdb.Error:
             types = None  # the read below reports the problem
-        columns = ", ".join(_column_sql(table, name, types) for name in table.columns)
+        columns = ", ".join(_column_sql(table, name, types) for name in table.columns) or "*"
         raw = _quote(f"__raw_{table.name}")
         try:
             if parquet:  # Parquet reads fast and typed: a view
@@ -166,7 +196,7 @@ class DuckDBBackend:
         types a file's; the frame itself is unregistered, so that only catalogued relations
         remain and later changes to the frame do not reach the answers."""
         raw = f"__frame_{table.name}"
-        typed = dataclasses.replace(table, csv={})  # CSV options (trim) are not for frames
+        typed = replace(table, csv={})  # CSV options (trim) are not for frames
         columns = ", ".join(_column_sql(typed, name) for name in table.columns)
         self.connection.register(raw, self._frames[table.name])
         try:
@@ -239,12 +269,12 @@ def _literal(text: str) -> str:
     return "'" + str(text).replace("'", "''") + "'"
 
 
-def _reader(table: TableSpec) -> str:
+def _reader(table: TableSpec, *, typed: bool = False) -> str:
     path = _literal(table.source)
     if table.source.lower().endswith(".parquet"):
         return f"read_parquet({path})"
     options = table.csv
-    args = [path, "all_varchar = true"]
+    args = [path] if typed else [path, "all_varchar = true"]
     if "delimiter" in options:
         args.append(f"delim = {_literal(options['delimiter'])}")
     header = options.get("header", True)

@@ -8,14 +8,20 @@ PostgreSQL: returned as exact Python ints.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from sqlglot import exp
 
 from dpsql.backends import columns_by_table, exact_rows
-from dpsql.catalog import Catalog
+from dpsql.catalog import Catalog, ColumnSpec
 from dpsql.errors import BackendError, DataError
+
+_TYPES = {"bigint": "int", "integer": "int", "smallint": "int", "double precision": "float",
+          "real": "float", "numeric": "float", "text": "text", "character varying": "text",
+          "character": "text", "boolean": "bool", "date": "date",
+          "timestamp without time zone": "timestamp", "timestamp with time zone": "timestamp"}
 
 
 class PostgresBackend:
@@ -33,11 +39,28 @@ class PostgresBackend:
         except psycopg.Error as err:
             raise BackendError(f"cannot connect to PostgreSQL at {_redacted(url)}: {err}") from err
         try:
-            for table in catalog.tables.values():
+            self.catalog = self._completed(catalog)
+            for table in self.catalog.tables.values():
                 self._check(table)
         except DataError:
             self.connection.close()
             raise
+
+    def _completed(self, catalog: Catalog) -> Catalog:
+        """Public tables that declare no columns get the server's (names and types)."""
+        tables = dict(catalog.tables)
+        for name, table in catalog.tables.items():
+            if not table.public or table.columns:
+                continue
+            schema, _, relation = name.rpartition(".")
+            rows = self.connection.execute(
+                "SELECT column_name, data_type FROM information_schema.columns WHERE "
+                "table_name = %s AND (%s = '' OR table_schema = %s) ORDER BY ordinal_position",
+                (relation, schema, schema)).fetchall()
+            columns = {column: ColumnSpec(column, _TYPES.get(kind.split("(")[0], "text"))
+                       for column, kind in rows}
+            tables[name] = replace(table, columns=columns)
+        return replace(catalog, tables=tables)
 
     def _check(self, table) -> None:
         if table.source is not None:

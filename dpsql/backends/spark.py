@@ -17,7 +17,8 @@ from dpsql.backends import exact_rows
 from dpsql.catalog import Catalog, TableSpec
 from dpsql.errors import BackendError, DataError
 
-_CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE", "text": "STRING"}
+_CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE", "text": "STRING",
+          "timestamp": "TIMESTAMP"}
 
 
 class SparkBackend:

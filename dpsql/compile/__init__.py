@@ -18,9 +18,12 @@ from dpsql.compile.select import compile_select, refuse_non_select, rewritten_se
 from dpsql.plan import CheckedQuery, Statement
 
 
-def compile_statement(statement: Statement, catalog: Catalog, *, private_keys: bool = False
-                      ) -> CheckedQuery | PublicQuery:
+def compile_statement(statement: Statement, catalog: Catalog, *, private_keys: bool = False,
+                      public_values=None) -> CheckedQuery | PublicQuery:
     """Compile one statement: private data -> CheckedQuery, public tables only -> PublicQuery.
+
+    ``public_values(table, column)`` returns the distinct values of a public table's column
+    (a GROUP BY key's domain), or None when there are too many.
 
     Raises:
         dpsql.ProgrammingError / dpsql.UnsupportedSQLError: with what to change.
@@ -32,7 +35,8 @@ def compile_statement(statement: Statement, catalog: Catalog, *, private_keys: b
     relation = Resolver(catalog, statement.sql).from_clause(select)
     if relation.public:
         return compile_public(select, relation, statement)
-    return compile_select(select, relation, catalog, statement, private_keys=private_keys)
+    return compile_select(select, relation, catalog, statement, private_keys=private_keys,
+                          public_values=public_values)
 
 
 __all__ = ["CheckedQuery", "PublicQuery", "compile_statement"]

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-TYPES = ("int", "float", "text", "bool", "date", "null")
+from dpsql.catalog import temporal_number
+
+TYPES = ("int", "float", "text", "bool", "date", "timestamp", "null")
 NUMERIC = ("int", "float")
 INT64 = (-(2**63), 2**63 - 1)
 
@@ -76,6 +78,8 @@ class ColumnInfo:
     domain: tuple | None = None
     nullable: bool = True
     label: str = ""  # the name the analyst knows it by, for messages
+    source: str | None = None  # where its public domain comes from (explain shows it)
+    origin: tuple[str, str] | None = None  # (public table, column) it is read from, if any
 
 
 # --- relations ---------------------------------------------------------------------------
@@ -148,5 +152,8 @@ def literal(value: Any, kind: str) -> Expr:
     if kind in NUMERIC or kind == "bool":
         number = Fraction(int(value)) if kind == "bool" else Fraction(value)
         interval = Interval(number, number, number.denominator == 1)
+    elif kind in ("date", "timestamp"):
+        number = Fraction(temporal_number(value, kind))
+        interval = Interval(number, number, True)
     domain = (value,) if kind in ("int", "float", "text", "bool", "date") else None
     return Expr("lit", (), kind, value, interval, interval, domain, nullable=False)

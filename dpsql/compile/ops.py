@@ -10,6 +10,7 @@ proven range (for totality) and the public domain, and nothing is read from the 
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from collections.abc import Callable
@@ -107,9 +108,10 @@ def refusal(node: exp.Expression, scope: Scope) -> UnsupportedSQLError:
                                 "in row-level clauses")
     return UnsupportedSQLError(
         f"{name} is not supported in dpsql's SQL", sql=scope.sql,
-        hint="use arithmetic, comparisons, CASE/COALESCE/NULLIF, CAST, LEAST/GREATEST, "
+        hint="use arithmetic, comparisons, CASE/COALESCE/NULLIF/IF, CAST, LEAST/GREATEST, "
         "ABS/FLOOR/CEIL/ROUND/SIGN, LOWER/UPPER/LENGTH/TRIM/SUBSTRING/||, LIKE, IN (...), "
-        "BETWEEN and IS NULL on the table's columns")
+        "BETWEEN, IS NULL, EXTRACT/DATE_TRUNC/DATE_DIFF and date arithmetic on the table's "
+        "columns")
 
 
 # --- typing helpers ----------------------------------------------------------------------
@@ -151,6 +153,11 @@ def coerce(expr: Expr, kind: str, scope: Scope) -> Expr:
             return literal(str(value).lower() == "true", "bool")
         if kind == "date" and expr.type == "text" and _DATE.match(str(value)):
             return literal(_valid_date(str(value), scope), "date")
+        if kind == "timestamp" and expr.type == "text":
+            return literal(datetime.datetime.fromisoformat(str(value)).isoformat(sep=" "),
+                           "timestamp")
+        if kind == "timestamp" and expr.type == "date":
+            return literal(f"{value} 00:00:00", "timestamp")
     except (ValueError, ArithmeticError):
         pass
     if kind in NUMERIC and expr.type in NUMERIC:
@@ -164,8 +171,6 @@ _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def _valid_date(text: str, scope: Scope) -> str:
-    import datetime
-
     try:
         datetime.date.fromisoformat(text)
     except ValueError:
@@ -311,8 +316,14 @@ _ARITHMETIC = {exp.Add: ("add", _add, lambda a, b: a + b),
 @builds(*_ARITHMETIC)
 def _arithmetic(node: exp.Expression, scope: Scope) -> Expr:
     op, combine, apply = _ARITHMETIC[type(node)]
-    left = _require(build(node.this, scope), NUMERIC, f"'{node.key}'", scope)
-    right = _require(build(node.expression, scope), NUMERIC, f"'{node.key}'", scope)
+    if isinstance(node.expression, exp.Interval):
+        return date_add(build(node.this, scope), _interval_days(node.expression, scope),
+                        negative=isinstance(node, exp.Sub), scope=scope)
+    left, right = build(node.this, scope), build(node.expression, scope)
+    if "date" in (left.type, right.type) or "timestamp" in (left.type, right.type):
+        return _temporal_arithmetic(op, left, right, scope)
+    left = _require(left, NUMERIC, f"'{node.key}'", scope)
+    right = _require(right, NUMERIC, f"'{node.key}'", scope)
     kind = "float" if "float" in (left.type, right.type) else "int"
     interval = combine(left.interval, right.interval)
     proven = combine(left.proven, right.proven)
@@ -323,6 +334,204 @@ def _arithmetic(node: exp.Expression, scope: Scope) -> Expr:
     domain = _binary_domain(left, right, apply, kind) or _domain_from_interval(interval, kind)
     return Expr(op, (left, right), kind, None, interval, proven, domain,
                 _nullable(left, right))
+
+
+def _temporal_arithmetic(op: str, left: Expr, right: Expr, scope: Scope) -> Expr:
+    """date − date (days, an int), date ± int days (a date)."""
+    if op == "sub" and left.type == right.type == "date":
+        return date_diff(left, right)
+    if op in ("add", "sub") and left.type == "date" and right.type == "int":
+        return date_add(left, right, negative=op == "sub", scope=scope)
+    if op == "add" and left.type == "int" and right.type == "date":
+        return date_add(right, left, negative=False, scope=scope)
+    raise UnsupportedSQLError(
+        f"{left.type} {op} {right.type} is not supported", sql=scope.sql,
+        hint="subtract two dates for days, add whole days to a date, or use DATE_DIFF('day', "
+        "a, b); CAST a timestamp to DATE first")
+
+
+def date_diff(later: Expr, earlier: Expr) -> Expr:
+    """Days from ``earlier`` to ``later`` (an int)."""
+    interval = ops_sub(later.interval, earlier.interval)
+    return Expr("date_diff", (later, earlier), "int", None, interval, interval,
+                _domain_from_interval(interval, "int"), _nullable(later, earlier))
+
+
+def ops_sub(a: Interval | None, b: Interval | None) -> Interval | None:
+    """The interval of a − b."""
+    return _sub(a, b)
+
+
+MAX_DAYS_ADDED = 100_000  # whole days a date may move: past it the sum is NULL (no overflow)
+
+
+def date_add(date: Expr, days: Expr, *, negative: bool, scope: Scope) -> Expr:
+    """A date moved by a whole number of days (NULL beyond ±100,000 days)."""
+    _require(date, ("date",), "date arithmetic", scope)
+    _require(days, ("int",), "the days added to a date", scope)
+    if negative:
+        days = Expr("neg", (days,), "int", None, _neg(days.interval),
+                    int_result(_neg(days.proven)), None, days.nullable)
+    interval = _add(date.interval, days.interval)
+    return Expr("date_add", (date, days), "date", None, interval, None, None, True)
+
+
+def _interval_days(node: exp.Interval, scope: Scope) -> Expr:
+    unit = (node.args.get("unit").name if node.args.get("unit") is not None else "").lower()
+    amount = build(node.this, scope)
+    amount = coerce(amount, "int", scope)
+    if unit not in ("day", "days") or amount.type != "int":
+        raise UnsupportedSQLError(f"INTERVAL {node.sql(dialect='duckdb')} is not supported",
+                                  sql=scope.sql, hint="add whole days: d + 7 or "
+                                  "d + INTERVAL 7 DAY")
+    return amount
+
+
+def day(number: int):
+    """The date ``number`` days after 1970-01-01."""
+    return _EPOCH + datetime.timedelta(days=number)
+
+
+_EPOCH = datetime.date(1970, 1, 1)
+
+
+@builds(exp.DateAdd, exp.DateSub)
+def _date_add_function(node: exp.Expression, scope: Scope) -> Expr:
+    days = node.expression
+    amount = _interval_days(days, scope) if isinstance(days, exp.Interval) else \
+        coerce(build(days, scope), "int", scope)
+    unit = node.args.get("unit")
+    if unit is not None and unit.name.lower() not in ("day", "days"):
+        raise UnsupportedSQLError(f"{node.sql_name()} by {unit.name} is not supported",
+                                  sql=scope.sql, hint="add whole days")
+    return date_add(_as_date(build(node.this, scope), scope), amount,
+                    negative=isinstance(node, exp.DateSub), scope=scope)
+
+
+def _as_date(expr: Expr, scope: Scope) -> Expr:
+    if expr.type == "timestamp":
+        return Expr("cast", (expr,), "date", "date", _days(expr.interval), _days(expr.proven),
+                    None, True)
+    if expr.type == "text" and expr.op == "lit":
+        return coerce(expr, "date", scope)
+    return _require(expr, ("date",), "a date function", scope)
+
+
+def _days(seconds: Interval | None) -> Interval | None:
+    if seconds is None:
+        return None
+    return Interval(Fraction(_floor(seconds.lower / 86400)), Fraction(_floor(seconds.upper / 86400)),
+                    True)
+
+
+@builds(exp.DateDiff)
+def _date_diff_function(node: exp.DateDiff, scope: Scope) -> Expr:
+    unit = node.args.get("unit")
+    name = (unit.name if unit is not None else "day").lower()
+    if name not in ("day", "days"):
+        raise UnsupportedSQLError(f"DATE_DIFF in {name}s is not supported", sql=scope.sql,
+                                  hint="count days (DATE_DIFF('day', a, b)), or EXTRACT the "
+                                  "year or month and subtract")
+    return date_diff(_as_date(build(node.this, scope), scope),
+                     _as_date(build(node.expression, scope), scope))
+
+
+@builds(exp.TimeStrToTime)
+def _time_string(node: exp.TimeStrToTime, scope: Scope) -> Expr:
+    """T-SQL's DATEDIFF wraps its arguments in this; a date or timestamp passes through."""
+    inner = build(node.this, scope)
+    if inner.type in ("date", "timestamp"):
+        return inner
+    return coerce(inner, "timestamp", scope)
+
+
+_PARTS = {"year": "year", "quarter": "quarter", "month": "month", "day": "day",
+          "dayofmonth": "day", "dow": "dow", "dayofweek": "dow", "weekday": "dow",
+          "hour": "hour", "minute": "minute"}
+_PART_RANGES = {"quarter": (1, 4), "month": (1, 12), "day": (1, 31), "dow": (0, 6),
+                "hour": (0, 23), "minute": (0, 59)}
+_PART_NODES = {exp.Year: "year", exp.Quarter: "quarter", exp.Month: "month", exp.Day: "day",
+               exp.DayOfMonth: "day", exp.DayOfWeek: "dow", exp.Hour: "hour",
+               exp.Minute: "minute"}
+
+
+def extract(part: str, arg: Expr, scope: Scope) -> Expr:
+    """EXTRACT(part FROM d): an int with a public domain (month 1-12, dow 0-6 from Sunday,
+    the year from the declared bounds)."""
+    name = _PARTS.get(part.lower())
+    if name is None:
+        raise UnsupportedSQLError(f"EXTRACT({part.upper()} ...) is not supported",
+                                  sql=scope.sql, hint=f"extract one of {', '.join(_PARTS)}")
+    if arg.type == "text" and arg.op == "lit":
+        arg = coerce(arg, "date", scope)
+    _require(arg, ("date", "timestamp") if name not in ("hour", "minute") else ("timestamp",),
+             f"EXTRACT({name})", scope)
+    if name == "year":
+        interval = None
+        if arg.interval is not None:
+            as_days = arg.interval if arg.type == "date" else _days(arg.interval)
+            interval = Interval(Fraction(day(int(as_days.lower)).year),
+                                Fraction(day(int(as_days.upper)).year), True)
+    else:
+        low, high = _PART_RANGES[name]
+        interval = Interval(Fraction(low), Fraction(high), True)
+    return Expr("extract", (arg,), "int", name, interval, int_result(interval),
+                _domain_from_interval(interval, "int"), arg.nullable)
+
+
+@builds(exp.Extract)
+def _extract(node: exp.Extract, scope: Scope) -> Expr:
+    return extract(node.this.name, build(node.expression, scope), scope)
+
+
+@builds(*_PART_NODES)
+def _part_function(node: exp.Expression, scope: Scope) -> Expr:
+    return extract(_PART_NODES[type(node)], build(node.this, scope), scope)
+
+
+_TRUNC_UNITS = ("year", "quarter", "month", "day")
+
+
+@builds(exp.DateTrunc, exp.TimestampTrunc)
+def _date_trunc(node: exp.Expression, scope: Scope) -> Expr:
+    unit_node = node.args.get("unit")
+    unit = (unit_node.name if unit_node is not None else "").lower()
+    if unit not in _TRUNC_UNITS:
+        raise UnsupportedSQLError(f"DATE_TRUNC to {unit or '?'} is not supported",
+                                  sql=scope.sql, hint=f"truncate to one of {', '.join(_TRUNC_UNITS)}")
+    arg = build(node.this, scope)
+    if arg.type == "text" and arg.op == "lit":
+        arg = coerce(arg, "date", scope)
+    _require(arg, ("date", "timestamp"), "DATE_TRUNC", scope)
+    domain = None
+    if arg.type == "date" and arg.interval is not None:
+        domain = _truncated_days(int(arg.interval.lower), int(arg.interval.upper), unit)
+    return Expr("date_trunc", (arg,), arg.type, unit, arg.interval, None, domain, arg.nullable)
+
+
+def _truncated_days(lower: int, upper: int, unit: str) -> tuple | None:
+    """Every truncated date between two day numbers (the domain of DATE_TRUNC)."""
+    first, last = day(lower), day(upper)
+    if unit == "day":
+        return tuple(day(d) for d in range(lower, upper + 1)) \
+            if upper - lower < MAX_DOMAIN_VALUES else None
+    months = {"year": 12, "quarter": 3, "month": 1}[unit]
+    start = (first.year * 12 + first.month - 1) // months * months
+    end = (last.year * 12 + last.month - 1) // months * months
+    if (end - start) // months >= MAX_DOMAIN_VALUES:
+        return None
+    return tuple(datetime.date(m // 12, m % 12 + 1, 1) for m in range(start, end + 1, months))
+
+
+@builds(exp.Anonymous)
+def _anonymous(node: exp.Anonymous, scope: Scope) -> Expr:
+    """Functions sqlglot does not model: DATE_PART/DATEPART only."""
+    name = str(node.this).lower()
+    if name in ("date_part", "datepart") and len(node.expressions) == 2:
+        part = node.expressions[0]
+        return extract(part.name if isinstance(part, (exp.Literal, exp.Var, exp.Column))
+                       else part.sql(), build(node.expressions[1], scope), scope)
+    raise refusal(node, scope)
 
 
 def _binary_domain(left: Expr, right: Expr, apply, kind: str) -> tuple | None:
@@ -361,6 +570,17 @@ def _divide(node: exp.Div, scope: Scope) -> Expr:
     domain = _binary_domain(left, right, lambda a, b: a / b if b else None, "float") \
         if right.op == "lit" and right.value else None
     return Expr("div", (left, right), "float", None, interval, None, domain, True)
+
+
+@builds(exp.SafeDivide)
+def _safe_divide(node: exp.SafeDivide, scope: Scope) -> Expr:
+    """BigQuery's SAFE_DIVIDE: NULL where the divisor is 0, which is how '/' is compiled."""
+    return _divide(node, scope)
+
+
+@builds(exp.Pi)
+def _pi(node: exp.Pi, scope: Scope) -> Expr:
+    return literal(math.pi, "float")
 
 
 @builds(exp.IntDiv)
@@ -679,6 +899,8 @@ def cast_target(data_type: exp.DataType, scope: Scope) -> str:
         return "bool"
     if data_type.is_type(exp.DataType.Type.DATE):
         return "date"
+    if data_type.is_type(*exp.DataType.TEMPORAL_TYPES):
+        return "timestamp"
     raise UnsupportedSQLError(f"CAST to {data_type.sql(dialect='duckdb')} is not supported",
                               sql=scope.sql, hint="cast to INT, DOUBLE, TEXT, BOOLEAN or DATE")
 

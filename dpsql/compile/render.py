@@ -40,7 +40,7 @@ class Dialect:
 
     name = "duckdb"
     types = {"int": "BIGINT", "float": "DOUBLE", "text": "VARCHAR", "bool": "BOOLEAN",
-             "date": "DATE", "null": "VARCHAR"}
+             "date": "DATE", "timestamp": "TIMESTAMP", "null": "VARCHAR"}
 
     # --- names and literals ------------------------------------------------------------
     def quote(self, name: str) -> str:
@@ -76,6 +76,8 @@ class Dialect:
             return self.number(float(value))
         if kind == "date":
             return f"DATE {self.string(str(value))}"
+        if kind == "timestamp":
+            return f"TIMESTAMP {self.string(str(value))}"
         return self.string(str(value))
 
     # --- engine building blocks ----------------------------------------------------------
@@ -248,6 +250,30 @@ class Dialect:
     def _op_concat(self, e: Expr) -> str:
         return "(" + " || ".join(self._args(e)) + ")"
 
+    def _op_date_diff(self, e: Expr) -> str:
+        later, earlier = self._args(e)
+        return f"CAST(({later} - {earlier}) AS {self.types['int']})"
+
+    def _op_date_add(self, e: Expr) -> str:
+        date, days = self._args(e)
+        # a date within years 1-9999 moved by at most 100,000 days stays within every
+        # backend's range, so the addition cannot fail
+        return (f"(CASE WHEN {date} BETWEEN DATE '0001-01-01' AND DATE '9999-12-31' AND "
+                f"{days} BETWEEN -{ops.MAX_DAYS_ADDED} AND {ops.MAX_DAYS_ADDED} THEN "
+                f"{self.add_days(date, f'CAST({days} AS INTEGER)')} END)")
+
+    def add_days(self, date: str, days: str) -> str:
+        """A date plus a number of days."""
+        return f"({date} + {days})"
+
+    def _op_extract(self, e: Expr) -> str:
+        part = "DOW" if e.value == "dow" else e.value.upper()
+        return f"CAST(EXTRACT({part} FROM {self.expr(e.args[0])}) AS {self.types['int']})"
+
+    def _op_date_trunc(self, e: Expr) -> str:
+        truncated = f"date_trunc({self.string(e.value)}, {self.expr(e.args[0])})"
+        return f"CAST({truncated} AS DATE)" if e.type == "date" else truncated
+
     # --- relations -----------------------------------------------------------------------
     def relation(self, node, sources: dict[str, str]) -> str:
         """A FROM item (a parenthesised query) producing a relation's internal columns.
@@ -279,6 +305,10 @@ class PostgresDialect(Dialect):
 
     name = "postgres"
     types = {**Dialect.types, "float": "DOUBLE PRECISION", "text": "TEXT", "null": "TEXT"}
+
+    def _op_date_diff(self, e: Expr) -> str:
+        later, earlier = self._args(e)
+        return f"CAST(({later} - {earlier}) AS BIGINT)"
     _LIMIT = "1e150"
 
     def hash(self, args: list[str]) -> str:
@@ -471,6 +501,19 @@ class SparkDialect(Dialect):
 
     def _op_ilike(self, e: Expr) -> str:
         return f"(LOWER({self.expr(e.args[0])}) LIKE LOWER({self.string(e.value)}))"
+
+    def _op_date_diff(self, e: Expr) -> str:
+        later, earlier = self._args(e)
+        return f"CAST(datediff({later}, {earlier}) AS BIGINT)"
+
+    def add_days(self, date: str, days: str) -> str:
+        return f"date_add({date}, {days})"
+
+    def _op_extract(self, e: Expr) -> str:
+        arg = self.expr(e.args[0])
+        if e.value == "dow":  # Spark counts Sunday as 1
+            return f"(CAST(EXTRACT(DAYOFWEEK FROM {arg}) AS BIGINT) - 1)"
+        return f"CAST(EXTRACT({e.value.upper()} FROM {arg}) AS BIGINT)"
 
 
 DIALECTS = {d.name: d for d in (Dialect(), PostgresDialect(), SparkDialect())}

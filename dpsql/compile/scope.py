@@ -20,7 +20,9 @@ from dataclasses import dataclass, field, replace
 
 from sqlglot import exp
 
-from dpsql.catalog import Catalog, ColumnSpec, TableSpec, exact_bound
+from fractions import Fraction
+
+from dpsql.catalog import TEMPORAL, Catalog, ColumnSpec, TableSpec, exact_bound, temporal_number
 from dpsql.compile import ops
 from dpsql.compile.ir import (
     ColumnInfo,
@@ -220,6 +222,8 @@ class Resolver:
             internal = self.names()
             scanned.append((internal, name, col.type))
             columns[internal] = declared(internal, col)
+            if spec.public:
+                columns[internal] = replace(columns[internal], origin=(spec.name, name))
             names[(alias, name.lower())] = internal
             if name == spec.privacy_unit:
                 unit = internal
@@ -260,8 +264,11 @@ class Resolver:
                                        sql=self.sql, hint="give them distinct aliases")
             internal = self.names()
             projected.append((internal, expr))
-            columns[internal] = ColumnInfo(internal, expr.type, expr.interval, expr.domain,
-                                           expr.nullable, name)
+            if expr.op == "col":  # the same column under a new name keeps what is known of it
+                columns[internal] = replace(inner.columns[expr.value], name=internal, label=name)
+            else:
+                columns[internal] = ColumnInfo(internal, expr.type, expr.interval, expr.domain,
+                                               expr.nullable, name)
             names[(alias_key, name.lower())] = internal
             if expr.op == "col" and expr.value in inner.unit_columns:
                 units.add(internal)
@@ -415,16 +422,25 @@ def predicate(node: exp.Expression, scope: Scope) -> Expr:
 def declared(name: str, spec: ColumnSpec) -> ColumnInfo:
     """What the metadata declares about a column: type, bounds and public domain."""
     interval = None
-    if spec.is_bounded:
+    if spec.is_bounded and spec.type in TEMPORAL:
+        interval = Interval(Fraction(temporal_number(spec.lower, spec.type)),
+                            Fraction(temporal_number(spec.upper, spec.type)), True)
+    elif spec.is_bounded:
         interval = Interval(exact_bound(spec.lower), exact_bound(spec.upper), spec.type == "int")
-    domain = None
+    domain, source = None, None
     if spec.values is not None:
         domain = tuple(float(v) if spec.type == "float" else v for v in spec.values)
+        source = "values in the metadata"
     elif spec.type == "bool":
-        domain = (False, True)
+        domain, source = (False, True), "a boolean"
     elif spec.type == "int" and interval is not None and \
             interval.upper - interval.lower + 1 <= ops.MAX_INT_DOMAIN:
         domain = tuple(range(int(interval.lower), int(interval.upper) + 1))
+        source = "bounds in the metadata"
+    elif spec.type == "date" and interval is not None and \
+            interval.upper - interval.lower + 1 <= ops.MAX_INT_DOMAIN:
+        domain = tuple(ops.day(int(d)) for d in range(int(interval.lower), int(interval.upper) + 1))
+        source = "bounds in the metadata"
     if spec.type == "bool":
         interval = Interval(exact_bound(0), exact_bound(1), True)
-    return ColumnInfo(name, spec.type, interval, domain, True, spec.name)
+    return ColumnInfo(name, spec.type, interval, domain, True, spec.name, source)

@@ -10,13 +10,14 @@ compiled from the same allow-list and rendered to run over the noisy frame only.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 from sqlglot import exp
 
 from dpsql.catalog import Catalog
 from dpsql.compile import ops
-from dpsql.compile.ir import Expr
+from dpsql.compile.ir import Expr, column
 from dpsql.compile.render import dialect
 from dpsql.compile.scope import Relation, Scope, predicate
 from dpsql.errors import (
@@ -44,7 +45,8 @@ def ci_column(output: str, side: str) -> str:
 
 
 def compile_select(select: exp.Select, relation: Relation, catalog: Catalog,
-                   statement: Statement, *, private_keys: bool = False) -> CheckedQuery:
+                   statement: Statement, *, private_keys: bool = False,
+                   public_values=None) -> CheckedQuery:
     """Compile one statement over private data (its FROM already resolved).
 
     Raises:
@@ -52,12 +54,24 @@ def compile_select(select: exp.Select, relation: Relation, catalog: Catalog,
             privately as written.
         UnsupportedSQLError: the construct is valid SQL that dpsql does not answer.
     """
-    return _Compiler(select, relation, catalog, statement, private_keys).compile()
+    return _Compiler(select, relation, catalog, statement, private_keys, public_values).compile()
 
 
 def rewritten_select(tree: exp.Select) -> exp.Select:
-    """The SELECT with FILTER and WITHIN GROUP written as plain aggregate arguments."""
-    return tree.transform(_unfilter).transform(_unwithin)
+    """The SELECT with FILTER, WITHIN GROUP, COUNTIF and VAR written as the aggregates the
+    compiler knows."""
+    return tree.transform(_unfilter).transform(_unwithin).transform(_spelled_out)
+
+
+def _spelled_out(node: exp.Expression) -> exp.Expression:
+    """``COUNTIF(c)`` as ``COUNT(CASE WHEN c THEN 1 END)``; ``VAR(x)`` as ``VAR_SAMP(x)``."""
+    if isinstance(node, exp.CountIf):
+        return exp.Count(this=exp.Case(ifs=[exp.If(this=node.this.copy(),
+                                                   true=exp.Literal.number(1))]))
+    if isinstance(node, exp.Anonymous) and str(node.this).upper() in ("VAR", "VARIANCE") \
+            and len(node.expressions) == 1:
+        return exp.Variance(this=node.expressions[0].copy())
+    return node
 
 
 def refuse_non_select(tree: exp.Expression, statement: Statement) -> Exception:
@@ -109,9 +123,9 @@ class _Compiler:
     """One statement's compilation: relation, keys, aggregates, outputs, post-processing."""
 
     def __init__(self, select: exp.Select, relation: Relation, catalog: Catalog,
-                 statement: Statement, private_keys: bool) -> None:
+                 statement: Statement, private_keys: bool, public_values=None) -> None:
         self.select, self.catalog, self.statement = select, catalog, statement
-        self.relation = relation
+        self.relation, self.public_values = relation, public_values
         self.private_keys = private_keys
         self.sql = statement.sql
         self.aggregates: dict[tuple, Aggregate] = {}
@@ -135,8 +149,9 @@ class _Compiler:
             raise NonAggregateQueryError("SELECT * would return private rows", sql=self.sql,
                                          hint="select aggregates such as COUNT(*) and GROUP BY "
                                          "keys instead")
-        if not any(isinstance(n, exp.AggFunc) for item in select.expressions
-                   for n in item.walk()):
+        key_only = select.args.get("group") is not None
+        if not key_only and not any(isinstance(n, exp.AggFunc) for item in select.expressions
+                                    for n in item.walk()):
             raise NonAggregateQueryError(
                 "the SELECT returns rows, not aggregates: it would release private data",
                 sql=self.sql,
@@ -159,11 +174,14 @@ class _Compiler:
         order = [post.ordering(o, projections) for o in
                  (select.args["order"].expressions if select.args.get("order") else [])]
         limit, offset = (self._count_clause(c) for c in ("limit", "offset"))
-        if not self.aggregates:
+        if not self.aggregates and (not self.keys or any(k.domain is None for k in self.keys)):
+            # keys alone over public domains release the domains, which are public already;
+            # keys without a domain would release which values occur
             raise NonAggregateQueryError(
                 "the SELECT returns rows, not aggregates: it would release private data",
                 sql=self.sql,
-                hint="aggregate the rows, e.g. SELECT COUNT(*), AVG(col) ... GROUP BY key")
+                hint="aggregate the rows, e.g. SELECT key, COUNT(*) ... GROUP BY key (keys "
+                "alone are released only when every key has a public domain)")
         names = [o.name.lower() for o in outputs]
         if len(set(names)) != len(names):
             raise ProgrammingError("two output columns have the same name", sql=self.sql,
@@ -215,7 +233,7 @@ class _Compiler:
             elif isinstance(item, exp.Column) and not item.table and \
                     item.name.lower() in aliased and item.name.lower() not in columns:
                 node, name = aliased[item.name.lower()], item.name
-            expr = ops.build(node, self.scope)
+            expr = self._with_public_domain(ops.build(node, self.scope))
             self._refuse_unit_key(expr, node)
             if name is None:
                 name = next((e.alias for e in self.select.expressions if isinstance(e, exp.Alias)
@@ -233,12 +251,40 @@ class _Compiler:
                     "noisy count of distinct persons clears a threshold are released")
             if expr.domain is not None and expr.type == "null":
                 raise ProgrammingError("GROUP BY NULL is not a key", sql=self.sql)
-            keys.append(GroupKey(name=name, expr=expr, domain=expr.domain, type=expr.type))
+            keys.append(GroupKey(name=name, expr=expr, domain=expr.domain, type=expr.type,
+                                 source=self._domain_source(expr)))
         names = [k.name.lower() for k in keys]
         if len(set(names)) != len(names):
             raise ProgrammingError("two GROUP BY keys have the same name", sql=self.sql,
                                    hint="give the keys distinct aliases")
         return tuple(keys)
+
+    def _with_public_domain(self, expr: Expr) -> Expr:
+        """A column of a public table takes the table's distinct values as its domain."""
+        if expr.domain is not None or expr.op != "col" or self.public_values is None:
+            return expr
+        origin = self.relation.columns[expr.value].origin
+        values = self.public_values(*origin) if origin else None
+        return expr if values is None else replace(expr, domain=values)
+
+    def _domain_source(self, expr: Expr) -> str | None:
+        """Where a key's public domain comes from, in words (explain shows it)."""
+        if expr.domain is None:
+            return None
+        if expr.op == "col":
+            info = self.relation.columns[expr.value]
+            if info.source is None and info.origin is not None:
+                return f"public table {info.origin[0]}.{info.origin[1]}"
+            return info.source
+        inner = sorted({self._domain_source(column(self.relation.columns[c])) or "its bounds"
+                        for c in expr.columns()})
+        if not inner:
+            return "literals of the query"
+        if expr.op == "case":
+            return "literals of the query"
+        if expr.op == "extract" and expr.value != "year":
+            return f"the calendar ({expr.value})"
+        return "computed from " + ", ".join(inner)
 
     def _refuse_unit_key(self, expr: Expr, node: exp.Expression) -> None:
         # a key computed from the person's id without a public domain can only release ids
