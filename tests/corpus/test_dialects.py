@@ -25,7 +25,7 @@ CASES = [
     ("postgres", 'SELECT "day", COUNT(*) AS n FROM "visits" GROUP BY "day"',
      "SELECT day, COUNT(*) AS n FROM visits GROUP BY day"),
     ("postgres", "SELECT sex, COUNT(*) FILTER (WHERE age > 40) AS n FROM adult GROUP BY sex",
-     "SELECT sex, SUM(CASE WHEN age > 40 THEN 1 ELSE 0 END) AS n FROM adult GROUP BY sex"),
+     "SELECT sex, COUNT(*) FILTER (WHERE age > 40) AS n FROM adult GROUP BY sex"),
     ("postgres", "SELECT SUM(hours / 2) AS half FROM adult",
      "SELECT SUM(hours // 2) AS half FROM adult"),
     ("postgres", "SELECT room, SUM(check_out - check_in) AS nights FROM stays GROUP BY room",
