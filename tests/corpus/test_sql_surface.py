@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from surface_data import needs_dates, open_pair
+from surface_data import d_tables, metadata, needs_dates, open_pair
 
 import dpsql
-from neighbours import check_statement, variant_of
+from neighbours import check_statement, variant_of, write_database
 
 CORPUS = yaml.safe_load((Path(__file__).parent / "queries_sql_surface.yaml").read_text())
 DIALECTS = ("postgres", "bigquery", "snowflake", "spark", "tsql", "mysql", "sqlite")
@@ -127,3 +127,25 @@ def test_surface_size_and_coverage():
         assert construct in sql, construct
     assert any(e.get("neighbouring") == "replace" for e in CORPUS)
     assert any(e.get("charged") is False for e in CORPUS)
+
+
+def test_dialect_from_the_metadata(tmp_path):
+    """A ``dialect:`` key in the metadata reads every statement with that dialect; the
+    connect() keyword overrides it."""
+    write_database(tmp_path, d_tables())
+    meta = metadata(tmp_path, dates=False)
+    meta["dialect"] = "bigquery"
+    sql = "SELECT `day`, COUNTIF(amount > 50) AS big FROM `visits` GROUP BY `day`"
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=1) as con:
+        assert con.explain(sql, epsilon=1)["total_sensitivity"] == 6
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=1,
+                       dialect="tsql") as con:
+        top = "SELECT TOP 2 [day], COUNT(*) AS n FROM visits GROUP BY [day] ORDER BY n DESC"
+        assert len(con.execute(top, epsilon=1).fetchall()) == 2
+
+
+def test_unknown_dialect_is_refused_by_name(tmp_path):
+    write_database(tmp_path, d_tables())
+    with pytest.raises(dpsql.Error, match="klingon"):
+        dpsql.connect(metadata=metadata(tmp_path, dates=False), ledger=tmp_path / "l.sqlite",
+                      dialect="klingon")
