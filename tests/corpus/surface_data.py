@@ -22,7 +22,10 @@ import dpsql  # noqa: E402
 
 ROOMS = ["single", "double", "suite"]
 REGION_LABELS = [*REGIONS, "Islands"]  # the label domain read from region_names (NULL dropped)
-DATE_TABLES = ("stays",)  # tables whose catalogue needs date/timestamp columns
+# Tables of the new features, catalogued only for the statements that read them, so that one
+# feature's catalogue cannot hide the results of the others: stays (date and timestamp
+# columns) and the public tables without declared columns.
+OPTIONAL_TABLES = ("stays", "region_names", "day_kinds")
 
 
 def _dates(start: str, days: int, rng, rows: int) -> list[str]:
@@ -90,24 +93,18 @@ def extra_adversary(variant: int, uid) -> dict[str, pd.DataFrame]:
     }
 
 
-def metadata(folder: Path, *, neighbouring: str = "add_remove", dates: bool = True) -> dict:
-    """neighbours.metadata plus region_names and day_kinds (public, columns read from their
-    files), newcomer.orders and, with ``dates``, stays (date and timestamp columns)."""
+def metadata(folder: Path, *, neighbouring: str = "add_remove",
+             include: tuple[str, ...] = OPTIONAL_TABLES) -> dict:
+    """neighbours.metadata plus newcomer.orders and the OPTIONAL_TABLES in ``include``:
+    region_names and day_kinds (public, columns read from their files) and stays (date and
+    timestamp columns)."""
     meta = neighbours.metadata(folder, neighbouring=neighbouring)
     null = {"null": NULL}
-    meta["tables"].update({
+    optional = {
         "region_names": {"public": True, "source": str(folder / "region_names.csv"),
                          "csv": null},
-        "day_kinds": {"public": True, "source": str(folder / "day_kinds.csv"),
-                      "csv": null},
-        "newcomer.orders": {
-            "privacy_unit": "uid", "max_groups_per_unit": 1, "max_rows_per_group": 1,
-            "source": str(folder / "newcomer.orders.csv"), "csv": null,
-            "columns": {"uid": "int", "total": {"type": "float", "lower": 0, "upper": 10},
-                        "region_id": {"type": "int", "values": [0, 1, 2, 3, 4]}}},
-    })
-    if dates:
-        meta["tables"]["stays"] = {
+        "day_kinds": {"public": True, "source": str(folder / "day_kinds.csv"), "csv": null},
+        "stays": {
             "privacy_unit": "uid", "max_groups_per_unit": 2, "max_rows_per_group": 1,
             "source": str(folder / "stays.csv"), "csv": null,
             "columns": {
@@ -117,13 +114,20 @@ def metadata(folder: Path, *, neighbouring: str = "add_remove", dates: bool = Tr
                 "arrived": {"type": "timestamp", "lower": "2024-01-01 00:00:00",
                             "upper": "2024-01-31 23:59:59"},
                 "room": {"type": "text", "values": ROOMS},
-                "rate": {"type": "float", "lower": 0, "upper": 200}}}
+                "rate": {"type": "float", "lower": 0, "upper": 200}}},
+    }
+    meta["tables"].update({name: optional[name] for name in include})
+    meta["tables"]["newcomer.orders"] = {
+        "privacy_unit": "uid", "max_groups_per_unit": 1, "max_rows_per_group": 1,
+        "source": str(folder / "newcomer.orders.csv"), "csv": null,
+        "columns": {"uid": "int", "total": {"type": "float", "lower": 0, "upper": 10},
+                    "region_id": {"type": "int", "values": [0, 1, 2, 3, 4]}}}
     return meta
 
 
-def needs_dates(sql: str) -> bool:
-    """Whether a statement reads a table whose catalogue has date/timestamp columns."""
-    return any(table in sql.lower() for table in DATE_TABLES)
+def tables_read(sql: str) -> tuple[str, ...]:
+    """The OPTIONAL_TABLES a statement names (the catalogue it needs)."""
+    return tuple(name for name in OPTIONAL_TABLES if name in sql.lower())
 
 
 def d_tables() -> dict[str, pd.DataFrame]:
@@ -144,20 +148,21 @@ def d_prime_tables(variant: int, neighbouring: str) -> dict[str, pd.DataFrame]:
     return neighbours.with_rows(base, extra)
 
 
-def connect(folder: Path, ledger: Path, *, neighbouring: str = "add_remove", dates: bool = True,
-            dialect: str | None = None, seed: int = 11) -> dpsql.Connection:
+def connect(folder: Path, ledger: Path, *, neighbouring: str = "add_remove",
+            include: tuple[str, ...] = OPTIONAL_TABLES, dialect: str | None = None,
+            seed: int = 11) -> dpsql.Connection:
     """An analyst connection on the tables in ``folder``; ``dialect`` only when given."""
     options = {} if dialect is None else {"dialect": dialect}
-    return dpsql.connect(metadata=metadata(folder, neighbouring=neighbouring, dates=dates),
+    return dpsql.connect(metadata=metadata(folder, neighbouring=neighbouring, include=include),
                          ledger=ledger, insecure_seed=seed, **options)
 
 
-def open_pair(root: Path, *, variant: int, neighbouring: str = "add_remove", dates: bool = True,
-              dialect: str | None = None) -> Pair:
+def open_pair(root: Path, *, variant: int, neighbouring: str = "add_remove",
+              include: tuple[str, ...] = OPTIONAL_TABLES, dialect: str | None = None) -> Pair:
     """A neighbour-harness Pair (D, D′) over the corpus catalogue."""
     folders = (root / "d", root / "d_prime")
     neighbours.write_database(folders[0], d_tables())
     neighbours.write_database(folders[1], d_prime_tables(variant, neighbouring))
     cons = [connect(folder, root / f"{folder.name}.sqlite", neighbouring=neighbouring,
-                    dates=dates, dialect=dialect) for folder in folders]
+                    include=include, dialect=dialect) for folder in folders]
     return Pair(cons[0], cons[1], folders=folders)

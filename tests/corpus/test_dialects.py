@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 
 import pytest
-from surface_data import connect, d_tables, needs_dates
+from surface_data import connect, d_tables, tables_read
 
 from neighbours import _reseed, write_database
 
@@ -119,16 +119,16 @@ DIALECTS = ("postgres", "bigquery", "snowflake", "spark", "tsql", "mysql", "sqli
 
 @pytest.fixture(scope="module")
 def connections(tmp_path_factory):
-    """Connections over the same data by (dialect or None for DuckDB, dates catalogue)."""
+    """Connections over the same data by (dialect or None for DuckDB, optional tables read)."""
     root = tmp_path_factory.mktemp("dialects")
     write_database(root / "data", d_tables())
     opened: dict[tuple, object] = {}
 
-    def connection(dialect: str | None, dates: bool):
-        key = (dialect, dates)
+    def connection(dialect: str | None, include: tuple[str, ...]):
+        key = (dialect, include)
         if key not in opened:
-            opened[key] = connect(root / "data", root / f"{dialect}-{dates}.sqlite",
-                                  dates=dates, dialect=dialect, seed=SEED)
+            opened[key] = connect(root / "data", root / f"ledger{len(opened)}.sqlite",
+                                  include=include, dialect=dialect, seed=SEED)
         return opened[key]
 
     yield connection
@@ -148,9 +148,9 @@ def _exact_rows(con, sql: str) -> list[tuple]:
 @pytest.mark.parametrize(("dialect", "sql", "duckdb_sql"), CASES,
                          ids=[f"{d}-{i}" for i, (d, _, _) in enumerate(CASES)])
 def test_dialect_statement_computes_the_duckdb_cells(dialect, sql, duckdb_sql, connections):
-    dates = needs_dates(sql)
-    theirs = _exact_rows(connections(dialect, dates), sql)
-    ours = _exact_rows(connections(None, dates), duckdb_sql)
+    include = tables_read(sql)
+    theirs = _exact_rows(connections(dialect, include), sql)
+    ours = _exact_rows(connections(None, include), duckdb_sql)
     assert theirs, "the exact query returned no rows"
     assert theirs == ours
 

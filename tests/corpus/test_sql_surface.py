@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from surface_data import d_tables, metadata, needs_dates, open_pair
+from surface_data import d_tables, metadata, open_pair, tables_read
 
 import dpsql
 from neighbours import check_statement, variant_of, write_database
@@ -30,16 +30,17 @@ ERRORS_BY_CODE = {cls.code: cls for cls in (getattr(dpsql, name) for name in dps
 
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
-    """Neighbouring pairs, opened on first use: by (variant, neighbouring, dates, dialect)."""
+    """Neighbouring pairs, opened on first use: by (variant, neighbouring, optional tables
+    read, dialect)."""
     root = tmp_path_factory.mktemp("surface")
     opened: dict[tuple, object] = {}
 
     def pair_for(entry: dict, variant: int = 0):
-        key = (variant, entry.get("neighbouring", "add_remove"), needs_dates(entry["sql"]),
+        key = (variant, entry.get("neighbouring", "add_remove"), tables_read(entry["sql"]),
                entry.get("dialect"))
         if key not in opened:
-            opened[key] = open_pair(root / "-".join(map(str, key)), variant=variant,
-                                    neighbouring=key[1], dates=key[2], dialect=key[3])
+            opened[key] = open_pair(root / f"pair{len(opened)}", variant=variant,
+                                    neighbouring=key[1], include=key[2], dialect=key[3])
         return opened[key]
 
     yield pair_for
@@ -133,7 +134,7 @@ def test_dialect_from_the_metadata(tmp_path):
     """A ``dialect:`` key in the metadata reads every statement with that dialect; the
     connect() keyword overrides it."""
     write_database(tmp_path, d_tables())
-    meta = metadata(tmp_path, dates=False)
+    meta = metadata(tmp_path, include=())
     meta["dialect"] = "bigquery"
     sql = "SELECT `day`, COUNTIF(amount > 50) AS big FROM `visits` GROUP BY `day`"
     with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=1) as con:
@@ -147,5 +148,5 @@ def test_dialect_from_the_metadata(tmp_path):
 def test_unknown_dialect_is_refused_by_name(tmp_path):
     write_database(tmp_path, d_tables())
     with pytest.raises(dpsql.Error, match="klingon"):
-        dpsql.connect(metadata=metadata(tmp_path, dates=False), ledger=tmp_path / "l.sqlite",
+        dpsql.connect(metadata=metadata(tmp_path, include=()), ledger=tmp_path / "l.sqlite",
                       dialect="klingon")
