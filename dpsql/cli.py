@@ -99,6 +99,30 @@ def _read_script(path: str) -> str:
     return file.read_text()
 
 
+_delta_option = click.option(
+    "--delta", "-d", type=float, default=None,
+    help="δ for the whole script: allows GROUP BY keys without a public domain (released "
+    "above a noisy threshold) and the Gaussian mechanism's ε-to-ρ conversion.")
+_dialect_option = click.option(
+    "--dialect", default=None,
+    help="SQL dialect the script is written in (postgres, bigquery, snowflake, spark, tsql, "
+    "mysql, sqlite, ...; default: the metadata's dialect, else DuckDB).")
+
+
+def _connect(db, **options) -> dpsql.Connection:
+    """``dpsql.connect``, passing ``dialect`` only when one was asked for."""
+    if options.get("dialect") is None:
+        options.pop("dialect", None)
+    return dpsql.connect(db, **options)
+
+
+def _cli_epsilon_hint(err: dpsql.PrivacyParameterError) -> dpsql.PrivacyParameterError:
+    """The engine's "no ε" refusal, with the hint of the command line instead of the API's."""
+    return dpsql.PrivacyParameterError(
+        err.message, hint="pass --epsilon E (the ε of the whole script, e.g. --epsilon 1)",
+        sql=err.sql, position=err.position)
+
+
 _bounding_option = click.option(
     "--bounding", type=click.Choice(["per_query", "snapshot"]), default="per_query",
     show_default=True, help="Bound each person's rows in every query (after its WHERE), or "
@@ -110,20 +134,29 @@ _bounding_option = click.option(
 @_connection_options
 @click.option("--epsilon", "-e", type=float, default=None,
               help="ε for the whole script (one release).")
+@_delta_option
+@_dialect_option
 @click.option("--insecure-seed", type=int, default=None,
               help="Reproducible noise for tests only: gives NO privacy.")
 @_bounding_option
 @click.option("--timeout", type=float, default=None,
               help="Stop an exact query after this many seconds (DuckDB); it is charged.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
-def run(script, metadata, db, analyst, ledger, epsilon, insecure_seed, bounding, timeout,
-        as_json) -> None:
+def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure_seed, bounding,
+        timeout, as_json) -> None:
     """Run SCRIPT's SELECTs as one private release and print the noisy tables."""
     sql = _read_script(script)
-    with dpsql.connect(db, metadata=metadata, analyst=analyst, ledger=ledger,
-                       insecure_seed=insecure_seed, bounding=bounding, timeout=timeout) as con:
-        cursor = con.cursor().executescript(sql, epsilon=epsilon)
-        statements = [s["sql"] for s in con.explain(sql, epsilon=epsilon)["statements"]] \
+    with _connect(db, metadata=metadata, analyst=analyst, ledger=ledger, dialect=dialect,
+                  insecure_seed=insecure_seed, bounding=bounding, timeout=timeout) as con:
+        try:
+            cursor = con.cursor().executescript(sql, epsilon=epsilon, delta=delta)
+        except dpsql.PrivacyParameterError as err:
+            if epsilon is None and con._engine.epsilon_per_query is None and \
+                    err.message.startswith("no ε"):
+                raise _cli_epsilon_hint(err) from err
+            raise
+        statements = [s["sql"] for s in
+                      con.explain(sql, epsilon=epsilon, delta=delta)["statements"]] \
             if as_json else None
         frames = []
         while True:
@@ -185,14 +218,17 @@ def _cell(value) -> str:
 @click.argument("script", type=click.Path(dir_okay=False, allow_dash=True))
 @_connection_options
 @click.option("--epsilon", "-e", type=float, default=None, help="ε for the whole script.")
+@_delta_option
+@_dialect_option
 @_bounding_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
-def explain(script, metadata, db, analyst, ledger, epsilon, bounding, as_json) -> None:
+def explain(script, metadata, db, analyst, ledger, epsilon, delta, dialect, bounding,
+            as_json) -> None:
     """Show SCRIPT's rewritten SQL, sensitivity, noise and expected error; spends nothing."""
     sql = _read_script(script)
-    with dpsql.connect(db, metadata=metadata, analyst=analyst, ledger=ledger,
-                       epsilon_per_query=epsilon or 1.0, bounding=bounding) as con:
-        plan = con.explain(sql, epsilon=epsilon)
+    with _connect(db, metadata=metadata, analyst=analyst, ledger=ledger, dialect=dialect,
+                  epsilon_per_query=epsilon or 1.0, bounding=bounding) as con:
+        plan = con.explain(sql, epsilon=epsilon, delta=delta)
     if as_json:
         click.echo(json.dumps(plan, indent=2))
         return

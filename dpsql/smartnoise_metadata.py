@@ -42,7 +42,9 @@ def from_smartnoise(source: str | os.PathLike | dict) -> dict:
     Mapping, table by table:
 
     - the column with ``private_id: true`` becomes ``privacy_unit``; ``row_privacy: true``
-      becomes ``privacy_unit: null`` (one row per person).
+      becomes ``privacy_unit: null`` (one row per person); a table with neither becomes a
+      public table (``public: true``, a dimension table without personal data), with a
+      warning that says so.
     - ``max_ids`` (SmartNoise keeps at most that many rows per person in the whole table)
       becomes ``max_rows_per_unit`` (R), and also ``max_groups_per_unit`` (L0) and
       ``max_rows_per_group`` (L∞): a person with max_ids rows may spread them over max_ids
@@ -50,7 +52,8 @@ def from_smartnoise(source: str | os.PathLike | dict) -> dict:
       sensitivities use min(L0·L∞, R) = max_ids rows, SmartNoise's own bound.
     - ``lower``/``upper`` are kept; types map int/float/string/boolean/datetime to
       int/float/text/bool/date.
-    - The catalogue is named after the collection, tables after their own names (dpsql
+    - The catalogue is named after the collection (after the file's stem when the collection
+      has no name), tables after their own names (dpsql
       resolves ``schema.table`` by the table part), with ``neighbouring: add_remove``
       (SmartNoise's relation) and no ``source`` (tables are read from the attached database).
 
@@ -76,6 +79,7 @@ def from_smartnoise(source: str | os.PathLike | dict) -> dict:
     """
     raw = _read(source)
     collection, schemas = _collection(raw)
+    title = _catalogue_name(collection, source)
     tables: dict[str, dict] = {}
     origin: dict[str, str] = {}
     for schema, schema_tables in schemas.items():
@@ -89,11 +93,11 @@ def from_smartnoise(source: str | os.PathLike | dict) -> dict:
                     hint="dpsql resolves tables by name only: rename one of them")
             origin[str(name).lower()] = qualified
             tables[str(name)] = _table(qualified, table)
-    _warn(f"collection {collection!r} declares no privacy budget (SmartNoise sets it in code): "
+    _warn(f"collection {title!r} declares no privacy budget (SmartNoise sets it in code): "
           "add budget: {epsilon: ..., delta: ...}; dpsql releases nothing without one")
     metadata = {
-        "name": str(collection),
-        "description": f"imported from SmartNoise SQL metadata (collection {collection!r})",
+        "name": title,
+        "description": f"imported from SmartNoise SQL metadata (collection {title!r})",
         "neighbouring": "add_remove",
         "tables": tables,
     }
@@ -118,6 +122,16 @@ def _read(source: str | os.PathLike | dict) -> dict:
     return raw
 
 
+def _catalogue_name(collection: Any, source: str | os.PathLike | dict) -> str:
+    """The collection's name; for a collection without one (``""`` or ``null``), the stem of
+    the file it came from (``dataset`` for a dict)."""
+    if collection is not None and str(collection).strip():
+        return str(collection)
+    if isinstance(source, dict):
+        return "dataset"
+    return Path(source).stem
+
+
 def _collection(raw: dict) -> tuple[str, dict]:
     names = [key for key in raw if key != "engine"]
     if len(names) != 1:
@@ -135,16 +149,25 @@ def _table(qualified: str, raw: Any) -> dict:
         raise CatalogError(f"table {qualified!r}: expected a mapping of options and columns")
     columns: dict[str, dict] = {}
     units: list[str] = []
+    public = not raw.get("row_privacy", False) and not any(
+        isinstance(spec, dict) and spec.get("private_id") for name, spec in raw.items()
+        if name not in TABLE_OPTIONS)
     for name, spec in raw.items():
         if name in TABLE_OPTIONS:
             continue
-        column, is_unit = _column(qualified, str(name), spec)
+        column, is_unit = _column(qualified, str(name), spec, public=public)
         columns[str(name)] = column
         if is_unit:
             units.append(str(name))
     table: dict[str, Any] = {}
     if "rows" in raw:
         table["rows"] = raw["rows"]
+    if public:
+        _warn(f"table {qualified!r} has no private_id column and row_privacy is false, so it is "
+              "imported as a public table: its rows are read and shown exactly. If it holds "
+              "personal data, mark its person column 'privacy_unit: <column>' (or "
+              "'privacy_unit: null' for one row per person) and remove 'public: true'")
+        return {**table, "public": True, "columns": columns}
     table.update(_privacy_unit(qualified, raw, units))
     _warn_table_options(qualified, raw)
     table["columns"] = columns
@@ -158,9 +181,8 @@ def _privacy_unit(qualified: str, raw: dict, units: list[str]) -> dict:
                   f"{units[0]!r} is not used as the privacy unit (as in SmartNoise)")
         return {"privacy_unit": None}
     if len(units) != 1:
-        found = f"columns {units}" if units else "no column"
         raise CatalogError(
-            f"table {qualified!r}: {found} with private_id: true and row_privacy is false",
+            f"table {qualified!r}: columns {units} with private_id: true",
             hint="mark exactly one column 'private_id: true' (dpsql has one privacy unit per "
             "table), or set 'row_privacy: true' when each row is a different person")
     max_ids = raw.get("max_ids", 1)
@@ -187,7 +209,7 @@ def _warn_table_options(qualified: str, raw: dict) -> None:
               "values (or with δ > 0 and a noisy threshold): add values: [...] to key columns")
 
 
-def _column(qualified: str, name: str, raw: Any) -> tuple[dict, bool]:
+def _column(qualified: str, name: str, raw: Any, *, public: bool) -> tuple[dict, bool]:
     where = f"table {qualified!r}, column {name!r}"
     if not isinstance(raw, dict) or "type" not in raw:
         raise CatalogError(f"{where}: expected a mapping with a type such as {{type: int}}")
@@ -207,7 +229,7 @@ def _column(qualified: str, name: str, raw: Any) -> tuple[dict, bool]:
         cast = int if sn_type == "int" else float
         column["lower"], column["upper"] = cast(raw["lower"]), cast(raw["upper"])
     is_unit = bool(raw.get("private_id", False))
-    if sn_type == "string" and not is_unit:
+    if sn_type == "string" and not is_unit and not public:  # a public table is its own domain
         _warn(f"{where} is text and SmartNoise declares no public domain for it: add "
               "values: [...] before GROUP BY on it works without δ")
     if "sensitivity" in raw:

@@ -81,3 +81,52 @@ def test_budget_command(data_dir):
     out = _dpsql("budget", "-m", meta, "--ledger", ledger, "--json")
     info = json.loads(out.stdout)
     assert info["spent_epsilon"] == 0.5 and info["remaining_epsilon"] == 1.5
+
+
+def test_run_without_epsilon_gives_the_command_line_hint(data_dir):
+    out = _dpsql("run", "-", "-m", _meta(data_dir), "--json", "--ledger", data_dir / "e.sqlite",
+                 stdin="SELECT COUNT(*) FROM adult")
+    assert out.returncode == 1
+    payload = json.loads(out.stderr)
+    assert payload["code"] == "bad_privacy_parameter" and payload["epsilon_spent"] == 0
+    assert "--epsilon E" in payload["hint"] and "execute()" not in payload["hint"]
+
+
+def test_delta_on_run_and_explain(data_dir):
+    meta = yaml.safe_load(_meta(data_dir).read_text())
+    meta["tables"]["visits"]["columns"]["shop"] = {"type": "text"}  # a private key
+    (data_dir / "visits.csv").write_text(
+        "uid,day,amount,region_id,shop\n" + "".join(
+            f"{i},Mon,1.0,0,{'corner' if i % 2 else 'market'}\n" for i in range(400)))
+    path = data_dir / "meta-shop.yaml"
+    path.write_text(yaml.safe_dump(meta))
+    sql = "SELECT shop, COUNT(*) AS n FROM visits GROUP BY shop"
+    ledger = data_dir / "d.sqlite"
+    refused = _dpsql("explain", "-", "-m", path, "-e", "1", "--json", stdin=sql)
+    assert refused.returncode == 1 and json.loads(refused.stderr)["code"] == "private_keys"
+    plan = json.loads(_dpsql("explain", "-", "-m", path, "-e", "1", "--delta", "1e-6",
+                             "--json", stdin=sql).stdout)
+    assert plan["delta"] == 1e-6 and plan["total_sensitivity"] == 9  # count L0·L∞ 6 + τ count L0 3
+    out = _dpsql("run", "-", "-m", path, "-e", "1", "--delta", "1e-6", "--ledger", ledger,
+                 "--json", "--insecure-seed", "3", stdin=sql)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["ok"] is True
+
+
+def test_dialect_on_run_and_explain(data_dir):
+    """--dialect reads the script with that dialect (BigQuery backticks, T-SQL TOP)."""
+    meta = _meta(data_dir)
+    bigquery = "SELECT `sex`, COUNTIF(age > 40) AS n FROM `adult` GROUP BY `sex`"
+    plan = _dpsql("explain", "-", "-m", meta, "-e", "1", "--dialect", "bigquery", "--json",
+                  stdin=bigquery)
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["total_sensitivity"] == 1
+    out = _dpsql("run", "-", "-m", meta, "-e", "1", "--dialect", "tsql", "--json",
+                 "--ledger", data_dir / "t.sqlite",
+                 stdin="SELECT TOP 3 [education], COUNT(*) AS n FROM adult GROUP BY [education]"
+                       " ORDER BY n DESC")
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)["statements"][0]["rows"]) == 3
+    unknown = _dpsql("explain", "-", "-m", meta, "-e", "1", "--dialect", "klingon",
+                     stdin="SELECT COUNT(*) FROM adult")
+    assert unknown.returncode in (1, 2) and "klingon" in unknown.stderr

@@ -120,7 +120,6 @@ def test_converted_catalogue_answers_queries(smartnoise_file, tmp_path):
 @pytest.mark.parametrize("change,match", [
     (lambda m: m["PUMS"]["PUMS"]["PUMS_pid"]["age"].update(private_id=True),
      "columns \\['pid', 'age'\\] with private_id"),
-    (lambda m: m["PUMS"]["PUMS"]["PUMS_pid"]["pid"].pop("private_id"), "no column with private_id"),
     (lambda m: m["PUMS"]["PUMS"]["PUMS"]["age"].update(type="decimal"), "'age'.*type must be"),
     (lambda m: m["PUMS"]["PUMS"]["PUMS"]["age"].pop("upper"), "only one of lower and upper"),
     (lambda m: m["PUMS"]["PUMS"]["PUMS"]["sex"].update(lower=0, upper=1), "bounds on a string"),
@@ -160,8 +159,65 @@ def test_cli_writes_a_catalogue_dpsql_loads(smartnoise_file, tmp_path):
 
 def test_cli_bad_input_raises_the_dpsql_error(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("A: {s: {t: {x: {type: int}}}}\n")
+    bad.write_text("A: {s: {t: {x: {type: int, private_id: true}, y: {type: int, private_id: true}}}}\n")
     result = CliRunner().invoke(command, [str(bad), str(tmp_path / "out.yaml")])
     assert isinstance(result.exception, dpsql.CatalogError)
     assert "private_id" in str(result.exception)
     assert not (tmp_path / "out.yaml").exists()
+
+
+def test_table_without_private_id_is_imported_as_public(tmp_path):
+    """A table with no private_id column and no row_privacy is a public (dimension) table,
+    not a reason to refuse the whole file; the warning says how to make it private."""
+    metadata = yaml.safe_load(SMARTNOISE_YAML)
+    metadata["PUMS"]["PUMS"]["regions"] = {"region": {"type": "int"},
+                                           "name": {"type": "string"}}
+    converted, messages = _convert(metadata)
+    regions = converted["tables"]["regions"]
+    assert regions == {"public": True, "columns": {"region": {"type": "int"},
+                                                   "name": {"type": "text"}}}
+    assert any("'PUMS.regions'" in m and "public" in m and "privacy_unit" in m
+               for m in messages)
+    assert not any("'PUMS.regions', column 'name' is text" in m for m in messages)
+    catalog = load_catalog(converted)
+    assert catalog.table("regions").public and catalog.table("PUMS_pid").privacy_unit == "pid"
+    database = tmp_path / "r.duckdb"
+    with duckdb.connect(str(database)) as raw:
+        raw.execute("CREATE TABLE regions AS SELECT i AS region, 'r' || i AS name "
+                    "FROM range(4) t(i)")
+        raw.execute("CREATE TABLE PUMS AS SELECT 1 AS age, true AS married, 'x' AS sex, "
+                    "1.0 AS income")
+        raw.execute("CREATE TABLE PUMS_pid AS SELECT 1 AS pid, 1 AS age, 'x' AS educ, "
+                    "1.0 AS income, DATE '2020-01-01' AS visited, true AS married")
+    converted["budget"] = {"epsilon": 10}
+    with dpsql.connect(str(database), metadata=converted, ledger=":memory:",
+                       insecure_seed=3) as con:
+        assert con.explain("SELECT COUNT(*) FROM regions", epsilon=1.0)["total_sensitivity"] == 0
+        assert con.execute("SELECT COUNT(*) FROM regions").fetchall() == [(4,)]
+
+
+def test_every_table_public_still_loads():
+    converted, _ = _convert({"Shop": {"s": {"items": {"id": {"type": "int"}}}}})
+    assert converted["tables"]["items"]["public"] is True
+
+
+@pytest.mark.parametrize("collection", ["", None])
+def test_catalogue_named_after_the_file_when_the_collection_has_none(tmp_path, collection):
+    raw = yaml.safe_load(SMARTNOISE_YAML)
+    raw[collection] = raw.pop("PUMS")
+    path = tmp_path / "census-2020.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    converted, messages = _convert(path)
+    assert converted["name"] == "census-2020"
+    assert load_catalog(converted).name == "census-2020"
+    assert any("'census-2020' declares no privacy budget" in m for m in messages)
+    assert _convert(raw)[0]["name"] == "dataset"  # a dict has no file name
+
+
+def test_cli_keeps_the_collection_name(smartnoise_file, tmp_path):
+    output = tmp_path / "pums-dpsql.yaml"
+    result = CliRunner().invoke(command, [str(smartnoise_file), str(output)])
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(output.read_text())["name"] == "PUMS"
+    assert load_catalog(output).name == "PUMS"
+    assert "catalogue 'PUMS'" in result.stdout
