@@ -436,7 +436,8 @@ def _tightened(checked: CheckedQuery, options: dict[str, str]) -> CheckedQuery:
             raise ProgrammingError(
                 f"privacy_unit_column={unit} is not the privacy unit the metadata declares "
                 f"({label or 'each row is a person'})", sql=checked.statement.sql,
-                hint="name the declared privacy unit, or leave the option out")
+                hint=f"name the declared privacy unit ({label or 'none: each row is a person'}), "
+                "or leave the option out")
     table = checked.table
     changes = {}
     for option, field in (("max_groups_contributed", "max_groups_per_unit"),
@@ -516,10 +517,11 @@ def _explain_statement(plan: StatementPlan) -> dict:
         **({"snapshot": setup[0]} if setup else {}),
         "rewritten": plan.exact_query.sql,
         "sensitivity": _number(plan.sensitivity),
-        "scale": scales.pop() if len(scales) == 1 else max(p["scale"] for p in parts),
+        "scale": scales.pop() if len(scales) == 1 else max((p["scale"] for p in parts),
+                                                           default=0),
         "epsilon": float(plan.loss.epsilon),
         "rho": float(plan.loss.rho),
-        "mechanism": parts[0]["mechanism"] if parts else "none",
+        "mechanism": parts[0]["mechanism"] if parts else "none",  # keys alone: nothing noised
         "groups": domain_size(plan.checked) or 1,
         "keys": [{"name": k.name, "domain_size": None if k.domain is None else len(k.domain),
                   "domain_source": k.source} for k in plan.checked.keys],

@@ -436,9 +436,10 @@ def _date_diff_function(node: exp.DateDiff, scope: Scope) -> Expr:
                      _as_date(build(node.expression, scope), scope))
 
 
-@builds(exp.TimeStrToTime)
-def _time_string(node: exp.TimeStrToTime, scope: Scope) -> Expr:
-    """T-SQL's DATEDIFF wraps its arguments in this; a date or timestamp passes through."""
+@builds(exp.TimeStrToTime, exp.TsOrDsToDate)
+def _time_string(node: exp.Expression, scope: Scope) -> Expr:
+    """T-SQL's and Spark's DATEDIFF wrap their arguments in these; a date or timestamp
+    passes through."""
     inner = build(node.this, scope)
     if inner.type in ("date", "timestamp"):
         return inner
@@ -562,6 +563,9 @@ def _mapped(arg: Expr, func) -> tuple | None:
 def _divide(node: exp.Div, scope: Scope) -> Expr:
     left = _require(build(node.this, scope), NUMERIC, "'/'", scope)
     right = _require(build(node.expression, scope), NUMERIC, "'/'", scope)
+    if node.args.get("typed") and left.type == right.type == "int":
+        # PostgreSQL, T-SQL and SQLite divide integers as integers (truncating)
+        return _int_quotient(left, right)
     interval = None
     if left.interval is not None and right.op == "lit" and right.value:
         ends = sorted((left.interval.lower / Fraction(right.value),
@@ -587,6 +591,11 @@ def _pi(node: exp.Pi, scope: Scope) -> Expr:
 def _int_divide(node: exp.IntDiv, scope: Scope) -> Expr:
     left = _require(build(node.this, scope), ("int",), "'//'", scope)
     right = _require(build(node.expression, scope), ("int",), "'//'", scope)
+    return _int_quotient(left, right)
+
+
+def _int_quotient(left: Expr, right: Expr) -> Expr:
+    """Integer division truncating toward zero (NULL for a zero divisor)."""
     interval = None
     if left.interval is not None and right.op == "lit" and right.value:
         ends = sorted((int(left.interval.lower / right.value),
