@@ -533,6 +533,7 @@ def _explain_statement(plan: StatementPlan) -> dict:
                    "keys: COUNT(DISTINCT person)")
         parts.append({
             "aggregate": agg, "part": part.role, "sensitivity": _number(part.sensitivity),
+            "feeds": [a.sql for a in plan.checked.aggregates if a.name in part.feeds],
             "epsilon": float(part.epsilon), "rho": float(part.rho), "scale": float(part.scale),
             "mechanism": f"discrete_{part.mechanism}", "grid": float(part.grid),
             "ci95_half_width": half_width_units(part) * float(part.grid),
