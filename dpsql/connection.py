@@ -129,19 +129,20 @@ class Connection(_Base):
         super().close()
 
     def execute(self, operation: str, parameters=None, *, epsilon=None, delta=None,
-                accuracy=None, rho=None) -> Cursor:
+                accuracy=None, rho=None, weights=None) -> Cursor:
         """Shortcut: a new cursor's execute()."""
         return self.cursor().execute(operation, parameters, epsilon=epsilon, delta=delta,
-                                     accuracy=accuracy, rho=rho)
+                                     accuracy=accuracy, rho=rho, weights=weights)
 
-    def explain(self, sql: str, *, epsilon=None, delta=None, accuracy=None, rho=None) -> dict:
+    def explain(self, sql: str, *, epsilon=None, delta=None, accuracy=None, rho=None,
+                weights=None) -> dict:
         """Sensitivity, mechanism, scale and expected error of a statement or script.
 
         Nothing is run and nothing is spent.
         """
         self._check_open()
         return self._engine.explain(sql, epsilon=epsilon, delta=delta, accuracy=accuracy,
-                                    rho=rho)
+                                    rho=rho, weights=weights)
 
     def _repr_html_(self) -> str:
         """Notebook view: dataset, analyst, backend, budget spent and remaining."""

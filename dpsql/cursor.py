@@ -70,16 +70,20 @@ class Cursor:
     # --- executing -------------------------------------------------------------------
     def execute(self, operation: str, parameters: Sequence[Any] | None = None, *,
                 epsilon: float | None = None, delta: float | None = None,
-                accuracy: float | None = None, rho: float | None = None) -> Cursor:
+                accuracy: float | None = None, rho: float | None = None,
+                weights: dict[str, float] | None = None) -> Cursor:
         """Run one SELECT as one release (qmark parameters); returns the cursor.
 
         ``delta`` > 0 allows GROUP BY keys without a public domain (released above a
         noisy threshold); it is charged to the budget's δ. Without ``epsilon``, ``accuracy``
         (a 95% half-width for COUNT/SUM answers) picks the smallest ε that meets it.
+        ``weights`` ({output column: weight}) tells how ε is split among the columns'
+        measurements (default: equal weights, docs/python-api.md).
         """
         self._check_open()
         self._load(self.connection._engine.execute(operation, parameters, epsilon=epsilon,
-                                                   delta=delta, accuracy=accuracy, rho=rho))
+                                                   delta=delta, accuracy=accuracy, rho=rho,
+                                                   weights=weights))
         return self
 
     def executescript(self, script: str, *, epsilon: float | None = None,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from dpsql import snapshot
+from dpsql.allocate import allocate
 from dpsql.backends import Backend
 from dpsql.budget import PrivacyLoss, exact, positive, probability, rho_from_epsilon_delta
 from dpsql.catalog import Catalog
@@ -105,11 +106,13 @@ class Engine:
         self._domains: dict[tuple[str, str], tuple | None] = {}
 
     def plan(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None,
-             rho=None, script: bool = False) -> Planned:
+             rho=None, script: bool = False, weights: dict | None = None) -> Planned:
         """Parse, check and rewrite without touching data or budget.
 
         Without ``epsilon``, an ``accuracy`` target (or a ``/* dpsql: ci95 <= X */`` hint)
-        picks the smallest ε whose 95% intervals are at most X wide on each side.
+        picks the smallest ε whose 95% intervals are at most X wide on each side. ε is split
+        over the measurements to minimise the expected error (``allocate.py``), each output
+        column weighing ``weights[name]`` (or a ``/* dpsql: weights a=2, b=1 */`` hint).
         """
         statements = parse_script(sql, params, self.dialect) if script else \
             [parse_one(sql, params, self.dialect)]
@@ -143,16 +146,21 @@ class Engine:
         target = accuracy if accuracy is not None else _hinted_accuracy(statements)
         if epsilon is None and target is None:
             target = self.accuracy
-        if epsilon is None and target is not None:
+        targeted = epsilon is None and target is not None
+        if targeted:
             epsilon = self._epsilon_for_accuracy(private, _accuracy(target), delta)
         epsilon = self._epsilon(epsilon)
         per_part = epsilon / sum(part_count(c) for c in private)
         thresholded = sum(c.has_private_keys for c in private)
         per_statement_delta = delta / thresholded if thresholded else Fraction(0)
+        # an accuracy target is met part by part at the even split it was computed for
+        shares = [None] * len(private) if targeted else allocate(
+            private, self.catalog, epsilon,
+            weights if weights is not None else _hinted_weights(statements))
         plans = tuple(rewrite(c, self.catalog, per_part, salt=self.rng.bits(62),
                               delta=per_statement_delta, bounding=self.bounding,
-                              **self._target())
-                      for c in private)
+                              epsilons=share, **self._target())
+                      for c, share in zip(private, shares, strict=True))
         loss = PrivacyLoss(epsilon, delta if thresholded else Fraction(0))
         script_plan = ScriptPlan(statements=plans, loss=loss, neighbouring=self.catalog.neighbouring)
         return Planned(tuple(order), script_plan, tuple(public))
@@ -183,10 +191,11 @@ class Engine:
         return checked
 
     def execute(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None,
-                rho=None, script: bool = False) -> list[NoisyResult]:
+                rho=None, script: bool = False, weights: dict | None = None
+                ) -> list[NoisyResult]:
         """Plan, run, charge and release; return one result per statement."""
         planned = self.plan(sql, params, epsilon=epsilon, delta=delta, accuracy=accuracy,
-                            rho=rho, script=script)
+                            rho=rho, script=script, weights=weights)
         reuse = planned.release is not None and not planned.public and self.rng.is_secure \
             and planned.release.loss != PrivacyLoss.zero()
         if reuse:
@@ -298,7 +307,7 @@ class Engine:
         self.post.close()
 
     def explain(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None,
-                rho=None) -> dict:
+                rho=None, weights: dict | None = None) -> dict:
         """What a script would cost and how it would be noised; runs and spends nothing.
 
         Without an ε (and no epsilon_per_query) the scales are shown for ε = 1.
@@ -311,7 +320,7 @@ class Engine:
             if self.catalog.mechanism == "gaussian":
                 rho = 1
         planned = self.plan(sql, params, epsilon=epsilon, delta=delta, accuracy=accuracy,
-                            rho=rho, script=True)
+                            rho=rho, script=True, weights=weights)
         statements = []
         for kind, i in planned.order:
             if kind == "public":
@@ -465,6 +474,28 @@ def _tightened(checked: CheckedQuery, options: dict[str, str]) -> CheckedQuery:
     return replace(checked, table=replace(table, **changes))
 
 
+_WEIGHTS_HINT = re.compile(r"weights?\s+(.+)", re.IGNORECASE)
+
+
+def _hinted_weights(statements: list[Statement]) -> dict[str, float] | None:
+    """Output weights of a ``/* dpsql: weights total=2, n=1 */`` comment, if any."""
+    found: dict[str, float] = {}
+    for statement in statements:
+        for hint in statement.hints:
+            match = _WEIGHTS_HINT.match(hint)
+            if not match:
+                continue
+            for item in match.group(1).split(","):
+                name, _, value = item.partition("=")
+                try:
+                    found[name.strip().lower()] = float(value)
+                except ValueError:
+                    raise PrivacyParameterError(
+                        f"the weight {item.strip()!r} is not name=number",
+                        hint="write /* dpsql: weights total=2, n=1 */") from None
+    return found or None
+
+
 _ACCURACY_HINT = re.compile(r"ci95\s*<=\s*([0-9.eE+-]+)")
 
 
@@ -503,6 +534,7 @@ def _explain_statement(plan: StatementPlan) -> dict:
                    "keys: COUNT(DISTINCT person)")
         parts.append({
             "aggregate": agg, "part": part.role, "sensitivity": _number(part.sensitivity),
+            "feeds": [a.sql for a in plan.checked.aggregates if a.name in part.feeds],
             "epsilon": float(part.epsilon), "rho": float(part.rho), "scale": float(part.scale),
             "mechanism": f"discrete_{part.mechanism}", "grid": float(part.grid),
             "ci95_half_width": half_width_units(part) * float(part.grid),

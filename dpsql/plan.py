@@ -115,6 +115,8 @@ class NoisePart:
     rho: Fraction = Fraction(0)
     cells: int = 1  # cells one person can change: L2 sensitivity = sensitivity / sqrt(cells)
     signed: bool = False  # a sum of values of both signs (its replace change can share a cell)
+    value: str | None = None  # the source pass's value column it sums or counts
+    feeds: tuple[str, ...] = ()  # the aggregates it serves (one measurement, several uses)
 
     @property
     def sigma2_units(self) -> Fraction:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -90,36 +91,63 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
     widths = {p.column: _half_width(p, CONFIDENCE) for p in parts}
     pair_widths = {p.column: _half_width(p, 1 - (1 - CONFIDENCE) / 2) for p in parts}
     for agg in checked.aggregates:
-        own = [p for p in plan.parts if p.aggregate == agg.name]
+        own = {p.role: p for p in plan.parts if agg.name in p.feeds}
         if agg.kind in SPREAD_KINDS:
-            _spread(agg, own, noisy, frame)
+            _spread(agg, [own["sum"], own["sumsq"], own["count"]], noisy, frame)
             continue
         if agg.kind == "quantile":
             keys = [tuple(r[i] for i in range(len(checked.keys))) for r in rows]
-            frame[agg.name] = _quantiles(agg, own[0], keys, histograms[own[0].column], rng)
+            part = own["quantile"]
+            frame[agg.name] = _quantiles(agg, part, keys, histograms[part.column], rng)
             frame[agg.name + "__low"] = frame[agg.name + "__high"] = [None] * len(rows)
             continue
-        if agg.kind != "avg":
-            values = noisy[own[0].column]
-            width = widths[own[0].column]
-            frame[agg.name] = values
-            frame[agg.name + "__low"] = [v - width for v in values]
-            frame[agg.name + "__high"] = [v + width for v in values]
+        if agg.kind == "avg":
+            total, count = own["sum"], own["count"]
+            sums, counts = noisy[total.column], noisy[count.column]
+            low, high, center = float(agg.lower), float(agg.upper), float(total.center)
+            frame[agg.name] = [min(max(center + s / max(c, 1), low), high)
+                               for s, c in zip(sums, counts, strict=True)]
+            bounds = [_ratio_interval(s, c, pair_widths[total.column],
+                                      pair_widths[count.column], center, low, high)
+                      for s, c in zip(sums, counts, strict=True)]
+            frame[agg.name + "__low"] = [b[0] for b in bounds]
+            frame[agg.name + "__high"] = [b[1] for b in bounds]
             continue
-        sums, counts = noisy[own[0].column], noisy[own[1].column]
-        low, high, center = float(agg.lower), float(agg.upper), float(own[0].center)
-        frame[agg.name] = [min(max(center + s / max(c, 1), low), high)
-                           for s, c in zip(sums, counts, strict=True)]
-        bounds = [_ratio_interval(s, c, pair_widths[own[0].column], pair_widths[own[1].column],
-                                  center, low, high) for s, c in zip(sums, counts, strict=True)]
-        frame[agg.name + "__low"] = [b[0] for b in bounds]
-        frame[agg.name + "__high"] = [b[1] for b in bounds]
+        if agg.kind == "sum" and own["sum"].center:
+            # a centred sum S' of x − k and the count N of x: SUM(x) = S' + k·N
+            total, count = own["sum"], own["count"]
+            k = float(total.center)
+            values = [s + k * c for s, c in zip(noisy[total.column], noisy[count.column],
+                                                 strict=True)]
+            width = pair_widths[total.column] + abs(k) * pair_widths[count.column]
+            if agg.integral:
+                values = [round(v) for v in values]
+        else:
+            part = own.get("sum") or own.get("count") or own["distinct"]
+            values, width = noisy[part.column], widths[part.column]
+        low, high = _feasible(agg)
+        frame[agg.name] = [min(max(v, low), high) for v in values]
+        frame[agg.name + "__low"] = [max(v - width, low) for v in values]
+        frame[agg.name + "__high"] = [min(v + width, high) for v in values]
     result_names, result_rows, intervals = _post_process(plan, frame, post)
     columns = [_describe(out, plan) for out in checked.outputs]
     if [c.name for c in columns] != result_names:
         raise InternalError("post-processing changed the output columns")
     return NoisyResult(columns=columns, rows=result_rows, intervals=intervals,
                        epsilon=plan.loss.epsilon, sensitivity=plan.sensitivity)
+
+
+def _feasible(agg) -> tuple[float, float]:
+    """The values an answer can take whatever the data: counts are never negative, and a sum
+    of values of one sign keeps that sign (clamping a noisy answer to it is post-processing,
+    and only moves it closer to the truth)."""
+    if agg.kind in ("count_star", "count", "count_distinct_unit"):
+        return 0, math.inf
+    if agg.kind == "sum" and agg.lower >= 0:
+        return 0, math.inf
+    if agg.kind == "sum" and agg.upper <= 0:
+        return -math.inf, 0
+    return -math.inf, math.inf
 
 
 def _noisy(values: list, part, rng: RandomSource) -> list:
@@ -321,7 +349,7 @@ def _post_process(plan: StatementPlan, frame: dict[str, list], post: PostProcess
 def _describe(out, plan: StatementPlan) -> ColumnInfo:
     if out.aggregate is None:
         return ColumnInfo(out.name, out.type, "derived" if out.role == "derived" else None)
-    parts = [p for p in plan.parts if p.aggregate == out.aggregate]
+    parts = [p for p in plan.parts if out.aggregate in p.feeds]
     mechanism = {"laplace": "discrete_laplace", "gaussian": "discrete_gaussian"}[
         parts[0].mechanism] if parts[0].role != "quantile" else "exponential"
     return ColumnInfo(out.name, out.type, mechanism, max(float(p.scale) for p in parts),

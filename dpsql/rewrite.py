@@ -22,7 +22,7 @@ sums answers otherwise.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from dpsql import snapshot
@@ -47,16 +47,12 @@ MAX_BINS = 1000
 
 
 SPREAD_KINDS = ("var_samp", "var_pop", "stddev_samp", "stddev_pop")
-PARTS_PER_KIND = {"avg": 2, **{kind: 3 for kind in SPREAD_KINDS}}
 
 
 def part_count(checked: CheckedQuery) -> int:
-    """How many noised quantities per group the query needs.
-
-    AVG needs a sum and a count, VAR/STDDEV a sum, a sum of squares and a count; private
-    keys need a noisy count of distinct persons.
-    """
-    return sum(PARTS_PER_KIND.get(a.kind, 1) for a in checked.aggregates) + int(
+    """How many noisy measurements per group the query needs (``measures``), and a noisy
+    count of distinct persons for private keys when no aggregate already is one."""
+    return len(measures(checked)) + int(
         checked.has_private_keys and person_count(checked) is None)
 
 
@@ -86,8 +82,12 @@ def domain_size(checked: CheckedQuery) -> int | None:
 def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
             salt: int, delta: Fraction = Fraction(0), rho_per_part: Fraction | None = None,
             bounding: str = "per_query", dialect_name: str = "duckdb",
-            sources: dict[str, str] | None = None) -> StatementPlan:
-    """Build the exact bounded query and one NoisePart per noised quantity.
+            sources: dict[str, str] | None = None,
+            epsilons: list[Fraction] | None = None) -> StatementPlan:
+    """Build the exact bounded query and one NoisePart per measurement (``measures``).
+
+    ``epsilons`` gives each measurement its own ε (the engine's allocation); without it every
+    measurement, and a private-key selection, gets ``epsilon_per_part``.
 
     Example:
         >>> from dpsql.catalog import load_catalog
@@ -118,7 +118,9 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
             f"the GROUP BY domain has {cells:,} cells (more than {MAX_DOMAIN_CELLS:,})",
             sql=checked.statement.sql,
             hint="group by fewer or coarser keys: every cell of the domain is released")
-    parts, values = _parts(checked, catalog, epsilon_per_part, cells)
+    if epsilons is None or rho_per_part is not None:
+        epsilons = [epsilon_per_part] * len(measures(checked))
+    parts, values = noise_parts(checked, catalog, list(epsilons), cells)
     if checked.has_private_keys:
         parts = _with_selection(parts, checked, catalog, epsilon_per_part, delta)
     if rho_per_part is not None:
@@ -132,7 +134,8 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
     histograms = tuple((p.column, ExactQuery(_histogram_sql(checked, p, salt, source, d),
                                              setup=setup, dialect=dialect_name))
                        for p in parts if p.role == "quantile")
-    loss = PrivacyLoss(epsilon_per_part * len(parts), delta if checked.has_private_keys else 0) \
+    loss = PrivacyLoss(sum((p.epsilon for p in parts), Fraction(0)),
+                       delta if checked.has_private_keys else 0) \
         if rho_per_part is None else PrivacyLoss(Fraction(0), rho=rho_per_part * len(parts))
     return StatementPlan(checked=checked, exact_query=exact_query, parts=tuple(parts),
                          loss=loss, histograms=histograms)
@@ -241,90 +244,168 @@ class _Values:
 
     def __init__(self) -> None:
         self.columns: dict[str, _Value] = {}
-        self.of_aggregate: dict[str, str] = {}
         self.offsets: dict[str, int] = {}  # part column -> k grid units subtracted per value
 
-    def add(self, aggregate: str, value: _Value) -> None:
-        """Feed ``aggregate`` from ``value``, or from an equal value already added."""
+    def add(self, value: _Value) -> str:
+        """The name of the column holding ``value`` (one column for equal values)."""
         name = next((n for n, v in self.columns.items()
                      if value.key is not None and v.key == value.key), None)
         if name is None:
             name = f"__v{len(self.columns)}"
             self.columns[name] = value
-        self.of_aggregate[aggregate] = name
+        return name
 
 
 def _signed(lower: Fraction, upper: Fraction) -> bool:
     return lower < 0 < upper
 
 
-def _parts(checked: CheckedQuery, catalog: Catalog, epsilon: Fraction, cells: int | None):
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """One noisy measurement a statement needs, and the aggregates it feeds.
+
+    All the aggregates that need the same quantity share one measurement: COUNT(*) with
+    every count of a never-NULL input; SUM(x), AVG(x) and VAR(x) one sum of x (centred on
+    the middle of x's bounds when a count of x is measured anyway, which halves the sum's
+    sensitivity for [0, U] inputs: SUM(x) is then that sum plus the centre times the count);
+    VAR(x) one sum of squares.
+    """
+
+    role: str  # count, distinct, sum, sumsq, quantile
+    feeds: tuple[str, ...]
+    arg: object = None  # the IR input (sum, sumsq, count of a value)
+    centred: bool = False
+    squares: bool = False  # on the sums-of-squares grid (a VAR of the input is asked)
+
+
+def measures(checked: CheckedQuery) -> list[Measure]:
+    """The distinct measurements of a statement, in a fixed order.
+
+    Example:
+        >>> from dpsql.catalog import load_catalog
+        >>> from dpsql.parse import parse_one
+        >>> from dpsql.compile import compile_statement
+        >>> cat = load_catalog({"tables": {"t": {"privacy_unit": None, "columns": {
+        ...     "x": {"type": "float", "lower": 0, "upper": 10}}}}})
+        >>> sql = "SELECT SUM(COALESCE(x, 0)), AVG(COALESCE(x, 0)), COUNT(*) FROM t"
+        >>> [m.role for m in measures(compile_statement(parse_one(sql), cat))]
+        ['sum', 'count']
+    """
+    aggregates = checked.aggregates
+    star = next((a.name for a in aggregates if a.kind == "count_star"), None)
+    found: dict[tuple, list[str]] = {}
+    specs: dict[tuple, dict] = {}
+
+    def need(identity: tuple, aggregate: str, **spec) -> None:
+        found.setdefault(identity, [])
+        if aggregate not in found[identity]:
+            found[identity].append(aggregate)
+        specs.setdefault(identity, spec)
+
+    def count_of(arg, aggregate: str) -> None:
+        if star is not None and not arg.nullable:  # COUNT(x) = COUNT(*) when x is never NULL
+            need(("count", None), aggregate, role="count")
+        else:
+            need(("count", arg), aggregate, role="count", arg=arg)
+
+    for agg in aggregates:
+        if agg.kind == "count_star":
+            need(("count", None), agg.name, role="count")
+        elif agg.kind == "count_distinct_unit":
+            need(("distinct",), agg.name, role="distinct")
+        elif agg.kind == "quantile":
+            need(("quantile", agg.name), agg.name, role="quantile")
+        elif agg.kind == "count":
+            count_of(agg.arg, agg.name)
+        else:
+            same = [a for a in aggregates if a.arg == agg.arg and a.kind not in
+                    ("count_star", "count_distinct_unit", "quantile")
+                    and (a.kind == "count" or (a.lower, a.upper) == (agg.lower, agg.upper))]
+            squares = any(a.kind in SPREAD_KINDS for a in same)
+            centred = squares or any(a.kind in ("avg", "count") for a in same) or (
+                star is not None and not agg.arg.nullable)
+            bounds = (agg.lower, agg.upper)
+            need(("sum", agg.arg, bounds), agg.name, role="sum", arg=agg.arg, centred=centred,
+                 squares=squares)
+            if centred:
+                count_of(agg.arg, agg.name)
+            if agg.kind in SPREAD_KINDS:
+                need(("sumsq", agg.arg, bounds), agg.name, role="sumsq", arg=agg.arg,
+                     squares=True)
+    return [Measure(feeds=tuple(found[identity]), **specs[identity]) for identity in found]
+
+
+def noise_parts(checked: CheckedQuery, catalog: Catalog, epsilons: list[Fraction],
+                cells: int | None) -> tuple[list[NoisePart], _Values]:
+    """One NoisePart per measurement (``measures``), with the given ε each, and the value
+    columns of the source pass they read."""
     table, grouped = checked.table, bool(checked.keys)
     common = {"grouped": grouped, "domain_size": cells, "neighbouring": catalog.neighbouring}
     parts: list[NoisePart] = []
     values = _Values()
-    grids = _shared_grids(checked, table, epsilon, common)
-    for agg in checked.aggregates:
-        if agg.kind == "count_star":
-            parts.append(NoisePart(f"p{len(parts)}", agg.name, "count",
-                                   count_sensitivity(table, **common), epsilon))
-        elif agg.kind == "count_distinct_unit":
-            parts.append(NoisePart(f"p{len(parts)}", agg.name, "distinct",
-                                   distinct_unit_sensitivity(table, **common), epsilon))
-        elif agg.kind == "quantile":
+    by_name = {a.name: a for a in checked.aggregates}
+    for measure, epsilon in zip(measures(checked), epsilons, strict=True):
+        column, first = f"p{len(parts)}", by_name[measure.feeds[0]]
+        base = {"column": column, "aggregate": first.name, "feeds": measure.feeds,
+                "epsilon": epsilon}
+        if measure.role == "count":
+            value = values.add(_Value(measure.arg)) if measure.arg is not None else None
+            parts.append(NoisePart(role="count", sensitivity=count_sensitivity(table, **common),
+                                   value=value, **base))
+        elif measure.role == "distinct":
+            parts.append(NoisePart(role="distinct", **base,
+                                   sensitivity=distinct_unit_sensitivity(table, **common)))
+        elif measure.role == "quantile":
             # exponential mechanism: the utility of a bin moves by ≤ 1 per row, so it has the
             # sensitivity of a count (L∞ rows in each of L0 groups, twice under replace)
-            width = agg.upper - agg.lower
-            bins = int(width) + 1 if agg.integral and width + 1 <= MAX_BINS else MAX_BINS
+            width = first.upper - first.lower
+            bins = int(width) + 1 if first.integral and width + 1 <= MAX_BINS else MAX_BINS
             # its histogram bounds rows per group and groups, not rows in all
             unbounded_total = replace(table, max_rows_per_unit=None)
-            parts.append(NoisePart(f"p{len(parts)}", agg.name, "quantile",
-                                   count_sensitivity(unbounded_total, **common), epsilon,
-                                   bins=bins))
-        elif agg.kind == "count":
-            values.add(agg.name, _Value(agg.arg))
-            parts.append(NoisePart(f"p{len(parts)}", agg.name, "count",
-                                   count_sensitivity(table, **common), epsilon))
-        elif agg.kind in SPREAD_KINDS:
-            # sums of squares need their own centred value column (and 128-bit sums)
-            center = (agg.lower + agg.upper) / 2
-            grid_exp = _grid_for(agg, center, table, epsilon, common, squares=True)
-            values.add(agg.name, _Value(agg.arg, grid_exp, (agg.lower, agg.upper), center,
-                                        squared=True))
-            lower_g = _on_grid(agg.lower - center, grid_exp)
-            upper_g = _on_grid(agg.upper - center, grid_exp)
-            grid = Fraction(2) ** grid_exp
-            top = max(abs(lower_g), abs(upper_g)) ** 2
-            parts += [
-                NoisePart(f"p{len(parts)}", agg.name, "sum",
-                          sum_sensitivity(table, lower_g, upper_g, **common) * grid, epsilon,
-                          grid_exp, center, signed=_signed(lower_g, upper_g)),
-                NoisePart(f"p{len(parts) + 1}", agg.name, "sumsq",
-                          sum_sensitivity(table, Fraction(0), top, **common) * grid * grid,
-                          epsilon, 2 * grid_exp, center),
-                NoisePart(f"p{len(parts) + 2}", agg.name, "count",
-                          count_sensitivity(table, **common), epsilon)]
+            parts.append(NoisePart(role="quantile", bins=bins, **base,
+                                   sensitivity=count_sensitivity(unbounded_total, **common)))
         else:
-            # an average only needs the sum of deviations from the middle of the range: the
-            # shared sum less k·count, k the middle in grid units
-            key, grid_exp = grids[agg.name]
-            values.add(agg.name, _Value(agg.arg, grid_exp, (agg.lower, agg.upper), key=key))
-            grid = Fraction(2) ** grid_exp
-            k = _on_grid((agg.lower + agg.upper) / 2, grid_exp) if agg.kind == "avg" else 0
-            lower_g = _on_grid(agg.lower, grid_exp) - k
-            upper_g = _on_grid(agg.upper, grid_exp) - k
-            column = f"p{len(parts)}"
-            values.offsets[column] = int(k)
-            droppable = agg.arg.nullable or checked.where is not None or \
-                _drops_rows(checked.relation.node)
-            parts.append(NoisePart(column, agg.name, "sum",
-                                   sum_sensitivity(table, lower_g, upper_g, **common,
-                                                   droppable=droppable) * grid,
-                                   epsilon, grid_exp, k * grid, signed=_signed(lower_g, upper_g)))
-            if agg.kind == "avg":
-                parts.append(NoisePart(f"p{len(parts)}", agg.name, "count",
-                                       count_sensitivity(table, **common), epsilon))
+            parts.append(_sum_part(measure, first, checked, epsilon, values, common, base))
     return parts, values
+
+
+def _sum_part(measure: Measure, agg: Aggregate, checked: CheckedQuery, epsilon: Fraction,
+              values: _Values, common: dict, base: dict) -> NoisePart:
+    """A (centred) sum or a sum of squares of a clamped input on a fixed-point grid."""
+    table = checked.table
+    middle = (agg.lower + agg.upper) / 2
+    if measure.squares:
+        # sums of squares need their own centred value column (and 128-bit sums)
+        grid_exp = _grid_for(agg, middle, table, epsilon, common, squares=True)
+        value = values.add(_Value(agg.arg, grid_exp, (agg.lower, agg.upper), middle,
+                                  squared=True, key=("squares", agg.arg, agg.lower, agg.upper)))
+        lower_g = _on_grid(agg.lower - middle, grid_exp)
+        upper_g = _on_grid(agg.upper - middle, grid_exp)
+        grid = Fraction(2) ** grid_exp
+        if measure.role == "sumsq":
+            top = max(abs(lower_g), abs(upper_g)) ** 2
+            return NoisePart(role="sumsq", value=value, grid_exp=2 * grid_exp, center=middle,
+                             sensitivity=sum_sensitivity(table, Fraction(0), top, **common)
+                             * grid * grid, **base)
+        return NoisePart(role="sum", value=value, grid_exp=grid_exp, center=middle,
+                         sensitivity=sum_sensitivity(table, lower_g, upper_g, **common) * grid,
+                         signed=_signed(lower_g, upper_g), **base)
+    # a centred sum is the shared sum less k·count, k the middle in grid units
+    center = middle if measure.centred else Fraction(0)
+    grid_exp = _grid_for(agg, center, table, epsilon, common)
+    value = values.add(_Value(agg.arg, grid_exp, (agg.lower, agg.upper),
+                              key=(agg.arg, agg.lower, agg.upper, grid_exp)))
+    grid = Fraction(2) ** grid_exp
+    k = _on_grid(center, grid_exp) if measure.centred else Fraction(0)
+    lower_g = _on_grid(agg.lower, grid_exp) - k
+    upper_g = _on_grid(agg.upper, grid_exp) - k
+    values.offsets[base["column"]] = int(k)
+    droppable = agg.arg.nullable or checked.where is not None or \
+        _drops_rows(checked.relation.node)
+    return NoisePart(role="sum", value=value, grid_exp=grid_exp, center=k * grid,
+                     sensitivity=sum_sensitivity(table, lower_g, upper_g, **common,
+                                                 droppable=droppable) * grid,
+                     signed=_signed(lower_g, upper_g), **base)
 
 
 def _drops_rows(node) -> bool:
@@ -336,25 +417,6 @@ def _drops_rows(node) -> bool:
     if isinstance(node, (Project, Number)):
         return _drops_rows(node.input)
     return False
-
-
-def _shared_grids(checked: CheckedQuery, table, epsilon: Fraction, common) -> dict:
-    """The value column each SUM/AVG shares, by aggregate: (its key, its grid exponent).
-
-    Aggregates over the same argument and bounds share one column on the finest grid any of
-    them asks for; but integers summed on the unit grid stay integers (and are released as
-    such), so they never move to a finer grid another aggregate asks for.
-    """
-    wanted: dict[str, tuple[tuple, int]] = {}
-    for agg in checked.aggregates:
-        if agg.kind in ("sum", "avg"):
-            center = (agg.lower + agg.upper) / 2 if agg.kind == "avg" else Fraction(0)
-            own = _grid_for(agg, center, table, epsilon, common)
-            wanted[agg.name] = (agg.arg, agg.lower, agg.upper, own == 0), own
-    finest: dict[tuple, int] = {}
-    for key, own in wanted.values():
-        finest[key] = min(finest.get(key, own), own)
-    return {name: (key, finest[key]) for name, (key, _) in wanted.items()}
 
 
 def _grid_for(agg: Aggregate, center: Fraction, table, epsilon: Fraction, common, *,
@@ -512,7 +574,7 @@ def _histogram_sql(checked: CheckedQuery, part: NoisePart, salt: int, source: st
 
 
 def _row_part(part: NoisePart, values: _Values, d: _Writer, wide: bool) -> str:
-    value = values.of_aggregate.get(part.aggregate)
+    value = part.value
     if part.role == "select":  # one row is one person
         return f"COUNT(*) AS {part.column}"
     if part.role == "sumsq":
@@ -592,7 +654,7 @@ def _unit_ctes(checked: CheckedQuery, parts, values: _Values, keys, salt: int,
                   f"{d.dialect.int_divide(f'{c} * {total}', '__total')} ELSE {c} END "
                   f"AS {c}" for c in counts]
         for part in parts:  # a centred sum is scaled as one, so that its bound holds
-            value = values.of_aggregate.get(part.aggregate)
+            value = part.value
             if part.role in ("sum", "sumsq"):
                 column = f"__{'q' if part.role == 'sumsq' else 's'}{value}"
                 if part.role == "sum":
@@ -609,7 +671,7 @@ def _unit_ctes(checked: CheckedQuery, parts, values: _Values, keys, salt: int,
         source = "__bounded"
     exact = []
     for part in parts:
-        value = values.of_aggregate.get(part.aggregate)
+        value = part.value
         if part.role in ("distinct", "select"):  # one bounded row is one person in the group
             exact.append(f"COUNT(*) AS {part.column}")
         elif part.column in sums:

@@ -1,0 +1,115 @@
+"""ε allocation: split a release's ε over its measurements to minimise the expected error.
+
+Objective. Each released aggregate o is a function of noisy measurements (a count, a
+centred sum, a sum of squares); linearised, its variance is Σ_i c_oi² · Var_i with
+Var_i = 2·(Δ_i/ε_i)² for Laplace noise. Aggregates are in different units (counts,
+dollars, dollars²), so each is measured against its own variance under the even split:
+
+    minimise  Σ_o w_o · Var_o(ε) / Var_o(even)   subject to  Σ_i ε_i = E,
+
+with analyst weights w_o (default 1). This is Σ_i A_i / ε_i² with
+A_i = Σ_o w_o c_oi² Δ_i² / Var_o(even) (up to a constant), and the Lagrange condition
+2·A_i/ε_i³ = λ gives the closed form ε_i = E · A_i^(1/3) / Σ_j A_j^(1/3). Equal A_i give the
+even split back; an aggregate's error never grows by more than its weight allows.
+
+Coefficients (h = (U − L)/2, k the centre of a centred sum; for ratios the unknown count n
+cancels in Var_o / Var_o(even)): COUNT 1 on its count; SUM 1 on its sum (and k² on the
+count when it is a centred sum plus k·count); AVG 1 on the centred sum and h²/3 on the count
+(E[(mean − k)²] for a mean uniform over [L, U]); VAR and STDDEV 1 on the sum of squares,
+4h²/3 on the sum and h⁴/9 on the count. Quantiles (exponential mechanism) and the private
+keys' selection count keep the even share. Each ε_i is rounded down to a multiple of 2^-40,
+so the measurements never spend more than the release's ε, exactly.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from dpsql.catalog import Catalog
+from dpsql.plan import CheckedQuery, NoisePart
+from dpsql.rewrite import SPREAD_KINDS, domain_size, measures, noise_parts, part_count
+
+_QUANTUM = 2**40
+
+
+def coefficients(checked: CheckedQuery, parts: list[NoisePart]) -> dict[str, dict[str, float]]:
+    """For each aggregate, the squared weight of each measurement (by part column) in its
+    linearised variance."""
+    found: dict[str, dict[str, float]] = {}
+    for agg in checked.aggregates:
+        own = {p.role: p for p in parts if agg.name in p.feeds}
+        if agg.kind == "quantile":
+            continue
+        if agg.kind in ("count_star", "count", "count_distinct_unit"):
+            part = own.get("count") or own["distinct"]
+            found[agg.name] = {part.column: 1.0}
+            continue
+        h = float(agg.upper - agg.lower) / 2
+        total = own["sum"]
+        if agg.kind in SPREAD_KINDS:
+            found[agg.name] = {own["sumsq"].column: 1.0, total.column: 4 * h * h / 3,
+                               own["count"].column: h ** 4 / 9}
+        elif agg.kind == "avg":
+            found[agg.name] = {total.column: 1.0, own["count"].column: h * h / 3}
+        elif total.center:
+            found[agg.name] = {total.column: 1.0, own["count"].column: float(total.center) ** 2}
+        else:
+            found[agg.name] = {total.column: 1.0}
+    return found
+
+
+def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction,
+             weights: dict[str, float] | None = None) -> list[list[Fraction]]:
+    """ε of each measurement of each statement (``rewrite.measures`` order).
+
+    ``weights`` maps output column names to their weight in the objective (default 1).
+
+    Example:
+        >>> from dpsql.catalog import load_catalog
+        >>> from dpsql.compile import compile_statement
+        >>> from dpsql.parse import parse_one
+        >>> cat = load_catalog({"tables": {"t": {"privacy_unit": None, "columns": {
+        ...     "x": {"type": "int", "lower": 0, "upper": 100}}}}})
+        >>> checked = compile_statement(parse_one("SELECT COUNT(*), SUM(x) FROM t"), cat)
+        >>> shares = allocate([checked], cat, Fraction(1))[0]
+        >>> sum(shares) <= 1, len(shares)
+        (True, 2)
+    """
+    weights = {name.lower(): float(w) for name, w in (weights or {}).items()}
+    even = epsilon / sum(part_count(c) for c in statements)
+    drafts = [noise_parts(c, catalog, [Fraction(1)] * len(measures(c)), domain_size(c))[0]
+              for c in statements]
+    demand: dict[tuple[int, str], float] = {}
+    for index, (checked, parts) in enumerate(zip(statements, drafts, strict=True)):
+        sensitivity = {p.column: float(p.sensitivity) for p in parts}
+        named = {o.aggregate: o.name.lower() for o in checked.outputs if o.aggregate}
+        for aggregate, terms in coefficients(checked, parts).items():
+            weight = weights.get(named.get(aggregate, ""), 1.0)
+            baseline = sum(c * sensitivity[col] ** 2 for col, c in terms.items())
+            if baseline == 0 or weight <= 0:
+                continue
+            for column, c in terms.items():
+                key = (index, column)
+                demand[key] = demand.get(key, 0.0) + weight * c * sensitivity[column] ** 2 \
+                    / baseline
+    fixed = sum(part_count(c) for c in statements) - len(demand)
+    free = epsilon - even * fixed
+    roots = {key: value ** (1 / 3) for key, value in demand.items() if value > 0}
+    total = sum(roots.values())
+    shares = []
+    for index, parts in enumerate(drafts):
+        mine = []
+        for part in parts:
+            root = roots.get((index, part.column))
+            if root is None:
+                mine.append(even)  # quantiles, and measurements no output weighs
+                continue
+            share = Fraction(int(float(free) * root / total * _QUANTUM), _QUANTUM)
+            mine.append(max(share, Fraction(1, _QUANTUM)))
+        shares.append(mine)
+    excess = even * fixed + sum(sum(mine) for mine in shares) - epsilon - even * fixed
+    if excess > 0:  # the floor of 2^-40 on a negligible share: taken from the largest share
+        index, column = max(((i, j) for i, mine in enumerate(shares) for j in range(len(mine))),
+                            key=lambda ij: shares[ij[0]][ij[1]])
+        shares[index][column] -= excess
+    return shares
