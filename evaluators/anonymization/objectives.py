@@ -1,7 +1,10 @@
-"""Search objectives of a lattice node (lower is better) and their successor bounds.
+"""Search objectives of a lattice node (lower is better) and their lower bounds.
 
 Each objective gives ``value`` (the node's score) and ``bound``: a lower bound on the score of
-the node *and of every successor*, which is what makes pruning sound. The bounds rest on one
+the node *and of every successor*, which is what makes pruning sound. ``bound_below`` bounds
+every predecessor, and ``prior`` bounds every node before any is evaluated: the cell metrics
+without suppression are sums of one term per QID and level, so a whole grid of them costs d
+small sums. The bounds rest on one
 fact of full-domain generalization: a successor's classes are unions of the node's classes,
 and the supported privacy models are monotone, so a published class stays at least as large
 and a record never leaves suppression for a class smaller than k (notes §7.5, §12.5).
@@ -102,6 +105,40 @@ def _precision_per_code(qc, level: int) -> np.ndarray:
     return np.full(len(qc.labels[level]), level / max(qc.levels - 1, 1))
 
 
+def _separable(histogram: Histogram, per_code) -> np.ndarray:
+    """Grid over all nodes of Σ_QIDs Σ_codes records × ``per_code``: the no-suppression sum of
+    a cell metric, without grouping a single class."""
+    grid = np.zeros(())
+    for qc in histogram.qid_codes:
+        terms = [float((qc.records[level] * per_code(qc, level)).sum())
+                 for level in range(qc.levels)]
+        grid = np.add.outer(grid, np.array(terms))
+    return grid
+
+
+def _relaxed(grid: np.ndarray) -> np.ndarray:
+    # The grid adds the same numbers as ``value`` in another order; float rounding must not make
+    # the bound exceed the value of a node that ties with the best one.
+    return grid - 1e-9 * np.abs(grid)
+
+
+def _cell_prior(per_code):
+    def prior(histogram: Histogram) -> np.ndarray:
+        cells = histogram.records * len(histogram.qid_codes)
+        return _relaxed(_separable(histogram, per_code) / cells)
+    return prior
+
+
+def _entropy_prior(histogram: Histogram) -> np.ndarray:
+    original = sum(float((qc.records[0] * np.log2(np.maximum(qc.records[0], 1))).sum())
+                   for qc in histogram.qid_codes)
+    return _relaxed(_separable(histogram, _entropy_per_code) - original)
+
+
+def _height_prior(histogram: Histogram) -> np.ndarray:
+    return np.indices(tuple(qc.levels for qc in histogram.qid_codes)).sum(axis=0).astype(float)
+
+
 def _cell_average(view: NodeView, per_code, *, suppress: bool) -> float:
     d = len(view.table.node)
     loss = _per_class_sum(view, per_code) * view.sizes
@@ -151,15 +188,17 @@ def non_uniform_entropy(view: NodeView) -> float:
 
 @dataclass(frozen=True)
 class Objective:
-    """A named node score with lower bounds for all successors (``bound``) and for all
-    predecessors (``bound_below``, None when no useful one is known); ``direction`` is the
-    search order whose pruning works best for it."""
+    """A named node score with lower bounds for all successors (``bound``), for all
+    predecessors (``bound_below``, None when no useful one is known) and for every node before
+    the search (``prior``: a grid indexed by node, None when none is known); ``direction`` is
+    the search order whose pruning works best for it."""
 
     name: str
     value: Callable[[NodeView], float]
     bound: Callable[[NodeView], float]
     bound_below: Callable[[NodeView], float] | None = None
     direction: str = "up"
+    prior: Callable[[Histogram], np.ndarray] | None = None
 
 
 def _suppressed_share(view: NodeView) -> float:
@@ -181,10 +220,14 @@ OBJECTIVES = {
         Objective("dm", discernibility, _discernibility_bound, _discernibility_bound_below, "down"),
         Objective("avg_class_size", avg_class_size, _avg_class_size_bound,
                   _avg_class_size_bound_below),
-        Objective("loss", loss, _loss_bound, _suppressed_share),
-        Objective("precision", precision_loss, _precision_bound, _suppressed_share),
-        Objective("height", height, height),
-        Objective("entropy", entropy, entropy),
-        Objective("non_uniform_entropy", non_uniform_entropy, entropy),
+        # Top-down: the prior skips every node whose generalization alone costs too much, and
+        # a node suppressing too many records rules out all its predecessors.
+        Objective("loss", loss, _loss_bound, _suppressed_share, "down",
+                  _cell_prior(_loss_per_code)),
+        Objective("precision", precision_loss, _precision_bound, _suppressed_share, "down",
+                  _cell_prior(_precision_per_code)),
+        Objective("height", height, height, prior=_height_prior),
+        Objective("entropy", entropy, entropy, prior=_entropy_prior),
+        Objective("non_uniform_entropy", non_uniform_entropy, entropy, prior=_entropy_prior),
     )
 }

@@ -1,10 +1,14 @@
-"""Class tables of lattice nodes, rolled up from one base histogram (Incognito/Flash style).
+"""Class tables of lattice nodes, rolled up from the finest classes (Incognito/Flash style).
 
-The base histogram (``GROUP BY`` every QID and the sensitive attribute) is computed once in
-DuckDB. Every QID value is replaced by an integer code per level, taken from the hierarchy's
-SQL labels (``hierarchies.level_table``), and a class is a packed int64 key with fixed strides.
-A node's class table is then its predecessor's table with one attribute's codes mapped one
-level up and regrouped, which costs a hash of a few thousand keys instead of a query.
+The finest classes (``GROUP BY`` every QID and the sensitive attribute) are computed once in
+DuckDB on the custodian connection; nothing reads rows again. Every QID value is replaced by an
+integer code per level, taken from the hierarchy's SQL labels (``hierarchies.level_table``), and
+a class is one int64 key: the mixed-radix combination of its QIDs' codes with fixed strides (a
+level-l code is below the level-0 cardinality, so one stride per QID serves every level). A
+node's class table is any finer node's table with some QIDs' codes mapped up and regrouped by
+``pandas.factorize`` and ``np.bincount`` weighted by the class counts. The finer table is an
+evaluated predecessor or a cached *corner* (level 0 or top in every QID), so a node high in the
+lattice never touches the thousands of finest classes.
 """
 
 from __future__ import annotations
@@ -50,11 +54,10 @@ class QidCodes:
         """Number of levels including level 0."""
         return len(self.labels)
 
-    def code_at(self, codes0: np.ndarray, level: int) -> np.ndarray:
-        """Map level-0 codes to level ``level``."""
-        codes = codes0
-        for step in range(level):
-            codes = self.up[step][codes]
+    def raise_codes(self, codes: np.ndarray, low: int, high: int) -> np.ndarray:
+        """Map level-``low`` codes to level ``high``."""
+        for level in range(low, high):
+            codes = self.up[level][codes]
         return codes
 
 
@@ -104,13 +107,10 @@ class Histogram:
             width = len(self.sensitive_values)
         self.base = _group(tuple(0 for _ in self.qids), keys,
                            _one_hot(sa_codes, frame["__n"].to_numpy(np.int64), width))
-        # Each QID's packed-key contribution at each level, per base class: a node's keys are
-        # then one sum of d arrays.
-        self._contributions = [
-            [qc.code_at(self.codes(self.base, i), level) * self.strides[i]
-             for level in range(qc.levels)]
-            for i, qc in enumerate(self.qid_codes)
-        ]
+        self.top = tuple(qc.levels - 1 for qc in self.qid_codes)
+        # Corner tables by the QIDs they keep at level 0 (the others are at the top level).
+        self._corners: dict[tuple[bool, ...], ClassTable] = {
+            tuple(top > 0 for top in self.top): self.base}
 
     def codes(self, table: ClassTable, position: int) -> np.ndarray:
         """The level codes of QID ``position`` for every class of ``table``."""
@@ -118,19 +118,36 @@ class Histogram:
 
     def roll_up(self, table: ClassTable, position: int) -> ClassTable:
         """The table of the successor that raises QID ``position`` by one level."""
-        level = table.node[position]
-        old = self.codes(table, position)
-        new = self.qid_codes[position].up[level][old]
-        keys = table.keys + (new - old) * self.strides[position]
-        node = table.node[:position] + (level + 1,) + table.node[position + 1:]
-        return _group(node, keys, table.counts)
+        node = table.node[:position] + (table.node[position] + 1,) + table.node[position + 1:]
+        return self.roll_to(table, node)
+
+    def roll_to(self, table: ClassTable, node: Sequence[int]) -> ClassTable:
+        """The table of ``node`` from the table of a node at or below it in every QID."""
+        keys = table.keys
+        for position, (low, high) in enumerate(zip(table.node, node)):
+            if high == low:
+                continue
+            old = self.codes(table, position)
+            new = self.qid_codes[position].raise_codes(old, low, high)
+            keys = keys + (new - old) * self.strides[position]
+        return _group(tuple(int(x) for x in node), keys, table.counts)
 
     def table(self, node: Sequence[int]) -> ClassTable:
-        """A node's table computed directly from the base histogram."""
-        keys = np.zeros(len(self.base.keys), dtype=np.int64)
-        for position, level in enumerate(node):
-            keys += self._contributions[position][level]
-        return _group(tuple(int(x) for x in node), keys, self.base.counts)
+        """A node's table rolled up from its corner (its level-0 QIDs kept, the rest at top)."""
+        return self.roll_to(self._corner(tuple(lv < top for lv, top in zip(node, self.top))),
+                            node)
+
+    def _corner(self, kept: tuple[bool, ...]) -> ClassTable:
+        table = self._corners.get(kept)
+        if table is None:
+            # Roll up from the corner that also keeps the dropped QID with the fewest values: it
+            # stays small, and the chain of such corners down to the base is cached too.
+            dropped = [i for i, keep in enumerate(kept) if not keep and self.top[i] > 0]
+            add = min(dropped, key=lambda i: self.cards[i])
+            finer = self._corner(kept[:add] + (True,) + kept[add + 1:])
+            node = tuple(0 if keep else top for keep, top in zip(kept, self.top))
+            table = self._corners[kept] = self.roll_to(finer, node)
+        return table
 
 
 def _one_hot(codes: np.ndarray, weights: np.ndarray, width: int) -> np.ndarray:
@@ -141,13 +158,12 @@ def _one_hot(codes: np.ndarray, weights: np.ndarray, width: int) -> np.ndarray:
 
 def _group(node: tuple[int, ...], keys: np.ndarray, counts: np.ndarray) -> ClassTable:
     inverse, uniques = pd.factorize(keys)
-    if counts.shape[1] == 1:
-        summed = np.bincount(inverse, weights=counts[:, 0], minlength=len(uniques))[:, None]
-    else:
-        summed = np.empty((len(uniques), counts.shape[1]))
-        for j in range(counts.shape[1]):
-            summed[:, j] = np.bincount(inverse, weights=counts[:, j], minlength=len(uniques))
-    return ClassTable(node, np.asarray(uniques, dtype=np.int64), summed.astype(np.int64))
+    width = counts.shape[1]
+    # One bincount over (class, sensitive value) cells instead of one per sensitive value.
+    cells = (inverse[:, None] * width + np.arange(width)).ravel()
+    summed = np.bincount(cells, weights=counts.ravel(), minlength=len(uniques) * width)
+    return ClassTable(node, np.asarray(uniques, dtype=np.int64),
+                      summed.reshape(len(uniques), width).astype(np.int64))
 
 
 def _encode(con, relation, qid, hierarchy, frame, weights) -> tuple[QidCodes, np.ndarray]:
