@@ -15,7 +15,7 @@ What is monotone under generalization (a successor's classes are unions of the n
 is all the pruning relies on:
 
 - Without suppression (limit 0) every supported model is monotone: k-anonymity (sizes add),
-  distinct, entropy and recursive (c, ℓ)-diversity (Machanavajjhala et al. 2006, §5) and
+  distinct, entropy and recursive (c, ℓ)-diversity (Machanavajjhala et al. 2006) and
   t-closeness with any of the three EMDs (Li et al. 2007: the EMD is convex in the class
   distribution). So a node that fails the model rules out every predecessor (Flash's
   predictive tagging) and, every objective being monotone without suppression, a node that
@@ -217,7 +217,7 @@ def _hopeless(bound, best: NodeStats | None):
 
 
 def _table_for(histogram: Histogram, node, previous) -> ClassTable:
-    """Roll up from the smallest evaluated predecessor, else compute from the base histogram."""
+    """Roll up from the smallest evaluated predecessor, else from the node's corner."""
     best_parent, position = None, None
     for i, level in enumerate(node):
         if level == 0:

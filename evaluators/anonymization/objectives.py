@@ -87,12 +87,21 @@ def _avg_class_size_bound_below(view: NodeView) -> float:
     return view.histogram.records / (most + 1)
 
 
-def _per_class_sum(view: NodeView, per_code) -> np.ndarray:
-    """Per class, the sum over QIDs of a quantity of its generalized value (``per_code``)."""
+def _generalized_mass(view: NodeView, per_code, classes: np.ndarray | slice) -> float:
+    """Σ over the chosen classes of size × Σ_QIDs ``per_code`` of their generalized values.
+
+    Summed per code first (integer record counts, exact in float64), then over the codes in code
+    order, so the result does not depend on the order of the classes: a node scores bitwise the
+    same whichever finer table it was rolled up from, in pruned and in exhaustive search.
+    """
     hist, table = view.histogram, view.table
-    total = np.zeros(len(table.keys))
+    sizes = view.sizes[classes]
+    total = 0.0
     for position, level in enumerate(table.node):
-        total += per_code(hist.qid_codes[position], level)[hist.codes(table, position)]
+        qc = hist.qid_codes[position]
+        mass = np.bincount(hist.codes(table, position)[classes], weights=sizes,
+                           minlength=len(qc.labels[level]))
+        total += float(mass @ per_code(qc, level))
     return total
 
 
@@ -130,9 +139,7 @@ def _cell_prior(per_code):
 
 
 def _entropy_prior(histogram: Histogram) -> np.ndarray:
-    original = sum(float((qc.records[0] * np.log2(np.maximum(qc.records[0], 1))).sum())
-                   for qc in histogram.qid_codes)
-    return _relaxed(_separable(histogram, _entropy_per_code) - original)
+    return _relaxed(_separable(histogram, _entropy_per_code) - _original_entropy(histogram))
 
 
 def _height_prior(histogram: Histogram) -> np.ndarray:
@@ -141,8 +148,10 @@ def _height_prior(histogram: Histogram) -> np.ndarray:
 
 def _cell_average(view: NodeView, per_code, *, suppress: bool) -> float:
     d = len(view.table.node)
-    loss = _per_class_sum(view, per_code) * view.sizes
-    kept = loss[view.ok].sum() + d * view.suppressed if suppress else loss.sum()
+    if suppress:
+        kept = _generalized_mass(view, per_code, view.ok) + d * view.suppressed
+    else:
+        kept = _generalized_mass(view, per_code, slice(None))
     return float(kept / (view.histogram.records * d))
 
 
@@ -165,15 +174,19 @@ def _entropy_per_code(qc, level: int) -> np.ndarray:
     return np.log2(np.maximum(qc.records[level], 1))
 
 
+def _original_entropy(histogram: Histogram) -> float:
+    return sum(float((qc.records[0] * np.log2(np.maximum(qc.records[0], 1))).sum())
+               for qc in histogram.qid_codes)
+
+
 def _entropy(view: NodeView, *, suppress: bool) -> float:
     hist = view.histogram
-    gen = _per_class_sum(view, _entropy_per_code) * view.sizes
-    total = gen[view.ok].sum() + view.suppressed * len(view.table.node) * np.log2(hist.records)
-    if not suppress:
-        total = gen.sum()
-    original = sum(float((qc.records[0] * np.log2(np.maximum(qc.records[0], 1))).sum())
-                   for qc in hist.qid_codes)
-    return float(total - original)
+    if suppress:
+        total = (_generalized_mass(view, _entropy_per_code, view.ok)
+                 + view.suppressed * len(view.table.node) * np.log2(hist.records))
+    else:
+        total = _generalized_mass(view, _entropy_per_code, slice(None))
+    return float(total - _original_entropy(hist))
 
 
 def entropy(view: NodeView) -> float:

@@ -157,9 +157,7 @@ def _one_hot(codes: np.ndarray, weights: np.ndarray, width: int) -> np.ndarray:
 
 
 def _group(node: tuple[int, ...], keys: np.ndarray, counts: np.ndarray) -> ClassTable:
-    # Sorted keys make a node's table the same whichever finer table it came from, so float
-    # scores summed over its classes are bitwise equal in pruned and exhaustive search.
-    inverse, uniques = pd.factorize(keys, sort=True)
+    inverse, uniques = pd.factorize(keys)
     width = counts.shape[1]
     # One bincount over (class, sensitive value) cells instead of one per sensitive value.
     cells = (inverse[:, None] * width + np.arange(width)).ravel()
