@@ -3,9 +3,9 @@
 Bottom-up, a node's class table is rolled up from an evaluated predecessor (one level lower in
 one QID); top-down, from the node's cached corner (``rollup``), so most nodes cost a regrouping
 of a small table. Pruning is branch-and-bound on the lower bounds of ``objectives``: once a
-node's bound for all its successors (bottom-up) or all its predecessors (top-down), or the
-objective's prior bound of the node itself, exceeds the best score found, the node is skipped,
-so the result is the exhaustive one. ``prune=False`` evaluates every node, to verify that.
+node's bound for all its successors (bottom-up) or all its predecessors (top-down), or a bound
+known before the node is evaluated (the objective's prior, or top-down the successor bound of
+the node's corner) exceeds the best score found, the node is skipped, so the result is the exhaustive one. ``prune=False`` evaluates every node, to verify that.
 
 Bounds are inherited layer by layer as numpy arrays over node indices (row-major over the
 levels), so the bookkeeping of the 12,960-node Adult lattice costs a few array operations per
@@ -108,12 +108,11 @@ def evaluate(
     objective: str,
 ) -> tuple[NodeStats, NodeView]:
     """Score one node's class table; returns its stats and the view the bounds are read from."""
-    ok = model.class_ok(table.counts, domain)
-    view = NodeView(histogram, table, ok, model.suppressed_below(table.counts), model.k)
-    published = view.sizes[ok]
+    view = NodeView(histogram, table, model, domain)
+    published = view.sizes[view.ok]
     stats = NodeStats(
         node=table.node,
-        classes=int(ok.sum()),
+        classes=int(view.ok.sum()),
         suppressed=view.suppressed,
         records=histogram.records,
         dm=discernibility(view),
@@ -182,15 +181,28 @@ def search(
     best: NodeStats | None = None
     inherited = np.full(lattice.size, -math.inf)
     evaluated, kept = 0, []
+    corner_bounds: dict[tuple[int, ...], float] = {}
+
+    def corner_bound(node: tuple[int, ...]) -> float:
+        # A node's corner is one of its predecessors, so the corner's successor bound holds for
+        # the node; the corner table is built anyway (top-down rolls the node up from it) and
+        # most bounds read only its class sizes.
+        corner = histogram.corner(node)
+        if corner.node not in corner_bounds:
+            corner_bounds[corner.node] = chosen.bound(NodeView(histogram, corner, model, domain))
+        return corner_bounds[corner.node]
+
     previous: dict[tuple[int, ...], ClassTable] = {}
     for layer in layers if upward else layers[::-1]:
         bounds = inherited[layer]
         gate = bounds if prior is None else np.maximum(bounds, prior[layer])
         current: dict[tuple[int, ...], ClassTable] = {}
         for j in range(len(layer)) if not prune else np.flatnonzero(~_hopeless(gate, best)):
-            if prune and _hopeless(gate[j], best):  # the best may have improved in this layer
-                continue
             node = tuple(int(x) for x in nodes[layer[j]])
+            # The best may have improved in this layer.
+            if prune and (_hopeless(gate[j], best) or (
+                    not upward and best is not None and _hopeless(corner_bound(node), best))):
+                continue
             table = _table_for(histogram, node, previous) if upward else histogram.table(node)
             current[node] = table
             stats, view = evaluate(histogram, table, model, domain, objective)

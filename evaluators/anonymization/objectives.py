@@ -20,19 +20,35 @@ from functools import cached_property
 
 import numpy as np
 
+from evaluators.anonymization.criteria import PrivacyModel, SensitiveDomain
 from evaluators.anonymization.rollup import ClassTable, Histogram
 
 
 @dataclass
 class NodeView:
-    """What an objective sees of a node: its class table, which classes pass, and which classes
-    fail at every predecessor too (``failing_below``)."""
+    """What an objective sees of a node: its class table, which classes pass (``ok``), and
+    which classes fail at every predecessor too (``failing_below``); both are computed only
+    when an objective asks, so a bound that needs class sizes alone costs no privacy check."""
 
     histogram: Histogram
     table: ClassTable
-    ok: np.ndarray
-    failing_below: np.ndarray
-    k: int
+    model: PrivacyModel
+    domain: SensitiveDomain | None
+
+    @property
+    def k(self) -> int:
+        """k of the privacy model."""
+        return self.model.k
+
+    @cached_property
+    def ok(self) -> np.ndarray:
+        """Which classes satisfy the privacy model."""
+        return self.model.class_ok(self.table.counts, self.domain)
+
+    @cached_property
+    def failing_below(self) -> np.ndarray:
+        """Which classes fail the model at every predecessor as well."""
+        return self.model.suppressed_below(self.table.counts)
 
     @cached_property
     def sizes(self) -> np.ndarray:

@@ -133,9 +133,13 @@ class Histogram:
         return _group(tuple(int(x) for x in node), keys, table.counts)
 
     def table(self, node: Sequence[int]) -> ClassTable:
-        """A node's table rolled up from its corner (its level-0 QIDs kept, the rest at top)."""
-        return self.roll_to(self._corner(tuple(lv < top for lv, top in zip(node, self.top))),
-                            node)
+        """A node's table rolled up from its corner."""
+        return self.roll_to(self.corner(node), node)
+
+    def corner(self, node: Sequence[int]) -> ClassTable:
+        """The cached table of the node's corner: the QIDs the node does not generalize to the
+        top at level 0, the others at the top (a predecessor of the node, or the node itself)."""
+        return self._corner(tuple(lv < top for lv, top in zip(node, self.top)))
 
     def _corner(self, kept: tuple[bool, ...]) -> ClassTable:
         table = self._corners.get(kept)
