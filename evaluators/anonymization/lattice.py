@@ -5,7 +5,8 @@ one QID); top-down, from the node's cached corner (``rollup``), so most nodes co
 of a small table. Pruning is branch-and-bound on the lower bounds of ``objectives``: once a
 node's bound for all its successors (bottom-up) or all its predecessors (top-down), or a bound
 known before the node is evaluated (the objective's prior, or top-down the successor bound of
-the node's corner) exceeds the best score found, the node is skipped, so the result is the exhaustive one. ``prune=False`` evaluates every node, to verify that.
+the node's corner) exceeds the best score found, the node is skipped, so the result is the
+exhaustive one. ``prune=False`` evaluates every node, to verify that.
 
 Bounds are inherited layer by layer as numpy arrays over node indices (row-major over the
 levels), so the bookkeeping of the 12,960-node Adult lattice costs a few array operations per
