@@ -7,9 +7,10 @@ sensitive attribute and the other 8 attributes as QIDs (4,320 nodes). Every row 
 pruned search finds the exhaustive optimum (node and score). "Nodes" are nodes checked against
 the privacy model; the corner tables grouped as roll-up sources are not counted. Times are CPU
 seconds, the median of ``--repeat`` runs, each on a fresh histogram (so building the corner
-tables is timed); the finest classes (one DuckDB GROUP BY plus encoding) are timed separately. "before" is the search
-of commit 26e1248 (per-node dictionaries, top-down from the finest classes), measured once on
-this machine at load average 0.3 with ``--repeat 1`` (the exhaustive times then were 2.7–7.2 s).
+tables is timed); the finest classes (one DuckDB GROUP BY plus encoding) are timed separately.
+"before" is the search of commit 26e1248 (per-node dictionaries, top-down from the finest
+classes), measured once on this machine with ``--repeat 3`` at load average 2.3 (the ℓ and t
+rows at load 7).
 
 ARX's published figure (anonbench, CBMS 2014: ARX 2.3, Flash, Adult with 8 QIs, 5-anonymity,
 0 % suppression, quad-core 3.1 GHz i5): 27.4 ms, 115 nodes checked; OLA 64 ms, Incognito
@@ -38,17 +39,18 @@ QIDS = ["sex", "age", "race", "marital-status", "education", "native-country", "
         "occupation", "salary-class"]
 SENSITIVE = "occupation"
 K5 = PrivacyModel(k=5)
-SETTINGS = [  # (label, model, objective, suppression limit, before: (nodes, CPU s) or None)
+SETTINGS = [  # (label, model, objective, suppression limit, before: (nodes, CPU s))
     ("DM, unlimited suppression (thesis Table 4-5)", K5, "dm", 1.0, (2301, 0.58)),
     ("average class size, unlimited suppression (thesis Table 4-4)", K5, "avg_class_size", 1.0,
      (3955, 1.58)),
     ("DM, no suppression (ARX benchmark setting)", K5, "dm", 0.0, (154, 0.07)),
-    ("loss, at most 5 % suppressed", K5, "loss", 0.05, (4857, 4.71)),
-    ("distinct ℓ = 2, DM, unlimited suppression", PrivacyModel(k=5, l=2), "dm", 1.0, None),
+    ("loss, at most 5 % suppressed", K5, "loss", 0.05, (4857, 4.69)),
+    ("distinct ℓ = 2, DM, unlimited suppression", PrivacyModel(k=5, l=2), "dm", 1.0,
+     (1455, 0.91)),
     ("entropy ℓ = 2, loss, at most 5 % suppressed",
-     PrivacyModel(k=5, l=2, l_variant="entropy"), "loss", 0.05, None),
+     PrivacyModel(k=5, l=2, l_variant="entropy"), "loss", 0.05, (1069, 2.70)),
     ("t = 0.2 (hierarchical EMD), DM, unlimited suppression",
-     PrivacyModel(k=5, t=0.2, t_variant="hierarchical"), "dm", 1.0, None),
+     PrivacyModel(k=5, t=0.2, t_variant="hierarchical"), "dm", 1.0, (3881, 3.64)),
 ]
 
 
@@ -80,20 +82,18 @@ def main(repeat: int, output: str | None) -> None:
         (f"Adult (30,162 rows), 5-anonymity; 9 QIDs (12,960 nodes), or 8 QIDs with sensitive "
          f"attribute {SENSITIVE} (4,320 nodes) for ℓ and t. Finest classes "
          f"({len(finest.base.keys):,} for 9 QIDs) built in {build:.2f} s CPU. CPU seconds, "
-         f"median of {repeat}; load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1 / 5 / 15 min) at the start."),
+         f"median of {repeat}; load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} "
+         "(1 / 5 / 15 min) at the start."),
         "",
         ("| setting | optimum (= exhaustive) | pruned: nodes | pruned: CPU s | before: nodes "
          "| before: CPU s | exhaustive: CPU s |"),
         "|---|---|---|---|---|---|---|",
     ]
     for label, model, objective, limit, before in SETTINGS:
-        if model.needs_sensitive:
-            def fresh():
-                return Histogram(con, source, qids_l, hierarchies, SENSITIVE, domain.values)
-        else:
-            def fresh():
-                return Histogram(con, source, QIDS, hierarchies)
-        histograms = [fresh() for _ in range(repeat + 1)]
+        qids, sensitive = (qids_l, SENSITIVE) if model.needs_sensitive else (QIDS, None)
+        histograms = [Histogram(con, source, qids, hierarchies, sensitive,
+                                domain.values if sensitive else None)
+                      for _ in range(repeat + 1)]
         pruned_s, pruned = _cpu(repeat, lambda o=objective, s=limit, m=model: search(
             histograms.pop(), m, o, domain=domain, suppression_limit=s))
         full_s, full = _cpu(1, lambda o=objective, s=limit, m=model: search(
@@ -102,9 +102,8 @@ def main(repeat: int, output: str | None) -> None:
         best = pruned.best
         optimum = (f"{best.node}: {best.classes} classes, {best.suppressed} suppressed, "
                    f"{objective} {best.value:.6g}" if best else "none")
-        was = f"{before[0]:,} | {before[1]:.2f}" if before else "– | –"
-        lines.append(f"| {label} | {optimum} | {pruned.evaluated:,} | {pruned_s:.3f} | {was} | "
-                     f"{full_s:.2f} |")
+        lines.append(f"| {label} | {optimum} | {pruned.evaluated:,} | {pruned_s:.3f} | "
+                     f"{before[0]:,} | {before[1]:.2f} | {full_s:.2f} |")
     custodian.close()
     text = "\n".join(lines)
     click.echo(text)
