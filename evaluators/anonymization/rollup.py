@@ -3,9 +3,9 @@
 The finest classes (``GROUP BY`` every QID and the sensitive attribute) are computed once in
 DuckDB on the custodian connection; nothing reads rows again. Every QID value is replaced by an
 integer code per level, taken from the hierarchy's SQL labels (``hierarchies.level_table``), and
-a class is one int64 key: the mixed-radix combination of its QIDs' codes with fixed strides (a
-level-l code is below the level-0 cardinality, so one stride per QID serves every level). A
-node's class table is any finer node's table with some QIDs' codes mapped up and regrouped by
+a class is one int64 key: its QIDs' codes packed in fixed bit fields, a mixed radix with
+power-of-two radices (a level-l code is below the level-0 cardinality, so one field per QID
+serves every level). A node's class table is any finer node's table with some QIDs' codes mapped up and regrouped by
 ``pandas.factorize`` and ``np.bincount`` weighted by the class counts. The finer table is an
 evaluated predecessor or a cached *corner* (level 0 or top in every QID), so a node high in the
 lattice never touches the thousands of finest classes.
@@ -92,10 +92,15 @@ class Histogram:
             codes0.append(value_codes)
         cards = np.array([len(qc.labels[0]) for qc in self.qid_codes], dtype=np.int64)
         self.cards = cards
-        self.strides = np.concatenate([np.cumprod(cards[::-1])[::-1][1:], [1]]).astype(np.int64)
-        if float(np.prod(cards.astype(float))) >= 2.0**62:
+        # Each QID gets a bit field wide enough for its level-0 codes: unpacking a code is then
+        # a shift and a mask, several times cheaper than the division of a mixed radix.
+        bits = np.array([int(c - 1).bit_length() for c in cards], dtype=np.int64)
+        if bits.sum() > 62:
             raise dpsql.NotSupportedError("too many QID value combinations to pack into 64 bits")
-        keys = sum(c.astype(np.int64) * s for c, s in zip(codes0, self.strides))
+        self._shifts = np.concatenate([np.cumsum(bits[::-1])[::-1][1:], [0]]).astype(np.int64)
+        self._masks = (np.int64(1) << bits) - 1
+        self.strides = np.int64(1) << self._shifts
+        keys = sum(c.astype(np.int64) << s for c, s in zip(codes0, self._shifts))
         if sensitive is None:
             self.sensitive_values: tuple[str, ...] = ()
             sa_codes = np.zeros(len(frame), dtype=np.int64)
@@ -114,7 +119,7 @@ class Histogram:
 
     def codes(self, table: ClassTable, position: int) -> np.ndarray:
         """The level codes of QID ``position`` for every class of ``table``."""
-        return (table.keys // self.strides[position]) % self.cards[position]
+        return (table.keys >> self._shifts[position]) & self._masks[position]
 
     def roll_up(self, table: ClassTable, position: int) -> ClassTable:
         """The table of the successor that raises QID ``position`` by one level."""
