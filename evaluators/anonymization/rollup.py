@@ -5,10 +5,11 @@ DuckDB on the custodian connection; nothing reads rows again. Every QID value is
 integer code per level, taken from the hierarchy's SQL labels (``hierarchies.level_table``), and
 a class is one int64 key: its QIDs' codes packed in fixed bit fields, a mixed radix with
 power-of-two radices (a level-l code is below the level-0 cardinality, so one field per QID
-serves every level). A node's class table is any finer node's table with some QIDs' codes mapped up and regrouped by
-``pandas.factorize`` and ``np.bincount`` weighted by the class counts. The finer table is an
-evaluated predecessor or a cached *corner* (level 0 or top in every QID), so a node high in the
-lattice never touches the thousands of finest classes.
+serves every level). A node's class table is any finer node's table with some QIDs' codes
+mapped up and regrouped; tables are kept sorted by key, so raising one QID is a near-linear
+merge of sorted runs. The finer table is an evaluated predecessor or a cached *corner* (level 0
+or top in every QID), so a node high in the lattice never touches the thousands of finest
+classes.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ class Histogram:
             sa_codes = frame["__sa"].map(lookup).to_numpy()
             width = len(self.sensitive_values)
         self.base = _group(tuple(0 for _ in self.qids), keys,
-                           _one_hot(sa_codes, frame["__n"].to_numpy(np.int64), width))
+                           _one_hot(sa_codes, frame["__n"].to_numpy(np.int64), width), runs=False)
         self.top = tuple(qc.levels - 1 for qc in self.qid_codes)
         # Corner tables by the QIDs they keep at level 0 (the others are at the top level).
         self._corners: dict[tuple[bool, ...], ClassTable] = {
@@ -128,14 +129,15 @@ class Histogram:
 
     def roll_to(self, table: ClassTable, node: Sequence[int]) -> ClassTable:
         """The table of ``node`` from the table of a node at or below it in every QID."""
-        keys = table.keys
+        keys, raised = table.keys, 0
         for position, (low, high) in enumerate(zip(table.node, node)):
             if high == low:
                 continue
             old = self.codes(table, position)
             new = self.qid_codes[position].raise_codes(old, low, high)
             keys = keys + (new - old) * self.strides[position]
-        return _group(tuple(int(x) for x in node), keys, table.counts)
+            raised += 1
+        return _group(tuple(int(x) for x in node), keys, table.counts, runs=raised == 1)
 
     def table(self, node: Sequence[int]) -> ClassTable:
         """A node's table rolled up from its corner."""
@@ -165,14 +167,27 @@ def _one_hot(codes: np.ndarray, weights: np.ndarray, width: int) -> np.ndarray:
     return matrix
 
 
-def _group(node: tuple[int, ...], keys: np.ndarray, counts: np.ndarray) -> ClassTable:
+def _group(node: tuple[int, ...], keys: np.ndarray, counts: np.ndarray, *,
+           runs: bool) -> ClassTable:
+    """Sum the counts of equal keys; the table comes out sorted by key.
+
+    With ``runs`` the keys are a sorted table's keys with one bit field changed, which leaves
+    long sorted runs that a stable sort (timsort) merges in near-linear time, several times
+    faster than hashing. Otherwise the keys are hashed and only the distinct keys are sorted.
+    """
+    if runs:
+        order = np.argsort(keys, kind="stable")
+        ordered = keys[order]
+        starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+        return ClassTable(node, ordered[starts], np.add.reduceat(counts[order], starts, axis=0))
     inverse, uniques = pd.factorize(keys)
     width = counts.shape[1]
     # One bincount over (class, sensitive value) cells instead of one per sensitive value.
     cells = (inverse[:, None] * width + np.arange(width)).ravel()
     summed = np.bincount(cells, weights=counts.ravel(), minlength=len(uniques) * width)
-    return ClassTable(node, np.asarray(uniques, dtype=np.int64),
-                      summed.reshape(len(uniques), width).astype(np.int64))
+    order = np.argsort(uniques)
+    return ClassTable(node, np.asarray(uniques, dtype=np.int64)[order],
+                      summed.reshape(len(uniques), width)[order].astype(np.int64))
 
 
 def _encode(con, relation, qid, hierarchy, frame, weights) -> tuple[QidCodes, np.ndarray]:
