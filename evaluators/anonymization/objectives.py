@@ -4,10 +4,10 @@ Each objective gives ``value`` (the node's score) and ``bound``: a lower bound o
 the node *and of every successor*, which is what makes pruning sound. ``bound_below`` bounds
 every predecessor, and ``prior`` bounds every node before any is evaluated: the cell metrics
 without suppression are sums of one term per QID and level, so a whole grid of them costs d
-small sums. The bounds rest on one
-fact of full-domain generalization: a successor's classes are unions of the node's classes,
-and the supported privacy models are monotone, so a published class stays at least as large
-and a record never leaves suppression for a class smaller than k (notes §7.5, §12.5).
+small sums. The bounds rest on one fact of full-domain generalization: a successor's classes
+are unions of the node's classes, so a published class stays at least as large and a record
+never leaves suppression for a class smaller than k (notes §7.5, §12.5; what else is monotone
+is listed in ``lattice``).
 Suppressed records count as one class (ARX "including outliers") and as fully generalized
 cells for the cell-based metrics.
 """
