@@ -9,8 +9,8 @@ the privacy model; the corner tables grouped as roll-up sources are not counted.
 seconds, the median of ``--repeat`` runs, each on a fresh histogram (so building the corner
 tables is timed); the finest classes (one DuckDB GROUP BY plus encoding) are timed separately.
 "before" is the search of commit 26e1248 (per-node dictionaries, top-down from the finest
-classes), measured once on this machine with ``--repeat 3`` at load average 2.3 (the ℓ and t
-rows at load 7).
+classes), measured with the same settings and ``--repeat 3`` on this machine at load average
+7.9, just before the run recorded in ``docs/reports/anonymization/benchmark.md``.
 
 ARX's published figure (anonbench, CBMS 2014: ARX 2.3, Flash, Adult with 8 QIs, 5-anonymity,
 0 % suppression, quad-core 3.1 GHz i5): 27.4 ms, 115 nodes checked; OLA 64 ms, Incognito
@@ -40,17 +40,17 @@ QIDS = ["sex", "age", "race", "marital-status", "education", "native-country", "
 SENSITIVE = "occupation"
 K5 = PrivacyModel(k=5)
 SETTINGS = [  # (label, model, objective, suppression limit, before: (nodes, CPU s))
-    ("DM, unlimited suppression (thesis Table 4-5)", K5, "dm", 1.0, (2301, 0.58)),
+    ("DM, unlimited suppression (thesis Table 4-5)", K5, "dm", 1.0, (2301, 0.60)),
     ("average class size, unlimited suppression (thesis Table 4-4)", K5, "avg_class_size", 1.0,
-     (3955, 1.58)),
-    ("DM, no suppression (ARX benchmark setting)", K5, "dm", 0.0, (154, 0.07)),
-    ("loss, at most 5 % suppressed", K5, "loss", 0.05, (4857, 4.69)),
+     (3955, 1.64)),
+    ("DM, no suppression (ARX benchmark setting)", K5, "dm", 0.0, (154, 0.072)),
+    ("loss, at most 5 % suppressed", K5, "loss", 0.05, (4857, 4.95)),
     ("distinct ℓ = 2, DM, unlimited suppression", PrivacyModel(k=5, l=2), "dm", 1.0,
-     (1455, 0.91)),
+     (1455, 0.86)),
     ("entropy ℓ = 2, loss, at most 5 % suppressed",
-     PrivacyModel(k=5, l=2, l_variant="entropy"), "loss", 0.05, (1069, 2.70)),
+     PrivacyModel(k=5, l=2, l_variant="entropy"), "loss", 0.05, (1069, 2.26)),
     ("t = 0.2 (hierarchical EMD), DM, unlimited suppression",
-     PrivacyModel(k=5, t=0.2, t_variant="hierarchical"), "dm", 1.0, (3881, 3.64)),
+     PrivacyModel(k=5, t=0.2, t_variant="hierarchical"), "dm", 1.0, (3881, 3.56)),
 ]
 
 
@@ -103,7 +103,7 @@ def main(repeat: int, output: str | None) -> None:
         optimum = (f"{best.node}: {best.classes} classes, {best.suppressed} suppressed, "
                    f"{objective} {best.value:.6g}" if best else "none")
         lines.append(f"| {label} | {optimum} | {pruned.evaluated:,} | {pruned_s:.3f} | "
-                     f"{before[0]:,} | {before[1]:.2f} | {full_s:.2f} |")
+                     f"{before[0]:,} | {before[1]:.3f} | {full_s:.2f} |")
     custodian.close()
     text = "\n".join(lines)
     click.echo(text)
