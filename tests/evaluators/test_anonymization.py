@@ -175,11 +175,14 @@ def _synthetic(con, rows=1500, seed=7):
         "zip": [f"{z:03d}" for z in rng.integers(100, 400, rows)],
         "sex": rng.choice(["F", "M"], rows),
         "job": rng.choice(list("abcdef"), rows, p=[0.4, 0.2, 0.15, 0.1, 0.1, 0.05]),
+        "edu": rng.choice(["none", "school", "college", "phd"], rows, p=[0.1, 0.5, 0.3, 0.1]),
     })
     hierarchies = {
         "age": IntervalHierarchy("age", (5, 10, 20)),
         "zip": MaskingHierarchy("zip", 3),
         "sex": TableHierarchy("sex", (("F", "*"), ("M", "*"))),
+        "edu": TableHierarchy("edu", (("none", "low", "*"), ("school", "low", "*"),
+                                      ("college", "high", "*"), ("phd", "high", "*"))),
     }
     job = TableHierarchy("job", tuple((v, "ab" if v in "ab" else "cdef", "*") for v in "abcdef"))
     return _table(con, "syn", frame), hierarchies, job
@@ -199,7 +202,7 @@ MODELS = [
 def test_pruned_search_equals_exhaustive(model):
     con = duckdb.connect()
     table, hierarchies, job = _synthetic(con)
-    qids = ["age", "zip", "sex"]
+    qids = ["age", "zip", "sex", "edu"]
     domain = sensitive_domain(con, table, "job", job) if model.needs_sensitive else None
     histogram = Histogram(con, table, qids, hierarchies, "job" if domain else None,
                           domain.values if domain else None)
@@ -207,7 +210,7 @@ def test_pruned_search_equals_exhaustive(model):
         for limit in (1.0, 0.1, 0.0):
             full = search(histogram, model, objective, domain=domain, suppression_limit=limit,
                           prune=False)
-            assert full.evaluated == full.lattice_size == 5 * 4 * 2
+            assert full.evaluated == full.lattice_size == 5 * 4 * 2 * 3
             directions = ["up"] + (["down"] if OBJECTIVES[objective].bound_below else [])
             for direction in directions:
                 pruned = search(histogram, model, objective, domain=domain,
