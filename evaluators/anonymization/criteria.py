@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import duckdb
 import numpy as np
@@ -37,6 +38,19 @@ class SensitiveDomain:
     values: tuple[str, ...]
     reference: np.ndarray
     tree: tuple[np.ndarray, ...] = ()
+
+    @cached_property
+    def merges(self) -> tuple[np.ndarray, ...]:
+        """Per level L ≥ 1, the 0/1 matrix taking level-(L−1) nodes to their level-L parents
+        (built once: hierarchical EMD is computed for every class of every node searched)."""
+        matrices = []
+        for level in range(1, len(self.tree)):
+            parent = np.zeros(self.tree[level - 1].max() + 1, dtype=np.int64)
+            parent[self.tree[level - 1]] = self.tree[level]
+            onehot = np.zeros((len(parent), self.tree[level].max() + 1))
+            onehot[np.arange(len(parent)), parent] = 1.0
+            matrices.append(onehot)
+        return tuple(matrices)
 
 
 @dataclass(frozen=True)
@@ -127,22 +141,18 @@ def emd(counts: np.ndarray, domain: SensitiveDomain | None, variant: str) -> np.
     if variant == "ordered":
         m = extra.shape[1]
         return np.abs(np.cumsum(extra, axis=1)).sum(axis=1) / max(m - 1, 1)
-    return _hierarchical_emd(extra, domain.tree)
+    return _hierarchical_emd(extra, domain)
 
 
-def _hierarchical_emd(extra: np.ndarray, tree: tuple[np.ndarray, ...]) -> np.ndarray:
-    if len(tree) < 2:
+def _hierarchical_emd(extra: np.ndarray, domain: SensitiveDomain) -> np.ndarray:
+    if len(domain.tree) < 2:
         raise dpsql.ProgrammingError(
             "hierarchical EMD needs a hierarchy for the sensitive attribute",
             hint="add <sensitive>.csv to the hierarchies folder or use t_variant='equal'",
         )
-    height = len(tree) - 1
+    height = len(domain.tree) - 1
     cost = np.zeros(extra.shape[0])
-    for level in range(1, height + 1):
-        parent = np.zeros(tree[level - 1].max() + 1, dtype=np.int64)
-        parent[tree[level - 1]] = tree[level]
-        onehot = np.zeros((len(parent), tree[level].max() + 1))
-        onehot[np.arange(len(parent)), parent] = 1.0
+    for level, onehot in enumerate(domain.merges, start=1):
         pos = np.maximum(extra, 0) @ onehot
         neg = np.maximum(-extra, 0) @ onehot
         cost += level / height * np.minimum(pos, neg).sum(axis=1)

@@ -1,10 +1,13 @@
-"""Search objectives of a lattice node (lower is better) and their successor bounds.
+"""Search objectives of a lattice node (lower is better) and their lower bounds.
 
 Each objective gives ``value`` (the node's score) and ``bound``: a lower bound on the score of
-the node *and of every successor*, which is what makes pruning sound. The bounds rest on one
-fact of full-domain generalization: a successor's classes are unions of the node's classes,
-and the supported privacy models are monotone, so a published class stays at least as large
-and a record never leaves suppression for a class smaller than k (notes §7.5, §12.5).
+the node *and of every successor*, which is what makes pruning sound. ``bound_below`` bounds
+every predecessor, and ``prior`` bounds every node before any is evaluated: the cell metrics
+without suppression are sums of one term per QID and level, so a whole grid of them costs d
+small sums. The bounds rest on one fact of full-domain generalization: a successor's classes
+are unions of the node's classes, so a published class stays at least as large and a record
+never leaves suppression for a class smaller than k (notes §7.5, §12.5; what else is monotone
+is listed in ``lattice``).
 Suppressed records count as one class (ARX "including outliers") and as fully generalized
 cells for the cell-based metrics.
 """
@@ -17,19 +20,35 @@ from functools import cached_property
 
 import numpy as np
 
+from evaluators.anonymization.criteria import PrivacyModel, SensitiveDomain
 from evaluators.anonymization.rollup import ClassTable, Histogram
 
 
 @dataclass
 class NodeView:
-    """What an objective sees of a node: its class table, which classes pass, and which classes
-    fail at every predecessor too (``failing_below``)."""
+    """What an objective sees of a node: its class table, which classes pass (``ok``), and
+    which classes fail at every predecessor too (``failing_below``); both are computed only
+    when an objective asks, so a bound that needs class sizes alone costs no privacy check."""
 
     histogram: Histogram
     table: ClassTable
-    ok: np.ndarray
-    failing_below: np.ndarray
-    k: int
+    model: PrivacyModel
+    domain: SensitiveDomain | None
+
+    @property
+    def k(self) -> int:
+        """k of the privacy model."""
+        return self.model.k
+
+    @cached_property
+    def ok(self) -> np.ndarray:
+        """Which classes satisfy the privacy model."""
+        return self.model.class_ok(self.table.counts, self.domain)
+
+    @cached_property
+    def failing_below(self) -> np.ndarray:
+        """Which classes fail the model at every predecessor as well."""
+        return self.model.suppressed_below(self.table.counts)
 
     @cached_property
     def sizes(self) -> np.ndarray:
@@ -84,12 +103,21 @@ def _avg_class_size_bound_below(view: NodeView) -> float:
     return view.histogram.records / (most + 1)
 
 
-def _per_class_sum(view: NodeView, per_code) -> np.ndarray:
-    """Per class, the sum over QIDs of a quantity of its generalized value (``per_code``)."""
+def _generalized_mass(view: NodeView, per_code, classes: np.ndarray | slice) -> float:
+    """Σ over the chosen classes of size × Σ_QIDs ``per_code`` of their generalized values.
+
+    Summed per code first (integer record counts, exact in float64), then over the codes in code
+    order, so the result does not depend on the order of the classes: a node scores bitwise the
+    same whichever finer table it was rolled up from, in pruned and in exhaustive search.
+    """
     hist, table = view.histogram, view.table
-    total = np.zeros(len(table.keys))
+    sizes = view.sizes[classes]
+    total = 0.0
     for position, level in enumerate(table.node):
-        total += per_code(hist.qid_codes[position], level)[hist.codes(table, position)]
+        qc = hist.qid_codes[position]
+        mass = np.bincount(hist.codes(table, position)[classes], weights=sizes,
+                           minlength=len(qc.labels[level]))
+        total += float(mass @ per_code(qc, level))
     return total
 
 
@@ -102,10 +130,44 @@ def _precision_per_code(qc, level: int) -> np.ndarray:
     return np.full(len(qc.labels[level]), level / max(qc.levels - 1, 1))
 
 
+def _separable(histogram: Histogram, per_code) -> np.ndarray:
+    """Grid over all nodes of Σ_QIDs Σ_codes records × ``per_code``: the no-suppression sum of
+    a cell metric, without grouping a single class."""
+    grid = np.zeros(())
+    for qc in histogram.qid_codes:
+        terms = [float((qc.records[level] * per_code(qc, level)).sum())
+                 for level in range(qc.levels)]
+        grid = np.add.outer(grid, np.array(terms))
+    return grid
+
+
+def _relaxed(grid: np.ndarray) -> np.ndarray:
+    # The grid adds the same numbers as ``value`` in another order; float rounding must not make
+    # the bound exceed the value of a node that ties with the best one.
+    return grid - 1e-9 * np.abs(grid)
+
+
+def _cell_prior(per_code):
+    def prior(histogram: Histogram) -> np.ndarray:
+        cells = histogram.records * len(histogram.qid_codes)
+        return _relaxed(_separable(histogram, per_code) / cells)
+    return prior
+
+
+def _entropy_prior(histogram: Histogram) -> np.ndarray:
+    return _relaxed(_separable(histogram, _entropy_per_code) - _original_entropy(histogram))
+
+
+def _height_prior(histogram: Histogram) -> np.ndarray:
+    return np.indices(tuple(qc.levels for qc in histogram.qid_codes)).sum(axis=0).astype(float)
+
+
 def _cell_average(view: NodeView, per_code, *, suppress: bool) -> float:
     d = len(view.table.node)
-    loss = _per_class_sum(view, per_code) * view.sizes
-    kept = loss[view.ok].sum() + d * view.suppressed if suppress else loss.sum()
+    if suppress:
+        kept = _generalized_mass(view, per_code, view.ok) + d * view.suppressed
+    else:
+        kept = _generalized_mass(view, per_code, slice(None))
     return float(kept / (view.histogram.records * d))
 
 
@@ -128,15 +190,19 @@ def _entropy_per_code(qc, level: int) -> np.ndarray:
     return np.log2(np.maximum(qc.records[level], 1))
 
 
+def _original_entropy(histogram: Histogram) -> float:
+    return sum(float((qc.records[0] * np.log2(np.maximum(qc.records[0], 1))).sum())
+               for qc in histogram.qid_codes)
+
+
 def _entropy(view: NodeView, *, suppress: bool) -> float:
     hist = view.histogram
-    gen = _per_class_sum(view, _entropy_per_code) * view.sizes
-    total = gen[view.ok].sum() + view.suppressed * len(view.table.node) * np.log2(hist.records)
-    if not suppress:
-        total = gen.sum()
-    original = sum(float((qc.records[0] * np.log2(np.maximum(qc.records[0], 1))).sum())
-                   for qc in hist.qid_codes)
-    return float(total - original)
+    if suppress:
+        total = (_generalized_mass(view, _entropy_per_code, view.ok)
+                 + view.suppressed * len(view.table.node) * np.log2(hist.records))
+    else:
+        total = _generalized_mass(view, _entropy_per_code, slice(None))
+    return float(total - _original_entropy(hist))
 
 
 def entropy(view: NodeView) -> float:
@@ -151,15 +217,17 @@ def non_uniform_entropy(view: NodeView) -> float:
 
 @dataclass(frozen=True)
 class Objective:
-    """A named node score with lower bounds for all successors (``bound``) and for all
-    predecessors (``bound_below``, None when no useful one is known); ``direction`` is the
-    search order whose pruning works best for it."""
+    """A named node score with lower bounds for all successors (``bound``), for all
+    predecessors (``bound_below``, None when no useful one is known) and for every node before
+    the search (``prior``: a grid indexed by node, None when none is known); ``direction`` is
+    the search order whose pruning works best for it."""
 
     name: str
     value: Callable[[NodeView], float]
     bound: Callable[[NodeView], float]
     bound_below: Callable[[NodeView], float] | None = None
     direction: str = "up"
+    prior: Callable[[Histogram], np.ndarray] | None = None
 
 
 def _suppressed_share(view: NodeView) -> float:
@@ -181,10 +249,14 @@ OBJECTIVES = {
         Objective("dm", discernibility, _discernibility_bound, _discernibility_bound_below, "down"),
         Objective("avg_class_size", avg_class_size, _avg_class_size_bound,
                   _avg_class_size_bound_below),
-        Objective("loss", loss, _loss_bound, _suppressed_share),
-        Objective("precision", precision_loss, _precision_bound, _suppressed_share),
-        Objective("height", height, height),
-        Objective("entropy", entropy, entropy),
-        Objective("non_uniform_entropy", non_uniform_entropy, entropy),
+        # Top-down: the prior skips every node whose generalization alone costs too much, and
+        # a node suppressing too many records rules out all its predecessors.
+        Objective("loss", loss, _loss_bound, _suppressed_share, "down",
+                  _cell_prior(_loss_per_code)),
+        Objective("precision", precision_loss, _precision_bound, _suppressed_share, "down",
+                  _cell_prior(_precision_per_code)),
+        Objective("height", height, height, prior=_height_prior),
+        Objective("entropy", entropy, entropy, prior=_entropy_prior),
+        Objective("non_uniform_entropy", non_uniform_entropy, entropy, prior=_entropy_prior),
     )
 }
