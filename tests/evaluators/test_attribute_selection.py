@@ -166,8 +166,10 @@ def test_tiny_epsilon_noise_dominates(car) -> None:
             release = release_tables(connection, *CAR, attributes, classes, epsilon)
             tops.append(score_tables(release.tables, "chi2", alpha=1.0))
             deviations += [np.abs(release.tables[a] - exact[a]).mean() for a in exact]
-    # the noise is Laplace(2k/ε) per cell: mean |noise| is the scale, counts are ~100x smaller
-    assert 0.5 * scale < np.mean(deviations) < 2 * scale
+    # the noise is Laplace(2k/ε) per cell and counts are ~100x smaller; a released count is
+    # never negative, so a cell's error is |Z| when Z > 0 and about its small count otherwise:
+    # the mean error is about half the scale
+    assert 0.25 * scale < np.mean(deviations) < scale
     hits = sum(max(s, key=s.get) == exact_top for s in tops)
     assert hits <= 5  # 1/6 by chance; the exact ranking would give 8
 
