@@ -107,9 +107,12 @@ def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction
             share = Fraction(int(float(free) * root / total * _QUANTUM), _QUANTUM)
             mine.append(max(share, Fraction(1, _QUANTUM)))
         shares.append(mine)
-    excess = even * fixed + sum(sum(mine) for mine in shares) - epsilon - even * fixed
-    if excess > 0:  # the floor of 2^-40 on a negligible share: taken from the largest share
-        index, column = max(((i, j) for i, mine in enumerate(shares) for j in range(len(mine))),
-                            key=lambda ij: shares[ij[0]][ij[1]])
-        shares[index][column] -= excess
+    # what rounding down left (or the floor of 2^-40 on a negligible share took) goes to the
+    # largest share, so that the measurements, with the private keys' selection counts
+    # (ε/n each, in rewrite), spend exactly the release's ε
+    selections = sum(part_count(c) - len(measures(c)) for c in statements)
+    rest = epsilon - even * selections - sum(sum(mine) for mine in shares)
+    index, column = max(((i, j) for i, mine in enumerate(shares) for j in range(len(mine))),
+                        key=lambda ij: shares[ij[0]][ij[1]])
+    shares[index][column] += rest
     return shares

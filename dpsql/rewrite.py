@@ -344,6 +344,13 @@ def noise_parts(checked: CheckedQuery, catalog: Catalog, epsilons: list[Fraction
     parts: list[NoisePart] = []
     values = _Values()
     by_name = {a.name: a for a in checked.aggregates}
+    # a VAR's sum and sum of squares read one value column, so they need one grid: the finest
+    # that either measurement's ε asks for (a grid is exact either way; only its size moves)
+    squares_epsilon: dict[tuple, Fraction] = {}
+    for measure, epsilon in zip(measures(checked), epsilons, strict=True):
+        if measure.squares:
+            key = (measure.arg, by_name[measure.feeds[0]].lower, by_name[measure.feeds[0]].upper)
+            squares_epsilon[key] = min(squares_epsilon.get(key, epsilon), epsilon)
     for measure, epsilon in zip(measures(checked), epsilons, strict=True):
         column, first = f"p{len(parts)}", by_name[measure.feeds[0]]
         base = {"column": column, "aggregate": first.name, "feeds": measure.feeds,
@@ -365,20 +372,27 @@ def noise_parts(checked: CheckedQuery, catalog: Catalog, epsilons: list[Fraction
             parts.append(NoisePart(role="quantile", bins=bins, **base,
                                    sensitivity=count_sensitivity(unbounded_total, **common)))
         else:
-            parts.append(_sum_part(measure, first, checked, epsilon, values, common, base))
+            grid_epsilon = squares_epsilon.get((measure.arg, first.lower, first.upper), epsilon) \
+                if measure.squares else epsilon
+            parts.append(_sum_part(measure, first, checked, grid_epsilon, values, common, base))
     return parts, values
 
 
 def _sum_part(measure: Measure, agg: Aggregate, checked: CheckedQuery, epsilon: Fraction,
               values: _Values, common: dict, base: dict) -> NoisePart:
-    """A (centred) sum or a sum of squares of a clamped input on a fixed-point grid."""
+    """A (centred) sum or a sum of squares of a clamped input on a fixed-point grid.
+
+    ``epsilon`` only chooses the grid's size (about a millionth of the noise scale); the
+    part's own ε is in ``base``.
+    """
     table = checked.table
     middle = (agg.lower + agg.upper) / 2
     if measure.squares:
         # sums of squares need their own centred value column (and 128-bit sums)
         grid_exp = _grid_for(agg, middle, table, epsilon, common, squares=True)
         value = values.add(_Value(agg.arg, grid_exp, (agg.lower, agg.upper), middle,
-                                  squared=True, key=("squares", agg.arg, agg.lower, agg.upper)))
+                                  squared=True,
+                                  key=("squares", agg.arg, agg.lower, agg.upper, grid_exp)))
         lower_g = _on_grid(agg.lower - middle, grid_exp)
         upper_g = _on_grid(agg.upper - middle, grid_exp)
         grid = Fraction(2) ** grid_exp
