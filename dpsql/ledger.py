@@ -66,6 +66,11 @@ class SqlLedger:
     def __init__(self) -> None:
         # (dataset, analyst) -> (last id read, total loss of the rows up to it)
         self._totals: dict[tuple[str, str | None], tuple[int, PrivacyLoss]] = {}
+        # set by a service (``dpsql serve``) on the ledger of one analyst's connection: that
+        # analyst's share of the dataset's budget, and the largest loss of one release. Both
+        # are checked in the same write transaction as the dataset's total.
+        self.analyst_budget: PrivacyLoss | None = None
+        self.max_release: PrivacyLoss | None = None
 
     def _execute(self, sql: str, args: tuple = ()):
         # the shared SQL is written with ``?``, which is never literal text in it
@@ -102,6 +107,16 @@ class SqlLedger:
     def _check_fits(self, analyst: str, dataset: str, loss: PrivacyLoss,
                     budget: PrivacyLoss) -> None:
         """Refuse ``loss`` unless it fits what the dataset has left; call under the lock."""
+        if self.max_release is not None and not self.max_release.covers(loss):
+            raise BudgetExhaustedError(
+                f"one query may spend at most {self.max_release.describe()}; this one asks "
+                f"for {loss.describe()}; nothing was run or released",
+                hint="ask for a smaller epsilon", analyst=analyst, dataset=dataset,
+                requested=loss, remaining=self.max_release)
+        if self.analyst_budget is not None:
+            share = self.analyst_budget.minus(self.spent(dataset, analyst))
+            if not share.covers(loss):
+                raise budget_exhausted(analyst, dataset, loss, share, whose=f"{analyst}'s share")
         remaining = budget.minus(self.spent(dataset))
         if not remaining.covers(loss):
             raise budget_exhausted(analyst, dataset, loss, remaining)
@@ -207,10 +222,10 @@ class Ledger(SqlLedger):
 
 
 def budget_exhausted(analyst: str, dataset: str, requested: PrivacyLoss,
-                     remaining: PrivacyLoss) -> BudgetExhaustedError:
+                     remaining: PrivacyLoss, whose: str = "the") -> BudgetExhaustedError:
     """The refusal for a request that does not fit the remaining budget."""
     return BudgetExhaustedError(
-        f"the privacy budget of dataset {dataset!r} cannot cover this request; nothing was "
+        f"{whose} privacy budget of dataset {dataset!r} cannot cover this request; nothing was "
         f"run or released\n  Requested: {requested.describe()}\n  Remaining: "
         f"{remaining.describe()}",
         hint="ask for a smaller epsilon, or ask the data owner for more budget",
