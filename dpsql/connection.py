@@ -214,17 +214,20 @@ def _ledger_path(ledger: Any, database: str | None, catalog: Catalog) -> str:
 
 
 def connect(database: str | os.PathLike | Any | None = None, *,
-            metadata: str | os.PathLike | dict,
+            metadata: str | os.PathLike | dict | None = None,
             analyst: str | None = None, epsilon_per_query: float | None = None,
             delta_per_query: float | None = None, accuracy: float | None = None,
             ledger: str | os.PathLike | None = None, insecure_seed: int | None = None,
-            bounding: str = "per_query", timeout: float | None = None) -> Connection:
+            bounding: str = "per_query", timeout: float | None = None,
+            password: str | None = None) -> Connection:
     """Open an analyst connection whose every answer is differentially private.
 
     Args:
         database: DuckDB file, or None for an in-memory database fed by the metadata sources;
             or ``postgresql://user@host/db``, a Spark master (``spark://host:7077``,
-            ``local[*]``) or a SparkSession, to run the exact queries in that warehouse.
+            ``local[*]``) or a SparkSession, to run the exact queries in that warehouse; or
+            ``dpsql://USER:PASSWORD@HOST:PORT/DATASET``, a dpsql server (``dpsql serve``),
+            whose metadata, ledger and budget are the server's (dpsql/remote.py).
         metadata: YAML path or dict catalogue (tables, privacy units, bounds, domains, budget).
         analyst: who is asking (ledger key); defaults to the OS user.
         epsilon_per_query: ε charged by an execute() that does not pass its own.
@@ -240,10 +243,24 @@ def connect(database: str | os.PathLike | Any | None = None, *,
         timeout: seconds an exact query of a private statement may run on DuckDB; a longer
             one is stopped with QueryTimeoutError and charged (its length can depend on the
             data). Default: no limit.
+        password: the analyst's password on a dpsql server (instead of in the URL).
 
     Example:
         >>> con = connect(metadata="data/visits.yaml", ledger=":memory:")  # doctest: +SKIP
     """
+    from dpsql.remote import connect_remote, is_remote_url
+
+    if is_remote_url(database):
+        return connect_remote(
+            str(database), metadata=metadata, analyst=analyst, delta_per_query=delta_per_query,
+            accuracy=accuracy, ledger=ledger, insecure_seed=insecure_seed, timeout=timeout,
+            epsilon_per_query=epsilon_per_query, password=password,
+            bounding=None if bounding == "per_query" else bounding)
+    if password is not None:
+        raise InterfaceError("password= is for a dpsql:// server URL")
+    if metadata is None:
+        raise InterfaceError("connect() needs metadata= (a YAML path or dict catalogue)",
+                             hint="or a dpsql://user@host/dataset URL for a dpsql server")
     return Connection(database, metadata=metadata, analyst=analyst,
                       epsilon_per_query=epsilon_per_query, delta_per_query=delta_per_query,
                       accuracy=accuracy, ledger=ledger,

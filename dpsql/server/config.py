@@ -71,6 +71,7 @@ class ServerConfig:
     threads: int = 8
     max_failed_logins: int = 5
     lockout_seconds: float = 60.0
+    startup_timeout: float = 10.0
     log_file: Path | None = None
     private_paths: tuple[str, ...] = field(default=())
 
@@ -197,6 +198,8 @@ def load_config(path: str | Path) -> ServerConfig:
         max_failed_logins=_number(security.get("max_failed_logins", 5),
                                   "security.max_failed_logins", integer=True),
         lockout_seconds=_number(security.get("lockout_seconds", 60), "security.lockout_seconds"),
+        startup_timeout=_number(security.get("startup_timeout", 10),
+                                "security.startup_timeout"),
         log_file=resolve(raw["log_file"]) if raw.get("log_file") else None,
         private_paths=tuple(sorted({str(home), str(state_dir), str(path),
                                     *(str(d.metadata.parent) for d in datasets.values()),

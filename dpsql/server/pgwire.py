@@ -32,7 +32,6 @@ log = logging.getLogger("dpsql.server")
 SSL_REQUEST, GSS_REQUEST, CANCEL_REQUEST = 80877103, 80877104, 80877102
 PROTOCOL_3 = 196608
 MAX_MESSAGE = 1 << 20  # no analyst message needs more than 1 MiB
-STARTUP_TIMEOUT = 10.0  # seconds to finish the startup and authentication
 IDLE_TIMEOUT = 600.0
 _OIDS = {"BIGINT": 20, "INTEGER": 23, "DOUBLE": 701, "FLOAT": 701, "REAL": 700,
          "BOOLEAN": 16, "DATE": 1082, "VARCHAR": 25, "TEXT": 25}
@@ -58,8 +57,10 @@ def _error(failure: Failure, severity: str = "ERROR") -> bytes:
               (b"M", failure.message)]
     if failure.hint:
         fields.append((b"H", failure.hint))
+    detail = f"dpsql code: {failure.code}"
     if failure.epsilon_spent:
-        fields.append((b"D", f"ε charged: {failure.epsilon_spent:g}"))
+        detail += f"; ε charged: {failure.epsilon_spent:g}"
+    fields.append((b"D", detail))
     return _message(b"E", b"".join(k + v.encode() + b"\0" for k, v in fields) + b"\0")
 
 
@@ -506,7 +507,8 @@ class Session:
     # --- main loop -----------------------------------------------------------------------
     async def serve(self) -> None:
         try:
-            if not await asyncio.wait_for(self.startup(), STARTUP_TIMEOUT):
+            if not await asyncio.wait_for(self.startup(),
+                                          self.service.config.startup_timeout):
                 return
             skipping = False  # after an error in the extended protocol, until Sync
             while True:
