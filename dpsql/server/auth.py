@@ -157,7 +157,7 @@ class LoginLimiter:
         with self._lock:
             now = time.monotonic()
             return (len(self._recent((user, address), now)) >= self.max_failures or
-                    len(self._recent(("*", address), now)) >= 4 * self.max_failures)
+                    len(self._recent(("*", address), now)) >= 20 * self.max_failures)
 
     def failed(self, user: str, address: str) -> None:
         """Record a failed login."""

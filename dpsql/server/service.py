@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import re
 import sqlite3
 import threading
@@ -205,17 +206,23 @@ class Service:
         self._audit_lock = threading.Lock()
         self._datasets: dict[str, _DatasetState] = {}
         self._accounts: dict[str, dpsql.Connection] = {}
+        paths = set(config.private_paths)
         for name, spec in config.datasets.items():
             con = self._open(name, "dpsql-server")
             catalog = con.catalog
             self._accounts[name] = con
             self._datasets[name] = _DatasetState(name, catalog.budget, _publish(catalog))
+            for table in catalog.tables.values():
+                if table.source and os.sep in str(table.source):
+                    source = os.path.abspath(str(table.source))
+                    paths.update((source, os.path.dirname(source)))
             for analyst in config.analysts.values():
                 share = analyst.budgets.get(name)
                 if share is not None and catalog.budget is not None and \
                         not catalog.budget.covers(share):
                     raise ValueError(f"analyst {analyst.name!r}'s budget on {name!r} is larger "
                                      f"than the dataset's total {catalog.budget.describe()}")
+        self._paths = sorted(paths, key=len, reverse=True)
 
     # --- connections ---------------------------------------------------------------------
     def _open(self, dataset: str, analyst: str, account: Analyst | None = None):
@@ -496,7 +503,7 @@ class Service:
 
     def scrub(self, text: str) -> str:
         """Remove every server path from a message."""
-        for path in self.config.private_paths:
+        for path in self._paths:
             text = text.replace(path, "<server>")
         return text
 
