@@ -113,6 +113,12 @@ def serve(config_path: str, workers: int | None) -> None:
     except ConfigError as err:
         raise click.ClickException(f"invalid configuration: {err}") from err
     workers = workers or config.workers
+    from dpsql.server.service import Service
+
+    try:  # fail before listening: datasets open, shares fit their totals
+        Service(config).close()
+    except Exception as err:  # noqa: BLE001 - shown to the data owner, who holds the paths
+        raise click.ClickException(f"cannot serve: {err}") from err
     pg_sock = _listen(config.host, config.pg_port) if config.pg_port is not None else None
     http_sock = _listen(config.host, config.http_port) if config.http_port is not None \
         else None

@@ -50,7 +50,7 @@ class Server:
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            os.killpg(self.process.pid, signal.SIGTERM)
             try:
                 self.process.wait(10)
             except subprocess.TimeoutExpired:
@@ -99,7 +99,8 @@ def start_server(home: Path, config: Path, workers: int | None = None) -> Server
         args += ["--workers", str(workers)]
     with log.open("ab") as err:
         process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=err,
-                                   env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True)
+                                   env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True,
+                                   start_new_session=True)
     line = process.stdout.readline()  # printed once the ports are bound
     match = re.search(r"pg=[\d.]+:(\d+) http=[\d.]+:(\d+)", line or "")
     if not match:
@@ -112,6 +113,8 @@ def start_server(home: Path, config: Path, workers: int | None = None) -> Server
     import httpx
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # ready when the HTTP API answers
+        if process.poll() is not None:
+            break
         try:
             httpx.get(server.http + "/openapi.json", timeout=2)
             return server
