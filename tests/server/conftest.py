@@ -19,7 +19,7 @@ from dpsql.server.auth import hash_password
 
 ROOT = Path(__file__).resolve().parents[2]
 ANALYSTS = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan",
-            "judy", "mallory"]
+            "judy", "mallory", "webby"]
 
 
 def password(user: str) -> str:
