@@ -20,6 +20,7 @@ import json
 import logging
 import re
 import secrets
+import socket
 import ssl
 import struct
 from dataclasses import dataclass, field
@@ -205,6 +206,10 @@ class Session:
         self.statements: dict[str, tuple[str, list[int], list[int]]] = {}
         self.portals: dict[str, tuple[str, list, list[int]]] = {}
         self.portal_results: dict[str, _Result] = {}
+        self._out: list[bytes] = []
+        sock = writer.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     # --- framing -------------------------------------------------------------------------
     async def read_exact(self, n: int) -> bytes:
@@ -217,9 +222,14 @@ class Session:
             raise ProtocolError("message too long")
         return kind, await self.read_exact(length - 4)
 
-    async def send(self, data: bytes) -> None:
-        self.writer.write(data)
-        await self.writer.drain()
+    async def send(self, data: bytes, *, flush: bool = True) -> None:
+        """Write; extended-protocol replies wait in the buffer until Sync or Flush, so a
+        Parse/Bind/Describe/Execute/Sync round trip is one write (no small-packet stalls)."""
+        self._out.append(data)
+        if flush:
+            self.writer.write(b"".join(self._out))
+            self._out.clear()
+            await self.writer.drain()
 
     # --- startup -------------------------------------------------------------------------
     async def startup(self) -> bool:
@@ -425,14 +435,14 @@ class Session:
             if self.status == b"E" and not _TX.match(statement):
                 await self.send(_error(self._failure(
                     "protocol", "current transaction is aborted, commands ignored until end "
-                    "of transaction block")))
+                    "of transaction block")), flush=False)
                 break
             try:
                 result = await self.run(statement)
             except (ServiceError, Exception) as err:  # noqa: BLE001 - every error is shown
-                await self.send(self._fail(err))
+                await self.send(self._fail(err), flush=False)
                 break
-            await self.send(self._result_messages(result, describe=True))
+            await self.send(self._result_messages(result, describe=True), flush=False)
         await self.send(self._ready())
 
     # --- extended protocol ---------------------------------------------------------------
@@ -444,7 +454,7 @@ class Session:
             types = list(struct.unpack(f"!{count}I", data[pos + 2:pos + 2 + 4 * count]))
             text, order = dollar_to_qmark(sql)
             self.statements[name] = (text, order, types)
-            await self.send(_message(b"1"))
+            await self.send(flush=False, data=_message(b"1"))
         elif kind == b"B":
             portal, pos = _cstr(data, 0)
             name, pos = _cstr(data, pos)
@@ -470,7 +480,7 @@ class Session:
                 raise ServiceError("protocol", "a $n placeholder has no bound value")
             self.portals[portal] = (text, params, list(order))
             self.portal_results.pop(portal, None)
-            await self.send(_message(b"2"))
+            await self.send(flush=False, data=_message(b"2"))
         elif kind == b"D":
             target, (name, _) = data[:1], _cstr(data, 1)
             if target == b"S":
@@ -478,22 +488,22 @@ class Session:
                 n = max(order, default=0)
                 oids = [types[i] if i < len(types) and types[i] else 25 for i in range(n)]
                 await self.send(_message(b"t", struct.pack(f"!H{n}I", n, *oids)) +
-                                _message(b"n"))
+                                _message(b"n"), flush=False)
                 return
             result = await self._portal_result(name)
-            await self.send(_row_description(result.columns, result.rows)
+            await self.send(flush=False, data=_row_description(result.columns, result.rows)
                             if result.columns is not None else _message(b"n"))
         elif kind == b"E":
             name, _ = _cstr(data, 0)
             result = await self._portal_result(name)
             self.portal_results.pop(name, None)
-            await self.send(self._result_messages(result, describe=False))
+            await self.send(flush=False, data=self._result_messages(result, describe=False))
         elif kind == b"C":
             target, (name, _) = data[:1], _cstr(data, 1)
             (self.statements if target == b"S" else self.portals).pop(name, None)
-            await self.send(_message(b"3"))
+            await self.send(flush=False, data=_message(b"3"))
         elif kind == b"H":
-            await self.writer.drain()
+            await self.send(b"")
 
     async def _portal_result(self, name: str) -> _Result:
         """The portal's statement runs once (at Describe or Execute) and is kept until sent."""
@@ -529,11 +539,11 @@ class Session:
                         await self.extended(kind, data)
                     except (struct.error, ValueError, IndexError) as err:
                         skipping = True
-                        await self.send(self._fail(ServiceError("protocol",
-                                                                f"malformed message: {err}")))
+                        await self.send(self._fail(ServiceError(
+                            "protocol", f"malformed message: {err}")), flush=False)
                     except Exception as err:  # noqa: BLE001 - every error is shown
                         skipping = True
-                        await self.send(self._fail(err))
+                        await self.send(self._fail(err), flush=False)
                 else:
                     await self.send(_error(self._failure(
                         "protocol", f"unsupported message type {kind!r}"), "FATAL"))
