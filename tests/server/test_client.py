@@ -5,6 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+from server_harness import server  # noqa: F401 - the fixture
 
 import dpsql
 

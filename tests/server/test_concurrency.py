@@ -15,7 +15,7 @@ import pytest
 
 from dpsql.budget import PrivacyLoss
 from dpsql.ledger import Ledger
-from tests.server.conftest import start_server, write_config
+from server_harness import start_server, write_config
 
 USERS = [f"u{i}" for i in range(6)]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.server.conftest import password
+from server_harness import password, server  # noqa: F401 - the fixture
 
 
 def client(server, user="grace", pw=None):

@@ -9,7 +9,7 @@ import subprocess
 import httpx
 import pytest
 
-from tests.server.conftest import password
+from server_harness import password, server  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import psycopg
 import pytest
+from server_harness import server  # noqa: F401 - the fixture
 
 
 def test_psycopg_query_params_and_intervals(server):

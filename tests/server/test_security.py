@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 import dpsql
-from tests.server.conftest import ROOT, password
+from server_harness import ROOT, password, server  # noqa: F401 - the fixture
 
 ENDPOINTS = [("GET", "/api/v1/me"), ("GET", "/api/v1/catalogue"), ("GET", "/api/v1/budget"),
              ("GET", "/api/v1/history"), ("GET", "/api/v1/admin/overview"),
@@ -128,6 +128,12 @@ def test_failed_logins_are_rate_limited(server):
 
 
 def test_every_request_is_logged_with_analyst_fingerprint_and_outcome(server):
+    with httpx.Client(base_url=server.http, auth=("grace", password("grace"))) as http:
+        assert http.post("/api/v1/datasets/visits/query", json=BODY).status_code == 200
+        r = http.post("/api/v1/datasets/visits/query",
+                      json={"sql": "SELECT COUNT(*) AS n FROM visits WHERE day = 'Fri'",
+                            "epsilon": 0.99})
+        assert r.status_code == 403
     log = server.log.read_text()
     assert "query analyst=grace dataset=visits fp=" in log
     assert "outcome=refused code=budget_exhausted" in log

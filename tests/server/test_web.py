@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from tests.server.conftest import password
+from server_harness import password, server  # noqa: F401 - the fixture
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")

@@ -1,4 +1,5 @@
-"""A real ``dpsql serve`` subprocess on 127.0.0.1 ephemeral ports, with one analyst per
+"""Test harness (not a conftest.py: the suite's tests import ``conftest`` by name): a real
+``dpsql serve`` subprocess on 127.0.0.1 ephemeral ports, with one analyst per
 client so that each test spends its own share."""
 
 from __future__ import annotations
