@@ -115,8 +115,8 @@ class SqlLedger:
         """Refuse ``loss`` unless it fits what the dataset has left; call under the lock."""
         if self.max_release is not None and not self.max_release.covers(loss):
             raise BudgetExhaustedError(
-                f"one query may spend at most ε={float(self.max_release.epsilon):g}; this one asks "
-                f"for {loss.describe()}; nothing was run or released",
+                f"one query may spend at most ε={float(self.max_release.epsilon):g}; this one "
+                f"asks for {loss.describe()}; nothing was run or released",
                 hint="ask for a smaller epsilon", analyst=analyst, dataset=dataset,
                 requested=loss, remaining=self.max_release)
         if self.analyst_budget is not None:
