@@ -78,7 +78,9 @@ def _worker(config: ServerConfig, pg_sock, http_sock) -> None:
         loop = asyncio.get_running_loop()
         pg = None
         if pg_sock is not None:
-            pg = await PgServer(service, executor, tls).start(config.host, 0, sock=pg_sock)
+            pg = await PgServer(service, executor, tls,
+                                require_tls=tls is not None and config.tls_required,
+                                ).start(config.host, 0, sock=pg_sock)
         if http_sock is not None:
             http = uvicorn.Server(uvicorn.Config(
                 HttpApi(service, executor).app, log_level="warning", access_log=False,

@@ -67,6 +67,7 @@ class ServerConfig:
     state_dir: Path
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    tls_required: bool = True
     workers: int = 1
     threads: int = 8
     max_failed_logins: int = 5
@@ -193,6 +194,7 @@ def load_config(path: str | Path) -> ServerConfig:
         state_dir=state_dir,
         tls_cert=resolve(tls["cert"]) if tls.get("cert") else None,
         tls_key=resolve(tls["key"]) if tls.get("key") else None,
+        tls_required=bool(tls.get("require", True)),
         workers=_number(raw.get("workers", 1), "workers", integer=True),
         threads=_number(raw.get("threads", 8), "threads", integer=True),
         max_failed_logins=_number(security.get("max_failed_logins", 5),

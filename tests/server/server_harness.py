@@ -93,7 +93,8 @@ def write_config(home: Path, *, analysts=ANALYSTS, share: float = 1.0, per_query
     return path
 
 
-def start_server(home: Path, config: Path, workers: int | None = None) -> Server:
+def start_server(home: Path, config: Path, workers: int | None = None,
+                 https: bool = False) -> Server:
     log = home / "server.log"
     args = [sys.executable, "-m", "dpsql.server", "serve", "--config", str(config)]
     if workers:
@@ -117,7 +118,11 @@ def start_server(home: Path, config: Path, workers: int | None = None) -> Server
         if process.poll() is not None:
             break
         try:
-            httpx.get(server.http + "/openapi.json", timeout=2)
+            if https:
+                httpx.get(f"https://127.0.0.1:{server.http_port}/openapi.json", timeout=2,
+                          verify=False)
+            else:
+                httpx.get(server.http + "/openapi.json", timeout=2)
             return server
         except httpx.HTTPError:
             time.sleep(0.1)
