@@ -14,6 +14,7 @@ import base64
 import binascii
 import hashlib
 import json
+import logging
 import time
 
 from starlette.applications import Starlette
@@ -25,6 +26,7 @@ from dpsql.server.auth import LoginLimiter
 from dpsql.server.page import APP_JS, PAGE_HTML
 from dpsql.server.service import Service, ServiceError
 
+log = logging.getLogger("dpsql.server")
 MAX_BODY = 64 * 1024
 _SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
@@ -200,13 +202,18 @@ class HttpApi:
 
     async def _call(self, request: Request, work, *, body: bool = False) -> JSONResponse:
         web = request.headers.get("x-dpsql-client") == "web"
+        user = "-"
         try:
             user = await self._user(request)
             payload = await self._body(request) if body else None
             loop = asyncio.get_running_loop()
             result = await loop.run_in_executor(self.executor, work, user, payload)
         except Exception as err:  # noqa: BLE001 - every refusal has one JSON shape
-            return self._refuse(err, web)
+            response = self._refuse(err, web)
+            log.info("http user=%s path=%s status=%d", user[:100], request.url.path[:200],
+                     response.status_code)
+            return response
+        log.info("http user=%s path=%s status=200", user, request.url.path[:200])
         return _json(result)
 
     # --- endpoints -----------------------------------------------------------------------

@@ -88,6 +88,9 @@ CREATE INDEX IF NOT EXISTS requests_analyst ON requests (analyst, id);
 """
 
 
+IDLE_CONNECTIONS = 64  # pooled engine connections kept per process (each holds a DuckDB)
+
+
 class ServiceError(Exception):
     """A refusal by the service itself (authentication, limits, unknown dataset ...)."""
 
@@ -205,6 +208,7 @@ class Service:
         self._audit.executescript(_AUDIT_SCHEMA)
         self._audit_lock = threading.Lock()
         self._datasets: dict[str, _DatasetState] = {}
+        self._idle: list[tuple[str, str, Any]] = []  # pooled connections, oldest first
         self._accounts: dict[str, dpsql.Connection] = {}
         paths = set(config.private_paths)
         for name, spec in config.datasets.items():
@@ -244,12 +248,23 @@ class Service:
         with self._lock:
             pool = state.pools.setdefault(account.name, [])
             if pool:
-                return pool.pop()
+                con = pool.pop()
+                self._idle = [entry for entry in self._idle if entry[2] is not con]
+                return con
         return self._open(dataset, account.name, account)
 
     def _give_back(self, account: Analyst, dataset: str, con) -> None:
         with self._lock:
             self._datasets[dataset].pools.setdefault(account.name, []).append(con)
+            self._idle.append((dataset, account.name, con))
+            surplus = self._idle[:-IDLE_CONNECTIONS] if len(self._idle) > IDLE_CONNECTIONS \
+                else []
+            del self._idle[:len(surplus)]
+            for old_dataset, old_analyst, old in surplus:  # least recently used first
+                pool = self._datasets[old_dataset].pools.get(old_analyst, [])
+                if old in pool:
+                    pool.remove(old)
+                    old.close()
 
     def close(self) -> None:
         """Close every connection and the audit log."""

@@ -138,4 +138,26 @@ def test_every_request_is_logged_with_analyst_fingerprint_and_outcome(server):
     assert "query analyst=grace dataset=visits fp=" in log
     assert "outcome=refused code=budget_exhausted" in log
     assert "login user=mallory interface=pg" in log
+    assert "http user=heidi path=/api/v1/history status=200" in log
     assert "heidi-secret-pw" not in log and "SELECT" not in log
+
+
+def test_idle_engine_connections_are_bounded(tmp_path):
+    from server_harness import write_config
+
+    from dpsql.server import service as service_module
+    from dpsql.server.config import load_config
+
+    config = load_config(write_config(tmp_path, analysts=["u0", "u1", "u2"]))
+    service = service_module.Service(config)
+    old = service_module.IDLE_CONNECTIONS
+    service_module.IDLE_CONNECTIONS = 2
+    try:
+        for user in ("u0", "u1", "u2", "u0"):
+            service.query(user, "visits", "SELECT COUNT(*) AS n FROM visits WHERE day = 'Sat'",
+                          epsilon=0.1)
+        pooled = sum(len(p) for p in service._datasets["visits"].pools.values())
+        assert pooled == 2 and len(service._idle) == 2
+    finally:
+        service_module.IDLE_CONNECTIONS = old
+        service.close()
