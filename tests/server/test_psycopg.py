@@ -57,6 +57,14 @@ def test_pandas_read_sql_through_psycopg(server):
     assert list(frame.columns) == ["day", "n", "n_low", "n_high"]
     assert len(frame) == 7
     assert (frame.n_low <= frame.n).all() and (frame.n <= frame.n_high).all()
+    with psycopg.connect(server.dsn("carol"), autocommit=True) as con:
+        con.execute("SET dpsql.epsilon = 0.9")
+        with pytest.raises(Exception, match="cannot cover this request") as info:
+            pd.read_sql("SELECT COUNT(*) AS n FROM visits WHERE amount > 3", con)
+        assert "53400" in repr(info.value.__cause__ or info.value) or \
+            getattr(info.value, "sqlstate", "53400") == "53400"
+        budget = con.execute("SHOW dpsql.budget").fetchone()[0]
+        assert '"spent": {"epsilon": 0.25' in budget  # only the frame above was charged
 
 
 def test_psycopg_wrong_password(server):
