@@ -234,19 +234,21 @@ def _ledger_path(ledger: Any, database: str | None, catalog: Catalog) -> str:
 
 
 def connect(database: str | os.PathLike | Any | None = None, *,
-            metadata: str | os.PathLike | dict,
+            metadata: str | os.PathLike | dict | None = None,
             analyst: str | None = None, epsilon_per_query: float | None = None,
             delta_per_query: float | None = None, accuracy: float | None = None,
             ledger: str | os.PathLike | None = None, insecure_seed: int | None = None,
             bounding: str = "per_query", timeout: float | None = None,
             sources: Mapping[str, Any] | None = None,
-            dialect: str | None = None) -> Connection:
+            dialect: str | None = None, password: str | None = None) -> Connection:
     """Open an analyst connection whose every answer is differentially private.
 
     Args:
         database: DuckDB file, or None for an in-memory database fed by the metadata sources;
             or ``postgresql://user@host/db``, a Spark master (``spark://host:7077``,
-            ``local[*]``) or a SparkSession, to run the exact queries in that warehouse.
+            ``local[*]``) or a SparkSession, to run the exact queries in that warehouse; or
+            ``dpsql://USER:PASSWORD@HOST:PORT/DATASET``, a dpsql server (``dpsql serve``),
+            whose metadata, ledger and budget are the server's (dpsql/remote.py).
         metadata: YAML path or dict catalogue (tables, privacy units, bounds, domains, budget).
         analyst: who is asking (ledger key); defaults to the OS user.
         epsilon_per_query: ε charged by an execute() that does not pass its own.
@@ -268,6 +270,7 @@ def connect(database: str | os.PathLike | Any | None = None, *,
         sources: in-memory data of declared tables, ``{"visits": frame}``: pandas, polars
             or pyarrow frames, or DuckDB relations, copied into the embedded DuckDB as typed
             tables of the declared columns (instead of the metadata's ``source``).
+        password: the analyst's password on a dpsql server (instead of in the URL).
 
     Raises:
         InterfaceError: ``database`` is a frame or another object that names no database,
@@ -277,6 +280,23 @@ def connect(database: str | os.PathLike | Any | None = None, *,
     Example:
         >>> con = connect(metadata="data/visits.yaml", ledger=":memory:")  # doctest: +SKIP
     """
+    from dpsql.remote import connect_remote, is_remote_url
+
+    if is_remote_url(database):
+        if sources is not None or dialect is not None:
+            raise InterfaceError("a dpsql server holds the data and reads its datasets' SQL "
+                                 "dialect: sources= and dialect= are for embedded use",
+                                 hint="leave them out for a dpsql:// URL")
+        return connect_remote(
+            str(database), metadata=metadata, analyst=analyst, delta_per_query=delta_per_query,
+            accuracy=accuracy, ledger=ledger, insecure_seed=insecure_seed, timeout=timeout,
+            epsilon_per_query=epsilon_per_query, password=password,
+            bounding=None if bounding == "per_query" else bounding)
+    if password is not None:
+        raise InterfaceError("password= is for a dpsql:// server URL")
+    if metadata is None:
+        raise InterfaceError("connect() needs metadata= (a YAML path or dict catalogue)",
+                             hint="or a dpsql://user@host/dataset URL for a dpsql server")
     return Connection(database, metadata=metadata, analyst=analyst,
                       epsilon_per_query=epsilon_per_query, delta_per_query=delta_per_query,
                       accuracy=accuracy, ledger=ledger,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import getpass
 import os
 import sqlite3
+import threading
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -40,6 +41,11 @@ CREATE TABLE IF NOT EXISTS releases (
 CREATE INDEX IF NOT EXISTS releases_dataset ON releases (dataset, kind);
 """
 _LOSSES = ("epsilon", "delta", "rho")  # the PrivacyLoss fields, stored as exact text
+# Writers of one ledger file in one process queue here before taking SQLite's write lock:
+# SQLite's busy handler sleeps up to 100 ms between tries, which made the slowest of many
+# concurrent charges (a server's threads) wait far longer than the queue does.
+_WRITE_LOCKS: dict[str, threading.Lock] = {}
+_WRITE_LOCKS_GUARD = threading.Lock()
 _HISTORY = ("id", "time", "analyst", "dataset", "kind", "epsilon", "delta", "statement")
 
 
@@ -66,6 +72,11 @@ class SqlLedger:
     def __init__(self) -> None:
         # (dataset, analyst) -> (last id read, total loss of the rows up to it)
         self._totals: dict[tuple[str, str | None], tuple[int, PrivacyLoss]] = {}
+        # set by a service (``dpsql serve``) on the ledger of one analyst's connection: that
+        # analyst's share of the dataset's budget, and the largest loss of one release. Both
+        # are checked in the same write transaction as the dataset's total.
+        self.analyst_budget: PrivacyLoss | None = None
+        self.max_release: PrivacyLoss | None = None
 
     def _execute(self, sql: str, args: tuple = ()):
         # the shared SQL is written with ``?``, which is never literal text in it
@@ -102,6 +113,16 @@ class SqlLedger:
     def _check_fits(self, analyst: str, dataset: str, loss: PrivacyLoss,
                     budget: PrivacyLoss) -> None:
         """Refuse ``loss`` unless it fits what the dataset has left; call under the lock."""
+        if self.max_release is not None and not self.max_release.covers(loss):
+            raise BudgetExhaustedError(
+                f"one query may spend at most ε={float(self.max_release.epsilon):g}; this one "
+                f"asks for {loss.describe()}; nothing was run or released",
+                hint="ask for a smaller epsilon", analyst=analyst, dataset=dataset,
+                requested=loss, remaining=self.max_release)
+        if self.analyst_budget is not None:
+            share = self.analyst_budget.minus(self.spent(dataset, analyst))
+            if not share.covers(loss):
+                raise budget_exhausted(analyst, dataset, loss, share, whose=f"{analyst}'s share")
         remaining = budget.minus(self.spent(dataset))
         if not remaining.covers(loss):
             raise budget_exhausted(analyst, dataset, loss, remaining)
@@ -165,6 +186,9 @@ class Ledger(SqlLedger):
     def __init__(self, path: str | os.PathLike) -> None:
         super().__init__()
         self.path = str(path)
+        with _WRITE_LOCKS_GUARD:
+            self._write_lock = threading.Lock() if self.path == ":memory:" else \
+                _WRITE_LOCKS.setdefault(os.path.realpath(self.path), threading.Lock())
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -192,25 +216,31 @@ class Ledger(SqlLedger):
         Raises:
             BudgetExhaustedError: the loss does not fit; nothing is recorded.
         """
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as err:
-            raise self._failed("lock", err) from err
-        try:
-            self._check_fits(analyst, dataset, loss, budget)
-            cursor = self._insert("dp", analyst, dataset, loss, statement, fingerprint)
-            self._db.execute("COMMIT")
-            return cursor.lastrowid
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
+        with self._write_lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as err:
+                raise self._failed("lock", err) from err
+            try:
+                self._check_fits(analyst, dataset, loss, budget)
+                cursor = self._insert("dp", analyst, dataset, loss, statement, fingerprint)
+                self._db.execute("COMMIT")
+                return cursor.lastrowid
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def record_answer(self, release_id: int, answer: str) -> None:
+        """Store what a release returned (queued with this process's other writers)."""
+        with self._write_lock:
+            super().record_answer(release_id, answer)
 
 
 def budget_exhausted(analyst: str, dataset: str, requested: PrivacyLoss,
-                     remaining: PrivacyLoss) -> BudgetExhaustedError:
+                     remaining: PrivacyLoss, whose: str = "the") -> BudgetExhaustedError:
     """The refusal for a request that does not fit the remaining budget."""
     return BudgetExhaustedError(
-        f"the privacy budget of dataset {dataset!r} cannot cover this request; nothing was "
+        f"{whose} privacy budget of dataset {dataset!r} cannot cover this request; nothing was "
         f"run or released\n  Requested: {requested.describe()}\n  Remaining: "
         f"{remaining.describe()}",
         hint="ask for a smaller epsilon, or ask the data owner for more budget",

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install and start what the backend tests run against: a PostgreSQL server on 127.0.0.1 and a
-# headless Java for Spark in local mode, plus their Python drivers. Idempotent: a second run
+# headless Java for Spark in local mode, plus their Python drivers; and what the server tests
+# (tests/server) drive it with: psql, headless Chromium with its driver, selenium and httpx. Idempotent: a second run
 # only checks that the server is up. Prints the PostgreSQL URL the tests use on its last line.
 #
 #   DPSQL_PG_PORT   port of the test cluster (default 55432)
@@ -28,6 +29,9 @@ pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
 missing=()
 [ -n "$(pg_bin)" ] && [ -x "$(pg_bin)/initdb" ] || missing+=(postgresql)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 if [ "${#missing[@]}" -gt 0 ]; then
     retry as_root apt-get update -qq
     # the Debian package would start its own cluster under systemd; we run ours below
@@ -36,6 +40,11 @@ fi
 
 python3 -c "import psycopg, pyspark" 2>/dev/null ||
     retry python3 -m pip install --quiet --disable-pip-version-check "psycopg[binary]>=3.1" "pyspark>=3.5"
+# the service and its test clients (also in the `test` extra; selenium drives the chromium
+# installed above and downloads no browser)
+python3 -c "import starlette, uvicorn, httpx, selenium" 2>/dev/null ||
+    retry python3 -m pip install --quiet --disable-pip-version-check "starlette>=0.37" \
+        "uvicorn>=0.30" "httpx>=0.27" "selenium>=4.20"
 
 BIN="$(pg_bin)"
 # PostgreSQL refuses to run as root: the cluster belongs to an ordinary user

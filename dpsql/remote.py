@@ -1,0 +1,378 @@
+"""The Python client of a dpsql server: ``dpsql.connect("dpsql://alice:pw@host:6543/visits")``.
+
+A PEP 249 connection whose statements run on the data owner's server (``dpsql serve``) over
+the PostgreSQL wire protocol (through psycopg 3). It offers what the embedded connection
+offers to an analyst — ``cursor().execute(sql, params, epsilon=...)``, ``description`` of
+``dpsql.Column`` with the noise of each column, ``fetchdf()``, ``intervals()``, ``explain()``,
+``budget_remaining`` — and raises the same ``dpsql`` error classes. The budget, metadata and
+ledger stay on the server: nothing here can change them.
+
+URL: ``dpsql://USER[:PASSWORD]@HOST[:PORT]/DATASET[?sslmode=require&sslrootcert=...]``;
+the password may also come from ``password=`` or ``$DPSQL_PASSWORD``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import pandas as pd
+
+from dpsql import errors
+from dpsql.budget import PrivacyLoss
+from dpsql.cursor import Column
+
+DEFAULT_PORT = 6543
+# server codes that are not dpsql error codes -> the dpsql class an analyst catches
+_SERVICE_CODES = {
+    "epsilon_limit": errors.BudgetExhaustedError, "rate_limited": errors.OperationalError,
+    "too_large": errors.ProgrammingError, "unknown_dataset": errors.InterfaceError,
+    "auth_failed": errors.OperationalError, "auth_locked": errors.OperationalError,
+    "forbidden": errors.ProgrammingError, "protocol": errors.InterfaceError,
+    "server": errors.OperationalError,
+}
+
+
+def is_remote_url(database: Any) -> bool:
+    """Whether ``database`` is a ``dpsql://user@host/...`` server URL."""
+    if not isinstance(database, str) or not database.startswith("dpsql://"):
+        return False
+    return bool(urlsplit(database).hostname)
+
+
+def _translate(err: Exception) -> errors.Error:
+    """A psycopg error as the dpsql error class the server's code names."""
+    diag = getattr(err, "diag", None)
+    detail = getattr(diag, "message_detail", None) or str(err)
+    match = re.search(r"dpsql code: (\w+)", detail)
+    message = getattr(diag, "message_primary", None) or \
+        re.sub(r"\s*DETAIL:.*", "", str(err).strip().split("FATAL:")[-1].strip(), flags=re.S)
+    hint = getattr(diag, "message_hint", None)
+    code = match.group(1) if match else None
+    try:
+        cls = errors.lookup(code) if code else errors.OperationalError
+    except KeyError:
+        cls = _SERVICE_CODES.get(code, errors.OperationalError)
+    if cls is errors.BudgetExhaustedError:
+        out = cls(message, hint=hint)
+    elif cls is errors.InternalError:
+        out = errors.OperationalError(message, hint=hint)
+    else:
+        try:
+            out = cls(message, hint=hint)
+        except TypeError:
+            out = errors.OperationalError(message, hint=hint)
+    charged = re.search(r"ε charged: ([0-9.eE+-]+)", detail)
+    if charged:
+        out.epsilon_spent = float(charged.group(1))
+    out.server_code = code
+    return out
+
+
+def _qmark_to_dollar(sql: str) -> str:
+    out, i, n, k = [], 0, len(sql), 0
+    while i < n:
+        c = sql[i]
+        if c in "'\"":
+            j = sql.find(c, i + 1)
+            j = n - 1 if j < 0 else j
+            out.append(sql[i:j + 1])
+            i = j + 1
+        elif c == "?":
+            k += 1
+            out.append(f"${k}")
+            i += 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+class RemoteCursor:
+    """PEP 249 cursor over a server connection; each execute() is one release."""
+
+    __module__ = "dpsql"
+    arraysize = 1
+
+    def __init__(self, connection: RemoteConnection) -> None:
+        self.connection = connection
+        self._columns: list[dict] = []
+        self._rows: list[tuple] = []
+        self._pos = 0
+        self._closed = False
+        self._executed = False
+        self.epsilon_spent: Fraction = Fraction(0)
+        self.reused = False
+
+    def execute(self, operation: str, parameters: Sequence[Any] | None = None, *,
+                epsilon: float | None = None, delta: float | None = None,
+                accuracy: float | None = None, rho: float | None = None) -> RemoteCursor:
+        """Run one SELECT on the server as one release (qmark parameters)."""
+        self._check_open()
+        if delta is not None or accuracy is not None or rho is not None:
+            raise errors.NotSupportedError("the server takes ε per query only",
+                                           hint="pass epsilon=, or none for your default")
+        rows, release = self.connection._run(operation, parameters, epsilon)
+        self._rows, self._pos, self._executed = rows, 0, True
+        release = release or {}
+        self._columns = release.get("columns") or []
+        self.epsilon_spent = Fraction(str(release.get("epsilon_spent", 0)))
+        self.reused = bool(release.get("reused"))
+        return self
+
+    def explain(self, operation: str, *, epsilon: float | None = None, **_: Any) -> dict:
+        """The server's DP plan of a statement; spends nothing."""
+        return self.connection.explain(operation, epsilon=epsilon)
+
+    def executemany(self, operation: str, seq_of_parameters) -> None:
+        """Refused: each execution is a separate release with its own cost."""
+        raise errors.NotSupportedError("executemany is not offered: every execution is a "
+                                       "separate private release")
+
+    def _main(self) -> list[int]:
+        return [i for i, c in enumerate(self._columns) if not c.get("interval_of")]
+
+    @property
+    def description(self) -> list[Column] | None:
+        """The released columns (interval columns are in ``intervals()``)."""
+        if not self._executed:
+            return None
+        return [Column(self._columns[i]["name"], self._columns[i]["type"],
+                       noise=self._columns[i].get("noise"),
+                       noise_scale=self._columns[i].get("noise_scale"),
+                       epsilon=self._columns[i].get("epsilon")) for i in self._main()]
+
+    @property
+    def rowcount(self) -> int:
+        """Rows of the result (-1 before execute)."""
+        return len(self._rows) if self._executed else -1
+
+    def _require(self) -> None:
+        self._check_open()
+        if not self._executed:
+            raise errors.InterfaceError("no result: call execute() first")
+
+    def _project(self, rows: list[tuple]) -> list[tuple]:
+        keep = self._main()
+        if len(keep) == len(self._columns):
+            return rows
+        return [tuple(row[i] for i in keep) for row in rows]
+
+    def fetchone(self) -> tuple | None:
+        """Next row, or None."""
+        self._require()
+        if self._pos >= len(self._rows):
+            return None
+        self._pos += 1
+        return self._project([self._rows[self._pos - 1]])[0]
+
+    def fetchmany(self, size: int | None = None) -> list[tuple]:
+        """Up to ``size`` next rows."""
+        self._require()
+        size = self.arraysize if size is None else size
+        chunk = self._rows[self._pos:self._pos + size]
+        self._pos += len(chunk)
+        return self._project(chunk)
+
+    def fetchall(self) -> list[tuple]:
+        """All remaining rows."""
+        self._require()
+        chunk = self._rows[self._pos:]
+        self._pos = len(self._rows)
+        return self._project(chunk)
+
+    def fetchdf(self) -> pd.DataFrame:
+        """The result as a DataFrame (without the interval columns)."""
+        self._require()
+        return pd.DataFrame(self._project(self._rows),
+                            columns=[self._columns[i]["name"] for i in self._main()])
+
+    def intervals(self, confidence: float = 0.95) -> pd.DataFrame:
+        """The result with ``<col>_low`` / ``<col>_high`` 95% intervals of each noisy column."""
+        if confidence != 0.95:
+            raise errors.NotSupportedError("only 95% intervals are computed", hint="use 0.95")
+        self._require()
+        return pd.DataFrame(self._rows, columns=[c["name"] for c in self._columns])
+
+    def __iter__(self):
+        return iter(self.fetchone, None)
+
+    def setinputsizes(self, sizes: Any) -> None:
+        """PEP 249: no-op."""
+
+    def setoutputsize(self, size: Any, column: Any = None) -> None:
+        """PEP 249: no-op."""
+
+    def close(self) -> None:
+        """Close the cursor."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.InterfaceError("the cursor is closed")
+        self.connection._check_open()
+
+    def __enter__(self) -> RemoteCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RemoteConnection:
+    """A PEP 249 connection to a dpsql server."""
+
+    __module__ = "dpsql"
+    Warning = errors.Warning
+    Error = errors.Error
+    InterfaceError = errors.InterfaceError
+    DatabaseError = errors.DatabaseError
+    DataError = errors.DataError
+    OperationalError = errors.OperationalError
+    IntegrityError = errors.IntegrityError
+    InternalError = errors.InternalError
+    ProgrammingError = errors.ProgrammingError
+    NotSupportedError = errors.NotSupportedError
+
+    def __init__(self, url: str, *, password: str | None = None,
+                 epsilon_per_query: float | None = None, connect_timeout: float = 10) -> None:
+        try:
+            import psycopg
+        except ImportError as err:  # pragma: no cover - psycopg is in the extras
+            raise errors.InterfaceError("the dpsql client needs psycopg",
+                                        hint="pip install 'psycopg[binary]'") from err
+        self._psycopg = psycopg
+        parts = urlsplit(url)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        self.dataset = unquote(parts.path.lstrip("/"))
+        self.analyst = unquote(parts.username or "")
+        if not self.dataset or not self.analyst:
+            raise errors.InterfaceError("a server URL names the analyst and the dataset",
+                                        hint="dpsql://USER:PASSWORD@HOST:PORT/DATASET")
+        secret = password if password is not None else (
+            unquote(parts.password) if parts.password is not None
+            else os.environ.get("DPSQL_PASSWORD"))
+        self.url = f"dpsql://{self.analyst}@{parts.hostname}:{parts.port or DEFAULT_PORT}/" \
+                   f"{self.dataset}"
+        options = {"host": parts.hostname, "port": parts.port or DEFAULT_PORT,
+                   "user": self.analyst, "dbname": self.dataset, "autocommit": True,
+                   "connect_timeout": int(connect_timeout),
+                   "application_name": "dpsql-client"}
+        if secret is not None:
+            options["password"] = secret
+        for key in ("sslmode", "sslrootcert", "sslcert", "sslkey"):
+            if key in query:
+                options[key] = query[key]
+        try:
+            self._db = psycopg.connect(**options)
+        except psycopg.Error as err:
+            raise _translate(err) from None
+        self._closed = False
+        if epsilon_per_query is not None:
+            self._simple(f"SET dpsql.epsilon = {float(epsilon_per_query)!r}")
+
+    def _simple(self, sql: str) -> list[tuple]:
+        try:
+            cur = self._db.execute(sql, prepare=False)
+            return cur.fetchall() if cur.description else []
+        except self._psycopg.Error as err:
+            raise _translate(err) from None
+
+    def _run(self, sql: str, parameters, epsilon) -> tuple[list[tuple], dict | None]:
+        self._check_open()
+        try:
+            if epsilon is not None:
+                self._simple(f"SET dpsql.epsilon = {float(epsilon)!r}")
+            try:
+                with self._psycopg.RawCursor(self._db) as cur:
+                    if parameters:
+                        cur.execute(_qmark_to_dollar(sql), list(parameters), prepare=False)
+                    else:
+                        cur.execute(sql, prepare=False)
+                    rows = cur.fetchall() if cur.description else []
+            finally:
+                if epsilon is not None:
+                    self._simple("RESET dpsql.epsilon")
+        except self._psycopg.Error as err:
+            raise _translate(err) from None
+        release = json.loads(self._simple("SHOW dpsql.last_release")[0][0])
+        return rows, release
+
+    def cursor(self) -> RemoteCursor:
+        """A new cursor."""
+        self._check_open()
+        return RemoteCursor(self)
+
+    def execute(self, operation: str, parameters=None, *, epsilon=None) -> RemoteCursor:
+        """Shortcut: a new cursor's execute()."""
+        return self.cursor().execute(operation, parameters, epsilon=epsilon)
+
+    def explain(self, sql: str, *, epsilon: float | None = None, **_: Any) -> dict:
+        """The server's DP plan: cost, mechanisms, expected error; spends nothing."""
+        self._check_open()
+        if epsilon is not None:
+            self._simple(f"SET dpsql.epsilon = {float(epsilon)!r}")
+        try:
+            lines = self._simple("EXPLAIN " + sql)
+        finally:
+            if epsilon is not None:
+                self._simple("RESET dpsql.epsilon")
+        return json.loads("\n".join(line[0] for line in lines))
+
+    @property
+    def budget(self) -> dict:
+        """Your share, spend and remainder on this dataset (JSON from the server)."""
+        self._check_open()
+        return json.loads(self._simple("SHOW dpsql.budget")[0][0])[self.dataset]
+
+    @property
+    def budget_remaining(self) -> PrivacyLoss:
+        """What is left of your share of this dataset's budget."""
+        left = self.budget["remaining"]
+        return PrivacyLoss(Fraction(str(left["epsilon"])), Fraction(str(left["delta"])))
+
+    def catalogue(self) -> dict:
+        """The published catalogue of this dataset."""
+        self._check_open()
+        return json.loads(self._simple("SHOW dpsql.catalogue")[0][0])[self.dataset]
+
+    def commit(self) -> None:
+        """PEP 249: nothing to commit."""
+        self._check_open()
+
+    def rollback(self) -> None:
+        """PEP 249: a release cannot be taken back; no-op."""
+        self._check_open()
+
+    def close(self) -> None:
+        """Close the connection."""
+        if not self._closed:
+            self._db.close()
+            self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.InterfaceError("the connection is closed")
+
+    def __enter__(self) -> RemoteConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect_remote(url: str, **options: Any) -> RemoteConnection:
+    """Open a connection to a dpsql server (see the module docstring)."""
+    allowed = {"password", "epsilon_per_query", "connect_timeout"}
+    refused = sorted(k for k, v in options.items() if v is not None and k not in allowed)
+    if refused:
+        raise errors.InterfaceError(
+            f"{', '.join(refused)} cannot be set by a client of a dpsql server",
+            hint="the server holds the metadata, ledger and analyst names")
+    return RemoteConnection(url, **{k: v for k, v in options.items()
+                                    if k in allowed and v is not None})

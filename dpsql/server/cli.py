@@ -1,0 +1,167 @@
+"""``dpsql serve`` and ``dpsql passwd`` (registered under the ``dpsql.commands`` entry points;
+also ``python -m dpsql.server serve|passwd``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import ssl
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import click
+
+from dpsql.server.auth import hash_password
+from dpsql.server.config import ConfigError, ServerConfig, load_config
+
+
+@click.command()
+def passwd() -> None:
+    """Read a password on standard input and print the hash to put in the server config."""
+    if sys.stdin.isatty():
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        raise click.ClickException("the password is empty")
+    click.echo(hash_password(password))
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(512)
+    sock.setblocking(False)
+    return sock
+
+
+def _tls(config: ServerConfig) -> ssl.SSLContext | None:
+    if config.tls_cert is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(str(config.tls_cert), str(config.tls_key))
+    return context
+
+
+def _logging(config: ServerConfig) -> None:
+    handler = logging.FileHandler(config.log_file) if config.log_file else \
+        logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(
+        f"%(asctime)s pid={os.getpid()} %(levelname)s %(message)s"))
+    logger = logging.getLogger("dpsql.server")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
+def _worker(config: ServerConfig, pg_sock, http_sock) -> None:
+    """One serving process: the service, the PostgreSQL front end and the HTTP API."""
+    import uvicorn
+
+    from dpsql.server.http import HttpApi
+    from dpsql.server.pgwire import PgServer
+    from dpsql.server.service import Service
+
+    _logging(config)
+    service = Service(config)
+    executor = ThreadPoolExecutor(config.threads, thread_name_prefix="dpsql")
+    tls = _tls(config)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        pg = None
+        if pg_sock is not None:
+            pg = await PgServer(service, executor, tls,
+                                require_tls=tls is not None and config.tls_required,
+                                ).start(config.host, 0, sock=pg_sock)
+        if http_sock is not None:
+            http = uvicorn.Server(uvicorn.Config(
+                HttpApi(service, executor).app, log_level="warning", access_log=False,
+                timeout_keep_alive=5, limit_concurrency=1000, server_header=False,
+                h11_max_incomplete_event_size=16 * 1024,
+                ssl_certfile=str(config.tls_cert) if config.tls_cert else None,
+                ssl_keyfile=str(config.tls_key) if config.tls_key else None))
+            await http.serve(sockets=[http_sock])  # returns on SIGINT/SIGTERM
+        else:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+        if pg is not None:
+            pg.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        executor.shutdown(wait=False, cancel_futures=True)
+        service.close()
+
+
+@click.command()
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="server.yaml: datasets, analysts, budgets, limits, listen addresses")
+@click.option("--workers", type=int, default=None,
+              help="serving processes sharing the ports and ledgers (default: config)")
+def serve(config_path: str, workers: int | None) -> None:
+    """Serve the configured datasets to authenticated analysts (PostgreSQL protocol + HTTP)."""
+    try:
+        config = load_config(config_path)
+    except ConfigError as err:
+        raise click.ClickException(f"invalid configuration: {err}") from err
+    workers = workers or config.workers
+    from dpsql.server.service import Service
+
+    try:  # fail before listening: datasets open, shares fit their totals
+        Service(config).close()
+    except Exception as err:  # noqa: BLE001 - shown to the data owner, who holds the paths
+        raise click.ClickException(f"cannot serve: {err}") from err
+    pg_sock = _listen(config.host, config.pg_port) if config.pg_port is not None else None
+    http_sock = _listen(config.host, config.http_port) if config.http_port is not None \
+        else None
+    parts = []
+    if pg_sock is not None:
+        parts.append(f"pg={config.host}:{pg_sock.getsockname()[1]}")
+    if http_sock is not None:
+        parts.append(f"http={config.host}:{http_sock.getsockname()[1]}")
+    click.echo(f"dpsql serve: listening {' '.join(parts)} workers={workers}")
+    sys.stdout.flush()
+    if workers == 1:
+        _worker(config, pg_sock, http_sock)
+        return
+    children = []
+    for _ in range(workers):
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                _worker(config, pg_sock, http_sock)
+            except BaseException:  # noqa: BLE001 - a child never returns into the parent
+                logging.getLogger("dpsql.server").exception("worker failed")
+                code = 1
+            os._exit(code)
+        children.append(pid)
+
+    def forward(signum, frame):
+        for child in children:
+            try:
+                os.kill(child, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    for child in children:
+        while True:
+            try:
+                os.waitpid(child, 0)
+                break
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                break

@@ -1,0 +1,212 @@
+"""The server's configuration file (``dpsql serve --config server.yaml``), read and checked.
+
+Relative paths are relative to the configuration file. Nothing here is ever shown to an
+analyst: the catalogue they see is built from the metadata by ``service.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dpsql.budget import PrivacyLoss
+from dpsql.server.auth import Verifier
+
+
+class ConfigError(Exception):
+    """The configuration file is invalid (the message names the key)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-query limits; an analyst's own ``limits:`` override the server's."""
+
+    max_epsilon_per_query: float | None = None
+    timeout: float | None = 30.0
+    max_rows: int = 10_000
+    queries_per_minute: float = 600.0
+    max_sql_bytes: int = 16_384
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A dataset the server publishes: its metadata, optional DuckDB file and ledger."""
+
+    name: str
+    metadata: Path
+    database: Path | None
+    ledger: str
+
+
+@dataclass(frozen=True)
+class Analyst:
+    """An analyst account: credential, default ε, per-dataset budget shares, limits."""
+
+    name: str
+    verifier: Verifier
+    epsilon_per_query: float | None
+    budgets: dict[str, PrivacyLoss]
+    limits: Limits
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything ``dpsql serve`` reads from its configuration file."""
+
+    host: str
+    pg_port: int | None
+    http_port: int | None
+    datasets: dict[str, Dataset]
+    analysts: dict[str, Analyst]
+    owners: dict[str, Verifier]
+    state_dir: Path
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_required: bool = True
+    workers: int = 1
+    threads: int = 8
+    max_failed_logins: int = 5
+    lockout_seconds: float = 60.0
+    startup_timeout: float = 10.0
+    log_file: Path | None = None
+    private_paths: tuple[str, ...] = field(default=())
+
+
+def _number(value: Any, where: str, *, integer: bool = False) -> Any:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        math.isfinite(value) and value > 0
+    if not ok or (integer and int(value) != value):
+        raise ConfigError(f"{where} must be a positive {'integer' if integer else 'number'}, "
+                          f"got {value!r}")
+    return int(value) if integer else value
+
+
+def _mapping(value: Any, where: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a mapping")
+    return value
+
+
+def _limits(raw: Any, where: str, base: Limits) -> Limits:
+    raw = _mapping(raw, where)
+    known = set(Limits.__dataclass_fields__)
+    unknown = set(raw) - known
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)} (known: {sorted(known)})")
+    values = {}
+    for key, value in raw.items():
+        if value is None and key in ("max_epsilon_per_query", "timeout"):
+            values[key] = None
+            continue
+        values[key] = _number(value, f"{where}.{key}",
+                              integer=key in ("max_rows", "max_sql_bytes"))
+    return Limits(**{**base.__dict__, **values})
+
+
+def _verifier(value: Any, where: str) -> Verifier:
+    try:
+        return Verifier.parse(str(value))
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"{where}.password_hash is not the output of `dpsql passwd`") \
+            from err
+
+
+def _loss(raw: Any, where: str) -> PrivacyLoss:
+    raw = _mapping(raw, where)
+    epsilon = Fraction(str(_number(raw.get("epsilon"), f"{where}.epsilon")))
+    delta = raw.get("delta", 0)
+    if not isinstance(delta, (int, float)) or not 0 <= delta < 1:
+        raise ConfigError(f"{where}.delta must be in [0, 1)")
+    return PrivacyLoss(epsilon, Fraction(str(delta)))
+
+
+def load_config(path: str | Path) -> ServerConfig:
+    """Read and check a server configuration file."""
+    path = Path(path).resolve()
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"cannot read {path}: {err}") from err
+    raw = _mapping(raw, "the configuration")
+    home = path.parent
+
+    def resolve(value: Any) -> Path:
+        p = Path(str(value)).expanduser()
+        return p if p.is_absolute() else (home / p).resolve()
+
+    listen = _mapping(raw.get("listen"), "listen")
+    ports = {}
+    for key, default in (("pg_port", 6543), ("http_port", 8765)):
+        value = listen.get(key, default)
+        ports[key] = None if value is None else int(value)
+        if ports[key] is not None and not 0 <= ports[key] < 65536:
+            raise ConfigError(f"listen.{key} must be a port number")
+    datasets = {}
+    for name, spec in _mapping(raw.get("datasets"), "datasets").items():
+        spec = _mapping(spec, f"datasets.{name}")
+        if "metadata" not in spec:
+            raise ConfigError(f"datasets.{name}.metadata is required")
+        state = resolve(raw.get("state_dir", "dpsql-state"))
+        ledger = spec.get("ledger")
+        ledger = str(ledger) if ledger and str(ledger).startswith("postgresql://") else \
+            str(resolve(ledger) if ledger else state / f"{name}.ledger.sqlite")
+        datasets[name] = Dataset(name, resolve(spec["metadata"]),
+                                 resolve(spec["database"]) if spec.get("database") else None,
+                                 ledger)
+    if not datasets:
+        raise ConfigError("datasets: name at least one dataset")
+    base = _limits(raw.get("limits"), "limits", Limits())
+    analysts = {}
+    for name, spec in _mapping(raw.get("analysts"), "analysts").items():
+        where = f"analysts.{name}"
+        spec = _mapping(spec, where)
+        budgets = {}
+        for dataset, share in _mapping(spec.get("budgets"), f"{where}.budgets").items():
+            if dataset not in datasets:
+                raise ConfigError(f"{where}.budgets names unknown dataset {dataset!r}")
+            budgets[dataset] = _loss(share, f"{where}.budgets.{dataset}")
+        default = spec.get("epsilon_per_query")
+        analysts[str(name)] = Analyst(
+            str(name), _verifier(spec.get("password_hash"), where),
+            None if default is None else _number(default, f"{where}.epsilon_per_query"),
+            budgets, _limits(spec.get("limits"), f"{where}.limits", base))
+    owners = {str(name): _verifier(_mapping(spec, f"owners.{name}").get("password_hash"),
+                                   f"owners.{name}")
+              for name, spec in _mapping(raw.get("owners"), "owners").items()}
+    clash = set(owners) & set(analysts)
+    if clash:
+        raise ConfigError(f"{sorted(clash)} are both owners and analysts; use two accounts")
+    tls = _mapping(raw.get("tls"), "tls")
+    if bool(tls.get("cert")) != bool(tls.get("key")):
+        raise ConfigError("tls needs both cert and key")
+    security = _mapping(raw.get("security"), "security")
+    state_dir = resolve(raw.get("state_dir", "dpsql-state"))
+    config = ServerConfig(
+        host=str(listen.get("host", "127.0.0.1")), pg_port=ports["pg_port"],
+        http_port=ports["http_port"], datasets=datasets, analysts=analysts, owners=owners,
+        state_dir=state_dir,
+        tls_cert=resolve(tls["cert"]) if tls.get("cert") else None,
+        tls_key=resolve(tls["key"]) if tls.get("key") else None,
+        tls_required=bool(tls.get("require", True)),
+        workers=_number(raw.get("workers", 1), "workers", integer=True),
+        threads=_number(raw.get("threads", 8), "threads", integer=True),
+        max_failed_logins=_number(security.get("max_failed_logins", 5),
+                                  "security.max_failed_logins", integer=True),
+        lockout_seconds=_number(security.get("lockout_seconds", 60), "security.lockout_seconds"),
+        startup_timeout=_number(security.get("startup_timeout", 10),
+                                "security.startup_timeout"),
+        log_file=resolve(raw["log_file"]) if raw.get("log_file") else None,
+        private_paths=tuple(sorted({str(home), str(state_dir), str(path),
+                                    *(str(d.metadata.parent) for d in datasets.values()),
+                                    *(str(d.database) for d in datasets.values() if d.database),
+                                    *(d.ledger for d in datasets.values())},
+                                   key=len, reverse=True)),
+    )
+    return config

@@ -1,0 +1,263 @@
+"""The HTTP JSON API and the web page, as one Starlette application.
+
+Every ``/api/v1`` request carries HTTP Basic credentials (send them over TLS: configure
+``tls:``). Bodies are JSON and at most 64 KiB. Errors are ``{"ok": false, "code", "sqlstate",
+"error", "hint", "epsilon_spent"}`` with no paths and no stack traces. ``/openapi.json``
+describes the API; ``/`` is the page for analysts (budget, history, explain then run) and
+for the data owner (every analyst's spend, dataset totals, refusals).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import json
+import logging
+import time
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from dpsql.server.auth import LoginLimiter
+from dpsql.server.page import APP_JS, PAGE_HTML
+from dpsql.server.service import Service, ServiceError
+
+log = logging.getLogger("dpsql.server")
+MAX_BODY = 64 * 1024
+_SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; "
+                               "frame-ancestors 'none'",
+}
+
+
+def _json(body, status: int = 200) -> JSONResponse:
+    return JSONResponse(body, status_code=status, headers=_SECURITY_HEADERS)
+
+
+def openapi() -> dict:
+    """The OpenAPI 3.1 description of the API."""
+    error = {"$ref": "#/components/schemas/Error"}
+    sql_body = {"required": True, "content": {"application/json": {"schema": {
+        "type": "object", "required": ["sql"],
+        "properties": {"sql": {"type": "string", "maxLength": 16384},
+                       "epsilon": {"type": "number", "exclusiveMinimum": 0},
+                       "params": {"type": "array", "items": {}}}}}}}
+
+    def op(summary: str, ok: dict, *, body: dict | None = None, dataset: bool = False) -> dict:
+        item = {"summary": summary, "security": [{"basic": []}],
+                "responses": {"200": {"description": "OK", "content": {
+                    "application/json": {"schema": ok}}},
+                    "default": {"description": "refused", "content": {
+                        "application/json": {"schema": error}}}}}
+        if body:
+            item["requestBody"] = body
+        if dataset:
+            item["parameters"] = [{"name": "dataset", "in": "path", "required": True,
+                                   "schema": {"type": "string"}}]
+        return item
+
+    obj = {"type": "object"}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "dpsql service", "version": "1",
+                 "description": "Differentially private SQL over the data owner's datasets. "
+                 "Each query spends ε from the analyst's share; answers carry <col>_low and "
+                 "<col>_high 95% interval columns for each noisy column."},
+        "components": {
+            "securitySchemes": {"basic": {"type": "http", "scheme": "basic"}},
+            "schemas": {
+                "Error": {"type": "object", "properties": {
+                    "ok": {"const": False}, "code": {"type": "string"},
+                    "sqlstate": {"type": "string"}, "error": {"type": "string"},
+                    "hint": {"type": ["string", "null"]},
+                    "epsilon_spent": {"type": "number"}}},
+                "Answer": {"type": "object", "properties": {
+                    "ok": {"const": True}, "dataset": {"type": "string"},
+                    "columns": {"type": "array", "items": obj},
+                    "rows": {"type": "array", "items": {"type": "array"}},
+                    "epsilon_spent": {"type": "number"}, "reused": {"type": "boolean"},
+                    "truncated": {"type": "boolean"}, "budget_remaining": obj}}}},
+        "paths": {
+            "/api/v1/me": {"get": op("who you are and your role", obj)},
+            "/api/v1/catalogue": {"get": op("tables, columns, types, domains, bounds", obj)},
+            "/api/v1/budget": {"get": op("your share, spend and remainder per dataset", obj)},
+            "/api/v1/history": {"get": op("your own requests with their answers", obj)},
+            "/api/v1/datasets/{dataset}/query": {"post": op(
+                "run one DP SELECT (spends ε)", {"$ref": "#/components/schemas/Answer"},
+                body=sql_body, dataset=True)},
+            "/api/v1/datasets/{dataset}/explain": {"post": op(
+                "the DP plan of a statement or script; spends nothing", obj, body=sql_body,
+                dataset=True)},
+            "/api/v1/admin/overview": {"get": op(
+                "data owner only: every analyst's spend, totals, refusals", obj)},
+        },
+    }
+
+
+class HttpApi:
+    """The Starlette app over a service."""
+
+    def __init__(self, service: Service, executor) -> None:
+        self.service, self.executor = service, executor
+        config = service.config
+        self.limiter = LoginLimiter(config.max_failed_logins, config.lockout_seconds)
+        self._verified: dict[tuple[str, str], float] = {}
+        routes = [
+            Route("/", self.page),
+            Route("/app.js", self.script),
+            Route("/openapi.json", self.spec),
+            Route("/api/v1/me", self.me),
+            Route("/api/v1/catalogue", self.catalogue),
+            Route("/api/v1/catalogue/{dataset}", self.catalogue),
+            Route("/api/v1/budget", self.budget),
+            Route("/api/v1/history", self.history),
+            Route("/api/v1/datasets/{dataset}/query", self.query, methods=["POST"]),
+            Route("/api/v1/datasets/{dataset}/explain", self.explain, methods=["POST"]),
+            Route("/api/v1/admin/overview", self.overview),
+        ]
+        self.app = Starlette(routes=routes, exception_handlers={
+            Exception: self._crash, 404: self._not_found, 405: self._not_found})
+
+    # --- plumbing ------------------------------------------------------------------------
+    async def _crash(self, request: Request, exc: Exception) -> JSONResponse:
+        failure = self.service.failure(exc)
+        return _json(failure.to_json(), failure.status)
+
+    async def _not_found(self, request: Request, exc: Exception) -> JSONResponse:
+        return _json({"ok": False, "code": "not_found", "error": "no such endpoint",
+                      "hint": "see /openapi.json", "sqlstate": "42000", "epsilon_spent": 0},
+                     404)
+
+    def _refuse(self, err: Exception, web: bool = False) -> JSONResponse:
+        failure = self.service.failure(err)
+        response = _json(failure.to_json(), failure.status)
+        if failure.status == 401 and not web:
+            response.headers["WWW-Authenticate"] = 'Basic realm="dpsql"'
+        return response
+
+    async def _user(self, request: Request) -> str:
+        """The authenticated user, or ServiceError."""
+        header = request.headers.get("authorization", "")
+        scheme, _, value = header.partition(" ")
+        try:
+            user, _, password = base64.b64decode(value, validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            user, password = "", ""
+        if scheme.lower() != "basic" or not user:
+            raise ServiceError("auth_failed", "authentication required (HTTP Basic)")
+        address = request.client.host if request.client else "?"
+        key = (user, hashlib.sha256(password.encode()).hexdigest())
+        now = time.monotonic()
+        if self._verified.get(key, 0) > now:
+            return user
+        if self.limiter.locked(user, address):
+            raise ServiceError("auth_locked", f"too many failed logins for {user!r}; try later")
+        loop = asyncio.get_running_loop()
+        ok = await loop.run_in_executor(self.executor, self.service.check_login, user,
+                                        password)
+        if not ok:
+            self.limiter.failed(user, address)
+            self.service.login_event(user[:100], "http", False, address)
+            await asyncio.sleep(self.limiter.delay)
+            raise ServiceError("auth_failed", "wrong user name or password")
+        if len(self._verified) > 10_000:
+            self._verified.clear()
+        self._verified[key] = now + 300
+        return user
+
+    async def _body(self, request: Request) -> dict:
+        declared = request.headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+            raise ServiceError("too_large", f"request bodies are limited to {MAX_BODY} bytes")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY:
+                raise ServiceError("too_large", f"request bodies are limited to {MAX_BODY} "
+                                   "bytes")
+            chunks.append(chunk)
+        try:
+            body = json.loads(b"".join(chunks) or b"{}")
+        except (ValueError, UnicodeDecodeError):
+            raise ServiceError("protocol", "the body is not JSON") from None
+        if not isinstance(body, dict) or not isinstance(body.get("sql"), str):
+            raise ServiceError("protocol", 'the body must be {"sql": "...", "epsilon": ...}')
+        epsilon = body.get("epsilon")
+        if epsilon is not None and (isinstance(epsilon, bool) or
+                                    not isinstance(epsilon, (int, float))):
+            raise ServiceError("bad_privacy_parameter", "epsilon must be a number")
+        params = body.get("params")
+        if params is not None and not (isinstance(params, list) and all(
+                isinstance(p, (str, int, float, bool)) or p is None for p in params)):
+            raise ServiceError("protocol", "params must be a list of scalars")
+        return body
+
+    async def _call(self, request: Request, work, *, body: bool = False) -> JSONResponse:
+        web = request.headers.get("x-dpsql-client") == "web"
+        user = "-"
+        try:
+            user = await self._user(request)
+            payload = await self._body(request) if body else None
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(self.executor, work, user, payload)
+        except Exception as err:  # noqa: BLE001 - every refusal has one JSON shape
+            response = self._refuse(err, web)
+            log.info("http user=%s path=%s status=%d", user[:100], request.url.path[:200],
+                     response.status_code)
+            return response
+        log.info("http user=%s path=%s status=200", user, request.url.path[:200])
+        return _json(result)
+
+    # --- endpoints -----------------------------------------------------------------------
+    async def page(self, request: Request) -> Response:
+        return Response(PAGE_HTML, media_type="text/html; charset=utf-8",
+                        headers=_SECURITY_HEADERS)
+
+    async def script(self, request: Request) -> Response:
+        return Response(APP_JS, media_type="text/javascript; charset=utf-8",
+                        headers=_SECURITY_HEADERS)
+
+    async def spec(self, request: Request) -> JSONResponse:
+        return _json(openapi())
+
+    async def me(self, request: Request) -> JSONResponse:
+        def work(user, _):
+            role = self.service.role(user)
+            out = {"user": user, "role": role}
+            if role == "analyst":
+                out["datasets"] = sorted(self.service.config.analysts[user].budgets)
+            return out
+        return await self._call(request, work)
+
+    async def catalogue(self, request: Request) -> JSONResponse:
+        dataset = request.path_params.get("dataset")
+        return await self._call(request, lambda user, _: self.service.catalogue(user, dataset))
+
+    async def budget(self, request: Request) -> JSONResponse:
+        return await self._call(request, lambda user, _: self.service.budget(user))
+
+    async def history(self, request: Request) -> JSONResponse:
+        return await self._call(request, lambda user, _: self.service.history(user))
+
+    async def overview(self, request: Request) -> JSONResponse:
+        return await self._call(request, lambda user, _: self.service.overview(user))
+
+    async def query(self, request: Request) -> JSONResponse:
+        dataset = request.path_params["dataset"]
+        return await self._call(request, lambda user, body: self.service.query(
+            user, dataset, body["sql"], body.get("params"), epsilon=body.get("epsilon"),
+            interface="http").to_json(), body=True)
+
+    async def explain(self, request: Request) -> JSONResponse:
+        dataset = request.path_params["dataset"]
+        return await self._call(request, lambda user, body: self.service.explain(
+            user, dataset, body["sql"], epsilon=body.get("epsilon"), interface="http"),
+            body=True)

@@ -1,0 +1,603 @@
+"""A PostgreSQL wire-protocol (v3) front end for the service, on asyncio.
+
+Enough of the protocol for psql, libpq, psycopg 3 and pandas through psycopg: SSL
+negotiation (TLS when the configuration names a certificate), SCRAM-SHA-256 authentication,
+the simple query protocol and the extended one (Parse/Bind/Describe/Execute/Sync/Close/
+Flush), text-format results, ErrorResponse with SQLSTATE, message and hint, and notices.
+
+Statements: a SELECT is one DP release (its noisy columns followed by ``<col>_low`` and
+``<col>_high``); ``EXPLAIN <select>`` returns the plan without spending;
+``SET dpsql.epsilon = 0.5`` / ``RESET dpsql.epsilon`` / ``SHOW dpsql.epsilon`` set the ε of
+the following queries; ``SHOW dpsql.budget`` and ``SHOW dpsql.last_release`` return JSON;
+BEGIN/COMMIT/ROLLBACK and other SETs are accepted and do nothing (a release cannot be taken
+back). Everything else is refused with a PostgreSQL error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import secrets
+import socket
+import ssl
+import struct
+from dataclasses import dataclass, field
+
+from dpsql.server.auth import LoginLimiter, ScramExchange
+from dpsql.server.service import Answer, Failure, Service, ServiceError
+
+log = logging.getLogger("dpsql.server")
+
+SSL_REQUEST, GSS_REQUEST, CANCEL_REQUEST = 80877103, 80877104, 80877102
+PROTOCOL_3 = 196608
+MAX_MESSAGE = 1 << 20  # no analyst message needs more than 1 MiB
+IDLE_TIMEOUT = 600.0
+_OIDS = {"BIGINT": 20, "INTEGER": 23, "DOUBLE": 701, "FLOAT": 701, "REAL": 700,
+         "BOOLEAN": 16, "DATE": 1082, "VARCHAR": 25, "TEXT": 25}
+_PARAM_INT = {20, 21, 23, 26}
+_PARAM_FLOAT = {700, 701, 1700}
+
+
+class ProtocolError(Exception):
+    """The client broke the protocol; the connection is closed."""
+
+
+def _cstr(data: bytes, pos: int) -> tuple[str, int]:
+    end = data.index(b"\0", pos)
+    return data[pos:end].decode("utf-8", "replace"), end + 1
+
+
+def _message(kind: bytes, payload: bytes = b"") -> bytes:
+    return kind + struct.pack("!I", len(payload) + 4) + payload
+
+
+def _error(failure: Failure, severity: str = "ERROR") -> bytes:
+    fields = [(b"S", severity), (b"V", severity), (b"C", failure.sqlstate),
+              (b"M", failure.message)]
+    if failure.hint:
+        fields.append((b"H", failure.hint))
+    detail = f"dpsql code: {failure.code}"
+    if failure.epsilon_spent:
+        detail += f"; ε charged: {failure.epsilon_spent:g}"
+    fields.append((b"D", detail))
+    return _message(b"E", b"".join(k + v.encode() + b"\0" for k, v in fields) + b"\0")
+
+
+def _notice(text: str) -> bytes:
+    fields = [(b"S", "NOTICE"), (b"V", "NOTICE"), (b"C", "00000"), (b"M", text)]
+    return _message(b"N", b"".join(k + v.encode() + b"\0" for k, v in fields) + b"\0")
+
+
+def _text(value) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    if isinstance(value, float):
+        return repr(value).replace("inf", "Infinity").replace("nan", "NaN").encode()
+    return str(value).encode("utf-8")
+
+
+def _oid(column: dict, rows: list, index: int) -> int:
+    oid = _OIDS.get(str(column.get("type", "")).upper())
+    if oid is not None:
+        return oid
+    for row in rows:  # public queries report no types: look at the values
+        value = row[index]
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            return 16
+        if isinstance(value, int):
+            return 20
+        if isinstance(value, float):
+            return 701
+        return 25
+    return 25
+
+
+def _row_description(columns: list[dict], rows: list) -> bytes:
+    parts = [struct.pack("!H", len(columns))]
+    for i, column in enumerate(columns):
+        parts.append(column["name"].encode() + b"\0" +
+                     struct.pack("!IhIhih", 0, 0, _oid(column, rows, i), -1, -1, 0))
+    return _message(b"T", b"".join(parts))
+
+
+def _data_rows(rows: list) -> bytes:
+    out = []
+    for row in rows:
+        parts = [struct.pack("!H", len(row))]
+        for value in row:
+            data = _text(value)
+            parts.append(struct.pack("!i", -1) if data is None else
+                         struct.pack("!i", len(data)) + data)
+        out.append(_message(b"D", b"".join(parts)))
+    return b"".join(out)
+
+
+def split_statements(sql: str) -> list[str]:
+    """Split a simple-query string on semicolons outside quotes and comments."""
+    out, start, i, n = [], 0, 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c in "'\"":
+            j = i + 1
+            while j < n:
+                if sql[j] == c:
+                    if j + 1 < n and sql[j + 1] == c:
+                        j += 2
+                        continue
+                    break
+                j += 1
+            i = j + 1
+        elif sql.startswith("--", i):
+            j = sql.find("\n", i)
+            i = n if j < 0 else j + 1
+        elif sql.startswith("/*", i):
+            j = sql.find("*/", i + 2)
+            i = n if j < 0 else j + 2
+        elif c == ";":
+            out.append(sql[start:i])
+            start = i = i + 1
+        else:
+            i += 1
+    out.append(sql[start:])
+    return [s for s in (part.strip() for part in out) if s]
+
+
+def dollar_to_qmark(sql: str) -> tuple[str, list[int]]:
+    """``$n`` placeholders (outside quotes) to ``?``; returns the parameter order."""
+    order: list[int] = []
+    out, i, n = [], 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c in "'\"":
+            j = i + 1
+            while j < n and not (sql[j] == c and not (j + 1 < n and sql[j + 1] == c)):
+                j += 2 if sql[j] == c else 1
+            out.append(sql[i:j + 1])
+            i = j + 1
+            continue
+        m = re.match(r"\$(\d+)", sql[i:])
+        if c == "$" and m:
+            order.append(int(m.group(1)))
+            out.append("?")
+            i += len(m.group(0))
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out), order
+
+
+_SET = re.compile(r"^set\s+(?:session\s+|local\s+)?([\w.]+)\s*(?:=|\bto\b)\s*(.+)$",
+                  re.IGNORECASE | re.DOTALL)
+_RESET = re.compile(r"^reset\s+([\w.]+|all)$", re.IGNORECASE)
+_SHOW = re.compile(r"^show\s+([\w.]+)$", re.IGNORECASE)
+_TX = re.compile(r"^(begin|start\s+transaction|commit|end|rollback|abort)\b", re.IGNORECASE)
+_EXPLAIN = re.compile(r"^explain\s+(.+)$", re.IGNORECASE | re.DOTALL)
+
+
+@dataclass
+class _Result:
+    """What one statement produced: rows (with their columns) or only a command tag."""
+
+    tag: str
+    columns: list[dict] | None = None
+    rows: list = field(default_factory=list)
+    notice: str | None = None
+
+
+class Session:
+    """One client connection."""
+
+    def __init__(self, server: PgServer, reader, writer) -> None:
+        self.server, self.service = server, server.service
+        self.reader, self.writer = reader, writer
+        peer = writer.get_extra_info("peername")
+        self.address = str(peer[0]) if peer else "local"
+        self.user = ""
+        self.dataset = ""
+        self.epsilon: float | None = None
+        self.last_release: dict | None = None
+        self.status = b"I"
+        self.statements: dict[str, tuple[str, list[int], list[int]]] = {}
+        self.portals: dict[str, tuple[str, list, list[int]]] = {}
+        self.portal_results: dict[str, _Result] = {}
+        self._out: list[bytes] = []
+        sock = writer.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    # --- framing -------------------------------------------------------------------------
+    async def read_exact(self, n: int) -> bytes:
+        return await self.reader.readexactly(n)
+
+    async def read_message(self) -> tuple[bytes, bytes]:
+        header = await self.read_exact(5)
+        kind, length = header[:1], struct.unpack("!I", header[1:])[0]
+        if length < 4 or length > MAX_MESSAGE:
+            raise ProtocolError("message too long")
+        return kind, await self.read_exact(length - 4)
+
+    async def send(self, data: bytes, *, flush: bool = True) -> None:
+        """Write; extended-protocol replies wait in the buffer until Sync or Flush, so a
+        Parse/Bind/Describe/Execute/Sync round trip is one write (no small-packet stalls)."""
+        self._out.append(data)
+        if flush:
+            self.writer.write(b"".join(self._out))
+            self._out.clear()
+            await self.writer.drain()
+
+    # --- startup -------------------------------------------------------------------------
+    async def startup(self) -> bool:
+        while True:
+            length = struct.unpack("!I", await self.read_exact(4))[0]
+            if length < 8 or length > 10_000:
+                raise ProtocolError("bad startup packet")
+            payload = await self.read_exact(length - 4)
+            code = struct.unpack("!I", payload[:4])[0]
+            if code == SSL_REQUEST:
+                if self.server.tls is None:
+                    await self.send(b"N")
+                    continue
+                await self.send(b"S")
+                await self.writer.start_tls(self.server.tls)
+                continue
+            if code == GSS_REQUEST:
+                await self.send(b"N")
+                continue
+            if code == CANCEL_REQUEST:
+                return False
+            if code != PROTOCOL_3:
+                await self.send(_error(self._failure("protocol", "only protocol 3.0 is "
+                                                     "supported"), "FATAL"))
+                return False
+            break
+        params, pos = {}, 4
+        while pos < len(payload) and payload[pos] != 0:
+            key, pos = _cstr(payload, pos)
+            value, pos = _cstr(payload, pos)
+            params[key] = value
+        self.user = params.get("user", "")
+        self.dataset = params.get("database", "") or self.user
+        if self.server.require_tls and self.writer.get_extra_info("ssl_object") is None:
+            await self.send(_error(self._failure("auth_failed", "this server accepts only "
+                                                 "TLS connections"), "FATAL"))
+            return False
+        if not await self.authenticate():
+            return False
+        return await self.finish_startup(params)
+
+    async def authenticate(self) -> bool:
+        limiter: LoginLimiter = self.server.limiter
+        if limiter.locked(self.user, self.address):
+            await self.send(_error(self._failure(
+                "auth_locked", f"too many failed logins for user {self.user!r}; try later"),
+                "FATAL"))
+            return False
+        exchange = ScramExchange(self.service.verifier(self.user))
+        await self.send(_message(b"R", struct.pack("!I", 10) + b"SCRAM-SHA-256\0\0"))
+        ok = False
+        try:
+            kind, data = await self.read_message()
+            if kind != b"p":
+                raise ProtocolError("expected SASLInitialResponse")
+            mechanism, pos = _cstr(data, 0)
+            if mechanism != "SCRAM-SHA-256":
+                raise ValueError("unsupported mechanism")
+            size = struct.unpack("!i", data[pos:pos + 4])[0]
+            first = data[pos + 4:pos + 4 + size].decode()
+            server_first = exchange.first(first)
+            await self.send(_message(b"R", struct.pack("!I", 11) + server_first.encode()))
+            kind, data = await self.read_message()
+            if kind != b"p":
+                raise ProtocolError("expected SASLResponse")
+            final = exchange.final(data.decode())
+            ok = final is not None
+        except (ValueError, KeyError, UnicodeDecodeError, struct.error):
+            ok = False
+        self.service.login_event(self.user, "pg", ok, self.address)
+        if not ok:
+            limiter.failed(self.user, self.address)
+            await asyncio.sleep(limiter.delay)
+            await self.send(_error(self._failure(
+                "auth_failed", f"password authentication failed for user {self.user!r}"),
+                "FATAL"))
+            return False
+        await self.send(_message(b"R", struct.pack("!I", 12) + final.encode()) +
+                        _message(b"R", struct.pack("!I", 0)))
+        return True
+
+    async def finish_startup(self, params: dict) -> bool:
+        try:
+            self.service.analyst(self.user, self.dataset)
+        except ServiceError as err:
+            await self.send(_error(self.service.failure(err), "FATAL"))
+            return False
+        status = {"server_version": "16.0 (dpsql)", "server_encoding": "UTF8",
+                  "client_encoding": "UTF8", "DateStyle": "ISO, MDY", "TimeZone": "UTC",
+                  "integer_datetimes": "on", "standard_conforming_strings": "on",
+                  "IntervalStyle": "postgres", "is_superuser": "off",
+                  "session_authorization": self.user,
+                  "application_name": params.get("application_name", "")[:64]}
+        out = [_message(b"S", k.encode() + b"\0" + v.encode() + b"\0")
+               for k, v in status.items()]
+        out.append(_message(b"K", struct.pack("!II", secrets.randbits(31),
+                                              secrets.randbits(31))))
+        out.append(self._ready())
+        await self.send(b"".join(out))
+        return True
+
+    def _ready(self) -> bytes:
+        return _message(b"Z", self.status)
+
+    def _failure(self, code: str, message: str, hint: str | None = None) -> Failure:
+        return self.service.failure(ServiceError(code, message, hint))
+
+    # --- statements ----------------------------------------------------------------------
+    async def run(self, sql: str, params: list | None = None) -> _Result:
+        """One statement, through the service in a worker thread."""
+        text = sql.strip().rstrip(";").strip()
+        if not text:
+            return _Result("EMPTY")
+        tx = _TX.match(text)
+        if tx:
+            word = tx.group(1).lower()
+            if word in ("begin", "start"):
+                self.status = b"T"
+                return _Result("BEGIN")
+            self.status = b"I"
+            return _Result("ROLLBACK" if word in ("rollback", "abort") else "COMMIT")
+        match = _SET.match(text)
+        if match:
+            name, value = match.group(1).lower(), match.group(2).strip().strip("'\"")
+            if name == "dpsql.epsilon":
+                try:
+                    epsilon = float(value)
+                except ValueError:
+                    epsilon = -1.0
+                if not epsilon > 0:
+                    raise ServiceError("bad_privacy_parameter", f"dpsql.epsilon must be a "
+                                       f"number > 0, got {value!r}")
+                self.epsilon = epsilon
+            return _Result("SET")
+        match = _RESET.match(text)
+        if match:
+            if match.group(1).lower() in ("dpsql.epsilon", "all"):
+                self.epsilon = None
+            return _Result("RESET")
+        match = _SHOW.match(text)
+        if match:
+            return self._show(match.group(1).lower())
+        match = _EXPLAIN.match(text)
+        loop = asyncio.get_running_loop()
+        if match:
+            plan = await loop.run_in_executor(
+                self.server.executor, lambda: self.service.explain(
+                    self.user, self.dataset, match.group(1), epsilon=self.epsilon,
+                    interface="pg"))
+            lines = json.dumps(plan, indent=2, ensure_ascii=False).splitlines()
+            return _Result("EXPLAIN", [{"name": "QUERY PLAN", "type": "TEXT"}],
+                           [[line] for line in lines])
+        answer: Answer = await loop.run_in_executor(
+            self.server.executor, lambda: self.service.query(
+                self.user, self.dataset, text, params, epsilon=self.epsilon, interface="pg"))
+        self.last_release = {"epsilon_spent": answer.epsilon_spent, "reused": answer.reused,
+                             "truncated": answer.truncated, "columns": answer.columns,
+                             "budget_remaining": answer.remaining}
+        return _Result(f"SELECT {len(answer.rows)}", answer.columns, answer.rows,
+                       answer.notice(self.user))
+
+    def _show(self, name: str) -> _Result:
+        values = {
+            "dpsql.epsilon": lambda: "default" if self.epsilon is None else f"{self.epsilon:g}",
+            "dpsql.budget": lambda: json.dumps(self.service.budget(self.user)),
+            "dpsql.last_release": lambda: json.dumps(self.last_release),
+            "dpsql.catalogue": lambda: json.dumps(self.service.catalogue(self.user,
+                                                                         self.dataset)),
+            "server_version": lambda: "16.0 (dpsql)",
+            "transaction_isolation": lambda: "serializable",
+        }
+        if name not in values:
+            raise ServiceError("not_supported", f"unknown setting {name!r}",
+                               hint="dpsql.epsilon, dpsql.budget, dpsql.last_release, "
+                               "dpsql.catalogue")
+        return _Result("SHOW", [{"name": name, "type": "TEXT"}], [[values[name]()]])
+
+    def _result_messages(self, result: _Result, describe: bool) -> bytes:
+        if result.tag == "EMPTY":
+            return _message(b"I")
+        out = []
+        if result.notice:
+            out.append(_notice(result.notice))
+        if result.columns is not None and describe:
+            out.append(_row_description(result.columns, result.rows))
+        if result.columns is not None:
+            out.append(_data_rows(result.rows))
+        out.append(_message(b"C", result.tag.encode() + b"\0"))
+        return b"".join(out)
+
+    def _fail(self, err: Exception) -> bytes:
+        if self.status == b"T":
+            self.status = b"E"
+        return _error(self.service.failure(err))
+
+    async def simple_query(self, data: bytes) -> None:
+        sql, _ = _cstr(data, 0)
+        statements = split_statements(sql)
+        if not statements:
+            await self.send(_message(b"I") + self._ready())
+            return
+        for statement in statements:
+            if self.status == b"E" and not _TX.match(statement):
+                await self.send(_error(self._failure(
+                    "protocol", "current transaction is aborted, commands ignored until end "
+                    "of transaction block")), flush=False)
+                break
+            try:
+                result = await self.run(statement)
+            except (ServiceError, Exception) as err:  # noqa: BLE001 - every error is shown
+                await self.send(self._fail(err), flush=False)
+                break
+            await self.send(self._result_messages(result, describe=True), flush=False)
+        await self.send(self._ready())
+
+    # --- extended protocol ---------------------------------------------------------------
+    async def extended(self, kind: bytes, data: bytes) -> None:
+        if kind == b"P":
+            name, pos = _cstr(data, 0)
+            sql, pos = _cstr(data, pos)
+            count = struct.unpack("!H", data[pos:pos + 2])[0]
+            types = list(struct.unpack(f"!{count}I", data[pos + 2:pos + 2 + 4 * count]))
+            text, order = dollar_to_qmark(sql)
+            self.statements[name] = (text, order, types)
+            await self.send(flush=False, data=_message(b"1"))
+        elif kind == b"B":
+            portal, pos = _cstr(data, 0)
+            name, pos = _cstr(data, pos)
+            if name not in self.statements:
+                raise ServiceError("protocol", f"unknown prepared statement {name!r}")
+            text, order, types = self.statements[name]
+            nformats = struct.unpack("!H", data[pos:pos + 2])[0]
+            formats = struct.unpack(f"!{nformats}h", data[pos + 2:pos + 2 + 2 * nformats])
+            pos += 2 + 2 * nformats
+            count = struct.unpack("!H", data[pos:pos + 2])[0]
+            pos += 2
+            values = []
+            for i in range(count):
+                size = struct.unpack("!i", data[pos:pos + 4])[0]
+                pos += 4
+                raw = None if size < 0 else data[pos:pos + size]
+                pos += max(size, 0)
+                fmt = formats[i] if len(formats) > 1 else (formats[0] if formats else 0)
+                oid = types[i] if i < len(types) else 0
+                values.append(_param(raw, fmt, oid))
+            params = [values[n - 1] for n in order] if order else []
+            if any(n < 1 or n > len(values) for n in order):
+                raise ServiceError("protocol", "a $n placeholder has no bound value")
+            self.portals[portal] = (text, params, list(order))
+            self.portal_results.pop(portal, None)
+            await self.send(flush=False, data=_message(b"2"))
+        elif kind == b"D":
+            target, (name, _) = data[:1], _cstr(data, 1)
+            if target == b"S":
+                text, order, types = self.statements.get(name, ("", [], []))
+                n = max(order, default=0)
+                oids = [types[i] if i < len(types) and types[i] else 25 for i in range(n)]
+                await self.send(_message(b"t", struct.pack(f"!H{n}I", n, *oids)) +
+                                _message(b"n"), flush=False)
+                return
+            result = await self._portal_result(name)
+            await self.send(flush=False, data=_row_description(result.columns, result.rows)
+                            if result.columns is not None else _message(b"n"))
+        elif kind == b"E":
+            name, _ = _cstr(data, 0)
+            result = await self._portal_result(name)
+            self.portal_results.pop(name, None)
+            await self.send(flush=False, data=self._result_messages(result, describe=False))
+        elif kind == b"C":
+            target, (name, _) = data[:1], _cstr(data, 1)
+            (self.statements if target == b"S" else self.portals).pop(name, None)
+            await self.send(flush=False, data=_message(b"3"))
+        elif kind == b"H":
+            await self.send(b"")
+
+    async def _portal_result(self, name: str) -> _Result:
+        """The portal's statement runs once (at Describe or Execute) and is kept until sent."""
+        if name not in self.portal_results:
+            if name not in self.portals:
+                raise ServiceError("protocol", f"unknown portal {name!r}")
+            text, params, _ = self.portals[name]
+            self.portal_results[name] = await self.run(text, params or None)
+        return self.portal_results[name]
+
+    # --- main loop -----------------------------------------------------------------------
+    async def serve(self) -> None:
+        try:
+            if not await asyncio.wait_for(self.startup(),
+                                          self.service.config.startup_timeout):
+                return
+            skipping = False  # after an error in the extended protocol, until Sync
+            while True:
+                kind, data = await asyncio.wait_for(self.read_message(), IDLE_TIMEOUT)
+                if kind == b"X":
+                    return
+                if kind == b"Q":
+                    skipping = False
+                    await self.simple_query(data)
+                elif kind == b"S":
+                    skipping = False
+                    self.portal_results.clear()
+                    await self.send(self._ready())
+                elif kind in b"PBDECH" and len(kind) == 1:
+                    if skipping:
+                        continue
+                    try:
+                        await self.extended(kind, data)
+                    except (struct.error, ValueError, IndexError) as err:
+                        skipping = True
+                        await self.send(self._fail(ServiceError(
+                            "protocol", f"malformed message: {err}")), flush=False)
+                    except Exception as err:  # noqa: BLE001 - every error is shown
+                        skipping = True
+                        await self.send(self._fail(err), flush=False)
+                else:
+                    await self.send(_error(self._failure(
+                        "protocol", f"unsupported message type {kind!r}"), "FATAL"))
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError,
+                ProtocolError, ssl.SSLError):
+            return
+        finally:
+            self.writer.close()
+
+
+def _param(raw: bytes | None, fmt: int, oid: int):
+    """A bound parameter as a Python value for dpsql's qmark binding."""
+    if raw is None:
+        return None
+    if fmt == 1:
+        if oid in (20, 21, 23) and len(raw) in (2, 4, 8):
+            return int.from_bytes(raw, "big", signed=True)
+        if oid == 701 and len(raw) == 8:
+            return struct.unpack("!d", raw)[0]
+        if oid == 700 and len(raw) == 4:
+            return struct.unpack("!f", raw)[0]
+        if oid == 16 and len(raw) == 1:
+            return raw != b"\0"
+        if oid in (25, 1043, 0):
+            return raw.decode("utf-8")
+        raise ServiceError("protocol", f"binary parameters of type oid {oid} are not "
+                           "supported", hint="send parameters in text format")
+    text = raw.decode("utf-8")
+    if oid in _PARAM_INT:
+        return int(text)
+    if oid in _PARAM_FLOAT:
+        return float(text)
+    if oid == 16:
+        return text.lower() in ("t", "true", "1", "on", "yes")
+    return text
+
+
+class PgServer:
+    """Accepts PostgreSQL clients for a service."""
+
+    def __init__(self, service: Service, executor, tls: ssl.SSLContext | None = None,
+                 require_tls: bool = False) -> None:
+        self.service, self.executor, self.tls = service, executor, tls
+        self.require_tls = require_tls
+        config = service.config
+        self.limiter = LoginLimiter(config.max_failed_logins, config.lockout_seconds)
+
+    async def handle(self, reader, writer) -> None:
+        """One client connection."""
+        await Session(self, reader, writer).serve()
+
+    async def start(self, host: str, port: int, sock=None):
+        """Listen; returns the asyncio server."""
+        if sock is not None:
+            return await asyncio.start_server(self.handle, sock=sock, limit=MAX_MESSAGE)
+        return await asyncio.start_server(self.handle, host, port, limit=MAX_MESSAGE)

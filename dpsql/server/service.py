@@ -1,0 +1,543 @@
+"""The service behind every interface: accounts, datasets, limits, answers and the audit log.
+
+The PostgreSQL wire server and the HTTP API both call ``Service``; neither talks to the
+engine. The engine is used only through ``dpsql.connect`` (one pooled connection per analyst
+and dataset, so each release is charged to its analyst) and each connection's ledger carries
+the analyst's share and the per-query cap, checked in the ledger's own write transaction
+together with the dataset's total. What an analyst sees is built here: the published
+catalogue (tables, columns, types, public domains, bounds), their own budget and history,
+and error messages with the server's paths removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import sqlite3
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+import dpsql
+from dpsql.budget import PrivacyLoss
+from dpsql.server.auth import check_password
+from dpsql.server.config import Analyst, ServerConfig
+
+log = logging.getLogger("dpsql.server")
+
+# dpsql error code -> (SQLSTATE, HTTP status)
+ERROR_CODES: dict[str, tuple[str, int]] = {
+    "syntax": ("42601", 400),
+    "unknown_table": ("42P01", 400),
+    "unknown_column": ("42703", 400),
+    "missing_bounds": ("42501", 403),
+    "non_aggregate": ("42501", 403),
+    "private_keys": ("42501", 403),
+    "bad_privacy_parameter": ("22023", 400),
+    "unsupported_sql": ("0A000", 400),
+    "not_supported": ("0A000", 400),
+    "programming": ("42000", 400),
+    "catalog": ("42000", 400),
+    "budget_exhausted": ("53400", 403),
+    "epsilon_limit": ("53400", 403),
+    "rate_limited": ("53300", 429),
+    "too_large": ("54000", 413),
+    "timeout": ("57014", 408),
+    "backend": ("58000", 500),
+    "internal": ("XX000", 500),
+    "unknown_dataset": ("3D000", 404),
+    "auth_failed": ("28P01", 401),
+    "auth_locked": ("28000", 429),
+    "forbidden": ("42501", 403),
+    "protocol": ("08P01", 400),
+    "server": ("XX000", 500),
+}
+# engine errors whose message is written for the analyst; every other one (ledger, data,
+# interface ...) is replaced by a reference number and logged for the owner only
+_ANALYST_FACING = {"syntax", "unknown_table", "unknown_column", "missing_bounds",
+                   "non_aggregate", "private_keys", "bad_privacy_parameter", "unsupported_sql",
+                   "not_supported", "programming", "catalog", "budget_exhausted", "timeout",
+                   "backend", "internal"}
+
+_AUDIT_SCHEMA = """
+CREATE TABLE IF NOT EXISTS requests (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    time        REAL NOT NULL,
+    analyst     TEXT NOT NULL,
+    dataset     TEXT,
+    interface   TEXT NOT NULL,
+    action      TEXT NOT NULL,
+    fingerprint TEXT,
+    statement   TEXT,
+    epsilon     REAL NOT NULL DEFAULT 0,
+    outcome     TEXT NOT NULL,
+    code        TEXT,
+    rows        INTEGER,
+    answer      TEXT
+);
+CREATE INDEX IF NOT EXISTS requests_analyst ON requests (analyst, id);
+"""
+
+
+IDLE_CONNECTIONS = 64  # pooled engine connections kept per process (each holds a DuckDB)
+
+
+class ServiceError(Exception):
+    """A refusal by the service itself (authentication, limits, unknown dataset ...)."""
+
+    def __init__(self, code: str, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.hint = code, message, hint
+        self.epsilon_spent = 0
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An error as every interface shows it."""
+
+    code: str
+    sqlstate: str
+    status: int
+    message: str
+    hint: str | None
+    epsilon_spent: float = 0.0
+
+    def to_json(self) -> dict:
+        """The HTTP API's error body."""
+        return {"ok": False, "code": self.code, "sqlstate": self.sqlstate,
+                "error": self.message, "hint": self.hint, "epsilon_spent": self.epsilon_spent}
+
+
+@dataclass
+class Answer:
+    """One released result: columns (interval columns last), rows, cost and what is left."""
+
+    columns: list[dict]
+    rows: list[list]
+    epsilon_spent: float
+    remaining: dict
+    truncated: bool = False
+    reused: bool = False
+    dataset: str = ""
+
+    def to_json(self) -> dict:
+        """The HTTP API's answer body."""
+        return {"ok": True, "dataset": self.dataset, "columns": self.columns, "rows": self.rows,
+                "epsilon_spent": self.epsilon_spent, "reused": self.reused,
+                "truncated": self.truncated, "budget_remaining": self.remaining}
+
+    def notice(self, analyst: str) -> str:
+        """One line for psql users."""
+        left = self.remaining.get("epsilon")
+        return (f"dpsql: {'answer reused, ' if self.reused else ''}ε spent "
+                f"{self.epsilon_spent:g}; {analyst} has ε {left:g} left on {self.dataset}"
+                + (" (result truncated to the row limit)" if self.truncated else ""))
+
+
+def fingerprint(sql: str) -> str:
+    """A short hash of the statement with whitespace and case of keywords normalised."""
+    normal = re.sub(r"\s+", " ", sql.strip()).rstrip(";").lower()
+    return hashlib.sha256(normal.encode()).hexdigest()[:16]
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-safe Python value (numpy scalars, dates, fractions, non-finite floats)."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, (Fraction, Decimal)):
+        return float(value)
+    if isinstance(value, (date, datetime)):
+        return value.isoformat()
+    return value
+
+
+def _loss_json(loss: PrivacyLoss) -> dict:
+    return {"epsilon": float(loss.epsilon), "delta": float(loss.delta)}
+
+
+class _RateLimiter:
+    """At most ``per_minute`` requests per analyst in any 60 s window."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, deque] = {}
+        self._lock = threading.Lock()
+
+    def allow(self, analyst: str, per_minute: float) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            seen = self._seen.setdefault(analyst, deque())
+            while seen and now - seen[0] >= 60:
+                seen.popleft()
+            if len(seen) >= per_minute:
+                return False
+            seen.append(now)
+            return True
+
+
+@dataclass
+class _DatasetState:
+    name: str
+    budget: PrivacyLoss | None
+    catalogue: dict
+    pools: dict[str, list] = field(default_factory=dict)
+
+
+class Service:
+    """Answers analysts' requests for the datasets of one configuration."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._rate = _RateLimiter()
+        self._audit = sqlite3.connect(config.state_dir / "audit.sqlite", timeout=60,
+                                      isolation_level=None, check_same_thread=False)
+        self._audit.execute("PRAGMA journal_mode=WAL")
+        self._audit.execute("PRAGMA synchronous=NORMAL")
+        self._audit.executescript(_AUDIT_SCHEMA)
+        self._audit_lock = threading.Lock()
+        self._datasets: dict[str, _DatasetState] = {}
+        self._idle: list[tuple[str, str, Any]] = []  # pooled connections, oldest first
+        self._accounts: dict[str, dpsql.Connection] = {}
+        paths = set(config.private_paths)
+        for name, spec in config.datasets.items():
+            con = self._open(name, "dpsql-server")
+            catalog = con.catalog
+            self._accounts[name] = con
+            self._datasets[name] = _DatasetState(name, catalog.budget, _publish(catalog))
+            for table in catalog.tables.values():
+                if table.source and os.sep in str(table.source):
+                    source = os.path.abspath(str(table.source))
+                    paths.update((source, os.path.dirname(source)))
+            for analyst in config.analysts.values():
+                share = analyst.budgets.get(name)
+                if share is not None and catalog.budget is not None and \
+                        not catalog.budget.covers(share):
+                    raise ValueError(f"analyst {analyst.name!r}'s budget on {name!r} is larger "
+                                     f"than the dataset's total {catalog.budget.describe()}")
+        self._paths = sorted(paths, key=len, reverse=True)
+
+    # --- connections ---------------------------------------------------------------------
+    def _open(self, dataset: str, analyst: str, account: Analyst | None = None):
+        spec = self.config.datasets[dataset]
+        limits = account.limits if account else None
+        con = dpsql.connect(None if spec.database is None else str(spec.database),
+                            metadata=str(spec.metadata), analyst=analyst, ledger=spec.ledger,
+                            epsilon_per_query=account.epsilon_per_query if account else None,
+                            timeout=limits.timeout if limits else None)
+        if account is not None:
+            con.ledger.analyst_budget = account.budgets[dataset]
+            if limits.max_epsilon_per_query is not None:
+                con.ledger.max_release = PrivacyLoss(
+                    Fraction(str(limits.max_epsilon_per_query)), Fraction(1))
+        return con
+
+    def _borrow(self, account: Analyst, dataset: str):
+        state = self._datasets[dataset]
+        with self._lock:
+            pool = state.pools.setdefault(account.name, [])
+            if pool:
+                con = pool.pop()
+                self._idle = [entry for entry in self._idle if entry[2] is not con]
+                return con
+        return self._open(dataset, account.name, account)
+
+    def _give_back(self, account: Analyst, dataset: str, con) -> None:
+        with self._lock:
+            self._datasets[dataset].pools.setdefault(account.name, []).append(con)
+            self._idle.append((dataset, account.name, con))
+            surplus = self._idle[:-IDLE_CONNECTIONS] if len(self._idle) > IDLE_CONNECTIONS \
+                else []
+            del self._idle[:len(surplus)]
+            for old_dataset, old_analyst, old in surplus:  # least recently used first
+                pool = self._datasets[old_dataset].pools.get(old_analyst, [])
+                if old in pool:
+                    pool.remove(old)
+                    old.close()
+
+    def close(self) -> None:
+        """Close every connection and the audit log."""
+        with self._lock:
+            for state in self._datasets.values():
+                for pool in state.pools.values():
+                    for con in pool:
+                        con.close()
+                state.pools.clear()
+            for con in self._accounts.values():
+                con.close()
+        self._audit.close()
+
+    # --- accounts ------------------------------------------------------------------------
+    def role(self, user: str) -> str | None:
+        """'analyst', 'owner' or None."""
+        if user in self.config.analysts:
+            return "analyst"
+        return "owner" if user in self.config.owners else None
+
+    def verifier(self, user: str):
+        """The stored SCRAM verifier of an account (None for unknown users)."""
+        account = self.config.analysts.get(user)
+        return account.verifier if account else self.config.owners.get(user)
+
+    def check_login(self, user: str, password: str) -> bool:
+        """Whether the password is the account's."""
+        return check_password(self.verifier(user), password)
+
+    def analyst(self, user: str, dataset: str | None = None) -> Analyst:
+        """The analyst account, checking it may use ``dataset``."""
+        account = self.config.analysts.get(user)
+        if account is None:
+            raise ServiceError("forbidden", "only analysts may query datasets")
+        if dataset is not None and (dataset not in self._datasets or
+                                    dataset not in account.budgets):
+            raise ServiceError("unknown_dataset", f"there is no dataset {dataset!r} for you",
+                               hint=f"your datasets: {', '.join(sorted(account.budgets))}")
+        return account
+
+    # --- requests ------------------------------------------------------------------------
+    def query(self, user: str, dataset: str, sql: str, params=None, *, epsilon=None,
+              interface: str = "http") -> Answer:
+        """Run one DP SELECT for an analyst; every outcome is audited."""
+        started = time.perf_counter()
+        try:
+            account = self._admit(user, dataset, sql)
+            eps = epsilon if epsilon is not None else account.epsilon_per_query
+            cap = account.limits.max_epsilon_per_query
+            if eps is not None and cap is not None and float(eps) > cap:
+                raise ServiceError("epsilon_limit", f"one query may spend at most ε {cap:g}; "
+                                   f"this one asks for ε {float(eps):g}",
+                                   hint="ask for a smaller epsilon (SET dpsql.epsilon = ...)")
+            share = account.budgets[dataset]
+            if eps is not None:
+                left = share.minus(self._spent(dataset, user))
+                if not left.covers(PrivacyLoss(Fraction(str(eps)))):
+                    raise ServiceError(
+                        "budget_exhausted",
+                        f"{user}'s privacy budget on dataset {dataset!r} cannot cover this "
+                        f"request; nothing was run or released\n  Requested: ε={float(eps):g}"
+                        f"\n  Remaining: {left.describe()}",
+                        hint="ask for a smaller epsilon, or ask the data owner for more budget")
+            con = self._borrow(account, dataset)
+            try:
+                cur = con.cursor().execute(sql, params, epsilon=epsilon)
+                answer = self._answer(cur, account, dataset)
+            finally:
+                self._give_back(account, dataset, con)
+        except (dpsql.Error, ServiceError) as err:
+            failure = self.failure(err)
+            self._record(user, dataset, interface, "query", sql, failure.epsilon_spent,
+                         "refused", failure.code)
+            log.info("query analyst=%s dataset=%s fp=%s eps=%g outcome=refused code=%s "
+                     "ms=%.1f", user, dataset, fingerprint(sql), failure.epsilon_spent,
+                     failure.code, 1000 * (time.perf_counter() - started))
+            raise
+        self._record(user, dataset, interface, "query", sql, answer.epsilon_spent, "ok", None,
+                     len(answer.rows), json.dumps({"columns": [c["name"] for c in
+                                                               answer.columns],
+                                                   "rows": answer.rows[:100]}))
+        log.info("query analyst=%s dataset=%s fp=%s eps=%g outcome=ok rows=%d ms=%.1f", user,
+                 dataset, fingerprint(sql), answer.epsilon_spent, len(answer.rows),
+                 1000 * (time.perf_counter() - started))
+        return answer
+
+    def _admit(self, user: str, dataset: str, sql: str) -> Analyst:
+        account = self.analyst(user, dataset)
+        if len(sql.encode("utf-8", "replace")) > account.limits.max_sql_bytes:
+            raise ServiceError("too_large", f"the statement is longer than "
+                               f"{account.limits.max_sql_bytes} bytes")
+        if not self._rate.allow(user, account.limits.queries_per_minute):
+            raise ServiceError("rate_limited", f"more than "
+                               f"{account.limits.queries_per_minute:g} requests per minute",
+                               hint="wait a moment and try again")
+        return account
+
+    def _answer(self, cur, account: Analyst, dataset: str) -> Answer:
+        description = cur.description or []
+        rows = [list(map(_plain, row)) for row in cur.fetchall()]
+        columns = [{"name": c.name, "type": c.type_code, "noise": c.noise,
+                    "noise_scale": c.noise_scale, "epsilon": c.epsilon,
+                    "ci_columns": list(c.ci_columns)} for c in description]
+        noisy = [c for c in description if c.ci_columns]
+        if noisy and rows:
+            frame = cur.intervals()
+            for c in noisy:
+                for name in c.ci_columns:
+                    values = [_plain(v) for v in frame[name].tolist()]
+                    for row, value in zip(rows, values, strict=True):
+                        row.append(value)
+        for c in noisy:
+            for name in c.ci_columns:
+                columns.append({"name": name, "type": c.type_code, "noise": None,
+                                "noise_scale": None, "epsilon": None, "ci_columns": [],
+                                "interval_of": c.name})
+        limit = account.limits.max_rows
+        truncated = len(rows) > limit
+        spent = float(cur.epsilon_spent)
+        remaining = _loss_json(account.budgets[dataset].minus(self._spent(dataset,
+                                                                            account.name)))
+        return Answer(columns, rows[:limit], spent, remaining, truncated,
+                      reused=spent == 0 and bool(noisy), dataset=dataset)
+
+    def explain(self, user: str, dataset: str, sql: str, *, epsilon=None,
+                interface: str = "http") -> dict:
+        """The DP plan of a statement or script: cost, mechanisms, errors; spends nothing."""
+        try:
+            account = self._admit(user, dataset, sql)
+            con = self._borrow(account, dataset)
+            try:
+                plan = con.explain(sql, epsilon=epsilon)
+            finally:
+                self._give_back(account, dataset, con)
+        except (dpsql.Error, ServiceError) as err:
+            self._record(user, dataset, interface, "explain", sql, 0, "refused",
+                         self.failure(err).code)
+            raise
+        self._record(user, dataset, interface, "explain", sql, 0, "ok", None)
+        for statement in plan.get("statements", []):
+            statement.pop("rewritten", None)  # the exact SQL names the server's sources
+        share = account.budgets[dataset].minus(self._spent(dataset, user))
+        plan["budget_remaining"] = _loss_json(share)
+        plan["fits"] = share.covers(PrivacyLoss(Fraction(str(plan.get("epsilon", 0))),
+                                                Fraction(str(plan.get("delta", 0)))))
+        return plan
+
+    def _spent(self, dataset: str, analyst: str | None = None) -> PrivacyLoss:
+        with self._lock:
+            return self._accounts[dataset].ledger.spent(dataset, analyst)
+
+    def budget(self, user: str) -> dict:
+        """The analyst's share, spend and remainder on each of their datasets."""
+        account = self.analyst(user)
+        out = {}
+        for dataset, share in sorted(account.budgets.items()):
+            spent = self._spent(dataset, user)
+            out[dataset] = {"budget": _loss_json(share), "spent": _loss_json(spent),
+                            "remaining": _loss_json(share.minus(spent)),
+                            "epsilon_per_query": account.epsilon_per_query,
+                            "max_epsilon_per_query": account.limits.max_epsilon_per_query}
+        return out
+
+    def catalogue(self, user: str, dataset: str | None = None) -> dict:
+        """What the metadata publishes of the analyst's datasets."""
+        account = self.analyst(user, dataset)
+        names = [dataset] if dataset else sorted(d for d in account.budgets
+                                                 if d in self._datasets)
+        return {name: self._datasets[name].catalogue for name in names}
+
+    def history(self, user: str, limit: int = 200) -> list[dict]:
+        """The analyst's own requests, newest first, with their answers."""
+        self.analyst(user)
+        with self._audit_lock:
+            rows = self._audit.execute(
+                "SELECT id, time, dataset, interface, action, statement, epsilon, outcome, "
+                "code, rows, answer FROM requests WHERE analyst = ? ORDER BY id DESC LIMIT ?",
+                (user, limit)).fetchall()
+        keys = ("id", "time", "dataset", "interface", "action", "statement", "epsilon",
+                "outcome", "code", "rows", "answer")
+        out = [dict(zip(keys, row, strict=True)) for row in rows]
+        for item in out:
+            item["answer"] = json.loads(item["answer"]) if item["answer"] else None
+        return out
+
+    def overview(self, user: str) -> dict:
+        """For the data owner: dataset totals, every analyst's spend, recent refusals."""
+        if self.role(user) != "owner":
+            raise ServiceError("forbidden", "this view is for the data owner")
+        datasets = {}
+        for name, state in self._datasets.items():
+            analysts = {}
+            for account in self.config.analysts.values():
+                if name in account.budgets:
+                    analysts[account.name] = {"budget": _loss_json(account.budgets[name]),
+                                              "spent": _loss_json(self._spent(name,
+                                                                              account.name))}
+            datasets[name] = {
+                "budget": None if state.budget is None else _loss_json(state.budget),
+                "spent": _loss_json(self._spent(name)), "analysts": analysts}
+        with self._audit_lock:
+            refusals = self._audit.execute(
+                "SELECT time, analyst, dataset, interface, action, fingerprint, code "
+                "FROM requests WHERE outcome = 'refused' ORDER BY id DESC LIMIT 100").fetchall()
+            counts = self._audit.execute(
+                "SELECT analyst, outcome, COUNT(*) FROM requests GROUP BY analyst, outcome"
+            ).fetchall()
+        keys = ("time", "analyst", "dataset", "interface", "action", "fingerprint", "code")
+        return {"datasets": datasets,
+                "refusals": [dict(zip(keys, r, strict=True)) for r in refusals],
+                "requests": [{"analyst": a, "outcome": o, "count": n} for a, o, n in counts]}
+
+    def login_event(self, user: str, interface: str, ok: bool, address: str) -> None:
+        """Audit a login (failed ones show in the owner's refusals)."""
+        self._record(user, None, interface, "login", None, 0, "ok" if ok else "refused",
+                     None if ok else "auth_failed")
+        log.info("login user=%s interface=%s address=%s outcome=%s", user, interface, address,
+                 "ok" if ok else "refused")
+
+    def _record(self, analyst: str, dataset: str | None, interface: str, action: str,
+                sql: str | None, epsilon: float, outcome: str, code: str | None,
+                rows: int | None = None, answer: str | None = None) -> None:
+        with self._audit_lock:
+            self._audit.execute(
+                "INSERT INTO requests (time, analyst, dataset, interface, action, fingerprint, "
+                "statement, epsilon, outcome, code, rows, answer) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (time.time(), analyst[:200], dataset, interface, action,
+                 fingerprint(sql) if sql else None, sql[:20_000] if sql else None,
+                 float(epsilon), outcome, code, rows, answer))
+
+    # --- errors --------------------------------------------------------------------------
+    def failure(self, err: BaseException) -> Failure:
+        """How an error is shown to the analyst: no paths, no internals, no stack."""
+        code = getattr(err, "code", "server")
+        spent = float(getattr(err, "epsilon_spent", 0) or 0)
+        if isinstance(err, ServiceError) or (isinstance(err, dpsql.Error) and
+                                             code in _ANALYST_FACING):
+            message, hint = str(getattr(err, "message", err)), getattr(err, "hint", None)
+            if isinstance(err, dpsql.Error) and err.sql is not None and err.position:
+                message = str(err).split("\nHint: ")[0]
+        else:
+            reference = f"{time.time():.6f}"
+            log.error("internal failure %s: %r", reference, err, exc_info=err)
+            code = "server"
+            message = f"the server could not answer this request (reference {reference})"
+            hint = "tell the data owner the reference"
+        sqlstate, status = ERROR_CODES.get(code, ("XX000", 500))
+        return Failure(code, sqlstate, status, self.scrub(message),
+                       None if hint is None else self.scrub(hint), spent)
+
+    def scrub(self, text: str) -> str:
+        """Remove every server path from a message."""
+        for path in self._paths:
+            text = text.replace(path, "<server>")
+        return text
+
+
+def _publish(catalog) -> dict:
+    """The catalogue an analyst may see: tables, columns, types, public domains, bounds."""
+    tables = {}
+    for name, table in catalog.tables.items():
+        columns = {}
+        for column in table.columns.values():
+            item: dict[str, Any] = {"type": column.type}
+            if column.lower is not None:
+                item["lower"], item["upper"] = _plain(column.lower), _plain(column.upper)
+            if column.values is not None:
+                item["values"] = [_plain(v) for v in column.values]
+            columns[column.name] = item
+        tables[name] = {"public": table.public, "columns": columns}
+        if not table.public:
+            tables[name]["max_groups_per_unit"] = table.max_groups_per_unit
+            tables[name]["max_rows_per_group"] = table.max_rows_per_group
+    return {"neighbouring": catalog.neighbouring, "mechanism": catalog.mechanism,
+            "tables": tables}

@@ -1,0 +1,60 @@
+"""dpsql's own client: dpsql.connect("dpsql://user:pw@host:port/dataset")."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from server_harness import server  # noqa: F401 - the fixture
+
+import dpsql
+
+
+def test_client_query_description_and_intervals(server):
+    with dpsql.connect(server.url("dave")) as con:
+        cur = con.cursor().execute("SELECT day, COUNT(*) AS n FROM visits GROUP BY day")
+        assert [c.name for c in cur.description] == ["day", "n"]
+        n = cur.description[1]
+        assert n.noise == "discrete_laplace" and n.ci_columns == ("n_low", "n_high")
+        assert cur.epsilon_spent == Fraction(1, 4)
+        assert len(cur.fetchall()) == 7
+        frame = cur.intervals()
+        assert list(frame.columns) == ["day", "n", "n_low", "n_high"]
+        assert (frame.n_low <= frame.n).all()
+        assert con.budget_remaining.epsilon == Fraction(3, 4)
+
+
+def test_client_params_explain_and_refusal(server):
+    with dpsql.connect(server.url("dave"), epsilon_per_query=0.1) as con:
+        cur = con.cursor().execute("SELECT AVG(amount) AS a FROM visits WHERE day = ?", ["Mon"])
+        assert cur.epsilon_spent == Fraction(1, 10)
+        plan = con.explain("SELECT COUNT(*) FROM visits", epsilon=0.3)
+        assert plan["epsilon"] == 0.3 and "rewritten" not in plan["statements"][0]
+        left = con.budget_remaining
+        with pytest.raises(dpsql.BudgetExhaustedError):
+            con.cursor().execute("SELECT COUNT(*) AS n FROM visits", epsilon=0.9)
+        assert con.budget_remaining == left
+        with pytest.raises(dpsql.UnknownTableError):
+            con.cursor().execute("SELECT COUNT(*) FROM nowhere")
+        with pytest.raises(dpsql.NonAggregateQueryError):
+            con.cursor().execute("SELECT uid FROM visits")
+
+
+def test_client_wrong_password_and_forbidden_options(server):
+    with pytest.raises(dpsql.OperationalError, match="password authentication failed"):
+        dpsql.connect(server.url("dave", "nope"))
+    with pytest.raises(dpsql.InterfaceError):
+        dpsql.connect(server.url("dave"), ledger=":memory:")
+    with pytest.raises(dpsql.InterfaceError):
+        dpsql.connect(server.url("dave"), insecure_seed=1)
+
+
+def test_answer_reuse_across_analysts(server):
+    sql = "SELECT member, COUNT(*) AS n FROM visits GROUP BY member"
+    with dpsql.connect(server.url("erin")) as erin, dpsql.connect(server.url("frank")) as frank:
+        first = erin.cursor().execute(sql, epsilon=0.2)
+        second = frank.cursor().execute(sql, epsilon=0.2)
+        assert first.epsilon_spent == Fraction(1, 5)
+        assert second.epsilon_spent == 0 and second.reused
+        assert second.fetchall() == first.fetchall()
+        assert frank.budget_remaining.epsilon == 1

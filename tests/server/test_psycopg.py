@@ -1,0 +1,79 @@
+"""psycopg 3 and pandas.read_sql (through psycopg) against the server, unchanged."""
+
+from __future__ import annotations
+
+import pandas as pd
+import psycopg
+import pytest
+from server_harness import server  # noqa: F401 - the fixture
+
+
+def test_psycopg_query_params_and_intervals(server):
+    with psycopg.connect(server.dsn("bob")) as con:  # not autocommit: BEGIN is accepted
+        cur = con.execute("SELECT member, SUM(amount) AS s FROM visits WHERE region_id = %s "
+                          "GROUP BY member", [2])
+        assert [d.name for d in cur.description] == ["member", "s", "s_low", "s_high"]
+        rows = cur.fetchall()
+        assert {r[0] for r in rows} == {True, False}
+        assert all(low <= s <= high for _, s, low, high in rows)
+        release = cur.connection.execute("SHOW dpsql.last_release").fetchone()[0]
+        assert '"epsilon_spent": 0.25' in release
+
+
+def test_psycopg_set_epsilon_budget_and_refusal(server):
+    with psycopg.connect(server.dsn("bob"), autocommit=True) as con:
+        con.execute("SET dpsql.epsilon = 0.5")
+        n = con.execute("SELECT COUNT(*) AS n FROM visits WHERE region_id = 1").fetchone()
+        assert len(n) == 3
+        with pytest.raises(psycopg.Error) as info:
+            con.execute("SELECT COUNT(*) AS n FROM visits WHERE region_id = 3")
+        assert info.value.sqlstate == "53400"
+        assert "nothing was run or released" in info.value.diag.message_primary
+        assert info.value.diag.message_hint
+        budget = con.execute("SHOW dpsql.budget").fetchone()[0]
+        assert '"remaining": {"epsilon": 0.25' in budget
+
+
+def test_psycopg_errors_have_sqlstates(server):
+    with psycopg.connect(server.dsn("carol"), autocommit=True) as con:
+        for sql, state in [("SELECT COUNT(*) FROM nowhere", "42P01"),
+                           ("SELECT COUNT(*) FROM visits WHERE nope = 1", "42703"),
+                           ("SELEC 1", "42601"),
+                           ("DELETE FROM visits", "0A000")]:
+            with pytest.raises(psycopg.Error) as info:
+                con.execute(sql)
+            assert info.value.sqlstate == state, (sql, info.value)
+        with pytest.raises(psycopg.Error) as info:
+            con.execute("SET dpsql.epsilon = 5")
+            con.execute("SELECT COUNT(*) FROM visits")
+        assert info.value.sqlstate == "53400"  # above the per-query cap
+
+
+@pytest.mark.filterwarnings("ignore:pandas only supports SQLAlchemy")
+def test_pandas_read_sql_through_psycopg(server):
+    with psycopg.connect(server.dsn("carol")) as con:
+        frame = pd.read_sql("SELECT day, COUNT(*) AS n FROM visits WHERE amount > 2 GROUP BY day",
+                            con)
+    assert list(frame.columns) == ["day", "n", "n_low", "n_high"]
+    assert len(frame) == 7
+    assert (frame.n_low <= frame.n).all() and (frame.n <= frame.n_high).all()
+    with psycopg.connect(server.dsn("carol"), autocommit=True) as con:
+        con.execute("SET dpsql.epsilon = 0.9")
+        with pytest.raises(Exception, match="cannot cover this request") as info:
+            pd.read_sql("SELECT COUNT(*) AS n FROM visits WHERE amount > 3", con)
+        assert "53400" in repr(info.value.__cause__ or info.value) or \
+            getattr(info.value, "sqlstate", "53400") == "53400"
+        budget = con.execute("SHOW dpsql.budget").fetchone()[0]
+        assert '"spent": {"epsilon": 0.25' in budget  # only the frame above was charged
+
+
+def test_psycopg_wrong_password(server):
+    with pytest.raises(psycopg.OperationalError) as info:
+        psycopg.connect(server.dsn("carol", "guess"))
+    assert "password authentication failed" in str(info.value)
+
+
+def test_unknown_dataset_is_refused(server):
+    with pytest.raises(psycopg.OperationalError) as info:
+        psycopg.connect(server.dsn("carol", dataset="payroll"))
+    assert "no dataset" in str(info.value)
