@@ -38,7 +38,8 @@ How a bound is proposed. From the noisy quantiles a piecewise-linear CDF F̂ is 
 distance past the one below it), giving the expected excess e(b) = E[max(0, X − b)]. For a
 query shape of COUNT and SUM per key over K cells at the planned ε (``query_epsilon``):
 
-- (L0, L∞) minimise bias² / K + K·var over candidate pairs, where the rows dropped are
+- (L0, L∞) minimise bias² / K + K·var over candidate pairs (L0 ≤ K when the keys have
+  public domains: nobody touches more cells than exist), where the rows dropped are
   n̂·E[R]·e_G(L0)/E[G] + n̂·e_M(L∞) and var = 2·(L0·L∞/ε_q)² (Laplace, COUNT per key);
 - R (max_rows_per_unit) minimises (n̂·e_R(b))² + 2·(b/ε_q)² (scalar COUNT);
 - upper (and lower, mirrored) minimise (n̂·e(b))² + 2·(L0·L∞·max(|L|, |U|)/ε_q)² (SUM).
@@ -296,12 +297,14 @@ def _group_keys(table: TableSpec, query: str | None, group_by) -> tuple[str, ...
     return tuple(keys)
 
 
-def _cells(table: TableSpec, keys: tuple[str, ...]) -> int:
+def _cells(table: TableSpec, keys: tuple[str, ...]) -> tuple[int, bool]:
+    """Cells of the GROUP BY (keys without a public domain count as one), and whether every
+    key has a public domain (then nobody can touch more cells than that)."""
     cells = 1
     for k in keys:
         values = table.columns[k].values
         cells *= len(values) if values else 1
-    return cells
+    return cells, all(table.columns[k].values for k in keys)
 
 
 def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, table: str,
@@ -358,10 +361,11 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
     if spec.privacy_unit is not None:
         quantiles = {part: {q: dp_quantile(values[part], COUNT_GRID, q, share, rng)
                             for q in COUNT_QUANTILES} for part in ("r", "g", "m")}
-        cells = _cells(spec, keys)
+        cells, public_cells = _cells(spec, keys)
         mean_r, mean_g = mean(quantiles["r"], 1), mean(quantiles["g"], 1)
         best = None
-        for a in BOUND_CANDIDATES:
+        # a person cannot touch more cells than the public domain has (a public fact)
+        for a in (a for a in BOUND_CANDIDATES if a <= cells or not public_cells):
             for b in BOUND_CANDIDATES:
                 dropped = persons * (mean_r * excess(quantiles["g"], a, 1) / mean_g
                                      + excess(quantiles["m"], b, 1))
