@@ -215,6 +215,15 @@ class CustodianConnection(_Base):
         """Shortcut: a new cursor's execute()."""
         return self.cursor().execute(operation, parameters)
 
+    def truncation_report(self, table: str | None = None) -> list[dict]:
+        """What share of rows and of persons each private table's declared bounds drop (or
+        clamp), measured exactly; each statement is logged as an exact access
+        (``dpsql/truncation.py``)."""
+        self._check_open()
+        from dpsql.truncation import report
+
+        return report(self.catalog, self._backend, self.ledger, self.analyst, table)
+
     def _run_exact(self, sql: str, parameters) -> NoisyResult:
         self.ledger.record_exact(analyst=self.analyst, dataset=self.catalog.name, statement=sql)
         if self._backend.name != "duckdb":

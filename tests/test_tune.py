@@ -143,3 +143,27 @@ def test_public_tables_and_unknown_columns_are_refused_before_any_charge(tmp_pat
                 call()
         assert con.budget_spent.epsilon == 0
     assert np.isfinite(1.0)
+
+
+def test_truncation_report_measures_what_the_bounds_drop(tmp_path):
+    """Exact shares against a pandas count; every statement is logged as an exact access."""
+    visits = make_visits(300)
+    visits.loc[:4, "amount"] = 500.0  # outside [0, 100]: clamped
+    meta = _write(tmp_path, visits)
+    with dpsql.connect_custodian(metadata=meta, ledger=tmp_path / "c.sqlite") as con:
+        report = con.truncation_report("visits")
+        logged = [r for r in con.ledger.history() if r["kind"] == "exact"]
+    by = {(e["bound"], e["group"]): e for e in report}
+    cells = visits.groupby(["uid", "day"]).size()
+    beyond = (cells - 2).clip(lower=0)  # conftest: L∞ = 2, L0 = 3
+    entry = by[("max_rows_per_group", "day")]
+    assert entry["rows"] == len(visits) and entry["rows_affected"] == beyond.sum()
+    assert entry["persons_affected"] == (beyond.groupby("uid").sum() > 0).sum()
+    groups = cells.groupby("uid").size()
+    capped = cells.clip(upper=2).groupby("uid").sum()
+    expected = sum(capped[u] * (g - 3) / g for u, g in groups.items() if g > 3)
+    assert by[("max_groups_per_unit", "day")]["rows_affected"] == pytest.approx(expected, 0.01)
+    clamped = by[("lower/upper", "amount")]
+    assert clamped["rows_affected"] == 5 and clamped["effect"] == "clamped"
+    assert len(logged) == len({(e["bound"], e["group"]) for e in report
+                               if e["bound"] not in ("max_groups_per_unit", "both")})
