@@ -22,8 +22,9 @@ values a linear grid of ``VALUE_BINS`` points over the declared bounds, or, with
 0 and ±2^k (k = −8 … 40; k ≥ 0 for int). The utility of candidate c for quantile q is
 −|#{x ≤ c} − q·n|: adding or removing one person moves #{x ≤ c} by at most 1 and q·n by q,
 so the utility's sensitivity is 1 (the per-person values above are what guarantees it; see
-``per_person_values`` and the neighbour test). n itself is released with discrete Laplace
-noise of scale 1/ε_n (sensitivity 1).
+``per_person_values`` and the neighbour test). Under ``replace`` one value leaves and one
+enters: #{x ≤ c} moves by at most 1 and n not at all, so 1 holds there too. n itself is
+released with discrete Laplace noise of scale 1/ε_n (sensitivity 1).
 
 How the slice is split: evenly over every released quantity. With a privacy unit that is
 3 quantiles each of R, G and M (q = 0.5, 0.8, 0.95), plus, per numeric column, 3 quantiles
@@ -219,7 +220,8 @@ def dp_quantile(values, grid, q: Fraction, epsilon: Fraction, rng: RandomSource)
     value, 0 below the smallest), so a flat draw would wander over the empty grid. A public
     prior breaks the tie: each step away from the median side (towards larger candidates for
     q ≥ 1/2, smaller ones for q < 1/2) lowers the utility by (2Δ/ε)·3/2, a weight of e^−1.5
-    per step (so the nearest of tied candidates is drawn with probability ≈ 0.78). The prior does not depend on the data, so the sensitivity stays Δ = 1.
+    per step (so the nearest of tied candidates is drawn with probability ≈ 0.78). The prior
+    does not depend on the data, so the sensitivity stays Δ = 1.
     """
     utilities = quantile_utilities(values, grid, q)
     step = Fraction(2 * UTILITY_SENSITIVITY) / Fraction(epsilon) * Fraction(3, 2)
