@@ -22,6 +22,7 @@ from dpsql.dbapi20 import (
 )
 from dpsql.errors import (
     BackendError,
+    BoundsDefaultWarning,
     BudgetExhaustedError,
     CatalogError,
     DatabaseError,
@@ -55,6 +56,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BINARY", "DATETIME", "NUMBER", "ROWID", "STRING", "BackendError", "Binary",
+    "BoundsDefaultWarning",
     "BudgetExhaustedError", "CatalogError", "Column", "Connection", "Cursor",
     "CustodianConnection", "DataError", "DatabaseError", "Date", "DateFromTicks", "Error",
     "InsecureRandomnessWarning", "IntegrityError", "InterfaceError", "InternalError",

@@ -11,6 +11,7 @@ import datetime
 import math
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 import yaml
 
 from dpsql.budget import PrivacyLoss, positive, probability, rho_from_epsilon_delta
-from dpsql.errors import CatalogError
+from dpsql.errors import BoundsDefaultWarning, CatalogError
 
 COLUMN_TYPES = ("int", "float", "text", "bool", "date", "timestamp")
 TEMPORAL = ("date", "timestamp")
@@ -270,6 +271,13 @@ def _table(name: str, raw: Any, base: Path) -> TableSpec:
             hint="with row privacy each person is one row: drop these keys, or name the "
             "privacy_unit column",
         )
+    omitted = [key for key in ("max_groups_per_unit", "max_rows_per_group") if key not in raw]
+    if unit is not None and omitted:
+        warnings.warn(
+            f"table {name!r} does not declare {' or '.join(omitted)}: 1 is used, so each "
+            "person's rows beyond one group and one row per group are dropped from every "
+            f"answer; run `dpsql tune --table {name}` for bounds chosen privately from the "
+            "data, or declare them", BoundsDefaultWarning, stacklevel=4)
     source = raw.get("source")
     if source is not None:
         source = _expand(str(source), name)

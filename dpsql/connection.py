@@ -144,6 +144,22 @@ class Connection(_Base):
         return self._engine.explain(sql, epsilon=epsilon, delta=delta, accuracy=accuracy,
                                     rho=rho, weights=weights)
 
+    def tune(self, table: str, *, epsilon, columns=None, query: str | None = None,
+             group_by=None, query_epsilon: float = 1.0):
+        """Propose bounds for ``table`` from DP quantiles of its data (``dpsql/tune.py``).
+
+        Charges ``epsilon`` to the dataset's budget once, before anything is returned;
+        refused with nothing run or released if it does not fit. Returns a ``TuningResult``
+        (``.metadata`` is the snippet, each choice with its estimated bias and noise).
+        """
+        self._check_open()
+        from dpsql.tune import tune
+
+        return tune(catalog=self.catalog, backend=self._backend, ledger=self.ledger,
+                    analyst=self.analyst, rng=self._engine.rng, table=table, epsilon=epsilon,
+                    columns=columns, query=query, group_by=group_by,
+                    query_epsilon=query_epsilon)
+
     def _repr_html_(self) -> str:
         """Notebook view: dataset, analyst, backend, budget spent and remaining."""
         if self._closed:
@@ -202,6 +218,15 @@ class CustodianConnection(_Base):
     def execute(self, operation: str, parameters=None) -> CustodianCursor:
         """Shortcut: a new cursor's execute()."""
         return self.cursor().execute(operation, parameters)
+
+    def truncation_report(self, table: str | None = None) -> list[dict]:
+        """What share of rows and of persons each private table's declared bounds drop (or
+        clamp), measured exactly; each statement is logged as an exact access
+        (``dpsql/truncation.py``)."""
+        self._check_open()
+        from dpsql.truncation import report
+
+        return report(self.catalog, self._backend, self.ledger, self.analyst, table)
 
     def _run_exact(self, sql: str, parameters) -> NoisyResult:
         self.ledger.record_exact(analyst=self.analyst, dataset=self.catalog.name, statement=sql)

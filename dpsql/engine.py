@@ -8,6 +8,7 @@ the exact rows are dropped unseen.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, replace
@@ -43,6 +44,7 @@ from dpsql.release import (
     release,
 )
 from dpsql.rewrite import MAX_DOMAIN_CELLS, domain_size, part_count, rewrite
+from dpsql.versions import data_version
 
 
 ANALYSED_KEPT = 256  # checked statements kept per connection
@@ -199,12 +201,19 @@ class Engine:
         reuse = planned.release is not None and not planned.public and self.rng.is_secure \
             and planned.release.loss != PrivacyLoss.zero()
         if reuse:
-            # the same statements at the same ε were released before: return that answer, so
-            # that asking again (and averaging) cannot wear the noise down. With an insecure
-            # seed (experiments, no privacy) every call draws fresh noise instead.
-            stored = self.ledger.find_answer(self.catalog.name, planned.release.fingerprint)
-            if stored is not None:
-                return load_results(stored)
+            # the same statements at the same ε on the same data were released before: return
+            # that answer, so that asking again (and averaging) cannot wear the noise down.
+            # With an insecure seed (experiments, no privacy) every call draws fresh noise
+            # instead, and data whose version is unknown (versions.py) is never reused.
+            version = data_version(self.catalog, self.backend)
+            reuse = version is not None
+            if reuse:
+                planned = dataclasses.replace(planned, release=dataclasses.replace(
+                    planned.release, data_version=version))
+                stored = self.ledger.find_answer(self.catalog.name,
+                                                 planned.release.fingerprint)
+                if stored is not None:
+                    return load_results(stored)
         budget = self._budget() if planned.release else None
         if planned.release is not None:
             remaining = budget.minus(self.ledger.spent(self.catalog.name))

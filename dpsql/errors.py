@@ -25,6 +25,13 @@ class InsecureRandomnessWarning(Warning):
     __module__ = "dpsql"
 
 
+class BoundsDefaultWarning(Warning):
+    """A private table with a privacy unit omits max_groups_per_unit or max_rows_per_group,
+    so 1 is used: every person's rows beyond one group, or one row per group, are dropped."""
+
+    __module__ = "dpsql"
+
+
 class Error(Exception):
     """Base of every error dpsql raises."""
 

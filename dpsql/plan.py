@@ -206,6 +206,7 @@ class ScriptPlan:
     loss: PrivacyLoss  # ε of the whole script, and the δ its private keys use
     neighbouring: str
     details: dict[str, Any] = field(default_factory=dict)
+    data_version: str = ""  # what the tables held when it ran (versions.py), set by the engine
 
     @property
     def sensitivity(self) -> Fraction:
@@ -214,7 +215,9 @@ class ScriptPlan:
 
     @property
     def fingerprint(self) -> str:
-        """Identity of the release for the ledger: the normalised statements and ε."""
+        """Identity of the release for the ledger: the normalised statements, ε and the
+        version of the data (an answer is reused only on the same data)."""
         text = ";\n".join(s.checked.statement.sql for s in self.statements)
         loss = self.loss  # exact values: ε = 1.000001 and 1.000002 are different releases
-        return f"{text} @ epsilon={loss.epsilon} delta={loss.delta} rho={loss.rho}"
+        return (f"{text} @ epsilon={loss.epsilon} delta={loss.delta} rho={loss.rho}"
+                f" data={self.data_version}")

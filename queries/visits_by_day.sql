@@ -1,5 +1,5 @@
 -- Visits, distinct customers and average spend per weekday.
--- Each customer counts in at most 3 days with at most 2 visits each (see data/visits.yaml).
+-- Each customer counts in at most 7 days with at most 8 visits each (see data/visits.yaml).
 SELECT day,
        COUNT(*)            AS visits,
        COUNT(DISTINCT uid) AS customers,

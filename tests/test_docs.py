@@ -90,7 +90,8 @@ def test_metadata_examples_load():
 
 
 def test_private_table_defaults_are_as_documented():
-    spec = catalog.load_catalog({"tables": {"t": {"privacy_unit": "uid"}}}).table("t")
+    with pytest.warns(dpsql.BoundsDefaultWarning, match="dpsql tune"):
+        spec = catalog.load_catalog({"tables": {"t": {"privacy_unit": "uid"}}}).table("t")
     assert (spec.max_groups_per_unit, spec.max_rows_per_group) == (1, 1)
     assert "**1 and 1**" in METADATA
 

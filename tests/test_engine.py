@@ -172,6 +172,23 @@ def test_repeated_statement_returns_the_stored_answer_at_no_cost(connect):
     assert con.cursor().execute(sql, epsilon=0.5).epsilon_spent == Fraction(1, 2)
 
 
+def test_an_answer_is_not_reused_once_the_data_changed(connect, data_dir):
+    """Reuse is keyed on the data too: a changed source file is charged and answered afresh."""
+    con = connect(seed=None, budget=3.0)
+    sql = "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex"
+    con.cursor().execute(sql, epsilon=1.0).fetchall()
+    assert con.cursor().execute(sql, epsilon=1.0).epsilon_spent == 0  # same data: reused
+    frame = make_adult()
+    make_adult(rows=6000, seed=9).to_csv(data_dir / "adult.csv", index=False)
+    # this connection read the CSV when it opened and still holds those rows: reused
+    assert con.cursor().execute(sql, epsilon=1.0).epsilon_spent == 0
+    con = connect(seed=None, budget=3.0)  # a new one reads the new file: charged again
+    fresh = con.cursor().execute(sql, epsilon=1.0)
+    assert fresh.epsilon_spent == 1 and con.budget_spent.epsilon == 2
+    assert sum(n for _, n in fresh.fetchall()) > 1.5 * len(frame)  # from the new rows
+    assert con.cursor().execute(sql, epsilon=1.0).epsilon_spent == 0  # and reused from now on
+
+
 def test_filter_clause_is_a_conditional_aggregate(connect):
     con = connect(budget=1e9)
     sql = ("SELECT sex, COUNT(*) FILTER (WHERE age > 50) AS old, "

@@ -22,6 +22,7 @@ from sqlglot import exp
 from dpsql.backends import columns_by_table
 from dpsql.catalog import Catalog, ColumnSpec, TableSpec
 from dpsql.errors import BackendError, DataError, ProgrammingError, QueryTimeoutError
+from dpsql.versions import file_version
 
 _CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE",
           "timestamp": "TIMESTAMP"}
@@ -53,6 +54,7 @@ class DuckDBBackend:
         self._frames = dict(frames or {})  # in-memory sources (backends/sources.py)
         self.sources = {name: _quote(name) for name in catalog.tables}
         self._public: DuckDBBackend | None = None
+        self.loaded_versions: dict[str, str | None] = {}  # CSV sources, as read at opening
         try:
             if locked:
                 self.connection = self._catalogued(database, catalog.tables.values())
@@ -144,6 +146,7 @@ class DuckDBBackend:
             self._public.catalog, self._public._public = self.catalog, None
             self._public.sources, self._public._frames = self.sources, self._frames
             self._public.database = self.database
+            self._public.loaded_versions = {}
             self._public._catalogued(self.database, public)
             self._public._lock([t.source for t in public if t.source is not None
                                 and t.source.lower().endswith(".parquet")])
@@ -174,6 +177,8 @@ class DuckDBBackend:
                 self.connection.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(table.name)} AS "
                                         f"SELECT {columns} FROM {reader}")
             else:
+                # the rows are read once, now: answers are reused by this version (versions.py)
+                before = file_version(source)
                 # text is parsed once per connection (re-parsing a CSV on every query cost
                 # ~100x the aggregate), as text first: typing it in a second step keeps DuckDB
                 # from pushing TRY_CAST into the reader, where a bad value fails every query
@@ -182,6 +187,8 @@ class DuckDBBackend:
                 self.connection.execute(f"CREATE OR REPLACE TEMP TABLE {_quote(table.name)} AS "
                                         f"SELECT {columns} FROM {raw}")
                 self.connection.execute(f"DROP TABLE {raw}")
+                self.loaded_versions[table.name] = before if file_version(source) == before \
+                    else None
             self.connection.execute(f"SELECT * FROM {_quote(table.name)} LIMIT 0")
         except duckdb.Error as err:
             # the reader's own message can quote a line of the private file: withheld

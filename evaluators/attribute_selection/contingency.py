@@ -69,8 +69,10 @@ class ContingencyRelease:
         classes: the class labels, in column order.
         class_counts: the class-count statement's noisy counts, if it was part of the script.
         sensitivity: the script's L1 sensitivity as the engine reported it.
-        epsilon_spent: ε charged for the whole script.
+        epsilon_spent: ε charged for the whole script (0 when the engine returned the stored
+            answer of the same script on the same data).
         neighbouring: ``add_remove`` or ``replace``.
+        epsilon: ε the script's noise was drawn at (the plan's, charged or not).
     """
 
     tables: dict[str, np.ndarray]
@@ -80,11 +82,13 @@ class ContingencyRelease:
     sensitivity: float
     epsilon_spent: float
     neighbouring: str
+    epsilon: float
 
     @property
     def scale(self) -> float:
-        """Laplace scale of every cell: the script's sensitivity over its ε."""
-        return self.sensitivity / self.epsilon_spent
+        """Laplace scale of every cell: the script's sensitivity over its planned ε (not the
+        spend, which is 0 for a reused answer)."""
+        return self.sensitivity / self.epsilon
 
 
 def quote(identifier: str) -> str:
@@ -248,6 +252,7 @@ def release_tables(
         sensitivity=float(cursor.sensitivity),
         epsilon_spent=float(cursor.epsilon_spent),
         neighbouring=neighbouring,
+        epsilon=float(plan["epsilon"]),
     )
 
 

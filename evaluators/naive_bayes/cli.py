@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import numpy as np
 import pandas as pd
+import yaml
 
 import dpsql
 from dpsql.catalog import load_catalog
@@ -125,6 +126,12 @@ def load_holdout(metadata: str | Path, table: str, class_column: str, *,
                    frame.iloc[order[cut:]].reset_index(drop=True))
 
 
+def _raw_budget(metadata: str | Path) -> Any:
+    """The ``budget`` entry of a metadata file, as written (exact, not through floats)."""
+    raw = yaml.safe_load(Path(metadata).read_text())
+    return raw.get("budget") if isinstance(raw, dict) else None
+
+
 def categorical_column(column: ColumnSpec, values: tuple[str, ...]) -> ColumnSpec:
     """The same column declared as text over public ``values`` (bins or a binarization)."""
     return dataclasses.replace(column, type="text", lower=None, upper=None, values=tuple(values))
@@ -182,11 +189,15 @@ def fit_randomized(holdout: Holdout, spec: RandomizationSpec, rng: dpsql.RandomS
 
 
 def fit_central(holdout: Holdout, epsilon: float, workdir: str | Path, *,
-                insecure_seed: int | None = None, alpha: float = 1.0
-                ) -> tuple[NaiveBayesModel, float]:
+                insecure_seed: int | None = None, alpha: float = 1.0,
+                dataset: str | Path | None = None) -> tuple[NaiveBayesModel, float]:
     """Central-DP Naive Bayes (``train_central``) on the private train rows; returns ε spent.
 
     Numeric attributes must have been binned or dropped (``load_holdout(numeric=...)``).
+    With ``dataset`` (the metadata file the rows come from) the release is charged to that
+    dataset's ledger and budget, under its name, like every other evaluator: the train rows
+    are the same people. Without it (reproductions on throw-away copies) the ledger is a
+    throw-away one with a budget of exactly ε.
     """
     if holdout.numeric_attributes:
         raise dpsql.ProgrammingError(
@@ -195,19 +206,25 @@ def fit_central(holdout: Holdout, epsilon: float, workdir: str | Path, *,
             hint="use --numeric bins (public bins) or --numeric drop")
     source = Path(workdir) / f"{holdout.table.name}_train.parquet"
     write_data(holdout.train, source)
+    name, budget, ledger = f"{holdout.table.name}_train", {"epsilon": float(epsilon)}, ":memory:"
+    if dataset is not None:
+        # the place dpsql.connect(metadata=<that file>) keeps the dataset's ledger
+        ledger = f"{Path(dataset).resolve()}.dpsql-ledger.sqlite"
+        name, budget = load_catalog(dataset).name, _raw_budget(dataset)
     metadata = {
-        "name": f"{holdout.table.name}_train",
-        "budget": {"epsilon": float(epsilon)},
+        "name": name,
+        "budget": budget,
         "tables": {holdout.table.name: {
             "source": str(source), "privacy_unit": None,
             "columns": {n: column_document(c) for n, c in holdout.table.columns.items()}}},
     }
-    connection = dpsql.connect(None, metadata=metadata, analyst=ANALYST, ledger=":memory:",
+    connection = dpsql.connect(None, metadata=metadata, analyst=ANALYST, ledger=ledger,
                                insecure_seed=insecure_seed)
     try:
+        before = connection.budget_spent.epsilon
         model = train_central(connection, holdout.table.name, holdout.class_column,
                               holdout.attributes, epsilon, metadata=metadata, alpha=alpha)
-        spent = float(connection.budget_spent.epsilon)
+        spent = float(connection.budget_spent.epsilon - before)
     finally:
         connection.close()
     return model, spent
@@ -250,7 +267,7 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *, p0
     with tempfile.TemporaryDirectory(prefix="dpsql-nb-") as workdir:
         if mechanism == "laplace":
             model, spent = fit_central(holdout, epsilon, workdir, insecure_seed=seed,
-                                       alpha=alpha)
+                                       alpha=alpha, dataset=metadata)
             result.update(test_accuracy=accuracy(model, holdout), epsilon_spent=spent)
             return result
         spec = RandomizationSpec(p=p0, trr_a_mean=trr["a_mean"], trr_a_variance=trr["a_variance"],

@@ -152,3 +152,26 @@ def test_rho_charges_are_spent_and_enforced(postgres_url):
     assert other.spent(dataset).rho == 1
     other.close()
     ledger.close()
+
+
+def test_a_stored_answer_is_not_reused_after_the_table_changed(backend_metadata, csv_dir,
+                                                              postgres_url):
+    """The data version (versions.py: the table's size, file node and write counters) is part
+    of the answer's key: rows written since the release make the same question a new one."""
+    import psycopg
+
+    meta = backend_metadata(csv_dir, warehouse=True, budget=2.0, name=f"d{uuid.uuid4().hex}")
+    sql = "SELECT sex, COUNT(*) FROM adult GROUP BY sex"
+    with dpsql.connect(postgres_url, metadata=meta, ledger=postgres_url, analyst="a") as con:
+        con.execute(sql, epsilon=0.5).fetchall()
+        assert con.execute(sql, epsilon=0.5).epsilon_spent == 0  # unchanged: reused
+    with psycopg.connect(postgres_url, autocommit=True) as writer:
+        writer.execute("INSERT INTO adult SELECT * FROM adult LIMIT 500")
+    try:
+        with dpsql.connect(postgres_url, metadata=meta, ledger=postgres_url, analyst="b") as con:
+            assert con.execute(sql, epsilon=0.5).epsilon_spent == Fraction(1, 2)
+            assert con.budget_spent.epsilon == 1
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as writer:
+            writer.execute("DELETE FROM adult WHERE ctid IN (SELECT ctid FROM adult "
+                           "OFFSET 3000)")

@@ -122,7 +122,8 @@ def test_a_public_table_from_a_frame_serves_public_statements(tmp_path):
     regions = pl.DataFrame({"region_id": [0, 1, 2], "name": ["North", "East", "South"]})
     metadata = {"name": "shop", "tables": {
         "regions": {"public": True, "columns": {"region_id": "int", "name": "text"}},
-        "visits": {"privacy_unit": "uid", "columns": {"uid": "int", "region_id": "int"}}}}
+        "visits": {"privacy_unit": "uid", "max_groups_per_unit": 1, "max_rows_per_group": 1,
+                   "columns": {"uid": "int", "region_id": "int"}}}}
     visits = pa.table({"uid": [1, 1, 2], "region_id": [0, 1, 1]})
     with dpsql.connect(metadata=metadata, ledger=tmp_path / "l.sqlite",
                        sources={"regions": regions, "visits": visits}) as con:

@@ -205,3 +205,18 @@ def test_cli_prints_the_json_contract(car, tmp_path: Path) -> None:
     assert set(payload["scores"]) == {"buying", "maint", "doors", "persons", "lug_boot", "safety"}
     assert payload["sensitivity"] == 6  # car.yaml: add_remove, 6 tables
     assert payload["epsilon_spent"] == pytest.approx(5)
+
+
+def test_cli_run_twice_reuses_the_answer_and_says_so(car, tmp_path: Path) -> None:
+    """The second identical run gets the stored answer: ε spent 0, and no ZeroDivisionError
+    (the noise scale comes from the plan's ε, not from the spend)."""
+    metadata = tmp_path / "car.yaml"
+    shutil.copy(META / "car.yaml", metadata)
+    args = ["--metadata", str(metadata), "--table", "car", "--class", "class",
+            "--method", "info_gain", "--epsilon", "5", "--top", "2", "--json"]
+    first = CliRunner().invoke(command, args)
+    again = CliRunner().invoke(command, args)
+    assert again.exit_code == 0, again.output
+    one, two = json.loads(first.output), json.loads(again.output)
+    assert one["epsilon_spent"] == pytest.approx(5) and two["epsilon_spent"] == 0
+    assert two["ranking"] == one["ranking"]

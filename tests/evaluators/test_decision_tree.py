@@ -260,3 +260,19 @@ def test_schema_refuses_attributes_without_public_domain():
         schema_from_metadata(metadata, "t", "y", attributes=["free"])
     with pytest.raises(dpsql.ProgrammingError):
         DPDecisionTree(1.0, 2, criterion="entropy")
+
+
+def test_cli_another_split_is_charged_not_answered_from_the_first(car, tmp_path):
+    """Secure noise reuses answers, but only on the same data: --seed 2 trains on another
+    split under the same table name, so it is charged in full (it once printed ε spent 0)."""
+    metadata = tmp_path / "car.yaml"
+    metadata.write_text(yaml.safe_dump(car))
+    spent = []
+    for seed in ("1", "2"):
+        result = CliRunner().invoke(command, [
+            "--metadata", str(metadata), "--table", "car", "--class", "class",
+            "--epsilon", "1", "--depth", "1", "--seed", seed,
+            "--ledger", str(tmp_path / "ledger.sqlite"), "--json"])
+        assert result.exit_code == 0, result.output
+        spent.append(json.loads(result.output)["epsilon_spent"])
+    assert spent == [1.0, 1.0]

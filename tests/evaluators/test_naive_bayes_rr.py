@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from conftest import require_dataset
 
 import dpsql
+from dpsql.connection import ledger_for
 from dpsql.catalog import load_catalog
 from dpsql.randomize import (
     ERRPH,
@@ -157,14 +158,22 @@ def test_cli_randomized_response_json_contract(car) -> None:
     assert 0.72 < out["test_accuracy"] <= out["non_private_accuracy"] + 0.05
 
 
-def test_cli_laplace_json_contract(car) -> None:
-    args = ["--metadata", CAR_YAML, "--table", "car", "--class", "class", "--mechanism",
+def test_cli_laplace_json_contract(car, tmp_path) -> None:
+    metadata = tmp_path / "car.yaml"  # the dataset's ledger is written beside it
+    metadata.write_text(Path(CAR_YAML).read_text())
+    args = ["--metadata", str(metadata), "--table", "car", "--class", "class", "--mechanism",
             "laplace", "--epsilon", "2", "--seed", "4", "--json"]
     with pytest.warns(dpsql.InsecureRandomnessWarning):
         result = CliRunner().invoke(command, args, catch_exceptions=False)
     out = json.loads(result.output)
     assert out["epsilon_spent"] == pytest.approx(2.0)
     assert 0.72 < out["test_accuracy"] <= 1.0
+    # charged to the dataset's own ledger, so `dpsql budget` sees it
+    catalog, ledger = ledger_for(None, str(metadata))
+    try:
+        assert ledger.spent(catalog.name).epsilon == 2
+    finally:
+        ledger.close()
 
 
 def test_cli_laplace_without_epsilon_is_refused(car) -> None:

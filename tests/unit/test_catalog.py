@@ -42,8 +42,22 @@ def test_dataset_variable_is_expanded(monkeypatch, tmp_path):
 
 
 def test_privacy_unit_column_is_declared_implicitly():
-    cat = load_catalog({"tables": {"t": {"privacy_unit": "uid", "columns": {}}}})
+    cat = load_catalog({"tables": {"t": {"privacy_unit": "uid", "max_groups_per_unit": 1,
+                                         "max_rows_per_group": 1, "columns": {}}}})
     assert cat.table("t").column("UID").name == "uid"
+
+
+def test_omitted_contribution_bounds_warn_once_per_table():
+    with pytest.warns(dpsql.BoundsDefaultWarning) as caught:
+        cat = load_catalog({"tables": {
+            "a": {"privacy_unit": "uid", "max_groups_per_unit": 2},
+            "b": {"privacy_unit": "uid"},
+            "c": {"privacy_unit": "uid", "max_groups_per_unit": 2, "max_rows_per_group": 3},
+            "d": {"privacy_unit": None}, "e": {"public": True}}})
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2 and "'a'" in messages[0] and "'b'" in messages[1]
+    assert "max_rows_per_group: 1 is used" in messages[0] and "dpsql tune" in messages[0]
+    assert (cat.table("b").max_groups_per_unit, cat.table("b").max_rows_per_group) == (1, 1)
 
 
 def test_missing_source_file_is_a_data_error(tmp_path):

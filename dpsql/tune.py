@@ -1,0 +1,458 @@
+"""Contribution and value bounds chosen privately from the data (``dpsql tune``).
+
+Declared bounds that are tighter than the data drop rows silently; bounds that are looser
+add noise. ``tune`` spends a declared slice ε of the dataset's budget (one ledger charge,
+all or nothing, before anything is returned) to estimate, with differentially private
+quantiles, how the data are spread, and proposes the metadata bounds that minimise the
+expected error of a query shape (COUNT and SUM per key), with the estimated bias and noise
+of each choice.
+
+What is measured (exactly, on the backend, from catalogued names only):
+
+- per person: R = rows in the table, G = distinct GROUP BY keys, M = the most rows in one
+  key. Each person contributes one value to each distribution;
+- per numeric column: each person's smallest value (for ``lower``) and largest (for
+  ``upper``): one value per person again, so clamping bounds are chosen from people, not
+  rows (with row privacy every row is a person and its value is used as is);
+- n, the number of persons (for turning per-person shares into rows).
+
+How it is released. Each quantile is one draw of the exact exponential mechanism
+(``mechanisms.exponential``) over a public grid of candidates: powers of 2 for counts; for
+values a linear grid of ``VALUE_BINS`` points over the declared bounds, or, without them,
+0 and ±2^k (k = −8 … 40; k ≥ 0 for int). The utility of candidate c for quantile q is
+−|#{x ≤ c} − q·n|: adding or removing one person moves #{x ≤ c} by at most 1 and q·n by q,
+so the utility's sensitivity is 1 (the per-person values above are what guarantees it; see
+``per_person_values`` and the neighbour test). Under ``replace`` one value leaves and one
+enters: #{x ≤ c} moves by at most 1 and n not at all, so 1 holds there too. n itself is
+released with discrete Laplace noise of scale 1/ε_n (sensitivity 1).
+
+How the slice is split: evenly over every released quantity. With a privacy unit that is
+3 quantiles each of R, G and M (q = 0.5, 0.8, 0.95), plus, per numeric column, 3 quantiles
+of the per-person minimum (q = 0.05, 0.2, 0.5) and 3 of the per-person maximum
+(q = 0.5, 0.8, 0.95), plus n: ``k = 1 + 9 + 6·columns`` draws of ε/k each (row privacy
+needs no contribution bounds: ``k = 1 + 6·columns``). Under basic composition the whole
+tuning is ε-DP; a dataset with ``mechanism: gaussian`` is charged ρ = ε²/2 (pure ε-DP
+implies ε²/2-zCDP).
+
+How a bound is proposed. From the noisy quantiles a piecewise-linear CDF F̂ is drawn
+(F̂ = 0 below the grid's first point, the quantiles in between, 1 at twice the top quantile's
+distance past the one below it), giving the expected excess e(b) = E[max(0, X − b)]. For a
+query shape of COUNT and SUM per key over K cells at the planned ε (``query_epsilon``):
+
+- (L0, L∞) minimise bias² / K + K·var over candidate pairs (L0 ≤ K when the keys have
+  public domains: nobody touches more cells than exist), where the rows dropped are
+  n̂·E[R]·e_G(L0)/E[G] + n̂·e_M(L∞) and var = 2·(L0·L∞/ε_q)² (Laplace, COUNT per key);
+- R (max_rows_per_unit) minimises (n̂·e_R(b))² + 2·(b/ε_q)² (scalar COUNT);
+- upper (and lower, mirrored) minimise (n̂·e(b))² + 2·(L0·L∞·max(|L|, |U|)/ε_q)² (SUM).
+
+These are estimates from noisy quantiles: the report gives them, and the custodian's
+``truncation_report`` measures exactly what declared bounds drop.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import click
+import sqlglot
+import yaml
+from sqlglot import exp
+
+from dpsql.budget import PrivacyLoss, positive
+from dpsql.catalog import Catalog, TableSpec
+from dpsql.errors import CatalogError, PrivacyParameterError, ProgrammingError, UnknownTableError
+from dpsql.ledger import budget_exhausted
+from dpsql.mechanisms.exponential import exponential
+from dpsql.mechanisms.samplers import RandomSource
+
+# Not 0.99: above the data every candidate ties (#{x ≤ c} = n), and with n·(1 − q)·ε/2 small
+# the mechanism cannot tell the top quantile from the empty grid above it. The tail beyond
+# 0.95 is extrapolated (``excess``).
+COUNT_QUANTILES = (Fraction(1, 2), Fraction(4, 5), Fraction(19, 20))
+LOWER_QUANTILES = (Fraction(1, 20), Fraction(1, 5), Fraction(1, 2))
+UPPER_QUANTILES = COUNT_QUANTILES
+COUNT_GRID = tuple(2**k for k in range(0, 17))  # 1 … 2^16 rows or keys per person
+# the proposed L0, L∞, R: every small count, then powers of 2 (public, data-independent)
+BOUND_CANDIDATES = tuple(sorted(set(range(1, 33)) | set(COUNT_GRID)))
+VALUE_BINS = 64
+UTILITY_SENSITIVITY = 1  # one value per person: #{x ≤ c} − q·n moves by ≤ max(q, 1 − q)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One proposed bound and its estimated cost for the query shape."""
+
+    key: str  # metadata key: max_groups_per_unit, ..., or 'columns.<name>.upper'
+    value: float | int
+    bias: float  # estimated rows (or value units) lost to truncation or clamping
+    noise_sd: float  # standard deviation of the noise at the planned ε
+    quantiles: dict[str, float] = field(default_factory=dict)  # the noisy quantiles used
+
+
+@dataclass(frozen=True)
+class TuningResult:
+    """What ``tune`` released: the proposal, its estimated costs, and what it was charged."""
+
+    table: str
+    epsilon: Fraction
+    query_epsilon: float
+    group_by: tuple[str, ...]
+    persons: int  # noisy
+    choices: tuple[Choice, ...]
+    draws: int  # released quantities the slice was split over
+
+    def choice(self, key: str) -> Choice:
+        """The choice for one metadata key."""
+        return next(c for c in self.choices if c.key == key)
+
+    @property
+    def metadata(self) -> dict:
+        """The proposal as a metadata snippet for this table."""
+        spec: dict[str, Any] = {}
+        columns: dict[str, dict] = {}
+        for c in self.choices:
+            if c.key.startswith("columns."):
+                _, name, bound = c.key.split(".", 2)
+                columns.setdefault(name, {})[bound] = c.value
+            else:
+                spec[c.key] = c.value
+        if columns:
+            spec["columns"] = columns
+        return {"tables": {self.table: spec}}
+
+    def to_yaml(self) -> str:
+        """The metadata snippet as YAML."""
+        return yaml.safe_dump(self.metadata, sort_keys=False)
+
+    def to_dict(self) -> dict:
+        """Everything as plain JSON-able values."""
+        return {"table": self.table, "epsilon_spent": float(self.epsilon),
+                "query_epsilon": self.query_epsilon, "group_by": list(self.group_by),
+                "persons": self.persons, "draws": self.draws, "metadata": self.metadata,
+                "choices": [{"key": c.key, "value": c.value, "bias": c.bias,
+                             "noise_sd": c.noise_sd, "quantiles": c.quantiles}
+                            for c in self.choices]}
+
+
+# --- exact per-person values (never leave this module unnoised) --------------------------
+
+def _quote(name: str, dialect: str) -> str:
+    if dialect == "spark":
+        return "`" + name.replace("`", "``") + "`"
+    return '"' + name.replace('"', '""') + '"'
+
+
+def per_person_sql(table: TableSpec, source: str, dialect: str, keys: tuple[str, ...],
+                   column: str | None = None) -> dict[str, str]:
+    """SQL of each per-person distribution, ``SELECT v, COUNT(*) ... GROUP BY v``.
+
+    Rendered from catalogued names only, each identifier quoted; ``source`` is the name the
+    backend reads the table by (already quoted). With a privacy unit: rows, keys and the
+    busiest key per person; per column: each person's smallest and largest value.
+    """
+    q = lambda name: _quote(name, dialect)  # noqa: E731
+    unit = table.privacy_unit
+    out = {}
+    if column is not None:
+        c = q(column)
+        if unit is None:
+            inner = f"SELECT {c} AS lo, {c} AS hi FROM {source}"
+        else:
+            inner = (f"SELECT MIN({c}) AS lo, MAX({c}) AS hi FROM {source} "
+                     f"WHERE {q(unit)} IS NOT NULL GROUP BY {q(unit)}")
+        for part in ("lo", "hi"):
+            out[part] = (f"SELECT {part}, COUNT(*) FROM ({inner}) AS p "
+                         f"WHERE {part} IS NOT NULL GROUP BY {part}")
+        return out
+    u = q(unit)
+    key_list = ", ".join(q(k) for k in keys)
+    cells = (f"SELECT {u} AS u, COUNT(*) AS n FROM {source} WHERE {u} IS NOT NULL "
+             f"GROUP BY {u}{', ' + key_list if keys else ''}")
+    person = "SELECT SUM(n) AS r, COUNT(*) AS g, MAX(n) AS m FROM (" + cells + ") AS c GROUP BY u"
+    for part in ("r", "g", "m"):
+        out[part] = f"SELECT {part}, COUNT(*) FROM ({person}) AS p GROUP BY {part}"
+    return out
+
+
+def per_person_values(backend, table: TableSpec, keys: tuple[str, ...],
+                      columns: tuple[str, ...]) -> dict[str, list[tuple[float, int]]]:
+    """The exact distributions (value, persons) the mechanism reads, each sorted by value.
+
+    Each person contributes exactly one value to each distribution, so one person added
+    or removed moves each #{x ≤ c} by at most 1.
+    """
+    source = backend.sources[table.name]
+    found: dict[str, list[tuple[float, int]]] = {}
+    queries: dict[str, str] = {}
+    if table.privacy_unit is not None:
+        queries.update(per_person_sql(table, source, backend.dialect, keys))
+    for column in columns:
+        for part, sql in per_person_sql(table, source, backend.dialect, keys, column).items():
+            queries[f"{column}.{part}"] = sql
+    for name, sql in queries.items():
+        _, rows = backend.run_sql(sql)
+        found[name] = sorted((float(v), int(n)) for v, n in rows if v is not None)
+    return found
+
+
+# --- the mechanism --------------------------------------------------------------------
+
+def quantile_utilities(values: list[tuple[float, int]], grid: tuple[float, ...],
+                       q: Fraction) -> list[Fraction]:
+    """−|#{x ≤ c} − q·n| for each candidate c (sensitivity 1 with one value per person)."""
+    n = sum(count for _, count in values)
+    utilities, below, i = [], 0, 0
+    for c in grid:
+        while i < len(values) and values[i][0] <= c:
+            below += values[i][1]
+            i += 1
+        utilities.append(-abs(below - q * n))
+    return utilities
+
+
+def dp_quantile(values, grid, q: Fraction, epsilon: Fraction, rng: RandomSource) -> float:
+    """One exponential-mechanism draw of the q-quantile, a point of the public grid.
+
+    Beyond the data every candidate has the same utility (#{x ≤ c} is n above the largest
+    value, 0 below the smallest), so a flat draw would wander over the empty grid. A public
+    prior breaks the tie: each step away from the median side (towards larger candidates for
+    q ≥ 1/2, smaller ones for q < 1/2) lowers the utility by (2Δ/ε)·3/2, a weight of e^−1.5
+    per step (so the nearest of tied candidates is drawn with probability ≈ 0.78). The prior
+    does not depend on the data, so the sensitivity stays Δ = 1.
+    """
+    utilities = quantile_utilities(values, grid, q)
+    step = Fraction(2 * UTILITY_SENSITIVITY) / Fraction(epsilon) * Fraction(3, 2)
+    last = len(grid) - 1
+    prior = [step * (k if q >= Fraction(1, 2) else last - k) for k in range(len(grid))]
+    return grid[exponential([u - p for u, p in zip(utilities, prior)], UTILITY_SENSITIVITY,
+                            epsilon, rng)]
+
+
+def value_grid(spec) -> tuple[float, ...]:
+    """Public candidates for a column's bounds: the declared range, else the type's."""
+    if spec.is_bounded:
+        lo, hi = float(spec.lower), float(spec.upper)
+        if hi == lo:
+            return (lo,)
+        step = (hi - lo) / (VALUE_BINS - 1)
+        points = [lo + i * step for i in range(VALUE_BINS)]
+        if spec.type == "int":
+            points = sorted({float(math.floor(p)) for p in points} | {hi})
+        return tuple(points)
+    low = 0 if spec.type == "int" else -8
+    powers = [float(2**k) for k in range(low, 41)]
+    return tuple(sorted({0.0, *powers, *(-p for p in powers)}))
+
+
+def excess(quantiles: dict[Fraction, float], b: float, floor: float) -> float:
+    """E[max(0, X − b)] under the piecewise-linear CDF through the noisy quantiles."""
+    # noisy quantiles need not be monotone in q: pair the sorted values with sorted qs
+    xs = [floor] + sorted(quantiles.values())
+    ps = [0.0] + sorted(float(q) for q in quantiles)
+    top = xs[-1] + max(xs[-1] - xs[-2], 1e-9) * 2 if len(xs) > 1 else xs[-1] + 1
+    xs.append(max(top, xs[-1]))
+    ps.append(1.0)
+    total = 0.0
+    for (x0, p0), (x1, p1) in zip(zip(xs, ps), zip(xs[1:], ps[1:])):
+        if x1 <= b or x1 <= x0:
+            continue
+        start = max(x0, b)
+        # ∫ (1 − F(t)) dt over [start, x1], F linear from p0 at x0 to p1 at x1
+        f_start = p0 + (p1 - p0) * (start - x0) / (x1 - x0)
+        total += (x1 - start) * (1 - (f_start + p1) / 2)
+    return total
+
+
+def mean(quantiles: dict[Fraction, float], floor: float) -> float:
+    """E[X] under the same CDF (X ≥ floor)."""
+    return floor + excess(quantiles, floor, floor)
+
+
+# --- the entry point ---------------------------------------------------------------------
+
+def _group_keys(table: TableSpec, query: str | None, group_by) -> tuple[str, ...]:
+    if group_by is not None:
+        names = (group_by,) if isinstance(group_by, str) else tuple(group_by)
+    elif query is not None:
+        try:
+            tree = sqlglot.parse_one(query)
+        except sqlglot.errors.ParseError as err:
+            raise ProgrammingError(f"the query does not parse: {err}") from None
+        group = tree.find(exp.Group)
+        names = tuple(dict.fromkeys(c.name for c in group.find_all(exp.Column))) \
+            if group else ()
+    else:
+        names = tuple(n for n, c in table.columns.items()
+                      if c.values is not None and n != table.privacy_unit)
+    keys = []
+    for name in names:
+        spec = table.column(name)
+        if spec is None:
+            raise ProgrammingError(f"table {table.name!r} has no column {name!r} to group by",
+                                   hint=f"columns are {sorted(table.columns)}")
+        if spec.name == table.privacy_unit:
+            raise ProgrammingError("grouping by the privacy unit is not a query shape")
+        keys.append(spec.name)
+    return tuple(keys)
+
+
+def _cells(table: TableSpec, keys: tuple[str, ...]) -> tuple[int, bool]:
+    """Cells of the GROUP BY (keys without a public domain count as one), and whether every
+    key has a public domain (then nobody can touch more cells than that)."""
+    cells = 1
+    for k in keys:
+        values = table.columns[k].values
+        cells *= len(values) if values else 1
+    return cells, all(table.columns[k].values for k in keys)
+
+
+def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, table: str,
+         epsilon, columns=None, query: str | None = None, group_by=None,
+         query_epsilon: float = 1.0) -> TuningResult:
+    """Estimate the data's spread privately and propose bounds; charges ``epsilon`` once.
+
+    Raises:
+        BudgetExhaustedError: ε does not fit the remaining budget; nothing was run.
+    """
+    spec = catalog.table(table)
+    if spec is None:
+        raise UnknownTableError(f"table {table!r} is not in the metadata",
+                                hint=f"tables are {sorted(catalog.tables)}")
+    if spec.public:
+        raise ProgrammingError(f"table {spec.name!r} is public: it needs no bounds")
+    epsilon = positive(epsilon, "epsilon")
+    if not (isinstance(query_epsilon, (int, float)) and query_epsilon > 0):
+        raise PrivacyParameterError("query_epsilon must be a number > 0")
+    if catalog.budget is None:
+        raise CatalogError(f"the metadata of dataset {catalog.name!r} declares no budget",
+                           hint="add 'budget: {epsilon: ..., delta: ...}' to the metadata")
+    names = tuple(n for n, c in spec.columns.items() if c.is_numeric
+                  and n != spec.privacy_unit) if columns is None else tuple(columns)
+    for name in names:
+        c = spec.column(name)
+        if c is None or not c.is_numeric or c.name == spec.privacy_unit:
+            raise ProgrammingError(f"column {name!r} of {spec.name!r} is not a numeric column",
+                                   hint="tune the bounds of int or float columns")
+    names = tuple(spec.column(n).name for n in names)
+    keys = _group_keys(spec, query, group_by) if spec.privacy_unit is not None else ()
+    draws = 1 + 6 * len(names) + (9 if spec.privacy_unit is not None else 0)
+    share = epsilon / draws
+    loss = PrivacyLoss(epsilon) if catalog.mechanism != "gaussian" else \
+        PrivacyLoss(Fraction(0), rho=epsilon * epsilon / 2)
+    remaining = catalog.budget.minus(ledger.spent(catalog.name))
+    if not remaining.covers(loss):
+        raise budget_exhausted(analyst, catalog.name, loss, remaining)
+    values = per_person_values(backend, spec, keys, names)
+    persons_exact = sum(n for _, n in values["r"]) if spec.privacy_unit is not None else \
+        None
+    if persons_exact is None:  # row privacy: every row is a person
+        _, rows = backend.run_sql(f"SELECT COUNT(*) FROM {backend.sources[spec.name]}")
+        persons_exact = int(rows[0][0])
+    ledger.charge(analyst=analyst, dataset=catalog.name, loss=loss, budget=catalog.budget,
+                  statement=f"-- dpsql tune {spec.name}: per-person rows, keys "
+                  f"({', '.join(keys) or 'none'}) and ranges of {', '.join(names) or 'none'}; "
+                  f"{draws} draws of ε/{draws}")
+    # charged: only now is anything drawn
+    persons = max(1, persons_exact + rng.discrete_laplace(1 / share))
+    eq = float(query_epsilon)
+    choices: list[Choice] = []
+    l0 = linf = 1
+    if spec.privacy_unit is not None:
+        quantiles = {part: {q: dp_quantile(values[part], COUNT_GRID, q, share, rng)
+                            for q in COUNT_QUANTILES} for part in ("r", "g", "m")}
+        cells, public_cells = _cells(spec, keys)
+        mean_r, mean_g = mean(quantiles["r"], 1), mean(quantiles["g"], 1)
+        best = None
+        # a person cannot touch more cells than the public domain has (a public fact)
+        for a in (a for a in BOUND_CANDIDATES if a <= cells or not public_cells):
+            for b in BOUND_CANDIDATES:
+                dropped = persons * (mean_r * excess(quantiles["g"], a, 1) / mean_g
+                                     + excess(quantiles["m"], b, 1))
+                var = 2 * (a * b / eq) ** 2
+                error = dropped**2 / cells + cells * var
+                if best is None or error < best[0]:
+                    best = (error, a, b, dropped, var)
+        _, l0, linf, dropped, var = best
+        shown = {p: {str(float(q)): v for q, v in quantiles[p].items()} for p in quantiles}
+        sd = math.sqrt(var)
+        choices.append(Choice("max_groups_per_unit", l0, dropped / cells, sd, shown["g"]))
+        choices.append(Choice("max_rows_per_group", linf, dropped / cells, sd, shown["m"]))
+        best = min(((persons * excess(quantiles["r"], b, 1)) ** 2 + 2 * (b / eq) ** 2, b)
+                   for b in BOUND_CANDIDATES)
+        r = best[1]
+        choices.append(Choice("max_rows_per_unit", r, persons * excess(quantiles["r"], r, 1),
+                              math.sqrt(2) * r / eq, shown["r"]))
+    for name in names:
+        grid = value_grid(spec.columns[name])
+        lows = {q: dp_quantile(values[f"{name}.lo"], grid, q, share, rng)
+                for q in LOWER_QUANTILES}
+        highs = {q: dp_quantile(values[f"{name}.hi"], grid, q, share, rng)
+                 for q in UPPER_QUANTILES}
+        # the lower tail, mirrored: E[max(0, L − X)] = E[max(0, (−X) − (−L))]
+        mirrored = {1 - q: -v for q, v in lows.items()}
+        top = max(grid)
+        lo_floor, hi_floor = -top, min(grid)
+        scale = l0 * linf * math.sqrt(2) / eq
+        lower = max(
+            (c for c in grid if c <= max(highs.values())),
+            key=lambda c: -((persons * excess(mirrored, -c, lo_floor)) ** 2
+                            + (scale * abs(c)) ** 2))
+        upper = min(
+            (c for c in grid if c >= lower),
+            key=lambda c: (persons * excess(highs, c, hi_floor)) ** 2
+            + (scale * max(abs(lower), abs(c))) ** 2)
+        magnitude = max(abs(lower), abs(upper))
+        choices.append(Choice(f"columns.{name}.lower", _number(lower, spec.columns[name]),
+                              persons * excess(mirrored, -lower, lo_floor), scale * magnitude,
+                              {str(float(q)): v for q, v in lows.items()}))
+        choices.append(Choice(f"columns.{name}.upper", _number(upper, spec.columns[name]),
+                              persons * excess(highs, upper, hi_floor), scale * magnitude,
+                              {str(float(q)): v for q, v in highs.items()}))
+    return TuningResult(table=spec.name, epsilon=epsilon, query_epsilon=eq, group_by=keys,
+                        persons=persons, choices=tuple(choices), draws=draws)
+
+
+def _number(value: float, spec) -> float | int:
+    return int(value) if spec.type == "int" or float(value).is_integer() else round(value, 6)
+
+
+@click.command("tune")
+@click.option("--metadata", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Catalogue YAML of the data.")
+@click.option("--table", required=True, help="Private table to tune.")
+@click.option("--epsilon", required=True, type=float,
+              help="ε slice charged for the tuning (one ledger charge).")
+@click.option("--db", default=None, help="Database (DuckDB file, postgresql:// URL, ...).")
+@click.option("--ledger", default=None, help="Budget ledger (default: the engine's).")
+@click.option("--columns", default=None, help="Comma-separated numeric columns (default: all).")
+@click.option("--group-by", default=None, help="Comma-separated GROUP BY key of the queries.")
+@click.option("--query", default=None, help="A query whose GROUP BY is the shape to tune for.")
+@click.option("--query-epsilon", type=float, default=1.0, show_default=True,
+              help="ε the queries will be asked at (for the noise side of the error).")
+@click.option("--analyst", default=None, help="Ledger key (default: $USER).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def command(metadata: str, table: str, epsilon: float, db: str | None, ledger: str | None,
+            columns: str | None, group_by: str | None, query: str | None,
+            query_epsilon: float, analyst: str | None, as_json: bool) -> None:
+    """Propose contribution and value bounds from DP quantiles of the data (charges ε)."""
+    import json
+
+    import dpsql
+
+    with dpsql.connect(db, metadata=metadata, ledger=ledger, analyst=analyst) as con:
+        result = con.tune(table, epsilon=epsilon,
+                          columns=None if columns is None else columns.split(","),
+                          query=query, query_epsilon=query_epsilon,
+                          group_by=None if group_by is None else group_by.split(","))
+    if as_json:
+        click.echo(json.dumps(result.to_dict()))
+        return
+    click.echo(f"# dpsql tune {result.table}: ε spent {float(result.epsilon):g} "
+               f"({result.draws} draws); ~{result.persons} persons; queries at ε = "
+               f"{result.query_epsilon:g}, GROUP BY {', '.join(result.group_by) or '-'}")
+    for c in result.choices:
+        click.echo(f"#   {c.key} = {c.value}: est. bias {c.bias:.3g}, noise sd {c.noise_sd:.3g}")
+    click.echo(result.to_yaml(), nl=False)

@@ -1,0 +1,122 @@
+"""The version of the data a release was computed from, for answer reuse.
+
+A stored answer may be returned again only for the same statements, the same privacy
+parameters and the same data: reuse keyed on the text alone would hand out an answer computed
+from rows that have since changed (a re-generated file, another training split under the same
+table name). ``data_version`` names what the backend would read now, or returns None when it
+cannot tell, and then nothing is reused (the request is charged and answered afresh, which is
+never unsafe: each answer is paid for).
+
+What identifies the data, per backend:
+
+- a ``source`` file (CSV/Parquet, any backend that reads it): its SHA-256 when it is at most
+  ``HASHED_BYTES`` long (cached by path, size, mtime and inode, so a file is hashed once per
+  change), else its size and modification time in nanoseconds. DuckDB loads a CSV once, when
+  the connection opens: its version is the file's at that moment (None if the file changed
+  while it was read), so a connection keeps reusing answers from the rows it holds, and a new
+  connection over a changed file does not;
+- a DuckDB database file: the same, over the file and its write-ahead log;
+- PostgreSQL: per table, its file node (changed by TRUNCATE, VACUUM FULL, CLUSTER), its size
+  and the cumulative statistics' rows inserted, updated and deleted (``pg_stat_all_tables``).
+  The server's next transaction id was rejected: a ledger kept on the same server writes at
+  every charge, so no answer would ever be reused. Caveat: the statistics are flushed by the
+  writing session when it goes idle (at most about a second, PostgreSQL 15+; up to
+  ``PGSTAT_IDLE_INTERVAL`` of 10 s on a busy session), so a write committed in that window
+  may not be seen yet; a write that grows the table changes its size at once;
+- Spark tables that are not ``source`` files, and in-memory frames (``sources=``): unknown
+  (None), so answers there are never reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from dpsql.catalog import Catalog
+
+HASHED_BYTES = 64 * 2**20  # files up to this size are identified by their content
+_hashes: dict[tuple, str] = {}
+
+
+def file_version(path: str | os.PathLike) -> str | None:
+    """Content hash (small files) or size and mtime (large ones); None if unreadable."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    key = (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    if stat.st_size > HASHED_BYTES:
+        return f"size={stat.st_size},mtime_ns={stat.st_mtime_ns}"
+    found = _hashes.get(key)
+    if found is None:
+        digest = hashlib.sha256()
+        try:
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(2**20), b""):
+                    digest.update(block)
+        except OSError:
+            return None
+        found = _hashes[key] = "sha256=" + digest.hexdigest()
+    return found
+
+
+def data_version(catalog: Catalog, backend) -> str | None:
+    """What the backend's catalogued tables hold now, as text; None when it cannot tell."""
+    parts = []
+    frames = getattr(backend, "_frames", None) or {}
+    for name in sorted(catalog.tables):
+        table = catalog.tables[name]
+        if name in frames:
+            return None
+        loaded = getattr(backend, "loaded_versions", {})
+        if name in loaded:  # read into the database when it opened (DuckDB's CSV tables)
+            version = loaded[name]
+            if version is None:
+                return None
+            parts.append(f"{name}:{version}")
+        elif table.source is not None:  # read at every query (Parquet views, Spark)
+            version = file_version(table.source)
+            if version is None:
+                return None
+            parts.append(f"{name}:{version}")
+    stored = _stored_version(catalog, backend)
+    if stored is None:
+        return None
+    return ";".join(parts + ([stored] if stored else []))
+
+
+def _stored_version(catalog: Catalog, backend) -> str | None:
+    """The version of tables stored in the database itself ('' when there are none)."""
+    stored = [t for t in catalog.tables.values() if t.source is None]
+    if not stored:
+        return ""
+    if backend.name == "duckdb":
+        database = getattr(backend, "database", None)
+        if database is None or database == ":memory:":
+            return ""  # no stored tables exist to read
+        versions = [file_version(database)]
+        if os.path.exists(f"{database}.wal"):
+            versions.append(file_version(f"{database}.wal"))
+        return None if None in versions else "database:" + ",".join(versions)
+    if backend.name == "postgresql":
+        versions = []
+        for table in stored:
+            relation = _pg_literal(backend.sources[table.name])
+            try:
+                backend.run_sql("SELECT pg_stat_clear_snapshot()")
+                _, rows = backend.run_sql(
+                    f"SELECT pg_relation_filenode({relation}::regclass), "
+                    f"pg_relation_size({relation}::regclass), s.n_tup_ins, s.n_tup_upd, "
+                    f"s.n_tup_del FROM pg_stat_all_tables s WHERE s.relid = {relation}::regclass")
+            except Exception:  # noqa: BLE001 - no version: no reuse
+                return None
+            if not rows:
+                return None
+            versions.append(f"{table.name}:" + ",".join(map(str, rows[0])))
+        return "postgresql:" + ";".join(versions)
+    return None  # Spark catalogue tables: their versions are not known here
+
+
+def _pg_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

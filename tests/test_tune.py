@@ -1,0 +1,167 @@
+"""dpsql tune: bounds from DP quantiles, one charge, and the neighbour check of its inputs."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner
+from conftest import DAYS, catalogue, make_adult, make_visits
+
+import dpsql
+from dpsql.tune import (
+    COUNT_GRID,
+    COUNT_QUANTILES,
+    LOWER_QUANTILES,
+    UPPER_QUANTILES,
+    command,
+    per_person_values,
+    quantile_utilities,
+    value_grid,
+)
+
+
+def _write(folder, visits: pd.DataFrame) -> dict:
+    make_adult(200).to_csv(folder / "adult.csv", index=False)
+    visits.to_csv(folder / "visits.csv", index=False)
+    pd.DataFrame({"region_id": range(5), "name": list("abcde")}).to_csv(
+        folder / "regions.csv", index=False)
+    return catalogue(folder, budget=10.0)
+
+
+def _share_at_most(values, c) -> float:
+    n = sum(k for _, k in values)
+    return sum(k for v, k in values if v <= c) / n
+
+
+def _near_best(values, grid, q, c) -> None:
+    """The released grid point's rank is within 5 points of the best grid point's rank."""
+    best = min(abs(_share_at_most(values, g) - float(q)) for g in grid)
+    assert abs(_share_at_most(values, c) - float(q)) <= best + 0.05, (q, c, best)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_tuned_quantiles_are_the_datas_within_one_grid_step(tmp_path, seed):
+    """2,000 people with 1..11 visits each (uniform), ε = 5 (22 draws): every released
+    quantile's rank is within 5 points of the best the public grid allows."""
+    meta = _write(tmp_path, make_visits(2000, seed=3))
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=seed) as con:
+        result = con.tune("visits", epsilon=5, columns=["amount"], group_by=["day"])
+        exact = per_person_values(con._backend, con.catalog.table("visits"), ("day",),
+                                  ("amount",))
+    assert abs(result.persons - 2000) <= 30
+    for key, part, quantiles in (("max_rows_per_unit", "r", COUNT_QUANTILES),
+                                 ("max_groups_per_unit", "g", COUNT_QUANTILES),
+                                 ("max_rows_per_group", "m", COUNT_QUANTILES)):
+        released = result.choice(key).quantiles
+        for q in quantiles:
+            _near_best(exact[part], COUNT_GRID, q, released[str(float(q))])
+    grid = value_grid(con.catalog.table("visits").columns["amount"])
+    for bound, part, quantiles in (("lower", "amount.lo", LOWER_QUANTILES),
+                                   ("upper", "amount.hi", UPPER_QUANTILES)):
+        released = result.choice(f"columns.amount.{bound}").quantiles
+        for q in quantiles:
+            _near_best(exact[part], grid, q, released[str(float(q))])
+    snippet = result.metadata["tables"]["visits"]
+    # G ≤ 7 days and the busiest day ≤ 11 visits: the proposal keeps most of the data
+    assert 4 <= snippet["max_groups_per_unit"] <= 16 and 1 <= snippet["max_rows_per_group"] <= 16
+    assert 0 <= snippet["columns"]["amount"]["lower"] < snippet["columns"]["amount"]["upper"]
+
+
+def test_the_tuning_is_charged_once_and_refused_beyond_the_budget(tmp_path):
+    meta = _write(tmp_path, make_visits(300))
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=1) as con:
+        con.tune("visits", epsilon=4)
+        history = con.ledger.history(con.catalog.name)
+        assert len(history) == 1 and history[0]["kind"] == "dp"
+        assert Fraction(history[0]["epsilon"]) == 4 and "tune visits" in history[0]["statement"]
+        with pytest.raises(dpsql.BudgetExhaustedError):
+            con.tune("visits", epsilon=7)  # 6 left
+        assert con.budget_spent.epsilon == 4 and len(con.ledger.history()) == 1
+
+
+def test_cli_prints_the_metadata_snippet(tmp_path):
+    meta = _write(tmp_path, make_visits(300))
+    (tmp_path / "meta.yaml").write_text(yaml.safe_dump(meta))
+    result = CliRunner().invoke(command, [
+        "--metadata", str(tmp_path / "meta.yaml"), "--table", "visits", "--epsilon", "2",
+        "--ledger", str(tmp_path / "l.sqlite"), "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert payload["epsilon_spent"] == 2 and payload["group_by"] == ["day", "region_id"]
+    spec = payload["metadata"]["tables"]["visits"]
+    assert {"max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit"} <= set(spec)
+    assert set(spec["columns"]) == {"amount", "region_id"}
+    text = CliRunner().invoke(command, [
+        "--metadata", str(tmp_path / "meta.yaml"), "--table", "visits", "--epsilon", "2",
+        "--ledger", str(tmp_path / "l.sqlite")])
+    assert text.exit_code == 0 and "max_rows_per_group:" in text.output
+
+
+def test_neighbour_moves_every_utility_by_at_most_one(tmp_path):
+    """D′ = D plus one adversarial person (many rows, every day, extreme and NULL amounts):
+    each exact distribution the mechanism reads gains exactly one person, so every quantile
+    utility moves by at most the stated sensitivity 1."""
+    visits = make_visits(40)
+    person = pd.DataFrame({"uid": 42, "day": DAYS * 30,
+                           "amount": ([1e9, -1e9, None, 50.0] * 60)[:210],
+                           "region_id": [0, 4, 9] * 70})
+    d, d2 = tmp_path / "d", tmp_path / "d2"
+    d.mkdir(), d2.mkdir()
+    exact = []
+    for folder, frame in ((d, visits), (d2, pd.concat([visits, person], ignore_index=True))):
+        meta = _write(folder, frame)
+        with dpsql.connect(metadata=meta, ledger=folder / "l.sqlite") as con:
+            table = con.catalog.table("visits")
+            exact.append(per_person_values(con._backend, table, ("day",),
+                                           ("amount", "region_id")))
+            grids = {name: value_grid(table.columns[name]) for name in ("amount", "region_id")}
+    before, after = exact
+    assert set(before) == set(after)
+    for name in before:
+        assert sum(n for _, n in after[name]) - sum(n for _, n in before[name]) == 1, name
+        grid = COUNT_GRID if "." not in name else grids[name.split(".")[0]]
+        wide = tuple(sorted({*grid, -1e12, 1e12}))  # the type range's grid too
+        for q in (*COUNT_QUANTILES, *LOWER_QUANTILES):
+            for g in (grid, wide):
+                u, u2 = quantile_utilities(before[name], g, q), quantile_utilities(
+                    after[name], g, q)
+                assert max(abs(a - b) for a, b in zip(u, u2)) <= 1, (name, q)
+
+
+def test_public_tables_and_unknown_columns_are_refused_before_any_charge(tmp_path):
+    meta = _write(tmp_path, make_visits(50))
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite") as con:
+        for call in (lambda: con.tune("regions", epsilon=1),
+                     lambda: con.tune("visits", epsilon=1, columns=["day"]),
+                     lambda: con.tune("visits", epsilon=1, group_by=["uid"])):
+            with pytest.raises(dpsql.ProgrammingError):
+                call()
+        assert con.budget_spent.epsilon == 0
+
+
+def test_truncation_report_measures_what_the_bounds_drop(tmp_path):
+    """Exact shares against a pandas count; every statement is logged as an exact access."""
+    visits = make_visits(300)
+    visits.loc[:4, "amount"] = 500.0  # outside [0, 100]: clamped
+    meta = _write(tmp_path, visits)
+    with dpsql.connect_custodian(metadata=meta, ledger=tmp_path / "c.sqlite") as con:
+        report = con.truncation_report("visits")
+        logged = [r for r in con.ledger.history() if r["kind"] == "exact"]
+    by = {(e["bound"], e["group"]): e for e in report}
+    cells = visits.groupby(["uid", "day"]).size()
+    beyond = (cells - 2).clip(lower=0)  # conftest: L∞ = 2, L0 = 3
+    entry = by[("max_rows_per_group", "day")]
+    assert entry["rows"] == len(visits) and entry["rows_affected"] == beyond.sum()
+    assert entry["persons_affected"] == (beyond.groupby("uid").sum() > 0).sum()
+    groups = cells.groupby("uid").size()
+    capped = cells.clip(upper=2).groupby("uid").sum()
+    expected = sum(capped[u] * (g - 3) / g for u, g in groups.items() if g > 3)
+    assert by[("max_groups_per_unit", "day")]["rows_affected"] == pytest.approx(expected, 0.01)
+    clamped = by[("lower/upper", "amount")]
+    assert clamped["rows_affected"] == 5 and clamped["effect"] == "clamped"
+    assert len(logged) == len({(e["bound"], e["group"]) for e in report
+                               if e["bound"] not in ("max_groups_per_unit", "both")})
