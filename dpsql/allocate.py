@@ -95,6 +95,8 @@ def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction
     fixed = sum(part_count(c) for c in statements) - len(demand)
     free = epsilon - even * fixed
     roots = {key: value ** (1 / 3) for key, value in demand.items() if value > 0}
+    if roots and max(roots.values()) <= min(roots.values()) * (1 + 1e-9):
+        roots = dict.fromkeys(roots, 1.0)  # equal demands: exactly the even split
     total = sum(roots.values())
     shares = []
     for index, parts in enumerate(drafts):
@@ -104,7 +106,8 @@ def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction
             if root is None:
                 mine.append(even)  # quantiles, and measurements no output weighs
                 continue
-            share = Fraction(int(float(free) * root / total * _QUANTUM), _QUANTUM)
+            share = free / len(roots) if root == 1.0 and len(set(roots.values())) == 1 else \
+                Fraction(int(float(free) * root / total * _QUANTUM), _QUANTUM)
             mine.append(max(share, Fraction(1, _QUANTUM)))
         shares.append(mine)
     # what rounding down left (or the floor of 2^-40 on a negligible share took) goes to the
