@@ -116,12 +116,11 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
         if agg.kind == "sum" and own["sum"].center:
             # a centred sum S' of x − k and the count N of x: SUM(x) = S' + k·N
             total, count = own["sum"], own["count"]
-            k = float(total.center)
+            k = total.center  # exact: a sum of integers stays an exact integer
             values = [s + k * c for s, c in zip(noisy[total.column], noisy[count.column],
                                                  strict=True)]
-            width = pair_widths[total.column] + abs(k) * pair_widths[count.column]
-            if agg.integral:
-                values = [round(v) for v in values]
+            values = [round(v) if agg.integral else float(v) for v in values]
+            width = pair_widths[total.column] + abs(float(k)) * pair_widths[count.column]
         else:
             part = own.get("sum") or own.get("count") or own["distinct"]
             values, width = noisy[part.column], widths[part.column]
