@@ -229,12 +229,20 @@ def explain(script, metadata, db, analyst, ledger, epsilon, delta, dialect, boun
     with _connect(db, metadata=metadata, analyst=analyst, ledger=ledger, dialect=dialect,
                   epsilon_per_query=epsilon or 1.0, bounding=bounding) as con:
         plan = con.explain(sql, epsilon=epsilon, delta=delta)
+        remaining = con.budget_remaining
+    plan["fits_budget"] = _fits(plan, remaining)
+    plan["budget_remaining"] = None if remaining is None else float(remaining.epsilon)
     if as_json:
         click.echo(json.dumps(plan, indent=2))
         return
     click.echo(f"dataset {plan['dataset']}, neighbouring {plan['neighbouring']}, "
                f"ε {plan['epsilon']:g} for the script, total L1 sensitivity "
                f"{plan['total_sensitivity']}")
+    if remaining is None:
+        click.echo("budget: the metadata declares none, so any ε fits")
+    else:
+        click.echo(f"budget: {remaining.describe()} remaining; this request "
+                   + ("fits" if plan["fits_budget"] else "does NOT fit (it would be refused)"))
     for index, statement in enumerate(plan["statements"], 1):
         click.echo(f"\n-- statement {index}: {statement['sql']}")
         if statement.get("public"):
@@ -252,6 +260,17 @@ def explain(script, metadata, db, analyst, ledger, epsilon, delta, dialect, boun
             click.echo(f"     {statement['snapshot']}")
         click.echo("   rewritten:")
         click.echo("\n".join("     " + line for line in statement["rewritten"].splitlines()))
+
+
+def _fits(plan: dict, remaining) -> bool:
+    """Whether the explained request's cost is within what is left of the budget."""
+    if remaining is None:
+        return True
+    from dpsql.budget import PrivacyLoss, exact
+
+    cost = PrivacyLoss(exact(plan.get("epsilon") or 0), exact(plan.get("delta") or 0, "delta"),
+                       exact(plan.get("rho") or 0, "rho"))
+    return remaining.covers(cost)
 
 
 @main.command()
