@@ -28,9 +28,15 @@ def _plugin_help(entry, limit: int) -> str:
     import ast
     import importlib.util
 
-    try:
-        spec = importlib.util.find_spec(entry.module)
-        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    try:  # find_spec of the top package only: a submodule's would import its parents
+        top, *rest = entry.module.split(".")
+        spec = importlib.util.find_spec(top)
+        path = Path(spec.origin)
+        if rest:
+            path = Path(next(iter(spec.submodule_search_locations))).joinpath(*rest)
+            path = path.with_suffix(".py") if path.with_suffix(".py").is_file() \
+                else path / "__init__.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
         function = next(node for node in tree.body if getattr(node, "name", None) == entry.attr)
         text = ast.get_docstring(function) or ""
     except Exception:  # noqa: BLE001 - help text only; the command still loads on use
