@@ -32,9 +32,9 @@ DEFAULT_EXPERIMENT_ROOT = Path("build") / "reports"
 
 def warn_once() -> None:
     """Show the insecure-seed warning once per process instead of once per connection."""
-    from dpsql.errors import InsecureRandomnessWarning
+    import dpsql
 
-    warnings.simplefilter("once", InsecureRandomnessWarning)
+    warnings.simplefilter("once", dpsql.InsecureRandomnessWarning)
 
 
 def evaluator_options(*, metadata_default: str | None = None,
