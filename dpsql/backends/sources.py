@@ -74,6 +74,7 @@ def is_frame(obj: object) -> bool:
     """True for an object ``sources=`` accepts.
 
     Example:
+        >>> import pandas as pd
         >>> is_frame(pd.DataFrame({"x": [1]})), is_frame("visits.duckdb")
         (True, False)
     """
@@ -92,6 +93,7 @@ def frame_sources(sources: Mapping[str, Any] | None, catalog: Catalog) -> dict[s
         >>> from dpsql.catalog import load_catalog
         >>> catalog = load_catalog({"tables": {"t": {"privacy_unit": None,
         ...                                          "columns": {"x": "int"}}}})
+        >>> import pandas as pd
         >>> list(frame_sources({"T": pd.DataFrame({"x": [1, 2]})}, catalog))
         ['t']
     """
@@ -137,6 +139,7 @@ def check_database(database: object) -> None:
 
     Example:
         >>> check_database("visits.duckdb")
+        >>> import pandas as pd
         >>> check_database(pd.DataFrame({"x": [1]}))
         Traceback (most recent call last):
         ...
