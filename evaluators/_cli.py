@@ -16,10 +16,11 @@ The reproductions (``python -m evaluators.experiments.<name>``) share ``experime
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +31,31 @@ import click
 DEFAULT_EXPERIMENT_ROOT = Path("build") / "reports"
 
 
-def warn_once() -> None:
-    """Show the insecure-seed warning once per process instead of once per connection."""
+@contextlib.contextmanager
+def insecure_warning_once() -> Iterator[None]:
+    """Show each distinct ``InsecureRandomnessWarning`` once in the block, not once per
+    connection or repetition.
+
+    A ``"once"`` warnings filter is not enough: Python forgets what it has shown whenever any
+    filter changes (every ``catch_warnings`` block, and importing scikit-learn, do that), so
+    the repeats are dropped here, by message, at display time.
+    """
     import dpsql
 
-    warnings.simplefilter("once", dpsql.InsecureRandomnessWarning)
+    seen: set[str] = set()
+    show = warnings.showwarning
+
+    def show_once(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, dpsql.InsecureRandomnessWarning):
+            if str(message) in seen:
+                return
+            seen.add(str(message))
+        show(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", dpsql.InsecureRandomnessWarning)
+        warnings.showwarning = show_once
+        yield
 
 
 def evaluator_options(*, metadata_default: str | None = None,
@@ -53,8 +74,7 @@ def evaluator_options(*, metadata_default: str | None = None,
     def decorate(func: Callable) -> Callable:
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with warnings.catch_warnings():
-                warn_once()
+            with insecure_warning_once():
                 return func(*args, **kwargs)
 
         options = [
@@ -110,8 +130,7 @@ def experiment_options(name: str, *, quick_help: str = "A small, fast run (a smo
     def decorate(func: Callable) -> Callable:
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with warnings.catch_warnings():
-                warn_once()
+            with insecure_warning_once():
                 return func(*args, **kwargs)
 
         options = [

@@ -84,6 +84,10 @@ def test_the_insecure_seed_warning_is_shown_once_per_run():
     def noisy(**_):
         for seed in range(5):  # five connections, as an experiment's repetitions make
             dpsql.RandomSource(insecure_seed=seed)
+            # a filter change (any catch_warnings block, importing scikit-learn) makes Python
+            # forget a "once" filter's history; the warning must still show only once
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", category=UserWarning)
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
