@@ -1,11 +1,16 @@
 """dpsql: ordinary SQL in, differentially private rows out.
 
 The public contract is this module's ``__all__``; every other ``dpsql.<module>`` is internal.
+
+Importing ``dpsql`` is cheap: the exception classes, DB-API type objects, ``PrivacyLoss`` and
+``RandomSource`` are imported here (standard library only); the connection and cursor classes,
+which need DuckDB, sqlglot, pandas and numpy, are imported on first use (PEP 562
+``__getattr__``), as is any ``dpsql.<submodule>`` reached as an attribute.
 """
 
+import importlib
+
 from dpsql.budget import PrivacyLoss
-from dpsql.connection import Connection, CustodianConnection, connect, connect_custodian
-from dpsql.cursor import Column, Cursor
 from dpsql.dbapi20 import (
     BINARY,
     DATETIME,
@@ -48,6 +53,33 @@ from dpsql.errors import (
     Warning,
 )
 from dpsql.mechanisms.samplers import RandomSource
+
+# name -> module of the attributes imported on first use (they pull in the query stack)
+_LAZY = {
+    "Connection": "dpsql.connection", "CustodianConnection": "dpsql.connection",
+    "connect": "dpsql.connection", "connect_custodian": "dpsql.connection",
+    "Column": "dpsql.cursor", "Cursor": "dpsql.cursor",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("_"):
+        try:  # dpsql.catalog, dpsql.connection, ...: submodules reached as attributes
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"{__name__}.{name}":
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 apilevel = "2.0"
 threadsafety = 1

@@ -13,15 +13,35 @@ import math
 import os
 import sys
 from fractions import Fraction
-from importlib.metadata import entry_points
 from pathlib import Path
-
 import click
-import pandas as pd
 
 import dpsql
-from dpsql.connection import ledger_for
-from dpsql.ledger import default_analyst
+
+# `dpsql --help` and each command's --help import neither the query stack (DuckDB, sqlglot,
+# pandas) nor any plugin: the modules below are imported inside the commands that use them,
+# and a plugin's one-line help is read from its source (benchmarks/startup.py times this).
+
+
+def _plugin_help(entry, limit: int) -> str:
+    """First docstring paragraph of a plugin command, from its module's source (no import)."""
+    import ast
+    import importlib.util
+
+    try:  # find_spec of the top package only: a submodule's would import its parents
+        top, *rest = entry.module.split(".")
+        spec = importlib.util.find_spec(top)
+        path = Path(spec.origin)
+        if rest:
+            path = Path(next(iter(spec.submodule_search_locations))).joinpath(*rest)
+            path = path.with_suffix(".py") if path.with_suffix(".py").is_file() \
+                else path / "__init__.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        function = next(node for node in tree.body if getattr(node, "name", None) == entry.attr)
+        text = ast.get_docstring(function) or ""
+    except Exception:  # noqa: BLE001 - help text only; the command still loads on use
+        return ""
+    return click.utils.make_default_short_help(" ".join(text.split("\n\n")[0].split()), limit)
 
 
 def _error_payload(err: dpsql.Error) -> dict:
@@ -39,10 +59,29 @@ class _Group(click.Group):
     def _plugins(self) -> dict:
         if self.entry_group is None:
             return {}
+        from importlib.metadata import entry_points  # only when a plugin is looked for
+
         return {e.name: e for e in entry_points(group=self.entry_group)}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(self._plugins()))
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's listing, with plugins' short help read from their source, not imported."""
+        names = [n for n in self.list_commands(ctx)]
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        plugins = self._plugins()
+        rows = []
+        for name in names:
+            command = super().get_command(ctx, name)
+            if command is None:
+                rows.append((name, _plugin_help(plugins[name], limit)))
+            elif not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, name: str):
         command = super().get_command(ctx, name)
@@ -145,6 +184,8 @@ _bounding_option = click.option(
 def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure_seed, bounding,
         timeout, as_json) -> None:
     """Run SCRIPT's SELECTs as one private release and print the noisy tables."""
+    from dpsql.frames import columns as result_columns
+
     sql = _read_script(script)
     with _connect(db, metadata=metadata, analyst=analyst, ledger=ledger, dialect=dialect,
                   insecure_seed=insecure_seed, bounding=bounding, timeout=timeout) as con:
@@ -158,10 +199,13 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
         statements = [s["sql"] for s in
                       con.explain(sql, epsilon=epsilon, delta=delta)["statements"]] \
             if as_json else None
-        frames = []
+        frames = []  # each set as column -> values; pandas only for --json's contract
         while True:
-            frames.append(cursor.intervals() if cursor.description and any(
-                c.noise for c in cursor.description) else cursor.fetchdf())
+            noisy = bool(cursor.description) and any(c.noise for c in cursor.description)
+            if as_json:
+                frames.append(cursor.intervals() if noisy else cursor.fetchdf())
+            else:
+                frames.append(result_columns(cursor._require(), intervals=noisy))
             if not cursor.nextset():
                 break
         remaining = con.budget_remaining
@@ -188,23 +232,40 @@ def _plain(value):
     return int(value) if value.denominator == 1 else float(value)
 
 
-def _format(frame: pd.DataFrame) -> str:
-    """Show each noisy column with its 95% interval as 'value  [low, high]'."""
-    shown = pd.DataFrame(index=frame.index)
-    for column in frame.columns:
-        if column.endswith(("_low", "_high")) and column.rsplit("_", 1)[0] in frame.columns:
+def _format(frame: dict[str, list]) -> str:
+    """Show each noisy column with its 95% interval as 'value  [low, high]'.
+
+    ``frame`` is column -> values (``frames.columns``); the layout is pandas' ``to_string``
+    without the index (right-aligned, one space apart), without importing pandas.
+    """
+    shown: dict[str, list[str]] = {}
+    for column, values in frame.items():
+        if column.endswith(("_low", "_high")) and column.rsplit("_", 1)[0] in frame:
             continue
-        shown[column] = frame[column].map(_cell)
-        if f"{column}_low" in frame.columns:
-            shown[f"{column} 95% CI"] = [f"[{_cell(lo)}, {_cell(hi)}]" for lo, hi in
+        numeric = _is_numeric(values)
+        shown[column] = [_cell(v, numeric) for v in values]
+        if f"{column}_low" in frame:
+            shown[f"{column} 95% CI"] = [f"[{_cell(lo, True)}, {_cell(hi, True)}]" for lo, hi in
                                          zip(frame[f"{column}_low"], frame[f"{column}_high"],
                                              strict=True)]
-    return shown.to_string(index=False)
+    if not shown:
+        return "Empty result"
+    widths = {c: max([len(c), *map(len, cells)]) for c, cells in shown.items()}
+    lines = [" ".join(c.rjust(widths[c]) for c in shown)]
+    if not any(shown.values()) or not next(iter(shown.values())):
+        return lines[0]
+    lines += [" ".join(cells[i].rjust(widths[c]) for c, cells in shown.items())
+              for i in range(len(next(iter(shown.values()))))]
+    return "\n".join(lines)
 
 
-def _cell(value) -> str:
+def _is_numeric(values: list) -> bool:
+    return any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def _cell(value, numeric: bool = False) -> str:
     if value is None:
-        return "—"
+        return "NULL" if numeric else "—"
     if isinstance(value, float):
         if math.isnan(value):
             return "NULL"
@@ -229,12 +290,20 @@ def explain(script, metadata, db, analyst, ledger, epsilon, delta, dialect, boun
     with _connect(db, metadata=metadata, analyst=analyst, ledger=ledger, dialect=dialect,
                   epsilon_per_query=epsilon or 1.0, bounding=bounding) as con:
         plan = con.explain(sql, epsilon=epsilon, delta=delta)
+        remaining = con.budget_remaining
+    plan["fits_budget"] = _fits(plan, remaining)
+    plan["budget_remaining"] = None if remaining is None else float(remaining.epsilon)
     if as_json:
         click.echo(json.dumps(plan, indent=2))
         return
     click.echo(f"dataset {plan['dataset']}, neighbouring {plan['neighbouring']}, "
                f"ε {plan['epsilon']:g} for the script, total L1 sensitivity "
                f"{plan['total_sensitivity']}")
+    if remaining is None:
+        click.echo("budget: the metadata declares none, so any ε fits")
+    else:
+        click.echo(f"budget: {remaining.describe()} remaining; this request "
+                   + ("fits" if plan["fits_budget"] else "does NOT fit (it would be refused)"))
     for index, statement in enumerate(plan["statements"], 1):
         click.echo(f"\n-- statement {index}: {statement['sql']}")
         if statement.get("public"):
@@ -254,12 +323,26 @@ def explain(script, metadata, db, analyst, ledger, epsilon, delta, dialect, boun
         click.echo("\n".join("     " + line for line in statement["rewritten"].splitlines()))
 
 
+def _fits(plan: dict, remaining) -> bool:
+    """Whether the explained request's cost is within what is left of the budget."""
+    if remaining is None:
+        return True
+    from dpsql.budget import PrivacyLoss, exact
+
+    cost = PrivacyLoss(exact(plan.get("epsilon") or 0), exact(plan.get("delta") or 0, "delta"),
+                       exact(plan.get("rho") or 0, "rho"))
+    return remaining.covers(cost)
+
+
 @main.command()
 @_connection_options
 @click.option("--history", is_flag=True, help="List every recorded release.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 def budget(metadata, db, analyst, ledger, history, as_json) -> None:
     """Show what has been spent on the dataset and what is left."""
+    from dpsql.connection import ledger_for
+    from dpsql.ledger import default_analyst
+
     catalog, book = ledger_for(db, metadata, ledger)
     spent = book.spent(catalog.name)
     mine = book.spent(catalog.name, analyst or default_analyst())

@@ -6,13 +6,12 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
 from dpsql import frames
 from dpsql.errors import InterfaceError, NotSupportedError
 from dpsql.release import NoisyResult
 
 if TYPE_CHECKING:
+    import pandas as pd
     import numpy as np
     import polars
     import pyarrow
@@ -159,11 +158,15 @@ class Cursor:
 
     def fetchdf(self) -> pd.DataFrame:
         """The current result set as a pandas DataFrame."""
+        import pandas as pd
+
         current = self._require()
         return pd.DataFrame(current.rows, columns=[c.name for c in current.columns])
 
     def fetchdfs(self) -> list[pd.DataFrame]:
         """One DataFrame per statement of the last execute/executescript."""
+        import pandas as pd
+
         self._require()
         return [pd.DataFrame(r.rows, columns=[c.name for c in r.columns]) for r in self._results]
 

@@ -13,13 +13,12 @@ import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
-
 from dpsql.errors import InterfaceError
 from dpsql.release import NoisyResult
 
 if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
     import polars
     import pyarrow
 
@@ -52,6 +51,8 @@ def to_pandas(result: NoisyResult, *, intervals: bool = False) -> pd.DataFrame:
         >>> to_pandas(NoisyResult([ColumnInfo("n", "int")], [(7,)])).to_dict("list")
         {'n': [7]}
     """
+    import pandas as pd
+
     frame = pd.DataFrame(result.rows, columns=[c.name for c in result.columns])
     if intervals:  # the columns of Cursor.intervals(), in the same order
         for name, values in columns(result, intervals=True).items():

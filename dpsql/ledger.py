@@ -13,7 +13,6 @@ about the people in it (analysts may share results), and each row also names its
 
 from __future__ import annotations
 
-import getpass
 import os
 import sqlite3
 import threading
@@ -52,6 +51,8 @@ _HISTORY = ("id", "time", "analyst", "dataset", "kind", "epsilon", "delta", "sta
 def default_analyst() -> str:
     """The OS user name, the default analyst key."""
     try:
+        import getpass  # its termios import is the largest of the ledger's
+
         return getpass.getuser()
     except Exception:  # no user database in some containers
         return os.environ.get("USER", "analyst")

@@ -12,9 +12,10 @@ import json
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import duckdb
-import pandas as pd
+
 from dpsql.compile.select import NOISY_FRAME, ci_column
 from dpsql.errors import InternalError, ProgrammingError
 from dpsql.mechanisms.calibrate import half_width_units
@@ -22,6 +23,9 @@ from dpsql.mechanisms.exponential import exponential
 from dpsql.mechanisms.samplers import RandomSource, discrete_gaussian, discrete_laplace
 from dpsql.plan import StatementPlan
 from dpsql.rewrite import SPREAD_KINDS
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CONFIDENCE = 0.95
 
@@ -309,6 +313,8 @@ def _empty_frame(checked) -> pd.DataFrame:
     One row of zeros (and each key's first domain value), so that constant mistakes such as
     comparing a count with 'abc' fail here, where they cost nothing.
     """
+    import pandas as pd
+
     defaults = {"int": 0, "float": 0.0, "bool": False, "text": ""}
     columns = {}
     for key in checked.keys:
@@ -334,6 +340,8 @@ def _post_process(plan: StatementPlan, frame: dict[str, list], post: PostProcess
                                            frame[o.aggregate + "__high"], strict=True))
                      for o in ci_outputs}
         return names, rows, intervals
+    import pandas as pd
+
     names, rows = post.run(checked.post_sql, pd.DataFrame(frame))
     hidden = {ci_column(o.name, side) for o in ci_outputs for side in ("low", "high")}
     visible = [i for i, n in enumerate(names) if n not in hidden]

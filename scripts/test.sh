@@ -24,4 +24,10 @@ if [ -z "${DPSQL_DATASETS:-}" ] && [ ! -d ../shared/datasets ]; then
 fi
 # no stage imports a later one; evaluators use the public API (.importlinter)
 lint-imports
+# the package: wheel + sdist build and pass `twine check`, and after installing the wheel alone
+# in a fresh venv every `dpsql ... --help` and the README's main job work (~2 minutes;
+# DPSQL_SKIP_INSTALL_CHECK=1 skips it locally, never in CI)
+if [ "${DPSQL_SKIP_INSTALL_CHECK:-}" != 1 ] || [ "${CI:-}" = true ]; then
+    bash scripts/check_install.sh
+fi
 python3 -m pytest -q "$@"

@@ -42,6 +42,16 @@ def _base_type(name: str) -> str:
 _PLANNING_ERRORS = (duckdb.ParserException, duckdb.CatalogException, duckdb.BinderException)
 
 
+def _no_progress_bar(connection: duckdb.DuckDBPyConnection) -> None:
+    """Turn DuckDB's progress bar off; in Jupyter without ipywidgets it is off already and
+    DuckDB refuses to change the setting (so a notebook could not connect at all)."""
+    try:
+        connection.execute("SET enable_progress_bar = false")
+    except duckdb.InvalidInputException:
+        if connection.execute("SELECT current_setting('enable_progress_bar')").fetchone()[0]:
+            raise
+
+
 class DuckDBBackend:
     """Runs exact queries on DuckDB; each catalogue source is a view of its declared columns."""
 
@@ -64,7 +74,7 @@ class DuckDBBackend:
                 self.connection = duckdb.connect(str(database), read_only=read_only and
                                                  Path(database).exists())
             # a progress bar on the terminal would corrupt --json output on stdout
-            self.connection.execute("SET enable_progress_bar = false")
+            _no_progress_bar(self.connection)
         except duckdb.Error as err:
             raise BackendError(f"cannot open DuckDB database {database!r}: {err}") from err
         if not locked:

@@ -9,17 +9,23 @@ declared columns before the database is locked. Anything else is refused with a 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import duckdb
-import pandas as pd
 
 from dpsql.backends import is_spark_target
 from dpsql.catalog import Catalog
 from dpsql.errors import DataError, InterfaceError, UnknownTableError
 
 KINDS = "a pandas, polars or pyarrow DataFrame/Table, or a DuckDB relation"
+
+
+def _is_pandas(obj: object) -> bool:
+    # pandas is imported only when a frame could be one: never, if it was never imported
+    pandas = sys.modules.get("pandas")
+    return pandas is not None and isinstance(obj, pandas.DataFrame)
 
 
 def _is(module: str, *names: str) -> Callable[[object], bool]:
@@ -56,7 +62,7 @@ def _table_of_batches(batches: Any) -> Any:
 
 # (is it this kind?, convert it to a pandas DataFrame or a pyarrow Table)
 CONVERTERS: list[tuple[Callable[[object], bool], Callable[[Any], Any]]] = [
-    (lambda obj: isinstance(obj, pd.DataFrame), lambda frame: frame),
+    (lambda obj: _is_pandas(obj), lambda frame: frame),
     (_is("pyarrow", "Table"), lambda table: table),
     (_is("pyarrow", "RecordBatch", "RecordBatchReader"), _table_of_batches),
     (_is("polars", "DataFrame", "LazyFrame"), _arrow_of_polars),
@@ -68,6 +74,7 @@ def is_frame(obj: object) -> bool:
     """True for an object ``sources=`` accepts.
 
     Example:
+        >>> import pandas as pd
         >>> is_frame(pd.DataFrame({"x": [1]})), is_frame("visits.duckdb")
         (True, False)
     """
@@ -86,6 +93,7 @@ def frame_sources(sources: Mapping[str, Any] | None, catalog: Catalog) -> dict[s
         >>> from dpsql.catalog import load_catalog
         >>> catalog = load_catalog({"tables": {"t": {"privacy_unit": None,
         ...                                          "columns": {"x": "int"}}}})
+        >>> import pandas as pd
         >>> list(frame_sources({"T": pd.DataFrame({"x": [1, 2]})}, catalog))
         ['t']
     """
@@ -109,7 +117,7 @@ def frame_sources(sources: Mapping[str, Any] | None, catalog: Catalog) -> dict[s
                                  f"{type(obj).__module__}.{type(obj).__name__}, not a frame",
                                  hint=f"pass {KINDS}")
         frame = convert(obj)
-        names = {str(c).lower() for c in (frame.columns if isinstance(frame, pd.DataFrame)
+        names = {str(c).lower() for c in (frame.columns if _is_pandas(frame)
                                           else frame.column_names)}
         missing = [c for c in table.columns if c.lower() not in names]
         if missing:
@@ -131,6 +139,7 @@ def check_database(database: object) -> None:
 
     Example:
         >>> check_database("visits.duckdb")
+        >>> import pandas as pd
         >>> check_database(pd.DataFrame({"x": [1]}))
         Traceback (most recent call last):
         ...

@@ -11,6 +11,7 @@ import click
 
 import dpsql
 from dpsql.catalog import load_catalog
+from evaluators._cli import evaluator_options
 from evaluators.anonymization.anonymizer import AnonymizationConfig, write_release
 from evaluators.anonymization.criteria import (
     L_VARIANTS,
@@ -43,9 +44,11 @@ def default_qids(metadata: str, table: str, hierarchies: Path, sensitive: str | 
 
 
 @click.command("anonymize")
-@click.option("--metadata", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="YAML metadata of the data set.")
-@click.option("--table", required=True, help="The table to anonymize.")
+@evaluator_options(table_help="The table to anonymize.",
+                   epsilon_help="Also release pass 0's class counts with ε-DP and compare "
+                   "(alias --dp-epsilon).",
+                   output_help="Write the release (.csv or .parquet).", seed=False,
+                   insecure_seed_help="Reproducible DP noise for experiments: NO privacy.")
 @click.option("--hierarchies", "hierarchy_dir", default=None,
               type=click.Path(exists=True, file_okay=False),
               help="Folder of ARX-format hierarchy CSVs named <column>.csv.")
@@ -72,20 +75,16 @@ def default_qids(metadata: str, table: str, hierarchies: Path, sensitive: str | 
 @click.option("--reference", type=click.Choice(["original", "input"]), default="original",
               show_default=True, help="t-closeness reference distribution in later passes.")
 @click.option("--no-prune", is_flag=True, help="Exhaustive search (to verify the pruned one).")
-@click.option("--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the release (.csv or .parquet).")
-@click.option("--dp-epsilon", type=float, default=None,
-              help="Also release pass 0's class counts with ε-DP and compare.")
-@click.option("--insecure-seed", type=int, default=None,
-              help="Reproducible DP noise for experiments: NO privacy.")
+@click.option("--dp-epsilon", type=float, default=None, hidden=True,
+              help="Former name of --epsilon.")
 @click.option("--analyst", default=None, help="Ledger key (default: $USER).")
 @click.option("--ledger", default=None, help="Ledger file (default: beside the metadata).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def command(metadata, table, hierarchy_dir, check, qids, sensitive, k, l_value, l_variant, c_value,
-            t_value, t_variant, objective, suppression_limit, rho, reference, no_prune, output,
-            dp_epsilon, insecure_seed, analyst, ledger, as_json) -> None:
+def command(metadata, table, epsilon, output, insecure_seed, as_json, hierarchy_dir, check,
+            qids, sensitive, k, l_value, l_variant, c_value, t_value, t_variant, objective,
+            suppression_limit, rho, reference, no_prune, dp_epsilon, analyst, ledger) -> None:
     """Anonymize TABLE by full-domain generalization with suppression (ARX-style), optionally
     with ρ-Gain passes; print the chosen node, classes, outliers, C_AVG, DM and risks."""
+    dp_epsilon = epsilon if epsilon is not None else dp_epsilon
     if check:
         payload = _check_table(metadata, table, list(qids), sensitive, hierarchy_dir, analyst,
                                ledger, l_value)

@@ -7,11 +7,11 @@ user-, item- or clustering-based recommender; the harness scores MAE, RMSE and c
 
 from __future__ import annotations
 
-import json
 import time
 
 import click
 
+from evaluators._cli import emit, evaluator_options
 from evaluators.collaborative_filtering import ldp
 from evaluators.collaborative_filtering.data import (
     DEFAULT_METADATA,
@@ -36,25 +36,28 @@ TRAIN_USERS = 700
 
 
 @click.command(name="cf")
-@click.option("--metadata", "-m", default=DEFAULT_METADATA, show_default=True,
-              type=click.Path(dir_okay=False), help="YAML catalogue with the 'ratings' table.")
+@evaluator_options(metadata_default=DEFAULT_METADATA, table_default="ratings",
+                   table_help="The ratings table (user, item, rating).",
+                   epsilon_help="Local DP: ε per released rating; implies --perturbation ldp.",
+                   seed_help="Fixed seed for the user split and, unless --insecure-seed is "
+                   "given, the clients' noise (experiments only: no privacy).",
+                   insecure_seed_help="Fixed seed for the clients' noise only (no privacy).")
 @click.option("--ledger", default=None,
               help="Ledger that logs the custodian's read of the ratings (default: beside the "
               "metadata; ':memory:' for a throw-away run).")
 @click.option("--method", type=click.Choice(METHODS), default="user", show_default=True,
               help="user: 40-NN users; item: 30-NN items; cluster: 3-means, 40-NN in cluster.")
-@click.option("--perturbation", type=click.Choice(PERTURBATIONS), default="rpt",
-              show_default=True,
-              help="rpt: Polat & Du masking (not DP); ldp: discrete Laplace per rating "
-              "(local DP); none: the non-private baseline.")
+@click.option("--perturbation", type=click.Choice(PERTURBATIONS), default=None,
+              help="rpt: Polat & Du masking (not DP; the default); ldp: discrete Laplace per "
+              "rating (local DP; the default with --epsilon); none: the non-private baseline.")
 @click.option("--sigma", type=float, default=2.0, show_default=True,
               help="RPT: per-user noise sd is drawn from U[0, sigma].")
 @click.option("--beta", type=float, default=0.0, show_default=True,
               help="RPT: fake cells, percent; on average d*beta/200 for d ratings.")
 @click.option("--noise", type=click.Choice(NOISE_KINDS), default="uniform", show_default=True,
               help="RPT noise distribution.")
-@click.option("--ldp-epsilon", type=float, default=None,
-              help="LDP: ε per released rating (required with --perturbation ldp).")
+@click.option("--ldp-epsilon", type=float, default=None, hidden=True,
+              help="Former name of --epsilon.")
 @click.option("--fill", type=click.Choice(FILLS), default="none", show_default=True,
               help="roustida: discretize and fill the released matrix before predicting.")
 @click.option("--levels", type=int, default=DEFAULT_LEVELS, show_default=True,
@@ -64,24 +67,29 @@ TRAIN_USERS = 700
               "never 'completely similar'. 0 = the thesis's literal definition.")
 @click.option("--train-users", type=int, default=TRAIN_USERS, show_default=True,
               help="Users that serve as neighbours; the rest are predicted.")
-@click.option("--seed", type=int, default=None,
-              help="Fixed seed for split and noise (experiments only: no privacy).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def command(metadata: str, ledger: str | None, method: str, perturbation: str, sigma: float,
-            beta: float, noise: str, ldp_epsilon: float | None, fill: str, levels: int,
-            min_overlap: int, train_users: int, seed: int | None, as_json: bool) -> None:
+def command(metadata: str, table: str, epsilon: float | None, output: str | None,
+            seed: int | None, insecure_seed: int | None, as_json: bool, ledger: str | None,
+            method: str, perturbation: str | None, sigma: float, beta: float, noise: str,
+            ldp_epsilon: float | None, fill: str, levels: int, min_overlap: int,
+            train_users: int) -> None:
     """Predict MovieLens ratings from perturbed data and report MAE, RMSE and coverage."""
     started = time.perf_counter()
+    ldp_epsilon = epsilon if epsilon is not None else ldp_epsilon
+    perturbation = perturbation or ("ldp" if ldp_epsilon is not None else "rpt")
+    if ldp_epsilon is not None and perturbation != "ldp":
+        raise click.UsageError(f"--epsilon is the local-DP ε per rating; --perturbation "
+                               f"{perturbation} has none")
     release = Perturbation(
         kind=perturbation,
         masking=MaskingParams(sigma=sigma, beta=beta, noise=noise) if perturbation == "rpt"
         else None,
         epsilon=ldp_epsilon if perturbation == "ldp" else None,
     )
-    cust = open_ratings(metadata, ledger=ledger)
+    cust = open_ratings(metadata, ledger=ledger, table=table)
     con = cust.duckdb
     split_users(con, train_users, make_rng(seed))
-    values = release_values(con, release, make_source(seed))
+    values = release_values(con, release,
+                            make_source(insecure_seed if insecure_seed is not None else seed))
     report = {"method": method, "perturbation": perturbation, "fill": fill, "seed": seed}
     if perturbation == "rpt":
         report.update(sigma=sigma, beta=beta, noise=noise)
@@ -94,13 +102,14 @@ def command(metadata: str, ledger: str | None, method: str, perturbation: str, s
     report.update(_privacy(release, fetch_long(con, "cf_ratings", "rating")))
     report["seconds"] = round(time.perf_counter() - started, 2)
     cust.close()
-    if as_json:
-        click.echo(json.dumps(report))
-        return
-    click.echo(f"{method}-based CF, {perturbation}, fill={fill}: MAE {report['mae']:.4f}  "
-               f"RMSE {report['rmse']:.4f}  coverage {report['coverage']:.4f} "
-               f"({report['n_predicted']}/{report['n_required']})")
-    click.echo(f"privacy: {report['guarantee']}")
+
+    def text(report: dict) -> None:
+        click.echo(f"{method}-based CF, {perturbation}, fill={fill}: MAE {report['mae']:.4f}  "
+                   f"RMSE {report['rmse']:.4f}  coverage {report['coverage']:.4f} "
+                   f"({report['n_predicted']}/{report['n_required']})")
+        click.echo(f"privacy: {report['guarantee']}")
+
+    emit(report, as_json=as_json, output=output, text=text)
 
 
 def _privacy(release: Perturbation, ratings) -> dict:

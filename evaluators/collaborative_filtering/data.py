@@ -30,7 +30,8 @@ class Split:
 
 
 def open_ratings(
-    metadata: str | Path = DEFAULT_METADATA, ledger: str | None = None
+    metadata: str | Path = DEFAULT_METADATA, ledger: str | None = None,
+    table: str = "ratings",
 ) -> dpsql.CustodianConnection:
     """A custodian connection whose DuckDB holds ``cf_ratings(user_id, item_id, rating)``.
 
@@ -39,9 +40,9 @@ def open_ratings(
     everything after runs on ``.duckdb``. ``ledger`` follows ``dpsql.connect_custodian``
     (None: beside the metadata; ``":memory:"``: throw-away).
     """
-    if dpsql.catalog.load_catalog(metadata).table("ratings") is None:
+    if dpsql.catalog.load_catalog(metadata).table(table) is None:
         raise dpsql.ProgrammingError(
-            f"metadata {str(metadata)!r} has no 'ratings' table",
+            f"metadata {str(metadata)!r} has no {table!r} table",
             hint="pass --metadata data/datasets/movielens.yaml (or a copy of it)",
         )
     cust = dpsql.connect_custodian(None, metadata=metadata, analyst=_ANALYST, ledger=ledger)
@@ -50,7 +51,7 @@ def open_ratings(
     cust.execute(
         'CREATE OR REPLACE TEMP TABLE cf_ratings AS '
         'SELECT "user"::INTEGER AS user_id, item::INTEGER AS item_id, rating::DOUBLE AS rating '
-        "FROM ratings"
+        f'FROM "{table}"'
     )
     return cust
 

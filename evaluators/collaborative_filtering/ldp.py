@@ -35,7 +35,7 @@ def perturb_ratings(
     """Release ``(user_id, item_id, rating)`` as ``(user_id, item_id, noisy)``, ε per rating."""
     if not epsilon > 0:
         raise dpsql.PrivacyParameterError(f"epsilon must be > 0, got {epsilon}",
-                                          hint="pass --ldp-epsilon 1 (or any positive value)")
+                                          hint="pass --epsilon 1 (or any positive value)")
     clipped = ratings["rating"].clip(RATING_LOWER, RATING_UPPER).to_numpy()
     # ε as the exact rational its float holds: the scale is exactly Δ/ε
     noise = discrete_laplace(Fraction(RATING_SENSITIVITY) / Fraction(epsilon), len(clipped), rng)

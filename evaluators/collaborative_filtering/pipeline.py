@@ -50,7 +50,7 @@ class Perturbation:
             raise dpsql.ProgrammingError("RPT needs masking parameters (sigma, beta)")
         if self.kind == "ldp" and self.epsilon is None:
             raise dpsql.ProgrammingError("local DP needs an epsilon per rating",
-                                         hint="pass --ldp-epsilon")
+                                         hint="pass --epsilon E (ε per rating)")
 
 
 @dataclass(frozen=True)

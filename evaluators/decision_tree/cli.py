@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 import warnings
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import click
 
 import dpsql
+from evaluators._cli import emit, evaluator_options
 from evaluators.decision_tree.forest import DPRandomForest
 from evaluators.decision_tree.holdout import split_holdout, temporary_directory
 from evaluators.decision_tree.split import CRITERIA, SELECTIONS
@@ -17,20 +17,14 @@ from evaluators.decision_tree.tree import DPDecisionTree
 
 
 @click.command(name="tree")
-@click.option("--metadata", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="YAML metadata of the dataset.")
-@click.option("--table", required=True, help="The private table.")
+@evaluator_options(epsilon_default=1.0, epsilon_help="Total ε of the tree.",
+                   seed_help="Seed of the train/test split and of split-choice randomness (the "
+                   "noise stays cryptographic unless --insecure-seed is given).")
 @click.option("--class", "target", required=True, help="The class column (declared values).")
-@click.option("--epsilon", type=float, default=1.0, show_default=True, help="Total ε of the tree.")
 @click.option("--depth", type=click.IntRange(min=0), default=5, show_default=True,
               help="Number of split levels.")
 @click.option("--test-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               default=0.3, show_default=True, help="Share of rows the custodian holds out.")
-@click.option("--seed", type=int, default=None,
-              help="Seed of the train/test split and of split-choice randomness (the noise "
-              "stays cryptographic unless --insecure-seed is given).")
-@click.option("--insecure-seed", type=int, default=None,
-              help="Reproducible noise: NO privacy (experiments only).")
 @click.option("--criterion", type=click.Choice(CRITERIA), default="info_gain", show_default=True)
 @click.option("--selection", type=click.Choice(SELECTIONS), default="noisy_argmax",
               show_default=True)
@@ -43,11 +37,11 @@ from evaluators.decision_tree.tree import DPDecisionTree
 @click.option("--ledger", default=None,
               help="Budget ledger file (default: the engine's ledger beside the metadata).")
 @click.option("--show-tree", is_flag=True, help="Print the tree (text output only).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def command(metadata: str, table: str, target: str, epsilon: float, depth: int,
-            test_fraction: float, seed: int | None, insecure_seed: int | None, criterion: str,
-            selection: str, bins: int, exclude: tuple[str, ...], trees: int,
-            analyst: str | None, ledger: str | None, show_tree: bool, as_json: bool) -> None:
+def command(metadata: str, table: str, epsilon: float, output: str | None, seed: int | None,
+            insecure_seed: int | None, as_json: bool, target: str, depth: int,
+            test_fraction: float, criterion: str, selection: str, bins: int,
+            exclude: tuple[str, ...], trees: int, analyst: str | None, ledger: str | None,
+            show_tree: bool) -> None:
     """Grow an ε-DP decision tree (DiffP-ID3) from DP GROUP BY scripts and report its accuracy.
 
     The custodian splits the table; the tree sees the training part only through a dpsql
@@ -93,15 +87,16 @@ def command(metadata: str, table: str, target: str, epsilon: float, depth: int,
                      "level": "leaves" if level.depth is None else level.depth}
                     for level in model.levels],
     }
-    if as_json:
-        click.echo(json.dumps(result))
-        return
-    click.echo(f"test accuracy {result['test_accuracy']:.4f} (majority class "
-               f"{result['majority_accuracy']:.4f}); depth {result['depth']}; "
-               f"ε spent {result['epsilon_spent']:g} in {len(model.levels)} scripts; "
-               f"fit {fit_seconds:.2f} s")
-    if show_tree:
-        click.echo(model.render())
+
+    def text(result: dict) -> None:
+        click.echo(f"test accuracy {result['test_accuracy']:.4f} (majority class "
+                   f"{result['majority_accuracy']:.4f}); depth {result['depth']}; "
+                   f"ε spent {result['epsilon_spent']:g} in {len(model.levels)} scripts; "
+                   f"fit {fit_seconds:.2f} s")
+        if show_tree:
+            click.echo(model.render())
+
+    emit(result, as_json=as_json, output=output, text=text)
 
 
 def _default_ledger(metadata: str) -> str:

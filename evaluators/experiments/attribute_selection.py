@@ -16,7 +16,9 @@ candidate tables, one ε. Two accountings are plotted for the n sweep:
 * ``dp_paper``: the paper's Δ = 2n (noise scale 2n/ε), emulated by asking the engine for
   ε·k/n (its scale 2k/(ε·k/n) = 2n/ε); not ε-DP when n < k, shown only to compare trends.
 
-Usage: ``python -m evaluators.experiments.attribute_selection [--quick | --replot]``
+Usage: ``python -m evaluators.experiments.attribute_selection [--quick | --replot] [--output DIR]``
+(default ``build/reports/attribute_selection``; the committed report is refreshed only with
+``--output docs/reports/attribute_selection``).
 Needs, beyond the core dependencies: scikit-learn, matplotlib and pyarrow (the training folds
 are handed to the engine as Parquet files).
 """
@@ -45,6 +47,7 @@ from tqdm import tqdm
 
 import dpsql
 from dpsql.catalog import PROJECT_ROOT, datasets_dir
+from evaluators._cli import experiment_options
 from evaluators.attribute_selection.contingency import (
     Attribute,
     catalog_attributes,
@@ -60,7 +63,6 @@ from evaluators.attribute_selection.selection import (
 from evaluators.naive_bayes.central import model_from_release
 from evaluators.naive_bayes.model import NaiveBayesModel
 
-REPORT_DIR = PROJECT_ROOT / "docs" / "reports" / "attribute_selection"
 DEFAULT_EPSILON = 0.5
 FOLDS = 3
 BINS = 10
@@ -698,13 +700,11 @@ noise, but per-statement planning dominates here.
 
 
 @click.command()
-@click.option("--quick", is_flag=True, help="A tiny grid (Car and CM1, 1-2 repetitions).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=REPORT_DIR,
-              show_default=True, help="Folder for CSV, PNG and report.md.")
-@click.option("--replot", is_flag=True,
-              help="Rebuild summary, figures and report from OUT/results.csv without rerunning.")
-def main(quick: bool, out: Path, replot: bool) -> None:
+@experiment_options("attribute_selection",
+                    quick_help="A tiny grid (Car and CM1, 1-2 repetitions).")
+def main(quick: bool, output: Path, replot: bool) -> None:
     """Rerun the paper's experiments and write CSV, figures and a markdown report."""
+    out = output
     grids = QUICK if quick else FULL
     out.mkdir(parents=True, exist_ok=True)
     if replot:

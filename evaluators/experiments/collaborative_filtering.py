@@ -11,7 +11,9 @@ with the min-overlap-1 filled arm, and what an RPT release discloses. Writes ``r
 (one row per run), ``summary.csv`` (mean and sd over repetitions), the side-run CSVs, PNG plots
 and ``report.md`` to ``docs/reports/collaborative_filtering/``.
 
-Usage: ``python -m evaluators.experiments.collaborative_filtering [--quick] [--reps N]``
+Usage: ``python -m evaluators.experiments.collaborative_filtering [--quick] [--reps N]
+[--output DIR]`` (default ``build/reports/collaborative_filtering``; the committed report only
+with ``--output docs/reports/collaborative_filtering``)
 (``--extras-only`` / ``--min-overlap-grid`` rerun one side run; ``--replot`` only re-renders).
 """
 
@@ -30,6 +32,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from tqdm import tqdm
 
+from evaluators._cli import experiment_options
 from evaluators.collaborative_filtering.attacks import rpt_disclosure
 from evaluators.collaborative_filtering.data import (
     DEFAULT_METADATA,
@@ -51,7 +54,6 @@ from evaluators.collaborative_filtering.randomness import make_rng, make_source
 from evaluators.collaborative_filtering.recommenders import METHODS
 from evaluators.experiments.figures import save_figure
 
-OUT_DIR = Path("docs/reports/collaborative_filtering")
 TRAIN_USERS = 700
 BASE_SEED = 2017
 ARMS = ("sparse", "filled")
@@ -434,23 +436,22 @@ def write_outputs(results: pd.DataFrame, out: Path, minutes: float, quick: bool)
 
 
 @click.command()
-@click.option("--quick", is_flag=True, help="1 repetition, 4 settings (a few minutes).")
+@experiment_options("collaborative_filtering",
+                    quick_help="1 repetition, 4 settings (a few minutes).",
+                    replot_help="Rebuild plots and report from OUTPUT/results.csv.")
 @click.option("--reps", type=int, default=2, show_default=True,
               help="Repetitions of the full grid (2 fit ~15 min on a shared 2-core machine).")
 @click.option("--metadata", default=DEFAULT_METADATA, show_default=True)
 @click.option("--levels", type=int, default=DEFAULT_LEVELS, show_default=True,
               help="Discretization N before ROUSTIDA.")
-@click.option("--out", type=click.Path(file_okay=False), default=str(OUT_DIR),
-              show_default=True)
-@click.option("--replot", is_flag=True, help="Rebuild plots and report from results.csv.")
 @click.option("--min-overlap-grid", is_flag=True,
               help="Only run the RPT grid with the min-overlap-1 ROUSTIDA variant, then replot.")
 @click.option("--extras-only", is_flag=True,
               help="Only rerun the ROUSTIDA variants and the disclosure measurement, then replot.")
-def main(quick: bool, reps: int, metadata: str, levels: int, out: str, replot: bool,
+def main(quick: bool, output: Path, replot: bool, reps: int, metadata: str, levels: int,
          min_overlap_grid: bool, extras_only: bool) -> None:
     """Run the grid and write CSV, PNG and markdown outputs."""
-    out_dir = Path(out)
+    out_dir = Path(output)
     out_dir.mkdir(parents=True, exist_ok=True)
     full = not (quick or replot or min_overlap_grid or extras_only)
     if quick or full:

@@ -1,6 +1,6 @@
 """Accuracy of DP decision trees grown from DP GROUP BY scripts, against baselines.
 
-Run ``python -m evaluators.experiments.decision_tree [--quick]``. For Adult, Car and Mushroom,
+Run ``python -m evaluators.experiments.decision_tree [--quick] [--output DIR] [--replot]``. For Adult, Car and Mushroom,
 each repetition makes a fresh custodian train/test split (70/30) and measures on the test rows:
 
 * DiffP-ID3 through dpsql (this evaluator) over ε and over depth, for the max / Gini /
@@ -16,13 +16,13 @@ each repetition makes a fresh custodian train/test split (70/30) and measures on
 * the training majority class.
 
 Writes ``results.csv``, ``summary.csv``, ``accuracy_vs_epsilon.png``, ``accuracy_vs_depth.png``
-and ``README.md`` into ``docs/reports/decision_tree/``. The noise uses ``insecure_seed=rep``
+and ``README.md`` into ``--output`` (default ``build/reports/decision_tree``; the committed
+report is ``docs/reports/decision_tree/``, written only with ``--output`` naming it). The noise uses ``insecure_seed=rep``
 (reproducible, not private) and a throw-away ledger, as experiments must.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -32,11 +32,13 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import click
 import numpy as np
 import pandas as pd
 
 import dpsql
 import dpsql.catalog
+from evaluators._cli import experiment_options
 from evaluators.decision_tree.attributes import Schema, schema_from_metadata
 from evaluators.decision_tree.forest import PARTITION_COLUMN, DPRandomForest
 from evaluators.decision_tree.holdout import Holdout, split_holdout, temporary_directory
@@ -44,7 +46,6 @@ from evaluators.decision_tree.tree import DPDecisionTree
 from evaluators.experiments.figures import save_figure
 
 ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "docs" / "reports" / "decision_tree"
 DIFFPRIVLIB_PYTHON = os.environ.get("DPSQL_DIFFPRIVLIB_PYTHON", "/tmp/dpl-venv/bin/python")
 N_TREES = 10
 
@@ -93,25 +94,24 @@ QUICK = Plan(reps=1, epsilons=(0.1, 1.0), other_criteria_epsilons=(1.0,), depths
              depth_reps=1, forest_epsilons=(1.0,))
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Command-line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one repetition, few settings")
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--report-only", action="store_true",
-                        help="rebuild summary, plots and README from results.csv")
-    parser.add_argument("--diffprivlib-worker", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.diffprivlib_worker:
-        _diffprivlib_worker(args.diffprivlib_worker)
+@click.command()
+@experiment_options("decision_tree", quick_help="One repetition, few settings.",
+                    replot_help="Rebuild summary, plots and README from OUTPUT/results.csv.")
+@click.option("--diffprivlib-worker", type=click.Path(path_type=Path), default=None,
+              hidden=True)
+def main(quick: bool, output: Path, replot: bool, diffprivlib_worker: Path | None) -> None:
+    """Accuracy of DP decision trees against baselines; writes CSV, plots and README.md."""
+    if diffprivlib_worker:
+        _diffprivlib_worker(diffprivlib_worker)
         return
-    args.out.mkdir(parents=True, exist_ok=True)
-    if not args.report_only:
-        plan = QUICK if args.quick else FULL
+    output.mkdir(parents=True, exist_ok=True)
+    if not replot:
+        plan = QUICK if quick else FULL
         results = run(plan)
-        results.to_csv(args.out / "results.csv", index=False)
-    results = pd.read_csv(args.out / "results.csv")
-    write_report(results, args.out)
+        results.to_csv(output / "results.csv", index=False)
+    results = pd.read_csv(output / "results.csv")
+    write_report(results, output)
+    click.echo(f"wrote {output}")
 
 
 def run(plan: Plan) -> pd.DataFrame:

@@ -14,8 +14,9 @@ C. Local vs central DP at equal ε per record: all attributes categorical (Adult
    in 5 public bins); local = ERRPH with ε split equally over the attributes (and the uniform-p0
    points of part A), central = ``train_central`` (Laplace contingency tables) with the same ε.
 
-Run ``python -m evaluators.experiments.naive_bayes_rr [--quick]``. Writes ``results.csv``,
-``summary.csv``, three PNGs and ``report.md`` into ``docs/reports/naive_bayes_rr/``.
+Run ``python -m evaluators.experiments.naive_bayes_rr [--quick] [--output DIR]``. Writes
+``results.csv``, ``summary.csv``, three PNGs and ``report.md`` into ``--output`` (default
+``build/reports/naive_bayes_rr``; ``docs/reports/naive_bayes_rr/`` only when named).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import json
 import math
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,6 +42,7 @@ from tqdm import tqdm  # noqa: E402
 import dpsql  # noqa: E402
 from dpsql.catalog import datasets_dir  # noqa: E402
 from dpsql.randomize import ERRPH, RandomizationSpec, Warner  # noqa: E402
+from evaluators._cli import experiment_options
 from evaluators.experiments.figures import save_figure  # noqa: E402
 from evaluators.naive_bayes.cli import (  # noqa: E402
     Holdout,
@@ -53,7 +54,6 @@ from evaluators.naive_bayes.cli import (  # noqa: E402
     load_holdout,
 )
 
-OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "reports" / "naive_bayes_rr"
 # The paper's grid (0.5 excluded there) plus 0.5, which the report must state.
 P0_GRID = (0.1, 0.2, 0.3, 0.35, 0.4, 0.45, 0.49, 0.5, 0.51, 0.55, 0.6, 0.65, 0.7, 0.8, 0.9)
 REPORT_P0 = (0.35, 0.5, 0.6)
@@ -581,14 +581,12 @@ def render(results: pd.DataFrame, output: Path, *, quick: bool, minutes: float) 
 
 
 @click.command()
-@click.option("--quick", is_flag=True, help="Few repetitions (a smoke run, about 2 minutes).")
-@click.option("--output", type=click.Path(file_okay=False, path_type=Path), default=OUTPUT,
-              show_default=True)
-@click.option("--render-only", is_flag=True,
-              help="Rebuild summary, plots and report from an existing results.csv.")
-def main(quick: bool, output: Path, render_only: bool) -> None:
+@experiment_options("naive_bayes_rr",
+                    quick_help="Few repetitions (a smoke run, about 2 minutes).",
+                    replot_help="Rebuild summary, plots and report from OUTPUT/results.csv.")
+def main(quick: bool, output: Path, replot: bool) -> None:
     """Run parts A-C on Adult and Car and write the report."""
-    if render_only:
+    if replot:
         run = json.loads((output / "run.json").read_text())
         render(pd.read_csv(output / "results.csv"), output, **run)
         click.echo(f"re-rendered {output}")
@@ -596,9 +594,8 @@ def main(quick: bool, output: Path, render_only: bool) -> None:
     for dataset in DATASETS:
         if not (datasets_dir() / f"{dataset.table}.csv").is_file():
             raise click.ClickException(f"{dataset.table}.csv not found in {datasets_dir()}")
-    # Seeded noise is the point of a reproducible experiment; the engine's warning about it
-    # would otherwise print once per central fit.
-    warnings.filterwarnings("ignore", category=dpsql.InsecureRandomnessWarning)
+    # Seeded noise is the point of a reproducible experiment; experiment_options shows the
+    # engine's warning about it once per run, not once per central fit.
     output.mkdir(parents=True, exist_ok=True)
     plan = {d: d.quick_reps if quick else d.reps for d in DATASETS}
     start = time.perf_counter()

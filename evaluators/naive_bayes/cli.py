@@ -16,7 +16,7 @@ reproduction script ``evaluators.experiments.naive_bayes_rr``.
 from __future__ import annotations
 
 import dataclasses
-import json
+import functools
 import math
 import secrets
 import tempfile
@@ -41,6 +41,7 @@ from dpsql.randomize import (
     write_data,
     write_randomized,
 )
+from evaluators._cli import emit, evaluator_options
 from evaluators.attribute_selection.contingency import catalog_attributes
 from evaluators.naive_bayes.central import train_central
 from evaluators.naive_bayes.model import NaiveBayesModel
@@ -243,8 +244,13 @@ def _epsilon_or_none(epsilon: float) -> float | None:
 def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *, p0: float,
              epsilon: float | None, test_fraction: float, seed: int | None,
              attributes: list[str] | None, numeric: str, bins: int,
-             trr: dict[str, float], alpha: float) -> dict[str, Any]:
-    """One hold-out run; the JSON object of the command."""
+             trr: dict[str, float], alpha: float,
+             insecure_seed: int | None = None) -> dict[str, Any]:
+    """One hold-out run; the JSON object of the command.
+
+    ``seed`` fixes the split and, unless ``insecure_seed`` is given, the noise too (both then
+    give no privacy); ``insecure_seed`` alone fixes only the noise.
+    """
     if mechanism not in MECHANISMS:
         raise dpsql.ProgrammingError(f"mechanism must be one of {MECHANISMS}")
     if mechanism == "laplace" and epsilon is None:
@@ -253,7 +259,10 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *, p0
     # the split is the data owner's sampling, not noise: a numpy generator; the randomizers
     # draw from a RandomSource (the CSPRNG, or seeded and warning for experiments)
     split = np.random.default_rng(seed if seed is not None else secrets.randbits(128))
-    noise = csprng() if seed is None else dpsql.RandomSource(insecure_seed=seed)
+    if insecure_seed is None:
+        insecure_seed = seed
+    noise = (csprng() if insecure_seed is None
+             else dpsql.RandomSource(insecure_seed=insecure_seed))
     if mechanism == "laplace" and numeric == "trr":
         numeric = "bins"  # central DP counts need public domains for every attribute
     holdout = load_holdout(metadata, table, class_column, test_fraction=test_fraction, rng=split,
@@ -266,7 +275,7 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *, p0
     }
     with tempfile.TemporaryDirectory(prefix="dpsql-nb-") as workdir:
         if mechanism == "laplace":
-            model, spent = fit_central(holdout, epsilon, workdir, insecure_seed=seed,
+            model, spent = fit_central(holdout, epsilon, workdir, insecure_seed=insecure_seed,
                                        alpha=alpha, dataset=metadata)
             result.update(test_accuracy=accuracy(model, holdout), epsilon_spent=spent)
             return result
@@ -286,15 +295,15 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *, p0
 
 
 @click.command("naive-bayes")
-@click.option("--metadata", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="Catalogue YAML of the data.")
-@click.option("--table", required=True, help="Table to learn from.")
+@evaluator_options(table_help="Table to learn from.",
+                   epsilon_help="ε of the central (laplace) release.",
+                   seed_help="Reproducible split, randomization and noise (experiments only: "
+                   "no privacy); --insecure-seed alone fixes only the noise.")
 @click.option("--class", "class_column", required=True, help="Class column (kept in the clear).")
 @click.option("--mechanism", type=click.Choice(MECHANISMS), default="randomized-response",
               show_default=True, help="Local randomized response, or central Laplace counts.")
 @click.option("--p0", type=float, default=0.5, show_default=True,
               help="ERRPH: probability of releasing the true value.")
-@click.option("--epsilon", type=float, default=None, help="ε of the central (laplace) release.")
 @click.option("--attributes", default=None, help="Comma-separated attributes (default: all).")
 @click.option("--numeric", type=click.Choice(NUMERIC_HANDLING), default="trr", show_default=True,
               help="Numeric attributes: TRR (Gaussian), public bins + ERRPH, or drop.")
@@ -304,23 +313,22 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *, p0
 @click.option("--trr-b-variance", type=float, default=1.0, show_default=True)
 @click.option("--alpha", type=float, default=1.0, show_default=True, help="Laplace smoothing.")
 @click.option("--test-fraction", type=float, default=0.3, show_default=True)
-@click.option("--seed", type=int, default=None,
-              help="Reproducible split, randomization and noise (experiments only: no privacy).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def command(metadata: str, table: str, class_column: str, mechanism: str, p0: float,
-            epsilon: float | None, attributes: str | None, numeric: str, bins: int,
+def command(metadata: str, table: str, epsilon: float | None, output: str | None,
+            seed: int | None, insecure_seed: int | None, as_json: bool, class_column: str,
+            mechanism: str, p0: float, attributes: str | None, numeric: str, bins: int,
             trr_a_mean: float, trr_a_variance: float, trr_b_variance: float, alpha: float,
-            test_fraction: float, seed: int | None, as_json: bool) -> None:
+            test_fraction: float) -> None:
     """Naive Bayes under randomized response (local DP) or noisy counts (central DP)."""
     result = evaluate(
         metadata, table, class_column, mechanism, p0=p0, epsilon=epsilon,
         test_fraction=test_fraction, seed=seed,
         attributes=attributes.split(",") if attributes else None, numeric=numeric, bins=bins,
         trr={"a_mean": trr_a_mean, "a_variance": trr_a_variance, "b_variance": trr_b_variance},
-        alpha=alpha)
-    if as_json:
-        click.echo(json.dumps(result))
-        return
+        alpha=alpha, insecure_seed=insecure_seed)
+    emit(result, as_json=as_json, output=output, text=functools.partial(_print, mechanism, table))
+
+
+def _print(mechanism: str, table: str, result: dict) -> None:
     click.echo(f"{mechanism} Naive Bayes on {table!r} ({result['train_rows']} train, "
                f"{result['test_rows']} test rows)")
     click.echo(f"test accuracy: {result['test_accuracy']:.4f} "

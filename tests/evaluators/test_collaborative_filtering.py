@@ -264,7 +264,7 @@ def test_cli_refuses_local_dp_without_epsilon():
     result = CliRunner().invoke(command, ["--metadata", METADATA, "--ledger", ":memory:",
                                           "--perturbation", "ldp"])
     assert isinstance(result.exception, dpsql.ProgrammingError)
-    assert "--ldp-epsilon" in result.exception.hint
+    assert "--epsilon" in result.exception.hint
 
 
 def test_rpt_disclosure_counts_real_cells_beyond_the_fake_range():

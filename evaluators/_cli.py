@@ -1,0 +1,149 @@
+"""The options every ``dpsql evaluate <name>`` and every reproduction script share, defined once.
+
+Each evaluator command takes the same names with the same meaning:
+
+``--metadata/-m``   the YAML catalogue;            ``--table/-t``  the private table;
+``--epsilon/-e``    the ε the evaluator spends;    ``--json``      one JSON object on stdout;
+``--output/-o``     where the result is written;   ``--seed``      the evaluator's own sampling
+(train/test splits; commands that draw none do not offer it); ``--insecure-seed`` reproducible
+noise for experiments, which gives NO privacy. ``evaluator_options`` adds them in this order and
+makes the engine's ``InsecureRandomnessWarning`` print once per run, not once per connection.
+
+The reproductions (``python -m evaluators.experiments.<name>``) share ``experiment_options``:
+``--quick``, ``--output DIR`` (default ``build/reports/<name>``, never the committed
+``docs/reports``), ``--replot`` (re-render from the CSVs in ``--output``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+#: Where reproductions write unless ``--output`` says otherwise; ``docs/reports/<name>`` holds
+#: the committed full runs and is written only when given explicitly.
+DEFAULT_EXPERIMENT_ROOT = Path("build") / "reports"
+
+
+@contextlib.contextmanager
+def insecure_warning_once() -> Iterator[None]:
+    """Show each distinct ``InsecureRandomnessWarning`` once in the block, not once per
+    connection or repetition.
+
+    A ``"once"`` warnings filter is not enough: Python forgets what it has shown whenever any
+    filter changes (every ``catch_warnings`` block, and importing scikit-learn, do that), so
+    the repeats are dropped here, by message, at display time.
+    """
+    import dpsql
+
+    seen: set[str] = set()
+    show = warnings.showwarning
+
+    def show_once(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, dpsql.InsecureRandomnessWarning):
+            if str(message) in seen:
+                return
+            seen.add(str(message))
+        show(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", dpsql.InsecureRandomnessWarning)
+        warnings.showwarning = show_once
+        yield
+
+
+def evaluator_options(*, metadata_default: str | None = None,
+                      table_default: str | None = None,
+                      table_help: str = "The private table.",
+                      epsilon_default: float | None = None, epsilon_required: bool = False,
+                      epsilon_help: str = "Total ε the evaluator spends.",
+                      output_help: str = "Also write the JSON result to this file.",
+                      seed: bool = True,
+                      seed_help: str = "Seed of the evaluator's own sampling (train/test "
+                      "split); the noise stays cryptographic unless --insecure-seed is given.",
+                      insecure_seed_help: str = "Reproducible noise for experiments: gives NO "
+                      "privacy.") -> Callable:
+    """The shared options, in one order, with per-command help where the meaning narrows."""
+
+    def decorate(func: Callable) -> Callable:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with insecure_warning_once():
+                return func(*args, **kwargs)
+
+        options = [
+            click.option("--metadata", "-m", required=metadata_default is None,
+                         default=metadata_default, show_default=metadata_default is not None,
+                         type=click.Path(exists=True, dir_okay=False),
+                         help="YAML metadata of the data set (tables, domains, bounds, budget)."),
+            click.option("--table", "-t", required=table_default is None, default=table_default,
+                         show_default=table_default is not None, help=table_help),
+            click.option("--epsilon", "-e", type=float, required=epsilon_required,
+                         default=epsilon_default, show_default=epsilon_default is not None,
+                         help=epsilon_help),
+            click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
+                         help=output_help),
+        ]
+        if seed:
+            options.append(click.option("--seed", type=int, default=None, help=seed_help))
+        options += [
+            click.option("--insecure-seed", type=int, default=None, help=insecure_seed_help),
+            click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
+        ]
+        for option in reversed(options):
+            wrapper = option(wrapper)
+        return wrapper
+
+    return decorate
+
+
+def emit(result: dict, *, as_json: bool, output: str | None,
+         text: Callable[[dict], None]) -> None:
+    """Write ``result`` to ``--output`` (JSON) if given; print it as JSON or as text."""
+    if output is not None:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(json.dumps(result, indent=2) + "\n")
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    text(result)
+    if output is not None:
+        click.echo(f"wrote {output}")
+
+
+def experiment_options(name: str, *, quick_help: str = "A small, fast run (a smoke test).",
+                       replot_help: str = "Rebuild summary, figures and report from the CSVs "
+                       "already in --output, without rerunning.") -> Callable:
+    """``--quick``, ``--output DIR`` and ``--replot`` for ``evaluators.experiments.<name>``.
+
+    The default folder is ``build/reports/<name>``, so a quick run never overwrites the
+    committed ``docs/reports/<name>``; pass ``--output docs/reports/<name>`` to refresh it.
+    """
+    default = DEFAULT_EXPERIMENT_ROOT / name
+
+    def decorate(func: Callable) -> Callable:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with insecure_warning_once():
+                return func(*args, **kwargs)
+
+        options = [
+            click.option("--quick", is_flag=True, help=quick_help),
+            click.option("--output", "-o", "--out", "output", default=str(default),
+                         show_default=True, type=click.Path(file_okay=False, path_type=Path),
+                         help="Folder for the CSVs, figures and report (docs/reports/" + name
+                         + " only when given explicitly)."),
+            click.option("--replot", "--report-only", "--render-only", "replot", is_flag=True,
+                         help=replot_help),
+        ]
+        for option in reversed(options):
+            wrapper = option(wrapper)
+        return wrapper
+
+    return decorate
