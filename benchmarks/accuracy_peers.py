@@ -294,7 +294,10 @@ def run_peer(python: str, script: str, job: dict) -> dict:
     if done.returncode != 0:
         raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip()
                            else f"exit {done.returncode}")
-    return json.loads(done.stdout)
+    *printed, answer = done.stdout.strip().splitlines()
+    if printed:  # the peer's library printed before the answer
+        print(f"{script.split(chr(10))[3][:40]}…: " + " / ".join(printed)[:500], file=sys.stderr)
+    return json.loads(answer)
 
 
 def run_opendp(python: str, paths: dict, rows: int, releases: int) -> dict:
@@ -498,6 +501,10 @@ def main() -> None:
         elif peer in timings:
             print(f"\n{peer}: {timings[peer]:.0f} s", end="")
     print()
+    qrlew = results["Qrlew 0.9.27"]
+    if isinstance(qrlew, dict):
+        for name, event in qrlew["events"].items():
+            print(f"Qrlew {name} DpEvent: {event}")
 
 
 if __name__ == "__main__":
