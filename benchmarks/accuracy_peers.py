@@ -9,8 +9,8 @@ duckdb``). A peer whose interpreter is missing or fails keeps its column, with "
 reason printed under the table.
 
 Data (generated, seed 20261123, see ``generate``): ``people`` has one row per person (row
-privacy): ``edu`` (16 public values, skewed), ``income`` (log-normal, median ≈ 45,000, bounds
-[0, 500000], about 0.3 % of people above the upper bound) and ``age`` (18..90). ``visits`` has
+privacy): ``edu`` (16 public values, skewed), ``income`` (log-normal, median ≈ 40,000,
+top-coded at the declared upper bound 500,000: 0.08 % of people) and ``age`` (18..90). ``visits`` has
 ``rows`` rows from ``rows / 10`` users (the first people), 1 + Poisson(9) visits each, spread
 over 2 to 6 distinct days of the user (``visit_day``, 7 public values; ``day`` is a keyword in
 SmartNoise's grammar) and ``amount`` (gamma, bounds [0, 100]). A user has about 10 rows on
