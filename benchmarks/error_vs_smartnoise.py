@@ -256,8 +256,10 @@ SMARTNOISE = textwrap.dedent("""
         probe = snsql.from_connection(con, privacy=Privacy(epsilon=1.0, delta=job["delta"]),
                                       metadata=metadata, engine="sqlite")
         columns = probe.get_privacy_cost(query)[0]  # noisy columns its odometer charges
+        # per statement: ε divided over those columns; nominal: Privacy(ε) as SmartNoise reads it
+        share = job["epsilon"] if job.get("nominal") else job["epsilon"] / columns
         reader = snsql.from_connection(
-            con, privacy=Privacy(epsilon=job["epsilon"] / columns, delta=job["delta"]),
+            con, privacy=Privacy(epsilon=share, delta=job["delta"]),
             metadata=metadata, engine="sqlite")
         subquery, _ = reader._rewrite(query)
         mechanisms = [{"sensitivity": float(m.sensitivity) * m.max_contrib,
@@ -272,23 +274,33 @@ SMARTNOISE = textwrap.dedent("""
 """)
 
 
-def run_smartnoise(python: str, lite_path: Path, epsilon: float, repeats: int) -> dict:
-    """SmartNoise SQL answers per query per repetition, with its mechanisms' settings."""
-    job = {"sqlite": str(lite_path), "epsilon": epsilon, "delta": DELTA, "repeats": repeats,
-           "metadata": smartnoise_metadata(),
-           "queries": [(q.smartnoise_sql(), q.sn_table) for q in QUERIES]}
+def smartnoise_releases(python: str, job: dict, label: str = "SmartNoise SQL") -> dict:
+    """Run the SMARTNOISE script on ``job`` (sqlite, epsilon, delta, repeats, metadata, queries
+    as [sql, table] pairs, optional nominal) in ``python``; its raw answer per query: rows per
+    repetition, columns charged, mechanisms, seconds."""
     process = subprocess.Popen([python, "-c", SMARTNOISE], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     process.stdin.write(json.dumps(job))
     process.stdin.close()
-    for _ in tqdm(QUERIES, desc="SmartNoise SQL", unit="query"):
+    for _ in tqdm(job["queries"], desc=label, unit="query"):
         line = process.stderr.readline()
         if not line:
             break
     stdout, stderr = process.stdout.read(), process.stderr.read()
     if process.wait() != 0:
-        sys.exit(f"SmartNoise SQL failed:\n{stderr}")
-    raw = json.loads(stdout)
+        raise RuntimeError(f"SmartNoise SQL failed:\n{stderr}")
+    return json.loads(stdout)
+
+
+def run_smartnoise(python: str, lite_path: Path, epsilon: float, repeats: int) -> dict:
+    """SmartNoise SQL answers per query per repetition, with its mechanisms' settings."""
+    job = {"sqlite": str(lite_path), "epsilon": epsilon, "delta": DELTA, "repeats": repeats,
+           "metadata": smartnoise_metadata(),
+           "queries": [(q.smartnoise_sql(), q.sn_table) for q in QUERIES]}
+    try:
+        raw = smartnoise_releases(python, job)
+    except RuntimeError as err:
+        sys.exit(str(err))
     return {q.sql: {**raw[q.smartnoise_sql()],
                     "rows": [to_cells(rows) for rows in raw[q.smartnoise_sql()]["rows"]]}
             for q in QUERIES}
