@@ -378,8 +378,10 @@ def temporal_number(text, kind: str) -> int:
     intervals of temporal values).
 
     Example:
-        >>> temporal_number("1970-01-03", "date"), temporal_number("1970-01-01 00:01:00", "timestamp")
-        (2, 60)
+        >>> temporal_number("1970-01-03", "date")
+        2
+        >>> temporal_number("1970-01-01 00:01:00", "timestamp")
+        60
     """
     if kind == "date":
         value = text if isinstance(text, datetime.date) else datetime.date.fromisoformat(

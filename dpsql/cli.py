@@ -14,6 +14,7 @@ import os
 import sys
 from fractions import Fraction
 from pathlib import Path
+
 import click
 
 import dpsql

@@ -11,8 +11,8 @@ from dpsql.errors import InterfaceError, NotSupportedError
 from dpsql.release import NoisyResult
 
 if TYPE_CHECKING:
-    import pandas as pd
     import numpy as np
+    import pandas as pd
     import polars
     import pyarrow
 

@@ -46,7 +46,6 @@ from dpsql.release import (
 from dpsql.rewrite import MAX_DOMAIN_CELLS, domain_size, part_count, rewrite
 from dpsql.versions import data_version
 
-
 ANALYSED_KEPT = 256  # checked statements kept per connection
 LARGEST_EPSILON = 10**12
 
@@ -164,7 +163,8 @@ class Engine:
                               epsilons=share, **self._target())
                       for c, share in zip(private, shares, strict=True))
         loss = PrivacyLoss(epsilon, delta if thresholded else Fraction(0))
-        script_plan = ScriptPlan(statements=plans, loss=loss, neighbouring=self.catalog.neighbouring)
+        script_plan = ScriptPlan(statements=plans, loss=loss,
+                                 neighbouring=self.catalog.neighbouring)
         return Planned(tuple(order), script_plan, tuple(public))
 
     def _target(self) -> dict:

@@ -352,14 +352,9 @@ def _temporal_arithmetic(op: str, left: Expr, right: Expr, scope: Scope) -> Expr
 
 def date_diff(later: Expr, earlier: Expr) -> Expr:
     """Days from ``earlier`` to ``later`` (an int)."""
-    interval = ops_sub(later.interval, earlier.interval)
+    interval = _sub(later.interval, earlier.interval)
     return Expr("date_diff", (later, earlier), "int", None, interval, interval,
                 _domain_from_interval(interval, "int"), _nullable(later, earlier))
-
-
-def ops_sub(a: Interval | None, b: Interval | None) -> Interval | None:
-    """The interval of a − b."""
-    return _sub(a, b)
 
 
 MAX_DAYS_ADDED = 100_000  # whole days a date may move: past it the sum is NULL (no overflow)
@@ -420,8 +415,8 @@ def _as_date(expr: Expr, scope: Scope) -> Expr:
 def _days(seconds: Interval | None) -> Interval | None:
     if seconds is None:
         return None
-    return Interval(Fraction(_floor(seconds.lower / 86400)), Fraction(_floor(seconds.upper / 86400)),
-                    True)
+    return Interval(Fraction(_floor(seconds.lower / 86400)),
+                    Fraction(_floor(seconds.upper / 86400)), True)
 
 
 @builds(exp.DateDiff)
@@ -499,7 +494,8 @@ def _date_trunc(node: exp.Expression, scope: Scope) -> Expr:
     unit = (unit_node.name if unit_node is not None else "").lower()
     if unit not in _TRUNC_UNITS:
         raise UnsupportedSQLError(f"DATE_TRUNC to {unit or '?'} is not supported",
-                                  sql=scope.sql, hint=f"truncate to one of {', '.join(_TRUNC_UNITS)}")
+                                  sql=scope.sql,
+                                  hint=f"truncate to one of {', '.join(_TRUNC_UNITS)}")
     arg = build(node.this, scope)
     if arg.type == "text" and arg.op == "lit":
         arg = coerce(arg, "date", scope)

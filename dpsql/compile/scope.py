@@ -17,10 +17,9 @@ the joined rows:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 
 from sqlglot import exp
-
-from fractions import Fraction
 
 from dpsql.catalog import TEMPORAL, Catalog, ColumnSpec, TableSpec, exact_bound, temporal_number
 from dpsql.compile import ops

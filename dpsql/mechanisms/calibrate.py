@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 from fractions import Fraction
+from statistics import NormalDist
 
 
 def laplace_scale(sensitivity: Fraction, epsilon: Fraction) -> Fraction:
