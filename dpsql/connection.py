@@ -24,20 +24,10 @@ from dpsql.parse import parse_one, parse_script
 from dpsql.release import ColumnInfo, NoisyResult
 
 
-class _Base:
+class _Base(errors.ExceptionAttributes):
     """What both connections share: catalogue, backend, ledger, PEP 249 housekeeping."""
 
     __module__ = "dpsql"
-    Warning = errors.Warning
-    Error = errors.Error
-    InterfaceError = errors.InterfaceError
-    DatabaseError = errors.DatabaseError
-    DataError = errors.DataError
-    OperationalError = errors.OperationalError
-    IntegrityError = errors.IntegrityError
-    InternalError = errors.InternalError
-    ProgrammingError = errors.ProgrammingError
-    NotSupportedError = errors.NotSupportedError
 
     def __init__(self, database, metadata, analyst, ledger, read_only: bool,
                  locked: bool, sources=None) -> None:

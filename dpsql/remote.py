@@ -224,20 +224,10 @@ class RemoteCursor:
         self.close()
 
 
-class RemoteConnection:
+class RemoteConnection(errors.ExceptionAttributes):
     """A PEP 249 connection to a dpsql server."""
 
     __module__ = "dpsql"
-    Warning = errors.Warning
-    Error = errors.Error
-    InterfaceError = errors.InterfaceError
-    DatabaseError = errors.DatabaseError
-    DataError = errors.DataError
-    OperationalError = errors.OperationalError
-    IntegrityError = errors.IntegrityError
-    InternalError = errors.InternalError
-    ProgrammingError = errors.ProgrammingError
-    NotSupportedError = errors.NotSupportedError
 
     def __init__(self, url: str, *, password: str | None = None,
                  epsilon_per_query: float | None = None, connect_timeout: float = 10) -> None:

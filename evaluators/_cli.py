@@ -31,6 +31,15 @@ import click
 DEFAULT_EXPERIMENT_ROOT = Path("build") / "reports"
 
 
+def _warning_once(func: Callable) -> Callable:
+    """``func`` run with the insecure-seed warning shown once per run."""
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with insecure_warning_once():
+            return func(*args, **kwargs)
+    return wrapper
+
+
 @contextlib.contextmanager
 def insecure_warning_once() -> Iterator[None]:
     """Show each distinct ``InsecureRandomnessWarning`` once in the block, not once per
@@ -72,11 +81,7 @@ def evaluator_options(*, metadata_default: str | None = None,
     """The shared options, in one order, with per-command help where the meaning narrows."""
 
     def decorate(func: Callable) -> Callable:
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with insecure_warning_once():
-                return func(*args, **kwargs)
-
+        wrapper = _warning_once(func)
         options = [
             click.option("--metadata", "-m", required=metadata_default is None,
                          default=metadata_default, show_default=metadata_default is not None,
@@ -128,11 +133,7 @@ def experiment_options(name: str, *, quick_help: str = "A small, fast run (a smo
     default = DEFAULT_EXPERIMENT_ROOT / name
 
     def decorate(func: Callable) -> Callable:
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with insecure_warning_once():
-                return func(*args, **kwargs)
-
+        wrapper = _warning_once(func)
         options = [
             click.option("--quick", is_flag=True, help=quick_help),
             click.option("--output", "-o", "--out", "output", default=str(default),
