@@ -56,7 +56,6 @@ def snapshot(checked: CheckedQuery, cells: int | None, salt: int, d: Dialect,
     grouped = bool(keys) and (cells is None or l0 < cells)
     bounded = bound_rows(d, "__rows", unit, marks, payload, l0 if grouped else None, linf,
                          total, salt)
-    hidden = [*marks, "__row_rank"] + (["__group_rank"] if grouped else []) + \
-        (["__total_rank"] if total is not None else [])
+    hidden = [*marks, *bounded.hidden]
     return name, (f"CREATE TEMP TABLE IF NOT EXISTS {name} AS WITH {rows}, {bounded.ctes} "
                   f"SELECT * EXCLUDE ({', '.join(hidden)}) FROM {bounded.last}")

@@ -4,8 +4,9 @@ per (person, group), at most R rows per person, each chosen by a keyed hash.
 Used where rows themselves must be kept (quantile histograms, bounded snapshots); sums and
 counts are bounded on per-person pre-aggregates instead (``rewrite._unit_ctes``). The hash is
 keyed with a fresh secret salt per query or snapshot, so which rows are kept is uniform and
-depends on the person's own rows only, never on insertion order. Ties of the hash are broken
-by the values themselves, so a person never keeps more than the bounds say.
+depends on the person's own rows only, never on insertion order. A person's groups are ranked
+as distinct (person, group) pairs, so exactly min(L0, their groups) are kept even when two
+groups' hashes tie; ROW_NUMBER keeps exactly L∞ rows whatever the ties.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from dpsql.compile.render import Dialect
 
 @dataclass(frozen=True, slots=True)
 class BoundedRows:
-    """CTEs (``a AS (...), b AS (...)``) whose last one, ``last``, holds the kept rows."""
+    """CTEs (``a AS (...), b AS (...)``) whose last one, ``last``, holds the kept rows with
+    the extra columns ``hidden``."""
 
     ctes: str
     last: str
+    hidden: tuple[str, ...]
 
 
 def bound_rows(d: Dialect, source: str, unit: str, keys: list[str], payload: list[str],
@@ -31,28 +34,30 @@ def bound_rows(d: Dialect, source: str, unit: str, keys: list[str], payload: lis
     Example:
         >>> from dpsql.compile.render import dialect
         >>> b = bound_rows(dialect("duckdb"), "src", "u", ["k"], ["v"], 2, 1, None, 7)
-        >>> b.last
-        '__kept_rows'
+        >>> b.last, b.hidden
+        ('__kept_rows', ('__row_rank',))
     """
     salted = str(salt)
-    ranks = []
+    ctes, rows = [], source
     if keys and l0 is not None:
-        group_hash = d.hash([unit, *keys, salted])
-        ranks.append(f"DENSE_RANK() OVER (PARTITION BY {unit} ORDER BY {group_hash}, "
-                     f"{', '.join(keys)}) AS __group_rank")
+        pairs = ", ".join([unit, *keys])
+        ctes.append(f"__unit_groups AS (SELECT {pairs} FROM {source} GROUP BY {pairs})")
+        ctes.append(
+            f"__chosen_groups AS (SELECT * FROM (SELECT {pairs}, ROW_NUMBER() OVER (PARTITION BY "
+            f"{unit} ORDER BY {d.hash([unit, *keys, salted])}) AS __group_rank FROM "
+            f"__unit_groups) AS __g WHERE __group_rank <= {l0})")
+        on = " AND ".join(f"__s.{c} = __c.{c}" for c in [unit, *keys])
+        ctes.append(f"__in_groups AS (SELECT __s.* FROM {source} AS __s JOIN __chosen_groups "
+                    f"AS __c ON {on})")
+        rows = "__in_groups"
     row_hash = d.hash([unit, *keys, *payload, salted])
-    ranks.append(f"ROW_NUMBER() OVER (PARTITION BY {', '.join([unit, *keys])} ORDER BY "
-                 f"{row_hash}, {', '.join(payload or keys or [unit])}) AS __row_rank")
-    conditions = [f"__row_rank <= {linf}"]
-    if keys and l0 is not None:
-        conditions.append(f"__group_rank <= {l0}")
-    ctes = [f"__ranked_rows AS (SELECT *, {', '.join(ranks)} FROM {source})",
-            f"__kept_rows AS (SELECT * FROM __ranked_rows WHERE {' AND '.join(conditions)})"]
+    ctes.append(f"__ranked_rows AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY "
+                f"{', '.join([unit, *keys])} ORDER BY {row_hash}) AS __row_rank FROM {rows})")
+    ctes.append(f"__kept_rows AS (SELECT * FROM __ranked_rows WHERE __row_rank <= {linf})")
     if total is None:
-        return BoundedRows(", ".join(ctes), "__kept_rows")
+        return BoundedRows(", ".join(ctes), "__kept_rows", ("__row_rank",))
     ctes[-1] = ctes[-1].replace("__kept_rows AS", "__capped_rows AS", 1)
     ctes.append(f"__totalled_rows AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY {unit} ORDER BY "
-                f"{row_hash}, {', '.join([*keys, *payload] or [unit])}) AS __total_rank "
-                "FROM __capped_rows)")
+                f"{row_hash}) AS __total_rank FROM __capped_rows)")
     ctes.append(f"__kept_rows AS (SELECT * FROM __totalled_rows WHERE __total_rank <= {total})")
-    return BoundedRows(", ".join(ctes), "__kept_rows")
+    return BoundedRows(", ".join(ctes), "__kept_rows", ("__row_rank", "__total_rank"))
