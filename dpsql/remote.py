@@ -18,14 +18,15 @@ import os
 import re
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
-
-import pandas as pd
 
 from dpsql import errors
 from dpsql.budget import PrivacyLoss
 from dpsql.cursor import Column
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_PORT = 6543
 # server codes that are not dpsql error codes -> the dpsql class an analyst catches
@@ -189,6 +190,8 @@ class RemoteCursor:
     def fetchdf(self) -> pd.DataFrame:
         """The result as a DataFrame (without the interval columns)."""
         self._require()
+        import pandas as pd
+
         return pd.DataFrame(self._project(self._rows),
                             columns=[self._columns[i]["name"] for i in self._main()])
 
@@ -197,6 +200,8 @@ class RemoteCursor:
         if confidence != 0.95:
             raise errors.NotSupportedError("only 95% intervals are computed", hint="use 0.95")
         self._require()
+        import pandas as pd
+
         return pd.DataFrame(self._rows, columns=[c["name"] for c in self._columns])
 
     def __iter__(self):
