@@ -393,9 +393,7 @@ class _Compiler:
         if not expr.columns():
             return OutputColumn(name=name, aggregate=None, type=expr.type, role="literal")
         return OutputColumn(name=name, aggregate=None,
-                            type="float" if expr.type == "int" and expr.op in ("div",) else
-                            expr.type if expr.type in ("int", "float") else "float",
-                            role="derived")
+                            type=expr.type if expr.type != "null" else "float", role="derived")
 
     def _key_names(self) -> dict:
         return {k.name: k for k in self.keys}
