@@ -112,3 +112,24 @@ def test_measures_serve_every_aggregate_once(connect):
     sql = "SELECT COUNT(*) AS n, COUNT(*) * 2 AS twice, SUM(hours) AS h FROM adult"
     checked = con._engine._checked(dpsql.parse.parse_one(sql), False)
     assert [m.role for m in measures(checked)] == ["count", "sum"]
+
+
+def test_an_overflowing_sum_input_counts_as_possibly_null(tmp_path):
+    """``COALESCE(age, 17) + 1`` is NULL where a stored age makes it overflow, so under replace
+    a row can leave the sum: max(U, 0) − min(L, 0) = 91, not U − L = 73. A person at age 90
+    replaced by one at the 64-bit limit moves the sum by exactly 91."""
+    import pandas as pd
+
+    sums = []
+    for age in (90, 2**63 - 1):
+        folder = tmp_path / str(age)
+        folder.mkdir()
+        pd.DataFrame({"age": [30, 40, age]}).to_csv(folder / "adult.csv", index=False)
+        meta = {"neighbouring": "replace", "budget": {"epsilon": 1e12}, "tables": {"adult": {
+            "source": str(folder / "adult.csv"), "privacy_unit": None,
+            "columns": {"age": {"type": "int", "lower": 17, "upper": 90}}}}}
+        with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=1) as con:
+            sql = "SELECT SUM(COALESCE(age, 17) + 1) AS s FROM adult"
+            assert con.explain(sql)["total_sensitivity"] == 91
+            sums.append(con.execute(sql, epsilon=1e11).fetchall()[0][0])
+    assert abs(sums[0] - sums[1]) == 91

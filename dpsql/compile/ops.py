@@ -228,6 +228,12 @@ def _hull(parts: list[Interval | None]) -> Interval | None:
                     all(p.integral for p in parts))
 
 
+def _int_fits(interval: Interval | None) -> bool:
+    """Whether an int operation's exact range is proven to fit 64 bits (else it is guarded,
+    and NULL where it would overflow)."""
+    return interval is not None and interval.within(*INT64)
+
+
 def int_result(interval: Interval | None) -> Interval:
     """The proven range of an int operation: its exact range if it fits 64 bits, else the
     whole 64-bit range (the rendered form turns an overflow into NULL)."""
@@ -302,8 +308,9 @@ def _negate(node: exp.Neg, scope: Scope) -> Expr:
         return number_literal(inner.this, scope, negative=True)
     arg = _require(build(inner, scope), NUMERIC, "negation", scope)
     if arg.type == "int":
+        # a guarded overflow (the smallest 64-bit integer) is NULL
         return Expr("neg", (arg,), "int", None, _neg(arg.interval), int_result(_neg(arg.proven)),
-                    _mapped(arg, lambda v: -v), arg.nullable)
+                    _mapped(arg, lambda v: -v), arg.nullable or not _int_fits(_neg(arg.proven)))
     return Expr("neg", (arg,), arg.type, None, _neg(arg.interval), _neg(arg.proven),
                 _mapped(arg, lambda v: -v), arg.nullable)
 
@@ -327,13 +334,15 @@ def _arithmetic(node: exp.Expression, scope: Scope) -> Expr:
     kind = "float" if "float" in (left.type, right.type) else "int"
     interval = combine(left.interval, right.interval)
     proven = combine(left.proven, right.proven)
+    nullable = _nullable(left, right)
     if kind == "int":
+        # where an overflow is possible the rendered form yields NULL for it
+        nullable = nullable or not _int_fits(proven)
         proven = int_result(proven)
     elif interval is not None:
         interval = Interval(interval.lower, interval.upper, False)
     domain = _binary_domain(left, right, apply, kind) or _domain_from_interval(interval, kind)
-    return Expr(op, (left, right), kind, None, interval, proven, domain,
-                _nullable(left, right))
+    return Expr(op, (left, right), kind, None, interval, proven, domain, nullable)
 
 
 def _temporal_arithmetic(op: str, left: Expr, right: Expr, scope: Scope) -> Expr:
@@ -630,9 +639,10 @@ def _abs(node: exp.Abs, scope: Scope) -> Expr:
         return Interval(low, max(abs(a.lower), abs(a.upper)), a.integral)
 
     proven = absolute(arg.proven)
+    overflow = arg.type == "int" and not _int_fits(proven)
     return Expr("abs", (arg,), arg.type, None, absolute(arg.interval),
                 int_result(proven) if arg.type == "int" else proven,
-                _mapped(arg, abs), arg.nullable)
+                _mapped(arg, abs), arg.nullable or overflow)
 
 
 @builds(exp.Floor, exp.Ceil)
