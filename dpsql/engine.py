@@ -567,4 +567,37 @@ def _explain_statement(plan: StatementPlan) -> dict:
         "keys": [{"name": k.name, "domain_size": None if k.domain is None else len(k.domain),
                   "domain_source": k.source} for k in plan.checked.keys],
         "aggregates": parts,
+        "outputs": _explain_outputs(plan),
     }
+
+
+ROWS_SHOWN = (100, 1_000, 10_000)  # group sizes at which a ratio's expected error is shown
+
+
+def _explain_outputs(plan: StatementPlan) -> list[dict]:
+    """Each aggregate's own expected error (95% half-width) from its measurements' noise.
+
+    COUNT and SUM are linear in their measurements: the half-widths add (a SUM derived from a
+    centred sum and a count adds k times the count's). AVG, VAR and STDDEV are ratios whose
+    error shrinks with the group's size n: shown at n = 100, 1,000 and 10,000 rows, for a mean
+    at the edge of the bounds (the largest error) and linearised for the spreads.
+    """
+    outputs = []
+    for agg in plan.checked.aggregates:
+        own = {p.role: p for p in plan.parts if agg.name in p.feeds}
+        width = {role: half_width_units(p) * float(p.grid) for role, p in own.items()}
+        entry = {"aggregate": agg.sql, "measurements": [p.column for p in own.values()]}
+        if agg.kind == "quantile":
+            entry["ci95_half_width"] = None
+        elif agg.kind in ("count_star", "count", "count_distinct_unit"):
+            entry["ci95_half_width"] = width.get("count", width.get("distinct"))
+        elif agg.kind == "sum":
+            center = abs(float(own["sum"].center))
+            entry["ci95_half_width"] = width["sum"] + center * width.get("count", 0)
+        else:
+            h = float(agg.upper - agg.lower) / 2
+            numerator = width["sum"] + h * width["count"] if agg.kind == "avg" else \
+                width["sumsq"] + 2 * h * width["sum"] + h * h * width["count"]
+            entry["ci95_half_width_at_rows"] = {n: numerator / n for n in ROWS_SHOWN}
+        outputs.append(entry)
+    return outputs

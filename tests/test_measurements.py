@@ -133,3 +133,17 @@ def test_an_overflowing_sum_input_counts_as_possibly_null(tmp_path):
             assert con.explain(sql)["total_sensitivity"] == 91
             sums.append(con.execute(sql, epsilon=1e11).fetchall()[0][0])
     assert abs(sums[0] - sums[1]) == 91
+
+
+def test_explain_gives_each_output_its_own_expected_error(connect):
+    """Linear outputs add their measurements' half-widths; ratios shrink with the group size."""
+    plan = connect().explain("SELECT sex, SUM(hours) AS h, AVG(hours) AS a, COUNT(*) AS n "
+                             "FROM adult GROUP BY sex", epsilon=1)
+    statement = plan["statements"][0]
+    parts = {p["part"] + str(i): p for i, p in enumerate(statement["aggregates"])}
+    outputs = {o["aggregate"]: o for o in statement["outputs"]}
+    count_width = next(p["ci95_half_width"] for p in parts.values() if "COUNT(*)" in p["feeds"])
+    assert outputs["COUNT(*)"]["ci95_half_width"] == count_width
+    assert outputs["SUM(hours)"]["ci95_half_width"] > 0
+    avg = outputs["AVG(hours)"]["ci95_half_width_at_rows"]
+    assert avg[100] == pytest.approx(10 * avg[1000]) and avg[1000] > 0
