@@ -14,6 +14,7 @@ from dpsql.backends.sources import check_database, frame_sources
 from dpsql.budget import PrivacyLoss, positive, probability
 from dpsql.catalog import Catalog, load_catalog
 from dpsql.cursor import Cursor
+from dpsql.dbapi20 import ConnectionBase
 from dpsql.engine import Engine
 from dpsql.errors import BackendError, InterfaceError
 from dpsql.frames import connection_html
@@ -24,7 +25,7 @@ from dpsql.parse import parse_one, parse_script
 from dpsql.release import ColumnInfo, NoisyResult
 
 
-class _Base(errors.ExceptionAttributes):
+class _Base(ConnectionBase):
     """What both connections share: catalogue, backend, ledger, PEP 249 housekeeping."""
 
     __module__ = "dpsql"
@@ -59,30 +60,10 @@ class _Base(errors.ExceptionAttributes):
             return None
         return self.catalog.budget.minus(self.budget_spent)
 
-    def commit(self) -> None:
-        """PEP 249: nothing to commit (releases are recorded when they happen)."""
-        self._check_open()
-
-    def rollback(self) -> None:
-        """PEP 249: a release cannot be taken back; this is a no-op."""
-        self._check_open()
-
-    def close(self) -> None:
+    def _close(self) -> None:
         """Close the backend and the ledger."""
-        if not self._closed:
-            self._backend.close()
-            self.ledger.close()
-            self._closed = True
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise InterfaceError("the connection is closed")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._backend.close()
+        self.ledger.close()
 
 
 class Connection(_Base):
@@ -104,7 +85,8 @@ class Connection(_Base):
                 accuracy=accuracy, bounding=bounding, timeout=timeout,
                 dialect=dialect or self.catalog.dialect)
         except errors.Error:
-            super().close()
+            super()._close()
+            self._closed = True
             raise
 
     def cursor(self) -> Cursor:
@@ -112,11 +94,10 @@ class Connection(_Base):
         self._check_open()
         return Cursor(self)
 
-    def close(self) -> None:
+    def _close(self) -> None:
         """Close the engine, the backend and the ledger."""
-        if not self._closed:
-            self._engine.close()
-        super().close()
+        self._engine.close()
+        super()._close()
 
     def execute(self, operation: str, parameters=None, *, epsilon=None, delta=None,
                 accuracy=None, rho=None, weights=None) -> Cursor:

@@ -1,8 +1,10 @@
-"""PEP 249 type objects and constructors."""
+"""PEP 249 type objects and constructors, and what every dpsql connection shares."""
 
 from __future__ import annotations
 
 import datetime
+
+from dpsql import errors
 
 
 class DBAPITypeObject:
@@ -43,3 +45,52 @@ def TimeFromTicks(ticks: float) -> datetime.time:  # noqa: N802 - PEP 249 name
 def TimestampFromTicks(ticks: float) -> datetime.datetime:  # noqa: N802 - PEP 249 name
     """PEP 249 constructor."""
     return datetime.datetime.fromtimestamp(ticks)
+
+
+class ConnectionBase:
+    """PEP 249 housekeeping every connection shares (embedded, custodian, remote): the
+    exception classes as attributes (PEP 249's optional extension), commit/rollback as
+    no-ops, closing, ``with``.
+
+    A subclass sets ``_closed`` and implements ``_close``.
+    """
+
+    __module__ = "dpsql"
+    _closed: bool
+    Warning = errors.Warning
+    Error = errors.Error
+    InterfaceError = errors.InterfaceError
+    DatabaseError = errors.DatabaseError
+    DataError = errors.DataError
+    OperationalError = errors.OperationalError
+    IntegrityError = errors.IntegrityError
+    InternalError = errors.InternalError
+    ProgrammingError = errors.ProgrammingError
+    NotSupportedError = errors.NotSupportedError
+
+    def commit(self) -> None:
+        """PEP 249: nothing to commit (releases are recorded when they happen)."""
+        self._check_open()
+
+    def rollback(self) -> None:
+        """PEP 249: a release cannot be taken back; this is a no-op."""
+        self._check_open()
+
+    def close(self) -> None:
+        """Close the connection (again: nothing happens)."""
+        if not self._closed:
+            self._close()
+            self._closed = True
+
+    def _close(self) -> None:
+        raise NotImplementedError
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.InterfaceError("the connection is closed")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

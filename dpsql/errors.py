@@ -186,21 +186,6 @@ class InternalError(DatabaseError, code="internal"):
         super().__init__(f"{message} (this is a bug, please report it)", **kwargs)
 
 
-class ExceptionAttributes:
-    """PEP 249's optional extension: the exception classes as attributes of a connection."""
-
-    Warning = Warning
-    Error = Error
-    InterfaceError = InterfaceError
-    DatabaseError = DatabaseError
-    DataError = DataError
-    OperationalError = OperationalError
-    IntegrityError = IntegrityError
-    InternalError = InternalError
-    ProgrammingError = ProgrammingError
-    NotSupportedError = NotSupportedError
-
-
 def lookup(code: str) -> type[Error]:
     """Return the error class registered under ``code``."""
     return _BY_CODE[code]

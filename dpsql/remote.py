@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from dpsql import errors
 from dpsql.budget import PrivacyLoss
 from dpsql.cursor import Column
+from dpsql.dbapi20 import ConnectionBase
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -229,7 +230,7 @@ class RemoteCursor:
         self.close()
 
 
-class RemoteConnection(errors.ExceptionAttributes):
+class RemoteConnection(ConnectionBase):
     """A PEP 249 connection to a dpsql server."""
 
     __module__ = "dpsql"
@@ -336,29 +337,8 @@ class RemoteConnection(errors.ExceptionAttributes):
         self._check_open()
         return json.loads(self._simple("SHOW dpsql.catalogue")[0][0])[self.dataset]
 
-    def commit(self) -> None:
-        """PEP 249: nothing to commit."""
-        self._check_open()
-
-    def rollback(self) -> None:
-        """PEP 249: a release cannot be taken back; no-op."""
-        self._check_open()
-
-    def close(self) -> None:
-        """Close the connection."""
-        if not self._closed:
-            self._db.close()
-            self._closed = True
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise errors.InterfaceError("the connection is closed")
-
-    def __enter__(self) -> RemoteConnection:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _close(self) -> None:
+        self._db.close()
 
 
 def connect_remote(url: str, **options: Any) -> RemoteConnection:
