@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import math
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -173,6 +174,17 @@ def open_neighbours(root: Path, variant: int, **meta_options) -> Pair:
     base = base_tables()
     return open_pair(root / f"variant{variant}", base, with_rows(base, adversary(variant)),
                      **meta_options)
+
+
+def every_neighbour(root: Path) -> Iterator[list[Pair]]:
+    """One (D, D′) pair per adversarial person, closed when the generator ends (a fixture's
+    body)."""
+    opened = [open_neighbours(root, variant) for variant in range(VARIANTS)]
+    try:
+        yield opened
+    finally:
+        for pair in opened:
+            pair.close()
 
 
 def variant_of(sql: str) -> int:

@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 from attack_grammar import attack_case
 from hypothesis import HealthCheck, given, settings
-from neighbours import VARIANTS, check_statement, open_neighbours, variant_of
+from neighbours import check_statement, every_neighbour, variant_of
 
 CI_EXAMPLES, SLOW_EXAMPLES = 2000, 20000
 OUTCOMES: Counter = Counter()  # outcome of every fuzzed statement, for the coverage check
@@ -24,11 +24,7 @@ OUTCOMES: Counter = Counter()  # outcome of every fuzzed statement, for the cove
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
     """One (D, D′) pair per adversarial person."""
-    root = tmp_path_factory.mktemp("neighbours")
-    opened = [open_neighbours(root, variant) for variant in range(VARIANTS)]
-    yield opened
-    for pair in opened:
-        pair.close()
+    yield from every_neighbour(tmp_path_factory.mktemp("neighbours"))
 
 
 def _check(pairs, case) -> None:

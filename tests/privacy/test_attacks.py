@@ -28,8 +28,8 @@ from neighbours import (  # noqa: E402
     base_tables,
     change_vector,
     check_statement,
+    every_neighbour,
     exact_cells,
-    open_neighbours,
     open_pair,
     plan_both,
     with_rows,
@@ -43,11 +43,7 @@ DELTA = 1e-6
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
     """One (D, D′) pair per adversarial person."""
-    root = tmp_path_factory.mktemp("attacks")
-    opened = [open_neighbours(root, variant) for variant in range(VARIANTS)]
-    yield opened
-    for pair in opened:
-        pair.close()
+    yield from every_neighbour(tmp_path_factory.mktemp("attacks"))
 
 
 def contract(pairs, statements: list[str], *, delta=None, **options) -> list[list[str]]:
