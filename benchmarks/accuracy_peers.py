@@ -229,14 +229,18 @@ def run_dpsql_bounds(duck_path: Path, bounds: list[tuple[int, int]], releases: i
     for days, per_day in bounds:
         meta, runs = dpsql_metadata(days, per_day), []
         for _ in range(releases):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                con = dpsql.connect(str(duck_path), metadata=meta, ledger=":memory:")
-            with con:
-                cursor = con.execute(Q2.sql, epsilon=EPSILON - TUNE_EPSILON)
-                runs.append(to_cells(Q2, cursor.fetchall()))
+            runs.append(release_q2(duck_path, meta))
         out[(days, per_day)] = runs
     return out
+
+
+def release_q2(duck_path: Path, meta: dict) -> dict:
+    """One release of Q2 under ``meta`` at the query's share of ε (EPSILON − TUNE_EPSILON)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        con = dpsql.connect(str(duck_path), metadata=meta, ledger=":memory:")
+    with con:
+        return to_cells(Q2, con.execute(Q2.sql, epsilon=EPSILON - TUNE_EPSILON).fetchall())
 
 
 def bounds_table(exact: dict, runs: dict) -> list[str]:
@@ -266,12 +270,7 @@ def dpsql_tuned(con, tuned: list, duck_path: Path):
                 visits[key] = spec[key]
         for name, bounds in spec.get("columns", {}).items():
             visits["columns"][name].update(bounds)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tuned_con = dpsql.connect(str(duck_path), metadata=meta, ledger=":memory:")
-        with tuned_con:
-            cursor = tuned_con.execute(Q2.sql, epsilon=EPSILON - TUNE_EPSILON)
-            tuned.append(to_cells(Q2, cursor.fetchall()))
+        tuned.append(release_q2(duck_path, meta))
     except (TypeError, dpsql.Error) as err:
         return f"n/a: tune() failed: {str(err).splitlines()[0]}"
     return tuned
