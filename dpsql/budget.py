@@ -128,25 +128,3 @@ def rho_from_epsilon_delta(epsilon: Fraction, delta: Fraction) -> Fraction:
     log_term = math.log(1 / float(delta))
     rho = (math.sqrt(log_term + float(epsilon)) - math.sqrt(log_term)) ** 2
     return Fraction(math.floor(rho * 10**12), 10**12)
-
-
-def parse_loss(text: str) -> PrivacyLoss:
-    """Parse ``"epsilon=1,delta=1e-6"`` (or a bare ε such as ``"0.5"``).
-
-    Example:
-        >>> parse_loss("epsilon=0.5,delta=1e-6").describe()
-        'ε=0.5, δ=1e-06'
-    """
-    text = text.strip()
-    if "=" not in text:
-        return PrivacyLoss(positive(text))
-    values: dict[str, str] = {}
-    for part in text.split(","):
-        key, _, val = part.partition("=")
-        values[key.strip().lower()] = val.strip()
-    unknown = set(values) - {"epsilon", "delta"}
-    if unknown or "epsilon" not in values:
-        raise PrivacyParameterError(
-            f"cannot read the privacy loss {text!r}", hint="write it as epsilon=1,delta=1e-6"
-        )
-    return PrivacyLoss(positive(values["epsilon"]), probability(values.get("delta", "0")))

@@ -8,7 +8,6 @@ derives every formula; ``sensitivity-cases.md`` lists the reference values.
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 
 from dpsql.catalog import TableSpec
@@ -78,16 +77,3 @@ def sum_sensitivity(table: TableSpec, lower: Fraction, upper: Fraction, *, group
         # contributes a value in {0} ∪ [L, U]: U − L only when 0 lies in [L, U]
         return rows * (max(upper, Fraction(0)) - min(lower, Fraction(0)))
     return rows * magnitude
-
-
-def l2_factor(table: TableSpec, *, grouped: bool, domain_size: int | None,
-              neighbouring: str) -> float:
-    """How the L2 norm of one person's change vector relates to a single cell's bound.
-
-    A person changes at most L0 cells (2·L0 under replace: the old person's and the new
-    one's) by at most the per-cell bound each, so ‖x‖₂ ≤ sqrt(cells) · per-cell bound.
-    """
-    if not grouped:
-        return 1.0
-    l0, _ = contribution_bounds(table, domain_size)
-    return math.sqrt((2 if neighbouring == "replace" else 1) * l0)

@@ -16,7 +16,6 @@ from typing import Any
 
 from dpsql.catalog import temporal_number
 
-TYPES = ("int", "float", "text", "bool", "date", "timestamp", "null")
 NUMERIC = ("int", "float")
 INT64 = (-(2**63), 2**63 - 1)
 

@@ -7,11 +7,6 @@ from fractions import Fraction
 from statistics import NormalDist
 
 
-def laplace_scale(sensitivity: Fraction, epsilon: Fraction) -> Fraction:
-    """Scale b = Δ/ε of (discrete) Laplace noise giving ε-DP for L1 sensitivity Δ."""
-    return Fraction(sensitivity) / Fraction(epsilon)
-
-
 def discrete_laplace_tail(k: int, scale: float) -> float:
     """P(|Z| > k) for discrete Laplace with the given scale (in grid units)."""
     q = math.exp(-1.0 / scale)

@@ -290,11 +290,6 @@ def _bernoulli_exp(n: int, d: int, below: Callable[[int], int]) -> bool:
     return _bernoulli_exp_le1(n, d, below)
 
 
-def bernoulli_exp(gamma: Fraction, rng: RandomSource) -> bool:
-    """Exact Bernoulli(exp(-gamma)) for rational gamma >= 0."""
-    return _bernoulli_exp(gamma.numerator, gamma.denominator, rng._below)
-
-
 def _discrete_laplace(t: int, s: int, below: Callable[[int], int]) -> int:
     """discrete_laplace for scale = t/s in lowest terms, t > 0 (CKS Algorithm 2)."""
     while True:
