@@ -8,8 +8,10 @@ really holds in the rows the backend returns:
    is NULL when a person could spend an L0 group on them.
 2. ``__per_unit`` (privacy-unit tables only): aggregate each person's rows per group.
 3. ``__bounded``: cap each person-group partial (count ≤ L∞; a sum scaled by L∞/count so
-   it stays within L∞·bound) and rank the person's groups by a keyed hash with a fresh
-   secret salt, keeping at most L0 of them (uniform, never insertion order).
+   it stays within L∞·bound) and keep at most L0 of the person's groups, those with the
+   smallest keyed hash under a fresh secret salt (uniform, never insertion order). Steps
+   2–4 are ``compile/per_person.py``: one row per person for small public domains, else
+   one row per person and group.
 4. ``__exact``: sum the capped partials per group.
 5. the public domain of the keys (cross product of the values) LEFT JOIN ``__exact``,
    zero-filled, so absent groups are released as noisy zeros rather than left out.
@@ -30,6 +32,7 @@ from dpsql.budget import PrivacyLoss
 from dpsql.catalog import Catalog
 from dpsql.compile.bound import bound_rows
 from dpsql.compile.ir import Filter, Join, Number, Project
+from dpsql.compile.per_person import centred, per_person_ctes
 from dpsql.compile.render import Dialect, dialect
 from dpsql.errors import ProgrammingError
 from dpsql.mechanisms.calibrate import grid_exponent, private_key_threshold
@@ -517,7 +520,8 @@ def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: b
         select_parts += [f"COUNT(*) AS {TERMS}"] if terms else []
         ctes.append(f"__exact AS (SELECT {', '.join(keys + select_parts)} FROM __src{group_by})")
     else:
-        ctes += _unit_ctes(checked, parts, values, keys, salt, wide, d)
+        ctes += per_person_ctes(checked, parts, values, keys, domain_size(checked), salt,
+                                wide, d)
     body = ", ".join(ctes)
     part_names = [p.column for p in parts] + terms
     if not keys and not part_names:  # only quantiles, which read their histograms
@@ -595,114 +599,8 @@ def _row_part(part: NoisePart, values: _Values, d: _Writer, wide: bool) -> str:
         return f"{d.dialect.sum_int(f'{value} * {value}')} AS {part.column}"
     if part.role == "sum":
         total = d.dialect.sum_int(value) if wide else f"SUM({value})"
-        return f"{_centred(total, f'COUNT({value})', values.offsets.get(part.column))}" \
+        return f"{centred(total, f'COUNT({value})', values.offsets.get(part.column))}" \
                f" AS {part.column}"
     if value is not None:
         return f"COUNT({value}) AS {part.column}"
     return f"COUNT(*) AS {part.column}"
-
-
-def _centred(total: str, count: str, offset: int | None) -> str:
-    """``total − offset·count``: a sum of (v − k) from the shared sum of v and its count."""
-    return f"{total} - {offset} * {count}" if offset else total
-
-
-def _scaled(value: str, factor: int | str, divisor: str, wide: bool, d: _Writer) -> str:
-    """value·factor/divisor truncated toward zero, exactly.
-
-    On DOUBLEs the quotient is rounded before FLOOR sees it, which can carry it onto the next
-    integer; multiplying back by the divisor tells, and one step down corrects it.
-    """
-    if wide:
-        return d.dialect.int_divide(f"{value} * {factor}", divisor)
-    magnitude = f"ABS({value}) * {factor}"
-    floor = f"FLOOR({magnitude} / {divisor})"
-    return (f"SIGN({value}) * ({floor} - CASE WHEN {floor} * {divisor} > {magnitude} "
-            f"THEN 1 ELSE 0 END)")
-
-
-def _unit_ctes(checked: CheckedQuery, parts, values: _Values, keys, salt: int,
-               wide: bool, d: _Writer) -> list[str]:
-    """Bounding on per-(person, group) pre-aggregates: cap each partial at L∞ rows, keep at
-    most L0 groups per person by a keyed hash, and with R scale a person's partials to R
-    rows in all (DESIGN.md)."""
-    table = checked.table
-    linf = table.max_rows_per_group
-    per_unit = ["__unit", *keys, "COUNT(*) AS __rows"]
-    capped = [*keys, f"LEAST(__rows, {linf}) AS __rows"] + ([] if wide else ["__rows AS __all"])
-    for value, spec in values.columns.items():
-        per_unit.append(f"COUNT({value}) AS __n{value}")
-        capped.append(f"LEAST(__n{value}, {linf}) AS __n{value}")
-        if not spec.summed:
-            continue
-        # a person's partial sum keeps its mean but counts for at most L∞ rows
-        per_unit.append(f"{d.dialect.sum_int(value) if wide else f'SUM({value})'} AS __s{value}")
-        capped.append(f"CASE WHEN __n{value} > {linf} THEN "
-                      f"{_scaled(f'__s{value}', linf, f'__n{value}', wide, d)} "
-                      f"ELSE __s{value} END AS __s{value}")
-        if spec.squared:
-            per_unit.append(f"{d.dialect.sum_int(f'{value} * {value}')} AS __q{value}")
-            capped.append(f"CASE WHEN __n{value} > {linf} THEN "
-                          f"{_scaled(f'__q{value}', linf, f'__n{value}', True, d)} "
-                          f"ELSE __q{value} END AS __q{value}")
-    ctes = [(f"__per_unit AS (SELECT {', '.join(per_unit)} FROM __src GROUP BY "
-             f"{', '.join(['__unit', *keys])})")]
-    cells = domain_size(checked)
-    needs_l0 = bool(keys) and (cells is None or table.max_groups_per_unit < cells)
-    rank_filter = ""
-    if needs_l0:
-        capped.append(f"ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY "
-                      f"{d.dialect.hash(['__unit', *keys, str(salt)])}) AS __rank")
-        rank_filter = f" WHERE __rank <= {table.max_groups_per_unit}"
-    total = table.max_rows_per_unit
-    l0_cells = min(table.max_groups_per_unit, cells) if cells else table.max_groups_per_unit
-    sums = {}  # part column -> SQL of its per-group exact value
-    if total is not None and total < (l0_cells if keys else 1) * linf:
-        # a person's kept partials, scaled by R/T (truncated) when their T rows exceed R
-        capped.insert(0, "__unit")
-        ctes.append(f"__bounded AS (SELECT {', '.join(capped)} FROM __per_unit)")
-        ctes.append(f"__kept AS (SELECT *, SUM(__rows) OVER (PARTITION BY __unit) AS __total "
-                    f"FROM __bounded{rank_filter})")
-        counts = ["__rows"] + [f"__n{v}" for v in values.columns]
-        scaled = [f"CASE WHEN __total > {total} THEN "
-                  f"{d.dialect.int_divide(f'{c} * {total}', '__total')} ELSE {c} END "
-                  f"AS {c}" for c in counts]
-        for part in parts:  # a centred sum is scaled as one, so that its bound holds
-            value = part.value
-            if part.role in ("sum", "sumsq"):
-                column = f"__{'q' if part.role == 'sumsq' else 's'}{value}"
-                if part.role == "sum":
-                    column = _centred(column, f"__n{value}", values.offsets.get(part.column))
-                scaled.append(f"CASE WHEN __total > {total} THEN "
-                              f"{_scaled(f'({column})', total, '__total', wide, d)} "
-                              f"ELSE {column} END AS __c{part.column}")
-                sums[part.column] = f"SUM(__c{part.column})"
-        scaled += [] if wide else ["__all"]
-        ctes.append(f"__capped AS (SELECT {', '.join([*keys, *scaled])} FROM __kept)")
-        source, rank_filter = "__capped", ""
-    else:
-        ctes.append(f"__bounded AS (SELECT {', '.join(capped)} FROM __per_unit)")
-        source = "__bounded"
-    exact = []
-    for part in parts:
-        value = part.value
-        if part.role in ("distinct", "select"):  # one bounded row is one person in the group
-            exact.append(f"COUNT(*) AS {part.column}")
-        elif part.column in sums:
-            exact.append(f"{sums[part.column]} AS {part.column}")
-        elif part.role == "sum":
-            centred = _centred(f"SUM(__s{value})", f"SUM(__n{value})",
-                               values.offsets.get(part.column))
-            exact.append(f"{centred} AS {part.column}")
-        elif part.role == "sumsq":
-            exact.append(f"SUM(__q{value}) AS {part.column}")
-        elif value is not None:
-            exact.append(f"SUM(__n{value}) AS {part.column}")
-        else:
-            exact.append(f"SUM(__rows) AS {part.column}")
-    if not wide:
-        exact.append(f"SUM(__all) AS {TERMS}")
-    group_by = f" GROUP BY {', '.join(keys)}" if keys else ""
-    ctes.append(f"__exact AS (SELECT {', '.join(keys + exact)} FROM {source}{rank_filter}"
-                f"{group_by})")
-    return ctes

@@ -2,7 +2,7 @@
 per (person, group), at most R rows per person, each chosen by a keyed hash.
 
 Used where rows themselves must be kept (quantile histograms, bounded snapshots); sums and
-counts are bounded on per-person pre-aggregates instead (``rewrite._unit_ctes``). The hash is
+counts are bounded on per-person pre-aggregates instead (``compile/per_person.py``). The hash is
 keyed with a fresh secret salt per query or snapshot, so which rows are kept is uniform and
 depends on the person's own rows only, never on insertion order. A person's groups are ranked
 as distinct (person, group) pairs, so exactly min(L0, their groups) are kept even when two

@@ -1,0 +1,253 @@
+"""Contribution bounding on per-person pre-aggregates, for counts and sums (DESIGN.md).
+
+A person's rows are first aggregated per group; each partial is capped at L∞ rows (a sum is
+scaled by L∞/count, so it keeps its mean), at most L0 of the person's groups are kept, those
+with the smallest keyed hash (a fresh secret salt per query, so the choice is uniform and
+depends on the person's own rows only), and with R (``max_rows_per_unit``) a person whose
+kept rows exceed R has every partial scaled by R/T. The kept partials are then summed per
+group into ``__exact``.
+
+Two plans compute exactly this:
+
+- **pivoted**, when the keys have a public domain of at most ``MAX_PIVOT_CELLS`` cells: one
+  row per person holds a partial per cell (``GROUP BY person`` alone), and the L0 cells are
+  chosen by comparing the person's cell hashes within that row. No window and no second
+  pass over (person, group) pairs: at 10⁸ rows it runs in less time and memory than DuckDB's
+  own ``GROUP BY person, group``. A row whose key is outside the domain takes no cell; it
+  could never be released.
+- **paired**, otherwise: one row per (person, group) and a ROW_NUMBER window per person.
+
+Both return CTEs whose last, ``__exact``, has the key columns, one column per noise part and
+(unless ``wide``) ``__terms``, the uncapped rows of the kept partials.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+from dpsql.plan import TERMS, CheckedQuery, NoisePart
+
+MAX_PIVOT_CELLS = 16  # a person's row holds every cell's partials: width grows with cells
+
+
+def per_person_ctes(checked: CheckedQuery, parts: list[NoisePart], values, keys: list[str],
+                    cells: int | None, salt: int, wide: bool, d) -> list[str]:
+    """The bounding CTEs over ``__src`` (columns ``__unit``, ``keys`` and ``values``);
+    ``cells`` is the size of the keys' public domain (None: no GROUP BY or private keys)."""
+    if cells is None or not 1 <= cells <= MAX_PIVOT_CELLS or not parts:
+        return _paired(checked, parts, values, keys, cells, salt, wide, d)
+    return _pivoted(checked, parts, values, keys, salt, wide, d)
+
+
+def centred(total: str, count: str, offset: int | None) -> str:
+    """``total − offset·count``: a sum of (v − k) from the shared sum of v and its count."""
+    return f"{total} - {offset} * {count}" if offset else total
+
+
+def _scaled(value: str, factor: int | str, divisor: str, wide: bool, d) -> str:
+    """value·factor/divisor truncated toward zero, exactly.
+
+    On DOUBLEs the quotient is rounded before FLOOR sees it, which can carry it onto the next
+    integer; multiplying back by the divisor tells, and one step down corrects it.
+    """
+    if wide:
+        return d.dialect.int_divide(f"{value} * {factor}", divisor)
+    magnitude = f"ABS({value}) * {factor}"
+    floor = f"FLOOR({magnitude} / {divisor})"
+    return (f"SIGN({value}) * ({floor} - CASE WHEN {floor} * {divisor} > {magnitude} "
+            f"THEN 1 ELSE 0 END)")
+
+
+def _partials(values, wide: bool, d, where: str | None = None, tag: str = "") -> list[str]:
+    """A person's partial aggregates of one group: rows, and per value its count, sum and
+    sum of squares; ``where`` picks the group's rows out of all the person's rows."""
+    def only(x: str) -> str:
+        return x if where is None else f"CASE WHEN {where} THEN {x} END"
+    out = [f"COUNT({only('1')}) AS __rows{tag}" if where else f"COUNT(*) AS __rows{tag}"]
+    for value, spec in values.columns.items():
+        out.append(f"COUNT({only(value)}) AS __n{value}{tag}")
+        if spec.summed:
+            total = d.dialect.sum_int(only(value)) if wide else f"SUM({only(value)})"
+            out.append(f"{total} AS __s{value}{tag}")
+        if spec.squared:
+            out.append(f"{d.dialect.sum_int(only(f'{value} * {value}'))} AS __q{value}{tag}")
+    return out
+
+
+def _capped(values, linf: int, wide: bool, d, tag: str = "",
+            kept: Callable[[str], str] = lambda x: x) -> list[str]:
+    """Each partial capped at L∞ rows (a sum scaled by L∞/count), passed through ``kept``
+    (which blanks the partials of a group that is not kept), and ``__all``, the uncapped rows
+    (unless ``wide``)."""
+    out = [f"{kept(f'LEAST(__rows{tag}, {linf})')} AS __rows{tag}"]
+    out += [] if wide else [f"{kept(f'__rows{tag}')} AS __all{tag}"]
+    for value, spec in values.columns.items():
+        count = f"__n{value}{tag}"
+        out.append(f"{kept(f'LEAST({count}, {linf})')} AS {count}")
+        for letter, summed, exact in (("s", spec.summed, wide), ("q", spec.squared, True)):
+            if summed:  # a person's partial sum keeps its mean but counts for ≤ L∞ rows
+                column = f"__{letter}{value}{tag}"
+                out.append(kept(f"CASE WHEN {count} > {linf} THEN "
+                                f"{_scaled(column, linf, count, exact, d)} ELSE {column} END")
+                           + f" AS {column}")
+    return out
+
+
+def _totalled(parts, values, total: int, wide: bool, d, tag: str = "") -> tuple[list[str],
+                                                                                dict[str, str]]:
+    """With R: a person's kept counts and (centred) sums scaled by R/T when their kept rows
+    T (``__total``) exceed R. Returns the columns and, per part scaled as one, its column."""
+    counts = [f"__rows{tag}"] + [f"__n{v}{tag}" for v in values.columns]
+    out = [f"CASE WHEN __total > {total} THEN {d.dialect.int_divide(f'{c} * {total}', '__total')}"
+           f" ELSE {c} END AS {c}" for c in counts]
+    scaled = {}
+    for part in parts:  # a centred sum is scaled as one, so that its bound holds
+        if part.role not in ("sum", "sumsq"):
+            continue
+        column = f"__{'q' if part.role == 'sumsq' else 's'}{part.value}{tag}"
+        if part.role == "sum":
+            column = centred(column, f"__n{part.value}{tag}", values.offsets.get(part.column))
+        name = f"__c{part.column}{tag}"
+        out.append(f"CASE WHEN __total > {total} THEN "
+                   f"{_scaled(f'({column})', total, '__total', wide, d)} ELSE {column} END "
+                   f"AS {name}")
+        scaled[part.column] = name
+    return out + ([] if wide else [f"__all{tag}"]), scaled
+
+
+def _summed(parts, values, scaled: dict[str, str], wide: bool, tag: str = "",
+            present: str | None = None) -> list[str]:
+    """Each part's exact value: the sum of the kept partials (``present`` counts the persons
+    who kept the group, for COUNT(DISTINCT person))."""
+    out = []
+    for part in parts:
+        value, name = part.value, f"{part.column}{tag}"
+        if part.role in ("distinct", "select"):  # one kept partial is one person in the group
+            out.append(f"{present or 'COUNT(*)'} AS {name}")
+        elif part.column in scaled:
+            out.append(f"SUM({scaled[part.column]}) AS {name}")
+        elif part.role == "sum":
+            total = centred(f"SUM(__s{value}{tag})", f"SUM(__n{value}{tag})",
+                            values.offsets.get(part.column))
+            out.append(f"{total} AS {name}")
+        elif part.role == "sumsq":
+            out.append(f"SUM(__q{value}{tag}) AS {name}")
+        elif value is not None:
+            out.append(f"SUM(__n{value}{tag}) AS {name}")
+        else:
+            out.append(f"SUM(__rows{tag}) AS {name}")
+    return out + ([] if wide else [f"SUM(__all{tag}) AS {TERMS}{tag}"])
+
+
+def _needs_rows_cap(checked: CheckedQuery, cells: int | None) -> bool:
+    table, keys = checked.table, checked.keys
+    l0_cells = min(table.max_groups_per_unit, cells) if cells else table.max_groups_per_unit
+    total = table.max_rows_per_unit
+    return total is not None and total < (l0_cells if keys else 1) * table.max_rows_per_group
+
+
+def _paired(checked: CheckedQuery, parts, values, keys: list[str], cells: int | None,
+            salt: int, wide: bool, d) -> list[str]:
+    """One row per (person, group); L0 by a ROW_NUMBER window over each person's groups."""
+    table = checked.table
+    pairs = ", ".join(["__unit", *keys])
+    ctes = [(f"__per_unit AS (SELECT {', '.join([pairs, *_partials(values, wide, d)])} "
+             f"FROM __src GROUP BY {pairs})")]
+    capped = [*keys, *_capped(values, table.max_rows_per_group, wide, d)]
+    rank_filter = ""
+    if keys and (cells is None or table.max_groups_per_unit < cells):
+        capped.append(f"ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY "
+                      f"{d.dialect.hash(['__unit', *keys, str(salt)])}) AS __rank")
+        rank_filter = f" WHERE __rank <= {table.max_groups_per_unit}"
+    scaled: dict[str, str] = {}
+    source = "__bounded"
+    if _needs_rows_cap(checked, cells):
+        ctes.append(f"__bounded AS (SELECT __unit, {', '.join(capped)} FROM __per_unit)")
+        ctes.append(f"__kept AS (SELECT *, SUM(__rows) OVER (PARTITION BY __unit) AS __total "
+                    f"FROM __bounded{rank_filter})")
+        totalled, scaled = _totalled(parts, values, table.max_rows_per_unit, wide, d)
+        ctes.append(f"__capped AS (SELECT {', '.join([*keys, *totalled])} FROM __kept)")
+        source, rank_filter = "__capped", ""
+    else:
+        ctes.append(f"__bounded AS (SELECT {', '.join(capped)} FROM __per_unit)")
+    group_by = f" GROUP BY {', '.join(keys)}" if keys else ""
+    exact = _summed(parts, values, scaled, wide)
+    ctes.append(f"__exact AS (SELECT {', '.join(keys + exact)} FROM {source}{rank_filter}"
+                f"{group_by})")
+    return ctes
+
+
+def _pivoted(checked: CheckedQuery, parts, values, keys: list[str], salt: int, wide: bool,
+             d) -> list[str]:
+    """One row per person with a partial per cell; L0 by ranking the row's cell hashes."""
+    table = checked.table
+    cells = list(itertools.product(*(key.domain for key in checked.keys)))
+    linf, l0 = table.max_rows_per_group, table.max_groups_per_unit
+    literals = [[d.dialect.literal(v, key.type) for v, key in zip(cell, checked.keys,
+                                                                  strict=True)]
+                for cell in cells]
+    # the cell's index, computed once a row; NULL (no cell) outside the public domain
+    index, stride = [], 1
+    for i in reversed(range(len(keys))):
+        domain = checked.keys[i].domain
+        whens = " ".join(f"WHEN {d.dialect.literal(v, checked.keys[i].type)} THEN {j * stride}"
+                         for j, v in enumerate(domain))
+        index.append(f"(CASE {keys[i]} {whens} END)")
+        stride *= len(domain)
+    columns = ["__unit", f"{' + '.join(reversed(index))} AS __cell", *values.columns]
+    ctes = [f"__in_cells AS (SELECT {', '.join(columns)} FROM __src)"]
+    per_unit = ["__unit"]
+    for c in range(len(cells)):
+        per_unit += _partials(values, wide, d, where=f"__cell = {c}", tag=f"_{c}")
+    ctes.append(f"__per_unit AS (SELECT {', '.join(per_unit)} FROM __in_cells "
+                f"WHERE __cell IS NOT NULL GROUP BY __unit)")
+
+    if l0 < len(cells):
+        # a cell is kept when fewer than L0 of the person's cells hash below it (ties go to
+        # the lower index), so exactly min(L0, their cells) are kept
+        hashes = [f"CASE WHEN __rows_{c} > 0 THEN "
+                  f"{d.dialect.hash(['__unit', *literals[c], str(salt)])} END AS __h_{c}"
+                  for c in range(len(cells))]
+        ctes.append(f"__hashed AS (SELECT *, {', '.join(hashes)} FROM __per_unit)")
+        flags = []
+        for c in range(len(cells)):
+            below = " + ".join(
+                f"CASE WHEN __h_{j} {'<=' if j < c else '<'} __h_{c} THEN 1 ELSE 0 END"
+                for j in range(len(cells)) if j != c)
+            flags.append(f"(__h_{c} IS NOT NULL AND {below} < {l0}) AS __kept_{c}")
+        ctes.append(f"__chosen AS (SELECT *, {', '.join(flags)} FROM __hashed)")
+        previous = "__chosen"
+    else:
+        previous = "__per_unit"
+    capped = ["__unit"]
+    for c in range(len(cells)):
+        # a cell not kept (or without rows) has NULL partials: no person in it, nothing summed
+        flag = f"__kept_{c}" if l0 < len(cells) else f"__rows_{c} > 0"
+        capped += _capped(values, linf, wide, d, tag=f"_{c}",
+                          kept=lambda x, flag=flag: f"CASE WHEN {flag} THEN {x} END")
+    ctes.append(f"__bounded AS (SELECT {', '.join(capped)} FROM {previous})")
+    source, scaled = "__bounded", [{} for _ in cells]
+    if _needs_rows_cap(checked, len(cells)):
+        rows = " + ".join(f"COALESCE(__rows_{c}, 0)" for c in range(len(cells)))
+        ctes.append(f"__kept AS (SELECT *, {rows} AS __total FROM __bounded)")
+        totalled = []
+        for c in range(len(cells)):
+            columns, scaled[c] = _totalled(parts, values, table.max_rows_per_unit, wide, d,
+                                           tag=f"_{c}")
+            totalled += columns
+        ctes.append(f"__capped AS (SELECT {', '.join(totalled)} FROM __kept)")
+        source = "__capped"
+    sums = []
+    for c in range(len(cells)):
+        sums += _summed(parts, values, scaled[c], wide, tag=f"_{c}",
+                        present=f"COUNT(__rows_{c})")
+    ctes.append(f"__cells AS (SELECT {', '.join(sums)} FROM {source})")
+    names = [p.column for p in parts] + ([] if wide else [TERMS])
+    rows = " UNION ALL ".join(
+        "SELECT " + ", ".join([f"{lit} AS {key}" for lit, key in zip(literals[c], keys,
+                                                                      strict=True)]
+                              + [f"{n}_{c} AS {n}" for n in names]) + " FROM __cells"
+        for c in range(len(cells)))
+    ctes.append(f"__exact AS ({rows})")
+    return ctes
