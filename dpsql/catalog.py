@@ -28,6 +28,9 @@ NEIGHBOURING = ("add_remove", "replace")
 MECHANISMS = ("laplace", "gaussian")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _ENV_PATTERN = re.compile(r"\$\{(\w+)\}")
+# what the embedded DuckDB may use: memory before it spills, where and how much it spills
+RESOURCE_KEYS = ("memory_limit", "temp_directory", "max_temp_size")
+_SIZE = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,7 @@ class Catalog:
     mechanism: str = "laplace"
     path: Path | None = None
     dialect: str = "duckdb"  # the SQL dialect analysts write (sqlglot's dialect names)
+    resources: dict[str, str] = field(default_factory=dict)  # RESOURCE_KEYS -> value
 
     def table(self, name: str) -> TableSpec | None:
         """The table called ``name`` (case-insensitive)."""
@@ -160,11 +164,12 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 def _build(raw: dict, *, base: Path, path: Path | None, default_name: str) -> Catalog:
     unknown = set(raw) - {"name", "neighbouring", "budget", "tables", "mechanism", "description",
-                          "dialect"}
+                          "dialect", "resources"}
     if unknown:
         raise CatalogError(
             f"unknown metadata key(s) {sorted(unknown)}",
-            hint="top-level keys are name, neighbouring, budget, mechanism, dialect and tables",
+            hint="top-level keys are name, neighbouring, budget, mechanism, dialect, "
+            "resources and tables",
         )
     neighbouring = raw.get("neighbouring", "add_remove")
     if neighbouring not in NEIGHBOURING:
@@ -193,7 +198,38 @@ def _build(raw: dict, *, base: Path, path: Path | None, default_name: str) -> Ca
         mechanism=mechanism,
         path=path,
         dialect=str(raw.get("dialect", "duckdb")).lower(),
+        resources=resources(raw.get("resources") or {}, base),
     )
+
+
+def resources(raw: Any, base: Path) -> dict[str, str]:
+    """Validated DuckDB resource settings: ``memory_limit`` and ``max_temp_size`` are sizes
+    such as ``4GB``; ``temp_directory`` is a folder (relative to ``base``) to spill into.
+
+    Example:
+        >>> resources({"memory_limit": "2GB"}, Path("."))
+        {'memory_limit': '2GB'}
+    """
+    if not isinstance(raw, dict):
+        raise CatalogError("resources must be a mapping", hint="e.g. resources: "
+                           "{memory_limit: 4GB, temp_directory: /var/tmp/dpsql}")
+    unknown = set(raw) - set(RESOURCE_KEYS)
+    if unknown:
+        raise CatalogError(f"unknown resources key(s) {sorted(unknown)}",
+                           hint=f"resources keys are {', '.join(RESOURCE_KEYS)}")
+    out = {}
+    for key, value in raw.items():
+        if value is None:
+            continue
+        value = str(value).strip()
+        if key == "temp_directory":
+            out[key] = str(base / _expand(value, "resources: temp_directory"))
+        elif _SIZE.fullmatch(value):
+            out[key] = value
+        else:
+            raise CatalogError(f"resources: {key} must be a size such as 4GB, got {value!r}",
+                               hint="write a number and a unit: B, KB, MB, GB, TB (or KiB ...)")
+    return out
 
 
 def _budget(raw: Any, mechanism: str) -> PrivacyLoss | None:
@@ -280,7 +316,7 @@ def _table(name: str, raw: Any, base: Path) -> TableSpec:
             "data, or declare them", BoundsDefaultWarning, stacklevel=4)
     source = raw.get("source")
     if source is not None:
-        source = _expand(str(source), name)
+        source = _expand(str(source), f"table {name!r}: source")
         if not _looks_like_table_name(source):
             source = str((base / source).resolve()) if not Path(source).is_absolute() else source
     csv = raw.get("csv") or {}
@@ -296,16 +332,18 @@ def _looks_like_table_name(source: str) -> bool:
                                                             ".txt", ".csv.gz"))
 
 
-def _expand(source: str, table: str) -> str:
+def _expand(text: str, where: str) -> str:
+    """``text`` with ``${VAR}`` replaced by the environment variable (``where`` names the
+    key in errors)."""
     def sub(match: re.Match) -> str:
         var = match.group(1)
         if var == "DPSQL_DATASETS":
             return str(datasets_dir())
         if var not in os.environ:
-            raise CatalogError(f"table {table!r}: source uses ${{{var}}}, which is not set")
+            raise CatalogError(f"{where} uses ${{{var}}}, which is not set")
         return os.environ[var]
 
-    return _ENV_PATTERN.sub(sub, source)
+    return _ENV_PATTERN.sub(sub, text)
 
 
 def _positive_int(table: str, key: str, value: Any) -> int:

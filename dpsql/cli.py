@@ -181,15 +181,22 @@ _bounding_option = click.option(
 @_bounding_option
 @click.option("--timeout", type=float, default=None,
               help="Stop an exact query after this many seconds (DuckDB); it is charged.")
+@click.option("--memory-limit", default=None,
+              help="Memory DuckDB may use before it spills to disk, e.g. 8GB (default: the "
+              "metadata's resources, else 4 GiB or half the RAM).")
+@click.option("--temp-directory", type=click.Path(file_okay=False), default=None,
+              help="Folder DuckDB spills into (default: the metadata's, else the system's "
+              "temporary folder).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure_seed, bounding,
-        timeout, as_json) -> None:
+        timeout, memory_limit, temp_directory, as_json) -> None:
     """Run SCRIPT's SELECTs as one private release and print the noisy tables."""
     from dpsql.frames import columns as result_columns
 
     sql = _read_script(script)
     with _connect(db, metadata=metadata, analyst=analyst, ledger=ledger, dialect=dialect,
-                  insecure_seed=insecure_seed, bounding=bounding, timeout=timeout) as con:
+                  insecure_seed=insecure_seed, bounding=bounding, timeout=timeout,
+                  memory_limit=memory_limit, temp_directory=temp_directory) as con:
         try:
             cursor = con.cursor().executescript(sql, epsilon=epsilon, delta=delta)
         except dpsql.PrivacyParameterError as err:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -12,7 +14,7 @@ from dpsql import errors
 from dpsql.backends import is_file_database, is_postgres_url, open_backend
 from dpsql.backends.sources import check_database, frame_sources
 from dpsql.budget import PrivacyLoss, positive, probability
-from dpsql.catalog import Catalog, load_catalog
+from dpsql.catalog import Catalog, load_catalog, resources
 from dpsql.cursor import Cursor
 from dpsql.dbapi20 import ConnectionBase
 from dpsql.engine import Engine
@@ -31,9 +33,12 @@ class _Base(ConnectionBase):
     __module__ = "dpsql"
 
     def __init__(self, database, metadata, analyst, ledger, read_only: bool,
-                 locked: bool, sources=None) -> None:
+                 locked: bool, sources=None, limits: Mapping[str, Any] | None = None) -> None:
         check_database(database)  # before any file (ledger, database) is made from it
         self.catalog: Catalog = load_catalog(metadata)
+        if limits and any(v is not None for v in limits.values()):  # connect() over metadata
+            self.catalog = replace(self.catalog, resources={
+                **self.catalog.resources, **resources(limits, Path.cwd())})
         frames = frame_sources(sources, self.catalog)
         self.analyst = analyst or default_analyst()
         self.database = None if database is None else str(database)
@@ -71,9 +76,11 @@ class Connection(_Base):
 
     def __init__(self, database, *, metadata, analyst=None, epsilon_per_query=None,
                  delta_per_query=None, accuracy=None, ledger=None, insecure_seed=None,
-                 bounding="per_query", timeout=None, sources=None, dialect=None) -> None:
+                 bounding="per_query", timeout=None, sources=None, dialect=None,
+                 memory_limit=None, temp_directory=None) -> None:
         super().__init__(database, metadata, analyst, ledger, read_only=True, locked=True,
-                         sources=sources)
+                         sources=sources, limits={"memory_limit": memory_limit,
+                                                  "temp_directory": temp_directory})
         try:
             self._engine = Engine(
                 catalog=self.catalog, backend=self._backend, ledger=self.ledger,
@@ -236,7 +243,8 @@ def connect(database: str | os.PathLike | Any | None = None, *,
             ledger: str | os.PathLike | None = None, insecure_seed: int | None = None,
             bounding: str = "per_query", timeout: float | None = None,
             sources: Mapping[str, Any] | None = None,
-            dialect: str | None = None, password: str | None = None) -> Connection:
+            dialect: str | None = None, password: str | None = None,
+            memory_limit: str | None = None, temp_directory: str | None = None) -> Connection:
     """Open an analyst connection whose every answer is differentially private.
 
     Args:
@@ -267,6 +275,12 @@ def connect(database: str | os.PathLike | Any | None = None, *,
             or pyarrow frames, or DuckDB relations, copied into the embedded DuckDB as typed
             tables of the declared columns (instead of the metadata's ``source``).
         password: the analyst's password on a dpsql server (instead of in the URL).
+        memory_limit: how much memory the embedded DuckDB may use before it spills to disk
+            (``"8GB"``); default the metadata's ``resources: memory_limit``, else 4 GiB or
+            half the RAM of a smaller machine.
+        temp_directory: the folder it spills into (a fresh subfolder per connection, removed
+            on close); default the metadata's ``resources: temp_directory``, else the
+            system's temporary folder.
 
     Raises:
         InterfaceError: ``database`` is a frame or another object that names no database,
@@ -279,10 +293,10 @@ def connect(database: str | os.PathLike | Any | None = None, *,
     from dpsql.remote import connect_remote, is_remote_url
 
     if is_remote_url(database):
-        if sources is not None or dialect is not None:
-            raise InterfaceError("a dpsql server holds the data and reads its datasets' SQL "
-                                 "dialect: sources= and dialect= are for embedded use",
-                                 hint="leave them out for a dpsql:// URL")
+        if any(v is not None for v in (sources, dialect, memory_limit, temp_directory)):
+            raise InterfaceError("a dpsql server holds the data and sets its own resources: "
+                                 "sources=, dialect=, memory_limit= and temp_directory= are "
+                                 "for embedded use", hint="leave them out for a dpsql:// URL")
         return connect_remote(
             str(database), metadata=metadata, analyst=analyst, delta_per_query=delta_per_query,
             accuracy=accuracy, ledger=ledger, insecure_seed=insecure_seed, timeout=timeout,
@@ -297,7 +311,8 @@ def connect(database: str | os.PathLike | Any | None = None, *,
                       epsilon_per_query=epsilon_per_query, delta_per_query=delta_per_query,
                       accuracy=accuracy, ledger=ledger,
                       insecure_seed=insecure_seed, bounding=bounding, timeout=timeout,
-                      sources=sources, dialect=dialect)
+                      sources=sources, dialect=dialect, memory_limit=memory_limit,
+                      temp_directory=temp_directory)
 
 
 def connect_custodian(database: str | os.PathLike | Any | None = None, *,

@@ -245,9 +245,10 @@ class Engine:
                     hint="raise timeout=, or ask a narrower query (fewer joins, a WHERE)")
             elif failure.resource:
                 error = BackendError(
-                    f"the exact query ran out of {failure.resource}; {charged} it fits can "
+                    f"the exact query ran out of {failure.resource}; {charged} fits can "
                     "depend on a person's rows", hint="ask a narrower query, or give the "
-                    "backend more memory or temporary disk space")
+                    "backend more: resources: {memory_limit, max_temp_size} in the metadata, "
+                    "or connect(memory_limit=...) / dpsql run --memory-limit")
             else:
                 # compiled expressions are total: no value of a declared type can make the
                 # exact query fail, so a failure here is an engine bug (still charged)

@@ -52,6 +52,7 @@ def _accepted_keys() -> dict[str, set[str]]:
         "Top level": _string_sets(found["_build"]),
         "Tables": _string_sets(found["_table"]),
         "Columns": _string_sets(found["_column"]),
+        "Resources": set(catalog.RESOURCE_KEYS),
         # the catalogue does not check CSV options: they are what the DuckDB reader reads
         "CSV options": _looked_up(reader["_reader"]) | _looked_up(reader["_column_sql"]),
     }

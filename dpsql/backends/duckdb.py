@@ -10,7 +10,11 @@ a second in-memory database that holds the public tables only.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import threading
+import uuid
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -42,6 +46,16 @@ def _base_type(name: str) -> str:
 _PLANNING_ERRORS = (duckdb.ParserException, duckdb.CatalogException, duckdb.BinderException)
 
 
+def default_memory_limit() -> str:
+    """DuckDB's memory limit unless the metadata or connect() sets one: 4 GiB, or half the
+    RAM of a smaller machine. Past it the exact query spills to disk instead of growing."""
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows)
+        ram = 8 * 2**30
+    return f"{min(4 * 2**30, ram // 2) // 2**20}MiB"
+
+
 def _no_progress_bar(connection: duckdb.DuckDBPyConnection) -> None:
     """Turn DuckDB's progress bar off; in Jupyter without ipywidgets it is off already and
     DuckDB refuses to change the setting (so a notebook could not connect at all)."""
@@ -65,14 +79,15 @@ class DuckDBBackend:
         self.sources = {name: _quote(name) for name in catalog.tables}
         self._public: DuckDBBackend | None = None
         self.loaded_versions: dict[str, str | None] = {}  # CSV sources, as read at opening
+        self._config = self._resource_config(catalog.resources)
         try:
             if locked:
                 self.connection = self._catalogued(database, catalog.tables.values())
             elif database is None or database == ":memory:":
-                self.connection = duckdb.connect(":memory:")
+                self.connection = duckdb.connect(":memory:", config=self._config)
             else:
                 self.connection = duckdb.connect(str(database), read_only=read_only and
-                                                 Path(database).exists())
+                                                 Path(database).exists(), config=self._config)
             # a progress bar on the terminal would corrupt --json output on stdout
             _no_progress_bar(self.connection)
         except duckdb.Error as err:
@@ -88,9 +103,27 @@ class DuckDBBackend:
             self._lock([t.source for t in catalog.tables.values() if t.source is not None
                         and t.source.lower().endswith(".parquet")])
 
+    @staticmethod
+    def _resource_config(resources: Mapping[str, str]) -> dict[str, str]:
+        """DuckDB's memory limit and the folder it spills into: a fresh one per connection
+        (in the metadata's ``temp_directory`` or the system's temporary folder), which DuckDB
+        creates when it first spills and ``close`` removes."""
+        parent = resources.get("temp_directory") or tempfile.gettempdir()
+        try:
+            os.makedirs(parent, exist_ok=True)  # DuckDB makes the last folder only
+        except OSError as err:
+            raise BackendError(f"cannot make the folder {parent!r} to spill into: "
+                               f"{err.strerror}", hint="set resources: temp_directory (or "
+                               "--temp-directory) to a writable folder") from None
+        config = {"memory_limit": resources.get("memory_limit") or default_memory_limit(),
+                  "temp_directory": str(Path(parent) / f"dpsql-spill-{uuid.uuid4().hex}")}
+        if resources.get("max_temp_size"):
+            config["max_temp_directory_size"] = resources["max_temp_size"]
+        return config
+
     def _catalogued(self, database: str | None, tables) -> duckdb.DuckDBPyConnection:
         """An in-memory database with a view or table per catalogued table, nothing else."""
-        self.connection = duckdb.connect(":memory:")
+        self.connection = duckdb.connect(":memory:", config=self._config)
         attached = database is not None and database != ":memory:"
         if attached:
             if not Path(database).exists():
@@ -157,6 +190,7 @@ class DuckDBBackend:
             self._public.sources, self._public._frames = self.sources, self._frames
             self._public.database = self.database
             self._public.loaded_versions = {}
+            self._public._config = self._resource_config(self.catalog.resources)
             self._public._catalogued(self.database, public)
             self._public._lock([t.source for t in public if t.source is not None
                                 and t.source.lower().endswith(".parquet")])
@@ -254,8 +288,13 @@ class DuckDBBackend:
                                    "(no file access)") from None
         except duckdb.InterruptException as err:
             raise QueryTimeoutError(f"the exact query ran longer than {timeout:g} s") from err
-        except duckdb.OutOfMemoryException as err:
+        except duckdb.OutOfMemoryException as err:  # spilling beyond max_temp_size, too
             raise BackendError("DuckDB ran out of memory", resource="memory") from err
+        except duckdb.IOException as err:
+            if "space" not in str(err).lower():
+                raise BackendError(f"DuckDB failed to run the exact query: {err}") from err
+            raise BackendError("DuckDB ran out of temporary disk space",
+                               resource="temporary disk space") from err
         except duckdb.Error as err:
             raise BackendError(f"DuckDB failed to run the exact query: {err}") from err
         finally:
@@ -276,6 +315,7 @@ class DuckDBBackend:
         if self._public is not None:
             self._public.close()
         self.connection.close()
+        shutil.rmtree(self._config["temp_directory"], ignore_errors=True)
 
 
 def _quote(name: str) -> str:
