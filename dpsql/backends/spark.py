@@ -29,15 +29,17 @@ class SparkBackend:
 
     def __init__(self, target: str | SparkSession, catalog: Catalog) -> None:
         self.sources = {name: _quote(name) for name in catalog.tables}
-        given = isinstance(target, SparkSession)
+        # a Spark Connect session is a SparkSession of another class (pyspark.sql.connect)
+        given = not isinstance(target, str)
         # getOrCreate hands back a session that is already running: not ours to stop either
-        self._owns_session = not given and SparkSession.getActiveSession() is None
+        self._owns_session = not given and (
+            target.startswith("sc://") or SparkSession.getActiveSession() is None)
         try:
-            self.session = target if given else \
-                SparkSession.builder.master(target).appName("dpsql").getOrCreate()
-        except Exception as err:  # py4j and JVM start-up errors have no common base class
+            self.session = target if given else _builder(target).appName("dpsql").getOrCreate()
+        except Exception as err:  # py4j, gRPC and JVM errors have no common base class
             raise BackendError(f"cannot start a Spark session on {target!r}: {err}",
-                               hint="check the master URL and that Java 17+ is installed"
+                               hint="check the master or Spark Connect URL; a local master "
+                               "needs Java 17+, sc:// needs pip install 'pyspark[connect]'"
                                ) from err
         for table in catalog.tables.values():
             if table.source is not None:
@@ -103,6 +105,14 @@ class SparkBackend:
         """Stop the session if dpsql started it; a session the caller passed stays up."""
         if self._owns_session:
             self.session.stop()
+
+
+def _builder(target: str) -> SparkSession.Builder:
+    """A session builder for a master URL (``spark://``, ``local[*]``, ``yarn``) or a Spark
+    Connect server (``sc://host:15002``, e.g. Databricks Connect's)."""
+    if target.startswith("sc://"):
+        return SparkSession.builder.remote(target)
+    return SparkSession.builder.master(target)
 
 
 def _quote(name: str) -> str:
