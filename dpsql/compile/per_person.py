@@ -15,7 +15,10 @@ Two plans compute exactly this:
   pass over (person, group) pairs: at 10⁸ rows it runs in less time and memory than DuckDB's
   own ``GROUP BY person, group``. A row whose key is outside the domain takes no cell; it
   could never be released.
-- **paired**, otherwise: one row per (person, group) and a ROW_NUMBER window per person.
+- **paired**, otherwise: one row per (person, group), ranked within each person. DuckDB
+  does not spill a window partitioned by person, so there the pairs are numbered in one
+  global (person, hash) order, which it sorts out of core, and a person's rank is that number
+  less their first; PostgreSQL and Spark use ROW_NUMBER per person.
 
 Both return CTEs whose last, ``__exact``, has the key columns, one column per noise part and
 (unless ``wide``) ``__terms``, the uncapped rows of the kept partials.
@@ -149,28 +152,45 @@ def _needs_rows_cap(checked: CheckedQuery, cells: int | None) -> bool:
 
 def _paired(checked: CheckedQuery, parts, values, keys: list[str], cells: int | None,
             salt: int, wide: bool, d) -> list[str]:
-    """One row per (person, group); L0 by a ROW_NUMBER window over each person's groups."""
+    """One row per (person, group); L0 by ranking each person's groups by their hash, with a
+    window per person, or (``ranks_by_global_order``) by one global numbering of the pairs
+    in (person, hash, keys) order less the person's first number."""
     table = checked.table
     pairs = ", ".join(["__unit", *keys])
     ctes = [(f"__per_unit AS (SELECT {', '.join([pairs, *_partials(values, wide, d)])} "
              f"FROM __src GROUP BY {pairs})")]
     capped = [*keys, *_capped(values, table.max_rows_per_group, wide, d)]
-    rank_filter = ""
+    rank_filter, ranked = "", "__per_unit"
+    global_order = d.dialect.ranks_by_global_order
     if keys and (cells is None or table.max_groups_per_unit < cells):
-        capped.append(f"ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY "
-                      f"{d.dialect.hash(['__unit', *keys, str(salt)])}) AS __rank")
+        hashed = d.dialect.hash(["__unit", *keys, str(salt)])
+        if global_order:  # the keys break ties, so exactly min(L0, groups) are kept
+            ctes.append(f"__numbered AS (SELECT *, ROW_NUMBER() OVER (ORDER BY __unit, "
+                        f"{hashed}, {', '.join(keys)}) AS __seq FROM __per_unit)")
+            ctes.append("__firsts AS (SELECT __unit, MIN(__seq) AS __first FROM __numbered "
+                        "GROUP BY __unit)")
+            capped.append("__seq - __first + 1 AS __rank")
+            ranked = "__numbered JOIN __firsts USING (__unit)"
+        else:
+            capped.append(f"ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY {hashed}) AS __rank")
         rank_filter = f" WHERE __rank <= {table.max_groups_per_unit}"
     scaled: dict[str, str] = {}
     source = "__bounded"
     if _needs_rows_cap(checked, cells):
-        ctes.append(f"__bounded AS (SELECT __unit, {', '.join(capped)} FROM __per_unit)")
-        ctes.append(f"__kept AS (SELECT *, SUM(__rows) OVER (PARTITION BY __unit) AS __total "
-                    f"FROM __bounded{rank_filter})")
+        ctes.append(f"__bounded AS (SELECT __unit, {', '.join(capped)} FROM {ranked})")
+        if global_order:  # a person's kept rows by an aggregate and a join, not a window
+            ctes.append(f"__chosen AS (SELECT * FROM __bounded{rank_filter})")
+            ctes.append("__totals AS (SELECT __unit, SUM(__rows) AS __total FROM __chosen "
+                        "GROUP BY __unit)")
+            ctes.append("__kept AS (SELECT * FROM __chosen JOIN __totals USING (__unit))")
+        else:
+            ctes.append(f"__kept AS (SELECT *, SUM(__rows) OVER (PARTITION BY __unit) AS "
+                        f"__total FROM __bounded{rank_filter})")
         totalled, scaled = _totalled(parts, values, table.max_rows_per_unit, wide, d)
         ctes.append(f"__capped AS (SELECT {', '.join([*keys, *totalled])} FROM __kept)")
         source, rank_filter = "__capped", ""
     else:
-        ctes.append(f"__bounded AS (SELECT {', '.join(capped)} FROM __per_unit)")
+        ctes.append(f"__bounded AS (SELECT {', '.join(capped)} FROM {ranked})")
     group_by = f" GROUP BY {', '.join(keys)}" if keys else ""
     exact = _summed(parts, values, scaled, wide)
     ctes.append(f"__exact AS (SELECT {', '.join(keys + exact)} FROM {source}{rank_filter}"

@@ -112,16 +112,18 @@ def test_same_seed_gives_identical_noisy_answers(backend_metadata, csv_dir, post
     assert answers["spark"] == answers["duckdb"]
 
 
-def test_l0_selection_keeps_l0_groups_per_person_on_every_backend(connections):
-    """Which groups the hash keeps differs by dialect; how many per person does not."""
-    sql = "SELECT day, COUNT(DISTINCT uid) AS people FROM visits GROUP BY day"
+@pytest.mark.parametrize("keys", ["day", "day, region_id"], ids=["pivoted", "paired"])
+def test_l0_selection_keeps_l0_groups_per_person_on_every_backend(connections, keys):
+    """Which groups the hash keeps differs by dialect; how many per person does not. Seven
+    days are bounded in one row per person, 35 (day, region) cells in one row per pair."""
+    sql = f"SELECT {keys}, COUNT(DISTINCT uid) AS people FROM visits GROUP BY {keys}"
     totals = {}
     for name, con in connections.items():
         names, rows = _exact(con, sql)
         totals[name] = sum(row[names.index("p0")] for row in rows)
     _, [[expected]] = _exact(
         connections["duckdb"], "", parse_one(
-            "SELECT SUM(LEAST(n, 3)) FROM (SELECT uid, COUNT(DISTINCT day) AS n "
+            f"SELECT SUM(LEAST(n, 3)) FROM (SELECT uid, COUNT(DISTINCT ({keys})) AS n "
             "FROM visits GROUP BY uid)", read="duckdb"))
     assert totals == {"duckdb": expected, "postgresql": expected, "spark": expected}
 
