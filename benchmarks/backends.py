@@ -8,9 +8,11 @@ For each backend the same table (generated once, deterministic) is queried twice
   zero-fill), runs the exact bounded query in the backend, adds noise and charges the ledger.
 
 "outside" is the DP wall time minus the time the backend spent running the exact query
-(parse, analyze, rewrite, dialect transform, ledger, noise, post-processing). Two tables are
-measured: ``rows_t`` (row privacy: the target DP/raw <= 1.5) and ``people_t`` (a privacy unit
-with 10 rows per person: the per-person bounding pass makes it inherently dearer).
+(parse, analyze, rewrite, ledger, noise, post-processing). Two tables are measured: ``rows_t``
+(row privacy: the target DP/raw <= 1.5) and ``people_t`` (a privacy unit with 10 rows per
+person: the per-person bounding pass makes it inherently dearer). For ``people_t`` the
+engine's own bound with window functions (``WINDOW``: 2 rows per person-day by ROW_NUMBER,
+then 3 days per person) is timed too, and dpsql's plan must not be slower than it.
 
 Run ``bash scripts/services.sh`` first for PostgreSQL and Java, then
 ``python benchmarks/backends.py --rows 10000000`` (about 10 minutes on 2 busy cores; the
@@ -32,6 +34,19 @@ import dpsql
 
 DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 RAW = "SELECT day, COUNT(*) AS n, SUM(amount) AS total FROM {table} GROUP BY day"
+# the engine's own bound with window functions: 2 rows per person-day, then 3 days per person,
+# each picked by a hash (the per-person plan's bounds on people_t)
+WINDOW = ("WITH r AS (SELECT uid, day, amount, ROW_NUMBER() OVER (PARTITION BY uid, day ORDER BY "
+          "{row_hash}) AS rn FROM people_t), c AS (SELECT uid, day, COUNT(*) AS n, "
+          "SUM(amount) AS s FROM r WHERE rn <= 2 GROUP BY uid, day), g AS (SELECT uid, day, n, "
+          "s, ROW_NUMBER() OVER (PARTITION BY uid ORDER BY {group_hash}) AS gn FROM c) "
+          "SELECT day, SUM(n) AS n, SUM(s) AS total FROM g WHERE gn <= 3 GROUP BY day")
+HASHES = {  # (row hash, group hash) in each engine's own functions
+    "duckdb": ("hash(uid, day, amount)", "hash(uid, day)"),
+    "postgresql": ("hashtextextended(concat_ws('|', uid, day, amount), 0)",
+                   "hashtextextended(concat_ws('|', uid, day), 0)"),
+    "spark": ("xxhash64(uid, day, amount)", "xxhash64(uid, day)"),
+}
 TABLES = ("rows_t", "people_t")
 # a seeded source: with secure noise the engine would return a repeated query's stored answer
 # instead of running it again, and there would be nothing to time
@@ -96,25 +111,34 @@ def _seconds(run) -> float:
     return time.perf_counter() - start
 
 
-def measure(con, raw_run, table: str, repeat: int) -> dict:
-    """Median raw time, median DP time and median DP time spent outside the backend.
+def measure(con, raw_run, table: str, repeat: int, engine: str) -> dict:
+    """Median raw time, median DP time and median DP time spent outside the backend; for
+    people_t also the median time of the engine's own window-function bound.
 
-    Raw and DP runs alternate, so that the load of a shared machine weighs on both alike.
+    Raw, window and DP runs alternate, so that the load of a shared machine weighs on all alike.
     """
+    row_hash, group_hash = HASHES[engine]
+    window = WINDOW.format(row_hash=row_hash, group_hash=group_hash) \
+        if table == "people_t" else None
     sql = RAW.format(table=table)
     timed = TimedBackend(con._backend)
     con._engine.backend = timed
     raw_run(sql)  # warm caches the same way for both
     con.execute(sql, epsilon=1).fetchall()
-    raw, dp, outside = [], [], []
+    raw, dp, outside, bound = [], [], [], []
     for _ in range(repeat):
         raw.append(_seconds(lambda: raw_run(sql)))
+        if window is not None:
+            bound.append(_seconds(lambda: raw_run(window)))
         timed.seconds = 0.0
         dp.append(_seconds(lambda: con.execute(sql, epsilon=1).fetchall()))
         outside.append(dp[-1] - timed.seconds)
     raw_s, dp_s = statistics.median(raw), statistics.median(dp)
+    window_s = statistics.median(bound) if bound else None
     return {"table": table, "raw_s": round(raw_s, 3), "dp_s": round(dp_s, 3),
-            "ratio": round(dp_s / raw_s, 2), "outside_s": round(statistics.median(outside), 3)}
+            "ratio": round(dp_s / raw_s, 2), "outside_s": round(statistics.median(outside), 3),
+            "window_s": None if window_s is None else round(window_s, 3),
+            "dp_vs_window": None if window_s is None else round(dp_s / window_s, 2)}
 
 
 def bench_duckdb(parquet: Path, repeat: int) -> list[dict]:
@@ -123,7 +147,7 @@ def bench_duckdb(parquet: Path, repeat: int) -> list[dict]:
     raw.execute(f"CREATE VIEW rows_t AS SELECT * FROM read_parquet('{parquet}')")
     raw.execute(f"CREATE VIEW people_t AS SELECT * FROM read_parquet('{parquet}')")
     with dpsql.connect(metadata=metadata(parquet), ledger=":memory:", insecure_seed=SEED) as con:
-        return [measure(con, lambda sql: raw.execute(sql).fetchall(), t, repeat)
+        return [measure(con, lambda sql: raw.execute(sql).fetchall(), t, repeat, "duckdb")
                 for t in TABLES]
 
 
@@ -157,7 +181,7 @@ def bench_postgres(url: str, parquet: Path, rows: int, repeat: int) -> list[dict
     with psycopg.connect(url, autocommit=True) as raw, \
             dpsql.connect(url, metadata=metadata(None), ledger=":memory:",
                           insecure_seed=SEED) as con:
-        return [measure(con, lambda sql: raw.execute(sql).fetchall(), t, repeat)
+        return [measure(con, lambda sql: raw.execute(sql).fetchall(), t, repeat, "postgresql")
                 for t in TABLES]
 
 
@@ -174,7 +198,7 @@ def bench_spark(master: str, parquet: Path, repeat: int) -> list[dict]:
             session.read.parquet(str(parquet)).createOrReplaceTempView(table)
         with dpsql.connect(session, metadata=metadata(None), ledger=":memory:",
                            insecure_seed=SEED) as con:
-            return [measure(con, lambda sql: session.sql(sql).collect(), t, repeat)
+            return [measure(con, lambda sql: session.sql(sql).collect(), t, repeat, "spark")
                     for t in TABLES]
     finally:
         session.stop()
@@ -203,9 +227,11 @@ def main(rows, repeat, backends, postgres, spark_master, work, as_json) -> None:
         for row in runners[name]():
             results.append({"backend": name, **row})
             if not as_json:
+                bound = "" if row["window_s"] is None else \
+                    f"  window bound {row['window_s']:7.3f}s  dp/window {row['dp_vs_window']:5.2f}"
                 click.echo(f"{name:10} {row['table']:9} raw {row['raw_s']:7.3f}s  "
                            f"dp {row['dp_s']:7.3f}s  ratio {row['ratio']:5.2f}  "
-                           f"outside {row['outside_s']:6.3f}s", err=False)
+                           f"outside {row['outside_s']:6.3f}s{bound}", err=False)
     if as_json:
         click.echo(json.dumps({"rows": rows, "repeat": repeat, "query": RAW,
                                "results": results}))

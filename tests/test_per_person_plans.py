@@ -58,6 +58,7 @@ def test_pivoted_and_paired_plans_agree(visits, monkeypatch, sql, bounds, wide):
     if bounds[2] is not None:
         table["max_rows_per_unit"] = bounds[2]
     with dpsql.connect(metadata=meta, ledger=":memory:") as con:
+        monkeypatch.setattr(per_person, "MAX_PIVOT_ROWS_PER_GROUP", 10**9)
         pivoted_sql, pivoted = _exact(con, sql, wide)
         monkeypatch.setattr(per_person, "MAX_PIVOT_CELLS", 0)
         paired_sql, paired = _exact(con, sql, wide)
@@ -66,8 +67,19 @@ def test_pivoted_and_paired_plans_agree(visits, monkeypatch, sql, bounds, wide):
     assert pivoted == paired and any(any(v for v in row[1:]) for row in paired)
 
 
-def test_large_domains_use_the_paired_plan(visits):
-    with dpsql.connect(metadata=catalogue(visits), ledger=":memory:") as con:
-        sql, _ = _exact(con, "SELECT day, region_id, COUNT(*) AS n FROM visits "
-                        "GROUP BY day, region_id", False)  # 35 cells
+def test_small_domains_with_few_rows_per_group_use_the_pivoted_plan(visits):
+    meta = catalogue(visits)  # L∞ = 2
+    with dpsql.connect(metadata=meta, ledger=":memory:") as con:
+        sql, _ = _exact(con, "SELECT day, COUNT(*) AS n FROM visits GROUP BY day", False)
+    assert "__cell" in sql
+
+
+@pytest.mark.parametrize(("keys", "linf"), [("day, region_id", 2), ("day", 5)],
+                         ids=["35 cells", "L∞ 5"])
+def test_large_domains_or_many_rows_per_group_use_the_paired_plan(visits, keys, linf):
+    meta = catalogue(visits)
+    meta["tables"]["visits"]["max_rows_per_group"] = linf
+    with dpsql.connect(metadata=meta, ledger=":memory:") as con:
+        sql, _ = _exact(con, f"SELECT {keys}, COUNT(*) AS n FROM visits GROUP BY {keys}",
+                        False)
     assert "__cell" not in sql and "ROW_NUMBER" in sql

@@ -71,8 +71,8 @@ def test_a_query_past_the_memory_limit_spills_and_answers_the_same(big, tmp_path
     assert answers[0] == answers[1] and len(answers[0]) == 7
 
 
-def test_running_out_of_spill_space_is_charged_and_says_so(big, tmp_path):
-    big["resources"] = {"memory_limit": "12MB", "max_temp_size": "1MB"}
+def test_a_query_past_its_memory_and_spill_limits_is_charged_and_says_so(big, tmp_path):
+    big["resources"] = {"memory_limit": "4MB", "max_temp_size": "1MB"}
     with dpsql.connect(metadata=big, ledger=":memory:") as con:
         with pytest.raises(dpsql.OperationalError, match="ran out of memory") as failure:
             con.execute(SQL, epsilon=1)

@@ -9,7 +9,8 @@ group into ``__exact``.
 
 Two plans compute exactly this:
 
-- **pivoted**, when the keys have a public domain of at most ``MAX_PIVOT_CELLS`` cells: one
+- **pivoted**, when the keys have a public domain of at most ``MAX_PIVOT_CELLS`` cells and
+  L∞ is at most ``MAX_PIVOT_ROWS_PER_GROUP`` (few rows per person and group): one
   row per person holds a partial per cell (``GROUP BY person`` alone), and the L0 cells are
   chosen by comparing the person's cell hashes within that row. No window and no second
   pass over (person, group) pairs: at 10⁸ rows it runs in less time and memory than DuckDB's
@@ -32,13 +33,18 @@ from collections.abc import Callable
 from dpsql.plan import TERMS, CheckedQuery, NoisePart
 
 MAX_PIVOT_CELLS = 16  # a person's row holds every cell's partials: width grows with cells
+# The pivoted plan evaluates every cell's aggregates on every row; the paired plan
+# aggregates each (person, group) once and then ranks the pairs. So the pivot pays off
+# when a pair has few rows, and the declared L∞ is the one data-free estimate of that.
+MAX_PIVOT_ROWS_PER_GROUP = 4
 
 
 def per_person_ctes(checked: CheckedQuery, parts: list[NoisePart], values, keys: list[str],
                     cells: int | None, salt: int, wide: bool, d) -> list[str]:
     """The bounding CTEs over ``__src`` (columns ``__unit``, ``keys`` and ``values``);
     ``cells`` is the size of the keys' public domain (None: no GROUP BY or private keys)."""
-    if cells is None or not 1 <= cells <= MAX_PIVOT_CELLS or not parts:
+    if cells is None or not 1 <= cells <= MAX_PIVOT_CELLS or not parts or \
+            checked.table.max_rows_per_group > MAX_PIVOT_ROWS_PER_GROUP:
         return _paired(checked, parts, values, keys, cells, salt, wide, d)
     return _pivoted(checked, parts, values, keys, salt, wide, d)
 
@@ -65,16 +71,15 @@ def _scaled(value: str, factor: int | str, divisor: str, wide: bool, d) -> str:
 def _partials(values, wide: bool, d, where: str | None = None, tag: str = "") -> list[str]:
     """A person's partial aggregates of one group: rows, and per value its count, sum and
     sum of squares; ``where`` picks the group's rows out of all the person's rows."""
-    def only(x: str) -> str:
-        return x if where is None else f"CASE WHEN {where} THEN {x} END"
-    out = [f"COUNT({only('1')}) AS __rows{tag}" if where else f"COUNT(*) AS __rows{tag}"]
+    only = "" if where is None else f" FILTER (WHERE {where})"
+    out = [f"COUNT(*){only} AS __rows{tag}"]
     for value, spec in values.columns.items():
-        out.append(f"COUNT({only(value)}) AS __n{value}{tag}")
+        out.append(f"COUNT({value}){only} AS __n{value}{tag}")
         if spec.summed:
-            total = d.dialect.sum_int(only(value)) if wide else f"SUM({only(value)})"
-            out.append(f"{total} AS __s{value}{tag}")
+            total = d.dialect.sum_int(value) if wide else f"SUM({value})"
+            out.append(f"{total}{only} AS __s{value}{tag}")
         if spec.squared:
-            out.append(f"{d.dialect.sum_int(only(f'{value} * {value}'))} AS __q{value}{tag}")
+            out.append(f"{d.dialect.sum_int(f'{value} * {value}')}{only} AS __q{value}{tag}")
     return out
 
 
