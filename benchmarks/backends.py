@@ -86,16 +86,17 @@ class TimedBackend:
 
     def __init__(self, backend) -> None:
         self.backend, self.seconds = backend, 0.0
-        self.name, self.dialect = backend.name, backend.dialect
         self.run = self._timed(backend.run)
-        if hasattr(backend, "run_sql"):  # keep the engine's DuckDB fast path
-            self.run_sql = self._timed(backend.run_sql)
+        self.run_sql = self._timed(backend.run_sql)
+
+    def __getattr__(self, name: str):
+        return getattr(self.backend, name)  # name, dialect, sources, catalog, ...
 
     def _timed(self, run):
-        def timed(query):
+        def timed(*args):
             start = time.perf_counter()
             try:
-                return run(query)
+                return run(*args)
             finally:
                 self.seconds += time.perf_counter() - start
         return timed

@@ -130,3 +130,15 @@ def test_dialect_on_run_and_explain(data_dir):
     unknown = _dpsql("explain", "-", "-m", meta, "-e", "1", "--dialect", "klingon",
                      stdin="SELECT COUNT(*) FROM adult")
     assert unknown.returncode in (1, 2) and "klingon" in unknown.stderr
+
+
+def test_memory_limit_and_temp_directory_on_run(data_dir, tmp_path):
+    meta = _meta(data_dir)
+    sql = "SELECT day, COUNT(*) FROM visits GROUP BY day"
+    spill = tmp_path / "spill"
+    out = _dpsql("run", "-", "-m", meta, "-e", "1", "--memory-limit", "300MB",
+                 "--temp-directory", spill, stdin=sql)
+    assert out.returncode == 0, out.stderr
+    assert spill.is_dir() and not any(spill.iterdir())  # the connection's folder is gone
+    out = _dpsql("run", "-", "-m", meta, "-e", "1", "--memory-limit", "lots", stdin=sql)
+    assert out.returncode == 1 and "memory_limit must be a size such as 4GB" in out.stderr
