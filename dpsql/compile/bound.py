@@ -6,7 +6,8 @@ counts are bounded on per-person pre-aggregates instead (``compile/per_person.py
 keyed with a fresh secret salt per query or snapshot, so which rows are kept is uniform and
 depends on the person's own rows only, never on insertion order. A person's groups are ranked
 as distinct (person, group) pairs, so exactly min(L0, their groups) are kept even when two
-groups' hashes tie; ROW_NUMBER keeps exactly L∞ rows whatever the ties.
+groups' hashes tie; ROW_NUMBER keeps exactly L∞ rows whatever the ties. ``ranked`` numbers
+rows within a partition, by a window or, on DuckDB, by one global sort that can spill.
 """
 
 from __future__ import annotations
@@ -26,6 +27,34 @@ class BoundedRows:
     hidden: tuple[str, ...]
 
 
+def ranked(d: Dialect, name: str, source: str, partition: list[str], order: list[str],
+           rank: str) -> tuple[list[str], tuple[str, ...]]:
+    """CTEs whose last, ``name``, is ``source`` with a column ``rank``: each row's position
+    (from 1) within its partition in ``order``, distinct whatever the ties; and the names of
+    the helper columns it adds besides ``rank``.
+
+    DuckDB does not spill a window partitioned by person (one over 10⁸ rows filled the disk)
+    but does sort out of core: there the rows are numbered in one global order (partition,
+    then order) and the rank is that number less the partition's first.
+
+    Example:
+        >>> from dpsql.compile.render import dialect
+        >>> ctes, extra = ranked(dialect("postgres"), "r", "src", ["u"], ["h"], "__rank")
+        >>> ctes, extra
+        (['r AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY u ORDER BY h) AS __rank FROM src)'], ())
+    """
+    if not d.ranks_by_global_order:
+        return [f"{name} AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY {', '.join(partition)} "
+                f"ORDER BY {', '.join(order)}) AS {rank} FROM {source})"], ()
+    cols, seq, first = ", ".join(partition), f"{rank}_seq", f"{rank}_first"
+    on = " AND ".join(f"{name}_n.{c} IS NOT DISTINCT FROM {name}_f.{c}" for c in partition)
+    return [f"{name}_n AS (SELECT *, ROW_NUMBER() OVER (ORDER BY {cols}, {', '.join(order)}) "
+            f"AS {seq} FROM {source})",
+            f"{name}_f AS (SELECT {cols}, MIN({seq}) AS {first} FROM {name}_n GROUP BY {cols})",
+            f"{name} AS (SELECT {name}_n.*, {seq} - {first} + 1 AS {rank} FROM {name}_n "
+            f"JOIN {name}_f ON {on})"], (seq,)
+
+
 def bound_rows(d: Dialect, source: str, unit: str, keys: list[str], payload: list[str],
                l0: int | None, linf: int, total: int | None, salt: int) -> BoundedRows:
     """Keep each person's rows of ``source`` within L0 groups (None: no group bound), L∞ rows
@@ -33,31 +62,35 @@ def bound_rows(d: Dialect, source: str, unit: str, keys: list[str], payload: lis
 
     Example:
         >>> from dpsql.compile.render import dialect
-        >>> b = bound_rows(dialect("duckdb"), "src", "u", ["k"], ["v"], 2, 1, None, 7)
+        >>> b = bound_rows(dialect("spark"), "src", "u", ["k"], ["v"], 2, 1, None, 7)
         >>> b.last, b.hidden
         ('__kept_rows', ('__row_rank',))
     """
     salted = str(salt)
-    ctes, rows = [], source
+    ctes, rows, hidden = [], source, []
     if keys and l0 is not None:
         pairs = ", ".join([unit, *keys])
         ctes.append(f"__unit_groups AS (SELECT {pairs} FROM {source} GROUP BY {pairs})")
-        ctes.append(
-            f"__chosen_groups AS (SELECT * FROM (SELECT {pairs}, ROW_NUMBER() OVER (PARTITION BY "
-            f"{unit} ORDER BY {d.hash([unit, *keys, salted])}) AS __group_rank FROM "
-            f"__unit_groups) AS __g WHERE __group_rank <= {l0})")
+        steps, _ = ranked(d, "__ranked_groups", "__unit_groups", [unit],
+                          [d.hash([unit, *keys, salted]), *keys], "__group_rank")
+        ctes += steps
+        ctes.append(f"__chosen_groups AS (SELECT {pairs} FROM __ranked_groups "
+                    f"WHERE __group_rank <= {l0})")
         on = " AND ".join(f"__s.{c} = __c.{c}" for c in [unit, *keys])
         ctes.append(f"__in_groups AS (SELECT __s.* FROM {source} AS __s JOIN __chosen_groups "
                     f"AS __c ON {on})")
         rows = "__in_groups"
     row_hash = d.hash([unit, *keys, *payload, salted])
-    ctes.append(f"__ranked_rows AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY "
-                f"{', '.join([unit, *keys])} ORDER BY {row_hash}) AS __row_rank FROM {rows})")
-    ctes.append(f"__kept_rows AS (SELECT * FROM __ranked_rows WHERE __row_rank <= {linf})")
-    if total is None:
-        return BoundedRows(", ".join(ctes), "__kept_rows", ("__row_rank",))
-    ctes[-1] = ctes[-1].replace("__kept_rows AS", "__capped_rows AS", 1)
-    ctes.append(f"__totalled_rows AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY {unit} ORDER BY "
-                f"{row_hash}) AS __total_rank FROM __capped_rows)")
-    ctes.append(f"__kept_rows AS (SELECT * FROM __totalled_rows WHERE __total_rank <= {total})")
-    return BoundedRows(", ".join(ctes), "__kept_rows", ("__row_rank", "__total_rank"))
+    steps, extra = ranked(d, "__ranked_rows", rows, [unit, *keys], [row_hash], "__row_rank")
+    ctes += steps
+    hidden += ["__row_rank", *extra]
+    kept = "__kept_rows" if total is None else "__capped_rows"
+    ctes.append(f"{kept} AS (SELECT * FROM __ranked_rows WHERE __row_rank <= {linf})")
+    if total is not None:
+        steps, extra = ranked(d, "__totalled_rows", "__capped_rows", [unit], [row_hash],
+                              "__total_rank")
+        ctes += steps
+        hidden += ["__total_rank", *extra]
+        ctes.append(f"__kept_rows AS (SELECT * FROM __totalled_rows "
+                    f"WHERE __total_rank <= {total})")
+    return BoundedRows(", ".join(ctes), "__kept_rows", tuple(hidden))

@@ -9,8 +9,9 @@ group into ``__exact``.
 
 Two plans compute exactly this:
 
-- **pivoted**, when the keys have a public domain of at most ``MAX_PIVOT_CELLS`` cells and
-  L∞ is at most ``MAX_PIVOT_ROWS_PER_GROUP`` (few rows per person and group): one
+- **pivoted**, when the keys have a public domain of at most ``MAX_PIVOT_CELLS`` cells,
+  L∞ is at most ``MAX_PIVOT_ROWS_PER_GROUP`` (few rows per person and group) and the
+  dialect aggregates that way fast (DuckDB, Spark; not PostgreSQL): one
   row per person holds a partial per cell (``GROUP BY person`` alone), and the L0 cells are
   chosen by comparing the person's cell hashes within that row. No window and no second
   pass over (person, group) pairs: at 10⁸ rows it runs in less time and memory than DuckDB's
@@ -30,6 +31,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
+from dpsql.compile.bound import ranked
 from dpsql.plan import TERMS, CheckedQuery, NoisePart
 
 MAX_PIVOT_CELLS = 16  # a person's row holds every cell's partials: width grows with cells
@@ -44,7 +46,8 @@ def per_person_ctes(checked: CheckedQuery, parts: list[NoisePart], values, keys:
     """The bounding CTEs over ``__src`` (columns ``__unit``, ``keys`` and ``values``);
     ``cells`` is the size of the keys' public domain (None: no GROUP BY or private keys)."""
     if cells is None or not 1 <= cells <= MAX_PIVOT_CELLS or not parts or \
-            checked.table.max_rows_per_group > MAX_PIVOT_ROWS_PER_GROUP:
+            checked.table.max_rows_per_group > MAX_PIVOT_ROWS_PER_GROUP or \
+            not d.dialect.pivots_per_person:
         return _paired(checked, parts, values, keys, cells, salt, wide, d)
     return _pivoted(checked, parts, values, keys, salt, wide, d)
 
@@ -165,25 +168,20 @@ def _paired(checked: CheckedQuery, parts, values, keys: list[str], cells: int | 
     ctes = [(f"__per_unit AS (SELECT {', '.join([pairs, *_partials(values, wide, d)])} "
              f"FROM __src GROUP BY {pairs})")]
     capped = [*keys, *_capped(values, table.max_rows_per_group, wide, d)]
-    rank_filter, ranked = "", "__per_unit"
-    global_order = d.dialect.ranks_by_global_order
+    rank_filter, ranked_pairs = "", "__per_unit"
     if keys and (cells is None or table.max_groups_per_unit < cells):
         hashed = d.dialect.hash(["__unit", *keys, str(salt)])
-        if global_order:  # the keys break ties, so exactly min(L0, groups) are kept
-            ctes.append(f"__numbered AS (SELECT *, ROW_NUMBER() OVER (ORDER BY __unit, "
-                        f"{hashed}, {', '.join(keys)}) AS __seq FROM __per_unit)")
-            ctes.append("__firsts AS (SELECT __unit, MIN(__seq) AS __first FROM __numbered "
-                        "GROUP BY __unit)")
-            capped.append("__seq - __first + 1 AS __rank")
-            ranked = "__numbered JOIN __firsts USING (__unit)"
-        else:
-            capped.append(f"ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY {hashed}) AS __rank")
-        rank_filter = f" WHERE __rank <= {table.max_groups_per_unit}"
+        # the keys break ties, so exactly min(L0, groups) are kept
+        steps, _ = ranked(d.dialect, "__ranked", "__per_unit", ["__unit"], [hashed, *keys],
+                          "__rank")
+        ctes += steps
+        capped.append("__rank")
+        rank_filter, ranked_pairs = f" WHERE __rank <= {table.max_groups_per_unit}", "__ranked"
     scaled: dict[str, str] = {}
     source = "__bounded"
     if _needs_rows_cap(checked, cells):
-        ctes.append(f"__bounded AS (SELECT __unit, {', '.join(capped)} FROM {ranked})")
-        if global_order:  # a person's kept rows by an aggregate and a join, not a window
+        ctes.append(f"__bounded AS (SELECT __unit, {', '.join(capped)} FROM {ranked_pairs})")
+        if d.dialect.ranks_by_global_order:  # a person's rows by an aggregate and a join
             ctes.append(f"__chosen AS (SELECT * FROM __bounded{rank_filter})")
             ctes.append("__totals AS (SELECT __unit, SUM(__rows) AS __total FROM __chosen "
                         "GROUP BY __unit)")
@@ -195,7 +193,7 @@ def _paired(checked: CheckedQuery, parts, values, keys: list[str], cells: int | 
         ctes.append(f"__capped AS (SELECT {', '.join([*keys, *totalled])} FROM __kept)")
         source, rank_filter = "__capped", ""
     else:
-        ctes.append(f"__bounded AS (SELECT {', '.join(capped)} FROM {ranked})")
+        ctes.append(f"__bounded AS (SELECT {', '.join(capped)} FROM {ranked_pairs})")
     group_by = f" GROUP BY {', '.join(keys)}" if keys else ""
     exact = _summed(parts, values, scaled, wide)
     ctes.append(f"__exact AS (SELECT {', '.join(keys + exact)} FROM {source}{rank_filter}"
