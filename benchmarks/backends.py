@@ -22,6 +22,7 @@ generated data is cached in --work and reused).
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 import warnings
@@ -223,7 +224,7 @@ def main(rows, repeat, backends, postgres, spark_master, work, as_json) -> None:
     runners = {"duckdb": lambda: bench_duckdb(parquet, repeat),
                "postgresql": lambda: bench_postgres(postgres, parquet, rows, repeat),
                "spark": lambda: bench_spark(spark_master, parquet, repeat)}
-    results = []
+    results, load = [], os.getloadavg()[0]
     for name in backends.split(","):
         for row in runners[name]():
             results.append({"backend": name, **row})
@@ -236,6 +237,9 @@ def main(rows, repeat, backends, postgres, spark_master, work, as_json) -> None:
     if as_json:
         click.echo(json.dumps({"rows": rows, "repeat": repeat, "query": RAW,
                                "results": results}))
+    else:
+        click.echo(f"load average (1 min) before / after: {load:.2f} / "
+                   f"{os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ its own; a thread samples the size of its spill folder every 0.1 s. The sides:
 - ``dpsql``: Q2 through ``dpsql.connect`` (the pivoted plan: 7 public days);
 - ``paired``: the same with the paired plan (``compile/per_person.py``), which statements
   with private keys or more than 16 cells use;
-- ``paired_unlimited``: the paired plan without a memory limit: dpsql before the pivoted
-  plan and the default limit.
+- ``paired_unlimited``: the paired plan without a memory limit;
+- ``snapshot``: Q2 on a connection with ``bounding="snapshot"``: the first query bounds every
+  person's rows into a temporary table (``compile/bound.py``), then answers from it.
 
 All DuckDB sides but the last run under ``--memory-limit`` (default: dpsql's default).
 """
@@ -52,7 +53,7 @@ RAW = {
               "g AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY uid ORDER BY hash(uid, day, 7)) "
               "AS gn FROM c) SELECT day, SUM(n), SUM(s) FROM g WHERE gn <= 3 GROUP BY day",
 }
-SIDES = ("raw", "pass", "window", "dpsql", "paired", "paired_unlimited")
+SIDES = ("raw", "pass", "window", "dpsql", "paired", "paired_unlimited", "snapshot")
 
 
 def generate(workdir: Path, rows: int) -> Path:
@@ -117,7 +118,8 @@ def child(side: str, path: Path, memory_limit: str | None, spill: Path) -> dict:
         warnings.simplefilter("ignore")  # the insecure seed's warning
         # seeded: a secure connection would answer a repeated statement from the ledger
         with dpsql.connect(metadata=metadata(path), ledger=":memory:", insecure_seed=1,
-                           memory_limit=memory_limit, temp_directory=str(spill)) as con:
+                           memory_limit=memory_limit, temp_directory=str(spill),
+                           bounding="snapshot" if side == "snapshot" else "per_query") as con:
             rows = con.execute(Q2, epsilon=1).fetchall()
     seconds = time.perf_counter() - start
     return {"side": side, "seconds": seconds, "rows_out": len(rows),
