@@ -37,19 +37,21 @@ def _share_at_most(values, c) -> float:
     return sum(k for v, k in values if v <= c) / n
 
 
-def _near_best(values, grid, q, c) -> None:
-    """The released grid point's rank is within 5 points of the best grid point's rank."""
+def _near_best(values, grid, q, c, slack: float = 0.05) -> None:
+    """The released grid point's rank is within ``slack`` of the best grid point's rank."""
     best = min(abs(_share_at_most(values, g) - float(q)) for g in grid)
-    assert abs(_share_at_most(values, c) - float(q)) <= best + 0.05, (q, c, best)
+    assert abs(_share_at_most(values, c) - float(q)) <= best + slack, (q, c, best)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_tuned_quantiles_are_the_datas_within_one_grid_step(tmp_path, seed):
-    """2,000 people with 1..11 visits each (uniform), ε = 5 (22 draws): every released
-    quantile's rank is within 5 points of the best the public grid allows."""
+@pytest.mark.parametrize(("epsilon", "slack"), [(5, 0.05), (1, 0.15)])
+def test_tuned_quantiles_are_the_datas_within_one_grid_step(tmp_path, seed, epsilon, slack):
+    """2,000 people with 1..11 visits each (uniform), 22 draws: every released quantile's
+    rank is within 5 points of the best the public grid allows at ε = 5, within 15 at ε = 1
+    (a prior of e^−1.5 per grid step proposed upper = 0 for amount in [0, 100] there)."""
     meta = _write(tmp_path, make_visits(2000, seed=3))
     with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=seed) as con:
-        result = con.tune("visits", epsilon=5, columns=["amount"], group_by=["day"])
+        result = con.tune("visits", epsilon=epsilon, columns=["amount"], group_by=["day"])
         exact = per_person_values(con._backend, con.catalog.table("visits"), ("day",),
                                   ("amount",))
     assert abs(result.persons - 2000) <= 30
@@ -58,13 +60,13 @@ def test_tuned_quantiles_are_the_datas_within_one_grid_step(tmp_path, seed):
                                  ("max_rows_per_group", "m", COUNT_QUANTILES)):
         released = result.choice(key).quantiles
         for q in quantiles:
-            _near_best(exact[part], COUNT_GRID, q, released[str(float(q))])
+            _near_best(exact[part], COUNT_GRID, q, released[str(float(q))], slack)
     grid = value_grid(con.catalog.table("visits").columns["amount"])
     for bound, part, quantiles in (("lower", "amount.lo", LOWER_QUANTILES),
                                    ("upper", "amount.hi", UPPER_QUANTILES)):
         released = result.choice(f"columns.amount.{bound}").quantiles
         for q in quantiles:
-            _near_best(exact[part], grid, q, released[str(float(q))])
+            _near_best(exact[part], grid, q, released[str(float(q))], slack)
     snippet = result.metadata["tables"]["visits"]
     # G ≤ 7 days and the busiest day ≤ 11 visits: the proposal keeps most of the data
     assert 4 <= snippet["max_groups_per_unit"] <= 16 and 1 <= snippet["max_rows_per_group"] <= 16
