@@ -181,6 +181,38 @@ def test_no_failure_depends_on_one_person(pairs):
     ])
 
 
+# (L∞, R): L∞ ≤ 4 over the 7 public days takes the pivoted per-person plan, L∞ 5 the paired one
+# (compile/per_person.py); R below L0·L∞ makes both scale a person's kept partials
+PLAN_BOUNDS = {"pivoted": (2, 4), "paired": (5, 7)}
+
+
+@pytest.fixture(scope="module", params=sorted(PLAN_BOUNDS))
+def capped_pairs(request, tmp_path_factory):
+    """Pairs whose visits declare max_rows_per_unit, for each per-person plan."""
+    linf, total = PLAN_BOUNDS[request.param]
+    root = tmp_path_factory.mktemp(f"capped-{request.param}")
+    base = base_tables()
+    bounds = {"max_rows_per_group": linf, "max_rows_per_unit": total}
+    opened = [open_pair(root / str(v), base, with_rows(base, adversary(v)), visits=bounds)
+              for v in range(VARIANTS)]
+    yield opened
+    for pair in opened:
+        pair.close()
+
+
+def test_per_person_plans_hold_their_bounds_with_a_total_cap(capped_pairs):
+    """Both per-person plans, with L0, L∞ and R all binding, on every adversarial person
+    (out-of-domain and NULL keys, extreme values, hundreds of rows)."""
+    contract(capped_pairs, [
+        "SELECT day, COUNT(*) AS n, SUM(amount) AS s, AVG(amount) AS m FROM visits GROUP BY day",
+        "SELECT day, VAR_SAMP(amount) AS v, COUNT(DISTINCT uid) AS u FROM visits GROUP BY day",
+        "SELECT day, COUNT(amount) AS n FROM visits WHERE amount > 10 GROUP BY day",
+        "SELECT region_id, COUNT(*) AS n FROM visits GROUP BY region_id",
+        "SELECT day, region_id, SUM(amount) AS s FROM visits GROUP BY day, region_id",
+        "SELECT COUNT(*) AS n, SUM(amount) AS s FROM visits",
+    ])
+
+
 @pytest.fixture(scope="module")
 def null_shop_pairs(tmp_path_factory):
     """Pairs whose D has a shop of 200 persons whose prices are all NULL."""
