@@ -33,9 +33,9 @@ def ranked(d: Dialect, name: str, source: str, partition: list[str], order: list
     (from 1) within its partition in ``order``, distinct whatever the ties; and the names of
     the helper columns it adds besides ``rank``.
 
-    DuckDB does not spill a window partitioned by person (one over 10⁸ rows filled the disk)
-    but does sort out of core: there the rows are numbered in one global order (partition,
-    then order) and the rank is that number less the partition's first.
+    Where partitioned windows do not spill (DuckDB: one over 10⁸ rows filled the disk) the
+    rows are numbered in one global order (partition, then order), which is sorted out of
+    core, and the rank is that number less the partition's first.
 
     Example:
         >>> from dpsql.compile.render import dialect
@@ -43,7 +43,7 @@ def ranked(d: Dialect, name: str, source: str, partition: list[str], order: list
         >>> ctes, extra
         (['r AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY u ORDER BY h) AS __rank FROM src)'], ())
     """
-    if not d.ranks_by_global_order:
+    if d.partitioned_windows_spill:
         return [f"{name} AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY {', '.join(partition)} "
                 f"ORDER BY {', '.join(order)}) AS {rank} FROM {source})"], ()
     cols, seq, first = ", ".join(partition), f"{rank}_seq", f"{rank}_first"
@@ -53,6 +53,26 @@ def ranked(d: Dialect, name: str, source: str, partition: list[str], order: list
             f"{name}_f AS (SELECT {cols}, MIN({seq}) AS {first} FROM {name}_n GROUP BY {cols})",
             f"{name} AS (SELECT {name}_n.*, {seq} - {first} + 1 AS {rank} FROM {name}_n "
             f"JOIN {name}_f ON {on})"], (seq,)
+
+
+def partition_total(d: Dialect, name: str, source: str, partition: list[str], value: str,
+                    total: str) -> list[str]:
+    """CTEs whose last, ``name``, is ``source`` with a column ``total``: the sum of ``value``
+    over the row's partition; by a window, or by an aggregate and a join where partitioned
+    windows do not spill (``ranked``).
+
+    Example:
+        >>> from dpsql.compile.render import dialect
+        >>> partition_total(dialect("duckdb"), "t", "src", ["u"], "n", "__total")[-1]
+        't AS (SELECT * FROM src JOIN t_sums USING (u))'
+    """
+    cols = ", ".join(partition)
+    if d.partitioned_windows_spill:
+        return [f"{name} AS (SELECT *, SUM({value}) OVER (PARTITION BY {cols}) AS {total} "
+                f"FROM {source})"]
+    return [f"{name}_sums AS (SELECT {cols}, SUM({value}) AS {total} FROM {source} "
+            f"GROUP BY {cols})",
+            f"{name} AS (SELECT * FROM {source} JOIN {name}_sums USING ({cols}))"]
 
 
 def bound_rows(d: Dialect, source: str, unit: str, keys: list[str], payload: list[str],

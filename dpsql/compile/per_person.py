@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
-from dpsql.compile.bound import ranked
+from dpsql.compile.bound import partition_total, ranked
 from dpsql.plan import TERMS, CheckedQuery, NoisePart
 
 MAX_PIVOT_CELLS = 16  # a person's row holds every cell's partials: width grows with cells
@@ -160,9 +160,9 @@ def _needs_rows_cap(checked: CheckedQuery, cells: int | None) -> bool:
 
 def _paired(checked: CheckedQuery, parts, values, keys: list[str], cells: int | None,
             salt: int, wide: bool, d) -> list[str]:
-    """One row per (person, group); L0 by ranking each person's groups by their hash, with a
-    window per person, or (``ranks_by_global_order``) by one global numbering of the pairs
-    in (person, hash, keys) order less the person's first number."""
+    """One row per (person, group); L0 by ranking each person's groups by their hash
+    (``compile.bound.ranked``: a window per person, or one global sort where such windows
+    do not spill)."""
     table = checked.table
     pairs = ", ".join(["__unit", *keys])
     ctes = [(f"__per_unit AS (SELECT {', '.join([pairs, *_partials(values, wide, d)])} "
@@ -181,14 +181,8 @@ def _paired(checked: CheckedQuery, parts, values, keys: list[str], cells: int | 
     source = "__bounded"
     if _needs_rows_cap(checked, cells):
         ctes.append(f"__bounded AS (SELECT __unit, {', '.join(capped)} FROM {ranked_pairs})")
-        if d.dialect.ranks_by_global_order:  # a person's rows by an aggregate and a join
-            ctes.append(f"__chosen AS (SELECT * FROM __bounded{rank_filter})")
-            ctes.append("__totals AS (SELECT __unit, SUM(__rows) AS __total FROM __chosen "
-                        "GROUP BY __unit)")
-            ctes.append("__kept AS (SELECT * FROM __chosen JOIN __totals USING (__unit))")
-        else:
-            ctes.append(f"__kept AS (SELECT *, SUM(__rows) OVER (PARTITION BY __unit) AS "
-                        f"__total FROM __bounded{rank_filter})")
+        ctes.append(f"__chosen AS (SELECT * FROM __bounded{rank_filter})")
+        ctes += partition_total(d.dialect, "__kept", "__chosen", ["__unit"], "__rows", "__total")
         totalled, scaled = _totalled(parts, values, table.max_rows_per_unit, wide, d)
         ctes.append(f"__capped AS (SELECT {', '.join([*keys, *totalled])} FROM __kept)")
         source, rank_filter = "__capped", ""

@@ -40,8 +40,8 @@ class Dialect:
 
     name = "duckdb"
     # DuckDB spills a sort but not a window partitioned by person (at 10⁸ rows such a window
-    # filled 70 GB of disk): rank a person's rows by one global order instead
-    ranks_by_global_order = True
+    # filled 70 GB of disk): compile/bound.py ranks and totals without one here
+    partitioned_windows_spill = False
     # whether one row per person with every cell's FILTER aggregates beats ranking the
     # person's (person, group) pairs (compile/per_person.py)
     pivots_per_person = True
@@ -310,7 +310,7 @@ class PostgresDialect(Dialect):
     """PostgreSQL: no TRY, integer division with DIV, half-even ROUND, overflow errors."""
 
     name = "postgres"
-    ranks_by_global_order = False  # PostgreSQL's and Spark's windows sort per partition
+    partitioned_windows_spill = True  # PostgreSQL's and Spark's sort per partition
     # at 10⁷ rows its hash aggregate with 21 FILTER aggregates a person took 43 s, its
     # window per person 8 s
     pivots_per_person = False
@@ -430,7 +430,7 @@ class SparkDialect(Dialect):
     """Spark SQL: backquoted names, try_* arithmetic, try_cast, xxhash64."""
 
     name = "spark"
-    ranks_by_global_order = False
+    partitioned_windows_spill = True
     types = {**Dialect.types, "text": "STRING", "null": "STRING"}
 
     def quote(self, name: str) -> str:
