@@ -8,7 +8,6 @@ InterfaceError naming the package to install.
 
 from __future__ import annotations
 
-import html
 import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -119,6 +118,8 @@ def result_html(result: NoisyResult | None, epsilon: float) -> str:
     if result is None:
         return "<p>dpsql cursor: no result (call execute())</p>"
     names = [c.name for c in result.columns]
+    import html  # its entity table costs a millisecond at start-up; only notebooks need it
+
     head = "".join(f"<th>{html.escape(str(n))}</th>" for n in names)
     body = []
     for r, row in enumerate(result.rows):
@@ -150,6 +151,8 @@ def connection_html(*, dataset: str, analyst: str, backend: str, spent: Any,
     rows = [("dataset", dataset), ("analyst", analyst), ("backend", backend),
             ("spent", spent), ("remaining", "no budget declared" if remaining is None
                                 else remaining)]
+    import html
+
     body = "".join(f"<tr><th>{k}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
     return f'<table class="dpsql-connection"><caption>dpsql connection</caption>{body}</table>'
 
