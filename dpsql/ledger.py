@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS releases (
     answer      TEXT
 );
 CREATE INDEX IF NOT EXISTS releases_dataset ON releases (dataset, kind);
+CREATE INDEX IF NOT EXISTS releases_fingerprint ON releases (dataset, fingerprint);
 """
 _LOSSES = ("epsilon", "delta", "rho")  # the PrivacyLoss fields, stored as exact text
 # Writers of one ledger file in one process queue here before taking SQLite's write lock:

@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS dpsql_releases (
     answer      TEXT
 );
 CREATE INDEX IF NOT EXISTS dpsql_releases_dataset ON dpsql_releases (dataset, kind);
+CREATE INDEX IF NOT EXISTS dpsql_releases_fingerprint ON dpsql_releases (dataset, fingerprint);
 -- tables written before ρ-zCDP accounting
 ALTER TABLE dpsql_releases ADD COLUMN IF NOT EXISTS rho TEXT NOT NULL DEFAULT '0';
 """

@@ -85,3 +85,24 @@ def test_spent_reads_rows_charged_by_another_process_after_its_own(tmp_path):
     assert fresh.spent("d").epsilon == 1
     for ledger in (first, second, fresh):
         ledger.close()
+
+
+def test_stored_answers_are_found_through_an_index_also_in_an_older_ledger(tmp_path):
+    """Every DP query looks its answer up by fingerprint: without an index that lookup read
+    every release of the dataset (2.9 ms at 20,000 releases, growing without end)."""
+    path = tmp_path / "ledger.sqlite"
+    old = Ledger(path)
+    old._db.execute("DROP INDEX releases_fingerprint")  # a ledger written before the index
+    old.close()
+    ledger = Ledger(path)
+    release = ledger.charge(analyst="a", dataset="d", loss=PrivacyLoss(Fraction(1)),
+                            budget=PrivacyLoss(Fraction(10)), statement="q", fingerprint="f")
+    ledger.record_answer(release, "[]")
+    assert ledger.find_answer("d", "g") is None
+    run = []
+    ledger._db.set_trace_callback(run.append)  # the SQL as run, parameters filled in
+    assert ledger.find_answer("d", "f") == "[]"
+    ledger._db.set_trace_callback(None)
+    plan = " ".join(map(str, ledger._db.execute(f"EXPLAIN QUERY PLAN {run[-1]}")))
+    assert "releases_fingerprint" in plan, plan
+    ledger.close()
