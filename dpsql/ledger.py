@@ -233,9 +233,18 @@ class Ledger(SqlLedger):
                 raise
 
     def record_answer(self, release_id: int, answer: str) -> None:
-        """Store what a release returned (queued with this process's other writers)."""
+        """Store what a release returned (queued with this process's other writers).
+
+        Without waiting for the disk (``synchronous=NORMAL``; the next charge's commit makes
+        it durable): a stored answer only saves a repeat its charge, so one lost in a power
+        cut makes that repeat pay again, which is never unsafe. Charges stay ``FULL``.
+        """
         with self._write_lock:
-            super().record_answer(release_id, answer)
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            try:
+                super().record_answer(release_id, answer)
+            finally:
+                self._db.execute("PRAGMA synchronous=FULL")
 
 
 def budget_exhausted(analyst: str, dataset: str, requested: PrivacyLoss,
