@@ -58,9 +58,13 @@ def compile_select(select: exp.Select, relation: Relation, catalog: Catalog,
 
 
 def rewritten_select(tree: exp.Select) -> exp.Select:
-    """The SELECT with FILTER, WITHIN GROUP, COUNTIF and VAR written as the aggregates the
-    compiler knows."""
-    return tree.transform(_unfilter).transform(_unwithin).transform(_spelled_out)
+    """A copy of the SELECT with FILTER, WITHIN GROUP, COUNTIF and VAR written as the
+    aggregates the compiler knows."""
+    select = tree.copy()
+    for kinds, rule in _REWRITES:
+        if select.find(*kinds):  # most statements need none: one copy, not one per rule
+            select = select.transform(rule, copy=False)
+    return select
 
 
 def _spelled_out(node: exp.Expression) -> exp.Expression:
@@ -108,6 +112,14 @@ def _unwithin(node: exp.Expression) -> exp.Expression:
     if len(order) != 1:
         return node
     return type(inner)(this=order[0].this.copy(), expression=inner.this.copy())
+
+
+# each rule with the node types it rewrites, in the order they apply
+_REWRITES = (
+    ((exp.Filter,), _unfilter),
+    ((exp.WithinGroup,), _unwithin),
+    ((exp.CountIf, exp.Anonymous), _spelled_out),
+)
 
 
 def _position(node: exp.Expression):
