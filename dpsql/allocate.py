@@ -12,13 +12,18 @@ A_i = Σ_o w_o c_oi² Δ_i² / Var_o(even) (up to a constant), and the Lagrange 
 2·A_i/ε_i³ = λ gives the closed form ε_i = E · A_i^(1/3) / Σ_j A_j^(1/3). Equal A_i give the
 even split back; an aggregate's error never grows by more than its weight allows.
 
+Under zCDP (``mechanism: gaussian``) a release's ρ is split instead: the discrete Gaussian of
+measurement i has Var_i = Δ₂,i² / (2ρ_i), with Δ₂ its L2 sensitivity, so the objective is
+Σ_i A_i / ρ_i (A_i as above with Δ₂ for Δ) subject to Σ_i ρ_i = ρ, and A_i/ρ_i² = λ gives
+ρ_i = ρ · A_i^(1/2) / Σ_j A_j^(1/2). ρ adds up under composition, so the release is ρ-zCDP.
+
 Coefficients (h = (U − L)/2, k the centre of a centred sum; for ratios the unknown count n
 cancels in Var_o / Var_o(even)): COUNT 1 on its count; SUM 1 on its sum (and k² on the
 count when it is a centred sum plus k·count); AVG 1 on the centred sum and h²/3 on the count
 (E[(mean − k)²] for a mean uniform over [L, U]); VAR and STDDEV 1 on the sum of squares,
 4h²/3 on the sum and h⁴/9 on the count. Quantiles (exponential mechanism) and the private
-keys' selection count keep the even share. Each ε_i is rounded down to a multiple of 2^-40,
-so the measurements never spend more than the release's ε, exactly.
+keys' selection count keep the even share. Each ε_i (ρ_i) is rounded down to a multiple of
+2^-40, so the measurements never spend more than the release's ε (ρ), exactly.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from fractions import Fraction
 
 from dpsql.catalog import Catalog
 from dpsql.plan import CheckedQuery, NoisePart
-from dpsql.rewrite import SPREAD_KINDS, domain_size, measures, noise_parts, part_count
+from dpsql.rewrite import SPREAD_KINDS, as_gaussian, domain_size, measures, noise_parts, part_count
 
 _QUANTUM = 2**40
 
@@ -59,8 +64,10 @@ def coefficients(checked: CheckedQuery, parts: list[NoisePart]) -> dict[str, dic
 
 
 def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction,
-             weights: dict[str, float] | None = None) -> list[list[Fraction]]:
-    """ε of each measurement of each statement (``rewrite.measures`` order).
+             weights: dict[str, float] | None = None, *, gaussian: bool = False
+             ) -> list[list[Fraction]]:
+    """ε of each measurement of each statement (``rewrite.measures`` order); with
+    ``gaussian``, ``epsilon`` is the release's ρ and the shares are each measurement's ρ.
 
     ``weights`` maps output column names to their weight in the objective (default 1).
 
@@ -81,7 +88,11 @@ def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction
               for c in statements]
     demand: dict[tuple[int, str], float] = {}
     for index, (checked, parts) in enumerate(zip(statements, drafts, strict=True)):
-        sensitivity = {p.column: float(p.sensitivity) for p in parts}
+        # the sensitivity the noise is scaled to: Δ₁ for Laplace, Δ₂ = Δ₁/sqrt(cells) for the
+        # discrete Gaussian
+        cells = {p.column: as_gaussian(p, checked, catalog, Fraction(1), domain_size(checked))
+                 .cells if gaussian else 1 for p in parts}
+        sensitivity = {p.column: float(p.sensitivity) / cells[p.column] ** 0.5 for p in parts}
         named = {o.aggregate: o.name.lower() for o in checked.outputs if o.aggregate}
         for aggregate, terms in coefficients(checked, parts).items():
             weight = weights.get(named.get(aggregate, ""), 1.0)
@@ -94,7 +105,8 @@ def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction
                     / baseline
     fixed = sum(part_count(c) for c in statements) - len(demand)
     free = epsilon - even * fixed
-    roots = {key: value ** (1 / 3) for key, value in demand.items() if value > 0}
+    power = 1 / 2 if gaussian else 1 / 3
+    roots = {key: value ** power for key, value in demand.items() if value > 0}
     if roots and max(roots.values()) <= min(roots.values()) * (1 + 1e-9):
         roots = dict.fromkeys(roots, 1.0)  # equal demands: exactly the even split
     total = sum(roots.values())

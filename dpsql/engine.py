@@ -142,8 +142,9 @@ class Engine:
                                                     neighbouring=self.catalog.neighbouring),
                            tuple(public))
         if gaussian:
-            return Planned(tuple(order), self._gaussian_plan(private, rho, epsilon, delta),
-                           tuple(public))
+            return Planned(tuple(order), self._gaussian_plan(
+                private, rho, epsilon, delta,
+                weights if weights is not None else _hinted_weights(statements)), tuple(public))
         target = accuracy if accuracy is not None else _hinted_accuracy(statements)
         if epsilon is None and target is None:
             target = self.accuracy
@@ -364,8 +365,9 @@ class Engine:
                 hint="use an ε of at most 1e12 (typical values are 0.01 to 10)")
         return value
 
-    def _gaussian_plan(self, private, rho, epsilon, delta) -> ScriptPlan:
-        """zCDP: ρ (given, or converted from ε and δ) split evenly over the noised parts."""
+    def _gaussian_plan(self, private, rho, epsilon, delta, weights) -> ScriptPlan:
+        """zCDP: ρ (given, or converted from ε and δ) split over the noised parts to minimise
+        the expected error, as ε is (``allocate.py``)."""
         if rho is not None:
             rho = positive(rho, "rho")
         else:
@@ -376,10 +378,10 @@ class Engine:
                     "ε together with a δ > 0 to convert from",
                     hint="pass rho=0.01, or epsilon=1 and delta=1e-6")
             rho = rho_from_epsilon_delta(epsilon, delta)
-        per_part = rho / sum(part_count(c) for c in private)
+        shares = allocate(private, self.catalog, rho, weights, gaussian=True)
         plans = tuple(rewrite(c, self.catalog, Fraction(0), salt=self.rng.bits(62),
-                              rho_per_part=per_part, bounding=self.bounding, **self._target())
-                      for c in private)
+                              rhos=share, bounding=self.bounding, **self._target())
+                      for c, share in zip(private, shares, strict=True))
         return ScriptPlan(statements=plans, loss=PrivacyLoss(Fraction(0), rho=rho),
                           neighbouring=self.catalog.neighbouring)
 

@@ -83,10 +83,11 @@ def domain_size(checked: CheckedQuery) -> int | None:
 
 
 def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
-            salt: int, delta: Fraction = Fraction(0), rho_per_part: Fraction | None = None,
+            salt: int, delta: Fraction = Fraction(0),
             bounding: str = "per_query", dialect_name: str = "duckdb",
             sources: dict[str, str] | None = None,
-            epsilons: list[Fraction] | None = None) -> StatementPlan:
+            epsilons: list[Fraction] | None = None,
+            rhos: list[Fraction] | None = None) -> StatementPlan:
     """Build the exact bounded query and one NoisePart per measurement (``measures``).
 
     ``epsilons`` gives each measurement its own ε (the engine's allocation); without it every
@@ -103,31 +104,32 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
         >>> [(p.role, p.sensitivity) for p in plan.parts]
         [('count', Fraction(2, 1))]
 
-    With ``rho_per_part`` the parts get discrete Gaussian noise for ρ-zCDP instead (and the
-    exponential mechanism of a quantile the ε = sqrt(2ρ) that is ρ-zCDP). With
-    ``bounding="snapshot"`` a statement that can reads a bounded snapshot (``snapshot.py``),
+    With ``rhos`` (each measurement's ρ) the parts get discrete Gaussian noise for ρ-zCDP
+    instead (and the exponential mechanism of a quantile the ε = sqrt(2ρ) that is ρ-zCDP).
+    With ``bounding="snapshot"`` a statement that can reads a bounded snapshot (``snapshot.py``),
     created by the query's setup if absent, instead of bounding each person's rows itself.
     The SQL is rendered for ``dialect_name``; ``sources`` maps catalogued tables to the names
     the backend reads them by.
     """
     d = _Writer(dialect(dialect_name), sources or {}, checked)
-    if rho_per_part is not None:
+    if rhos is not None:
         # the largest 2^-40 multiple ≤ sqrt(2ρ), exactly: ε-DP at that ε implies ρ-zCDP
         scale = 2**40
-        epsilon_per_part = Fraction(math.isqrt(int(2 * rho_per_part * scale * scale)), scale)
+        epsilons = [Fraction(math.isqrt(int(2 * rho * scale * scale)), scale) for rho in rhos]
     cells = domain_size(checked)
     if cells is not None and cells > MAX_DOMAIN_CELLS:
         raise ProgrammingError(
             f"the GROUP BY domain has {cells:,} cells (more than {MAX_DOMAIN_CELLS:,})",
             sql=checked.statement.sql,
             hint="group by fewer or coarser keys: every cell of the domain is released")
-    if epsilons is None or rho_per_part is not None:
+    if epsilons is None:
         epsilons = [epsilon_per_part] * len(measures(checked))
     parts, values = noise_parts(checked, catalog, list(epsilons), cells)
     if checked.has_private_keys:
         parts = _with_selection(parts, checked, catalog, epsilon_per_part, delta)
-    if rho_per_part is not None:
-        parts = [_gaussian(p, checked, catalog, rho_per_part, cells) for p in parts]
+    if rhos is not None:
+        parts = [as_gaussian(p, checked, catalog, rho, cells)
+                 for p, rho in zip(parts, rhos, strict=True)]
     source, setup = None, ()
     if bounding == "snapshot" and snapshot.applies(checked):
         source, create = snapshot.snapshot(checked, cells, salt, d.dialect, d.from_item())
@@ -139,13 +141,13 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
                        for p in parts if p.role == "quantile")
     loss = PrivacyLoss(sum((p.epsilon for p in parts), Fraction(0)),
                        delta if checked.has_private_keys else 0) \
-        if rho_per_part is None else PrivacyLoss(Fraction(0), rho=rho_per_part * len(parts))
+        if rhos is None else PrivacyLoss(Fraction(0), rho=sum(rhos, Fraction(0)))
     return StatementPlan(checked=checked, exact_query=exact_query, parts=tuple(parts),
                          loss=loss, histograms=histograms)
 
 
-def _gaussian(part: NoisePart, checked: CheckedQuery, catalog: Catalog, rho: Fraction,
-              cells: int | None) -> NoisePart:
+def as_gaussian(part: NoisePart, checked: CheckedQuery, catalog: Catalog, rho: Fraction,
+                cells: int | None) -> NoisePart:
     """The same part with discrete Gaussian noise for ρ-zCDP, calibrated to its L2 norm.
 
     A person changes at most L0 cells by at most Δ₁/L0 each. Under add/remove, and under
