@@ -68,15 +68,15 @@ from dpsql.ledger import budget_exhausted
 from dpsql.mechanisms.exponential import exponential
 from dpsql.mechanisms.samplers import RandomSource
 
-# Not 0.99: above the data every candidate ties (#{x ≤ c} = n), and with n·(1 − q)·ε/2 small
-# the mechanism cannot tell the top quantile from the empty grid above it. The tail beyond
-# 0.95 is extrapolated (``excess``).
-COUNT_QUANTILES = (Fraction(1, 2), Fraction(4, 5), Fraction(19, 20))
-LOWER_QUANTILES = (Fraction(1, 20), Fraction(1, 5), Fraction(1, 2))
-UPPER_QUANTILES = COUNT_QUANTILES
-COUNT_GRID = tuple(2**k for k in range(0, 17))  # 1 … 2^16 rows or keys per person
-# the proposed L0, L∞, R: every small count, then powers of 2 (public, data-independent)
-BOUND_CANDIDATES = tuple(sorted(set(range(1, 33)) | set(COUNT_GRID)))
+# Quantile levels: the median, a top level chosen from the noisy person count
+# (``quantile_levels``), as high as the mechanism can still tell apart from the empty grid
+# above the data, within TOP_LEVEL, and one between them (geometric in 1 − q).
+TOP_LEVEL = (Fraction(3, 4), Fraction(9999, 10000))
+# Persons above the top quantile, in temperatures 2Δ/ε: every empty candidate above the data
+# then weighs at most e^−TAIL_TEMPERATURES of the best one (e^−8 < 0.0004).
+TAIL_TEMPERATURES = 8
+# Every count up to 32, then steps of 2^(1/4) (19 %) up to 2^16: public, data-independent.
+COUNT_GRID = tuple(sorted({*range(1, 33), *(round(2 ** (k / 4)) for k in range(20, 65))}))
 VALUE_BINS = 64
 UTILITY_SENSITIVITY = 1  # one value per person: #{x ≤ c} − q·n moves by ≤ max(q, 1 − q)
 
@@ -256,28 +256,85 @@ def value_grid(spec) -> tuple[float, ...]:
     return tuple(sorted({0.0, *powers, *(-p for p in powers)}))
 
 
-def excess(quantiles: dict[Fraction, float], b: float, floor: float) -> float:
-    """E[max(0, X − b)] under the piecewise-linear CDF through the noisy quantiles."""
-    # noisy quantiles need not be monotone in q: pair the sorted values with sorted qs
-    xs = [floor] + sorted(quantiles.values())
-    ps = [0.0] + sorted(float(q) for q in quantiles)
-    top = xs[-1] + max(xs[-1] - xs[-2], 1e-9) * 2 if len(xs) > 1 else xs[-1] + 1
-    xs.append(max(top, xs[-1]))
-    ps.append(1.0)
-    total = 0.0
-    for (x0, p0), (x1, p1) in zip(zip(xs, ps), zip(xs[1:], ps[1:])):
-        if x1 <= b or x1 <= x0:
-            continue
-        start = max(x0, b)
-        # ∫ (1 − F(t)) dt over [start, x1], F linear from p0 at x0 to p1 at x1
-        f_start = p0 + (p1 - p0) * (start - x0) / (x1 - x0)
-        total += (x1 - start) * (1 - (f_start + p1) / 2)
-    return total
+def quantile_levels(persons: int, epsilon: Fraction) -> tuple[Fraction, ...]:
+    """The upper quantile levels drawn at ``epsilon`` each: 1/2, a middle one and the top.
+
+    The top level leaves ``TAIL_TEMPERATURES`` temperatures (2Δ/ε persons each) above it, so
+    the candidates beyond the data lose to the quantile by at least that much (within
+    ``TOP_LEVEL``); the middle one has 1 − q = √((1 − 1/2)·(1 − top)). They depend on the
+    released noisy person count only (post-processing). The lower levels are 1 − these.
+    """
+    above = Fraction(TAIL_TEMPERATURES * 2 * UTILITY_SENSITIVITY) / epsilon / max(persons, 1)
+    top = min(max(1 - above, TOP_LEVEL[0]), TOP_LEVEL[1])
+    middle = 1 - math.sqrt((1 - top) / 2)
+    return tuple(Fraction(math.floor(q * 10000), 10000) for q in (Fraction(1, 2), middle, top))
 
 
-def mean(quantiles: dict[Fraction, float], floor: float) -> float:
-    """E[X] under the same CDF (X ≥ floor)."""
-    return floor + excess(quantiles, floor, floor)
+@dataclass(frozen=True)
+class Spread:
+    """A distribution drawn through noisy quantiles, for the expected cost of a bound.
+
+    The CDF is piecewise linear from ``floor`` (F = 0) through the quantiles; above the top
+    quantile x_t (level q_t) the tail is exponential, P(X > x) = (1 − q_t)·e^(−(x − x_t)/θ),
+    with θ the heaviest any lower quantile implies, (x_t − x_a)/ln((1 − q_a)/(1 − q_t)), and
+    at least ``resolution`` (the grid cannot see finer): nothing above x_t is seen, so the
+    tail is assumed no lighter than the data below it. A light tail (a Poisson count)
+    then costs a slightly loose bound, not a bias.
+    """
+
+    points: tuple[tuple[float, float], ...]  # (x, F(x)) from (floor, 0) to the top quantile
+    theta: float
+
+    @classmethod
+    def fit(cls, quantiles: dict[Fraction, float], floor: float,
+            resolution: float) -> Spread:
+        """The spread through ``quantiles`` ({level: noisy value}), X ≥ ``floor``."""
+        # noisy quantiles need not be monotone in q: pair the sorted values with sorted qs
+        xs = [floor] + [max(x, floor) for x in sorted(quantiles.values())]
+        ps = [0.0] + sorted(float(q) for q in quantiles)
+        top_x, top_p = xs[-1], ps[-1]
+        theta = max([resolution] + [(top_x - x) / math.log((1 - p) / (1 - top_p))
+                                    for x, p in zip(xs[1:-1], ps[1:-1]) if p < top_p])
+        return cls(tuple(zip(xs, ps)), theta)
+
+    def survival(self, b: float) -> float:
+        """P(X > b)."""
+        top_x, top_p = self.points[-1]
+        if b >= top_x:
+            return (1 - top_p) * math.exp(-(b - top_x) / self.theta)
+        for (x0, p0), (x1, p1) in zip(self.points, self.points[1:]):
+            if b < x1:
+                return 1 - (p0 if b < x0 else p0 + (p1 - p0) * (b - x0) / (x1 - x0))
+        return 1 - top_p  # unreachable: b < top_x
+
+    def excess(self, b: float) -> float:
+        """E[max(0, X − b)] = ∫_b^∞ P(X > t) dt."""
+        top_x, top_p = self.points[-1]
+        tail = (1 - top_p) * self.theta
+        if b >= top_x:
+            return tail * math.exp(-(b - top_x) / self.theta)
+        total = tail
+        for (x0, _), (x1, _) in zip(self.points, self.points[1:]):
+            if x1 <= b or x1 <= x0:
+                continue
+            start = max(x0, b)  # the survival is linear on [start, x1]: trapezoid
+            total += (x1 - start) * (self.survival(start) + self.survival(x1)) / 2
+        return total
+
+    @property
+    def mean(self) -> float:
+        """E[X]."""
+        floor = self.points[0][0]
+        return floor + self.excess(floor)
+
+
+def _resolution(grid: tuple[float, ...], x: float) -> float:
+    """The grid's step just above ``x`` (1 at its end): what one draw cannot resolve."""
+    above = [c for c in grid if c > x]
+    below = [c for c in grid if c <= x]
+    if above:
+        return above[0] - x
+    return grid[-1] - below[-2] if len(below) > 1 else 1.0
 
 
 # --- the entry point ---------------------------------------------------------------------
@@ -316,6 +373,57 @@ def _cells(table: TableSpec, keys: tuple[str, ...]) -> tuple[int, bool]:
         values = table.columns[k].values
         cells *= len(values) if values else 1
     return cells, all(table.columns[k].values for k in keys)
+
+
+def noise_sd(l1: float, l2: float, epsilon: float, gaussian: bool) -> float:
+    """Noise sd of a count whose L1 and L2 sensitivities are ``l1`` and ``l2`` rows, at ε
+    (Laplace: √2·Δ₁/ε; Gaussian at ρ = ε²/2: Δ₂/ε)."""
+    return l2 / epsilon if gaussian else math.sqrt(2) * l1 / epsilon
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """Proposed contribution bounds (``total`` None: no max_rows_per_unit), the rows they
+    are estimated to drop in all, and the noise sd of one count per key."""
+
+    l0: int
+    linf: int
+    total: int | None
+    dropped: float
+    count_sd: float
+
+    def error(self, cells: int) -> float:
+        """Expected squared error summed over the cells: bias spread evenly, plus noise."""
+        return self.dropped**2 / cells + cells * self.count_sd**2
+
+
+def choose_contribution(spreads: dict[str, Spread], persons: int, cells: int,
+                        public_cells: bool, epsilon: float, gaussian: bool) -> Contribution:
+    """The bounds minimising a COUNT per key's expected error, as the compile stage applies
+    them (``sensitivity.person_rows``: Δ₁ = min(L0·L∞, R) rows).
+
+    Two shapes are compared. With R binding the noise is R's whatever L0 and L∞ are, so they
+    are set loose (L0 = min(R, cells), L∞ = R: a person within R rows loses nothing to them)
+    and only R drops rows: a person's rows beyond R, plus under one row per kept partial,
+    which the scaling by R/T floors (about (E[G] − 1)/2 for a person over R). Without R,
+    (L0, L∞) drop a person's groups beyond L0 (E[R]/E[G] rows each) and rows beyond L∞ in
+    their busiest group, and under Gaussian noise Δ₂ = √L0·L∞ (a declared R makes it Δ₁,
+    ``rewrite._gaussian``), so that shape declares no R.
+    """
+    r, g, m = spreads["r"], spreads["g"], spreads["m"]
+    partial_loss = max(g.mean - 1, 0) / 2
+    options = [Contribution(min(b, cells) if public_cells else b, b, b,
+                            persons * (r.excess(b) + r.survival(b) * partial_loss),
+                            noise_sd(b, b, epsilon, gaussian))
+               for b in COUNT_GRID]
+    per_group = r.mean / max(g.mean, 1)
+    beyond_groups = {a: persons * per_group * g.excess(a) for a in COUNT_GRID
+                     if a <= cells or not public_cells}
+    beyond_rows = {b: persons * m.excess(b) for b in COUNT_GRID}
+    options += [Contribution(a, b, None, lost + beyond_rows[b],
+                             noise_sd(a * b, math.sqrt(a) * b, epsilon, gaussian))
+                for a, lost in beyond_groups.items() for b in COUNT_GRID]
+    return min(options, key=lambda c: c.error(cells))
 
 
 def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, table: str,
@@ -366,59 +474,54 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
                   f"{draws} draws of ε/{draws}")
     # charged: only now is anything drawn
     persons = max(1, persons_exact + rng.discrete_laplace(1 / share))
+    uppers = quantile_levels(persons, share)  # post-processing of the noisy count
+    lowers = tuple(sorted(1 - q for q in uppers))
+    gaussian = catalog.mechanism == "gaussian"
+    replaced = 2 if catalog.neighbouring == "replace" and keys else 1
     eq = float(query_epsilon)
     choices: list[Choice] = []
-    l0 = linf = 1
+    row_sd = noise_sd(1, 1, eq, gaussian)  # one row per person (row privacy)
     if spec.privacy_unit is not None:
-        quantiles = {part: {q: dp_quantile(values[part], COUNT_GRID, q, share, rng)
-                            for q in COUNT_QUANTILES} for part in ("r", "g", "m")}
         cells, public_cells = _cells(spec, keys)
-        mean_r, mean_g = mean(quantiles["r"], 1), mean(quantiles["g"], 1)
-        best = None
-        # a person cannot touch more cells than the public domain has (a public fact)
-        for a in (a for a in BOUND_CANDIDATES if a <= cells or not public_cells):
-            for b in BOUND_CANDIDATES:
-                dropped = persons * (mean_r * excess(quantiles["g"], a, 1) / mean_g
-                                     + excess(quantiles["m"], b, 1))
-                var = 2 * (a * b / eq) ** 2
-                error = dropped**2 / cells + cells * var
-                if best is None or error < best[0]:
-                    best = (error, a, b, dropped, var)
-        _, l0, linf, dropped, var = best
+        grids = {"r": COUNT_GRID, "m": COUNT_GRID,  # nobody touches more cells than exist
+                 "g": tuple(c for c in COUNT_GRID if c <= cells) if public_cells else COUNT_GRID}
+        quantiles = {part: {q: dp_quantile(values[part], grids[part], q, share, rng)
+                            for q in uppers} for part in ("r", "g", "m")}
+        spreads = {part: Spread.fit(quantiles[part], 1,
+                                    _resolution(grids[part], max(quantiles[part].values())))
+                   for part in quantiles}
+        best = choose_contribution(spreads, persons, cells, public_cells, eq / replaced,
+                                   gaussian)
+        row_sd = best.count_sd
         shown = {p: {str(float(q)): v for q, v in quantiles[p].items()} for p in quantiles}
-        sd = math.sqrt(var)
-        choices.append(Choice("max_groups_per_unit", l0, dropped / cells, sd, shown["g"]))
-        choices.append(Choice("max_rows_per_group", linf, dropped / cells, sd, shown["m"]))
-        best = min(((persons * excess(quantiles["r"], b, 1)) ** 2 + 2 * (b / eq) ** 2, b)
-                   for b in BOUND_CANDIDATES)
-        r = best[1]
-        choices.append(Choice("max_rows_per_unit", r, persons * excess(quantiles["r"], r, 1),
-                              math.sqrt(2) * r / eq, shown["r"]))
+        bias, sd = best.dropped / cells, best.count_sd
+        choices.append(Choice("max_groups_per_unit", best.l0, bias, sd, shown["g"]))
+        choices.append(Choice("max_rows_per_group", best.linf, bias, sd, shown["m"]))
+        if best.total is not None:
+            choices.append(Choice("max_rows_per_unit", best.total, bias, sd, shown["r"]))
     for name in names:
         grid = value_grid(spec.columns[name])
-        lows = {q: dp_quantile(values[f"{name}.lo"], grid, q, share, rng)
-                for q in LOWER_QUANTILES}
-        highs = {q: dp_quantile(values[f"{name}.hi"], grid, q, share, rng)
-                 for q in UPPER_QUANTILES}
+        lows = {q: dp_quantile(values[f"{name}.lo"], grid, q, share, rng) for q in lowers}
+        highs = {q: dp_quantile(values[f"{name}.hi"], grid, q, share, rng) for q in uppers}
         # the lower tail, mirrored: E[max(0, L − X)] = E[max(0, (−X) − (−L))]
-        mirrored = {1 - q: -v for q, v in lows.items()}
-        top = max(grid)
-        lo_floor, hi_floor = -top, min(grid)
-        scale = l0 * linf * math.sqrt(2) / eq
+        mirror = tuple(sorted(-c for c in grid))
+        low = Spread.fit({1 - q: -v for q, v in lows.items()}, -max(grid),
+                         _resolution(mirror, -min(lows.values())))
+        high = Spread.fit(highs, min(grid), _resolution(grid, max(highs.values())))
+        scale = row_sd  # the noise of a sum is a count's times max(|L|, |U|)
         lower = max(
             (c for c in grid if c <= max(highs.values())),
-            key=lambda c: -((persons * excess(mirrored, -c, lo_floor)) ** 2
-                            + (scale * abs(c)) ** 2))
+            key=lambda c: -((persons * low.excess(-c)) ** 2 + (scale * abs(c)) ** 2))
         upper = min(
             (c for c in grid if c >= lower),
-            key=lambda c: (persons * excess(highs, c, hi_floor)) ** 2
+            key=lambda c: (persons * high.excess(c)) ** 2
             + (scale * max(abs(lower), abs(c))) ** 2)
         magnitude = max(abs(lower), abs(upper))
         choices.append(Choice(f"columns.{name}.lower", _number(lower, spec.columns[name]),
-                              persons * excess(mirrored, -lower, lo_floor), scale * magnitude,
+                              persons * low.excess(-lower), scale * magnitude,
                               {str(float(q)): v for q, v in lows.items()}))
         choices.append(Choice(f"columns.{name}.upper", _number(upper, spec.columns[name]),
-                              persons * excess(highs, upper, hi_floor), scale * magnitude,
+                              persons * high.excess(upper), scale * magnitude,
                               {str(float(q)): v for q, v in highs.items()}))
     return TuningResult(table=spec.name, epsilon=epsilon, query_epsilon=eq, group_by=keys,
                         persons=persons, choices=tuple(choices), draws=draws)

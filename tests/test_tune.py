@@ -14,11 +14,9 @@ from conftest import DAYS, catalogue, make_adult, make_visits
 import dpsql
 from dpsql.tune import (
     COUNT_GRID,
-    COUNT_QUANTILES,
-    LOWER_QUANTILES,
-    UPPER_QUANTILES,
     command,
     per_person_values,
+    quantile_levels,
     quantile_utilities,
     value_grid,
 )
@@ -55,21 +53,23 @@ def test_tuned_quantiles_are_the_datas_within_one_grid_step(tmp_path, seed, epsi
         exact = per_person_values(con._backend, con.catalog.table("visits"), ("day",),
                                   ("amount",))
     assert abs(result.persons - 2000) <= 30
-    for key, part, quantiles in (("max_rows_per_unit", "r", COUNT_QUANTILES),
-                                 ("max_groups_per_unit", "g", COUNT_QUANTILES),
-                                 ("max_rows_per_group", "m", COUNT_QUANTILES)):
+    # R binds for this shape (uniform 1..11 rows, 7 days), so no R would mean a bad proposal
+    for key, part in (("max_rows_per_unit", "r"), ("max_groups_per_unit", "g"),
+                      ("max_rows_per_group", "m")):
         released = result.choice(key).quantiles
-        for q in quantiles:
-            _near_best(exact[part], COUNT_GRID, q, released[str(float(q))], slack)
+        grid = COUNT_GRID if part != "g" else tuple(c for c in COUNT_GRID if c <= len(DAYS))
+        assert len(released) == 3
+        for q, value in released.items():
+            _near_best(exact[part], grid, q, value, slack)
     grid = value_grid(con.catalog.table("visits").columns["amount"])
-    for bound, part, quantiles in (("lower", "amount.lo", LOWER_QUANTILES),
-                                   ("upper", "amount.hi", UPPER_QUANTILES)):
+    for bound, part in (("lower", "amount.lo"), ("upper", "amount.hi")):
         released = result.choice(f"columns.amount.{bound}").quantiles
-        for q in quantiles:
-            _near_best(exact[part], grid, q, released[str(float(q))], slack)
+        for q, value in released.items():
+            _near_best(exact[part], grid, q, value, slack)
     snippet = result.metadata["tables"]["visits"]
-    # G ≤ 7 days and the busiest day ≤ 11 visits: the proposal keeps most of the data
-    assert 4 <= snippet["max_groups_per_unit"] <= 16 and 1 <= snippet["max_rows_per_group"] <= 16
+    # ≤ 11 visits a person: R binds, L0 and L∞ are left loose (L0 = all 7 days)
+    assert snippet["max_groups_per_unit"] == len(DAYS)
+    assert 8 <= snippet["max_rows_per_unit"] <= 16 <= snippet["max_rows_per_group"] + 8
     assert 0 <= snippet["columns"]["amount"]["lower"] < snippet["columns"]["amount"]["upper"]
 
 
@@ -127,7 +127,8 @@ def test_neighbour_moves_every_utility_by_at_most_one(tmp_path):
         assert sum(n for _, n in after[name]) - sum(n for _, n in before[name]) == 1, name
         grid = COUNT_GRID if "." not in name else grids[name.split(".")[0]]
         wide = tuple(sorted({*grid, -1e12, 1e12}))  # the type range's grid too
-        for q in (*COUNT_QUANTILES, *LOWER_QUANTILES):
+        levels = {q for n in (10, 10**3, 10**5, 10**9) for q in quantile_levels(n, 1)}
+        for q in levels | {1 - q for q in levels}:
             for g in (grid, wide):
                 u, u2 = quantile_utilities(before[name], g, q), quantile_utilities(
                     after[name], g, q)
