@@ -103,6 +103,9 @@ class TuningResult:
     persons: int  # noisy
     choices: tuple[Choice, ...]
     draws: int  # released quantities the slice was split over
+    # every noisy quantile, {distribution: {level: value}}: r, g, m (rows, keys and the
+    # busiest key per person), '<column>.lo' and '<column>.hi'
+    quantiles: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def choice(self, key: str) -> Choice:
         """The choice for one metadata key."""
@@ -132,6 +135,7 @@ class TuningResult:
         return {"table": self.table, "epsilon_spent": float(self.epsilon),
                 "query_epsilon": self.query_epsilon, "group_by": list(self.group_by),
                 "persons": self.persons, "draws": self.draws, "metadata": self.metadata,
+                "quantiles": self.quantiles,
                 "choices": [{"key": c.key, "value": c.value, "bias": c.bias,
                              "noise_sd": c.noise_sd, "quantiles": c.quantiles}
                             for c in self.choices]}
@@ -480,6 +484,7 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
     replaced = 2 if catalog.neighbouring == "replace" and keys else 1
     eq = float(query_epsilon)
     choices: list[Choice] = []
+    shown: dict[str, dict[str, float]] = {}
     row_sd = noise_sd(1, 1, eq, gaussian)  # one row per person (row privacy)
     if spec.privacy_unit is not None:
         cells, public_cells = _cells(spec, keys)
@@ -493,7 +498,7 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
         best = choose_contribution(spreads, persons, cells, public_cells, eq / replaced,
                                    gaussian)
         row_sd = best.count_sd
-        shown = {p: {str(float(q)): v for q, v in quantiles[p].items()} for p in quantiles}
+        shown = {p: _shown(quantiles[p]) for p in quantiles}
         bias, sd = best.dropped / cells, best.count_sd
         choices.append(Choice("max_groups_per_unit", best.l0, bias, sd, shown["g"]))
         choices.append(Choice("max_rows_per_group", best.linf, bias, sd, shown["m"]))
@@ -519,12 +524,17 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
         magnitude = max(abs(lower), abs(upper))
         choices.append(Choice(f"columns.{name}.lower", _number(lower, spec.columns[name]),
                               persons * low.excess(-lower), scale * magnitude,
-                              {str(float(q)): v for q, v in lows.items()}))
+                              _shown(lows)))
         choices.append(Choice(f"columns.{name}.upper", _number(upper, spec.columns[name]),
                               persons * high.excess(upper), scale * magnitude,
-                              {str(float(q)): v for q, v in highs.items()}))
+                              _shown(highs)))
+        shown |= {f"{name}.lo": _shown(lows), f"{name}.hi": _shown(highs)}
     return TuningResult(table=spec.name, epsilon=epsilon, query_epsilon=eq, group_by=keys,
-                        persons=persons, choices=tuple(choices), draws=draws)
+                        persons=persons, choices=tuple(choices), draws=draws, quantiles=shown)
+
+
+def _shown(quantiles: dict[Fraction, float]) -> dict[str, float]:
+    return {str(float(q)): v for q, v in sorted(quantiles.items())}
 
 
 def _number(value: float, spec) -> float | int:
