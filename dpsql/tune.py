@@ -17,33 +17,50 @@ What is measured (exactly, on the backend, from catalogued names only):
 - n, the number of persons (for turning per-person shares into rows).
 
 How it is released. Each quantile is one draw of the exact exponential mechanism
-(``mechanisms.exponential``) over a public grid of candidates: powers of 2 for counts; for
-values a linear grid of ``VALUE_BINS`` points over the declared bounds, or, without them,
-0 and ±2^k (k = −8 … 40; k ≥ 0 for int). The utility of candidate c for quantile q is
-−|#{x ≤ c} − q·n|: adding or removing one person moves #{x ≤ c} by at most 1 and q·n by q,
-so the utility's sensitivity is 1 (the per-person values above are what guarantees it; see
-``per_person_values`` and the neighbour test). Under ``replace`` one value leaves and one
-enters: #{x ≤ c} moves by at most 1 and n not at all, so 1 holds there too. n itself is
-released with discrete Laplace noise of scale 1/ε_n (sensitivity 1).
+(``mechanisms.exponential``) over a public grid of candidates: for counts every integer to
+32, then steps of 2^(1/4) to 2^16 (``COUNT_GRID``; G's grid stops at the number of cells
+when the keys have public domains); for values a linear grid of ``VALUE_BINS`` points over
+the declared bounds, or, without them, 0 and ±2^k (k = −8 … 40; k ≥ 0 for int). The utility
+of candidate c for quantile q is −|#{x ≤ c} − q·n|: adding or removing one person moves
+#{x ≤ c} by at most 1 and q·n by q, so the utility's sensitivity is 1 (the per-person values
+above are what guarantees it; see ``per_person_values`` and the neighbour test). Under
+``replace`` one value leaves and one enters: #{x ≤ c} moves by at most 1 and n not at all,
+so 1 holds there too. A public prior breaks ties beyond the data (``dp_quantile``). n itself
+is released first, with discrete Laplace noise of scale 1/ε_n (sensitivity 1).
+
+Which quantiles: per distribution three levels, the median, a top level and one between
+(``quantile_levels``): the top level leaves 8 temperatures (8·2/ε_q persons) above it, so
+it is as high as the mechanism can still tell from the empty grid above the data (0.984
+for 10⁵ persons at ε_q = 0.01), within [0.75, 0.9999]. The levels are a function of the
+released n̂ only, and each draw's prior is anchored at the quantile drawn before it: both
+are post-processing of released values, so each draw is still ε_q-DP whatever was chosen
+(adaptive basic composition). Lower bounds of values use the levels 1 − q.
 
 How the slice is split: evenly over every released quantity. With a privacy unit that is
-3 quantiles each of R, G and M (q = 0.5, 0.8, 0.95), plus, per numeric column, 3 quantiles
-of the per-person minimum (q = 0.05, 0.2, 0.5) and 3 of the per-person maximum
-(q = 0.5, 0.8, 0.95), plus n: ``k = 1 + 9 + 6·columns`` draws of ε/k each (row privacy
-needs no contribution bounds: ``k = 1 + 6·columns``). Under basic composition the whole
-tuning is ε-DP; a dataset with ``mechanism: gaussian`` is charged ρ = ε²/2 (pure ε-DP
-implies ε²/2-zCDP).
+3 quantiles each of R, G and M, plus, per numeric column, 3 quantiles of the per-person
+minimum and 3 of the per-person maximum, plus n: ``k = 1 + 9 + 6·columns`` draws of ε/k
+each (row privacy needs no contribution bounds: ``k = 1 + 6·columns``). Under basic
+composition the whole tuning is ε-DP; a dataset with ``mechanism: gaussian`` is charged
+ρ = ε²/2 (pure ε-DP implies ε²/2-zCDP).
 
-How a bound is proposed. From the noisy quantiles a piecewise-linear CDF F̂ is drawn
-(F̂ = 0 below the grid's first point, the quantiles in between, 1 at twice the top quantile's
-distance past the one below it), giving the expected excess e(b) = E[max(0, X − b)]. For a
-query shape of COUNT and SUM per key over K cells at the planned ε (``query_epsilon``):
+How a bound is proposed (post-processing: no further access to the data). Through the
+noisy quantiles of each distribution a CDF is drawn (``Spread``): piecewise linear from the
+grid's first point to the top quantile, then an exponential tail as heavy as the quantiles
+below imply, giving the expected excess e(b) = E[max(0, X − b)] and the share above b,
+S(b). For a query shape of COUNT per key over K cells at the planned ε (``query_epsilon``;
+``replace`` doubles a grouped count's sensitivity), the compile stage's sensitivity is
+Δ₁ = min(L0·L∞, R) rows (``sensitivity.person_rows``), so two shapes are compared, each
+minimising bias²/K + K·var with var = 2·(Δ₁/ε_q)² (Laplace) or (Δ₂/ε_q)² (Gaussian):
 
-- (L0, L∞) minimise bias² / K + K·var over candidate pairs (L0 ≤ K when the keys have
-  public domains: nobody touches more cells than exist), where the rows dropped are
-  n̂·E[R]·e_G(L0)/E[G] + n̂·e_M(L∞) and var = 2·(L0·L∞/ε_q)² (Laplace, COUNT per key);
-- R (max_rows_per_unit) minimises (n̂·e_R(b))² + 2·(b/ε_q)² (scalar COUNT);
-- upper (and lower, mirrored) minimise (n̂·e(b))² + 2·(L0·L∞·max(|L|, |U|)/ε_q)² (SUM).
+- R binding (``max_rows_per_unit``), with L0 = min(R, K) and L∞ = R left loose: rows
+  dropped n̂·(e_R(R) + S_R(R)·(E[G] − 1)/2), the second term the partials floored by the
+  scaling to R rows; Δ₁ = Δ₂ = R;
+- (L0, L∞) binding, no R: rows dropped n̂·E[R]·e_G(L0)/E[G] + n̂·e_M(L∞) (L0 ≤ K when the
+  keys have public domains: nobody touches more cells than exist); Δ₁ = L0·L∞,
+  Δ₂ = √L0·L∞.
+
+Then upper (and lower, mirrored) minimise (n̂·e(b))² + var·max(|L|, |U|)² (SUM per key at
+the chosen contribution bounds).
 
 These are estimates from noisy quantiles: the report gives them, and the custodian's
 ``truncation_report`` measures exactly what declared bounds drop.
@@ -217,26 +234,42 @@ def quantile_utilities(values: list[tuple[float, int]], grid: tuple[float, ...],
     return utilities
 
 
-def dp_quantile(values, grid, q: Fraction, epsilon: Fraction, rng: RandomSource) -> float:
+def dp_quantile(values, grid, q: Fraction, epsilon: Fraction, rng: RandomSource,
+                anchor: float | None = None) -> float:
     """One exponential-mechanism draw of the q-quantile, a point of the public grid.
 
     Beyond the data every candidate has the same utility (#{x ≤ c} is n above the largest
     value, 0 below the smallest), so a flat draw would wander over the empty grid. A public
-    prior breaks the tie: the k-th candidate from the grid's end on the median side (from
-    the smallest for q ≥ 1/2, the largest for q < 1/2) has its weight divided by (1 + k)².
-    The empty grid beyond the data then holds little mass in all (Σ 1/(1 + k)² < 1.65), yet
-    across the whole grid the prior spans only 2·ln(len(grid)) temperatures (8.3 for 64
-    points), so it cannot outweigh the data. (A penalty per step, e^−1.5 each, did: over 63
-    steps at ε/16 it outweighed 2,000 persons and proposed upper = 0 for a column in
-    [0, 100].) The prior does not depend on the data, so the sensitivity stays Δ = 1.
+    prior breaks the tie: the candidate k steps from the anchor has its weight divided by
+    (1 + k)². The anchor is a quantile nearer the median released before (a tail level
+    drawn after a middle one), else the grid's end on the median side (the smallest for
+    q ≥ 1/2, the largest for q < 1/2). The empty grid beyond the data then holds little
+    mass in all (Σ 1/(1 + k)² < 1.65; anchored near the data, where a fine grid has many
+    empty candidates above a bounded distribution's largest value, far less than counted
+    from the grid's end), yet across the whole grid the prior spans only 2·ln(len(grid))
+    temperatures (8.7 for 76 points), so it cannot outweigh the data. (A penalty per step,
+    e^−1.5 each, did: over 63 steps at ε/16 it outweighed 2,000 persons and proposed
+    upper = 0 for a column in [0, 100].) The prior depends on public values only (the grid,
+    and an anchor that was released: post-processing), so the sensitivity stays Δ = 1.
     """
     utilities = quantile_utilities(values, grid, q)
     temperature = Fraction(2 * UTILITY_SENSITIVITY) / Fraction(epsilon)
-    last = len(grid) - 1
-    prior = [2 * temperature * _log1p(k if q >= Fraction(1, 2) else last - k)
-             for k in range(len(grid))]
+    start = (0 if q >= Fraction(1, 2) else len(grid) - 1) if anchor is None else \
+        grid.index(anchor)
+    prior = [2 * temperature * _log1p(abs(k - start)) for k in range(len(grid))]
     return grid[exponential([u - p for u, p in zip(utilities, prior)], UTILITY_SENSITIVITY,
                             epsilon, rng)]
+
+
+def draw_levels(values, grid, levels: tuple[Fraction, ...], epsilon: Fraction,
+                rng: RandomSource) -> dict[Fraction, float]:
+    """The quantiles at ``levels`` (each drawn at ``epsilon``), from the median outwards,
+    each anchored at the one drawn before it (``dp_quantile``)."""
+    out: dict[Fraction, float] = {}
+    anchor = None
+    for q in sorted(levels, key=lambda q: abs(q - Fraction(1, 2))):
+        out[q] = anchor = dp_quantile(values, grid, q, epsilon, rng, anchor)
+    return out
 
 
 def _log1p(k: int) -> Fraction:
@@ -490,8 +523,8 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
         cells, public_cells = _cells(spec, keys)
         grids = {"r": COUNT_GRID, "m": COUNT_GRID,  # nobody touches more cells than exist
                  "g": tuple(c for c in COUNT_GRID if c <= cells) if public_cells else COUNT_GRID}
-        quantiles = {part: {q: dp_quantile(values[part], grids[part], q, share, rng)
-                            for q in uppers} for part in ("r", "g", "m")}
+        quantiles = {part: draw_levels(values[part], grids[part], uppers, share, rng)
+                     for part in ("r", "g", "m")}
         spreads = {part: Spread.fit(quantiles[part], 1,
                                     _resolution(grids[part], max(quantiles[part].values())))
                    for part in quantiles}
@@ -506,8 +539,8 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
             choices.append(Choice("max_rows_per_unit", best.total, bias, sd, shown["r"]))
     for name in names:
         grid = value_grid(spec.columns[name])
-        lows = {q: dp_quantile(values[f"{name}.lo"], grid, q, share, rng) for q in lowers}
-        highs = {q: dp_quantile(values[f"{name}.hi"], grid, q, share, rng) for q in uppers}
+        lows = draw_levels(values[f"{name}.lo"], grid, lowers, share, rng)
+        highs = draw_levels(values[f"{name}.hi"], grid, uppers, share, rng)
         # the lower tail, mirrored: E[max(0, L − X)] = E[max(0, (−X) − (−L))]
         mirror = tuple(sorted(-c for c in grid))
         low = Spread.fit({1 - q: -v for q, v in lows.items()}, -max(grid),
