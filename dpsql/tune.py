@@ -376,7 +376,9 @@ def _resolution(grid: tuple[float, ...], x: float) -> float:
 
 # --- the entry point ---------------------------------------------------------------------
 
-def _group_keys(table: TableSpec, query: str | None, group_by) -> tuple[str, ...]:
+def group_keys(table: TableSpec, query: str | None, group_by) -> tuple[str, ...]:
+    """The GROUP BY columns of the shape: ``group_by``, else those a query's GROUP BY names,
+    else every column of the table with a public domain."""
     if group_by is not None:
         names = (group_by,) if isinstance(group_by, str) else tuple(group_by)
     elif query is not None:
@@ -491,7 +493,7 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
             raise ProgrammingError(f"column {name!r} of {spec.name!r} is not a numeric column",
                                    hint="tune the bounds of int or float columns")
     names = tuple(spec.column(n).name for n in names)
-    keys = _group_keys(spec, query, group_by) if spec.privacy_unit is not None else ()
+    keys = group_keys(spec, query, group_by) if spec.privacy_unit is not None else ()
     draws = 1 + 6 * len(names) + (9 if spec.privacy_unit is not None else 0)
     share = epsilon / draws
     loss = PrivacyLoss(epsilon) if catalog.mechanism != "gaussian" else \
