@@ -13,14 +13,8 @@ from click.testing import CliRunner
 from conftest import DAYS, catalogue, make_adult, make_visits
 
 import dpsql
-from dpsql.tune import (
-    COUNT_GRID,
-    command,
-    per_person_values,
-    quantile_levels,
-    quantile_utilities,
-    value_grid,
-)
+from dpsql.spread import COUNT_GRID, quantile_levels, quantile_utilities, value_grid
+from dpsql.tune import command, per_person_values
 
 
 def _write(folder, visits: pd.DataFrame) -> dict:
