@@ -39,7 +39,7 @@ def _near_best(values, grid, q, c, slack: float = 0.05) -> None:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize(("epsilon", "slack"), [(5, 0.05), (1, 0.15)])
 def test_tuned_quantiles_are_the_datas_within_one_grid_step(tmp_path, seed, epsilon, slack):
-    """2,000 people with 1..11 visits each (uniform), 22 draws: every released quantile's
+    """2,000 people with 1..11 visits each (uniform), 16 draws: every released quantile's
     rank is within 5 points of the best the public grid allows at ε = 5, within 15 at ε = 1
     (a prior of e^−1.5 per grid step proposed upper = 0 for amount in [0, 100] there)."""
     meta = _write(tmp_path, make_visits(2000, seed=3))
