@@ -31,8 +31,8 @@ Statements, ε = 1 each (exact answers: DuckDB, unbounded, unclamped):
 Calibration per engine (each its own idiom):
 
 - dpsql: the catalogue declares the bounds; a fresh connection and throw-away ledger per
-  release. Q2 also runs with bounds the engine chooses itself when ``Connection.tune`` exists
-  (tuning ε 0.1 + query ε 0.9 = 1).
+  release. Q2 also runs with bounds the engine chooses itself with ``Connection.tune``
+  (tuning ε 0.1 + query ε 0.9 = 1); the proposals are printed under the tables.
 - OpenDP 0.16: the Polars Context API (OpenDP's transformations and measurements on a
   LazyFrame, no SQL): ``dp.len()``, ``.dp.sum(bounds)``, ``.dp.mean(bounds)`` grouped by public
   keys (``with_keys``), Q2 with ``truncate_per_group(2)`` and ``truncate_num_groups(3)`` over
@@ -214,10 +214,9 @@ def run_dpsql(duck_path: Path, statements: list[Statement], releases: int) -> di
                 out[s.name].append(to_cells(s, con.execute(s.sql, epsilon=EPSILON).fetchall()))
             if Q2 in statements:
                 tuned = out.setdefault("Q2 tuned", [])
-                if not hasattr(con, "tune"):
-                    out["Q2 tuned"] = "n/a: Connection.tune not in this tree"
-                elif isinstance(tuned, list):
-                    out["Q2 tuned"] = dpsql_tuned(con, tuned, duck_path)
+                if isinstance(tuned, list):
+                    out["Q2 tuned"] = dpsql_tuned(con, tuned, duck_path,
+                                                  out.setdefault("Q2 tuned bounds", []))
     return out
 
 
@@ -254,11 +253,12 @@ def bounds_table(exact: dict, runs: dict) -> list[str]:
     return lines
 
 
-def dpsql_tuned(con, tuned: list, duck_path: Path):
+def dpsql_tuned(con, tuned: list, duck_path: Path, proposals: list):
     """One release of Q2 with bounds dpsql chooses: ``Connection.tune`` spends TUNE_EPSILON
-    on DP quantiles of the visits table (per-person days and rows per day) and proposes the
-    contribution bounds for Q2's shape; Q2 then runs under them at the rest of ε. The
-    amount's [0, 100] stays declared (it is public here)."""
+    on DP quantiles of the visits table (per person: rows, days, rows on the busiest day)
+    and proposes the contribution bounds for Q2's shape; Q2 then runs under them at the
+    rest of ε. The amount's [0, 100] stays declared (it is public here). Each proposal
+    (L0, L∞, R or None) is appended to ``proposals``."""
     try:
         proposal = con.tune("visits", epsilon=TUNE_EPSILON, group_by="visit_day", columns=[],
                             query_epsilon=EPSILON - TUNE_EPSILON)
@@ -268,6 +268,8 @@ def dpsql_tuned(con, tuned: list, duck_path: Path):
         for key in ("max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit"):
             if key in spec:
                 visits[key] = spec[key]
+        proposals.append(tuple(spec.get(key) for key in (
+            "max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit")))
         for name, bounds in spec.get("columns", {}).items():
             visits["columns"][name].update(bounds)
         tuned.append(release_q2(duck_path, meta))
@@ -545,6 +547,12 @@ def main() -> None:
         print(f"\nMulti-aggregate statements at nominal ε = {EPSILON:g} (SmartNoise "
               f"Privacy(epsilon={EPSILON:g}) per column):\n")
         print("\n".join(multi_table(exact, results["dpsql"], sn_multi)))
+        proposed = results["dpsql"].get("Q2 tuned bounds") or []
+        if proposed:
+            counts = sorted({b: proposed.count(b) for b in proposed}.items(),
+                            key=lambda item: -item[1])
+            print("\nQ2 bounds tune proposed (L0, L∞, R: releases): "
+                  + ", ".join(f"{b}: {n}" for b, n in counts))
         if what_if:
             print("\nQ2 under hand-picked bounds (not private; what tune has to find):\n")
             print("\n".join(bounds_table(exact, what_if)))

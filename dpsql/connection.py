@@ -107,10 +107,10 @@ class Connection(_Base):
         super()._close()
 
     def execute(self, operation: str, parameters=None, *, epsilon=None, delta=None,
-                accuracy=None, rho=None, weights=None) -> Cursor:
+                accuracy=None, rho=None, weights=None, tune=None) -> Cursor:
         """Shortcut: a new cursor's execute()."""
         return self.cursor().execute(operation, parameters, epsilon=epsilon, delta=delta,
-                                     accuracy=accuracy, rho=rho, weights=weights)
+                                     accuracy=accuracy, rho=rho, weights=weights, tune=tune)
 
     def explain(self, sql: str, *, epsilon=None, delta=None, accuracy=None, rho=None,
                 weights=None) -> dict:

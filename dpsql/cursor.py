@@ -7,7 +7,8 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from dpsql import frames
-from dpsql.errors import InterfaceError, NotSupportedError
+from dpsql.autotune import execute_tuned
+from dpsql.errors import InterfaceError, NotSupportedError, PrivacyParameterError
 from dpsql.release import NoisyResult
 
 if TYPE_CHECKING:
@@ -70,19 +71,30 @@ class Cursor:
     def execute(self, operation: str, parameters: Sequence[Any] | None = None, *,
                 epsilon: float | None = None, delta: float | None = None,
                 accuracy: float | None = None, rho: float | None = None,
-                weights: dict[str, float] | None = None) -> Cursor:
+                weights: dict[str, float] | None = None, tune: float | None = None) -> Cursor:
         """Run one SELECT as one release (qmark parameters); returns the cursor.
 
         ``delta`` > 0 allows GROUP BY keys without a public domain (released above a
         noisy threshold); it is charged to the budget's δ. Without ``epsilon``, ``accuracy``
         (a 95% half-width for COUNT/SUM answers) picks the smallest ε that meets it.
         ``weights`` ({output column: weight}) tells how ε is split among the columns'
-        measurements (default: equal weights, docs/python-api.md).
+        measurements (default: equal weights, docs/python-api.md). ``tune`` spends that
+        slice of the statement's ε on choosing its table's contribution bounds from the
+        data first (``dpsql/autotune.py``); the statement still costs ``epsilon`` in all.
         """
         self._check_open()
-        self._load(self.connection._engine.execute(operation, parameters, epsilon=epsilon,
-                                                   delta=delta, accuracy=accuracy, rho=rho,
-                                                   weights=weights))
+        if tune is None:
+            results = self.connection._engine.execute(
+                operation, parameters, epsilon=epsilon, delta=delta, accuracy=accuracy,
+                rho=rho, weights=weights)
+        elif accuracy is not None or rho is not None:
+            raise PrivacyParameterError("tune= takes an explicit ε, not accuracy= or rho=",
+                                        hint="pass epsilon=... with tune=")
+        else:
+            results = execute_tuned(self.connection._engine, operation, parameters,
+                                    epsilon=epsilon, tune_epsilon=tune, delta=delta,
+                                    weights=weights)
+        self._load(results)
         return self
 
     def executescript(self, script: str, *, epsilon: float | None = None,

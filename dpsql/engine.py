@@ -151,7 +151,7 @@ class Engine:
         targeted = epsilon is None and target is not None
         if targeted:
             epsilon = self._epsilon_for_accuracy(private, _accuracy(target), delta)
-        epsilon = self._epsilon(epsilon)
+        epsilon = self.epsilon_of(epsilon)
         per_part = epsilon / sum(part_count(c) for c in private)
         thresholded = sum(c.has_private_keys for c in private)
         per_statement_delta = delta / thresholded if thresholded else Fraction(0)
@@ -215,7 +215,7 @@ class Engine:
                                                  planned.release.fingerprint)
                 if stored is not None:
                     return load_results(stored)
-        budget = self._budget() if planned.release else None
+        budget = self.budget() if planned.release else None
         if planned.release is not None:
             remaining = budget.minus(self.ledger.spent(self.catalog.name))
             if not remaining.covers(planned.release.loss):
@@ -351,7 +351,8 @@ class Engine:
             "statements": statements,
         }
 
-    def _epsilon(self, epsilon) -> Fraction:
+    def epsilon_of(self, epsilon) -> Fraction:
+        """The ε a statement is asked at: ``epsilon``, else the connection's default."""
         if epsilon is None:
             epsilon = self.epsilon_per_query
         if epsilon is None:
@@ -371,7 +372,7 @@ class Engine:
         if rho is not None:
             rho = positive(rho, "rho")
         else:
-            epsilon = self._epsilon(epsilon)
+            epsilon = self.epsilon_of(epsilon)
             if not delta:
                 raise PrivacyParameterError(
                     "this dataset uses the Gaussian mechanism (zCDP): the query needs ρ, or "
@@ -415,7 +416,8 @@ class Engine:
             delta = self.delta_per_query
         return Fraction(0) if delta is None else probability(delta, "delta")
 
-    def _budget(self) -> PrivacyLoss:
+    def budget(self) -> PrivacyLoss:
+        """The dataset's declared budget (refused when the metadata has none)."""
         if self.catalog.budget is None:
             raise CatalogError(f"the metadata of dataset {self.catalog.name!r} declares no budget",
                                hint="add 'budget: {epsilon: ..., delta: ...}' to the metadata")

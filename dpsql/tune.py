@@ -17,33 +17,50 @@ What is measured (exactly, on the backend, from catalogued names only):
 - n, the number of persons (for turning per-person shares into rows).
 
 How it is released. Each quantile is one draw of the exact exponential mechanism
-(``mechanisms.exponential``) over a public grid of candidates: powers of 2 for counts; for
-values a linear grid of ``VALUE_BINS`` points over the declared bounds, or, without them,
-0 and ±2^k (k = −8 … 40; k ≥ 0 for int). The utility of candidate c for quantile q is
-−|#{x ≤ c} − q·n|: adding or removing one person moves #{x ≤ c} by at most 1 and q·n by q,
-so the utility's sensitivity is 1 (the per-person values above are what guarantees it; see
-``per_person_values`` and the neighbour test). Under ``replace`` one value leaves and one
-enters: #{x ≤ c} moves by at most 1 and n not at all, so 1 holds there too. n itself is
-released with discrete Laplace noise of scale 1/ε_n (sensitivity 1).
+(``mechanisms.exponential``) over a public grid of candidates: for counts every integer to
+32, then steps of 2^(1/4) to 2^16 (``spread.COUNT_GRID``; G's grid stops at the number of
+cells when the keys have public domains); for values a linear grid of ``VALUE_BINS`` points over
+the declared bounds, or, without them, 0 and ±2^k (k = −8 … 40; k ≥ 0 for int). The utility
+of candidate c for quantile q is −|#{x ≤ c} − q·n|: adding or removing one person moves
+#{x ≤ c} by at most 1 and q·n by q, so the utility's sensitivity is 1 (the per-person values
+above are what guarantees it; see ``per_person_values`` and the neighbour test). Under
+``replace`` one value leaves and one enters: #{x ≤ c} moves by at most 1 and n not at all,
+so 1 holds there too. A public prior breaks ties beyond the data (``spread.dp_quantile``).
+n itself is released first, with discrete Laplace noise of scale 1/ε_n (sensitivity 1).
+
+Which quantiles: per distribution three levels, the median, a top level and one between
+(``spread.quantile_levels``): the top level leaves 8 temperatures (8·2/ε_q persons) above
+it, so it is as high as the mechanism can still tell from the empty grid above the data (0.984
+for 10⁵ persons at ε_q = 0.01), within [0.75, 0.9999]. The levels are a function of the
+released n̂ only, and each draw's prior is anchored at the quantile drawn before it: both
+are post-processing of released values, so each draw is still ε_q-DP whatever was chosen
+(adaptive basic composition). Lower bounds of values use the levels 1 − q.
 
 How the slice is split: evenly over every released quantity. With a privacy unit that is
-3 quantiles each of R, G and M (q = 0.5, 0.8, 0.95), plus, per numeric column, 3 quantiles
-of the per-person minimum (q = 0.05, 0.2, 0.5) and 3 of the per-person maximum
-(q = 0.5, 0.8, 0.95), plus n: ``k = 1 + 9 + 6·columns`` draws of ε/k each (row privacy
-needs no contribution bounds: ``k = 1 + 6·columns``). Under basic composition the whole
-tuning is ε-DP; a dataset with ``mechanism: gaussian`` is charged ρ = ε²/2 (pure ε-DP
-implies ε²/2-zCDP).
+3 quantiles each of R, G and M, plus, per numeric column, 3 quantiles of the per-person
+minimum and 3 of the per-person maximum, plus n: ``k = 1 + 9 + 6·columns`` draws of ε/k
+each (row privacy needs no contribution bounds: ``k = 1 + 6·columns``). Under basic
+composition the whole tuning is ε-DP; a dataset with ``mechanism: gaussian`` is charged
+ρ = ε²/2 (pure ε-DP implies ε²/2-zCDP).
 
-How a bound is proposed. From the noisy quantiles a piecewise-linear CDF F̂ is drawn
-(F̂ = 0 below the grid's first point, the quantiles in between, 1 at twice the top quantile's
-distance past the one below it), giving the expected excess e(b) = E[max(0, X − b)]. For a
-query shape of COUNT and SUM per key over K cells at the planned ε (``query_epsilon``):
+How a bound is proposed (post-processing: no further access to the data). Through the
+noisy quantiles of each distribution a CDF is drawn (``spread.Spread``): piecewise linear
+from the grid's first point to the top quantile, then an exponential tail as heavy as the quantiles
+below imply, giving the expected excess e(b) = E[max(0, X − b)] and the share above b,
+S(b). For a query shape of COUNT per key over K cells at the planned ε (``query_epsilon``;
+``replace`` doubles a grouped count's sensitivity), the compile stage's sensitivity is
+Δ₁ = min(L0·L∞, R) rows (``sensitivity.person_rows``), so two shapes are compared, each
+minimising bias²/K + K·var with var = 2·(Δ₁/ε_q)² (Laplace) or (Δ₂/ε_q)² (Gaussian):
 
-- (L0, L∞) minimise bias² / K + K·var over candidate pairs (L0 ≤ K when the keys have
-  public domains: nobody touches more cells than exist), where the rows dropped are
-  n̂·E[R]·e_G(L0)/E[G] + n̂·e_M(L∞) and var = 2·(L0·L∞/ε_q)² (Laplace, COUNT per key);
-- R (max_rows_per_unit) minimises (n̂·e_R(b))² + 2·(b/ε_q)² (scalar COUNT);
-- upper (and lower, mirrored) minimise (n̂·e(b))² + 2·(L0·L∞·max(|L|, |U|)/ε_q)² (SUM).
+- R binding (``max_rows_per_unit``), with L0 = min(R, K) and L∞ = R left loose: rows
+  dropped n̂·(e_R(R) + S_R(R)·(E[G] − 1)/2), the second term the partials floored by the
+  scaling to R rows; Δ₁ = Δ₂ = R;
+- (L0, L∞) binding, no R: rows dropped n̂·E[R]·e_G(L0)/E[G] + n̂·e_M(L∞) (L0 ≤ K when the
+  keys have public domains: nobody touches more cells than exist); Δ₁ = L0·L∞,
+  Δ₂ = √L0·L∞.
+
+Then upper (and lower, mirrored) minimise (n̂·e(b))² + var·max(|L|, |U|)² (SUM per key at
+the chosen contribution bounds).
 
 These are estimates from noisy quantiles: the report gives them, and the custodian's
 ``truncation_report`` measures exactly what declared bounds drop.
@@ -65,20 +82,15 @@ from dpsql.budget import PrivacyLoss, positive
 from dpsql.catalog import Catalog, TableSpec
 from dpsql.errors import CatalogError, PrivacyParameterError, ProgrammingError, UnknownTableError
 from dpsql.ledger import budget_exhausted
-from dpsql.mechanisms.exponential import exponential
 from dpsql.mechanisms.samplers import RandomSource
-
-# Not 0.99: above the data every candidate ties (#{x ≤ c} = n), and with n·(1 − q)·ε/2 small
-# the mechanism cannot tell the top quantile from the empty grid above it. The tail beyond
-# 0.95 is extrapolated (``excess``).
-COUNT_QUANTILES = (Fraction(1, 2), Fraction(4, 5), Fraction(19, 20))
-LOWER_QUANTILES = (Fraction(1, 20), Fraction(1, 5), Fraction(1, 2))
-UPPER_QUANTILES = COUNT_QUANTILES
-COUNT_GRID = tuple(2**k for k in range(0, 17))  # 1 … 2^16 rows or keys per person
-# the proposed L0, L∞, R: every small count, then powers of 2 (public, data-independent)
-BOUND_CANDIDATES = tuple(sorted(set(range(1, 33)) | set(COUNT_GRID)))
-VALUE_BINS = 64
-UTILITY_SENSITIVITY = 1  # one value per person: #{x ≤ c} − q·n moves by ≤ max(q, 1 − q)
+from dpsql.spread import (
+    COUNT_GRID,
+    Spread,
+    draw_levels,
+    quantile_levels,
+    resolution,
+    value_grid,
+)
 
 
 @dataclass(frozen=True)
@@ -103,6 +115,9 @@ class TuningResult:
     persons: int  # noisy
     choices: tuple[Choice, ...]
     draws: int  # released quantities the slice was split over
+    # every noisy quantile, {distribution: {level: value}}: r, g, m (rows, keys and the
+    # busiest key per person), '<column>.lo' and '<column>.hi'
+    quantiles: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def choice(self, key: str) -> Choice:
         """The choice for one metadata key."""
@@ -132,6 +147,7 @@ class TuningResult:
         return {"table": self.table, "epsilon_spent": float(self.epsilon),
                 "query_epsilon": self.query_epsilon, "group_by": list(self.group_by),
                 "persons": self.persons, "draws": self.draws, "metadata": self.metadata,
+                "quantiles": self.quantiles,
                 "choices": [{"key": c.key, "value": c.value, "bias": c.bias,
                              "noise_sd": c.noise_sd, "quantiles": c.quantiles}
                             for c in self.choices]}
@@ -198,91 +214,11 @@ def per_person_values(backend, table: TableSpec, keys: tuple[str, ...],
     return found
 
 
-# --- the mechanism --------------------------------------------------------------------
-
-def quantile_utilities(values: list[tuple[float, int]], grid: tuple[float, ...],
-                       q: Fraction) -> list[Fraction]:
-    """−|#{x ≤ c} − q·n| for each candidate c (sensitivity 1 with one value per person)."""
-    n = sum(count for _, count in values)
-    utilities, below, i = [], 0, 0
-    for c in grid:
-        while i < len(values) and values[i][0] <= c:
-            below += values[i][1]
-            i += 1
-        utilities.append(-abs(below - q * n))
-    return utilities
-
-
-def dp_quantile(values, grid, q: Fraction, epsilon: Fraction, rng: RandomSource) -> float:
-    """One exponential-mechanism draw of the q-quantile, a point of the public grid.
-
-    Beyond the data every candidate has the same utility (#{x ≤ c} is n above the largest
-    value, 0 below the smallest), so a flat draw would wander over the empty grid. A public
-    prior breaks the tie: the k-th candidate from the grid's end on the median side (from
-    the smallest for q ≥ 1/2, the largest for q < 1/2) has its weight divided by (1 + k)².
-    The empty grid beyond the data then holds little mass in all (Σ 1/(1 + k)² < 1.65), yet
-    across the whole grid the prior spans only 2·ln(len(grid)) temperatures (8.3 for 64
-    points), so it cannot outweigh the data. (A penalty per step, e^−1.5 each, did: over 63
-    steps at ε/16 it outweighed 2,000 persons and proposed upper = 0 for a column in
-    [0, 100].) The prior does not depend on the data, so the sensitivity stays Δ = 1.
-    """
-    utilities = quantile_utilities(values, grid, q)
-    temperature = Fraction(2 * UTILITY_SENSITIVITY) / Fraction(epsilon)
-    last = len(grid) - 1
-    prior = [2 * temperature * _log1p(k if q >= Fraction(1, 2) else last - k)
-             for k in range(len(grid))]
-    return grid[exponential([u - p for u, p in zip(utilities, prior)], UTILITY_SENSITIVITY,
-                            epsilon, rng)]
-
-
-def _log1p(k: int) -> Fraction:
-    """ln(1 + k) as a small exact fraction (a public constant of the prior, not data)."""
-    return Fraction(math.log1p(k)).limit_denominator(1000)
-
-
-def value_grid(spec) -> tuple[float, ...]:
-    """Public candidates for a column's bounds: the declared range, else the type's."""
-    if spec.is_bounded:
-        lo, hi = float(spec.lower), float(spec.upper)
-        if hi == lo:
-            return (lo,)
-        step = (hi - lo) / (VALUE_BINS - 1)
-        points = [lo + i * step for i in range(VALUE_BINS)]
-        if spec.type == "int":
-            points = sorted({float(math.floor(p)) for p in points} | {hi})
-        return tuple(points)
-    low = 0 if spec.type == "int" else -8
-    powers = [float(2**k) for k in range(low, 41)]
-    return tuple(sorted({0.0, *powers, *(-p for p in powers)}))
-
-
-def excess(quantiles: dict[Fraction, float], b: float, floor: float) -> float:
-    """E[max(0, X − b)] under the piecewise-linear CDF through the noisy quantiles."""
-    # noisy quantiles need not be monotone in q: pair the sorted values with sorted qs
-    xs = [floor] + sorted(quantiles.values())
-    ps = [0.0] + sorted(float(q) for q in quantiles)
-    top = xs[-1] + max(xs[-1] - xs[-2], 1e-9) * 2 if len(xs) > 1 else xs[-1] + 1
-    xs.append(max(top, xs[-1]))
-    ps.append(1.0)
-    total = 0.0
-    for (x0, p0), (x1, p1) in zip(zip(xs, ps), zip(xs[1:], ps[1:])):
-        if x1 <= b or x1 <= x0:
-            continue
-        start = max(x0, b)
-        # ∫ (1 − F(t)) dt over [start, x1], F linear from p0 at x0 to p1 at x1
-        f_start = p0 + (p1 - p0) * (start - x0) / (x1 - x0)
-        total += (x1 - start) * (1 - (f_start + p1) / 2)
-    return total
-
-
-def mean(quantiles: dict[Fraction, float], floor: float) -> float:
-    """E[X] under the same CDF (X ≥ floor)."""
-    return floor + excess(quantiles, floor, floor)
-
-
 # --- the entry point ---------------------------------------------------------------------
 
-def _group_keys(table: TableSpec, query: str | None, group_by) -> tuple[str, ...]:
+def group_keys(table: TableSpec, query: str | None, group_by) -> tuple[str, ...]:
+    """The GROUP BY columns of the shape: ``group_by``, else those a query's GROUP BY names,
+    else every column of the table with a public domain."""
     if group_by is not None:
         names = (group_by,) if isinstance(group_by, str) else tuple(group_by)
     elif query is not None:
@@ -318,6 +254,57 @@ def _cells(table: TableSpec, keys: tuple[str, ...]) -> tuple[int, bool]:
     return cells, all(table.columns[k].values for k in keys)
 
 
+def noise_sd(l1: float, l2: float, epsilon: float, gaussian: bool) -> float:
+    """Noise sd of a count whose L1 and L2 sensitivities are ``l1`` and ``l2`` rows, at ε
+    (Laplace: √2·Δ₁/ε; Gaussian at ρ = ε²/2: Δ₂/ε)."""
+    return l2 / epsilon if gaussian else math.sqrt(2) * l1 / epsilon
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """Proposed contribution bounds (``total`` None: no max_rows_per_unit), the rows they
+    are estimated to drop in all, and the noise sd of one count per key."""
+
+    l0: int
+    linf: int
+    total: int | None
+    dropped: float
+    count_sd: float
+
+    def error(self, cells: int) -> float:
+        """Expected squared error summed over the cells: bias spread evenly, plus noise."""
+        return self.dropped**2 / cells + cells * self.count_sd**2
+
+
+def choose_contribution(spreads: dict[str, Spread], persons: int, cells: int,
+                        public_cells: bool, epsilon: float, gaussian: bool) -> Contribution:
+    """The bounds minimising a COUNT per key's expected error, as the compile stage applies
+    them (``sensitivity.person_rows``: Δ₁ = min(L0·L∞, R) rows).
+
+    Two shapes are compared. With R binding the noise is R's whatever L0 and L∞ are, so they
+    are set loose (L0 = min(R, cells), L∞ = R: a person within R rows loses nothing to them)
+    and only R drops rows: a person's rows beyond R, plus under one row per kept partial,
+    which the scaling by R/T floors (about (E[G] − 1)/2 for a person over R). Without R,
+    (L0, L∞) drop a person's groups beyond L0 (E[R]/E[G] rows each) and rows beyond L∞ in
+    their busiest group, and under Gaussian noise Δ₂ = √L0·L∞ (a declared R makes it Δ₁,
+    ``rewrite._gaussian``), so that shape declares no R.
+    """
+    r, g, m = spreads["r"], spreads["g"], spreads["m"]
+    partial_loss = max(g.mean - 1, 0) / 2
+    options = [Contribution(min(b, cells) if public_cells else b, b, b,
+                            persons * (r.excess(b) + r.survival(b) * partial_loss),
+                            noise_sd(b, b, epsilon, gaussian))
+               for b in COUNT_GRID]
+    per_group = r.mean / max(g.mean, 1)
+    beyond_groups = {a: persons * per_group * g.excess(a) for a in COUNT_GRID
+                     if a <= cells or not public_cells}
+    beyond_rows = {b: persons * m.excess(b) for b in COUNT_GRID}
+    options += [Contribution(a, b, None, lost + beyond_rows[b],
+                             noise_sd(a * b, math.sqrt(a) * b, epsilon, gaussian))
+                for a, lost in beyond_groups.items() for b in COUNT_GRID]
+    return min(options, key=lambda c: c.error(cells))
+
+
 def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, table: str,
          epsilon, columns=None, query: str | None = None, group_by=None,
          query_epsilon: float = 1.0) -> TuningResult:
@@ -346,7 +333,7 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
             raise ProgrammingError(f"column {name!r} of {spec.name!r} is not a numeric column",
                                    hint="tune the bounds of int or float columns")
     names = tuple(spec.column(n).name for n in names)
-    keys = _group_keys(spec, query, group_by) if spec.privacy_unit is not None else ()
+    keys = group_keys(spec, query, group_by) if spec.privacy_unit is not None else ()
     draws = 1 + 6 * len(names) + (9 if spec.privacy_unit is not None else 0)
     share = epsilon / draws
     loss = PrivacyLoss(epsilon) if catalog.mechanism != "gaussian" else \
@@ -366,62 +353,63 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
                   f"{draws} draws of ε/{draws}")
     # charged: only now is anything drawn
     persons = max(1, persons_exact + rng.discrete_laplace(1 / share))
+    uppers = quantile_levels(persons, share)  # post-processing of the noisy count
+    lowers = tuple(sorted(1 - q for q in uppers))
+    gaussian = catalog.mechanism == "gaussian"
+    replaced = 2 if catalog.neighbouring == "replace" and keys else 1
     eq = float(query_epsilon)
     choices: list[Choice] = []
-    l0 = linf = 1
+    shown: dict[str, dict[str, float]] = {}
+    row_sd = noise_sd(1, 1, eq, gaussian)  # one row per person (row privacy)
     if spec.privacy_unit is not None:
-        quantiles = {part: {q: dp_quantile(values[part], COUNT_GRID, q, share, rng)
-                            for q in COUNT_QUANTILES} for part in ("r", "g", "m")}
         cells, public_cells = _cells(spec, keys)
-        mean_r, mean_g = mean(quantiles["r"], 1), mean(quantiles["g"], 1)
-        best = None
-        # a person cannot touch more cells than the public domain has (a public fact)
-        for a in (a for a in BOUND_CANDIDATES if a <= cells or not public_cells):
-            for b in BOUND_CANDIDATES:
-                dropped = persons * (mean_r * excess(quantiles["g"], a, 1) / mean_g
-                                     + excess(quantiles["m"], b, 1))
-                var = 2 * (a * b / eq) ** 2
-                error = dropped**2 / cells + cells * var
-                if best is None or error < best[0]:
-                    best = (error, a, b, dropped, var)
-        _, l0, linf, dropped, var = best
-        shown = {p: {str(float(q)): v for q, v in quantiles[p].items()} for p in quantiles}
-        sd = math.sqrt(var)
-        choices.append(Choice("max_groups_per_unit", l0, dropped / cells, sd, shown["g"]))
-        choices.append(Choice("max_rows_per_group", linf, dropped / cells, sd, shown["m"]))
-        best = min(((persons * excess(quantiles["r"], b, 1)) ** 2 + 2 * (b / eq) ** 2, b)
-                   for b in BOUND_CANDIDATES)
-        r = best[1]
-        choices.append(Choice("max_rows_per_unit", r, persons * excess(quantiles["r"], r, 1),
-                              math.sqrt(2) * r / eq, shown["r"]))
+        grids = {"r": COUNT_GRID, "m": COUNT_GRID,  # nobody touches more cells than exist
+                 "g": tuple(c for c in COUNT_GRID if c <= cells) if public_cells else COUNT_GRID}
+        quantiles = {part: draw_levels(values[part], grids[part], uppers, share, rng)
+                     for part in ("r", "g", "m")}
+        spreads = {part: Spread.fit(quantiles[part], 1,
+                                    resolution(grids[part], max(quantiles[part].values())))
+                   for part in quantiles}
+        best = choose_contribution(spreads, persons, cells, public_cells, eq / replaced,
+                                   gaussian)
+        row_sd = best.count_sd
+        shown = {p: _shown(quantiles[p]) for p in quantiles}
+        bias, sd = best.dropped / cells, best.count_sd
+        choices.append(Choice("max_groups_per_unit", best.l0, bias, sd, shown["g"]))
+        choices.append(Choice("max_rows_per_group", best.linf, bias, sd, shown["m"]))
+        if best.total is not None:
+            choices.append(Choice("max_rows_per_unit", best.total, bias, sd, shown["r"]))
     for name in names:
         grid = value_grid(spec.columns[name])
-        lows = {q: dp_quantile(values[f"{name}.lo"], grid, q, share, rng)
-                for q in LOWER_QUANTILES}
-        highs = {q: dp_quantile(values[f"{name}.hi"], grid, q, share, rng)
-                 for q in UPPER_QUANTILES}
+        lows = draw_levels(values[f"{name}.lo"], grid, lowers, share, rng)
+        highs = draw_levels(values[f"{name}.hi"], grid, uppers, share, rng)
         # the lower tail, mirrored: E[max(0, L − X)] = E[max(0, (−X) − (−L))]
-        mirrored = {1 - q: -v for q, v in lows.items()}
-        top = max(grid)
-        lo_floor, hi_floor = -top, min(grid)
-        scale = l0 * linf * math.sqrt(2) / eq
+        mirror = tuple(sorted(-c for c in grid))
+        low = Spread.fit({1 - q: -v for q, v in lows.items()}, -max(grid),
+                         resolution(mirror, -min(lows.values())))
+        high = Spread.fit(highs, min(grid), resolution(grid, max(highs.values())))
+        scale = row_sd  # the noise of a sum is a count's times max(|L|, |U|)
         lower = max(
             (c for c in grid if c <= max(highs.values())),
-            key=lambda c: -((persons * excess(mirrored, -c, lo_floor)) ** 2
-                            + (scale * abs(c)) ** 2))
+            key=lambda c: -((persons * low.excess(-c)) ** 2 + (scale * abs(c)) ** 2))
         upper = min(
             (c for c in grid if c >= lower),
-            key=lambda c: (persons * excess(highs, c, hi_floor)) ** 2
+            key=lambda c: (persons * high.excess(c)) ** 2
             + (scale * max(abs(lower), abs(c))) ** 2)
         magnitude = max(abs(lower), abs(upper))
         choices.append(Choice(f"columns.{name}.lower", _number(lower, spec.columns[name]),
-                              persons * excess(mirrored, -lower, lo_floor), scale * magnitude,
-                              {str(float(q)): v for q, v in lows.items()}))
+                              persons * low.excess(-lower), scale * magnitude,
+                              _shown(lows)))
         choices.append(Choice(f"columns.{name}.upper", _number(upper, spec.columns[name]),
-                              persons * excess(highs, upper, hi_floor), scale * magnitude,
-                              {str(float(q)): v for q, v in highs.items()}))
+                              persons * high.excess(upper), scale * magnitude,
+                              _shown(highs)))
+        shown |= {f"{name}.lo": _shown(lows), f"{name}.hi": _shown(highs)}
     return TuningResult(table=spec.name, epsilon=epsilon, query_epsilon=eq, group_by=keys,
-                        persons=persons, choices=tuple(choices), draws=draws)
+                        persons=persons, choices=tuple(choices), draws=draws, quantiles=shown)
+
+
+def _shown(quantiles: dict[Fraction, float]) -> dict[str, float]:
+    return {str(float(q)): v for q, v in sorted(quantiles.items())}
 
 
 def _number(value: float, spec) -> float | int:

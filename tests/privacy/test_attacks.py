@@ -181,18 +181,19 @@ def test_no_failure_depends_on_one_person(pairs):
     ])
 
 
-# (L∞, R): L∞ ≤ 4 over the 7 public days takes the pivoted per-person plan, L∞ 5 the paired one
-# (compile/per_person.py); R below L0·L∞ makes both scale a person's kept partials
-PLAN_BOUNDS = {"pivoted": (2, 4), "paired": (5, 7)}
+# (L0, L∞, R): L∞ ≤ 4 over the 7 public days takes the pivoted per-person plan, L∞ 5 the
+# paired one (compile/per_person.py); R below L0·L∞ makes both scale a person's kept partials.
+# "tuned" is the shape dpsql tune proposes when R binds: every day, L∞ = R.
+PLAN_BOUNDS = {"pivoted": (3, 2, 4), "paired": (3, 5, 7), "tuned": (7, 9, 9)}
 
 
 @pytest.fixture(scope="module", params=sorted(PLAN_BOUNDS))
 def capped_pairs(request, tmp_path_factory):
     """Pairs whose visits declare max_rows_per_unit, for each per-person plan."""
-    linf, total = PLAN_BOUNDS[request.param]
+    l0, linf, total = PLAN_BOUNDS[request.param]
     root = tmp_path_factory.mktemp(f"capped-{request.param}")
     base = base_tables()
-    bounds = {"max_rows_per_group": linf, "max_rows_per_unit": total}
+    bounds = {"max_groups_per_unit": l0, "max_rows_per_group": linf, "max_rows_per_unit": total}
     opened = [open_pair(root / str(v), base, with_rows(base, adversary(v)), visits=bounds)
               for v in range(VARIANTS)]
     yield opened

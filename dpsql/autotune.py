@@ -1,0 +1,116 @@
+"""A statement that chooses its own contribution bounds inside its ε (``execute(tune=)``).
+
+``cursor.execute(sql, epsilon=1, tune=0.1)`` spends 0.1 of the statement's ε on
+``tune.tune`` (DP quantiles of the private table's rows, keys and busiest key per person),
+then answers the statement at the remaining 0.9 under the proposed L0, L∞ and R. The two
+releases compose (basic composition): the statement costs ε = 1 in all, and the ledger holds
+two rows, the tuning and the answer, that add up to it. Value bounds stay as declared.
+
+Nothing is charged for a statement that would be refused: it is compiled and planned on the
+declared bounds at the remaining ε first (every refusal of the SQL, its parameters or its
+shape happens there), and the whole ε, with the statement's δ, must fit the budget before
+the tuning draws anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dpsql.budget import PrivacyLoss, positive
+from dpsql.catalog import Catalog
+from dpsql.compile.ir import Scan
+from dpsql.engine import Engine
+from dpsql.errors import NotSupportedError, PrivacyParameterError, ProgrammingError
+from dpsql.ledger import budget_exhausted
+from dpsql.plan import CheckedQuery
+from dpsql.release import NoisyResult
+from dpsql.tune import TuningResult, group_keys, tune
+
+BOUND_KEYS = ("max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit")
+
+
+def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilon,
+                  delta=None, weights: dict | None = None) -> list[NoisyResult]:
+    """Answer one statement at ``epsilon`` in all, ``tune_epsilon`` of it spent on its bounds.
+
+    Raises:
+        PrivacyParameterError: the slice is not below the statement's ε.
+        NotSupportedError: not one statement over one private table grouped by its columns,
+            or the dataset uses Gaussian noise.
+        BudgetExhaustedError: ε does not fit; nothing was run or charged.
+    """
+    whole = engine.epsilon_of(epsilon)
+    part = positive(tune_epsilon, "tune")
+    if part >= whole:
+        raise PrivacyParameterError(
+            f"tune={float(part):g} leaves nothing of the statement's ε = {float(whole):g}",
+            hint="tune is the slice of the statement's ε spent on its bounds, e.g. a tenth")
+    if engine.catalog.mechanism == "gaussian":
+        raise NotSupportedError("tune= is for pure ε-DP datasets; this one uses Gaussian noise",
+                                hint="run dpsql tune once and declare the bounds it proposes")
+    rest = whole - part
+    planned = engine.plan(sql, params, epsilon=rest, delta=delta, weights=weights)
+    if planned.release is None or planned.public or len(planned.release.statements) != 1:
+        raise NotSupportedError("tune= needs one statement over private data",
+                                hint="drop tune= for public tables")
+    checked = planned.release.statements[0].checked
+    table, keys = tuned_shape(checked, engine.catalog)
+    loss = PrivacyLoss(whole, planned.release.loss.delta)
+    remaining = engine.budget().minus(engine.ledger.spent(engine.catalog.name))
+    if not remaining.covers(loss):
+        raise budget_exhausted(engine.analyst, engine.catalog.name, loss, remaining)
+    proposal = tune(catalog=engine.catalog, backend=engine.backend, ledger=engine.ledger,
+                    analyst=engine.analyst, rng=engine.rng, table=table, epsilon=part,
+                    columns=(), group_by=keys, query_epsilon=float(rest))
+    tuned = Engine(catalog=with_bounds(engine.catalog, proposal), backend=engine.backend,
+                   ledger=engine.ledger, analyst=engine.analyst, rng=engine.rng,
+                   epsilon_per_query=None, bounding=engine.bounding, timeout=engine.timeout,
+                   dialect=engine.dialect)
+    try:
+        results = tuned.execute(sql, params, epsilon=rest, delta=delta, weights=weights)
+    finally:
+        tuned.close()
+    # the statement's cost is the whole ε: the tuning is part of it
+    return [dataclasses.replace(results[0], epsilon=results[0].epsilon + part)]
+
+
+def tuned_shape(checked: CheckedQuery, catalog: Catalog) -> tuple[str, tuple[str, ...]]:
+    """The one private table a statement reads and its GROUP BY columns (names in it)."""
+    private = sorted({name for name in _scanned(checked.relation.node)
+                      if (spec := catalog.table(name)) is not None and not spec.public})
+    if len(private) != 1:
+        raise NotSupportedError(
+            f"tune= chooses the bounds of one private table; the statement reads "
+            f"{len(private)} ({', '.join(private) or 'none'})", hint="drop tune=")
+    spec = catalog.table(private[0])
+    if spec.privacy_unit is None:
+        raise NotSupportedError(f"table {spec.name!r} has row privacy: it has no contribution "
+                                "bounds to tune", hint="drop tune=")
+    try:
+        keys = group_keys(spec, checked.statement.sql, None)
+    except ProgrammingError:
+        keys = None
+    if keys is None or len(keys) != len(checked.keys):
+        raise NotSupportedError(
+            f"tune= needs the GROUP BY to name columns of {spec.name!r}",
+            hint="write GROUP BY with column names (not ordinals, expressions or columns of "
+            "a joined table)")
+    return spec.name, keys
+
+
+def _scanned(node) -> list[str]:
+    """The catalogued tables an IR relation reads."""
+    if isinstance(node, Scan):
+        return [node.table]
+    return [name for field in ("input", "left", "right") if hasattr(node, field)
+            for name in _scanned(getattr(node, field))]
+
+
+def with_bounds(catalog: Catalog, proposal: TuningResult) -> Catalog:
+    """The catalogue with the proposal's contribution bounds for its table (no
+    max_rows_per_unit where the proposal declares none)."""
+    spec = catalog.table(proposal.table)
+    proposed = proposal.metadata["tables"][proposal.table]
+    bounds = {key: proposed.get(key) for key in BOUND_KEYS}
+    return dataclasses.replace(catalog, tables={**catalog.tables,
+                                                spec.name: dataclasses.replace(spec, **bounds)})

@@ -1,0 +1,52 @@
+"""execute(sql, epsilon=, tune=): the statement chooses its own bounds inside its ε."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from conftest import catalogue, make_adult, make_visits
+
+import dpsql
+
+QUERY = "SELECT day, COUNT(*) AS n FROM visits GROUP BY day"
+
+
+@pytest.fixture
+def meta(tmp_path) -> dict:
+    make_adult(200).to_csv(tmp_path / "adult.csv", index=False)
+    make_visits(2000, seed=3).to_csv(tmp_path / "visits.csv", index=False)
+    return catalogue(tmp_path, budget=2.0)
+
+
+def test_the_tuning_is_part_of_the_statements_epsilon(tmp_path, meta):
+    """Two ledger rows (the tuning, the answer) add up to the statement's ε; the answer is
+    noised for the tuned bounds (1..11 visits a person: R binds, all 7 days kept), not the
+    declared L0 = 3, L∞ = 2."""
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=1) as con:
+        cursor = con.execute(QUERY, epsilon=1, tune=Fraction(1, 4))
+        rows = cursor.fetchall()
+        history = con.ledger.history(con.catalog.name)
+        spent = con.budget_spent.epsilon
+    assert cursor.epsilon_spent == 1 and spent == 1
+    assert sorted(Fraction(h["epsilon"]) for h in history) == [Fraction(1, 4), Fraction(3, 4)]
+    assert "tune visits" in history[0]["statement"] and "keys (day)" in history[0]["statement"]
+    count = cursor.description[1]
+    assert count.epsilon == 0.75 and 8 / 0.75 <= count.noise_scale <= 32 / 0.75
+    assert len(rows) == 7 and sum(r[1] for r in rows) > 0.9 * 2000 * 6
+
+
+@pytest.mark.parametrize(("sql", "options", "error"), [
+    (QUERY, {"epsilon": 1, "tune": 1}, dpsql.PrivacyParameterError),
+    (QUERY, {"epsilon": 1, "tune": 0.1, "accuracy": 5}, dpsql.PrivacyParameterError),
+    (QUERY, {"epsilon": 3, "tune": 0.1}, dpsql.BudgetExhaustedError),  # 2 in the budget
+    ("SELECT day, COUNT(*) FROM visits GROUP BY 1", {"epsilon": 1, "tune": 0.1},
+     dpsql.NotSupportedError),
+    ("SELECT COUNT(*) FROM adult", {"epsilon": 1, "tune": 0.1}, dpsql.NotSupportedError),
+    ("SELECT amount FROM visits", {"epsilon": 1, "tune": 0.1}, dpsql.ProgrammingError),
+])
+def test_refused_statements_spend_nothing(tmp_path, meta, sql, options, error):
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=1) as con:
+        with pytest.raises(error):
+            con.execute(sql, **options)
+        assert con.budget_spent.epsilon == 0 and not con.ledger.history()
