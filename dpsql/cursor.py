@@ -7,7 +7,6 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from dpsql import frames
-from dpsql.autotune import execute_tuned
 from dpsql.errors import InterfaceError, NotSupportedError, PrivacyParameterError
 from dpsql.release import NoisyResult
 
@@ -91,6 +90,8 @@ class Cursor:
             raise PrivacyParameterError("tune= takes an explicit ε, not accuracy= or rho=",
                                         hint="pass epsilon=... with tune=")
         else:
+            from dpsql.autotune import execute_tuned  # the tuning stack loads when asked for
+
             results = execute_tuned(self.connection._engine, operation, parameters,
                                     epsilon=epsilon, tune_epsilon=tune, delta=delta,
                                     weights=weights)
