@@ -3,7 +3,8 @@
 Starts a server (a real subprocess on 127.0.0.1 ephemeral ports) on the shipped visits data,
 runs each client count for ``--duration`` seconds with one analyst per client (psycopg over
 the PostgreSQL protocol), and compares with embedded use (``dpsql.connect`` in this process,
-one query after another). Then reads the ledger: nobody overspent their share and every
+one query after another, and N analysts embedding it in N processes at once). Then reads the
+ledger: nobody overspent their share and every
 answer a client received has exactly one charge. Bounded in time and count; loopback only.
 
     python benchmarks/server_load.py --clients 1,8,32 --duration 5 --workers 2
@@ -70,6 +71,37 @@ def embedded(metadata: Path, duration: float) -> list[float]:
             if time.monotonic() > end:
                 break
     return times
+
+
+def _embedded_analyst(metadata: str, duration: float, seed: int, barrier) -> list[float]:
+    """One analyst's process for ``embedded_concurrently``: its own connection and ledger."""
+    import dpsql
+
+    with dpsql.connect(metadata=metadata, ledger=":memory:", epsilon_per_query=EPSILON) as con:
+        con.cursor().execute(SHAPES[0].format(x=95 + seed / 1000)).fetchall()  # load the data
+        barrier.wait(120)
+        times = []
+        end = time.monotonic() + duration
+        for sql in workload(1000 + seed):
+            start = time.perf_counter()
+            con.cursor().execute(sql).fetchall()
+            times.append(time.perf_counter() - start)
+            if time.monotonic() > end:
+                break
+    return times
+
+
+def embedded_concurrently(metadata: Path, duration: float, count: int) -> list[list[float]]:
+    """``count`` analysts each embedding dpsql in their own process at the same time: the
+    per-query time a server's clients would see without a server, on the same cores."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    with context.Manager() as manager:
+        barrier = manager.Barrier(count)
+        with context.Pool(count) as pool:
+            return pool.starmap(_embedded_analyst, [(str(metadata), duration, i, barrier)
+                                                    for i in range(count)])
 
 
 def start(home: Path, analysts: list[str], workers: int, threads: int) -> tuple:
@@ -163,6 +195,12 @@ def main() -> None:
     print(f"embedded: {len(base)} queries, {len(base) / sum(base):.1f} q/s, "
           f"p50 {1000 * emb_p50:.2f} ms, p99 {1000 * percentile(base, 0.99):.2f} ms")
     for count in counts:
+        alone = [t for times in embedded_concurrently(ROOT / "data" / "visits.yaml",
+                                                      min(args.duration, 5.0), count)
+                 for t in times]
+        alone_p50 = percentile(alone, 0.5)
+        print(f"embedded in {count} processes at once: {len(alone) / min(args.duration, 5.0):.1f}"
+              f" q/s, p50 {1000 * alone_p50:.2f} ms, p99 {1000 * percentile(alone, 0.99):.2f} ms")
         with tempfile.TemporaryDirectory(prefix="dpsql-load-") as tmp:
             home = Path(tmp)
             analysts = [f"a{i}" for i in range(count)]
@@ -179,7 +217,8 @@ def main() -> None:
             print(f"clients={count:3d} workers={args.workers}: {len(flat)} queries in "
                   f"{wall:.1f} s = {len(flat) / wall:.1f} q/s; p50 "
                   f"{1000 * percentile(flat, 0.5):.2f} ms, p99 {1000 * p99:.2f} ms "
-                  f"({p99 / emb_p50:.1f}x embedded p50); load average {os.getloadavg()}")
+                  f"({p99 / emb_p50:.1f}x embedded p50, {p99 / alone_p50:.1f}x the p50 of "
+                  f"{count} embedded at once); load average {os.getloadavg()}")
             print("   ", verify(home / "state", analysts, latencies))
             if errors:
                 print(f"    errors: {len(errors)}, first: {errors[0]}")
