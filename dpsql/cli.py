@@ -187,9 +187,12 @@ _bounding_option = click.option(
 @click.option("--temp-directory", type=click.Path(file_okay=False), default=None,
               help="Folder DuckDB spills into (default: the metadata's, else the system's "
               "temporary folder).")
+@click.option("--tune", type=float, default=None,
+              help="Spend this slice of --epsilon on choosing the table's contribution bounds "
+              "from the data first, then answer at the rest (a one-statement script).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure_seed, bounding,
-        timeout, memory_limit, temp_directory, as_json) -> None:
+        timeout, memory_limit, temp_directory, tune, as_json) -> None:
     """Run SCRIPT's SELECTs as one private release and print the noisy tables."""
     from dpsql.frames import columns as result_columns
 
@@ -198,7 +201,9 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
                   insecure_seed=insecure_seed, bounding=bounding, timeout=timeout,
                   memory_limit=memory_limit, temp_directory=temp_directory) as con:
         try:
-            cursor = con.cursor().executescript(sql, epsilon=epsilon, delta=delta)
+            cursor = con.cursor().executescript(sql, epsilon=epsilon, delta=delta) \
+                if tune is None else \
+                con.cursor().execute(sql, epsilon=epsilon, delta=delta, tune=tune)
         except dpsql.PrivacyParameterError as err:
             if epsilon is None and con._engine.epsilon_per_query is None and \
                     err.message.startswith("no ε"):

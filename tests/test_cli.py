@@ -142,3 +142,25 @@ def test_memory_limit_and_temp_directory_on_run(data_dir, tmp_path):
     assert spill.is_dir() and not any(spill.iterdir())  # the connection's folder is gone
     out = _dpsql("run", "-", "-m", meta, "-e", "1", "--memory-limit", "lots", stdin=sql)
     assert out.returncode == 1 and "memory_limit must be a size such as 4GB" in out.stderr
+
+
+def test_run_tunes_its_bounds_inside_its_epsilon(tmp_path):
+    """--tune 0.1 of --epsilon 1: two ledger rows adding up to 1; a script of two statements
+    is refused before anything is charged."""
+    import sqlite3
+    from fractions import Fraction
+
+    ledger = tmp_path / "l.sqlite"
+    sql = "SELECT day, COUNT(*) AS n FROM visits GROUP BY day"
+    out = _dpsql("run", "-", "-m", "data/visits.yaml", "-e", "1", "--tune", "0.1",
+                 "--ledger", ledger, stdin=sql)
+    assert out.returncode == 0, out.stderr
+    assert "n 95% CI" in out.stdout and "ε spent: 1; remaining: 9" in out.stdout
+    with sqlite3.connect(ledger) as db:
+        charged = sorted(Fraction(e) for (e,) in db.execute("SELECT epsilon FROM releases"))
+    assert charged == [Fraction(1, 10), Fraction(9, 10)]
+    out = _dpsql("run", "-", "-m", "data/visits.yaml", "-e", "1", "--tune", "0.1",
+                 "--ledger", ledger, stdin=f"{sql}; {sql}")
+    assert out.returncode == 1 and "one statement" in out.stderr
+    with sqlite3.connect(ledger) as db:
+        assert db.execute("SELECT COUNT(*) FROM releases").fetchone() == (2,)
