@@ -113,13 +113,16 @@ class RemoteCursor:
 
     def execute(self, operation: str, parameters: Sequence[Any] | None = None, *,
                 epsilon: float | None = None, delta: float | None = None,
-                accuracy: float | None = None, rho: float | None = None) -> RemoteCursor:
-        """Run one SELECT on the server as one release (qmark parameters)."""
+                accuracy: float | None = None, rho: float | None = None,
+                tune: float | None = None) -> RemoteCursor:
+        """Run one SELECT on the server as one release (qmark parameters); ``tune`` as in
+        embedded use (a slice of ε spent on the table's contribution bounds first)."""
         self._check_open()
         if delta is not None or accuracy is not None or rho is not None:
             raise errors.NotSupportedError("the server takes ε per query only",
                                            hint="pass epsilon=, or none for your default")
-        rows, release = self.connection._run(operation, parameters, epsilon)
+        settings = {"dpsql.epsilon": epsilon, "dpsql.tune": tune}
+        rows, release = self.connection._run(operation, parameters, settings)
         self._rows, self._pos, self._executed = rows, 0, True
         release = release or {}
         self._columns = release.get("columns") or []
@@ -279,11 +282,14 @@ class RemoteConnection(ConnectionBase):
         except self._psycopg.Error as err:
             raise _translate(err) from None
 
-    def _run(self, sql: str, parameters, epsilon) -> tuple[list[tuple], dict | None]:
+    def _run(self, sql: str, parameters, settings: dict) -> tuple[list[tuple], dict | None]:
+        """The rows and the release of ``sql``, with session ``settings`` ({name: value or
+        None}) set for this statement only."""
         self._check_open()
+        settings = {name: value for name, value in settings.items() if value is not None}
         try:
-            if epsilon is not None:
-                self._simple(f"SET dpsql.epsilon = {float(epsilon)!r}")
+            for name, value in settings.items():
+                self._simple(f"SET {name} = {float(value)!r}")
             try:
                 with self._psycopg.RawCursor(self._db) as cur:
                     if parameters:
@@ -292,8 +298,8 @@ class RemoteConnection(ConnectionBase):
                         cur.execute(sql, prepare=False)
                     rows = cur.fetchall() if cur.description else []
             finally:
-                if epsilon is not None:
-                    self._simple("RESET dpsql.epsilon")
+                for name in settings:
+                    self._simple(f"RESET {name}")
         except self._psycopg.Error as err:
             raise _translate(err) from None
         release = json.loads(self._simple("SHOW dpsql.last_release")[0][0])
@@ -304,9 +310,10 @@ class RemoteConnection(ConnectionBase):
         self._check_open()
         return RemoteCursor(self)
 
-    def execute(self, operation: str, parameters=None, *, epsilon=None) -> RemoteCursor:
+    def execute(self, operation: str, parameters=None, *, epsilon=None,
+                tune=None) -> RemoteCursor:
         """Shortcut: a new cursor's execute()."""
-        return self.cursor().execute(operation, parameters, epsilon=epsilon)
+        return self.cursor().execute(operation, parameters, epsilon=epsilon, tune=tune)
 
     def explain(self, sql: str, *, epsilon: float | None = None, **_: Any) -> dict:
         """The server's DP plan: cost, mechanisms, expected error; spends nothing."""

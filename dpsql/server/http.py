@@ -49,6 +49,9 @@ def openapi() -> dict:
         "type": "object", "required": ["sql"],
         "properties": {"sql": {"type": "string", "maxLength": 16384},
                        "epsilon": {"type": "number", "exclusiveMinimum": 0},
+                       "tune": {"type": "number", "exclusiveMinimum": 0,
+                                "description": "slice of epsilon spent on choosing the "
+                                "table's contribution bounds first (query only)"},
                        "params": {"type": "array", "items": {}}}}}}}
 
     def op(summary: str, ok: dict, *, body: dict | None = None, dataset: bool = False) -> dict:
@@ -190,10 +193,11 @@ class HttpApi:
             raise ServiceError("protocol", "the body is not JSON") from None
         if not isinstance(body, dict) or not isinstance(body.get("sql"), str):
             raise ServiceError("protocol", 'the body must be {"sql": "...", "epsilon": ...}')
-        epsilon = body.get("epsilon")
-        if epsilon is not None and (isinstance(epsilon, bool) or
-                                    not isinstance(epsilon, (int, float))):
-            raise ServiceError("bad_privacy_parameter", "epsilon must be a number")
+        for name in ("epsilon", "tune"):
+            value = body.get(name)
+            if value is not None and (isinstance(value, bool) or
+                                      not isinstance(value, (int, float))):
+                raise ServiceError("bad_privacy_parameter", f"{name} must be a number")
         params = body.get("params")
         if params is not None and not (isinstance(params, list) and all(
                 isinstance(p, (str, int, float, bool)) or p is None for p in params)):
@@ -254,7 +258,7 @@ class HttpApi:
         dataset = request.path_params["dataset"]
         return await self._call(request, lambda user, body: self.service.query(
             user, dataset, body["sql"], body.get("params"), epsilon=body.get("epsilon"),
-            interface="http").to_json(), body=True)
+            tune=body.get("tune"), interface="http").to_json(), body=True)
 
     async def explain(self, request: Request) -> JSONResponse:
         dataset = request.path_params["dataset"]

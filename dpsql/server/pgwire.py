@@ -201,6 +201,7 @@ class Session:
         self.user = ""
         self.dataset = ""
         self.epsilon: float | None = None
+        self.tune: float | None = None  # SET dpsql.tune: a slice of ε spent on the bounds
         self.last_release: dict | None = None
         self.status = b"I"
         self.statements: dict[str, tuple[str, list[int], list[int]]] = {}
@@ -354,20 +355,26 @@ class Session:
         match = _SET.match(text)
         if match:
             name, value = match.group(1).lower(), match.group(2).strip().strip("'\"")
-            if name == "dpsql.epsilon":
+            if name in ("dpsql.epsilon", "dpsql.tune"):
                 try:
-                    epsilon = float(value)
+                    number = float(value)
                 except ValueError:
-                    epsilon = -1.0
-                if not epsilon > 0:
-                    raise ServiceError("bad_privacy_parameter", f"dpsql.epsilon must be a "
+                    number = -1.0
+                if not number > 0:
+                    raise ServiceError("bad_privacy_parameter", f"{name} must be a "
                                        f"number > 0, got {value!r}")
-                self.epsilon = epsilon
+                if name == "dpsql.epsilon":
+                    self.epsilon = number
+                else:
+                    self.tune = number
             return _Result("SET")
         match = _RESET.match(text)
         if match:
-            if match.group(1).lower() in ("dpsql.epsilon", "all"):
+            name = match.group(1).lower()
+            if name in ("dpsql.epsilon", "all"):
                 self.epsilon = None
+            if name in ("dpsql.tune", "all"):
+                self.tune = None
             return _Result("RESET")
         match = _SHOW.match(text)
         if match:
@@ -384,7 +391,8 @@ class Session:
                            [[line] for line in lines])
         answer: Answer = await loop.run_in_executor(
             self.server.executor, lambda: self.service.query(
-                self.user, self.dataset, text, params, epsilon=self.epsilon, interface="pg"))
+                self.user, self.dataset, text, params, epsilon=self.epsilon, tune=self.tune,
+                interface="pg"))
         self.last_release = {"epsilon_spent": answer.epsilon_spent, "reused": answer.reused,
                              "truncated": answer.truncated, "columns": answer.columns,
                              "budget_remaining": answer.remaining}
@@ -394,6 +402,7 @@ class Session:
     def _show(self, name: str) -> _Result:
         values = {
             "dpsql.epsilon": lambda: "default" if self.epsilon is None else f"{self.epsilon:g}",
+            "dpsql.tune": lambda: "off" if self.tune is None else f"{self.tune:g}",
             "dpsql.budget": lambda: json.dumps(self.service.budget(self.user)),
             "dpsql.last_release": lambda: json.dumps(self.last_release),
             "dpsql.catalogue": lambda: json.dumps(self.service.catalogue(self.user,
@@ -403,8 +412,8 @@ class Session:
         }
         if name not in values:
             raise ServiceError("not_supported", f"unknown setting {name!r}",
-                               hint="dpsql.epsilon, dpsql.budget, dpsql.last_release, "
-                               "dpsql.catalogue")
+                               hint="dpsql.epsilon, dpsql.tune, dpsql.budget, "
+                               "dpsql.last_release, dpsql.catalogue")
         return _Result("SHOW", [{"name": name, "type": "TEXT"}], [[values[name]()]])
 
     def _result_messages(self, result: _Result, describe: bool) -> bytes:

@@ -307,8 +307,9 @@ class Service:
 
     # --- requests ------------------------------------------------------------------------
     def query(self, user: str, dataset: str, sql: str, params=None, *, epsilon=None,
-              interface: str = "http") -> Answer:
-        """Run one DP SELECT for an analyst; every outcome is audited."""
+              tune=None, interface: str = "http") -> Answer:
+        """Run one DP SELECT for an analyst; every outcome is audited. ``tune`` spends that
+        slice of its ε on choosing the table's contribution bounds first (``autotune``)."""
         started = time.perf_counter()
         try:
             account = self._admit(user, dataset, sql)
@@ -330,7 +331,7 @@ class Service:
                         hint="ask for a smaller epsilon, or ask the data owner for more budget")
             con = self._borrow(account, dataset)
             try:
-                cur = con.cursor().execute(sql, params, epsilon=epsilon)
+                cur = con.cursor().execute(sql, params, epsilon=epsilon, tune=tune)
                 answer = self._answer(cur, account, dataset)
             finally:
                 self._give_back(account, dataset, con)

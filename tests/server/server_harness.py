@@ -20,7 +20,7 @@ from dpsql.server.auth import hash_password
 
 ROOT = Path(__file__).resolve().parents[2]
 ANALYSTS = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan",
-            "judy", "mallory", "webby"]
+            "judy", "mallory", "webby", "olivia"]
 
 
 def password(user: str) -> str:
