@@ -28,6 +28,7 @@ from fractions import Fraction
 from typing import Any
 
 import dpsql
+from dpsql import frames
 from dpsql.budget import PrivacyLoss
 from dpsql.server.auth import check_password
 from dpsql.server.config import Analyst, ServerConfig
@@ -371,12 +372,13 @@ class Service:
                     "ci_columns": list(c.ci_columns)} for c in description]
         noisy = [c for c in description if c.ci_columns]
         if noisy and rows:
-            frame = cur.intervals()
+            # the interval columns as plain lists (the same values as cur.intervals(), without
+            # building a DataFrame for every answer)
+            frame = frames.columns(cur._require(), intervals=True)
             for c in noisy:
                 for name in c.ci_columns:
-                    values = [_plain(v) for v in frame[name].tolist()]
-                    for row, value in zip(rows, values, strict=True):
-                        row.append(value)
+                    for row, value in zip(rows, frame[name], strict=True):
+                        row.append(_plain(value))
         for c in noisy:
             for name in c.ci_columns:
                 columns.append({"name": name, "type": c.type_code, "noise": None,
