@@ -21,12 +21,15 @@ is all the pruning relies on:
   distribution). So a node that fails the model rules out every predecessor (Flash's
   predictive tagging) and, every objective being monotone without suppression, a node that
   passes rules out every successor through its bound.
-- With suppression the suppressed records shrink upward only for models whose failing class
-  fails in every part: k-anonymity and distinct ℓ-diversity (a part is no larger and has no
-  more values). "Suppressed share ≤ limit" is then monotone, and top-down a node above the limit
-  rules out all predecessors (``PrivacyModel.suppressed_below``). Entropy and recursive
-  ℓ-diversity and t-closeness can fail on a union of passing classes, so their suppressed share
-  is not monotone and nothing is pruned on it; only their k and distinct parts are used.
+- With suppression, what a node suppresses bounds what every predecessor suppresses
+  (``PrivacyModel.check``): a class failing k or distinct ℓ fails in every part (a part is
+  no larger and has no more values), and a class failing entropy ℓ or t-closeness leaves in
+  failing parts at least the share of its records that concavity of the entropy and convexity
+  of the EMD force (a class is the size-weighted mixture of its parts). The bound holds at
+  every predecessor, so top-down a node whose bound exceeds the limit rules out all of
+  them, and the objectives' predecessor bounds count those records as suppressed.
+  Recursive (c, ℓ)-diversity fails on unions of passing classes with no such share, so only
+  its k part counts.
 - No objective is monotone with suppression (a suppressed record costs the most, and a coarser
   node may publish it): the search prunes on lower bounds, never on monotonicity of the score.
 """

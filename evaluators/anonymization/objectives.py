@@ -27,8 +27,9 @@ from evaluators.anonymization.rollup import ClassTable, Histogram
 @dataclass
 class NodeView:
     """What an objective sees of a node: its class table, which classes pass (``ok``), and
-    which classes fail at every predecessor too (``failing_below``); both are computed only
-    when an objective asks, so a bound that needs class sizes alone costs no privacy check."""
+    how many of each class's records are suppressed at every predecessor too (``below``); both
+    come from one privacy check, run only when an objective asks, so a bound that needs class
+    sizes alone costs no check."""
 
     histogram: Histogram
     table: ClassTable
@@ -41,14 +42,18 @@ class NodeView:
         return self.model.k
 
     @cached_property
+    def _check(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.model.check(self.table.counts, self.domain)
+
+    @property
     def ok(self) -> np.ndarray:
         """Which classes satisfy the privacy model."""
-        return self.model.class_ok(self.table.counts, self.domain)
+        return self._check[0]
 
-    @cached_property
-    def failing_below(self) -> np.ndarray:
-        """Which classes fail the model at every predecessor as well."""
-        return self.model.suppressed_below(self.table.counts)
+    @property
+    def below(self) -> np.ndarray:
+        """Per class, a lower bound on its records suppressed at every predecessor."""
+        return self._check[1]
 
     @cached_property
     def sizes(self) -> np.ndarray:
@@ -62,8 +67,8 @@ class NodeView:
 
     @cached_property
     def suppressed_below(self) -> int:
-        """Records suppressed at this node and at every predecessor."""
-        return int(self.sizes[self.failing_below].sum())
+        """A lower bound on the records suppressed at every predecessor."""
+        return int(self.below.sum())
 
 
 def discernibility(view: NodeView) -> float:
@@ -78,8 +83,8 @@ def _discernibility_bound(view: NodeView) -> float:
 
 
 def _discernibility_bound_below(view: NodeView) -> float:
-    # At a predecessor these records stay suppressed (cost N each); every other record costs at
-    # least k (its class is published with ≥ k records, or suppressed at cost N ≥ k).
+    # At a predecessor at least these records are suppressed (cost N each); every other record
+    # costs at least k (its class is published with ≥ k records, or suppressed at cost N ≥ k).
     n_sup = view.suppressed_below
     return float(view.histogram.records * n_sup + view.k * (view.histogram.records - n_sup))
 
@@ -98,8 +103,9 @@ def _avg_class_size_bound(view: NodeView) -> float:
 
 
 def _avg_class_size_bound_below(view: NodeView) -> float:
-    # A predecessor splits each class; a class of n records yields at most n // k published ones.
-    most = int((view.sizes[~view.failing_below] // view.k).sum())
+    # A predecessor splits each class; the parts published hold at most n − below records of a
+    # class of n, so at most (n − below) // k of them.
+    most = int(((view.sizes - view.below) // view.k).sum())
     return view.histogram.records / (most + 1)
 
 
