@@ -173,21 +173,20 @@ def _group(node: tuple[int, ...], keys: np.ndarray, counts: np.ndarray, *,
 
     With ``runs`` the keys are a sorted table's keys with one bit field changed, which leaves
     long sorted runs that a stable sort (timsort) merges in near-linear time, several times
-    faster than hashing. Otherwise the keys are hashed and only the distinct keys are sorted.
+    faster than hashing. A wide count matrix (a sensitive attribute's values) is also summed in
+    key order: adding whole rows beats a bincount over every (class, value) cell. Otherwise the
+    keys are hashed and only the distinct keys are sorted.
     """
-    if runs:
-        order = np.argsort(keys, kind="stable")
+    if runs or counts.shape[1] > 1:
+        order = np.argsort(keys, kind="stable" if runs else "quicksort")
         ordered = keys[order]
         starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
         return ClassTable(node, ordered[starts], np.add.reduceat(counts[order], starts, axis=0))
     inverse, uniques = pd.factorize(keys)
-    width = counts.shape[1]
-    # One bincount over (class, sensitive value) cells instead of one per sensitive value.
-    cells = (inverse[:, None] * width + np.arange(width)).ravel()
-    summed = np.bincount(cells, weights=counts.ravel(), minlength=len(uniques) * width)
+    summed = np.bincount(inverse, weights=counts[:, 0], minlength=len(uniques))
     order = np.argsort(uniques)
     return ClassTable(node, np.asarray(uniques, dtype=np.int64)[order],
-                      summed.reshape(len(uniques), width)[order].astype(np.int64))
+                      summed[order, None].astype(np.int64))
 
 
 def _encode(con, relation, qid, hierarchy, frame, weights) -> tuple[QidCodes, np.ndarray]:
