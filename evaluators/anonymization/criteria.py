@@ -110,7 +110,7 @@ class PrivacyModel:
         n = counts.sum(axis=1)
         ok = n >= self.k
         whole = ~ok
-        share = np.zeros(len(n))
+        share = None
         if self.l is not None:
             ok &= l_diversity_ok(counts, self.l, self.l_variant, self.c)
             if self.l_variant == "distinct":
@@ -122,8 +122,10 @@ class PrivacyModel:
             distance = emd(counts, domain, self.t_variant)
             ok &= distance <= self.t + _TOLERANCE
             # n·d ≤ Σ_parts n_j·d_j ≤ (records passing)·t + (records failing)·(largest EMD).
-            share = np.maximum(share, _failing_share(distance, self.t,
-                                                     domain.largest_emds[self.t_variant]))
+            tail = _failing_share(distance, self.t, domain.largest_emds[self.t_variant])
+            share = tail if share is None else np.maximum(share, tail)
+        if share is None:
+            return ok, np.where(whole, n, 0)
         # Float slack: a bound one record too high could prune the optimum.
         part = np.minimum(np.maximum(np.ceil(n * share - 1e-6), 0).astype(np.int64), n)
         return ok, np.where(whole, n, part)

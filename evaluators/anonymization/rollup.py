@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import duckdb
 import numpy as np
@@ -54,6 +55,13 @@ class QidCodes:
     def levels(self) -> int:
         """Number of levels including level 0."""
         return len(self.labels)
+
+    @cached_property
+    def children(self) -> tuple[np.ndarray, ...]:
+        """``children[l]`` counts the level-(l−1) codes under each level-l code (l ≥ 1)."""
+        return (np.ones(len(self.labels[0]), dtype=np.int64),) + tuple(
+            np.bincount(up, minlength=len(self.labels[level + 1]))
+            for level, up in enumerate(self.up))
 
     def raise_codes(self, codes: np.ndarray, low: int, high: int) -> np.ndarray:
         """Map level-``low`` codes to level ``high``."""
