@@ -5,9 +5,10 @@ the node *and of every successor*, which is what makes pruning sound. ``bound_be
 every predecessor, ``bound_step`` each predecessor one level lower in one QID (tighter: such a
 predecessor splits a class into at most as many parts as its value has children), and
 ``prior`` bounds every node before any is evaluated: the cell metrics without suppression are
-sums of one term per QID and level, so a whole grid of them costs d small sums. The bounds rest on one fact of full-domain generalization: a successor's classes
-are unions of the node's classes, so a published class stays at least as large and a record
-never leaves suppression for a class smaller than k (notes §7.5, §12.5; what else is monotone
+sums of one term per QID and level, so a whole grid of them costs d small sums. The bounds
+rest on one fact of full-domain generalization: a successor's classes are unions of the
+node's classes, so a published class stays at least as large and a record never leaves
+suppression for a class smaller than k (notes §7.5, §12.5; what else is monotone
 is listed in ``lattice``).
 Suppressed records count as one class (ARX "including outliers") and as fully generalized
 cells for the cell-based metrics.
