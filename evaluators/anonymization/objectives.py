@@ -16,7 +16,6 @@ cells for the cell-based metrics.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -100,11 +99,10 @@ def _discernibility_bound_step(view: NodeView) -> np.ndarray:
     published = view.sizes - view.below
     floor = view.k * published
     square = (published * published).astype(float)
-    children = _per_code(hist, _children)
     bounds = np.full(len(table.node), -np.inf)
     for position, level in enumerate(table.node):
         if level:
-            parts = children[position][level][hist.codes(table, position)]
+            parts = hist.qid_codes[position].children[level][hist.codes(table, position)]
             bounds[position] = float(np.maximum(floor, square / parts).sum())
     bounds += hist.records * float(view.below.sum())
     return bounds - 1e-9 * np.abs(bounds)  # float slack: a tie must not be pruned
@@ -130,14 +128,6 @@ def _avg_class_size_bound_below(view: NodeView) -> float:
     return view.histogram.records / (most + 1)
 
 
-@functools.lru_cache(maxsize=32)
-def _per_code(histogram: Histogram, per_code) -> tuple[tuple[np.ndarray, ...], ...]:
-    """``per_code(qc, level)`` for every QID and level, built once per histogram (it is read for
-    every node)."""
-    return tuple(tuple(np.asarray(per_code(qc, level), dtype=float) for level in range(qc.levels))
-                 for qc in histogram.qid_codes)
-
-
 def _generalized_mass(view: NodeView, per_code, classes: np.ndarray | slice) -> float:
     """Σ over the chosen classes of size × Σ_QIDs ``per_code`` of their generalized values.
 
@@ -147,18 +137,13 @@ def _generalized_mass(view: NodeView, per_code, classes: np.ndarray | slice) -> 
     """
     hist, table = view.histogram, view.table
     sizes = view.sizes[classes]
-    values = _per_code(hist, per_code)
     total = 0.0
     for position, level in enumerate(table.node):
-        per_value = values[position][level]
+        qc = hist.qid_codes[position]
         mass = np.bincount(hist.codes(table, position)[classes], weights=sizes,
-                           minlength=len(per_value))
-        total += float(mass @ per_value)
+                           minlength=len(qc.labels[level]))
+        total += float(mass @ per_code(qc, level))
     return total
-
-
-def _children(qc, level: int) -> np.ndarray:
-    return qc.children[level]
 
 
 def _loss_per_code(qc, level: int) -> np.ndarray:
