@@ -7,8 +7,9 @@ node's bound for all its successors (bottom-up) or all its predecessors (top-dow
 known before the node is evaluated (the objective's prior; top-down the successor bound of
 the node's corner, and the bound an evaluated successor one level higher gives this node
 alone) exceeds the best score found, the node is skipped, so the result is the exhaustive one.
-``prune=False`` evaluates every node, to verify that. Only a node that is kept or beats the
-best so far gets its full ``NodeStats``.
+``prune=False`` evaluates every node, to verify that. With a prior, each layer is evaluated
+in the prior's order, so a good best comes early; only a node that is kept or beats the best
+so far gets its full ``NodeStats``.
 
 Bounds are inherited layer by layer as numpy arrays over node indices (row-major over the
 levels), so the bookkeeping of the 12,960-node Adult lattice costs a few array operations per
@@ -216,7 +217,12 @@ def search(
         gate = np.maximum(bounds, stepped[layer])
         gate = gate if prior is None else np.maximum(gate, prior[layer])
         current: dict[tuple[int, ...], ClassTable] = {}
-        for j in range(len(layer)) if not prune else np.flatnonzero(~_hopeless(gate, best)):
+        todo = np.flatnonzero(~_hopeless(gate, best)) if prune else range(len(layer))
+        if prune and prior is not None:
+            # The prior is the score without suppression: the likeliest best nodes come first,
+            # and the best found prunes the rest of the layer.
+            todo = todo[np.argsort(prior[layer[todo]], kind="stable")]
+        for j in todo:
             node = tuple(int(x) for x in nodes[layer[j]])
             # The best may have improved in this layer.
             if prune and (_hopeless(gate[j], best) or (
