@@ -112,12 +112,13 @@ class PrivacyModel:
         whole = ~ok
         share = None
         if self.l is not None:
-            ok &= l_diversity_ok(counts, self.l, self.l_variant, self.c)
+            entropy = class_entropy(counts) if self.l_variant == "entropy" else None
+            ok &= l_diversity_ok(counts, self.l, self.l_variant, self.c, entropy)
             if self.l_variant == "distinct":
                 whole |= ~ok
-            elif self.l_variant == "entropy":
+            elif entropy is not None:
                 # n·H ≥ Σ_parts n_j·H_j ≥ (records passing)·log ℓ, and H_j ≥ 0 if failing.
-                share = _failing_share(-class_entropy(counts), -math.log(self.l), 0.0)
+                share = _failing_share(-entropy, -math.log(self.l), 0.0)
         if self.t is not None:
             distance = emd(counts, domain, self.t_variant)
             ok &= distance <= self.t + _TOLERANCE
@@ -141,24 +142,25 @@ def _failing_share(score: np.ndarray, limit: float, worst: float) -> np.ndarray:
     return np.clip((score - limit) / (worst - limit + _TOLERANCE), 0.0, 1.0)
 
 
-def l_diversity_ok(counts: np.ndarray, l: float, variant: str, c: float | None) -> np.ndarray:
-    """Per-class ℓ-diversity of a classes × values count matrix."""
+def l_diversity_ok(counts: np.ndarray, l: float, variant: str, c: float | None,
+                   entropy: np.ndarray | None = None) -> np.ndarray:
+    """Per-class ℓ-diversity of a classes × values count matrix (``entropy``: the classes'
+    ``class_entropy`` when already computed)."""
     if variant == "distinct":
         return (counts > 0).sum(axis=1) >= l
     if variant == "entropy":
-        return class_entropy(counts) >= math.log(l) - _TOLERANCE
+        entropy = class_entropy(counts) if entropy is None else entropy
+        return entropy >= math.log(l) - _TOLERANCE
     ordered = -np.sort(-counts, axis=1)
     tail = ordered[:, int(l) - 1:].sum(axis=1)
     return ordered[:, 0] < c * tail
 
 
 def class_entropy(counts: np.ndarray) -> np.ndarray:
-    """Natural-log entropy of each class's sensitive distribution."""
-    n = counts.sum(axis=1, keepdims=True)
-    p = np.divide(counts, n, out=np.zeros(counts.shape), where=n > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(p > 0, -p * np.log(p), 0.0)
-    return terms.sum(axis=1)
+    """Natural-log entropy of each class's sensitive distribution, as log n − Σ c·log c / n
+    (one logarithm per cell, none of a ratio)."""
+    n = np.maximum(counts.sum(axis=1), 1)
+    return np.log(n) - (counts * np.log(np.maximum(counts, 1))).sum(axis=1) / n
 
 
 def emd(counts: np.ndarray, domain: SensitiveDomain | None, variant: str) -> np.ndarray:
