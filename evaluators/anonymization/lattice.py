@@ -240,8 +240,9 @@ def search(
                 kept += [stats] if keep_all else []
                 best = stats if better else best
             bounds[j] = max(bounds[j], bound_of(view))
-            # Flash's predictive tagging: every predecessor suppresses at least as many records,
-            # and with no suppression allowed, a node that fails fails below (module docstring).
+            # Flash's predictive tagging: every predecessor suppresses at least suppressed_below
+            # records, and with no suppression allowed, a node that fails fails below (module
+            # docstring).
             if not upward and (view.suppressed_below > limit or (limit < 1 and view.suppressed)):
                 bounds[j] = math.inf
             if step_of is not None and not _hopeless(bounds[j], best):

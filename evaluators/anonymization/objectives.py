@@ -246,7 +246,9 @@ class Objective:
     predecessors (``bound_below``, None when no useful one is known), for each predecessor one
     level lower in QID i (``bound_step``: entry i, −inf at level 0; None when none is known)
     and for every node before the search (``prior``: a grid indexed by node, None when none is
-    known); ``direction`` is the search order whose pruning works best for it."""
+    known; with one the search skips the corners' successor bounds, which it should dominate,
+    as the scores without suppression do); ``direction`` is the search order whose pruning
+    works best for it."""
 
     name: str
     value: Callable[[NodeView], float]
