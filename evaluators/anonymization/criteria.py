@@ -2,7 +2,7 @@
 
 Each model is checked two ways that must agree: as SQL over a generalized table (``class_sql``,
 the reference used for published tables and for reporting the achieved k, ℓ, t of any table)
-and as vector checks on a class table of counts (``PrivacyModel.class_ok``, the kernel of the
+and as vector checks on a class table of counts (``PrivacyModel.check``, the kernel of the
 lattice search, where thousands of nodes are checked). Formulas follow the ρ-Gain notes §3
 with the corrected forms: equal-distance EMD uses |p − q|, recursive (c, ℓ) uses r_ℓ..r_m.
 """
@@ -52,6 +52,14 @@ class SensitiveDomain:
             matrices.append(onehot)
         return tuple(matrices)
 
+    @cached_property
+    def largest_emds(self) -> dict[str, float]:
+        """Per EMD variant, the largest EMD any distribution has to the reference: a point
+        mass's (the EMD is convex, so its maximum over the simplex is at a vertex)."""
+        variants = T_VARIANTS if len(self.tree) >= 2 else T_VARIANTS[:2]
+        point_masses = np.eye(len(self.values), dtype=np.int64)
+        return {v: float(emd(point_masses, self, v).max()) for v in variants}
+
 
 @dataclass(frozen=True)
 class PrivacyModel:
@@ -87,47 +95,72 @@ class PrivacyModel:
         """True when ℓ-diversity or t-closeness is on (a sensitive attribute is required)."""
         return self.l is not None or self.t is not None
 
-    def suppressed_below(self, counts: np.ndarray) -> np.ndarray:
-        """Classes whose records fail the model at every predecessor node as well.
+    def check(self, counts: np.ndarray,
+              domain: SensitiveDomain | None) -> tuple[np.ndarray, np.ndarray]:
+        """Per class of a classes × sensitive-values count matrix: whether it satisfies the
+        model, and a lower bound on its records suppressed at every predecessor node.
 
-        A predecessor splits each class, and a part of a class with fewer than k records or
-        fewer than ℓ distinct sensitive values still has too few. Entropy/recursive ℓ and
-        t-closeness can hold for a part but not the whole, so they add nothing here.
+        A predecessor splits each class into parts. A part of a class with fewer than k records
+        or fewer than ℓ distinct sensitive values has too few too, so the whole class stays
+        suppressed. Entropy ℓ and t-closeness can hold for a part but not the whole, yet not
+        for all parts: entropy is concave and every EMD convex in the distribution (a class is
+        the size-weighted mixture of its parts), so the parts that pass can hold only so many
+        records (``_failing_share``). Recursive (c, ℓ)-diversity adds nothing to the bound.
         """
-        failing = counts.sum(axis=1) < self.k
-        if self.l is not None and self.l_variant == "distinct":
-            failing |= (counts > 0).sum(axis=1) < self.l
-        return failing
-
-    def class_ok(self, counts: np.ndarray, domain: SensitiveDomain | None) -> np.ndarray:
-        """Which classes satisfy the model; ``counts`` is classes × sensitive values."""
         n = counts.sum(axis=1)
         ok = n >= self.k
+        whole = ~ok
+        share = None
         if self.l is not None:
-            ok &= l_diversity_ok(counts, self.l, self.l_variant, self.c)
+            entropy = class_entropy(counts) if self.l_variant == "entropy" else None
+            ok &= l_diversity_ok(counts, self.l, self.l_variant, self.c, entropy)
+            if self.l_variant == "distinct":
+                whole |= ~ok
+            elif entropy is not None:
+                # n·H ≥ Σ_parts n_j·H_j ≥ (records passing)·log ℓ, and H_j ≥ 0 if failing.
+                share = _failing_share(-entropy, -math.log(self.l), 0.0)
         if self.t is not None:
-            ok &= emd(counts, domain, self.t_variant) <= self.t + _TOLERANCE
-        return ok
+            distance = emd(counts, domain, self.t_variant)
+            ok &= distance <= self.t + _TOLERANCE
+            # n·d ≤ Σ_parts n_j·d_j ≤ (records passing)·t + (records failing)·(largest EMD).
+            tail = _failing_share(distance, self.t, domain.largest_emds[self.t_variant])
+            share = tail if share is None else np.maximum(share, tail)
+        if share is None:
+            return ok, np.where(whole, n, 0)
+        # Float slack: a bound one record too high could prune the optimum.
+        part = np.minimum(np.maximum(np.ceil(n * share - 1e-6), 0).astype(np.int64), n)
+        return ok, np.where(whole, n, part)
 
 
-def l_diversity_ok(counts: np.ndarray, l: float, variant: str, c: float | None) -> np.ndarray:
-    """Per-class ℓ-diversity of a classes × values count matrix."""
+def _failing_share(score: np.ndarray, limit: float, worst: float) -> np.ndarray:
+    """Least share of a class's records in failing parts when a part passes at ``score ≤ limit``,
+    any part scores at most ``worst`` and the class's score is at most the parts' weighted mean:
+    (score − limit) / (worst − limit), with twice the checks' float slack on ``limit``."""
+    limit += 2 * _TOLERANCE
+    if worst <= limit:
+        return np.zeros(len(score))
+    return np.clip((score - limit) / (worst - limit + _TOLERANCE), 0.0, 1.0)
+
+
+def l_diversity_ok(counts: np.ndarray, l: float, variant: str, c: float | None,
+                   entropy: np.ndarray | None = None) -> np.ndarray:
+    """Per-class ℓ-diversity of a classes × values count matrix (``entropy``: the classes'
+    ``class_entropy`` when already computed)."""
     if variant == "distinct":
         return (counts > 0).sum(axis=1) >= l
     if variant == "entropy":
-        return class_entropy(counts) >= math.log(l) - _TOLERANCE
+        entropy = class_entropy(counts) if entropy is None else entropy
+        return entropy >= math.log(l) - _TOLERANCE
     ordered = -np.sort(-counts, axis=1)
     tail = ordered[:, int(l) - 1:].sum(axis=1)
     return ordered[:, 0] < c * tail
 
 
 def class_entropy(counts: np.ndarray) -> np.ndarray:
-    """Natural-log entropy of each class's sensitive distribution."""
-    n = counts.sum(axis=1, keepdims=True)
-    p = np.divide(counts, n, out=np.zeros(counts.shape), where=n > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(p > 0, -p * np.log(p), 0.0)
-    return terms.sum(axis=1)
+    """Natural-log entropy of each class's sensitive distribution, as log n − Σ c·log c / n
+    (one logarithm per cell, none of a ratio)."""
+    n = np.maximum(counts.sum(axis=1), 1)
+    return np.log(n) - (counts * np.log(np.maximum(counts, 1))).sum(axis=1) / n
 
 
 def emd(counts: np.ndarray, domain: SensitiveDomain | None, variant: str) -> np.ndarray:

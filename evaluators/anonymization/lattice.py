@@ -4,9 +4,12 @@ Bottom-up, a node's class table is rolled up from an evaluated predecessor (one 
 one QID); top-down, from the node's cached corner (``rollup``), so most nodes cost a regrouping
 of a small table. Pruning is branch-and-bound on the lower bounds of ``objectives``: once a
 node's bound for all its successors (bottom-up) or all its predecessors (top-down), or a bound
-known before the node is evaluated (the objective's prior, or top-down the successor bound of
-the node's corner) exceeds the best score found, the node is skipped, so the result is the
-exhaustive one. ``prune=False`` evaluates every node, to verify that.
+known before the node is evaluated (the objective's prior; top-down the successor bound of
+the node's corner, and the bound an evaluated successor one level higher gives this node
+alone) exceeds the best score found, the node is skipped, so the result is the exhaustive one.
+``prune=False`` evaluates every node, to verify that. With a prior, each layer is evaluated
+in the prior's order, so a good best comes early; only a node that is kept or beats the best
+so far gets its full ``NodeStats``.
 
 Bounds are inherited layer by layer as numpy arrays over node indices (row-major over the
 levels), so the bookkeeping of the 12,960-node Adult lattice costs a few array operations per
@@ -21,12 +24,15 @@ is all the pruning relies on:
   distribution). So a node that fails the model rules out every predecessor (Flash's
   predictive tagging) and, every objective being monotone without suppression, a node that
   passes rules out every successor through its bound.
-- With suppression the suppressed records shrink upward only for models whose failing class
-  fails in every part: k-anonymity and distinct ℓ-diversity (a part is no larger and has no
-  more values). "Suppressed share ≤ limit" is then monotone, and top-down a node above the limit
-  rules out all predecessors (``PrivacyModel.suppressed_below``). Entropy and recursive
-  ℓ-diversity and t-closeness can fail on a union of passing classes, so their suppressed share
-  is not monotone and nothing is pruned on it; only their k and distinct parts are used.
+- With suppression, what a node suppresses bounds what every predecessor suppresses
+  (``PrivacyModel.check``): a class failing k or distinct ℓ fails in every part (a part is
+  no larger and has no more values), and a class failing entropy ℓ or t-closeness leaves in
+  failing parts at least the share of its records that concavity of the entropy and convexity
+  of the EMD force (a class is the size-weighted mixture of its parts). The bound holds at
+  every predecessor, so top-down a node whose bound exceeds the limit rules out all of
+  them, and the objectives' predecessor bounds count those records as suppressed.
+  Recursive (c, ℓ)-diversity fails on unions of passing classes with no such share, so only
+  its k part counts.
 - No objective is monotone with suppression (a suppressed record costs the most, and a coarser
   node may publish it): the search prunes on lower bounds, never on monotonicity of the score.
 """
@@ -88,7 +94,11 @@ class NodeStats:
 
     def rank(self) -> tuple:
         """Order of preference: score, fewer suppressed, lower height, lexicographic node."""
-        return (self.value, self.suppressed, sum(self.node), self.node)
+        return _rank(self.value, self.suppressed, self.node)
+
+
+def _rank(value: float, suppressed: int, node: tuple[int, ...]) -> tuple:
+    return (value, suppressed, sum(node), node)
 
 
 @dataclass
@@ -110,18 +120,21 @@ def evaluate(
 ) -> tuple[NodeStats, NodeView]:
     """Score one node's class table; returns its stats and the view the bounds are read from."""
     view = NodeView(histogram, table, model, domain)
+    return _stats(view, OBJECTIVES[objective].value(view)), view
+
+
+def _stats(view: NodeView, value: float) -> NodeStats:
     published = view.sizes[view.ok]
-    stats = NodeStats(
-        node=table.node,
-        classes=int(view.ok.sum()),
+    return NodeStats(
+        node=view.table.node,
+        classes=len(published),
         suppressed=view.suppressed,
-        records=histogram.records,
+        records=view.histogram.records,
         dm=discernibility(view),
         min_class=int(published.min()) if len(published) else None,
         max_class=int(published.max()) if len(published) else None,
-        value=OBJECTIVES[objective].value(view),
+        value=value,
     )
-    return stats, view
 
 
 def search(
@@ -181,13 +194,18 @@ def search(
     limit = suppression_limit * histogram.records
     best: NodeStats | None = None
     inherited = np.full(lattice.size, -math.inf)
+    stepped = np.full(lattice.size, -math.inf)  # bounds for one node only, not its predecessors
+    step_of = chosen.bound_step if prune and not upward else None
     evaluated, kept = 0, []
     corner_bounds: dict[tuple[int, ...], float] = {}
 
     def corner_bound(node: tuple[int, ...]) -> float:
         # A node's corner is one of its predecessors, so the corner's successor bound holds for
         # the node; the corner table is built anyway (top-down rolls the node up from it) and
-        # most bounds read only its class sizes.
+        # most bounds read only its class sizes. A prior is the score without suppression,
+        # which no predecessor's bound exceeds, so with one the corner adds nothing.
+        if prior is not None:
+            return -math.inf
         corner = histogram.corner(node)
         if corner.node not in corner_bounds:
             corner_bounds[corner.node] = chosen.bound(NodeView(histogram, corner, model, domain))
@@ -196,9 +214,15 @@ def search(
     previous: dict[tuple[int, ...], ClassTable] = {}
     for layer in layers if upward else layers[::-1]:
         bounds = inherited[layer]
-        gate = bounds if prior is None else np.maximum(bounds, prior[layer])
+        gate = np.maximum(bounds, stepped[layer])
+        gate = gate if prior is None else np.maximum(gate, prior[layer])
         current: dict[tuple[int, ...], ClassTable] = {}
-        for j in range(len(layer)) if not prune else np.flatnonzero(~_hopeless(gate, best)):
+        todo = np.flatnonzero(~_hopeless(gate, best)) if prune else range(len(layer))
+        if prune and prior is not None:
+            # The prior is the score without suppression: the likeliest best nodes come first,
+            # and the best found prunes the rest of the layer.
+            todo = todo[np.argsort(prior[layer[todo]], kind="stable")]
+        for j in todo:
             node = tuple(int(x) for x in nodes[layer[j]])
             # The best may have improved in this layer.
             if prune and (_hopeless(gate[j], best) or (
@@ -206,17 +230,25 @@ def search(
                 continue
             table = _table_for(histogram, node, previous) if upward else histogram.table(node)
             current[node] = table
-            stats, view = evaluate(histogram, table, model, domain, objective)
+            view = NodeView(histogram, table, model, domain)
+            value = chosen.value(view)
             evaluated += 1
-            if keep_all:
-                kept.append(stats)
-            if stats.suppressed <= limit and (best is None or stats.rank() < best.rank()):
-                best = stats
+            better = view.suppressed <= limit and (
+                best is None or _rank(value, view.suppressed, node) < best.rank())
+            if keep_all or better:  # full stats only for a node kept or the best so far
+                stats = _stats(view, value)
+                kept += [stats] if keep_all else []
+                best = stats if better else best
             bounds[j] = max(bounds[j], bound_of(view))
-            # Flash's predictive tagging: every predecessor suppresses at least as many records,
-            # and with no suppression allowed, a node that fails fails below (module docstring).
+            # Flash's predictive tagging: every predecessor suppresses at least suppressed_below
+            # records, and with no suppression allowed, a node that fails fails below (module
+            # docstring).
             if not upward and (view.suppressed_below > limit or (limit < 1 and view.suppressed)):
                 bounds[j] = math.inf
+            if step_of is not None and not _hopeless(bounds[j], best):
+                steps = step_of(view)
+                finite = np.isfinite(steps)
+                np.maximum.at(stepped, layer[j] - radix[finite], steps[finite])
         for i, step in enumerate(radix):
             moves = nodes[layer, i] + 1 < lattice.levels[i] if upward else nodes[layer, i] > 0
             np.maximum.at(inherited, layer[moves] + (step if upward else -step), bounds[moves])

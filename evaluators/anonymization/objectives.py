@@ -2,11 +2,13 @@
 
 Each objective gives ``value`` (the node's score) and ``bound``: a lower bound on the score of
 the node *and of every successor*, which is what makes pruning sound. ``bound_below`` bounds
-every predecessor, and ``prior`` bounds every node before any is evaluated: the cell metrics
-without suppression are sums of one term per QID and level, so a whole grid of them costs d
-small sums. The bounds rest on one fact of full-domain generalization: a successor's classes
-are unions of the node's classes, so a published class stays at least as large and a record
-never leaves suppression for a class smaller than k (notes §7.5, §12.5; what else is monotone
+every predecessor, ``bound_step`` each predecessor one level lower in one QID (tighter: such a
+predecessor splits a class into at most as many parts as its value has children), and
+``prior`` bounds every node before any is evaluated: the cell metrics without suppression are
+sums of one term per QID and level, so a whole grid of them costs d small sums. The bounds
+rest on one fact of full-domain generalization: a successor's classes are unions of the
+node's classes, so a published class stays at least as large and a record never leaves
+suppression for a class smaller than k (notes §7.5, §12.5; what else is monotone
 is listed in ``lattice``).
 Suppressed records count as one class (ARX "including outliers") and as fully generalized
 cells for the cell-based metrics.
@@ -27,8 +29,9 @@ from evaluators.anonymization.rollup import ClassTable, Histogram
 @dataclass
 class NodeView:
     """What an objective sees of a node: its class table, which classes pass (``ok``), and
-    which classes fail at every predecessor too (``failing_below``); both are computed only
-    when an objective asks, so a bound that needs class sizes alone costs no privacy check."""
+    how many of each class's records are suppressed at every predecessor too (``below``); both
+    come from one privacy check, run only when an objective asks, so a bound that needs class
+    sizes alone costs no check."""
 
     histogram: Histogram
     table: ClassTable
@@ -41,14 +44,18 @@ class NodeView:
         return self.model.k
 
     @cached_property
+    def _check(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.model.check(self.table.counts, self.domain)
+
+    @property
     def ok(self) -> np.ndarray:
         """Which classes satisfy the privacy model."""
-        return self.model.class_ok(self.table.counts, self.domain)
+        return self._check[0]
 
-    @cached_property
-    def failing_below(self) -> np.ndarray:
-        """Which classes fail the model at every predecessor as well."""
-        return self.model.suppressed_below(self.table.counts)
+    @property
+    def below(self) -> np.ndarray:
+        """Per class, a lower bound on its records suppressed at every predecessor."""
+        return self._check[1]
 
     @cached_property
     def sizes(self) -> np.ndarray:
@@ -62,8 +69,8 @@ class NodeView:
 
     @cached_property
     def suppressed_below(self) -> int:
-        """Records suppressed at this node and at every predecessor."""
-        return int(self.sizes[self.failing_below].sum())
+        """A lower bound on the records suppressed at every predecessor."""
+        return int(self.below.sum())
 
 
 def discernibility(view: NodeView) -> float:
@@ -78,10 +85,27 @@ def _discernibility_bound(view: NodeView) -> float:
 
 
 def _discernibility_bound_below(view: NodeView) -> float:
-    # At a predecessor these records stay suppressed (cost N each); every other record costs at
-    # least k (its class is published with ≥ k records, or suppressed at cost N ≥ k).
+    # At a predecessor at least these records are suppressed (cost N each); every other record
+    # costs at least k (its class is published with ≥ k records, or suppressed at cost N ≥ k).
     n_sup = view.suppressed_below
     return float(view.histogram.records * n_sup + view.k * (view.histogram.records - n_sup))
+
+
+def _discernibility_bound_step(view: NodeView) -> np.ndarray:
+    # Per QID, a bound for the predecessor one level lower in it: a class of n records splits
+    # into at most F parts (F = children of its value in that QID), so its P = n − below
+    # published records cost at least max(k·P, P²/F) (Cauchy-Schwarz) and the rest N each.
+    hist, table = view.histogram, view.table
+    published = view.sizes - view.below
+    floor = view.k * published
+    square = (published * published).astype(float)
+    bounds = np.full(len(table.node), -np.inf)
+    for position, level in enumerate(table.node):
+        if level:
+            parts = hist.qid_codes[position].children[level][hist.codes(table, position)]
+            bounds[position] = float(np.maximum(floor, square / parts).sum())
+    bounds += hist.records * float(view.below.sum())
+    return bounds - 1e-9 * np.abs(bounds)  # float slack: a tie must not be pruned
 
 
 def avg_class_size(view: NodeView) -> float:
@@ -98,8 +122,9 @@ def _avg_class_size_bound(view: NodeView) -> float:
 
 
 def _avg_class_size_bound_below(view: NodeView) -> float:
-    # A predecessor splits each class; a class of n records yields at most n // k published ones.
-    most = int((view.sizes[~view.failing_below] // view.k).sum())
+    # A predecessor splits each class; the parts published hold at most n − below records of a
+    # class of n, so at most (n − below) // k of them.
+    most = int(((view.sizes - view.below) // view.k).sum())
     return view.histogram.records / (most + 1)
 
 
@@ -218,9 +243,12 @@ def non_uniform_entropy(view: NodeView) -> float:
 @dataclass(frozen=True)
 class Objective:
     """A named node score with lower bounds for all successors (``bound``), for all
-    predecessors (``bound_below``, None when no useful one is known) and for every node before
-    the search (``prior``: a grid indexed by node, None when none is known); ``direction`` is
-    the search order whose pruning works best for it."""
+    predecessors (``bound_below``, None when no useful one is known), for each predecessor one
+    level lower in QID i (``bound_step``: entry i, −inf at level 0; None when none is known)
+    and for every node before the search (``prior``: a grid indexed by node, None when none is
+    known; with one the search skips the corners' successor bounds, which it should dominate,
+    as the scores without suppression do); ``direction`` is the search order whose pruning
+    works best for it."""
 
     name: str
     value: Callable[[NodeView], float]
@@ -228,6 +256,7 @@ class Objective:
     bound_below: Callable[[NodeView], float] | None = None
     direction: str = "up"
     prior: Callable[[Histogram], np.ndarray] | None = None
+    bound_step: Callable[[NodeView], np.ndarray] | None = None
 
 
 def _suppressed_share(view: NodeView) -> float:
@@ -246,7 +275,8 @@ def _precision_bound(view):
 OBJECTIVES = {
     o.name: o
     for o in (
-        Objective("dm", discernibility, _discernibility_bound, _discernibility_bound_below, "down"),
+        Objective("dm", discernibility, _discernibility_bound, _discernibility_bound_below, "down",
+                  bound_step=_discernibility_bound_step),
         Objective("avg_class_size", avg_class_size, _avg_class_size_bound,
                   _avg_class_size_bound_below),
         # Top-down: the prior skips every node whose generalization alone costs too much, and

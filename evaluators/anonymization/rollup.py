@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import duckdb
 import numpy as np
@@ -54,6 +55,13 @@ class QidCodes:
     def levels(self) -> int:
         """Number of levels including level 0."""
         return len(self.labels)
+
+    @cached_property
+    def children(self) -> tuple[np.ndarray, ...]:
+        """``children[l]`` counts the level-(l−1) codes under each level-l code (l ≥ 1)."""
+        return (np.ones(len(self.labels[0]), dtype=np.int64),) + tuple(
+            np.bincount(up, minlength=len(self.labels[level + 1]))
+            for level, up in enumerate(self.up))
 
     def raise_codes(self, codes: np.ndarray, low: int, high: int) -> np.ndarray:
         """Map level-``low`` codes to level ``high``."""
@@ -173,21 +181,20 @@ def _group(node: tuple[int, ...], keys: np.ndarray, counts: np.ndarray, *,
 
     With ``runs`` the keys are a sorted table's keys with one bit field changed, which leaves
     long sorted runs that a stable sort (timsort) merges in near-linear time, several times
-    faster than hashing. Otherwise the keys are hashed and only the distinct keys are sorted.
+    faster than hashing. A wide count matrix (a sensitive attribute's values) is also summed in
+    key order: adding whole rows beats a bincount over every (class, value) cell. Otherwise the
+    keys are hashed and only the distinct keys are sorted.
     """
-    if runs:
-        order = np.argsort(keys, kind="stable")
+    if runs or counts.shape[1] > 1:
+        order = np.argsort(keys, kind="stable" if runs else "quicksort")
         ordered = keys[order]
         starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
         return ClassTable(node, ordered[starts], np.add.reduceat(counts[order], starts, axis=0))
     inverse, uniques = pd.factorize(keys)
-    width = counts.shape[1]
-    # One bincount over (class, sensitive value) cells instead of one per sensitive value.
-    cells = (inverse[:, None] * width + np.arange(width)).ravel()
-    summed = np.bincount(cells, weights=counts.ravel(), minlength=len(uniques) * width)
+    summed = np.bincount(inverse, weights=counts[:, 0], minlength=len(uniques))
     order = np.argsort(uniques)
     return ClassTable(node, np.asarray(uniques, dtype=np.int64)[order],
-                      summed.reshape(len(uniques), width)[order].astype(np.int64))
+                      summed[order, None].astype(np.int64))
 
 
 def _encode(con, relation, qid, hierarchy, frame, weights) -> tuple[QidCodes, np.ndarray]:
