@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
@@ -24,6 +23,7 @@ import duckdb
 from sqlglot import exp
 
 from dpsql.backends import columns_by_table
+from dpsql.backends.watchdog import WATCHDOG
 from dpsql.catalog import Catalog, ColumnSpec, TableSpec
 from dpsql.errors import BackendError, DataError, ProgrammingError, QueryTimeoutError
 from dpsql.versions import file_version
@@ -275,10 +275,8 @@ class DuckDBBackend:
         failure happened while reading rows and is a BackendError; a statement still running
         after ``timeout`` seconds is interrupted (QueryTimeoutError).
         """
-        timer = None
-        if timeout is not None:
-            timer = threading.Timer(timeout, self.connection.interrupt)
-            timer.start()
+        deadline = WATCHDOG.watch(timeout, self.connection.interrupt) \
+            if timeout is not None else None
         try:
             cursor = self.connection.execute(sql)
             rows = cursor.fetchall()
@@ -298,9 +296,8 @@ class DuckDBBackend:
         except duckdb.Error as err:
             raise BackendError(f"DuckDB failed to run the exact query: {err}") from err
         finally:
-            if timer is not None:
-                timer.cancel()
-                timer.join()  # so that no interrupt can reach the connection's next query
+            if deadline is not None:
+                WATCHDOG.cancel(deadline)  # no interrupt reaches the connection's next query
         return [d[0] for d in cursor.description], rows
 
     def tables(self) -> dict[str, list[str]]:
