@@ -13,6 +13,7 @@ about the people in it (analysts may share results), and each row also names its
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
@@ -41,6 +42,8 @@ CREATE INDEX IF NOT EXISTS releases_dataset ON releases (dataset, kind);
 CREATE INDEX IF NOT EXISTS releases_fingerprint ON releases (dataset, fingerprint);
 """
 _LOSSES = ("epsilon", "delta", "rho")  # the PrivacyLoss fields, stored as exact text
+# a server's ledgers read the same few loss texts thousands of times (Fraction is immutable)
+_fraction = functools.lru_cache(maxsize=4096)(Fraction)
 # Writers of one ledger file in one process queue here before taking SQLite's write lock:
 # SQLite's busy handler sleeps up to 100 ms between tries, which made the slowest of many
 # concurrent charges (a server's threads) wait far longer than the queue does.
@@ -106,9 +109,10 @@ class SqlLedger:
             rows = self._execute(sql + " ORDER BY id", args).fetchall()
         except self._errors as err:
             raise self._failed("read", err) from err
-        for row_id, *losses in rows:
-            total = total + PrivacyLoss(*map(Fraction, losses))
-            last = row_id
+        if rows:
+            columns = zip(*((_fraction(v) for v in losses) for _, *losses in rows))
+            total = total + PrivacyLoss(*(sum(column, Fraction(0)) for column in columns))
+            last = rows[-1][0]
         self._totals[key] = (last, total)
         return total
 

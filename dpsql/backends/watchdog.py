@@ -28,17 +28,20 @@ class Watchdog:
         self._due: dict[int, tuple[float, Callable[[], object]]] = {}
         self._tokens = itertools.count()
         self._thread: threading.Thread | None = None
+        self._wakes_at: float | None = None  # the deadline the thread sleeps until (None: all)
 
     def watch(self, seconds: float, interrupt: Callable[[], object]) -> int:
         """Call ``interrupt`` after ``seconds`` unless ``cancel`` comes first; a token."""
         with self._lock:
             token = next(self._tokens)
-            self._due[token] = (time.monotonic() + seconds, interrupt)
+            deadline = time.monotonic() + seconds
+            self._due[token] = (deadline, interrupt)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="dpsql-deadlines",
                                                 daemon=True)
                 self._thread.start()
-            self._changed.notify()
+            elif self._wakes_at is None or deadline < self._wakes_at:
+                self._changed.notify()  # (a later deadline than the one awaited needs no wake)
             return token
 
     def cancel(self, token: int) -> None:
@@ -52,8 +55,9 @@ class Watchdog:
                 now = time.monotonic()
                 for token in [t for t, (deadline, _) in self._due.items() if deadline <= now]:
                     self._due.pop(token)[1]()
-                nearest = min((deadline for deadline, _ in self._due.values()), default=None)
-                self._changed.wait(None if nearest is None else nearest - now)
+                self._wakes_at = min((deadline for deadline, _ in self._due.values()),
+                                     default=None)
+                self._changed.wait(None if self._wakes_at is None else self._wakes_at - now)
 
 
 WATCHDOG = Watchdog()
