@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import click
 
 from dpsql.server.auth import hash_password
+from dpsql.server.balance import Sessions
 from dpsql.server.config import ConfigError, ServerConfig, load_config
 
 
@@ -60,8 +61,9 @@ def _logging(config: ServerConfig) -> None:
     logger.propagate = False
 
 
-def _worker(config: ServerConfig, pg_sock, http_sock) -> None:
-    """One serving process: the service, the PostgreSQL front end and the HTTP API."""
+def _worker(config: ServerConfig, pg_sock, http_sock, balance=None) -> None:
+    """One serving process: the service, the PostgreSQL front end and the HTTP API.
+    ``balance``: the workers' shared session counts and this worker's index."""
     import uvicorn
 
     from dpsql.server.http import HttpApi
@@ -80,7 +82,7 @@ def _worker(config: ServerConfig, pg_sock, http_sock) -> None:
         if pg_sock is not None:
             pg = await PgServer(service, executor, tls,
                                 require_tls=tls is not None and config.tls_required,
-                                ).start(config.host, 0, sock=pg_sock)
+                                ).start(config.host, 0, sock=pg_sock, balance=balance)
         if http_sock is not None:
             http = uvicorn.Server(uvicorn.Config(
                 HttpApi(service, executor).app, log_level="warning", access_log=False,
@@ -135,12 +137,13 @@ def serve(config_path: str, workers: int | None) -> None:
         _worker(config, pg_sock, http_sock)
         return
     children = []
-    for _ in range(workers):
+    sessions = Sessions(workers)
+    for index in range(workers):
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
-                _worker(config, pg_sock, http_sock)
+                _worker(config, pg_sock, http_sock, (sessions, index))
             except BaseException:  # noqa: BLE001 - a child never returns into the parent
                 logging.getLogger("dpsql.server").exception("worker failed")
                 code = 1

@@ -26,6 +26,7 @@ import struct
 from dataclasses import dataclass, field
 
 from dpsql.server.auth import LoginLimiter, ScramExchange
+from dpsql.server.balance import Acceptor, Sessions
 from dpsql.server.service import Answer, Failure, Service, ServiceError
 
 log = logging.getLogger("dpsql.server")
@@ -605,8 +606,13 @@ class PgServer:
         """One client connection."""
         await Session(self, reader, writer).serve()
 
-    async def start(self, host: str, port: int, sock=None):
-        """Listen; returns the asyncio server."""
+    async def start(self, host: str, port: int, sock=None,
+                    balance: tuple[Sessions, int] | None = None):
+        """Listen; returns what ``close()`` stops. ``balance`` (the workers' shared session
+        counts and this worker's index) takes connections from a socket shared by workers
+        least busy first (``balance.py``)."""
+        if sock is not None and balance is not None:
+            return Acceptor(sock, self.handle, *balance, MAX_MESSAGE)
         if sock is not None:
             return await asyncio.start_server(self.handle, sock=sock, limit=MAX_MESSAGE)
         return await asyncio.start_server(self.handle, host, port, limit=MAX_MESSAGE)

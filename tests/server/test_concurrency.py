@@ -136,3 +136,33 @@ def test_server_refuses_a_share_above_the_total(tmp_path):
     config = write_config(tmp_path, analysts=["u0"], share=5.0, total=3.0)
     with pytest.raises(RuntimeError, match="larger than the dataset's total"):
         start_server(tmp_path, config)
+
+
+def test_connections_arriving_together_are_spread_over_the_workers(tmp_path):
+    """Eight analysts connecting at once, each asking one query at once: asyncio's own accept
+    loop handed most of them to the first worker to wake (1 and 7, 2 and 6 in the load test),
+    whose threads share one GIL; each worker now takes a connection only after a less busy
+    sibling had the chance (server/balance.py)."""
+    users = [f"v{i}" for i in range(8)]
+    server = start_server(tmp_path, write_config(tmp_path, analysts=users, workers=2))
+    ready = threading.Barrier(len(users))
+
+    def client(user: str) -> None:
+        with psycopg.connect(server.dsn(user), autocommit=True) as con:
+            ready.wait(30)
+            con.execute(f"SELECT COUNT(*) AS n FROM visits WHERE amount > {len(user)}")
+
+    try:
+        threads = [threading.Thread(target=client, args=(u,)) for u in users]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        server.stop()
+    served: dict[str, set] = {}
+    for line in server.log.read_text().splitlines():
+        if " query analyst=" in line:
+            pid = line.split(" pid=")[1].split()[0]
+            served.setdefault(pid, set()).add(line.split(" analyst=")[1].split()[0])
+    assert sorted(len(s) for s in served.values()) in ([4, 4], [3, 5]), served

@@ -1,0 +1,73 @@
+"""One listening socket shared by forked workers, each connection to the least busy worker.
+
+With asyncio's own accept loop the first worker to wake accepted every pending connection
+(up to its backlog): eight analysts connecting at once all landed on one process, whose
+engine threads share one GIL, while the other worker idled (about 200 queries/s with 8
+clients on 2 cores instead of about 245 when they are split). Here each worker counts its
+open sessions in memory shared with its siblings, and a worker serving more sessions than the
+least busy one waits ``DEFER`` per session of difference (at most ``LONGEST``) before it
+accepts, so the least busy worker takes the connection first; if it does not (it is busy
+starting a session, stuck, or gone), the busier one accepts after the wait, so no connection
+waits for long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import socket
+from collections.abc import Awaitable, Callable
+
+DEFER = 0.02  # seconds per session of difference
+LONGEST = 0.1  # the longest a worker lets a connection wait for a less busy sibling
+
+
+class Sessions:
+    """Open sessions per worker, in shared memory made before the workers are forked."""
+
+    def __init__(self, workers: int) -> None:
+        # each worker writes only its own slot, from its event loop: no lock needed
+        self.counts = multiprocessing.RawArray("i", workers)
+
+    def excess(self, worker: int) -> int:
+        """How many more sessions ``worker`` serves than the least busy worker."""
+        return self.counts[worker] - min(self.counts)
+
+
+class Acceptor:
+    """A worker's accept loop on the shared socket; ``close`` stops it and its sessions."""
+
+    def __init__(self, sock: socket.socket, handle: Callable[..., Awaitable[None]],
+                 sessions: Sessions, worker: int, limit: int) -> None:
+        self._task = asyncio.create_task(_accept(sock, handle, sessions, worker, limit))
+
+    def close(self) -> None:
+        """Stop accepting and end this worker's sessions."""
+        self._task.cancel()
+
+
+async def _accept(sock: socket.socket, handle: Callable[..., Awaitable[None]],
+                  sessions: Sessions, worker: int, limit: int) -> None:
+    loop = asyncio.get_running_loop()
+    running: set[asyncio.Task] = set()
+
+    async def session(connection: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(sock=connection, limit=limit)
+            await handle(reader, writer)
+        finally:
+            sessions.counts[worker] -= 1
+
+    try:
+        while True:
+            excess = sessions.excess(worker)
+            if excess > 0:
+                await asyncio.sleep(min(DEFER * excess, LONGEST))
+            connection, _ = await loop.sock_accept(sock)  # (retried when a sibling wins)
+            sessions.counts[worker] += 1
+            task = asyncio.create_task(session(connection))
+            running.add(task)
+            task.add_done_callback(running.discard)
+    finally:
+        for task in running:
+            task.cancel()
