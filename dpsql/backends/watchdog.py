@@ -54,7 +54,10 @@ class Watchdog:
             while True:
                 now = time.monotonic()
                 for token in [t for t, (deadline, _) in self._due.items() if deadline <= now]:
-                    self._due.pop(token)[1]()
+                    try:
+                        self._due.pop(token)[1]()
+                    except Exception:  # noqa: BLE001 - one failed interrupt must not end
+                        pass  # the thread that serves every later deadline
                 self._wakes_at = min((deadline for deadline, _ in self._due.values()),
                                      default=None)
                 self._changed.wait(None if self._wakes_at is None else self._wakes_at - now)

@@ -27,6 +27,17 @@ def test_overdue_interrupts_are_called_and_cancelled_ones_never():
     assert threading.active_count() == before  # one thread for all, not one per statement
 
 
+def test_a_failing_interrupt_does_not_stop_later_deadlines():
+    watchdog, fired = Watchdog(), threading.Event()
+
+    def broken():
+        raise RuntimeError("connection closed")
+
+    watchdog.watch(0, broken)
+    watchdog.watch(0.05, fired.set)
+    assert fired.wait(5)
+
+
 def test_an_interrupt_running_when_cancel_is_called_has_finished_when_it_returns():
     watchdog, running, done = Watchdog(), threading.Event(), []
 
