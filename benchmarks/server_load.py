@@ -57,20 +57,25 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+def _timed(con, seed: int, duration: float) -> list[float]:
+    """Per-query times of the workload on one embedded connection for ``duration`` s."""
+    times = []
+    end = time.monotonic() + duration
+    for sql in workload(seed):
+        start = time.perf_counter()
+        con.cursor().execute(sql).fetchall()
+        times.append(time.perf_counter() - start)
+        if time.monotonic() > end:
+            break
+    return times
+
+
 def embedded(metadata: Path, duration: float) -> list[float]:
     import dpsql
 
-    times = []
     with dpsql.connect(metadata=str(metadata), ledger=":memory:",
                        epsilon_per_query=EPSILON) as con:
-        end = time.monotonic() + duration
-        for sql in workload(0):
-            start = time.perf_counter()
-            con.cursor().execute(sql).fetchall()
-            times.append(time.perf_counter() - start)
-            if time.monotonic() > end:
-                break
-    return times
+        return _timed(con, 0, duration)
 
 
 def _embedded_analyst(metadata: str, duration: float, seed: int, barrier) -> list[float]:
@@ -80,15 +85,7 @@ def _embedded_analyst(metadata: str, duration: float, seed: int, barrier) -> lis
     with dpsql.connect(metadata=metadata, ledger=":memory:", epsilon_per_query=EPSILON) as con:
         con.cursor().execute(SHAPES[0].format(x=95 + seed / 1000)).fetchall()  # load the data
         barrier.wait(120)
-        times = []
-        end = time.monotonic() + duration
-        for sql in workload(1000 + seed):
-            start = time.perf_counter()
-            con.cursor().execute(sql).fetchall()
-            times.append(time.perf_counter() - start)
-            if time.monotonic() > end:
-                break
-    return times
+        return _timed(con, 1000 + seed, duration)
 
 
 def embedded_concurrently(metadata: Path, duration: float, count: int) -> list[list[float]]:

@@ -78,19 +78,23 @@ def _ledger_rows(state):
         return db.execute("SELECT analyst, epsilon FROM releases WHERE kind = 'dp'").fetchall()
 
 
-def test_two_workers_many_clients_never_overspend(tmp_path):
-    config = write_config(tmp_path, analysts=USERS, share=1.0, total=3.0, workers=2)
-    server = start_server(tmp_path, config)
+def _run_then_stop(server, threads: list[threading.Thread], timeout: float) -> None:
+    """Run the client threads to their end (or ``timeout`` each), then stop the server."""
     try:
-        answers, refusals = [], []
-        threads = [threading.Thread(target=_client, args=(server, u, answers, refusals))
-                   for u in USERS for _ in range(2)]
         for t in threads:
             t.start()
         for t in threads:
-            t.join(120)
+            t.join(timeout)
     finally:
         server.stop()
+
+
+def test_two_workers_many_clients_never_overspend(tmp_path):
+    config = write_config(tmp_path, analysts=USERS, share=1.0, total=3.0, workers=2)
+    server = start_server(tmp_path, config)
+    answers, refusals = [], []
+    _run_then_stop(server, [threading.Thread(target=_client, args=(server, u, answers, refusals))
+                            for u in USERS for _ in range(2)], 120)
     rows = _ledger_rows(tmp_path / "state")
     total = sum(Fraction(e) for _, e in rows)
     assert total <= 3
@@ -152,14 +156,7 @@ def test_connections_arriving_together_are_spread_over_the_workers(tmp_path):
             ready.wait(30)
             con.execute(f"SELECT COUNT(*) AS n FROM visits WHERE amount > {len(user)}")
 
-    try:
-        threads = [threading.Thread(target=client, args=(u,)) for u in users]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-    finally:
-        server.stop()
+    _run_then_stop(server, [threading.Thread(target=client, args=(u,)) for u in users], 60)
     served: dict[str, set] = {}
     for line in server.log.read_text().splitlines():
         if " query analyst=" in line:
