@@ -9,7 +9,9 @@ two rows, the tuning and the answer, that add up to it. Value bounds stay as dec
 Nothing is charged for a statement that would be refused: it is compiled and planned on the
 declared bounds at the remaining ε first (every refusal of the SQL, its parameters or its
 shape happens there), and the whole ε, with the statement's δ, must fit the budget before
-the tuning draws anything.
+the tuning draws anything. The tuning and the answer are two charges: if other releases use
+up the budget between them, the tuning stays charged (its quantiles were drawn from the
+data) and the answer is refused.
 """
 
 from __future__ import annotations

@@ -240,6 +240,7 @@ class Answer:
     error: dpsql.Error | None
     sets: list[list[tuple]]  # rows of each result set
     charged: bool
+    spent: Fraction = Fraction(0)  # what the cursor reports it spent
 
 
 def _execute(con: dpsql.Connection, seed: int, sql: str, script: bool, privacy: dict
@@ -260,9 +261,17 @@ def _execute(con: dpsql.Connection, seed: int, sql: str, script: bool, privacy: 
     except Exception as err:
         raise _fail(sql, f"{type(err).__name__} (not a dpsql.Error): {err}") from err
     sets = [cursor.fetchall()]
+    spent = cursor.epsilon_spent
     while cursor.nextset():
         sets.append(cursor.fetchall())
-    return Answer(None, sets, True)
+    return Answer(None, sets, True, spent)
+
+
+def execute_both(pair: Pair, sql: str, *, script: bool = False, **privacy) -> list[Answer]:
+    """``sql`` through the public path (``cursor.execute``, or ``executescript``) on D and
+    on D′, from the same seed."""
+    return [_execute(con, pair.seed, sql.replace(DATA, str(folder)), script, privacy)
+            for con, folder in pair.sides]
 
 
 def check_statement(pair: Pair, sql: str, *, script: bool = False, delta=None,
@@ -283,8 +292,7 @@ def check_statement(pair: Pair, sql: str, *, script: bool = False, delta=None,
     failed = False
     if not refusals:
         failed = _check_exact(planned[0], planned[1], pair, sql)
-    answers = [_execute(con, pair.seed, text, script, privacy)
-               for (con, _), text in zip(pair.sides, texts, strict=True)]
+    answers = execute_both(pair, sql, script=script, **privacy)
     errors = [a.error for a in answers]
     if (errors[0] is None) != (errors[1] is None):
         side, err = ("D", errors[0]) if errors[0] is not None else ("D′", errors[1])

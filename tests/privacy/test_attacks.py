@@ -30,6 +30,7 @@ from neighbours import (  # noqa: E402
     check_statement,
     every_neighbour,
     exact_cells,
+    execute_both,
     open_pair,
     plan_both,
     with_rows,
@@ -382,3 +383,38 @@ def test_bad_privacy_parameters_are_refused(pairs, options):
     with pytest.raises(dpsql.Error) as caught:
         con.cursor().execute("SELECT COUNT(*) FROM adult", **options)
     assert caught.value.epsilon_spent == 0 and con.budget_spent == spent
+
+
+def test_statements_that_tune_their_own_bounds_keep_the_contract(pairs):
+    """``execute(tune=)``: refused on D and D′ alike before anything is charged, or answered
+    on both at exactly the statement's ε. What it answers with is tune's DP proposal (its
+    quantiles' neighbour test is tests/test_tune.py) applied as declared bounds, whose shape
+    the capped pairs above check on neighbours."""
+    statements = [
+        "SELECT day, COUNT(*) AS n, SUM(amount) AS s FROM visits GROUP BY day",
+        "SELECT region_id, AVG(amount) AS a FROM visits WHERE amount > 10 GROUP BY region_id",
+        "SELECT COUNT(*) AS n FROM visits WHERE CASE WHEN uid = 42 THEN error('x') ELSE TRUE "
+        "END",
+        "SELECT day, COUNT(*) FROM visits GROUP BY 1",
+        "SELECT UPPER(day), COUNT(*) FROM visits GROUP BY UPPER(day)",
+        "SELECT v.day, COUNT(*) FROM visits v JOIN regions r ON v.region_id = r.region_id "
+        "GROUP BY v.day",
+        "SELECT age, COUNT(*) FROM adult GROUP BY age",
+        "SELECT COUNT(*) FROM read_csv('/etc/passwd')",
+        "SELECT uid, COUNT(*) FROM visits GROUP BY uid",
+        "SELECT item, COUNT(*) FROM purchases GROUP BY item",
+    ]
+    outcomes = set()
+    for sql in statements:
+        for pair in pairs:
+            answers = execute_both(pair, sql, epsilon=1, tune=0.1)
+            errors = [a.error for a in answers]
+            assert (errors[0] is None) == (errors[1] is None), (sql, errors)
+            if errors[0] is not None:
+                assert type(errors[0]) is type(errors[1]), (sql, errors)
+                assert not any(a.charged for a in answers), (sql, errors[0])
+                outcomes.add(errors[0].code)
+            else:
+                assert [a.spent for a in answers] == [1, 1], sql
+                outcomes.add("released")
+    assert "released" in outcomes and len(outcomes) >= 3, outcomes
