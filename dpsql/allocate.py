@@ -33,6 +33,7 @@ from fractions import Fraction
 from dpsql.catalog import Catalog
 from dpsql.plan import CheckedQuery, NoisePart
 from dpsql.rewrite import SPREAD_KINDS, as_gaussian, domain_size, measures, noise_parts, part_count
+from dpsql.share import Link, duplicates
 
 _QUANTUM = 2**40
 
@@ -64,12 +65,15 @@ def coefficients(checked: CheckedQuery, parts: list[NoisePart]) -> dict[str, dic
 
 
 def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction,
-             weights: dict[str, float] | None = None, *, gaussian: bool = False
-             ) -> list[list[Fraction]]:
+             weights: dict[str, float] | None = None, *, gaussian: bool = False,
+             shared: list[list[Link | None]] | None = None) -> list[list[Fraction]]:
     """ε of each measurement of each statement (``rewrite.measures`` order); with
     ``gaussian``, ``epsilon`` is the release's ρ and the shares are each measurement's ρ.
 
     ``weights`` maps output column names to their weight in the objective (default 1).
+    ``shared`` (``share.links``) names the measurements that show an earlier statement's:
+    such a measurement is split once, weighed by every output it feeds, and each statement
+    showing it gets its share (which only the first one spends).
 
     Example:
         >>> from dpsql.catalog import load_catalog
@@ -83,11 +87,18 @@ def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction
         (True, 2)
     """
     weights = {name.lower(): float(w) for name, w in (weights or {}).items()}
-    even = epsilon / sum(part_count(c) for c in statements)
+    shared = shared or [[None] * len(measures(c)) for c in statements]
+    distinct = sum(part_count(c) for c in statements) - duplicates(shared)
+    even = epsilon / distinct
     drafts = [noise_parts(c, catalog, [Fraction(1)] * len(measures(c)), domain_size(c))[0]
               for c in statements]
-    demand: dict[tuple[int, str], float] = {}
+
+    def drawn_at(index: int, j: int) -> Link:  # the statement that draws (and pays for) it
+        return shared[index][j] or (index, j)
+
+    demand: dict[Link, float] = {}
     for index, (checked, parts) in enumerate(zip(statements, drafts, strict=True)):
+        position = {p.column: j for j, p in enumerate(parts)}
         # the sensitivity the noise is scaled to: Δ₁ for Laplace, Δ₂ = Δ₁/sqrt(cells) for the
         # discrete Gaussian
         cells = {p.column: as_gaussian(p, checked, catalog, Fraction(1), domain_size(checked))
@@ -100,10 +111,10 @@ def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction
             if baseline == 0 or weight <= 0:
                 continue
             for column, c in terms.items():
-                key = (index, column)
+                key = drawn_at(index, position[column])
                 demand[key] = demand.get(key, 0.0) + weight * c * sensitivity[column] ** 2 \
                     / baseline
-    fixed = sum(part_count(c) for c in statements) - len(demand)
+    fixed = distinct - len(demand)
     free = epsilon - even * fixed
     power = 1 / 2 if gaussian else 1 / 3
     roots = {key: value ** power for key, value in demand.items() if value > 0}
@@ -113,8 +124,11 @@ def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction
     shares = []
     for index, parts in enumerate(drafts):
         mine = []
-        for part in parts:
-            root = roots.get((index, part.column))
+        for j, _ in enumerate(parts):
+            if shared[index][j] is not None:
+                mine.append(Fraction(0))  # its drawing statement's share, set below
+                continue
+            root = roots.get((index, j))
             if root is None:
                 mine.append(even)  # quantiles, and measurements no output weighs
                 continue
@@ -130,4 +144,8 @@ def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction
     index, column = max(((i, j) for i, mine in enumerate(shares) for j in range(len(mine))),
                         key=lambda ij: shares[ij[0]][ij[1]])
     shares[index][column] += rest
+    for index, mine in enumerate(shares):
+        for j, _ in enumerate(mine):
+            origin = drawn_at(index, j)
+            mine[j] = shares[origin[0]][origin[1]]
     return shares

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from dpsql import snapshot
+from dpsql import share, snapshot
 from dpsql.allocate import allocate
 from dpsql.backends import Backend
 from dpsql.budget import PrivacyLoss, exact, positive, probability, rho_from_epsilon_delta
@@ -134,35 +134,40 @@ class Engine:
                 private.append(compiled)
         if not private:
             return Planned(tuple(order), None, tuple(public))
+        # one salt for the release: statements that share a measurement bound rows alike
+        salt = self.rng.bits(62)
         if not sum(part_count(c) for c in private):
             # keys over public domains only: nothing is measured, nothing is spent
-            plans = tuple(rewrite(c, self.catalog, Fraction(1), salt=self.rng.bits(62),
-                                  **self._target()) for c in private)
+            plans = tuple(rewrite(c, self.catalog, Fraction(1), salt=salt, **self._target())
+                          for c in private)
             return Planned(tuple(order), ScriptPlan(statements=plans, loss=PrivacyLoss.zero(),
                                                     neighbouring=self.catalog.neighbouring),
                            tuple(public))
+        shared = share.links(private)
+        labels, shown = share.labels(shared), share.duplicates(shared)
         if gaussian:
             return Planned(tuple(order), self._gaussian_plan(
                 private, rho, epsilon, delta,
-                weights if weights is not None else _hinted_weights(statements)), tuple(public))
+                weights if weights is not None else _hinted_weights(statements), salt, shared),
+                tuple(public))
         target = accuracy if accuracy is not None else _hinted_accuracy(statements)
         if epsilon is None and target is None:
             target = self.accuracy
         targeted = epsilon is None and target is not None
         if targeted:
-            epsilon = self._epsilon_for_accuracy(private, _accuracy(target), delta)
+            epsilon = self._epsilon_for_accuracy(private, _accuracy(target), delta, shown)
         epsilon = self.epsilon_of(epsilon)
-        per_part = epsilon / sum(part_count(c) for c in private)
+        per_part = epsilon / (sum(part_count(c) for c in private) - shown)
         thresholded = sum(c.has_private_keys for c in private)
         per_statement_delta = delta / thresholded if thresholded else Fraction(0)
         # an accuracy target is met part by part at the even split it was computed for
         shares = [None] * len(private) if targeted else allocate(
             private, self.catalog, epsilon,
-            weights if weights is not None else _hinted_weights(statements))
-        plans = tuple(rewrite(c, self.catalog, per_part, salt=self.rng.bits(62),
-                              delta=per_statement_delta, bounding=self.bounding,
-                              epsilons=share, **self._target())
-                      for c, share in zip(private, shares, strict=True))
+            weights if weights is not None else _hinted_weights(statements), shared=shared)
+        plans = tuple(rewrite(c, self.catalog, per_part, salt=salt, delta=per_statement_delta,
+                              bounding=self.bounding, epsilons=mine, shared=label,
+                              **self._target())
+                      for c, mine, label in zip(private, shares, labels, strict=True))
         loss = PrivacyLoss(epsilon, delta if thresholded else Fraction(0))
         script_plan = ScriptPlan(statements=plans, loss=loss,
                                  neighbouring=self.catalog.neighbouring)
@@ -265,12 +270,12 @@ class Engine:
                 analyst=self.analyst, dataset=self.catalog.name, loss=planned.release.loss,
                 budget=budget, fingerprint=planned.release.fingerprint,
                 statement=";\n".join(p.checked.statement.sql for p in planned.release.statements))
-        results = []
+        results, shared_values = [], {}
         for kind, i in planned.order:
             if kind == "dp":
                 names, rows = exact[i]
                 results.append(release(planned.release.statements[i], names, rows, self.rng,
-                                       self.post, histograms[i]))
+                                       self.post, histograms[i], shared_values))
             else:
                 names, rows = public[i]
                 results.append(NoisyResult(columns=[ColumnInfo(n, "any") for n in names],
@@ -366,7 +371,8 @@ class Engine:
                 hint="use an ε of at most 1e12 (typical values are 0.01 to 10)")
         return value
 
-    def _gaussian_plan(self, private, rho, epsilon, delta, weights) -> ScriptPlan:
+    def _gaussian_plan(self, private, rho, epsilon, delta, weights, salt: int,
+                       shared) -> ScriptPlan:
         """zCDP: ρ (given, or converted from ε and δ) split over the noised parts to minimise
         the expected error, as ε is (``allocate.py``)."""
         if rho is not None:
@@ -379,15 +385,18 @@ class Engine:
                     "ε together with a δ > 0 to convert from",
                     hint="pass rho=0.01, or epsilon=1 and delta=1e-6")
             rho = rho_from_epsilon_delta(epsilon, delta)
-        shares = allocate(private, self.catalog, rho, weights, gaussian=True)
-        plans = tuple(rewrite(c, self.catalog, Fraction(0), salt=self.rng.bits(62),
-                              rhos=share, bounding=self.bounding, **self._target())
-                      for c, share in zip(private, shares, strict=True))
+        shares = allocate(private, self.catalog, rho, weights, gaussian=True, shared=shared)
+        plans = tuple(rewrite(c, self.catalog, Fraction(0), salt=salt, rhos=mine,
+                              bounding=self.bounding, shared=label, **self._target())
+                      for c, mine, label in zip(private, shares, share.labels(shared),
+                                                strict=True))
         return ScriptPlan(statements=plans, loss=PrivacyLoss(Fraction(0), rho=rho),
                           neighbouring=self.catalog.neighbouring)
 
-    def _epsilon_for_accuracy(self, private, target: float, delta: Fraction) -> Fraction:
-        """Smallest ε (rounded up to 3 significant digits) meeting a CI half-width target."""
+    def _epsilon_for_accuracy(self, private, target: float, delta: Fraction,
+                              shown: int) -> Fraction:
+        """Smallest ε (rounded up to 3 significant digits) meeting a CI half-width target;
+        ``shown`` measurements repeat another statement's and cost nothing."""
         fixed = [a.sql for c in private for a in c.aggregates
                  if a.kind not in ("count_star", "count", "count_distinct_unit", "sum")]
         if fixed or any(c.has_private_keys for c in private):
@@ -402,7 +411,7 @@ class Engine:
         parts = [p for plan in probe for p in plan.parts]
         needed = max(float(p.sensitivity) / largest_scale_for_half_width(target, float(p.grid))
                      if largest_scale_for_half_width(target, float(p.grid)) > 0 else math.inf
-                     for p in parts) * len(parts)
+                     for p in parts) * (len(parts) - shown)
         if not math.isfinite(needed):
             raise PrivacyParameterError(
                 f"no ε gives a 95% interval of ±{target:g}: answers are on a grid of "
@@ -553,6 +562,8 @@ def _explain_statement(plan: StatementPlan) -> dict:
             "mechanism": f"discrete_{part.mechanism}", "grid": float(part.grid),
             "ci95_half_width": half_width_units(part) * float(part.grid),
             **({"threshold": part.threshold} if part.threshold is not None else {}),
+            # one measurement several statements show: drawn and paid for by the first
+            **({"shared": part.shared, "paid": part.paid} if part.shared else {}),
         })
     scales = {p["scale"] for p in parts}
     setup = plan.exact_query.setup

@@ -117,6 +117,8 @@ class NoisePart:
     signed: bool = False  # a sum of values of both signs (its replace change can share a cell)
     value: str | None = None  # the source pass's value column it sums or counts
     feeds: tuple[str, ...] = ()  # the aggregates it serves (one measurement, several uses)
+    shared: str | None = None  # id of a measurement several statements of the release show
+    paid: bool = True  # False: an earlier statement draws this shared measurement and pays
 
     @property
     def sigma2_units(self) -> Fraction:
@@ -194,8 +196,9 @@ class StatementPlan:
 
     @property
     def sensitivity(self) -> Fraction:
-        """L1 sensitivity of the statement: the sum over its noised parts."""
-        return sum((p.sensitivity for p in self.parts), Fraction(0))
+        """L1 sensitivity the statement adds to its release: the sum over the noised parts it
+        draws (not those it shows from an earlier statement, ``share.py``)."""
+        return sum((p.sensitivity for p in self.parts if p.paid), Fraction(0))
 
 
 @dataclass(frozen=True, slots=True)

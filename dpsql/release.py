@@ -73,9 +73,13 @@ def load_results(text: str) -> list[NoisyResult]:
 
 
 def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: RandomSource,
-            post: PostProcessor, histograms: dict[str, list[tuple]] | None = None
-            ) -> NoisyResult:
-    """Add noise to the exact rows of one statement and apply its post-processing."""
+            post: PostProcessor, histograms: dict[str, list[tuple]] | None = None,
+            shared: dict[str, dict[tuple, object]] | None = None) -> NoisyResult:
+    """Add noise to the exact rows of one statement and apply its post-processing.
+
+    ``shared`` holds, per shared measurement (``share.py``), the noisy value of each group as
+    the release's first statement showing it drew it; later statements show those values.
+    """
     checked = plan.checked
     index = {name: i for i, name in enumerate(names)}
     missing = [p.column for p in plan.parts if p.column not in index and p.role != "quantile"]
@@ -90,8 +94,21 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
             noisy[part.column] = [drawn[i] for i in kept]  # the same draw is released
     frame: dict[str, list] = {k.name: [r[i] for r in rows] for i, k in enumerate(checked.keys)}
     parts = [p for p in plan.parts if p.role not in ("select", "quantile")]
-    noisy.update({p.column: _noisy([r[index[p.column]] for r in rows], p, rng)
-                  for p in parts if p.column not in noisy})
+    groups = [r[:len(checked.keys)] for r in rows]
+    shared = {} if shared is None else shared
+    for p in parts:
+        if p.column in noisy:
+            continue
+        if p.shared in shared:
+            try:
+                noisy[p.column] = [shared[p.shared][group] for group in groups]
+            except KeyError:
+                raise InternalError("statements sharing a measurement have different groups"
+                                    ) from None
+            continue
+        noisy[p.column] = _noisy([r[index[p.column]] for r in rows], p, rng)
+        if p.shared is not None:
+            shared[p.shared] = dict(zip(groups, noisy[p.column], strict=True))
     widths = {p.column: _half_width(p, CONFIDENCE) for p in parts}
     pair_widths = {p.column: _half_width(p, 1 - (1 - CONFIDENCE) / 2) for p in parts}
     for agg in checked.aggregates:
@@ -360,4 +377,4 @@ def _describe(out, plan: StatementPlan) -> ColumnInfo:
     mechanism = {"laplace": "discrete_laplace", "gaussian": "discrete_gaussian"}[
         parts[0].mechanism] if parts[0].role != "quantile" else "exponential"
     return ColumnInfo(out.name, out.type, mechanism, max(float(p.scale) for p in parts),
-                      float(sum(p.epsilon for p in parts)))
+                      float(sum(p.epsilon for p in parts if p.paid)))

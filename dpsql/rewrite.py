@@ -87,7 +87,8 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
             bounding: str = "per_query", dialect_name: str = "duckdb",
             sources: dict[str, str] | None = None,
             epsilons: list[Fraction] | None = None,
-            rhos: list[Fraction] | None = None) -> StatementPlan:
+            rhos: list[Fraction] | None = None,
+            shared: list[tuple[str, bool] | None] | None = None) -> StatementPlan:
     """Build the exact bounded query and one NoisePart per measurement (``measures``).
 
     ``epsilons`` gives each measurement its own ε (the engine's allocation); without it every
@@ -106,6 +107,8 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
 
     With ``rhos`` (each measurement's ρ) the parts get discrete Gaussian noise for ρ-zCDP
     instead (and the exponential mechanism of a quantile the ε = sqrt(2ρ) that is ρ-zCDP).
+    ``shared`` labels the measurements other statements of the release show too
+    (``share.labels``); one this statement does not pay for is left out of its loss.
     With ``bounding="snapshot"`` a statement that can reads a bounded snapshot (``snapshot.py``),
     created by the query's setup if absent, instead of bounding each person's rows itself.
     The SQL is rendered for ``dialect_name``; ``sources`` maps catalogued tables to the names
@@ -125,6 +128,9 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
     if epsilons is None:
         epsilons = [epsilon_per_part] * len(measures(checked))
     parts, values = noise_parts(checked, catalog, list(epsilons), cells)
+    if shared is not None:
+        parts = [part if label is None else replace(part, shared=label[0], paid=label[1])
+                 for part, label in zip(parts, shared, strict=True)]
     if checked.has_private_keys:
         parts = _with_selection(parts, checked, catalog, epsilon_per_part, delta)
     if rhos is not None:
@@ -139,9 +145,10 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
     histograms = tuple((p.column, ExactQuery(_histogram_sql(checked, p, salt, source, d),
                                              setup=setup, dialect=dialect_name))
                        for p in parts if p.role == "quantile")
-    loss = PrivacyLoss(sum((p.epsilon for p in parts), Fraction(0)),
-                       delta if checked.has_private_keys else 0) \
-        if rhos is None else PrivacyLoss(Fraction(0), rho=sum(rhos, Fraction(0)))
+    loss = PrivacyLoss(sum((p.epsilon for p in parts if p.paid), Fraction(0)),
+                       delta if checked.has_private_keys else 0) if rhos is None else \
+        PrivacyLoss(Fraction(0), rho=sum((r for r, p in zip(rhos, parts, strict=True) if p.paid),
+                                         Fraction(0)))
     return StatementPlan(checked=checked, exact_query=exact_query, parts=tuple(parts),
                          loss=loss, histograms=histograms)
 

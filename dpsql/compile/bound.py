@@ -3,8 +3,9 @@ per (person, group), at most R rows per person, each chosen by a keyed hash.
 
 Used where rows themselves must be kept (quantile histograms, bounded snapshots); sums and
 counts are bounded on per-person pre-aggregates instead (``compile/per_person.py``). The hash is
-keyed with a fresh secret salt per query or snapshot, so which rows are kept is uniform and
-depends on the person's own rows only, never on insertion order. A person's groups are ranked
+keyed with a fresh secret salt per release (a query, or a script's statements together) or
+snapshot, so which rows are kept is uniform and depends on the person's own rows only, never
+on insertion order. A person's groups are ranked
 as distinct (person, group) pairs, so exactly min(L0, their groups) are kept even when two
 groups' hashes tie; ROW_NUMBER keeps exactly L∞ rows whatever the ties. ``ranked`` numbers
 rows within a partition, by a window or, on DuckDB, by one global sort that can spill.

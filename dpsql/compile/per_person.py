@@ -2,7 +2,7 @@
 
 A person's rows are first aggregated per group; each partial is capped at L∞ rows (a sum is
 scaled by L∞/count, so it keeps its mean), at most L0 of the person's groups are kept, those
-with the smallest keyed hash (a fresh secret salt per query, so the choice is uniform and
+with the smallest keyed hash (a fresh secret salt per release, so the choice is uniform and
 depends on the person's own rows only), and with R (``max_rows_per_unit``) a person whose
 kept rows exceed R has every partial scaled by R/T. The kept partials are then summed per
 group into ``__exact``.

@@ -395,6 +395,7 @@ def _check_exact(plan_d, plan_d_prime, pair: Pair, sql: str) -> bool:
         raise _fail(sql, "judged public on one database only")
     if plan_d.release is None:
         return False
+    drawn: dict[str, list] = {}  # shared measurement -> its exact cells on D and D′
     for statement, twin in zip(plan_d.release.statements, plan_d_prime.release.statements,
                                strict=True):
         outcomes = []
@@ -413,7 +414,22 @@ def _check_exact(plan_d, plan_d_prime, pair: Pair, sql: str) -> bool:
         if failures:
             return True
         check_parts(statement, outcomes[0], outcomes[1], sql)
+        check_shared(statement, [o[0] for o in outcomes], drawn, sql)
     return False
+
+
+def check_shared(statement, cells: list[dict], drawn: dict[str, list], sql: str) -> None:
+    """A measurement that a statement shows from an earlier one (``share.py``) has that
+    statement's exact values, on D and on D′: the same quantity, bounded alike."""
+    for part in statement.parts:
+        if part.shared is None:
+            continue
+        mine = [side[part.column] for side in cells]
+        if part.paid:
+            drawn[part.shared] = mine
+        elif mine != drawn[part.shared]:
+            raise _fail(sql, f"part {part.column} shows the shared measurement {part.shared} "
+                        "but its exact values differ from the statement that draws it")
 
 
 def check_parts(statement, on_d: tuple[dict, dict], on_d_prime: tuple[dict, dict],

@@ -1,0 +1,152 @@
+"""One noisy measurement per distinct quantity across the statements of a script (share.py)."""
+
+from __future__ import annotations
+
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+import dpsql
+from dpsql.catalog import load_catalog
+from dpsql.compile import compile_statement
+from dpsql.parse import parse_script
+from dpsql.share import links
+
+sys.path.insert(0, str(Path(__file__).parent / "fuzz"))  # the neighbour harness
+from neighbours import VARIANTS, check_statement, every_neighbour  # noqa: E402
+
+
+def _links(con, sql: str):
+    """The links of the statements as the engine compiles them (with their DP clauses)."""
+    plan = con._engine.plan(sql, script=True, epsilon=1).release
+    return links([s.checked for s in plan.statements])
+
+
+def _paid(con, sql: str, **privacy) -> list[list[tuple[str, bool]]]:
+    plan = con._engine.plan(sql, script=True, **privacy).release
+    return [[(p.role, p.paid) for p in s.parts] for s in plan.statements]
+
+
+@pytest.mark.parametrize("second,shared", [
+    ("SELECT day, AVG(amount) FROM visits GROUP BY day", [None, (0, 0)]),
+    ("SELECT day, COUNT(amount), SUM(amount) FROM visits GROUP BY day", [(0, 0), None]),
+    # the same count, but other rows, other cells or other bounds: measured again
+    ("SELECT day, AVG(amount) FROM visits WHERE amount > 5 GROUP BY day", [None, None]),
+    ("SELECT region_id, AVG(amount) FROM visits GROUP BY region_id", [None, None]),
+    ("SELECT day, AVG(amount) FROM visits GROUP BY day, region_id", [None, None]),
+    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(max_groups_contributed=2) day, AVG(amount) "
+     "FROM visits GROUP BY day", [None, None]),
+    ("SELECT day, AVG(LEAST(amount, 50)) FROM visits GROUP BY day", [None, None]),
+    # a VAR's sums sit on the statement's own grid; its count is the same count
+    ("SELECT day, VAR_SAMP(amount) FROM visits GROUP BY day", [None, (0, 0), None]),
+])
+def test_the_same_quantity_read_the_same_way_is_one_measurement(connect, second, shared):
+    con = connect()
+    first = "SELECT day, COUNT(amount) AS n FROM visits GROUP BY day"
+    assert _links(con, f"{first}; {second}") == [[None], shared]
+
+
+def test_counts_of_every_row_are_shared_and_private_keys_never(connect):
+    con = connect()
+    assert _links(con, "SELECT COUNT(*) FROM adult; SELECT COUNT(COALESCE(age, 0)) "
+                       "FROM adult") == [[None], [(0, 0)]]
+    assert _links(con, "SELECT sex, COUNT(*) FROM adult GROUP BY sex; "
+                       "SELECT sex, COUNT(*) FROM adult GROUP BY sex") == [[None], [(0, 0)]]
+    # keys without a public domain: each statement draws its own selection of keys
+    catalog = load_catalog({"tables": {"t": {"privacy_unit": None, "columns": {
+        "k": {"type": "text"}}}}})
+    sql = "SELECT k, COUNT(*) FROM t GROUP BY k; SELECT k, COUNT(*) FROM t GROUP BY k"
+    checked = [compile_statement(s, catalog, private_keys=True) for s in parse_script(sql)]
+    assert all(c.has_private_keys for c in checked)
+    assert links(checked) == [[None], [None]]
+
+
+def test_a_script_is_split_as_the_one_statement_that_asks_it_all(connect):
+    """COUNT and AVG of one input in two statements, or in one: the same two measurements
+    at the same ε each, and the script spends exactly its ε."""
+    con = connect()
+    one = con.explain("SELECT day, COUNT(amount) AS n, AVG(amount) AS a FROM visits "
+                      "GROUP BY day", epsilon=1)["statements"][0]["aggregates"]
+    two = con.explain("SELECT day, COUNT(amount) AS n FROM visits GROUP BY day; "
+                      "SELECT day, AVG(amount) AS a FROM visits GROUP BY day", epsilon=1)
+    first, second = (s["aggregates"] for s in two["statements"])
+    by_role = {p["part"]: p["epsilon"] for p in one}
+    assert first[0]["epsilon"] == pytest.approx(by_role["count"], rel=1e-9)
+    assert {p["part"]: p["epsilon"] for p in second} == pytest.approx(by_role, rel=1e-9)
+    # the count is drawn (and paid) by the first statement, shown by the second
+    assert [p.get("paid") for p in first + second] == [True, None, False]
+    assert first[0]["shared"] == second[1]["shared"]
+    assert [s["epsilon"] for s in two["statements"]] == pytest.approx(
+        [by_role["count"], by_role["sum"]])
+    assert two["epsilon"] == 1
+    assert two["total_sensitivity"] == sum(p["sensitivity"] for p in one)
+
+
+def test_the_later_statement_shows_the_drawn_values_and_pays_nothing_for_them(connect):
+    con = connect(seed=3)
+    cursor = con.cursor().executescript(
+        "SELECT day, COUNT(amount) AS n FROM visits GROUP BY day ORDER BY day; "
+        "SELECT day, COUNT(amount) AS n, AVG(amount) AS a FROM visits GROUP BY day "
+        "ORDER BY day", epsilon=1)
+    counts = cursor.fetchall()
+    assert cursor.nextset()
+    shown = cursor.fetchall()
+    assert [(day, n) for day, n, _ in shown] == counts
+    assert float(cursor.epsilon_spent) == 1
+    assert float(con.budget_spent.epsilon) == 1
+
+
+def test_shared_parts_add_up_the_same_rows_at_user_level(connect):
+    """visits keeps L0 = 3 of a person's 7 days by a salted hash: the statements of one
+    release use one salt, so a shared count has the drawing statement's exact values."""
+    con = connect()
+    sql = ("SELECT day, COUNT(amount) AS n FROM visits GROUP BY day; "
+           "SELECT day, SUM(amount) AS s, AVG(amount) AS a FROM visits GROUP BY day")
+    plans = con._engine.plan(sql, script=True, epsilon=1).release.statements
+    exact = []
+    for plan in plans:
+        names, rows = con._engine._run_exact(plan.exact_query)
+        part = next(p for p in plan.parts if p.role == "count")
+        exact.append(sorted((row[0], row[names.index(part.column)]) for row in rows))
+    assert exact[0] == exact[1]
+    assert _paid(con, sql, epsilon=1) == [[("count", True)], [("sum", True), ("count", False)]]
+
+
+def test_the_gaussian_mechanism_shares_measurements_too(tmp_path, data_dir):
+    from conftest import catalogue
+
+    meta = catalogue(data_dir)
+    meta["mechanism"] = "gaussian"
+    con = dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=1)
+    sql = ("SELECT day, COUNT(amount) AS n FROM visits GROUP BY day; "
+           "SELECT day, AVG(amount) AS a FROM visits GROUP BY day")
+    plan = con._engine.plan(sql, script=True, rho=Fraction(1, 10)).release
+    assert [[p.paid for p in s.parts] for s in plan.statements] == [[True], [True, False]]
+    assert sum(s.loss.rho for s in plan.statements) == Fraction(1, 10)
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    """One (D, D′) pair per adversarial person."""
+    yield from every_neighbour(tmp_path_factory.mktemp("shared"))
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT day, COUNT(*) AS n FROM visits GROUP BY day; "
+    "SELECT day, COUNT(*) AS n, SUM(amount) AS s FROM visits GROUP BY day",
+    "SELECT COUNT(amount) AS n FROM visits; SELECT AVG(amount) AS a FROM visits",
+    "SELECT item, COUNT(price) AS n FROM purchases GROUP BY item; "
+    "SELECT item, AVG(price) AS a, COUNT(price) AS n FROM purchases GROUP BY item "
+    "HAVING COUNT(price) > 2",
+    "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex; "
+    "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex; "
+    "SELECT sex, AVG(hours) AS h FROM adult GROUP BY sex",
+])
+@pytest.mark.parametrize("variant", range(VARIANTS))
+def test_shared_measurements_keep_the_neighbour_contract(pairs, sql, variant):
+    """On D and D′ = D plus an adversarial person: answered on both, every part within its
+    sensitivity, and every shown part equal to the part it shows (neighbours.check_shared)."""
+    assert check_statement(pairs[variant], sql, script=True) == "released"
