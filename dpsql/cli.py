@@ -325,9 +325,12 @@ def explain(script, metadata, db, analyst, ledger, epsilon, delta, dialect, boun
         click.echo(f"   sensitivity {statement['sensitivity']}, ε {statement['epsilon']:g}, "
                    f"{statement['groups']} group(s)")
         for part in statement["aggregates"]:
+            shown = "" if part.get("paid", True) else f"  (shown from {part['shared']}: no ε)"
+            error = f"95% error ±{part['ci95_half_width']:.4g}" if part["part"] != "quantile" \
+                else f"95% rank error ±{part['rank_error_95']:.4g} rows"
             click.echo(f"   {part['aggregate']:<28} {part['part']:<8} Δ={part['sensitivity']:<10g}"
                        f" ε={part['epsilon']:<8.4g} scale={part['scale']:<10.4g}"
-                       f" 95% error ±{part['ci95_half_width']:.4g}")
+                       f" {error}{shown}")
         if "snapshot" in statement:
             click.echo("   reads a bounded snapshot (persons bounded once, before WHERE), "
                        "made if absent by:")

@@ -44,6 +44,20 @@ def test_explain_json_contract(data_dir):
     assert all(s["scale"] == 4.0 for s in plan["statements"])
 
 
+def test_explain_text_shows_shared_parts_and_quantiles(data_dir):
+    script = data_dir / "s.sql"
+    script.write_text("SELECT day, COUNT(amount) AS n FROM visits GROUP BY day;\n"
+                      "SELECT day, AVG(amount) AS a, MEDIAN(amount) AS m FROM visits "
+                      "GROUP BY day;")
+    out = _dpsql("explain", script, "-m", _meta(data_dir), "-e", "1")
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if "AMOUNT)" in line.upper()
+             and "Δ=" in line]
+    assert len(lines) == 4
+    assert "(shown from statement 1, p0: no ε)" in lines[2]
+    assert "95% rank error ±" in lines[3] and "rows" in lines[3]
+
+
 def test_bounding_snapshot_on_the_command_line(tmp_path):
     args = ["queries/visits_by_day.sql", "--metadata", "data/visits.yaml", "--epsilon", "1",
             "--ledger", tmp_path / "l.sqlite", "--bounding", "snapshot"]
