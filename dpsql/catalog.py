@@ -35,13 +35,15 @@ _SIZE = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECA
 
 @dataclass(frozen=True, slots=True)
 class ColumnSpec:
-    """One declared column: its type, optional [lower, upper] bounds and public domain."""
+    """One declared column: its type, optional [lower, upper] bounds and public domain, and
+    the value its NULLs are read as (``missing_value``; None: NULLs stay NULL)."""
 
     name: str
     type: str
     lower: float | None = None
     upper: float | None = None
     values: tuple | None = None
+    missing_value: Any = None
 
     @property
     def is_bounded(self) -> bool:
@@ -293,6 +295,12 @@ def _table(name: str, raw: Any, base: Path) -> TableSpec:
         unit = str(unit)
         if unit.lower() not in {c.lower() for c in columns}:
             columns[unit] = ColumnSpec(unit, "text")
+        if any(c.missing_value is not None for n, c in columns.items()
+               if n.lower() == unit.lower()):
+            # every row without a person would become the rows of one made-up person
+            raise CatalogError(f"table {name!r}: the privacy unit {unit!r} cannot have a "
+                               "missing_value", hint="remove missing_value: rows without a "
+                               "person are left out of every answer")
     row_privacy = not public and unit is None
     l0 = _positive_int(name, "max_groups_per_unit", raw.get("max_groups_per_unit", 1))
     linf = _positive_int(name, "max_rows_per_group", raw.get("max_rows_per_group", 1))
@@ -359,10 +367,10 @@ def _column(table: str, name: str, raw: Any) -> ColumnSpec:
         raw = {"type": raw}
     if not isinstance(raw, dict):
         raise CatalogError(f"{where}: expected a mapping such as {{type: int, lower: 0, upper: 9}}")
-    unknown = set(raw) - {"type", "lower", "upper", "values", "description"}
+    unknown = set(raw) - {"type", "lower", "upper", "values", "missing_value", "description"}
     if unknown:
         raise CatalogError(f"{where}: unknown key(s) {sorted(unknown)}",
-                           hint="column keys are type, lower, upper and values")
+                           hint="column keys are type, lower, upper, values and missing_value")
     col_type = raw.get("type", "text")
     if col_type not in COLUMN_TYPES:
         raise CatalogError(f"{where}: type must be one of {COLUMN_TYPES}, got {col_type!r}")
@@ -394,7 +402,38 @@ def _column(table: str, name: str, raw: Any) -> ColumnSpec:
         if len(set(map(repr, values))) != len(values):
             raise CatalogError(f"{where}: values has duplicates")
         values = tuple(values)
-    return ColumnSpec(name=name, type=col_type, lower=lower, upper=upper, values=values)
+    missing = raw.get("missing_value")
+    if missing is not None:
+        missing = _missing_value(where, missing, col_type, lower, upper, values)
+    return ColumnSpec(name=name, type=col_type, lower=lower, upper=upper, values=values,
+                      missing_value=missing)
+
+
+_EXAMPLES = {"int": "0", "float": "0.0", "text": "'unknown'", "bool": "false"}
+
+
+def _missing_value(where: str, value: Any, kind: str, lower, upper, values) -> Any:
+    """The value a column's NULLs are read as, checked against its type, bounds and domain:
+    a person's missing value then counts like any declared value, never beyond them."""
+    if kind in TEMPORAL:
+        value = _temporal_bound(where, "missing_value", value, kind)
+        number = temporal_number(value, kind)
+        inside = lower is None or \
+            temporal_number(lower, kind) <= number <= temporal_number(upper, kind)
+    else:
+        expected = {"int": int, "float": (int, float), "text": str, "bool": bool}[kind]
+        if isinstance(value, bool) != (kind == "bool") or not isinstance(value, expected) or \
+                (kind == "float" and not math.isfinite(value)):
+            raise CatalogError(f"{where}: missing_value must be a {kind} value, got {value!r}",
+                               hint=f"write a {kind} such as {_EXAMPLES[kind]}")
+        inside = lower is None or lower <= value <= upper
+    if not inside:
+        raise CatalogError(f"{where}: missing_value {value!r} is outside [{lower}, {upper}]",
+                           hint="choose a missing_value within the column's bounds")
+    if values is not None and value not in values:
+        raise CatalogError(f"{where}: missing_value {value!r} is not one of the column's values",
+                           hint="choose one of the declared values (or add it to values)")
+    return value
 
 
 def _temporal_bound(where: str, label: str, bound: Any, kind: str) -> str:

@@ -60,8 +60,8 @@ def from_smartnoise(source: str | os.PathLike | dict) -> dict:
     Not carried over, each with a warning: public domains (SmartNoise has none, so a text
     column needs ``values`` added by the owner before GROUP BY on it works, and
     ``censor_dims: false`` does not make keys public), a privacy budget, ``sensitivity``
-    overrides (dpsql derives sensitivity from the bounds), ``missing_value``,
-    ``clamp_counts``, ``use_dpsu`` and ``rows_exact``. ``clamp_columns: false`` and
+    overrides (dpsql derives sensitivity from the bounds), ``missing_value`` of the privacy
+    unit, ``clamp_counts``, ``use_dpsu`` and ``rows_exact``. ``clamp_columns: false`` and
     ``sample_max_ids: false`` are ignored because dpsql always clamps and bounds.
 
     Raises:
@@ -236,9 +236,12 @@ def _column(qualified: str, name: str, raw: Any, *, public: bool) -> tuple[dict,
         _warn(f"{where}: sensitivity {raw['sensitivity']!r} is not carried over; dpsql derives "
               "the sensitivity from lower/upper" + ("" if has_lower else
                                                     ", so declare them"))
-    if raw.get("missing_value") is not None:
-        _warn(f"{where}: missing_value is not carried over; replace NULLs in the query with "
-              f"COALESCE({name}, {raw['missing_value']!r})")
+    missing = raw.get("missing_value")
+    if missing is not None and is_unit:
+        _warn(f"{where}: missing_value is not carried over: rows without a person are left "
+              "out of every answer")
+    elif missing is not None:  # SmartNoise reads NULL as it; dpsql checks it on load
+        column["missing_value"] = cast(missing) if has_lower else missing
     return column, is_unit
 
 

@@ -101,8 +101,8 @@ def join_tables(folder: Path, **purchase_columns) -> dict:
             "privacy_unit": "uid", "max_groups_per_unit": 2, "max_rows_per_group": 1,
             "source": str(folder / "purchases.csv"),
             "columns": {"uid": "int", "item": {"type": "text", "values": ["a", "b", "c"]},
-                        **purchase_columns,
-                        "price": {"type": "float", "lower": 0, "upper": 50}}},
+                        "price": {"type": "float", "lower": 0, "upper": 50},
+                        **purchase_columns}},
     }
 
 

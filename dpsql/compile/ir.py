@@ -85,10 +85,12 @@ class ColumnInfo:
 
 @dataclass(frozen=True, slots=True)
 class Scan:
-    """Every declared column of a catalogued table, renamed to internal names."""
+    """Every declared column of a catalogued table, renamed to internal names; a column
+    with a ``missing_value`` reads its NULLs as that value."""
 
     table: str
     columns: tuple[tuple[str, str, str], ...]  # (internal name, declared name, type)
+    missing: tuple[tuple[str, Any], ...] = ()  # (internal name, value NULL is read as)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ import re
 from fractions import Fraction
 
 from dpsql.compile import ops
-from dpsql.compile.ir import INT64, Expr, Filter, Join, Number, Project, Scan
+from dpsql.compile.ir import INT64, Expr, Filter, Join, Number, Project, Scan, literal
 from dpsql.errors import InternalError, UnsupportedSQLError
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "=", "ne": "<>", "lt": "<", "le": "<=",
@@ -287,8 +287,11 @@ class Dialect:
         ``sources`` maps catalogued tables to the names the backend reads them by.
         """
         if isinstance(node, Scan):
-            columns = ", ".join(f"{self.quote(declared)} AS {internal}"
-                                for internal, declared, _ in node.columns)
+            missing = dict(node.missing)
+            columns = ", ".join(
+                f"COALESCE({self.quote(declared)}, {self.expr(literal(missing[internal], kind))})"
+                f" AS {internal}" if internal in missing else f"{self.quote(declared)} AS {internal}"
+                for internal, declared, kind in node.columns)
             return f"(SELECT {columns} FROM {sources.get(node.table, self.quote(node.table))})"
         if isinstance(node, Number):
             return (f"(SELECT *, {self.row_number()} AS {node.name} FROM "

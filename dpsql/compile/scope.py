@@ -215,18 +215,21 @@ class Resolver:
             raise UnknownTableError(f"{what} {written!r}", sql=self.sql,
                                     hint=f"tables in the metadata: {known}")
         alias = node.alias_or_name.lower()
-        scanned, columns, names = [], {}, {}
+        scanned, missing, columns, names = [], [], {}, {}
         unit = None
         for name, col in spec.columns.items():
             internal = self.names()
             scanned.append((internal, name, col.type))
+            if col.missing_value is not None:
+                missing.append((internal, col.missing_value))
             columns[internal] = declared(internal, col)
             if spec.public:
                 columns[internal] = replace(columns[internal], origin=(spec.name, name))
             names[(alias, name.lower())] = internal
             if name == spec.privacy_unit:
                 unit = internal
-        return Relation(node=Scan(spec.name, tuple(scanned)), columns=columns, names=names,
+        return Relation(node=Scan(spec.name, tuple(scanned), tuple(missing)), columns=columns,
+                        names=names,
                         unit=unit, public=spec.public, l0=spec.max_groups_per_unit,
                         linf=spec.max_rows_per_group, total=spec.max_rows_per_unit,
                         unit_columns={unit} if unit else set())
@@ -419,7 +422,8 @@ def predicate(node: exp.Expression, scope: Scope) -> Expr:
 
 
 def declared(name: str, spec: ColumnSpec) -> ColumnInfo:
-    """What the metadata declares about a column: type, bounds and public domain."""
+    """What the metadata declares about a column: type, bounds, public domain, and whether it
+    can be NULL (not when its NULLs are read as a ``missing_value``)."""
     interval = None
     if spec.is_bounded and spec.type in TEMPORAL:
         interval = Interval(Fraction(temporal_number(spec.lower, spec.type)),
@@ -442,4 +446,5 @@ def declared(name: str, spec: ColumnSpec) -> ColumnInfo:
         source = "bounds in the metadata"
     if spec.type == "bool":
         interval = Interval(exact_bound(0), exact_bound(1), True)
-    return ColumnInfo(name, spec.type, interval, domain, True, spec.name, source)
+    return ColumnInfo(name, spec.type, interval, domain, spec.missing_value is None, spec.name,
+                      source)

@@ -113,15 +113,17 @@ def with_rows(tables: dict[str, pd.DataFrame], extra: dict[str, pd.DataFrame]
 
 
 def metadata(folder: Path, *, neighbouring: str = "add_remove", mechanism: str = "laplace",
-             visits: dict | None = None, **purchase_columns) -> dict:
+             visits: dict | None = None, adult: dict | None = None,
+             **purchase_columns) -> dict:
     """The test catalogue over ``folder``: adult, visits, public regions, private purchases.
 
     purchases.shop is text without public values (a private group key); NULL is spelled NULL
     in the CSV files, so an empty string stays a value. ``visits`` overrides keys of the
-    visits table (its bounds).
+    visits table (its bounds), ``adult`` columns of the adult table.
     """
     meta = catalogue(folder, neighbouring, budget=1e15)
     meta["tables"]["visits"].update(visits or {})
+    meta["tables"]["adult"]["columns"].update(adult or {})
     meta["budget"]["delta"] = 0.5
     meta["mechanism"] = mechanism
     meta["tables"].update(join_tables(folder, shop={"type": "text"}, **purchase_columns))

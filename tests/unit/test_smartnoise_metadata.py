@@ -87,9 +87,16 @@ def test_what_cannot_be_carried_over_is_warned(smartnoise_file):
     assert "censor_dims: false" in text
     assert "clamp_counts" in text
     assert "sensitivity 500000" in text
-    assert "missing_value" in text and "COALESCE(married, False)" in text
+    assert "missing_value" not in text  # carried over (test_missing_values_are_carried_over)
     assert "no privacy budget" in text
     assert not any("'pid'" in m for m in messages)  # the unit is not a GROUP BY candidate
+
+
+def test_missing_values_are_carried_over(smartnoise_file):
+    metadata, _ = _convert(smartnoise_file)
+    married = metadata["tables"]["PUMS_pid"]["columns"]["married"]
+    assert married == {"type": "bool", "missing_value": False}
+    assert load_catalog(metadata).table("PUMS_pid").column("married").missing_value is False
 
 
 def test_converted_catalogue_answers_queries(smartnoise_file, tmp_path):
