@@ -159,12 +159,16 @@ def build(workdir: Path, rows: int) -> dict[str, Path]:
 
 
 def dpsql_metadata(days: int = MAX_DAYS, per_day: int = MAX_PER_DAY) -> dict:
-    """Catalogue: the declared bounds of the workload (visits: ``days`` × ``per_day``)."""
+    """Catalogue: the declared bounds of the workload (visits: ``days`` × ``per_day``), and
+    what a NULL is read as (the lower bound, as OpenDP's runner ``fill_null``s)."""
     people = {"uid": {"type": "int"}, "edu": {"type": "text", "values": EDUCATION},
-              "income": {"type": "float", "lower": INCOME[0], "upper": INCOME[1]},
-              "age": {"type": "int", "lower": AGE[0], "upper": AGE[1]}}
+              "income": {"type": "float", "lower": INCOME[0], "upper": INCOME[1],
+                         "missing_value": INCOME[0]},
+              "age": {"type": "int", "lower": AGE[0], "upper": AGE[1],
+                      "missing_value": AGE[0]}}
     visits = {"uid": {"type": "int"}, "visit_day": {"type": "text", "values": DAYS},
-              "amount": {"type": "float", "lower": AMOUNT[0], "upper": AMOUNT[1]}}
+              "amount": {"type": "float", "lower": AMOUNT[0], "upper": AMOUNT[1],
+                         "missing_value": AMOUNT[0]}}
     return {"name": "accuracy-peers", "budget": {"epsilon": 1e12, "delta": 0.5}, "tables": {
         "people": {"privacy_unit": None, "columns": people},
         "visits": {"privacy_unit": "uid", "max_groups_per_unit": days,
@@ -173,6 +177,8 @@ def dpsql_metadata(days: int = MAX_DAYS, per_day: int = MAX_PER_DAY) -> dict:
 
 def smartnoise_metadata() -> dict:
     """SmartNoise SQL metadata: same clamping bounds; max_ids = 3 days × 2 rows."""
+    # no missing_value: with one, SmartNoise 1.0.10 releases SUM of that column exactly,
+    # without noise (its rewrite wraps the column in COALESCE and no mechanism is attached)
     people = {"row_privacy": True, "censor_dims": False, "edu": {"type": "string"},
               "uid": {"type": "int"},
               "income": {"type": "float", "lower": INCOME[0], "upper": INCOME[1]},
