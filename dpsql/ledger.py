@@ -21,6 +21,11 @@ import time
 from fractions import Fraction
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # Windows: processes queue in SQLite's busy handler instead
+    fcntl = None
+
 from dpsql.budget import PrivacyLoss
 from dpsql.errors import BudgetExhaustedError, LedgerError
 
@@ -44,11 +49,8 @@ CREATE INDEX IF NOT EXISTS releases_fingerprint ON releases (dataset, fingerprin
 _LOSSES = ("epsilon", "delta", "rho")  # the PrivacyLoss fields, stored as exact text
 # a server's ledgers read the same few loss texts thousands of times (Fraction is immutable)
 _fraction = functools.lru_cache(maxsize=4096)(Fraction)
-# Writers of one ledger file in one process queue here before taking SQLite's write lock:
-# SQLite's busy handler sleeps up to 100 ms between tries, which made the slowest of many
-# concurrent charges (a server's threads) wait far longer than the queue does.
-_WRITE_LOCKS: dict[str, threading.Lock] = {}
-_WRITE_LOCKS_GUARD = threading.Lock()
+_QUEUES: dict[str, _WriterQueue] = {}
+_QUEUES_GUARD = threading.Lock()
 _HISTORY = ("id", "time", "analyst", "dataset", "kind", "epsilon", "delta", "statement")
 
 
@@ -182,6 +184,51 @@ class SqlLedger:
         self._db.close()
 
 
+class _WriterQueue:
+    """Where the writers of one ledger file wait for SQLite's write lock: threads of a
+    process on a lock, processes (a server's workers) on an ``flock`` of ``<ledger>.lock``.
+
+    Each waiter is woken as soon as the writer before it is done. SQLite's own busy handler
+    sleeps 1, 2, 5, ... up to 100 ms between tries, which made the slowest of many concurrent
+    charges wait far longer than the queue does.
+    """
+
+    def __init__(self, path: str | None) -> None:
+        self._threads = threading.Lock()
+        self._path = path
+        self._fd: int | None = None
+        self._pid = 0
+
+    def __enter__(self) -> None:
+        self._threads.acquire()
+        if self._path is None or fcntl is None:
+            return
+        try:
+            if self._pid != os.getpid():  # a forked worker opens its own lock
+                self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+                self._pid = os.getpid()
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        except OSError:
+            self._pid = 0  # no file lock here (read-only folder): SQLite's lock still holds
+            self._fd = None
+
+    def __exit__(self, *_) -> None:
+        try:
+            if self._fd is not None and self._pid == os.getpid():
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._threads.release()
+
+
+def _queue(path: str) -> _WriterQueue:
+    """The one queue of a ledger file in this process (a fresh one for ``:memory:``)."""
+    if path == ":memory:":
+        return _WriterQueue(None)
+    real = os.path.realpath(path)
+    with _QUEUES_GUARD:
+        return _QUEUES.setdefault(real, _WriterQueue(real + ".lock"))
+
+
 class Ledger(SqlLedger):
     """A SQLite ledger file (or ``:memory:`` for throw-away experiments)."""
 
@@ -192,9 +239,7 @@ class Ledger(SqlLedger):
     def __init__(self, path: str | os.PathLike) -> None:
         super().__init__()
         self.path = str(path)
-        with _WRITE_LOCKS_GUARD:
-            self._write_lock = threading.Lock() if self.path == ":memory:" else \
-                _WRITE_LOCKS.setdefault(os.path.realpath(self.path), threading.Lock())
+        self._write_lock = _queue(self.path)
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)

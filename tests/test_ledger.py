@@ -106,3 +106,37 @@ def test_stored_answers_are_found_through_an_index_also_in_an_older_ledger(tmp_p
     plan = " ".join(map(str, ledger._db.execute(f"EXPLAIN QUERY PLAN {run[-1]}")))
     assert "releases_fingerprint" in plan, plan
     ledger.close()
+
+
+HOLD_QUEUE = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_writers_of_other_processes_queue_on_the_ledgers_lock_file(tmp_path):
+    """A server's workers wait for each other on ``<ledger>.lock`` (woken when it is free)
+    rather than in SQLite's busy handler, which sleeps up to 100 ms between tries: a charge
+    waits while another process holds the file's lock and proceeds as soon as it ends."""
+    import time
+
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(path)
+    budget = PrivacyLoss(Fraction(10))
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_QUEUE, f"{path}.lock", "0.5"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        started = time.perf_counter()
+        ledger.charge(analyst="a", dataset="d", loss=PrivacyLoss(Fraction(1)), budget=budget,
+                      statement="SELECT 1")
+        waited = time.perf_counter() - started
+    finally:
+        holder.wait(timeout=10)
+        holder.stdout.close()
+    assert 0.3 < waited < 5
+    assert ledger.spent("d").epsilon == 1
+    ledger.close()
