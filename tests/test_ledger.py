@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 from fractions import Fraction
 
@@ -121,8 +122,6 @@ def test_writers_of_other_processes_queue_on_the_ledgers_lock_file(tmp_path):
     """A server's workers wait for each other on ``<ledger>.lock`` (woken when it is free)
     rather than in SQLite's busy handler, which sleeps up to 100 ms between tries: a charge
     waits while another process holds the file's lock and proceeds as soon as it ends."""
-    import time
-
     path = tmp_path / "ledger.sqlite"
     ledger = Ledger(path)
     budget = PrivacyLoss(Fraction(10))
