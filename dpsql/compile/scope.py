@@ -229,8 +229,7 @@ class Resolver:
             if name == spec.privacy_unit:
                 unit = internal
         return Relation(node=Scan(spec.name, tuple(scanned), tuple(missing)), columns=columns,
-                        names=names,
-                        unit=unit, public=spec.public, l0=spec.max_groups_per_unit,
+                        names=names, unit=unit, public=spec.public, l0=spec.max_groups_per_unit,
                         linf=spec.max_rows_per_group, total=spec.max_rows_per_unit,
                         unit_columns={unit} if unit else set())
 
