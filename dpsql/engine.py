@@ -148,7 +148,8 @@ class Engine:
         if gaussian:
             return Planned(tuple(order), self._gaussian_plan(
                 private, rho, epsilon, delta,
-                weights if weights is not None else _hinted_weights(statements), salt, shared),
+                weights if weights is not None else _hinted_weights(statements), salt, shared,
+                labels),
                 tuple(public))
         target = accuracy if accuracy is not None else _hinted_accuracy(statements)
         if epsilon is None and target is None:
@@ -371,8 +372,8 @@ class Engine:
                 hint="use an ε of at most 1e12 (typical values are 0.01 to 10)")
         return value
 
-    def _gaussian_plan(self, private, rho, epsilon, delta, weights, salt: int,
-                       shared) -> ScriptPlan:
+    def _gaussian_plan(self, private, rho, epsilon, delta, weights, salt: int, shared,
+                       labels) -> ScriptPlan:
         """zCDP: ρ (given, or converted from ε and δ) split over the noised parts to minimise
         the expected error, as ε is (``allocate.py``)."""
         if rho is not None:
@@ -388,8 +389,7 @@ class Engine:
         shares = allocate(private, self.catalog, rho, weights, gaussian=True, shared=shared)
         plans = tuple(rewrite(c, self.catalog, Fraction(0), salt=salt, rhos=mine,
                               bounding=self.bounding, shared=label, **self._target())
-                      for c, mine, label in zip(private, shares, share.labels(shared),
-                                                strict=True))
+                      for c, mine, label in zip(private, shares, labels, strict=True))
         return ScriptPlan(statements=plans, loss=PrivacyLoss(Fraction(0), rho=rho),
                           neighbouring=self.catalog.neighbouring)
 

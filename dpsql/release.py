@@ -94,7 +94,8 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
             noisy[part.column] = [drawn[i] for i in kept]  # the same draw is released
     frame: dict[str, list] = {k.name: [r[i] for r in rows] for i, k in enumerate(checked.keys)}
     parts = [p for p in plan.parts if p.role not in ("select", "quantile")]
-    groups = [r[:len(checked.keys)] for r in rows]
+    # the groups' keys align a shown measurement's values with these rows
+    groups = [r[:len(checked.keys)] for r in rows] if any(p.shared for p in parts) else []
     shared = {} if shared is None else shared
     for p in parts:
         if p.column in noisy:

@@ -12,18 +12,22 @@ import dpsql
 from dpsql.catalog import load_catalog
 
 sys.path.insert(0, str(Path(__file__).parent / "fuzz"))  # the neighbour harness
+from attack_grammar import attack_case  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
 from neighbours import (  # noqa: E402
     VARIANTS,
     adversary,
     base_tables,
     check_statement,
     open_pair,
+    variant_of,
     with_rows,
 )
 
 # a lower bound above 0: a price that left a sum would move it by 50 > U − L = 40
 PRICE = {"type": "float", "lower": 10, "upper": 50, "missing_value": 10}
 ITEM = {"type": "text", "values": ["a", "b", "c"], "missing_value": "c"}
+AGE = {"age": {"type": "int", "lower": 17, "upper": 90, "missing_value": 17}}
 
 
 def _table(**column) -> dict:
@@ -95,11 +99,11 @@ def test_a_never_null_column_shares_the_count_of_every_row(nulls):
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
     """(D, D′ = D plus each adversarial person, many of whose prices and items are NULL),
-    with NULL prices read as 10 and NULL items as 'c'."""
+    with NULL prices read as 10, NULL items as 'c' and NULL ages as 17."""
     root = tmp_path_factory.mktemp("missing")
     base = base_tables()
     opened = [open_pair(root / str(v), base, with_rows(base, adversary(v)), price=PRICE,
-                        item=ITEM) for v in range(VARIANTS)]
+                        item=ITEM, adult=AGE) for v in range(VARIANTS)]
     yield opened
     for pair in opened:
         pair.close()
@@ -120,6 +124,17 @@ def test_missing_values_keep_the_neighbour_contract(pairs, sql, variant):
     assert check_statement(pairs[variant], sql) == "released"
 
 
+@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.data_too_large])
+@given(case=attack_case())
+def test_adversarial_statements_over_missing_values_keep_the_contract(pairs, case):
+    """The neighbour fuzz's attack grammar (IS NULL tests, COALESCE, casts, extreme values,
+    scripts, joins) over columns whose NULLs are read as declared values."""
+    sql, script, delta = case
+    check_statement(pairs[variant_of(sql)], sql, script=script, delta=delta)
+
+
 def _adult(age) -> dict:
     return {"adult": pd.DataFrame({"age": [age], "hours": [40], "education": ["HS-grad"],
                                    "sex": ["Male"], "salary": ["<=50K"]}).astype(object)}
@@ -137,8 +152,7 @@ def test_an_age_replaced_by_null_moves_sums_by_the_bounds_only(tmp_path, sql):
     base = base_tables()
     pair = open_pair(tmp_path, with_rows(base, _adult(90)), with_rows(base, _adult(None)),
                      neighbouring="replace",
-                     adult={"age": {"type": "int", "lower": 17, "upper": 90,
-                                    "missing_value": 17}})
+                     adult=AGE)
     try:
         assert check_statement(pair, sql) == "released"
     finally:

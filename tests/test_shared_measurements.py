@@ -150,3 +150,33 @@ def test_shared_measurements_keep_the_neighbour_contract(pairs, sql, variant):
     """On D and D′ = D plus an adversarial person: answered on both, every part within its
     sensitivity, and every shown part equal to the part it shows (neighbours.check_shared)."""
     assert check_statement(pairs[variant], sql, script=True) == "released"
+
+
+ADVERSARIAL = [
+    # the shared count singles out the adversary; the second statement divides by it
+    ("SELECT day, COUNT(CASE WHEN uid = 42 THEN amount END) AS n FROM visits GROUP BY day; "
+     "SELECT day, AVG(CASE WHEN uid = 42 THEN amount END) AS a, "
+     "COUNT(CASE WHEN uid = 42 THEN amount END) AS n FROM visits GROUP BY day "
+     "HAVING COUNT(CASE WHEN uid = 42 THEN amount END) > 0 ORDER BY a DESC", "released"),
+    # arithmetic inside the shared sum's input: derived bounds, or refused if unbounded
+    ("SELECT SUM(amount * 1000) AS s, COUNT(amount * 1000) AS n FROM visits; "
+     "SELECT AVG(amount * 1000) AS a FROM visits", "released"),
+    ("SELECT SUM(amount * 1e300) AS s, COUNT(amount * 1e300) AS n FROM visits; "
+     "SELECT AVG(amount * 1e300) AS a FROM visits", "refused"),
+    # a later statement that must be refused refuses the whole script, charging nothing
+    ("SELECT day, COUNT(*) AS n FROM visits GROUP BY day; "
+     "SELECT day, COUNT(*) AS n, uid FROM visits GROUP BY day", "non_aggregate"),
+    ("SELECT day, COUNT(*) AS n FROM visits GROUP BY day; "
+     "SELECT uid, COUNT(*) AS n FROM visits GROUP BY uid", "refused"),
+    # the same statement three times: one measurement, shown thrice
+    ("SELECT item, SUM(price) AS s FROM purchases GROUP BY item; " * 3, "released"),
+]
+
+
+@pytest.mark.parametrize("sql,outcome", ADVERSARIAL)
+@pytest.mark.parametrize("variant", range(VARIANTS))
+def test_adversarial_scripts_with_shared_measurements(pairs, sql, outcome, variant):
+    """Refused on both with nothing charged, or answered on both within the sensitivity."""
+    found = check_statement(pairs[variant], sql, script=True)
+    assert found == outcome or (outcome == "refused" and found not in ("released", "public",
+                                                                      "failed"))
