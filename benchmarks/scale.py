@@ -1,7 +1,7 @@
 """Q2 at 10⁸ rows and more in bounded memory: dpsql against raw DuckDB, side by side.
 
 Run: ``python benchmarks/scale.py [--rows 100000000] [--workdir /tmp/dpsql-scale]
-[--memory-limit 4GB] [--sides raw,pass,window,dpsql,paired,paired_unlimited]``
+[--memory-limit 4GB] [--sides raw,pass,window,dpsql,paired,paired_unlimited,one_group]``
 
 The data is generated once, deterministically, by DuckDB streaming ``range(rows)`` into one
 Parquet file (row groups of 10⁶ rows): ``uid = row // 10`` (10 rows per person), ``day`` one
@@ -17,6 +17,8 @@ its own; a thread samples the size of its spill folder every 0.1 s. The sides:
 - ``paired``: the same with the paired plan (``compile/per_person.py``), which statements
   with private keys or more than 16 cells use;
 - ``paired_unlimited``: the paired plan without a memory limit;
+- ``one_group``: the statement with at most 1 day and 8 rows per person-day, the paired plan
+  in its one-group-a-person form (a person's least pair by one MIN aggregate, no sort);
 - ``snapshot``: Q2 on a connection with ``bounding="snapshot"``: the first query bounds every
   person's rows into a temporary table (``compile/bound.py``), then answers from it.
 
@@ -53,7 +55,7 @@ RAW = {
               "g AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY uid ORDER BY hash(uid, day, 7)) "
               "AS gn FROM c) SELECT day, SUM(n), SUM(s) FROM g WHERE gn <= 3 GROUP BY day",
 }
-SIDES = ("raw", "pass", "window", "dpsql", "paired", "paired_unlimited", "snapshot")
+SIDES = ("raw", "pass", "window", "dpsql", "paired", "paired_unlimited", "one_group", "snapshot")
 
 
 def generate(workdir: Path, rows: int) -> Path:
@@ -69,12 +71,12 @@ def generate(workdir: Path, rows: int) -> Path:
     return path
 
 
-def metadata(path: Path) -> dict:
-    """The visits table as the peers' workload declares it."""
+def metadata(path: Path, groups: int = 3, rows: int = 2) -> dict:
+    """The visits table as the peers' workload declares it (or with other L0 and L∞)."""
     return {"name": "scale", "budget": {"epsilon": 1e9},
             "tables": {"visits": {
                 "source": str(path), "privacy_unit": "uid",
-                "max_groups_per_unit": 3, "max_rows_per_group": 2,
+                "max_groups_per_unit": groups, "max_rows_per_group": rows,
                 "columns": {"uid": {"type": "int"},
                             "day": {"type": "text", "values": DAYS},
                             "amount": {"type": "float", "lower": 0, "upper": 100}}}}}
@@ -117,7 +119,8 @@ def child(side: str, path: Path, memory_limit: str | None, spill: Path) -> dict:
             memory_limit = "1000GB"
         warnings.simplefilter("ignore")  # the insecure seed's warning
         # seeded: a secure connection would answer a repeated statement from the ledger
-        with dpsql.connect(metadata=metadata(path), ledger=":memory:", insecure_seed=1,
+        bounds = (1, 8) if side == "one_group" else (3, 2)
+        with dpsql.connect(metadata=metadata(path, *bounds), ledger=":memory:", insecure_seed=1,
                            memory_limit=memory_limit, temp_directory=str(spill),
                            bounding="snapshot" if side == "snapshot" else "per_query") as con:
             rows = con.execute(Q2, epsilon=1).fetchall()

@@ -13,6 +13,7 @@ import pytest
 
 import dpsql
 from dpsql.compile import compile_statement, per_person
+from dpsql.compile.render import Dialect
 from dpsql.parse import parse_one
 from dpsql.rewrite import rewrite
 
@@ -27,7 +28,7 @@ STATEMENTS = [
     "GROUP BY region_id, amount > 50",
 ]
 # (L0, L∞, R): groups chosen or not, rows capped, a total that scales partials
-BOUNDS = [(3, 2, None), (7, 8, None), (2, 3, 4), (1, 1, None), (16, 1, 2)]
+BOUNDS = [(3, 2, None), (7, 8, None), (2, 3, 4), (1, 1, None), (16, 1, 2), (1, 8, 5)]
 
 
 @pytest.fixture
@@ -45,6 +46,8 @@ def _exact(con, sql: str, wide: bool) -> list[tuple]:
     plan = rewrite(checked, con.catalog, Fraction(1), salt=12345,
                    sources=con._backend.sources)
     query = plan.exact_query.wide if wide and plan.exact_query.wide else plan.exact_query
+    if plan.histograms:  # a quantile's input rows
+        query = plan.histograms[0][1]
     return query.sql, sorted(con._backend.run_sql(query.sql)[1], key=repr)
 
 
@@ -83,3 +86,25 @@ def test_large_domains_or_many_rows_per_group_use_the_paired_plan(visits, keys, 
         sql, _ = _exact(con, f"SELECT {keys}, COUNT(*) AS n FROM visits GROUP BY {keys}",
                         False)
     assert "__cell" not in sql and "ROW_NUMBER" in sql
+
+
+@pytest.mark.parametrize("total", [None, 5], ids=["no R", "R 5"])
+@pytest.mark.parametrize("sql", [*STATEMENTS, "SELECT day, MEDIAN(amount) AS m FROM visits "
+                                 "GROUP BY day"])
+@pytest.mark.parametrize("wide", [False, True], ids=["double", "int128"])
+def test_one_group_a_person_by_an_aggregate_keeps_what_a_window_keeps(visits, monkeypatch, sql,
+                                                                      total, wide):
+    """With L0 = 1, DuckDB picks each person's least (hash, keys) pair by one MIN of a struct
+    (compile.bound.least_per_partition); it must keep what ranking by ROW_NUMBER keeps."""
+    meta = catalogue(visits, budget=1e9)
+    table = meta["tables"]["visits"]
+    table["max_groups_per_unit"], table["max_rows_per_group"] = 1, 8
+    if total is not None:
+        table["max_rows_per_unit"] = total
+    with dpsql.connect(metadata=meta, ledger=":memory:") as con:
+        by_aggregate_sql, by_aggregate = _exact(con, sql, wide)
+        monkeypatch.setattr(Dialect, "partitioned_windows_spill", True)
+        by_window_sql, by_window = _exact(con, sql, wide)
+    assert "MIN(struct_pack(" in by_aggregate_sql and "PARTITION BY" not in by_aggregate_sql
+    assert "MIN(struct_pack(" not in by_window_sql and "PARTITION BY __unit" in by_window_sql
+    assert by_aggregate == by_window and any(any(v for v in row[1:]) for row in by_window)

@@ -20,7 +20,9 @@ Two plans compute exactly this:
 - **paired**, otherwise: one row per (person, group), ranked within each person. DuckDB
   does not spill a window partitioned by person, so there the pairs are numbered in one
   global (person, hash) order, which it sorts out of core, and a person's rank is that number
-  less their first; PostgreSQL and Spark use ROW_NUMBER per person.
+  less their first; PostgreSQL and Spark use ROW_NUMBER per person. With L0 = 1 no rank is
+  needed: DuckDB keeps a person's least pair by one aggregate
+  (``compile.bound.least_per_partition``).
 
 Both return CTEs whose last, ``__exact``, has the key columns, one column per noise part and
 (unless ``wide``) ``__terms``, the uncapped rows of the kept partials.
@@ -31,7 +33,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
-from dpsql.compile.bound import partition_total, ranked
+from dpsql.compile.bound import least_per_partition, partition_total, ranked
 from dpsql.plan import TERMS, CheckedQuery, NoisePart
 
 MAX_PIVOT_CELLS = 16  # a person's row holds every cell's partials: width grows with cells
@@ -165,18 +167,23 @@ def _paired(checked: CheckedQuery, parts, values, keys: list[str], cells: int | 
     do not spill)."""
     table = checked.table
     pairs = ", ".join(["__unit", *keys])
-    ctes = [(f"__per_unit AS (SELECT {', '.join([pairs, *_partials(values, wide, d)])} "
-             f"FROM __src GROUP BY {pairs})")]
+    partials = _partials(values, wide, d)
+    ctes = [f"__per_unit AS (SELECT {', '.join([pairs, *partials])} FROM __src GROUP BY {pairs})"]
     capped = [*keys, *_capped(values, table.max_rows_per_group, wide, d)]
     rank_filter, ranked_pairs = "", "__per_unit"
     if keys and (cells is None or table.max_groups_per_unit < cells):
-        hashed = d.dialect.hash(["__unit", *keys, str(salt)])
         # the keys break ties, so exactly min(L0, groups) are kept
-        steps, _ = ranked(d.dialect, "__ranked", "__per_unit", ["__unit"], [hashed, *keys],
-                          "__rank")
-        ctes += steps
-        capped.append("__rank")
-        rank_filter, ranked_pairs = f" WHERE __rank <= {table.max_groups_per_unit}", "__ranked"
+        order = [d.dialect.hash(["__unit", *keys, str(salt)]), *keys]
+        if table.max_groups_per_unit == 1:
+            names = [column.rsplit(" AS ", 1)[1] for column in partials]
+            ctes += least_per_partition(d.dialect, "__ranked", "__per_unit", ["__unit"], order,
+                                        [*keys, *names])
+        else:
+            steps, _ = ranked(d.dialect, "__ranked", "__per_unit", ["__unit"], order, "__rank")
+            ctes += steps
+            capped.append("__rank")
+            rank_filter = f" WHERE __rank <= {table.max_groups_per_unit}"
+        ranked_pairs = "__ranked"
     scaled: dict[str, str] = {}
     source = "__bounded"
     if _needs_rows_cap(checked, cells):

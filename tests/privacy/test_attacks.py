@@ -184,8 +184,10 @@ def test_no_failure_depends_on_one_person(pairs):
 
 # (L0, L∞, R): L∞ ≤ 4 over the 7 public days takes the pivoted per-person plan, L∞ 5 the
 # paired one (compile/per_person.py); R below L0·L∞ makes both scale a person's kept partials.
-# "tuned" is the shape dpsql tune proposes when R binds: every day, L∞ = R.
-PLAN_BOUNDS = {"pivoted": (3, 2, 4), "paired": (3, 5, 7), "tuned": (7, 9, 9)}
+# "tuned" is the shape dpsql tune proposes when R binds: every day, L∞ = R. "one group" is
+# the paired plan keeping a person's least pair by one aggregate (L0 = 1).
+PLAN_BOUNDS = {"pivoted": (3, 2, 4), "paired": (3, 5, 7), "tuned": (7, 9, 9),
+               "one group": (1, 5, 4)}
 
 
 @pytest.fixture(scope="module", params=sorted(PLAN_BOUNDS))
