@@ -17,9 +17,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "fuzz"))  # the harness lives with the fuzz
 
+from attack_grammar import attack_case  # noqa: E402
 from neighbours import (  # noqa: E402
     DATA,
     TARGET,
@@ -33,6 +35,7 @@ from neighbours import (  # noqa: E402
     execute_both,
     open_pair,
     plan_both,
+    variant_of,
     with_rows,
 )
 
@@ -215,6 +218,31 @@ def test_per_person_plans_hold_their_bounds_with_a_total_cap(capped_pairs):
         "SELECT day, region_id, SUM(amount) AS s FROM visits GROUP BY day, region_id",
         "SELECT COUNT(*) AS n, SUM(amount) AS s FROM visits",
     ])
+
+
+@pytest.fixture(scope="module")
+def one_group_pairs(tmp_path_factory):
+    """Pairs whose visits keep one day a person and 5 rows a day: the paired plan choosing a
+    person's least pair by one aggregate (compile.bound.least_per_partition)."""
+    root = tmp_path_factory.mktemp("one-group")
+    base = base_tables()
+    bounds = {"max_groups_per_unit": 1, "max_rows_per_group": 5}
+    opened = [open_pair(root / str(v), base, with_rows(base, adversary(v)), visits=bounds)
+              for v in range(VARIANTS)]
+    yield opened
+    for pair in opened:
+        pair.close()
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.data_too_large])
+@given(case=attack_case())
+def test_adversarial_statements_with_one_group_a_person_keep_the_contract(one_group_pairs,
+                                                                         case):
+    """The neighbour fuzz's attack grammar where visits keep one group a person."""
+    sql, script, delta = case
+    check_statement(one_group_pairs[variant_of(sql)], sql, script=script, delta=delta)
 
 
 @pytest.fixture(scope="module")
