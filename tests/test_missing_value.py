@@ -12,13 +12,12 @@ import dpsql
 from dpsql.catalog import load_catalog
 
 sys.path.insert(0, str(Path(__file__).parent / "fuzz"))  # the neighbour harness
-from attack_grammar import attack_case  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from attack_grammar import fuzzed  # noqa: E402
 from neighbours import (  # noqa: E402
     VARIANTS,
-    adversary,
     base_tables,
     check_statement,
+    every_neighbour,
     open_pair,
     variant_of,
     with_rows,
@@ -100,13 +99,8 @@ def test_a_never_null_column_shares_the_count_of_every_row(nulls):
 def pairs(tmp_path_factory):
     """(D, D′ = D plus each adversarial person, many of whose prices and items are NULL),
     with NULL prices read as 10, NULL items as 'c' and NULL ages as 17."""
-    root = tmp_path_factory.mktemp("missing")
-    base = base_tables()
-    opened = [open_pair(root / str(v), base, with_rows(base, adversary(v)), price=PRICE,
-                        item=ITEM, adult=AGE) for v in range(VARIANTS)]
-    yield opened
-    for pair in opened:
-        pair.close()
+    yield from every_neighbour(tmp_path_factory.mktemp("missing"), price=PRICE, item=ITEM,
+                               adult=AGE)
 
 
 STATEMENTS = [
@@ -124,10 +118,7 @@ def test_missing_values_keep_the_neighbour_contract(pairs, sql, variant):
     assert check_statement(pairs[variant], sql) == "released"
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
-@given(case=attack_case())
+@fuzzed(300)
 def test_adversarial_statements_over_missing_values_keep_the_contract(pairs, case):
     """The neighbour fuzz's attack grammar (IS NULL tests, COALESCE, casts, extreme values,
     scripts, joins) over columns whose NULLs are read as declared values."""

@@ -12,6 +12,7 @@ the privacy unit; private keys over NULL-heavy sums; and the attack shapes of th
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from neighbours import DATA, TARGET
@@ -387,3 +388,15 @@ def attack_case(draw) -> tuple[str, bool, float | None]:
         return "; ".join(s for s, _ in parts), True, 1e-6 if any(p for _, p in parts) else None
     with_delta = private_keys or draw(st.integers(0, 4)) == 0
     return sql, False, 1e-6 if with_delta else None
+
+
+def fuzzed(examples: int):
+    """Decorator: run a test ``(pairs, case)`` on ``examples`` attack cases, the same ones in
+    every run (derandomized, no example database)."""
+    def decorate(test):
+        return settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+                        suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                               HealthCheck.too_slow,
+                                               HealthCheck.data_too_large])(
+            given(case=attack_case())(test))
+    return decorate

@@ -180,10 +180,10 @@ def open_neighbours(root: Path, variant: int, **meta_options) -> Pair:
                      **meta_options)
 
 
-def every_neighbour(root: Path) -> Iterator[list[Pair]]:
-    """One (D, D′) pair per adversarial person, closed when the generator ends (a fixture's
-    body)."""
-    opened = [open_neighbours(root, variant) for variant in range(VARIANTS)]
+def every_neighbour(root: Path, **meta_options) -> Iterator[list[Pair]]:
+    """One (D, D′) pair per adversarial person, with the same catalogue options
+    (``metadata``), closed when the generator ends (a fixture's body)."""
+    opened = [open_neighbours(root, variant, **meta_options) for variant in range(VARIANTS)]
     try:
         yield opened
     finally:

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from attack_grammar import attack_case
-from hypothesis import HealthCheck, given, settings
+from attack_grammar import fuzzed
 from neighbours import check_statement, every_neighbour, variant_of
 
 CI_EXAMPLES, SLOW_EXAMPLES = 2000, 20000
@@ -32,10 +31,7 @@ def _check(pairs, case) -> None:
     OUTCOMES[check_statement(pairs[variant_of(sql)], sql, script=script, delta=delta)] += 1
 
 
-@settings(max_examples=CI_EXAMPLES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
-@given(case=attack_case())
+@fuzzed(CI_EXAMPLES)
 def test_neighbours_agree(pairs, case):
     """One person can change no released part by more than its sensitivity, and cannot decide
     whether a statement is answered."""
@@ -43,10 +39,7 @@ def test_neighbours_agree(pairs, case):
 
 
 @pytest.mark.slow
-@settings(max_examples=SLOW_EXAMPLES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
-@given(case=attack_case())
+@fuzzed(SLOW_EXAMPLES)
 def test_neighbours_agree_long(pairs, case):
     """The same contract over 20,000 statements."""
     _check(pairs, case)

@@ -17,11 +17,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "fuzz"))  # the harness lives with the fuzz
 
-from attack_grammar import attack_case  # noqa: E402
+from attack_grammar import fuzzed  # noqa: E402
 from neighbours import (  # noqa: E402
     DATA,
     TARGET,
@@ -197,14 +196,8 @@ PLAN_BOUNDS = {"pivoted": (3, 2, 4), "paired": (3, 5, 7), "tuned": (7, 9, 9),
 def capped_pairs(request, tmp_path_factory):
     """Pairs whose visits declare max_rows_per_unit, for each per-person plan."""
     l0, linf, total = PLAN_BOUNDS[request.param]
-    root = tmp_path_factory.mktemp(f"capped-{request.param}")
-    base = base_tables()
     bounds = {"max_groups_per_unit": l0, "max_rows_per_group": linf, "max_rows_per_unit": total}
-    opened = [open_pair(root / str(v), base, with_rows(base, adversary(v)), visits=bounds)
-              for v in range(VARIANTS)]
-    yield opened
-    for pair in opened:
-        pair.close()
+    yield from every_neighbour(tmp_path_factory.mktemp(f"capped-{request.param}"), visits=bounds)
 
 
 def test_per_person_plans_hold_their_bounds_with_a_total_cap(capped_pairs):
@@ -224,20 +217,11 @@ def test_per_person_plans_hold_their_bounds_with_a_total_cap(capped_pairs):
 def one_group_pairs(tmp_path_factory):
     """Pairs whose visits keep one day a person and 5 rows a day: the paired plan choosing a
     person's least pair by one aggregate (compile.bound.least_per_partition)."""
-    root = tmp_path_factory.mktemp("one-group")
-    base = base_tables()
-    bounds = {"max_groups_per_unit": 1, "max_rows_per_group": 5}
-    opened = [open_pair(root / str(v), base, with_rows(base, adversary(v)), visits=bounds)
-              for v in range(VARIANTS)]
-    yield opened
-    for pair in opened:
-        pair.close()
+    yield from every_neighbour(tmp_path_factory.mktemp("one-group"),
+                               visits={"max_groups_per_unit": 1, "max_rows_per_group": 5})
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
-@given(case=attack_case())
+@fuzzed(300)
 def test_adversarial_statements_with_one_group_a_person_keep_the_contract(one_group_pairs,
                                                                          case):
     """The neighbour fuzz's attack grammar where visits keep one group a person."""
