@@ -25,6 +25,7 @@ from dpsql.ledger_postgres import PostgresLedger
 from dpsql.mechanisms.samplers import RandomSource
 from dpsql.parse import parse_one, parse_script
 from dpsql.release import ColumnInfo, NoisyResult
+from dpsql.shutdown import track
 
 
 class _Base(ConnectionBase):
@@ -52,6 +53,7 @@ class _Base(ConnectionBase):
         # public tables that declare no columns have them from the database or file
         self.catalog = getattr(self._backend, "catalog", self.catalog)
         self._closed = False
+        track(self)  # closed at exit if still open (dpsql/shutdown.py)
 
     @property
     def budget_spent(self) -> PrivacyLoss:
