@@ -88,17 +88,19 @@ def test_large_domains_or_many_rows_per_group_use_the_paired_plan(visits, keys, 
     assert "__cell" not in sql and "ROW_NUMBER" in sql
 
 
+@pytest.mark.parametrize("linf", [8, 20], ids=["rows prefiltered", "pairs aggregated"])
 @pytest.mark.parametrize("total", [None, 5], ids=["no R", "R 5"])
 @pytest.mark.parametrize("sql", [*STATEMENTS, "SELECT day, MEDIAN(amount) AS m FROM visits "
                                  "GROUP BY day"])
 @pytest.mark.parametrize("wide", [False, True], ids=["double", "int128"])
 def test_one_group_a_person_by_an_aggregate_keeps_what_a_window_keeps(visits, monkeypatch, sql,
-                                                                      total, wide):
+                                                                      total, wide, linf):
     """With L0 = 1, DuckDB picks each person's least (hash, keys) pair by one MIN of a struct
-    (compile.bound.least_per_partition); it must keep what ranking by ROW_NUMBER keeps."""
+    (compile.bound.least_per_partition), over the rows of their least-hash groups alone up to
+    L∞ = 16 (compile.bound.least_hash_rows); it must keep what ranking by ROW_NUMBER keeps."""
     meta = catalogue(visits, budget=1e9)
     table = meta["tables"]["visits"]
-    table["max_groups_per_unit"], table["max_rows_per_group"] = 1, 8
+    table["max_groups_per_unit"], table["max_rows_per_group"] = 1, linf
     if total is not None:
         table["max_rows_per_unit"] = total
     with dpsql.connect(metadata=meta, ledger=":memory:") as con:
@@ -106,5 +108,41 @@ def test_one_group_a_person_by_an_aggregate_keeps_what_a_window_keeps(visits, mo
         monkeypatch.setattr(Dialect, "partitioned_windows_spill", True)
         by_window_sql, by_window = _exact(con, sql, wide)
     assert "MIN(struct_pack(" in by_aggregate_sql and "PARTITION BY" not in by_aggregate_sql
+    assert ("__least_rows" in by_aggregate_sql) == (linf <= 16)
     assert "MIN(struct_pack(" not in by_window_sql and "PARTITION BY __unit" in by_window_sql
     assert by_aggregate == by_window and any(any(v for v in row[1:]) for row in by_window)
+
+
+def _one_bit_group_hash(row_arguments: int):
+    """Dialect.hash with a group's hash of one bit, so most persons' groups tie; a row's
+    hash (``row_arguments`` or more arguments: person, keys, values, salt) stays DuckDB's, so
+    the rows kept of a group are the same on both plans."""
+    def hash_(self, args: list[str]) -> str:
+        return f"(HASH({', '.join(args)}){'' if len(args) >= row_arguments else ' % 2'})"
+    return hash_
+
+
+@pytest.mark.parametrize("total", [None, 5], ids=["no R", "R 5"])
+@pytest.mark.parametrize("sql", [*STATEMENTS, "SELECT day, MEDIAN(amount) AS m FROM visits "
+                                 "GROUP BY day"])
+def test_one_group_a_person_keeps_the_least_key_when_group_hashes_tie(visits, monkeypatch,
+                                                                      sql, total):
+    """DuckDB's L0 = 1 plans aggregate (or, for a quantile, rank) only the rows of each
+    person's least-hash groups (compile.bound.least_hash_rows); where two of them tie they
+    must still keep the least key, as ranking by (hash, keys) does."""
+    meta = catalogue(visits, budget=1e9)
+    table = meta["tables"]["visits"]
+    table["max_groups_per_unit"], table["max_rows_per_group"] = 1, 8
+    if total is not None:
+        table["max_rows_per_unit"] = total
+    quantile = "MEDIAN" in sql  # only a quantile ranks rows: by (person, day, amount, salt)
+    monkeypatch.setattr(Dialect, "hash", _one_bit_group_hash(4 if quantile else 99))
+    with dpsql.connect(metadata=meta, ledger=":memory:") as con:
+        prefiltered_sql, prefiltered = _exact(con, sql, False)
+        monkeypatch.setattr(Dialect, "partitioned_windows_spill", True)
+        by_window_sql, by_window = _exact(con, sql, False)
+        ctes = prefiltered_sql[:prefiltered_sql.rindex(") SELECT ") + 1]
+        several = "__chosen_groups_several" if quantile else "__ranked_several"
+        ties = con._backend.run_sql(f"{ctes} SELECT COUNT(*) FROM {several}")[1]
+    assert "__least_rows" in prefiltered_sql and "__least_rows" not in by_window_sql
+    assert prefiltered == by_window and ties[0][0] > 10  # persons whose groups tied

@@ -57,13 +57,17 @@ def ranked(d: Dialect, name: str, source: str, partition: list[str], order: list
 
 
 def least_per_partition(d: Dialect, name: str, source: str, partition: list[str],
-                        order: list[str], columns: list[str]) -> list[str]:
+                        order: list[str], columns: list[str], *, mostly_one: bool = False
+                        ) -> list[str]:
     """CTEs whose last, ``name``, holds ``partition`` and ``columns`` of each partition's one
     row that is least in ``order``; the order must not tie within a partition.
 
     Where partitioned windows do not spill (DuckDB), one aggregate: the MIN of a struct led by
     the order, so no sort, window or join (a user-level query at 10⁷ rows takes 0.69× its
-    time with ``ranked``, docs/benchmarks-scale.md). Elsewhere the first row of ``ranked``.
+    time with ``ranked``, docs/benchmarks-scale.md). With ``mostly_one`` (the rows of
+    ``least_hash_rows``, where a partition holds more than one row only if two of its groups'
+    hashes tie), only the partitions of several rows are aggregated; the others pass through.
+    Elsewhere the first row of ``ranked``.
 
     Example:
         >>> from dpsql.compile.render import dialect
@@ -77,9 +81,59 @@ def least_per_partition(d: Dialect, name: str, source: str, partition: list[str]
                         f"{name}_ranked WHERE __least_rank = 1)"]
     fields = [*(f"__o{i} := {o}" for i, o in enumerate(order)), *(f"{c} := {c}" for c in columns)]
     picked = ", ".join(f"__least.{c} AS {c}" for c in columns)
-    return [f"{name}_least AS (SELECT {cols}, MIN(struct_pack({', '.join(fields)})) AS __least "
-            f"FROM {source} GROUP BY {cols})",
-            f"{name} AS (SELECT {cols}, {picked} FROM {name}_least)"]
+    least = (f"SELECT {cols}, MIN(struct_pack({', '.join(fields)})) AS __least FROM {source}"
+             f"{f' SEMI JOIN {name}_several USING ({cols})' if mostly_one else ''} "
+             f"GROUP BY {cols}")
+    if not mostly_one:
+        return [f"{name}_least AS ({least})",
+                f"{name} AS (SELECT {cols}, {picked} FROM {name}_least)"]
+    return [f"{name}_several AS (SELECT {cols} FROM {source} GROUP BY {cols} "
+            f"HAVING COUNT(*) > 1)",
+            f"{name}_least AS ({least})",
+            f"{name} AS (SELECT {', '.join([*partition, *columns])} FROM {source} ANTI JOIN "
+            f"{name}_several USING ({cols}) UNION ALL SELECT {cols}, {picked} FROM "
+            f"{name}_least)"]
+
+
+# Keeping only the rows of each person's least-hash group (``least_hash_rows``) costs a hash,
+# an aggregate and a join over every row, and saves aggregating every (person, group) pair
+# and choosing among the pairs. A user-level query at 10⁷ rows, over DuckDB's own GROUP BY
+# person, group: 1.10× against 1.77× at 1.6 rows a pair, 1.27× both at 10, 1.36× against
+# 1.16× at 30 and 2.2× against 1.2× at 100. The declared L∞ bounds a pair's rows without
+# reading the data; most pairs hold fewer.
+MAX_PREFILTER_ROWS_PER_GROUP = 16
+
+
+def prefilters(d: Dialect, l0: int | None, linf: int) -> bool:
+    """Whether L0 = 1 keeps each person's group by ``least_hash_rows`` before anything is
+    aggregated per (person, group): on DuckDB (where ``least_per_partition`` is one
+    aggregate), for L∞ up to ``MAX_PREFILTER_ROWS_PER_GROUP``."""
+    return l0 == 1 and linf <= MAX_PREFILTER_ROWS_PER_GROUP and not d.partitioned_windows_spill
+
+
+def least_hash_rows(d: Dialect, name: str, source: str, unit: str, keys: list[str],
+                    salt: int) -> list[str]:
+    """CTEs whose last, ``name``, holds the rows of ``source`` in each person's groups whose
+    keyed hash ``d.hash([unit, *keys, salt])`` is the person's least: the group that L0 = 1
+    keeps, and any group whose hash ties with it (``least_per_partition(mostly_one=True)``
+    then keeps the least key of those, so the choice is exactly that of ranking all of a
+    person's groups by (hash, keys)).
+
+    One aggregate of a hash per person and a join keep only those rows before they are
+    aggregated per (person, group), instead of aggregating every pair and then choosing
+    among them (where that pays: ``prefilters``).
+
+    Example:
+        >>> from dpsql.compile.render import dialect
+        >>> least_hash_rows(dialect("duckdb"), "r", "src", "u", ["k"], 7)[0]
+        'r_hash AS (SELECT u, MIN(HASH(u, k, 7)) AS __least_hash FROM src GROUP BY u)'
+    """
+    hashed = d.hash([unit, *keys, str(salt)])
+    mine = d.hash([f"__s.{unit}", *(f"__s.{k}" for k in keys), str(salt)])
+    return [f"{name}_hash AS (SELECT {unit}, MIN({hashed}) AS __least_hash FROM {source} "
+            f"GROUP BY {unit})",
+            f"{name} AS (SELECT __s.* FROM {source} AS __s JOIN {name}_hash AS __h "
+            f"ON __s.{unit} = __h.{unit} AND {mine} = __h.__least_hash)"]
 
 
 def partition_total(d: Dialect, name: str, source: str, partition: list[str], value: str,
@@ -117,11 +171,15 @@ def bound_rows(d: Dialect, source: str, unit: str, keys: list[str], payload: lis
     ctes, rows, hidden = [], source, []
     if keys and l0 is not None:
         pairs = ", ".join([unit, *keys])
+        prefilter = prefilters(d, l0, linf)
+        if prefilter:
+            ctes += least_hash_rows(d, "__least_rows", source, unit, keys, salt)
+            source = "__least_rows"
         ctes.append(f"__unit_groups AS (SELECT {pairs} FROM {source} GROUP BY {pairs})")
         order = [d.hash([unit, *keys, salted]), *keys]
         if l0 == 1:
             ctes += least_per_partition(d, "__chosen_groups", "__unit_groups", [unit], order,
-                                        keys)
+                                        keys, mostly_one=prefilter)
         else:
             steps, _ = ranked(d, "__ranked_groups", "__unit_groups", [unit], order,
                               "__group_rank")

@@ -33,7 +33,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
-from dpsql.compile.bound import least_per_partition, partition_total, ranked
+from dpsql.compile.bound import (
+    least_hash_rows,
+    least_per_partition,
+    partition_total,
+    prefilters,
+    ranked,
+)
 from dpsql.plan import TERMS, CheckedQuery, NoisePart
 
 MAX_PIVOT_CELLS = 16  # a person's row holds every cell's partials: width grows with cells
@@ -168,16 +174,22 @@ def _paired(checked: CheckedQuery, parts, values, keys: list[str], cells: int | 
     table = checked.table
     pairs = ", ".join(["__unit", *keys])
     partials = _partials(values, wide, d)
-    ctes = [f"__per_unit AS (SELECT {', '.join([pairs, *partials])} FROM __src GROUP BY {pairs})"]
+    choose = bool(keys) and (cells is None or table.max_groups_per_unit < cells)
+    prefilter = choose and prefilters(d.dialect, table.max_groups_per_unit,
+                                      table.max_rows_per_group)
+    ctes = least_hash_rows(d.dialect, "__least_rows", "__src", "__unit", keys, salt) \
+        if prefilter else []
+    ctes.append(f"__per_unit AS (SELECT {', '.join([pairs, *partials])} FROM "
+                f"{'__least_rows' if prefilter else '__src'} GROUP BY {pairs})")
     capped = [*keys, *_capped(values, table.max_rows_per_group, wide, d)]
     rank_filter, ranked_pairs = "", "__per_unit"
-    if keys and (cells is None or table.max_groups_per_unit < cells):
+    if choose:
         # the keys break ties, so exactly min(L0, groups) are kept
         order = [d.dialect.hash(["__unit", *keys, str(salt)]), *keys]
         if table.max_groups_per_unit == 1:
             names = [column.rsplit(" AS ", 1)[1] for column in partials]
             ctes += least_per_partition(d.dialect, "__ranked", "__per_unit", ["__unit"], order,
-                                        [*keys, *names])
+                                        [*keys, *names], mostly_one=prefilter)
         else:
             steps, _ = ranked(d.dialect, "__ranked", "__per_unit", ["__unit"], order, "__rank")
             ctes += steps
