@@ -509,7 +509,7 @@ def _source_rows(checked: CheckedQuery, source: str | None, d: _Writer, unit: st
     where = f" WHERE {' AND '.join(filters)}" if filters else ""
     items = columns or ["1 AS __one"]
     origin = f"{source} AS __rel" if source is not None else d.from_item()
-    return f"__src AS (SELECT {', '.join(items)} FROM {origin}{where})"
+    return f"__src AS {d.dialect.rows_cte}(SELECT {', '.join(items)} FROM {origin}{where})"
 
 
 def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: bool,

@@ -50,7 +50,7 @@ def snapshot(checked: CheckedQuery, cells: int | None, salt: int, d: Dialect,
     name = d.quote("__dpsql_bounded_" + hashlib.sha256(identity.encode()).hexdigest()[:16])
     filters = [f"{unit} IS NOT NULL", *(f"({k}) IS NOT NULL" for k in keys)]
     with_marks = "".join(f", {k} AS {m}" for k, m in zip(keys, marks, strict=True))
-    rows = (f"__rows AS (SELECT *{with_marks} FROM {from_item} "
+    rows = (f"__rows AS {d.rows_cte}(SELECT *{with_marks} FROM {from_item} "
             f"WHERE {' AND '.join(filters)})")
     payload = sorted(checked.relation.columns)
     grouped = bool(keys) and (cells is None or l0 < cells)
