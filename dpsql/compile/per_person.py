@@ -22,7 +22,9 @@ Two plans compute exactly this:
   global (person, hash) order, which it sorts out of core, and a person's rank is that number
   less their first; PostgreSQL and Spark use ROW_NUMBER per person. With L0 = 1 no rank is
   needed: DuckDB keeps a person's least pair by one aggregate
-  (``compile.bound.least_per_partition``).
+  (``compile.bound.least_per_partition``), and up to L∞ = 64 first keeps only the rows of
+  each person's least-hash group (``compile.bound.least_hash_rows``), so only those are
+  aggregated into pairs.
 
 Both return CTEs whose last, ``__exact``, has the key columns, one column per noise part and
 (unless ``wide``) ``__terms``, the uncapped rows of the kept partials.
