@@ -1,4 +1,5 @@
-"""`import dpsql` and `dpsql --help` pay only for what they use (benchmarks/startup.py times it)."""
+"""`import dpsql` and `dpsql --help` pay only for what they use, and exit skips the final GC
+collections after closing what is open (benchmarks/startup.py times both)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 import dpsql
+
+from conftest import catalogue
 
 ROOT = Path(__file__).parents[1]
 HEAVY = ("duckdb", "sqlglot", "pandas", "numpy", "yaml", "pyarrow", "evaluators")
@@ -63,10 +68,6 @@ print(con.execute("SELECT sex, COUNT(*) FROM adult GROUP BY sex", epsilon=0.5).f
 
 
 def _exit_probe(data_dir: Path, **env: str) -> subprocess.CompletedProcess:
-    import yaml
-
-    from tests.conftest import catalogue
-
     metadata = data_dir / "cases.yaml"
     metadata.write_text(yaml.safe_dump(catalogue(data_dir)))
     return subprocess.run([sys.executable, "-c", EXIT_PROBE, metadata, data_dir / "l.sqlite"],
