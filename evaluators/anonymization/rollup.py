@@ -6,10 +6,9 @@ integer code per level, taken from the hierarchy's SQL labels (``hierarchies.lev
 a class is one int64 key: its QIDs' codes packed in fixed bit fields, a mixed radix with
 power-of-two radices (a level-l code is below the level-0 cardinality, so one field per QID
 serves every level). A node's class table is any finer node's table with some QIDs' codes
-mapped up and regrouped; tables are kept sorted by key, so raising one QID is a near-linear
-merge of sorted runs. The finer table is an evaluated predecessor or a cached *corner* (level 0
-or top in every QID), so a node high in the lattice never touches the thousands of finest
-classes.
+mapped up and regrouped, in one compiled pass (``kernels.regroup``). The finer table is an
+evaluated predecessor or a cached *corner* (level 0 or top in every QID), so a node high in the
+lattice never touches the thousands of finest classes.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from sqlglot import exp
 
 import dpsql
 from evaluators.anonymization.hierarchies import Hierarchy, level_table
+from evaluators.anonymization.kernels import regroup
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,6 @@ class Histogram:
             raise dpsql.NotSupportedError("too many QID value combinations to pack into 64 bits")
         self._shifts = np.concatenate([np.cumsum(bits[::-1])[::-1][1:], [0]]).astype(np.int64)
         self._masks = (np.int64(1) << bits) - 1
-        self.strides = np.int64(1) << self._shifts
         keys = sum(c.astype(np.int64) << s for c, s in zip(codes0, self._shifts))
         if sensitive is None:
             self.sensitive_values: tuple[str, ...] = ()
@@ -119,8 +118,20 @@ class Histogram:
             lookup = {v: i for i, v in enumerate(self.sensitive_values)}
             sa_codes = frame["__sa"].map(lookup).to_numpy()
             width = len(self.sensitive_values)
-        self.base = _group(tuple(0 for _ in self.qids), keys,
-                           _one_hot(sa_codes, frame["__n"].to_numpy(np.int64), width), runs=False)
+        # What raising a code adds to a packed key, for every (QID, from level, to level), in
+        # one matrix: a roll-up passes the kernel row indices rather than a list of arrays.
+        spans = [(p, low, high) for p, qc in enumerate(self.qid_codes)
+                 for low in range(qc.levels) for high in range(low + 1, qc.levels)]
+        self._deltas = np.zeros((len(spans), int(cards.max())), dtype=np.int64)
+        self._delta_row = {}
+        for row, (p, low, high) in enumerate(spans):
+            codes = np.arange(len(self.qid_codes[p].labels[low]))
+            raised = self.qid_codes[p].raise_codes(codes, low, high)
+            self._deltas[row, :len(codes)] = (raised - codes) << self._shifts[p]
+            self._delta_row[p, low, high] = row
+        base = ClassTable(tuple(0 for _ in self.qids), keys,
+                          _one_hot(sa_codes, frame["__n"].to_numpy(np.int64), width))
+        self.base = self.roll_to(base, base.node)
         self.top = tuple(qc.levels - 1 for qc in self.qid_codes)
         # Corner tables by the QIDs they keep at level 0 (the others are at the top level).
         self._corners: dict[tuple[bool, ...], ClassTable] = {
@@ -137,15 +148,11 @@ class Histogram:
 
     def roll_to(self, table: ClassTable, node: Sequence[int]) -> ClassTable:
         """The table of ``node`` from the table of a node at or below it in every QID."""
-        keys, raised = table.keys, 0
-        for position, (low, high) in enumerate(zip(table.node, node)):
-            if high == low:
-                continue
-            old = self.codes(table, position)
-            new = self.qid_codes[position].raise_codes(old, low, high)
-            keys = keys + (new - old) * self.strides[position]
-            raised += 1
-        return _group(tuple(int(x) for x in node), keys, table.counts, runs=raised == 1)
+        raised = [p for p, (low, high) in enumerate(zip(table.node, node)) if high != low]
+        rows = [self._delta_row[p, table.node[p], node[p]] for p in raised]
+        keys, counts = regroup(table.keys, table.counts, self._shifts[raised],
+                               self._masks[raised], self._deltas[rows])
+        return ClassTable(tuple(int(x) for x in node), keys, counts)
 
     def table(self, node: Sequence[int]) -> ClassTable:
         """A node's table rolled up from its corner."""
@@ -173,28 +180,6 @@ def _one_hot(codes: np.ndarray, weights: np.ndarray, width: int) -> np.ndarray:
     matrix = np.zeros((len(codes), width), dtype=np.int64)
     matrix[np.arange(len(codes)), codes] = weights
     return matrix
-
-
-def _group(node: tuple[int, ...], keys: np.ndarray, counts: np.ndarray, *,
-           runs: bool) -> ClassTable:
-    """Sum the counts of equal keys; the table comes out sorted by key.
-
-    With ``runs`` the keys are a sorted table's keys with one bit field changed, which leaves
-    long sorted runs that a stable sort (timsort) merges in near-linear time, several times
-    faster than hashing. A wide count matrix (a sensitive attribute's values) is also summed in
-    key order: adding whole rows beats a bincount over every (class, value) cell. Otherwise the
-    keys are hashed and only the distinct keys are sorted.
-    """
-    if runs or counts.shape[1] > 1:
-        order = np.argsort(keys, kind="stable" if runs else "quicksort")
-        ordered = keys[order]
-        starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
-        return ClassTable(node, ordered[starts], np.add.reduceat(counts[order], starts, axis=0))
-    inverse, uniques = pd.factorize(keys)
-    summed = np.bincount(inverse, weights=counts[:, 0], minlength=len(uniques))
-    order = np.argsort(uniques)
-    return ClassTable(node, np.asarray(uniques, dtype=np.int64)[order],
-                      summed[order, None].astype(np.int64))
 
 
 def _encode(con, relation, qid, hierarchy, frame, weights) -> tuple[QidCodes, np.ndarray]:

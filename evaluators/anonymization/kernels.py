@@ -1,0 +1,61 @@
+"""The compiled inner loop of the lattice search: raise some QIDs' codes and regroup a class
+table, in one pass over its rows.
+
+A node's class table is a finer table whose packed keys have some bit fields mapped up the
+hierarchy and whose equal keys are then summed. In numpy that is about ten passes over the
+rows (unpack, map, repack, sort, gather, compare, reduce) at 17–25 ns a row; compiled with
+numba it is three tight loops (map, hash into an open-addressing table, sum) at 4–5 ns a row.
+The output is in order of first appearance, not sorted: nothing downstream depends on the
+order (the objectives sum per code or in integers, so a node scores the same from any source).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+# Fibonacci hashing: the product's high bits spread the packed keys' low-entropy fields.
+_GOLDEN = np.int64(-7046029254386353131)  # 0x9E3779B97F4A7C15 as a signed 64-bit integer
+
+
+@numba.njit(cache=True, nogil=True)
+def regroup(keys: np.ndarray, counts: np.ndarray, shifts: np.ndarray, masks: np.ndarray,
+            deltas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Raise field j of every key by adding ``deltas[j, code]`` (``code = (key >> shifts[j]) &
+    masks[j]``), then sum the count rows of equal new keys; returns the distinct new keys and
+    their summed counts."""
+    rows, width = counts.shape
+    new_keys = keys.copy()
+    for j in range(len(shifts)):
+        shift, field, delta = shifts[j], masks[j], deltas[j]
+        for r in range(rows):
+            new_keys[r] += delta[(new_keys[r] >> shift) & field]
+    capacity = 16
+    while capacity < 2 * rows:
+        capacity *= 2
+    slots = np.full(capacity, -1, np.int64)
+    out_keys = np.empty(rows, np.int64)
+    classes = np.empty(rows, np.int64)
+    distinct = 0
+    for r in range(rows):
+        key = new_keys[r]
+        slot = (key * _GOLDEN) >> 20 & (capacity - 1)
+        while True:
+            at = slots[slot]
+            if at == -1:
+                slots[slot] = at = distinct
+                out_keys[distinct] = key
+                distinct += 1
+                break
+            if out_keys[at] == key:
+                break
+            slot = (slot + 1) & (capacity - 1)
+        classes[r] = at
+    # Summed only now, into a matrix of the final size: a roll-up to a coarse node has far
+    # fewer classes than rows.
+    out_counts = np.zeros((distinct, width), np.int64)
+    for r in range(rows):
+        at = classes[r]
+        for c in range(width):
+            out_counts[at, c] += counts[r, c]
+    return out_keys[:distinct].copy(), out_counts
