@@ -8,11 +8,12 @@ pruned search finds the exhaustive optimum (node and score). "Nodes" are nodes c
 the privacy model; the corner tables grouped as roll-up sources are not counted. Times are CPU
 seconds, the median of ``--repeat`` runs, each on a fresh histogram (so building the corner
 tables is timed); the finest classes (one DuckDB GROUP BY plus encoding) are timed separately.
-"before" is the search of commit 8b03a0a (before the bounds of ``PrivacyModel.check`` for
-entropy ℓ and t-closeness and the one-level DM bound), as recorded in
-``docs/reports/anonymization/benchmark.md`` at that commit (load average 8.1); rerun on the
-same machine at load 3.6 just before the run recorded there now, it took within 7 % of those
-times.
+"before" is the search of commit 1c0b13f (the same bounds, tables regrouped in numpy rather than
+by the compiled kernel of ``kernels.regroup``), run with this script from a worktree of that
+commit on the same machine just before the run recorded in
+``docs/reports/anonymization/benchmark.md`` (load average 0.68 at its start); it evaluates the
+same nodes. The kernel's one-off cost in a process (numba's import, then loading the machine
+code from its cache, or compiling it on the first run after an install) is printed apart.
 
 ARX's published figure (anonbench, CBMS 2014: ARX 2.3, Flash, Adult with 8 QIs, 5-anonymity,
 0 % suppression, quad-core 3.1 GHz i5): 27.4 ms, 115 nodes checked; OLA 64 ms, Incognito
@@ -25,6 +26,8 @@ from __future__ import annotations
 
 import os
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -42,18 +45,35 @@ QIDS = ["sex", "age", "race", "marital-status", "education", "native-country", "
 SENSITIVE = "occupation"
 K5 = PrivacyModel(k=5)
 SETTINGS = [  # (label, model, objective, suppression limit, before: (nodes, CPU s))
-    ("DM, unlimited suppression (thesis Table 4-5)", K5, "dm", 1.0, (1489, 0.333)),
+    ("DM, unlimited suppression (thesis Table 4-5)", K5, "dm", 1.0, (897, 0.192)),
     ("average class size, unlimited suppression (thesis Table 4-4)", K5, "avg_class_size", 1.0,
-     (3955, 1.179)),
-    ("DM, no suppression (ARX benchmark setting)", K5, "dm", 0.0, (105, 0.032)),
-    ("loss, at most 5 % suppressed", K5, "loss", 0.05, (290, 0.242)),
+     (3955, 0.678)),
+    ("DM, no suppression (ARX benchmark setting)", K5, "dm", 0.0, (97, 0.025)),
+    ("loss, at most 5 % suppressed", K5, "loss", 0.05, (246, 0.130)),
     ("distinct ℓ = 2, DM, unlimited suppression", PrivacyModel(k=5, l=2), "dm", 1.0,
-     (922, 0.520)),
+     (566, 0.312)),
     ("entropy ℓ = 2, loss, at most 5 % suppressed",
-     PrivacyModel(k=5, l=2, l_variant="entropy"), "loss", 0.05, (112, 0.217)),
+     PrivacyModel(k=5, l=2, l_variant="entropy"), "loss", 0.05, (74, 0.086)),
     ("t = 0.2 (hierarchical EMD), DM, unlimited suppression",
-     PrivacyModel(k=5, t=0.2, t_variant="hierarchical"), "dm", 1.0, (3743, 3.486)),
+     PrivacyModel(k=5, t=0.2, t_variant="hierarchical"), "dm", 1.0, (1869, 1.064)),
 ]
+
+
+def _kernel_start() -> float:
+    """CPU seconds a fresh process takes to import the compiled kernel and make its first call."""
+    script = (
+        "import time\n"
+        "started = time.process_time()\n"
+        "import numpy as np\n"
+        "from evaluators.anonymization.kernels import regroup\n"
+        "empty = np.zeros(0, dtype=np.int64)\n"
+        "regroup(np.zeros(1, dtype=np.int64), np.ones((1, 1), dtype=np.int64), empty, empty,\n"
+        "        np.zeros((0, 1), dtype=np.int64))\n"
+        "print(time.process_time() - started)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout
+    return float(out)
 
 
 def _cpu(repeat: int, run):
@@ -72,6 +92,7 @@ def _cpu(repeat: int, run):
               help="Also write the markdown table here.")
 def main(repeat: int, output: str | None) -> None:
     """Print pruned vs exhaustive search times as a markdown table."""
+    kernel = _kernel_start()
     custodian = open_custodian(ROOT / "data" / "datasets" / "adult_arx.yaml", ledger=":memory:")
     con = custodian.duckdb
     source = create_source(custodian, "adult", QIDS)
@@ -85,7 +106,8 @@ def main(repeat: int, output: str | None) -> None:
          f"attribute {SENSITIVE} (4,320 nodes) for ℓ and t. Finest classes "
          f"({len(finest.base.keys):,} for 9 QIDs) built in {build:.2f} s CPU. CPU seconds, "
          f"median of {repeat}; load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} "
-         "(1 / 5 / 15 min) at the start."),
+         f"(1 / 5 / 15 min) at the start. The compiled kernel's one-off start in this process: "
+         f"{kernel:.2f} s CPU."),
         "",
         ("| setting | optimum (= exhaustive) | pruned: nodes | pruned: CPU s | before: nodes "
          "| before: CPU s | exhaustive: CPU s |"),

@@ -1,5 +1,5 @@
-"""The compiled inner loop of the lattice search: raise some QIDs' codes and regroup a class
-table, in one pass over its rows.
+"""The compiled inner loops of the lattice search (numba): regrouping a class table and the
+one-level split bound, each one pass over a table's rows instead of a dozen numpy passes.
 
 A node's class table is a finer table whose packed keys have some bit fields mapped up the
 hierarchy and whose equal keys are then summed. In numpy that is about ten passes over the
@@ -14,7 +14,11 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-# Fibonacci hashing: the product's high bits spread the packed keys' low-entropy fields.
+# Multiplicative hashing. The slot is taken from the product's bits 20 and up rather than its
+# top bits: nearby keys then land in nearby slots, and on Adult's roll-ups that locality is
+# worth more than the better spread (measured: 0.22 against 0.26 s for the 3,955 tables of
+# the average-class-size search). Folding the high half in first keeps keys that differ only
+# in high fields apart.
 _GOLDEN = np.int64(-7046029254386353131)  # 0x9E3779B97F4A7C15 as a signed 64-bit integer
 
 
@@ -39,7 +43,7 @@ def regroup(keys: np.ndarray, counts: np.ndarray, shifts: np.ndarray, masks: np.
     distinct = 0
     for r in range(rows):
         key = new_keys[r]
-        slot = (key * _GOLDEN) >> 20 & (capacity - 1)
+        slot = (((key ^ (key >> 32)) * _GOLDEN) >> 20) & (capacity - 1)
         while True:
             at = slots[slot]
             if at == -1:
@@ -59,3 +63,18 @@ def regroup(keys: np.ndarray, counts: np.ndarray, shifts: np.ndarray, masks: np.
         for c in range(width):
             out_counts[at, c] += counts[r, c]
     return out_keys[:distinct].copy(), out_counts
+
+
+@numba.njit(cache=True, nogil=True)
+def split_costs(keys: np.ndarray, published: np.ndarray, k: int, shifts: np.ndarray,
+                masks: np.ndarray, children: np.ndarray) -> np.ndarray:
+    """Per field j, Σ over classes of max(k·P, P²/F): P the class's published records, F =
+    ``children[j, code]`` the parts its code in field j splits into one level lower."""
+    costs = np.zeros(len(shifts))
+    for r in range(len(keys)):
+        records = published[r]
+        floor = float(k * records)
+        square = float(records) * float(records)
+        for j in range(len(shifts)):
+            costs[j] += max(floor, square / children[j, (keys[r] >> shifts[j]) & masks[j]])
+    return costs

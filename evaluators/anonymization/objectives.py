@@ -23,6 +23,7 @@ from functools import cached_property
 import numpy as np
 
 from evaluators.anonymization.criteria import PrivacyModel, SensitiveDomain
+from evaluators.anonymization.kernels import split_costs
 from evaluators.anonymization.rollup import ClassTable, Histogram
 
 
@@ -96,14 +97,10 @@ def _discernibility_bound_step(view: NodeView) -> np.ndarray:
     # into at most F parts (F = children of its value in that QID), so its P = n − below
     # published records cost at least max(k·P, P²/F) (Cauchy-Schwarz) and the rest N each.
     hist, table = view.histogram, view.table
-    published = view.sizes - view.below
-    floor = view.k * published
-    square = (published * published).astype(float)
+    positions, shifts, masks, children = hist.splits(table.node)
     bounds = np.full(len(table.node), -np.inf)
-    for position, level in enumerate(table.node):
-        if level:
-            parts = hist.qid_codes[position].children[level][hist.codes(table, position)]
-            bounds[position] = float(np.maximum(floor, square / parts).sum())
+    bounds[positions] = split_costs(table.keys, view.sizes - view.below, view.k, shifts, masks,
+                                    children)
     bounds += hist.records * float(view.below.sum())
     return bounds - 1e-9 * np.abs(bounds)  # float slack: a tie must not be pruned
 

@@ -129,6 +129,14 @@ class Histogram:
             raised = self.qid_codes[p].raise_codes(codes, low, high)
             self._deltas[row, :len(codes)] = (raised - codes) << self._shifts[p]
             self._delta_row[p, low, high] = row
+        # Children per code of every (QID, level ≥ 1), padded likewise, for split bounds.
+        splits = [(p, level) for p, qc in enumerate(self.qid_codes) for level in range(1, qc.levels)]
+        self._children = np.ones((len(splits), int(cards.max())), dtype=np.float64)
+        self._children_row = {}
+        for row, (p, level) in enumerate(splits):
+            counts = self.qid_codes[p].children[level]
+            self._children[row, :len(counts)] = counts
+            self._children_row[p, level] = row
         base = ClassTable(tuple(0 for _ in self.qids), keys,
                           _one_hot(sa_codes, frame["__n"].to_numpy(np.int64), width))
         self.base = self.roll_to(base, base.node)
@@ -140,6 +148,13 @@ class Histogram:
     def codes(self, table: ClassTable, position: int) -> np.ndarray:
         """The level codes of QID ``position`` for every class of ``table``."""
         return (table.keys >> self._shifts[position]) & self._masks[position]
+
+    def splits(self, node: Sequence[int]) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
+        """For the QIDs of ``node`` above level 0: their positions, the shifts and masks of their
+        codes in a key, and per position the row ``children[code]`` of its level."""
+        positions = [p for p, level in enumerate(node) if level]
+        rows = [self._children_row[p, node[p]] for p in positions]
+        return positions, self._shifts[positions], self._masks[positions], self._children[rows]
 
     def roll_up(self, table: ClassTable, position: int) -> ClassTable:
         """The table of the successor that raises QID ``position`` by one level."""
