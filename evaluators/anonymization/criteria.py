@@ -20,6 +20,7 @@ from sqlglot import exp
 
 import dpsql
 from evaluators.anonymization.hierarchies import Hierarchy
+from evaluators.anonymization.kernels import hierarchical_emd
 
 L_VARIANTS = ("distinct", "entropy", "recursive")
 T_VARIANTS = ("equal", "ordered", "hierarchical")
@@ -40,17 +41,13 @@ class SensitiveDomain:
     tree: tuple[np.ndarray, ...] = ()
 
     @cached_property
-    def merges(self) -> tuple[np.ndarray, ...]:
-        """Per level L ≥ 1, the 0/1 matrix taking level-(L−1) nodes to their level-L parents
-        (built once: hierarchical EMD is computed for every class of every node searched)."""
-        matrices = []
+    def parents(self) -> np.ndarray:
+        """Row L−1: the level-L parent of each level-(L−1) node (padded to m columns), built
+        once: hierarchical EMD is computed for every class of every node searched."""
+        rows = np.zeros((max(len(self.tree) - 1, 0), len(self.values)), dtype=np.int64)
         for level in range(1, len(self.tree)):
-            parent = np.zeros(self.tree[level - 1].max() + 1, dtype=np.int64)
-            parent[self.tree[level - 1]] = self.tree[level]
-            onehot = np.zeros((len(parent), self.tree[level].max() + 1))
-            onehot[np.arange(len(parent)), parent] = 1.0
-            matrices.append(onehot)
-        return tuple(matrices)
+            rows[level - 1, self.tree[level - 1]] = self.tree[level]
+        return rows
 
     @cached_property
     def largest_emds(self) -> dict[str, float]:
@@ -167,30 +164,23 @@ def emd(counts: np.ndarray, domain: SensitiveDomain | None, variant: str) -> np.
     """Earth mover's distance of each class's distribution to the reference (notes §3.3)."""
     if domain is None:
         raise dpsql.ProgrammingError("t-closeness needs a sensitive attribute")
+    if variant == "hierarchical":
+        return _hierarchical_emd(counts, domain)
     n = counts.sum(axis=1, keepdims=True)
     extra = counts / np.maximum(n, 1) - domain.reference[None, :]
     if variant == "equal":
         return 0.5 * np.abs(extra).sum(axis=1)
-    if variant == "ordered":
-        m = extra.shape[1]
-        return np.abs(np.cumsum(extra, axis=1)).sum(axis=1) / max(m - 1, 1)
-    return _hierarchical_emd(extra, domain)
+    m = extra.shape[1]
+    return np.abs(np.cumsum(extra, axis=1)).sum(axis=1) / max(m - 1, 1)
 
 
-def _hierarchical_emd(extra: np.ndarray, domain: SensitiveDomain) -> np.ndarray:
+def _hierarchical_emd(counts: np.ndarray, domain: SensitiveDomain) -> np.ndarray:
     if len(domain.tree) < 2:
         raise dpsql.ProgrammingError(
             "hierarchical EMD needs a hierarchy for the sensitive attribute",
             hint="add <sensitive>.csv to the hierarchies folder or use t_variant='equal'",
         )
-    height = len(domain.tree) - 1
-    cost = np.zeros(extra.shape[0])
-    for level, onehot in enumerate(domain.merges, start=1):
-        pos = np.maximum(extra, 0) @ onehot
-        neg = np.maximum(-extra, 0) @ onehot
-        cost += level / height * np.minimum(pos, neg).sum(axis=1)
-        extra = extra @ onehot
-    return cost
+    return hierarchical_emd(np.ascontiguousarray(counts), domain.reference, domain.parents)
 
 
 def sensitive_domain(

@@ -78,3 +78,40 @@ def split_costs(keys: np.ndarray, published: np.ndarray, k: int, shifts: np.ndar
         for j in range(len(shifts)):
             costs[j] += max(floor, square / children[j, (keys[r] >> shifts[j]) & masks[j]])
     return costs
+
+
+@numba.njit(cache=True, nogil=True)
+def hierarchical_emd(counts: np.ndarray, reference: np.ndarray,
+                     parents: np.ndarray) -> np.ndarray:
+    """Hierarchical EMD of each class's distribution to ``reference`` (Li et al. 2007): at each
+    level L of H, the mass moved between the children of each level-L node, weighted L / H.
+    ``parents[L − 1, u]`` is the level-L parent of level-(L−1) node u."""
+    classes, width = counts.shape
+    height = parents.shape[0]
+    distances = np.zeros(classes)
+    extra = np.empty(width)
+    surplus = np.zeros(width)
+    deficit = np.zeros(width)
+    for i in range(classes):
+        records = max(counts[i].sum(), 1)
+        for j in range(width):
+            extra[j] = counts[i, j] / records - reference[j]
+        nodes = width
+        for level in range(1, height + 1):
+            surplus[:] = 0.0
+            deficit[:] = 0.0
+            groups = 0
+            for u in range(nodes):
+                parent = parents[level - 1, u]
+                groups = max(groups, parent + 1)
+                if extra[u] > 0:
+                    surplus[parent] += extra[u]
+                else:
+                    deficit[parent] -= extra[u]
+            moved = 0.0
+            for g in range(groups):
+                moved += min(surplus[g], deficit[g])
+                extra[g] = surplus[g] - deficit[g]
+            distances[i] += level / height * moved
+            nodes = groups
+    return distances

@@ -130,7 +130,8 @@ class Histogram:
             self._deltas[row, :len(codes)] = (raised - codes) << self._shifts[p]
             self._delta_row[p, low, high] = row
         # Children per code of every (QID, level ≥ 1), padded likewise, for split bounds.
-        splits = [(p, level) for p, qc in enumerate(self.qid_codes) for level in range(1, qc.levels)]
+        splits = [(p, level) for p, qc in enumerate(self.qid_codes)
+                  for level in range(1, qc.levels)]
         self._children = np.ones((len(splits), int(cards.max())), dtype=np.float64)
         self._children_row = {}
         for row, (p, level) in enumerate(splits):
