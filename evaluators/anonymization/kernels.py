@@ -1,10 +1,11 @@
-"""The compiled inner loops of the lattice search (numba): regrouping a class table and the
-one-level split bound, each one pass over a table's rows instead of a dozen numpy passes.
+"""The compiled inner loops of the lattice search (numba): regrouping a class table, the
+one-level split bound and hierarchical EMD, each one pass over a table's rows instead of a
+dozen numpy passes.
 
 A node's class table is a finer table whose packed keys have some bit fields mapped up the
 hierarchy and whose equal keys are then summed. In numpy that is about ten passes over the
 rows (unpack, map, repack, sort, gather, compare, reduce) at 17–25 ns a row; compiled with
-numba it is three tight loops (map, hash into an open-addressing table, sum) at 4–5 ns a row.
+numba it is three tight loops (map, hash into an open-addressing table, sum) at 4–8 ns a row.
 The output is in order of first appearance, not sorted: nothing downstream depends on the
 order (the objectives sum per code or in integers, so a node scores the same from any source).
 """
