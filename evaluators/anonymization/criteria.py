@@ -19,8 +19,8 @@ import pandas as pd
 from sqlglot import exp
 
 import dpsql
+from evaluators.anonymization import kernels
 from evaluators.anonymization.hierarchies import Hierarchy
-from evaluators.anonymization.kernels import hierarchical_emd
 
 L_VARIANTS = ("distinct", "entropy", "recursive")
 T_VARIANTS = ("equal", "ordered", "hierarchical")
@@ -180,7 +180,7 @@ def _hierarchical_emd(counts: np.ndarray, domain: SensitiveDomain) -> np.ndarray
             "hierarchical EMD needs a hierarchy for the sensitive attribute",
             hint="add <sensitive>.csv to the hierarchies folder or use t_variant='equal'",
         )
-    return hierarchical_emd(np.ascontiguousarray(counts), domain.reference, domain.parents)
+    return kernels.hierarchical_emd(np.ascontiguousarray(counts), domain.reference, domain.parents)
 
 
 def sensitive_domain(

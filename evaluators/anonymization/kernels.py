@@ -8,11 +8,15 @@ rows (unpack, map, repack, sort, gather, compare, reduce) at 17–25 ns a row; c
 numba it is three tight loops (map, hash into an open-addressing table, sum) at 4–8 ns a row.
 The output is in order of first appearance, not sorted: nothing downstream depends on the
 order (the objectives sum per code or in integers, so a node scores the same from any source).
+
+The kernels are compiled on first use (PEP 562 ``__getattr__``): importing the search, as
+``dpsql anonymize --help`` does, does not import numba.
 """
 
 from __future__ import annotations
 
-import numba
+from collections.abc import Callable
+
 import numpy as np
 
 # Multiplicative hashing. The slot is taken from the product's bits 20 and up rather than its
@@ -23,8 +27,7 @@ import numpy as np
 _GOLDEN = np.int64(-7046029254386353131)  # 0x9E3779B97F4A7C15 as a signed 64-bit integer
 
 
-@numba.njit(cache=True, nogil=True)
-def regroup(keys: np.ndarray, counts: np.ndarray, shifts: np.ndarray, masks: np.ndarray,
+def _regroup(keys: np.ndarray, counts: np.ndarray, shifts: np.ndarray, masks: np.ndarray,
             deltas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Raise field j of every key by adding ``deltas[j, code]`` (``code = (key >> shifts[j]) &
     masks[j]``), then sum the count rows of equal new keys; returns the distinct new keys and
@@ -66,8 +69,7 @@ def regroup(keys: np.ndarray, counts: np.ndarray, shifts: np.ndarray, masks: np.
     return out_keys[:distinct].copy(), out_counts
 
 
-@numba.njit(cache=True, nogil=True)
-def split_costs(keys: np.ndarray, published: np.ndarray, k: int, shifts: np.ndarray,
+def _split_costs(keys: np.ndarray, published: np.ndarray, k: int, shifts: np.ndarray,
                 masks: np.ndarray, children: np.ndarray) -> np.ndarray:
     """Per field j, Σ over classes of max(k·P, P²/F): P the class's published records, F =
     ``children[j, code]`` the parts its code in field j splits into one level lower."""
@@ -81,8 +83,7 @@ def split_costs(keys: np.ndarray, published: np.ndarray, k: int, shifts: np.ndar
     return costs
 
 
-@numba.njit(cache=True, nogil=True)
-def hierarchical_emd(counts: np.ndarray, reference: np.ndarray,
+def _hierarchical_emd(counts: np.ndarray, reference: np.ndarray,
                      parents: np.ndarray) -> np.ndarray:
     """Hierarchical EMD of each class's distribution to ``reference`` (Li et al. 2007): at each
     level L of H, the mass moved between the children of each level-L node, weighted L / H.
@@ -116,3 +117,17 @@ def hierarchical_emd(counts: np.ndarray, reference: np.ndarray,
             distances[i] += level / height * moved
             nodes = groups
     return distances
+
+
+_SOURCES = {"regroup": _regroup, "split_costs": _split_costs,
+            "hierarchical_emd": _hierarchical_emd}
+
+
+def __getattr__(name: str) -> Callable:
+    """Compile the kernel ``name`` (machine code cached by numba across processes)."""
+    if name not in _SOURCES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import numba
+
+    kernel = globals()[name] = numba.njit(cache=True, nogil=True)(_SOURCES[name])
+    return kernel

@@ -22,8 +22,8 @@ from functools import cached_property
 
 import numpy as np
 
+from evaluators.anonymization import kernels
 from evaluators.anonymization.criteria import PrivacyModel, SensitiveDomain
-from evaluators.anonymization.kernels import split_costs
 from evaluators.anonymization.rollup import ClassTable, Histogram
 
 
@@ -99,8 +99,8 @@ def _discernibility_bound_step(view: NodeView) -> np.ndarray:
     hist, table = view.histogram, view.table
     positions, shifts, masks, children = hist.splits(table.node)
     bounds = np.full(len(table.node), -np.inf)
-    bounds[positions] = split_costs(table.keys, view.sizes - view.below, view.k, shifts, masks,
-                                    children)
+    bounds[positions] = kernels.split_costs(table.keys, view.sizes - view.below, view.k, shifts,
+                                            masks, children)
     bounds += hist.records * float(view.below.sum())
     return bounds - 1e-9 * np.abs(bounds)  # float slack: a tie must not be pruned
 

@@ -23,8 +23,8 @@ import pandas as pd
 from sqlglot import exp
 
 import dpsql
+from evaluators.anonymization import kernels
 from evaluators.anonymization.hierarchies import Hierarchy, level_table
-from evaluators.anonymization.kernels import regroup
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ class Histogram:
         """The table of ``node`` from the table of a node at or below it in every QID."""
         raised = [p for p, (low, high) in enumerate(zip(table.node, node)) if high != low]
         rows = [self._delta_row[p, table.node[p], node[p]] for p in raised]
-        keys, counts = regroup(table.keys, table.counts, self._shifts[raised],
+        keys, counts = kernels.regroup(table.keys, table.counts, self._shifts[raised],
                                self._masks[raised], self._deltas[rows])
         return ClassTable(tuple(int(x) for x in node), keys, counts)
 
