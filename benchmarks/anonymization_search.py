@@ -106,7 +106,7 @@ def main(repeat: int, output: str | None) -> None:
          f"attribute {SENSITIVE} (4,320 nodes) for ℓ and t. Finest classes "
          f"({len(finest.base.keys):,} for 9 QIDs) built in {build:.2f} s CPU. CPU seconds, "
          f"median of {repeat}; load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} "
-         f"(1 / 5 / 15 min) at the start. The compiled kernel's one-off start in this process: "
+         f"(1 / 5 / 15 min) at the start. The compiled kernels' one-off start in a fresh process: "
          f"{kernel:.2f} s CPU."),
         "",
         ("| setting | optimum (= exhaustive) | pruned: nodes | pruned: CPU s | before: nodes "
