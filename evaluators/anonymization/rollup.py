@@ -118,26 +118,19 @@ class Histogram:
             lookup = {v: i for i, v in enumerate(self.sensitive_values)}
             sa_codes = frame["__sa"].map(lookup).to_numpy()
             width = len(self.sensitive_values)
-        # What raising a code adds to a packed key, for every (QID, from level, to level), in
-        # one matrix: a roll-up passes the kernel row indices rather than a list of arrays.
-        spans = [(p, low, high) for p, qc in enumerate(self.qid_codes)
-                 for low in range(qc.levels) for high in range(low + 1, qc.levels)]
-        self._deltas = np.zeros((len(spans), int(cards.max())), dtype=np.int64)
-        self._delta_row = {}
-        for row, (p, low, high) in enumerate(spans):
-            codes = np.arange(len(self.qid_codes[p].labels[low]))
-            raised = self.qid_codes[p].raise_codes(codes, low, high)
-            self._deltas[row, :len(codes)] = (raised - codes) << self._shifts[p]
-            self._delta_row[p, low, high] = row
-        # Children per code of every (QID, level ≥ 1), padded likewise, for split bounds.
-        splits = [(p, level) for p, qc in enumerate(self.qid_codes)
-                  for level in range(1, qc.levels)]
-        self._children = np.ones((len(splits), int(cards.max())), dtype=np.float64)
-        self._children_row = {}
-        for row, (p, level) in enumerate(splits):
-            counts = self.qid_codes[p].children[level]
-            self._children[row, :len(counts)] = counts
-            self._children_row[p, level] = row
+        # What raising a code adds to a packed key, per (QID, from level, to level), and the
+        # children per code of every (QID, level ≥ 1), for the kernels.
+        deltas, children = {}, {}
+        for p, qc in enumerate(self.qid_codes):
+            for low in range(qc.levels):
+                codes = np.arange(len(qc.labels[low]))
+                for high in range(low + 1, qc.levels):
+                    raised = qc.raise_codes(codes, low, high)
+                    deltas[p, low, high] = (raised - codes) << self._shifts[p]
+                if low:
+                    children[p, low] = qc.children[low]
+        self._deltas, self._delta_row = _padded(deltas, np.int64, 0)
+        self._children, self._children_row = _padded(children, np.float64, 1)
         base = ClassTable(tuple(0 for _ in self.qids), keys,
                           _one_hot(sa_codes, frame["__n"].to_numpy(np.int64), width))
         self.base = self.roll_to(base, base.node)
@@ -167,7 +160,7 @@ class Histogram:
         raised = [p for p, (low, high) in enumerate(zip(table.node, node)) if high != low]
         rows = [self._delta_row[p, table.node[p], node[p]] for p in raised]
         keys, counts = kernels.regroup(table.keys, table.counts, self._shifts[raised],
-                               self._masks[raised], self._deltas[rows])
+                                       self._masks[raised], self._deltas[rows])
         return ClassTable(tuple(int(x) for x in node), keys, counts)
 
     def table(self, node: Sequence[int]) -> ClassTable:
@@ -190,6 +183,18 @@ class Histogram:
             node = tuple(0 if keep else top for keep, top in zip(kept, self.top))
             table = self._corners[kept] = self.roll_to(finer, node)
         return table
+
+
+def _padded(arrays: dict, dtype, fill) -> tuple[np.ndarray, dict]:
+    """The arrays as the rows of one matrix, padded with ``fill``, and the row of each key: a
+    kernel takes a matrix and row indices rather than a list of arrays."""
+    width = max((len(a) for a in arrays.values()), default=1)
+    matrix = np.full((len(arrays), width), fill, dtype=dtype)
+    rows = {}
+    for row, (key, values) in enumerate(arrays.items()):
+        matrix[row, :len(values)] = values
+        rows[key] = row
+    return matrix, rows
 
 
 def _one_hot(codes: np.ndarray, weights: np.ndarray, width: int) -> np.ndarray:
