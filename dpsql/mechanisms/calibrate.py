@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from functools import lru_cache
 from statistics import NormalDist
+
+import numpy as np
 
 
 def discrete_laplace_tail(k: int, scale: float) -> float:
@@ -96,9 +99,13 @@ def largest_scale_for_half_width(target: float, grid: float = 1.0,
 
 
 def half_width_units(part, confidence: float = 0.95) -> int:
-    """Half-width, in grid units, of the interval of a noise part (Laplace or Gaussian)."""
+    """Half-width, in grid units, of the interval of a noise part (Laplace, Gaussian or ℓ∞)."""
     if part.sensitivity == 0:
         return 0
+    if part.mechanism == "linf":
+        joint = part.joint
+        return linf_half_width(joint.radii, joint.noise_epsilon, joint.resolution,
+                               joint.columns.index(part.column), confidence)
     if part.mechanism == "gaussian":
         return discrete_gaussian_half_width(float(part.sigma2_units), confidence)
     return discrete_laplace_half_width(float(part.scale / part.grid), confidence)
@@ -126,3 +133,82 @@ def discrete_gaussian_half_width(sigma2: float, confidence: float = 0.95) -> int
         k += 1
         inside += 2 * weights[k]
     return k
+
+
+# The ℓ∞ mechanism's marginals (``samplers.discrete_linf``). Its density is a sum over layers:
+# P(z) = (1 − q)·Σ_{k ≥ ℓ(z)} q^k / Z with Z = (1 − q)·Σ_k q^k·B(k), B(k) the points of the box
+# of level k (half-widths n_j(k) = ⌊k·D_j/L⌋). So any sum over z is a sum over k of q^k times
+# the same sum over the box of level k, which has a closed form per coordinate. Levels stop
+# where q^k·B(k) is below 1e-15 of the total: x = ε·k/L ≥ 40 + 3d.
+LINF_MAX_LEVELS = 2**16  # a few milliseconds of numpy per measurement
+
+
+def linf_levels(radii: tuple[Fraction, ...], epsilon: Fraction, resolution: int) -> int:
+    """How many levels the ℓ∞ mechanism's marginals sum (``LINF_MAX_LEVELS`` at most is
+    practical)."""
+    return math.ceil(resolution * (40 + 3 * len(radii)) / float(epsilon)) + 1
+
+
+@lru_cache(maxsize=64)
+def _linf_layers(radii: tuple[Fraction, ...], epsilon: Fraction, resolution: int, index: int):
+    """Per level k: q^k·B(k) cumulated, q^k·B(k)/(2n_i + 1) summed from k on, and n_i(k)."""
+    count = linf_levels(radii, epsilon, resolution)
+    k = np.arange(count, dtype=np.int64)
+    halves = [_floors(k, r / resolution) for r in radii]
+    log_weight = -float(epsilon) / resolution * k.astype(np.float64)
+    boxes = np.exp(log_weight + sum(np.log(2 * n + 1) for n in halves))  # q^k·B(k)
+    others = boxes / (2 * halves[index] + 1)
+    squares = others * halves[index] * (halves[index] + 1) * (2 * halves[index] + 1) / 3
+    return (np.cumsum(boxes), np.cumsum(others[::-1])[::-1], halves[index],
+            float(squares.sum() / boxes.sum()))
+
+
+def _floors(k, slope: Fraction):
+    """⌊k·slope⌋ for each level k, exactly (Python integers where int64 would overflow)."""
+    if len(k) * slope.numerator < 2**62:
+        return ((k * slope.numerator) // slope.denominator).astype(np.float64)
+    return np.array([level * slope.numerator // slope.denominator for level in range(len(k))],
+                    dtype=np.float64)
+
+
+def linf_tail(radii: tuple[Fraction, ...], epsilon: Fraction, resolution: int, index: int,
+              m: int) -> float:
+    """P(|z_i| > m) for the ℓ∞ mechanism (grid units).
+
+    The box of level k holds (2·min(n_i, m) + 1)·B(k)/(2n_i + 1) points with |z_i| ≤ m: the
+    levels with n_i ≤ m contribute all of B(k), the others (2m + 1)·B(k)/(2n_i + 1).
+
+    Example:
+        >>> round(linf_tail((Fraction(1),), Fraction(1), 1, 0, 2), 4)  # 2q³/(1 + q), q = 1/e
+        0.0728
+    """
+    boxes, others, halves, _ = _linf_layers(radii, epsilon, resolution, index)
+    inner = int(np.searchsorted(halves, m, side="right"))  # levels with n_i ≤ m
+    inside = (boxes[inner - 1] if inner else 0.0) + \
+        ((2 * m + 1) * others[inner] if inner < len(halves) else 0.0)
+    return max(0.0, 1.0 - float(inside / boxes[-1]))
+
+
+def linf_half_width(radii: tuple[Fraction, ...], epsilon: Fraction, resolution: int,
+                    index: int, confidence: float = 0.95) -> int:
+    """Smallest integer m with P(|z_i| ≤ m) ≥ confidence for the ℓ∞ mechanism."""
+    alpha = 1.0 - confidence
+    low, high = -1, int(_linf_layers(radii, epsilon, resolution, index)[2][-1])
+    while high - low > 1:  # tail(low) > alpha >= tail(high)
+        middle = (low + high) // 2
+        if linf_tail(radii, epsilon, resolution, index, middle) <= alpha:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def linf_variance(radii: tuple[Fraction, ...], epsilon: Fraction, resolution: int,
+                  index: int) -> float:
+    """E[z_i²] for the ℓ∞ mechanism (grid units²).
+
+    Example:
+        >>> round(linf_variance((Fraction(1),), Fraction(1), 1, 0), 4)  # 2q/(1 − q)², q = 1/e
+        1.8413
+    """
+    return _linf_layers(radii, epsilon, resolution, index)[3]
