@@ -24,18 +24,23 @@ count when it is a centred sum plus k·count); AVG 1 on the centred sum and h²/
 4h²/3 on the sum and h⁴/9 on the count. Quantiles (exponential mechanism) and the private
 keys' selection count keep the even share. Each ε_i (ρ_i) is rounded down to a multiple of
 2^-40, so the measurements never spend more than the release's ε (ρ), exactly.
+
+Then ``jointly`` lowers the same objective further within each statement: its counts and
+sums may be drawn together in blocks, one ℓ∞ draw per block (``joint.split`` picks the
+partition and re-splits the statement's ε over the blocks in closed form); one block of all
+of them wins unless one measurement's demand A_i dwarfs the others'.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
+from dpsql import joint, share
+from dpsql.budget import SHARE_QUANTUM
 from dpsql.catalog import Catalog
 from dpsql.plan import CheckedQuery, NoisePart
 from dpsql.rewrite import SPREAD_KINDS, as_gaussian, domain_size, measures, noise_parts, part_count
-from dpsql.share import Link, duplicates
-
-_QUANTUM = 2**40
 
 
 def coefficients(checked: CheckedQuery, parts: list[NoisePart]) -> dict[str, dict[str, float]]:
@@ -66,7 +71,7 @@ def coefficients(checked: CheckedQuery, parts: list[NoisePart]) -> dict[str, dic
 
 def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction,
              weights: dict[str, float] | None = None, *, gaussian: bool = False,
-             shared: list[list[Link | None]] | None = None) -> list[list[Fraction]]:
+             shared: list[list[share.Link | None]] | None = None) -> list[list[Fraction]]:
     """ε of each measurement of each statement (``rewrite.measures`` order); with
     ``gaussian``, ``epsilon`` is the release's ρ and the shares are each measurement's ρ.
 
@@ -86,34 +91,11 @@ def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction
         >>> sum(shares) <= 1, len(shares)
         (True, 2)
     """
-    weights = {name.lower(): float(w) for name, w in (weights or {}).items()}
     shared = shared or [[None] * len(measures(c)) for c in statements]
-    distinct = sum(part_count(c) for c in statements) - duplicates(shared)
+    distinct = sum(part_count(c) for c in statements) - share.duplicates(shared)
     even = epsilon / distinct
-    drafts = [noise_parts(c, catalog, [Fraction(1)] * len(measures(c)), domain_size(c))[0]
-              for c in statements]
-
-    def drawn_at(index: int, j: int) -> Link:  # the statement that draws (and pays for) it
-        return shared[index][j] or (index, j)
-
-    demand: dict[Link, float] = {}
-    for index, (checked, parts) in enumerate(zip(statements, drafts, strict=True)):
-        position = {p.column: j for j, p in enumerate(parts)}
-        # the sensitivity the noise is scaled to: Δ₁ for Laplace, Δ₂ = Δ₁/sqrt(cells) for the
-        # discrete Gaussian
-        cells = {p.column: as_gaussian(p, checked, catalog, Fraction(1), domain_size(checked))
-                 .cells if gaussian else 1 for p in parts}
-        sensitivity = {p.column: float(p.sensitivity) / cells[p.column] ** 0.5 for p in parts}
-        named = {o.aggregate: o.name.lower() for o in checked.outputs if o.aggregate}
-        for aggregate, terms in coefficients(checked, parts).items():
-            weight = weights.get(named.get(aggregate, ""), 1.0)
-            baseline = sum(c * sensitivity[col] ** 2 for col, c in terms.items())
-            if baseline == 0 or weight <= 0:
-                continue
-            for column, c in terms.items():
-                key = drawn_at(index, position[column])
-                demand[key] = demand.get(key, 0.0) + weight * c * sensitivity[column] ** 2 \
-                    / baseline
+    drafts = _drafts(statements, catalog)
+    demand = _demand(statements, catalog, drafts, weights, gaussian, shared)
     fixed = distinct - len(demand)
     free = epsilon - even * fixed
     power = 1 / 2 if gaussian else 1 / 3
@@ -132,9 +114,9 @@ def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction
             if root is None:
                 mine.append(even)  # quantiles, and measurements no output weighs
                 continue
-            share = free / len(roots) if root == 1.0 and len(set(roots.values())) == 1 else \
-                Fraction(int(float(free) * root / total * _QUANTUM), _QUANTUM)
-            mine.append(max(share, Fraction(1, _QUANTUM)))
+            portion = free / len(roots) if root == 1.0 and len(set(roots.values())) == 1 else \
+                Fraction(int(float(free) * root / total * SHARE_QUANTUM), SHARE_QUANTUM)
+            mine.append(max(portion, Fraction(1, SHARE_QUANTUM)))
         shares.append(mine)
     # what rounding down left (or the floor of 2^-40 on a negligible share took) goes to the
     # largest share, so that the measurements, with the private keys' selection counts
@@ -146,6 +128,70 @@ def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction
     shares[index][column] += rest
     for index, mine in enumerate(shares):
         for j, _ in enumerate(mine):
-            origin = drawn_at(index, j)
+            origin = shared[index][j] or (index, j)
             mine[j] = shares[origin[0]][origin[1]]
     return shares
+
+
+def jointly(statements: list[CheckedQuery], catalog: Catalog, shares: list[list[Fraction]],
+            weights: dict[str, float] | None = None, *,
+            shared: list[list[share.Link | None]] | None = None
+            ) -> tuple[list[list[Fraction]], list[tuple[tuple[int, ...], ...]]]:
+    """The ``shares`` ``allocate`` gave, re-split within each statement over the blocks of
+    its counts and sums drawn together by one ℓ∞ draw (``joint.split``), and those blocks
+    (measurement positions) per statement. A measurement other statements show takes its
+    drawing statement's new share."""
+    shared = shared or [[None] * len(measures(c)) for c in statements]
+    drafts = _drafts(statements, catalog)
+    demand = _demand(statements, catalog, drafts, weights, False, shared)
+    resplit, blocks = [], []
+    for index, (checked, parts, labels) in enumerate(zip(statements, drafts,
+                                                         share.labels(shared), strict=True)):
+        parts = [replace(p, epsilon=e, paid=label is None or label[1])
+                 for p, e, label in zip(parts, shares[index], labels, strict=True)]
+        mine = {p.column: demand.get((index, j), 0.0) for j, p in enumerate(parts)}
+        epsilons, groups = joint.split(parts, mine, joint.cells_changed(
+            checked, catalog, domain_size(checked)))
+        resplit.append(epsilons)
+        blocks.append(groups)
+    for index, mine in enumerate(resplit):
+        for j, _ in enumerate(mine):
+            origin = shared[index][j]
+            if origin is not None:
+                mine[j] = resplit[origin[0]][origin[1]]
+    return resplit, blocks
+
+
+def _drafts(statements: list[CheckedQuery], catalog: Catalog) -> list[list[NoisePart]]:
+    """Each statement's measurements at ε = 1 (their sensitivities and roles)."""
+    return [noise_parts(c, catalog, [Fraction(1)] * len(measures(c)), domain_size(c))[0]
+            for c in statements]
+
+
+def _demand(statements: list[CheckedQuery], catalog: Catalog, drafts, weights, gaussian: bool,
+            shared: list[list[share.Link | None]]) -> dict[share.Link, float]:
+    """A_i of each measurement, keyed by the statement and position that draws it."""
+    weights = {name.lower(): float(w) for name, w in (weights or {}).items()}
+
+    def drawn_at(index: int, j: int) -> share.Link:  # the statement that draws (and pays for) it
+        return shared[index][j] or (index, j)
+
+    demand: dict[share.Link, float] = {}
+    for index, (checked, parts) in enumerate(zip(statements, drafts, strict=True)):
+        position = {p.column: j for j, p in enumerate(parts)}
+        # the sensitivity the noise is scaled to: Δ₁ for Laplace, Δ₂ = Δ₁/sqrt(cells) for the
+        # discrete Gaussian
+        cells = {p.column: as_gaussian(p, checked, catalog, Fraction(1), domain_size(checked))
+                 .cells if gaussian else 1 for p in parts}
+        sensitivity = {p.column: float(p.sensitivity) / cells[p.column] ** 0.5 for p in parts}
+        named = {o.aggregate: o.name.lower() for o in checked.outputs if o.aggregate}
+        for aggregate, terms in coefficients(checked, parts).items():
+            weight = weights.get(named.get(aggregate, ""), 1.0)
+            baseline = sum(c * sensitivity[col] ** 2 for col, c in terms.items())
+            if baseline == 0 or weight <= 0:
+                continue
+            for column, c in terms.items():
+                key = drawn_at(index, position[column])
+                demand[key] = demand.get(key, 0.0) + weight * c * sensitivity[column] ** 2 \
+                    / baseline
+    return demand

@@ -42,6 +42,9 @@ def exact(value: float | int | str | Fraction, name: str = "epsilon") -> Fractio
 
 
 SMALLEST = Fraction(1, 10**12)
+# shares of a release's ε (or ρ) are multiples of 2^-40: exact, and small fractions for the
+# samplers' rational Bernoulli trials
+SHARE_QUANTUM = 2**40
 
 
 def positive(value: float | int | str | Fraction, name: str = "epsilon") -> Fraction:

@@ -324,13 +324,19 @@ def explain(script, metadata, db, analyst, ledger, epsilon, delta, dialect, boun
             continue
         click.echo(f"   sensitivity {statement['sensitivity']}, ε {statement['epsilon']:g}, "
                    f"{statement['groups']} group(s)")
+        joint = None
         for part in statement["aggregates"]:
             shown = "" if part.get("paid", True) else f"  (shown from {part['shared']}: no ε)"
+            if part.get("joint"):
+                joint, shown = part["joint"], "  (ℓ∞)"
             error = f"95% error ±{part['ci95_half_width']:.4g}" if part["part"] != "quantile" \
                 else f"95% rank error ±{part['rank_error_95']:.4g} rows"
             click.echo(f"   {part['aggregate']:<28} {part['part']:<8} Δ={part['sensitivity']:<10g}"
                        f" ε={part['epsilon']:<8.4g} scale={part['scale']:<10.4g}"
                        f" {error}{shown}")
+        if joint:
+            click.echo(f"   (ℓ∞): one joint draw per group at ε {joint['epsilon']:.4g} in all (the "
+                       "ε shown are its shares); scale: the Laplace scale of the same variance")
         if "snapshot" in statement:
             click.echo("   reads a bounded snapshot (persons bounded once, before WHERE), "
                        "made if absent by:")

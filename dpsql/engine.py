@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from dpsql import share, snapshot
-from dpsql.allocate import allocate
+from dpsql import joint, share, snapshot
+from dpsql.allocate import allocate, jointly
 from dpsql.backends import Backend
 from dpsql.budget import PrivacyLoss, exact, positive, probability, rho_from_epsilon_delta
 from dpsql.catalog import Catalog
@@ -113,7 +113,8 @@ class Engine:
         Without ``epsilon``, an ``accuracy`` target (or a ``/* dpsql: ci95 <= X */`` hint)
         picks the smallest ε whose 95% intervals are at most X wide on each side. ε is split
         over the measurements to minimise the expected error (``allocate.py``), each output
-        column weighing ``weights[name]`` (or a ``/* dpsql: weights a=2, b=1 */`` hint).
+        column weighing ``weights[name]`` (or a ``/* dpsql: weights a=2, b=1 */`` hint), and
+        a statement's counts and sums are drawn together when that lowers it (``joint.py``).
         """
         statements = parse_script(sql, params, self.dialect) if script else \
             [parse_one(sql, params, self.dialect)]
@@ -161,14 +162,18 @@ class Engine:
         per_part = epsilon / (sum(part_count(c) for c in private) - shown)
         thresholded = sum(c.has_private_keys for c in private)
         per_statement_delta = delta / thresholded if thresholded else Fraction(0)
-        # an accuracy target is met part by part at the even split it was computed for
-        shares = [None] * len(private) if targeted else allocate(
-            private, self.catalog, epsilon,
-            weights if weights is not None else _hinted_weights(statements), shared=shared)
+        # an accuracy target is met part by part at the even split it was computed for, with
+        # Laplace noise
+        weights = weights if weights is not None else _hinted_weights(statements)
+        shares, blocks = ([None] * len(private), [()] * len(private)) if targeted else \
+            jointly(private, self.catalog, allocate(private, self.catalog, epsilon, weights,
+                                                    shared=shared), weights, shared=shared)
         plans = tuple(rewrite(c, self.catalog, per_part, salt=salt, delta=per_statement_delta,
                               bounding=self.bounding, epsilons=mine, shared=label,
-                              **self._target())
-                      for c, mine, label in zip(private, shares, labels, strict=True))
+                              blocks=together, **self._target())
+                      for c, mine, label, together in zip(private, shares, labels, blocks,
+                                                          strict=True))
+        plans = joint.shown_alike(plans)
         loss = PrivacyLoss(epsilon, delta if thresholded else Fraction(0))
         script_plan = ScriptPlan(statements=plans, loss=loss,
                                  neighbouring=self.catalog.neighbouring)
@@ -564,6 +569,10 @@ def _explain_statement(plan: StatementPlan) -> dict:
             **({"threshold": part.threshold} if part.threshold is not None else {}),
             # one measurement several statements show: drawn and paid for by the first
             **({"shared": part.shared, "paid": part.paid} if part.shared else {}),
+            # drawn with others by one ℓ∞ draw that spends their ε together
+            **({"joint": {"measurements": list(part.joint.columns),
+                          "epsilon": float(part.joint.epsilon),
+                          "resolution": part.joint.resolution}} if part.joint else {}),
         })
     scales = {p["scale"] for p in parts}
     setup = plan.exact_query.setup

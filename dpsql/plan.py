@@ -16,6 +16,7 @@ from sqlglot import exp
 
 from dpsql.budget import PrivacyLoss
 from dpsql.catalog import TableSpec
+from dpsql.mechanisms.calibrate import linf_variance
 
 TERMS = "__terms"  # exact-query column: how many rows a group's DOUBLE sums add up
 
@@ -96,6 +97,23 @@ class CheckedQuery:
 
 
 @dataclass(frozen=True, slots=True)
+class Joint:
+    """Measurements noised together by one ℓ∞ draw per cell (``joint.py``).
+
+    ``radii`` are the members' sensitivities in their grid units; the block spends
+    ``epsilon`` (the sum of its members' shares), and its noise is calibrated to
+    ``noise_epsilon`` = ε·L/(L + C − 1) for a level grid of 1/L (``resolution``) when one
+    person can change C cells.
+    """
+
+    columns: tuple[str, ...]
+    radii: tuple[Fraction, ...]
+    epsilon: Fraction
+    noise_epsilon: Fraction
+    resolution: int
+
+
+@dataclass(frozen=True, slots=True)
 class NoisePart:
     """One noised quantity per group: a count or a sum on an integer grid of size 2**grid_exp.
 
@@ -111,7 +129,7 @@ class NoisePart:
     center: Fraction = Fraction(0)  # AVG sums x − center, which halves Δ for [0, U] inputs
     threshold: int | None = None  # role 'select': keys whose noisy count is below are dropped
     bins: int = 0  # role 'quantile': candidate bins over [lower, upper] for the exponential mech.
-    mechanism: str = "laplace"  # or 'gaussian' (zCDP): then ``rho`` is this part's share
+    mechanism: str = "laplace"  # 'gaussian' (zCDP): ``rho`` is its share; 'linf': see joint
     rho: Fraction = Fraction(0)
     cells: int = 1  # cells one person can change: L2 sensitivity = sensitivity / sqrt(cells)
     signed: bool = False  # a sum of values of both signs (its replace change can share a cell)
@@ -119,6 +137,7 @@ class NoisePart:
     feeds: tuple[str, ...] = ()  # the aggregates it serves (one measurement, several uses)
     shared: str | None = None  # id of a measurement several statements of the release show
     paid: bool = True  # False: an earlier statement draws this shared measurement and pays
+    joint: Joint | None = None  # mechanism 'linf': the block drawn with it
 
     @property
     def sigma2_units(self) -> Fraction:
@@ -127,9 +146,15 @@ class NoisePart:
 
     @property
     def scale(self) -> Fraction | float:
-        """Laplace scale b = Δ/ε, or the Gaussian's σ, in value units."""
+        """Laplace scale b = Δ/ε, or the Gaussian's σ, in value units; for the ℓ∞ mechanism
+        the Laplace scale of the same variance (b = σ/√2)."""
         if self.mechanism == "gaussian":
             return float(self.sigma2_units) ** 0.5 * float(self.grid)
+        if self.mechanism == "linf":
+            joint = self.joint
+            return (linf_variance(joint.radii, joint.noise_epsilon, joint.resolution,
+                                  joint.columns.index(self.column)) / 2) ** 0.5 \
+                * float(self.grid)
         return self.sensitivity / self.epsilon
 
     @property

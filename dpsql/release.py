@@ -20,7 +20,12 @@ from dpsql.compile.select import NOISY_FRAME, ci_column
 from dpsql.errors import InternalError, ProgrammingError
 from dpsql.mechanisms.calibrate import half_width_units
 from dpsql.mechanisms.exponential import exponential
-from dpsql.mechanisms.samplers import RandomSource, discrete_gaussian, discrete_laplace
+from dpsql.mechanisms.samplers import (
+    RandomSource,
+    discrete_gaussian,
+    discrete_laplace,
+    discrete_linf,
+)
 from dpsql.plan import StatementPlan
 from dpsql.rewrite import SPREAD_KINDS
 
@@ -97,6 +102,16 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
     # the groups' keys align a shown measurement's values with these rows
     groups = [r[:len(checked.keys)] for r in rows] if any(p.shared for p in parts) else []
     shared = {} if shared is None else shared
+    blocks: dict = {}
+    for p in parts:
+        if p.mechanism == "linf" and p.paid:
+            blocks.setdefault(p.joint, []).append(p)
+    for block in blocks.values():
+        noisy.update(_noisy_together([[r[index[p.column]] for r in rows] for p in block],
+                                     block, rng))
+        for p in block:
+            if p.shared is not None:
+                shared[p.shared] = dict(zip(groups, noisy[p.column], strict=True))
     for p in parts:
         if p.column in noisy:
             continue
@@ -173,16 +188,33 @@ def _feasible(agg) -> tuple[float, float]:
 
 def _noisy(values: list, part, rng: RandomSource) -> list:
     """Each exact value of a part plus its own fresh noise, drawn in grid units."""
-    grid = part.grid
     if part.sensitivity == 0:  # the answer cannot depend on any person: nothing to hide
         units = [int(v) for v in values]
     elif part.mechanism == "gaussian":
         sigma2 = part.sigma2_units
         units = [int(v) + discrete_gaussian(sigma2, rng) for v in values]
     else:
-        scale = part.scale / grid
+        scale = part.scale / part.grid
         units = [int(v) + discrete_laplace(scale, rng) for v in values]
-    return units if part.grid_exp == 0 else [float(u * grid) for u in units]
+    return _in_values(units, part)
+
+
+def _in_values(units: list[int], part) -> list:
+    """Noisy grid units as values: integers on the unit grid, floats on a finer one."""
+    return units if part.grid_exp == 0 else [float(u * part.grid) for u in units]
+
+
+def _noisy_together(values: list[list], block: list, rng: RandomSource) -> dict[str, list]:
+    """The ℓ∞ block's exact values plus one joint draw per group (``joint.py``), by column."""
+    joint = block[0].joint
+    order = [joint.columns.index(p.column) for p in block]
+    draws = [discrete_linf(joint.radii, joint.noise_epsilon, joint.resolution, rng)
+             for _ in values[0]]
+    noisy = {}
+    for p, mine, position in zip(block, values, order, strict=True):
+        noisy[p.column] = _in_values([int(v) + z[position]
+                                      for v, z in zip(mine, draws, strict=True)], p)
+    return noisy
 
 
 def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: RandomSource):
@@ -375,7 +407,8 @@ def _describe(out, plan: StatementPlan) -> ColumnInfo:
     if out.aggregate is None:
         return ColumnInfo(out.name, out.type, "derived" if out.role == "derived" else None)
     parts = [p for p in plan.parts if out.aggregate in p.feeds]
-    mechanism = {"laplace": "discrete_laplace", "gaussian": "discrete_gaussian"}[
+    mechanism = {"laplace": "discrete_laplace", "gaussian": "discrete_gaussian",
+                 "linf": "discrete_linf"}[
         parts[0].mechanism] if parts[0].role != "quantile" else "exponential"
     return ColumnInfo(out.name, out.type, mechanism, max(float(p.scale) for p in parts),
                       float(sum(p.epsilon for p in parts if p.paid)))

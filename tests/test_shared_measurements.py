@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 import dpsql
+from dpsql.allocate import allocate
 from dpsql.catalog import load_catalog
 from dpsql.compile import compile_statement
-from dpsql.parse import parse_script
+from dpsql.parse import parse_one, parse_script
 from dpsql.share import links
 
 sys.path.insert(0, str(Path(__file__).parent / "fuzz"))  # the neighbour harness
@@ -65,10 +66,16 @@ def test_counts_of_every_row_are_shared_and_private_keys_never(connect):
 
 def test_a_script_is_split_as_the_one_statement_that_asks_it_all(connect):
     """COUNT and AVG of one input in two statements, or in one: the same two measurements
-    at the same ε each, and the script spends exactly its ε."""
+    at the same ε each (the Laplace split: one statement draws them together, joint.py), and
+    the script spends exactly its ε."""
     con = connect()
-    one = con.explain("SELECT day, COUNT(amount) AS n, AVG(amount) AS a FROM visits "
-                      "GROUP BY day", epsilon=1)["statements"][0]["aggregates"]
+    single = "SELECT day, COUNT(amount) AS n, AVG(amount) AS a FROM visits GROUP BY day"
+    one = con.explain(single, epsilon=1)["statements"][0]["aggregates"]
+    assert {p["mechanism"] for p in one} == {"discrete_linf"}
+    assert one[0]["joint"]["epsilon"] == 1
+    [shares] = allocate([con._engine._checked(parse_one(single), False)], con.catalog,
+                        Fraction(1))
+    one = [dict(p, epsilon=float(e)) for p, e in zip(one, shares, strict=True)]
     two = con.explain("SELECT day, COUNT(amount) AS n FROM visits GROUP BY day; "
                       "SELECT day, AVG(amount) AS a FROM visits GROUP BY day", epsilon=1)
     first, second = (s["aggregates"] for s in two["statements"])

@@ -22,6 +22,7 @@ from auditor import (
 )
 
 import dpsql
+import dpsql.joint
 import dpsql.release
 import dpsql.rewrite
 
@@ -36,6 +37,11 @@ SHAPES = [
     Shape("group_by_public_keys",
           "SELECT day, COUNT(*) AS n, SUM(amount) AS s FROM visits GROUP BY day",
           add_heavy_visitor),
+    # counts and sums drawn together by one ℓ∞ draw per cell (joint.py)
+    Shape("linf_count_sum_avg", "SELECT sex, COUNT(*) AS n, SUM(hours) AS s, AVG(age) AS a "
+          "FROM adult GROUP BY sex", add_extreme_adult),
+    Shape("linf_replace", "SELECT sex, COUNT(*) AS n, SUM(hours) AS s FROM adult GROUP BY sex",
+          replace_adult_row, neighbouring="replace"),
     Shape("group_by_replace",
           "SELECT sex, salary, COUNT(*) AS n FROM adult GROUP BY sex, salary",
           replace_adult_row, neighbouring="replace"),
@@ -124,6 +130,16 @@ def test_audit_catches_half_the_noise(tmp_path, monkeypatch):
     monkeypatch.setattr(dpsql.release, "discrete_laplace",
                         lambda scale, rng: real(scale / 2, rng))
     result = audit(SHAPES[0], tmp_path, runs=BROKEN_RUNS)
+    assert result.refuted, _report(result)
+
+
+def test_audit_catches_an_ell_infinity_draw_at_four_times_its_epsilon(tmp_path, monkeypatch):
+    """One output column sees only part of a joint draw's privacy loss, so the audit's
+    one-column events need a larger error to refute it than for Laplace noise."""
+    real = dpsql.joint.noise_epsilon
+    monkeypatch.setattr(dpsql.joint, "noise_epsilon", lambda *args: 4 * real(*args))
+    shape = next(s for s in SHAPES if s.name == "linf_count_sum_avg")
+    result = audit(shape, tmp_path, runs=3 * BROKEN_RUNS)
     assert result.refuted, _report(result)
 
 

@@ -65,11 +65,12 @@ def test_explain_json_fields(connect):
     statement = plan["statements"][0]
     assert {"sensitivity", "scale", "rewritten", "aggregates"} <= set(statement)
     parts = {p["part"]: p for p in statement["aggregates"]}
-    # AVG = centred noisy SUM / noisy COUNT; centring halves the sum's Δ; ε is split between
-    # the two to minimise AVG's expected error (allocate.py), all of it spent
+    # AVG = centred noisy SUM / noisy COUNT; centring halves the sum's Δ; the two are drawn
+    # together by one ℓ∞ draw per day (joint.py) that spends all of ε
     assert parts["sum"]["sensitivity"] == 3 * 2 * 50
     assert parts["count"]["sensitivity"] == 6
-    assert parts["sum"]["epsilon"] > parts["count"]["epsilon"] > 0
+    assert parts["sum"]["mechanism"] == parts["count"]["mechanism"] == "discrete_linf"
+    assert parts["sum"]["joint"]["epsilon"] == 1
     assert parts["sum"]["epsilon"] + parts["count"]["epsilon"] == pytest.approx(1)
 
 
