@@ -408,9 +408,11 @@ def run_qrlew(python: str, paths: dict, releases: int) -> dict:
             "events": {name: raw[f"{name} event"] for name in ("Q1", "Q2")}}
 
 
-def multi(nominal: dict) -> dict:
-    """SmartNoise's releases at nominal ε, keyed apart from its per-statement ones."""
-    return {f"nominal {key}": value for key, value in nominal.items()}
+def multi(nominal: dict, spent: dict) -> dict:
+    """SmartNoise's multi-aggregate releases at nominal ε and at ε = 1 per statement (ε
+    divided by the columns it charges), keyed apart from its Q1 and Q2 ones."""
+    return {f"nominal {key}": value for key, value in nominal.items()} \
+        | {f"spent {key}": value for key, value in spent.items()}
 
 
 def fmt(value: float) -> str:
@@ -469,17 +471,21 @@ def ratios(exact: dict, results: dict) -> list[str]:
 
 
 def multi_table(exact: dict, dp: dict, sn: dict | str) -> list[str]:
-    lines = ["| statement | column | dpsql MAE | SmartNoise MAE | dpsql / SmartNoise |",
-             "|---|---|---:|---:|---:|"]
+    """dpsql at ε = 1 against SmartNoise at nominal ε = 1 (ε per column) and at ε = 1 per
+    statement."""
+    lines = ["| statement | column | dpsql MAE | SmartNoise MAE, nominal ε | dpsql / SmartNoise "
+             "| SmartNoise MAE, same ε spent | dpsql / SmartNoise |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for s in MULTI:
         for column in s.columns:
             mine = mae_per_column(dp[s.name], exact[s.name], column)
             if isinstance(sn, str):
-                lines.append(f"| {s.name} | {column} | {fmt(mine)} | n/a | n/a |")
+                lines.append(f"| {s.name} | {column} | {fmt(mine)} | n/a | n/a | n/a | n/a |")
                 continue
-            theirs = mae_per_column(sn[s.name], exact[s.name], column)
-            lines.append(f"| {s.name} | {column} | {fmt(mine)} | {fmt(theirs)} | "
-                         f"{mine / theirs:.2f} |")
+            nominal = mae_per_column(sn[s.name], exact[s.name], column)
+            spent = mae_per_column(sn[f"{s.name} spent"], exact[s.name], column)
+            lines.append(f"| {s.name} | {column} | {fmt(mine)} | {fmt(nominal)} | "
+                         f"{mine / nominal:.2f} | {fmt(spent)} | {mine / spent:.2f} |")
     if not isinstance(sn, str):
         lines.append("\nSmartNoise's odometer charges per statement (ε per column × columns): "
                      + ", ".join(f"{s.name} {sn[f'{s.name} columns']}" for s in MULTI))
@@ -530,7 +536,9 @@ def main() -> None:
                     lambda: run_smartnoise(args.smartnoise_python, paths["sqlite"],
                                            [Q1, Q2], releases, nominal=False)
                     | multi(run_smartnoise(args.smartnoise_python, paths["sqlite"], MULTI,
-                                           releases, nominal=True)))
+                                           releases, nominal=True),
+                            run_smartnoise(args.smartnoise_python, paths["sqlite"], MULTI,
+                                           releases, nominal=False)))
         pool.submit(attempt, "Qrlew 0.9.27", args.qrlew_python,
                     lambda: run_qrlew(args.qrlew_python, paths, releases))
         attempt("dpsql", None, lambda: run_dpsql(paths["duckdb"], [Q1, Q2, *MULTI], releases))
@@ -539,6 +547,7 @@ def main() -> None:
     sn = results["SmartNoise SQL 1.0.10"]
     sn_multi = ({s.name: sn[f"nominal {s.name}"] for s in MULTI}
                 | {f"{s.name} columns": sn[f"nominal {s.name} columns"] for s in MULTI}
+                | {f"{s.name} spent": sn[f"spent {s.name}"] for s in MULTI}
                 if isinstance(sn, dict) else sn)
     load = os.getloadavg()
     per_day = [exact["Q2"][(day, "n")] for day in DAYS]
