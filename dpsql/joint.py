@@ -34,6 +34,7 @@ from fractions import Fraction
 
 from dpsql.budget import SHARE_QUANTUM
 from dpsql.catalog import Catalog
+from dpsql.errors import InternalError
 from dpsql.mechanisms.calibrate import LINF_MAX_LEVELS, linf_levels
 from dpsql.plan import CheckedQuery, Joint, NoisePart, StatementPlan
 from dpsql.sensitivity import contribution_bounds
@@ -45,10 +46,14 @@ MAX_GROUPS = 100_000
 
 def members(parts: list[NoisePart]) -> list[int]:
     """Indices of the parts that may be drawn together (``ROLES``, Laplace, drawn here)."""
-    found = [i for i, p in enumerate(parts)
-             if p.role in ROLES and p.mechanism == "laplace" and p.threshold is None
-             and p.paid and p.sensitivity > 0]
+    found = [i for i, p in enumerate(parts) if _eligible(p)]
     return found if 2 <= len(found) <= MAX_MEMBERS else []
+
+
+def _eligible(part: NoisePart) -> bool:
+    """A measurement whose per-row change is its sensitivity over F·R (module docstring)."""
+    return part.role in ROLES and part.mechanism == "laplace" and part.threshold is None \
+        and part.paid and part.sensitivity > 0
 
 
 def cells_changed(checked: CheckedQuery, catalog: Catalog, groups: int | None) -> int | None:
@@ -97,6 +102,8 @@ def joined(parts: list[NoisePart], blocks: tuple[tuple[int, ...], ...],
            cells: int | None) -> list[NoisePart]:
     """The parts with the members of each block marked ``linf`` with its ``Joint``."""
     parts = list(parts)
+    if not all(_eligible(parts[i]) for chosen in blocks for i in chosen):
+        raise InternalError("a block to draw together holds a measurement that cannot be")
     for chosen in blocks:
         joint = block(parts, chosen, cells) if cells is not None else None
         for i in chosen if joint is not None else ():

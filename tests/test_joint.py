@@ -157,3 +157,12 @@ def test_the_split_beats_every_partition_and_split_of_a_fine_grid(demands):
             if sum(cut) < 1:
                 best = min(best, objective(candidate, [*cut, 1 - sum(cut)]))
     assert chosen <= best * (1 + 1e-9)
+
+
+def test_a_block_with_a_measurement_the_argument_does_not_cover_is_refused():
+    """COUNT(DISTINCT person) moves by 1/L0 per cell, not per row: never drawn together."""
+    parts = [NoisePart("p0", "a", "count", Fraction(3), Fraction(1, 2)),
+             NoisePart("p1", "b", "distinct", Fraction(3), Fraction(1, 2))]
+    with pytest.raises(dpsql.InternalError):
+        joint.joined(parts, ((0, 1),), 1)
+    assert joint.members(parts) == []
