@@ -126,11 +126,7 @@ def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction
     index, column = max(((i, j) for i, mine in enumerate(shares) for j in range(len(mine))),
                         key=lambda ij: shares[ij[0]][ij[1]])
     shares[index][column] += rest
-    for index, mine in enumerate(shares):
-        for j, _ in enumerate(mine):
-            origin = shared[index][j] or (index, j)
-            mine[j] = shares[origin[0]][origin[1]]
-    return shares
+    return _shown_as_drawn(shares, shared)
 
 
 def jointly(statements: list[CheckedQuery], catalog: Catalog, shares: list[list[Fraction]],
@@ -154,12 +150,18 @@ def jointly(statements: list[CheckedQuery], catalog: Catalog, shares: list[list[
             checked, catalog, domain_size(checked)))
         resplit.append(epsilons)
         blocks.append(groups)
-    for index, mine in enumerate(resplit):
+    return _shown_as_drawn(resplit, shared), blocks
+
+
+def _shown_as_drawn(shares: list[list[Fraction]], shared: list[list[share.Link | None]]
+                    ) -> list[list[Fraction]]:
+    """The shares with each shown measurement's set to its drawing statement's."""
+    for index, mine in enumerate(shares):
         for j, _ in enumerate(mine):
             origin = shared[index][j]
             if origin is not None:
-                mine[j] = resplit[origin[0]][origin[1]]
-    return resplit, blocks
+                mine[j] = shares[origin[0]][origin[1]]
+    return shares
 
 
 def _drafts(statements: list[CheckedQuery], catalog: Catalog) -> list[list[NoisePart]]:
