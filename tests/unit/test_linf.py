@@ -6,6 +6,7 @@ import math
 import warnings
 from collections import Counter
 from fractions import Fraction
+from functools import lru_cache
 
 import pytest
 from hypothesis import given, settings
@@ -23,9 +24,10 @@ def _level(z, radii, resolution) -> Fraction:
                     resolution)
 
 
+@lru_cache(maxsize=None)
 def _box(radii, epsilon, resolution):
     """Every point with non-negligible mass, with its exact probability (by enumeration)."""
-    reach = [int(r * (60 + 3 * len(radii)) / epsilon) + 1 for r in radii]
+    reach = [int(r * (40 + 3 * len(radii)) / epsilon) + 1 for r in radii]
     points = [()]
     for bound in reach:
         points = [p + (v,) for p in points for v in range(-bound, bound + 1)]
@@ -65,7 +67,7 @@ def _chi_square(draws: Counter, probabilities: dict, n: int) -> float:
 @pytest.mark.parametrize("secure", [False, True], ids=["seeded", "os"])
 @pytest.mark.parametrize("radii, epsilon, resolution", CASES)
 def test_draws_follow_the_exact_distribution(radii, epsilon, resolution, secure):
-    rng, n = _rng(secure), 30_000
+    rng, n = _rng(secure), 15_000
     draws = Counter(tuple(discrete_linf(radii, epsilon, resolution, rng)) for _ in range(n))
     p = _chi_square(draws, _box(radii, epsilon, resolution), n)
     assert p > 1e-5 if secure else p > 1e-3  # the OS source is unseeded: a looser level
@@ -74,7 +76,7 @@ def test_draws_follow_the_exact_distribution(radii, epsilon, resolution, secure)
 def test_the_chi_square_test_has_power():
     """Draws at 1.25·ε are told apart from the claimed distribution."""
     radii, epsilon, resolution = CASES[0]
-    rng, n = _rng(False), 30_000
+    rng, n = _rng(False), 15_000
     draws = Counter(tuple(discrete_linf(radii, epsilon * Fraction(5, 4), resolution, rng))
                     for _ in range(n))
     assert _chi_square(draws, _box(radii, epsilon, resolution), n) < 1e-6
