@@ -1,4 +1,4 @@
-"""One ℓ∞ draw per cell for a statement's counts and sums, when that beats Laplace noise.
+"""Blocks of a statement's counts and sums drawn together, one ℓ∞ draw per cell.
 
 A statement's counts, sums and sums of squares are usually noised one by one, each with
 discrete Laplace noise at its share ε_i of the statement's ε. The ℓ∞ mechanism (the K-norm
@@ -146,8 +146,9 @@ def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None
     partition, ε_b ∝ (A_b·v(d_b))^(1/3) minimises it, to (Σ_b (A_b·v(d_b))^(1/3))³/E², so the
     partition with the least Σ_b (A_b·v(d_b))^(1/3) is taken: all singletons is the Laplace
     allocation, one block the ℓ∞ draw of every member. The members' ε, E in all, is split
-    accordingly (multiples of 2^-40, the rest to the largest block; a block's members share
-    its ε evenly); the other parts keep theirs, and so do all parts when no block wins.
+    accordingly (multiples of 2^-40, at least one, the rest to the largest block; a block's
+    members share its ε evenly); the other parts keep theirs, and so do all parts when no
+    block wins.
     """
     epsilons = [p.epsilon for p in parts]
     chosen = [i for i in members(parts) if demand.get(parts[i].column, 0.0) > 0]
@@ -171,8 +172,8 @@ def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None
     if all(len(g) == 1 for g in best):  # the Laplace allocation stands as it was
         return epsilons, ()
     roots = [weight(g) for g in best]
-    shares = [Fraction(int(float(total) * r / sum(roots) * SHARE_QUANTUM), SHARE_QUANTUM)
-              for r in roots]
+    shares = [max(Fraction(int(float(total) * r / sum(roots) * SHARE_QUANTUM), SHARE_QUANTUM),
+                  Fraction(1, SHARE_QUANTUM)) for r in roots]
     shares[roots.index(max(roots))] += total - sum(shares)
     for group, share in zip(best, shares, strict=True):
         for i in group:
