@@ -92,10 +92,17 @@ def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction
         (True, 2)
     """
     shared = shared or [[None] * len(measures(c)) for c in statements]
+    drafts = _drafts(statements, catalog)
+    return _split(statements, epsilon, drafts,
+                  _demand(statements, catalog, drafts, weights, gaussian, shared),
+                  gaussian, shared)
+
+
+def _split(statements: list[CheckedQuery], epsilon: Fraction, drafts, demand, gaussian: bool,
+           shared: list[list[share.Link | None]]) -> list[list[Fraction]]:
+    """``allocate``'s closed-form shares, from the measurements' demands."""
     distinct = sum(part_count(c) for c in statements) - share.duplicates(shared)
     even = epsilon / distinct
-    drafts = _drafts(statements, catalog)
-    demand = _demand(statements, catalog, drafts, weights, gaussian, shared)
     fixed = distinct - len(demand)
     free = epsilon - even * fixed
     power = 1 / 2 if gaussian else 1 / 3
@@ -129,17 +136,18 @@ def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction
     return _shown_as_drawn(shares, shared)
 
 
-def jointly(statements: list[CheckedQuery], catalog: Catalog, shares: list[list[Fraction]],
+def jointly(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction,
             weights: dict[str, float] | None = None, *,
             shared: list[list[share.Link | None]] | None = None
             ) -> tuple[list[list[Fraction]], list[tuple[tuple[int, ...], ...]]]:
-    """The ``shares`` ``allocate`` gave, re-split within each statement over the blocks of
-    its counts and sums drawn together by one ℓ∞ draw (``joint.split``), and those blocks
+    """``allocate``'s shares of ε, re-split within each statement over the blocks of its
+    counts and sums drawn together by one ℓ∞ draw (``joint.split``), and those blocks
     (measurement positions) per statement. A measurement other statements show takes its
     drawing statement's new share."""
     shared = shared or [[None] * len(measures(c)) for c in statements]
     drafts = _drafts(statements, catalog)
     demand = _demand(statements, catalog, drafts, weights, False, shared)
+    shares = _split(statements, epsilon, drafts, demand, False, shared)
     resplit, blocks = [], []
     for index, (checked, parts, labels) in enumerate(zip(statements, drafts,
                                                          share.labels(shared), strict=True)):

@@ -166,8 +166,7 @@ class Engine:
         # Laplace noise
         weights = weights if weights is not None else _hinted_weights(statements)
         shares, blocks = ([None] * len(private), [()] * len(private)) if targeted else \
-            jointly(private, self.catalog, allocate(private, self.catalog, epsilon, weights,
-                                                    shared=shared), weights, shared=shared)
+            jointly(private, self.catalog, epsilon, weights, shared=shared)
         plans = tuple(rewrite(c, self.catalog, per_part, salt=salt, delta=per_statement_delta,
                               bounding=self.bounding, epsilons=mine, shared=label,
                               blocks=together, **self._target())
