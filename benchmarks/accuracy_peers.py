@@ -262,11 +262,11 @@ def bounds_table(exact: dict, runs: dict) -> list[str]:
 def dpsql_tuned(con, tuned: list, duck_path: Path, proposals: list):
     """One release of Q2 with bounds dpsql chooses: ``Connection.tune`` spends TUNE_EPSILON
     on DP quantiles of the visits table (per person: rows, days, rows on the busiest day)
-    and proposes the contribution bounds for Q2's shape; Q2 then runs under them at the
-    rest of ε. The amount's [0, 100] stays declared (it is public here). Each proposal
-    (L0, L∞, R or None) is appended to ``proposals``."""
+    and proposes the contribution bounds for Q2's GROUP BY and its count's noise as planned;
+    Q2 then runs under them at the rest of ε. The amount's [0, 100] stays declared (it is
+    public here). Each proposal (L0, L∞, R or None) is appended to ``proposals``."""
     try:
-        proposal = con.tune("visits", epsilon=TUNE_EPSILON, group_by="visit_day", columns=[],
+        proposal = con.tune("visits", epsilon=TUNE_EPSILON, query=Q2.sql, columns=[],
                             query_epsilon=EPSILON - TUNE_EPSILON)
         meta = dpsql_metadata()
         spec = proposal.metadata["tables"]["visits"]

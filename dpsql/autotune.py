@@ -1,8 +1,9 @@
 """A statement that chooses its own contribution bounds inside its ε (``execute(tune=)``).
 
 ``cursor.execute(sql, epsilon=1, tune=0.1)`` spends 0.1 of the statement's ε on
-``tune.tune`` (DP quantiles of the private table's rows, keys and busiest key per person),
-then answers the statement at the remaining 0.9 under the proposed L0, L∞ and R. The two
+``tune.tune`` (DP quantiles of the private table's rows, keys and busiest key per person,
+weighed against the noise the statement's count gets as planned at 0.9), then answers the
+statement at the remaining 0.9 under the proposed L0, L∞ and R. The two
 releases compose (basic composition): the statement costs ε = 1 in all, and the ledger holds
 two rows, the tuning and the answer, that add up to it. Value bounds stay as declared.
 
@@ -26,7 +27,7 @@ from dpsql.errors import NotSupportedError, PrivacyParameterError, ProgrammingEr
 from dpsql.ledger import budget_exhausted
 from dpsql.plan import CheckedQuery
 from dpsql.release import NoisyResult
-from dpsql.tune import TuningResult, group_keys, tune
+from dpsql.tune import TuningResult, group_keys, planned_count_noise, tune
 
 BOUND_KEYS = ("max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit")
 
@@ -63,7 +64,8 @@ def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilo
         raise budget_exhausted(engine.analyst, engine.catalog.name, loss, remaining)
     proposal = tune(catalog=engine.catalog, backend=engine.backend, ledger=engine.ledger,
                     analyst=engine.analyst, rng=engine.rng, table=table, epsilon=part,
-                    columns=(), group_by=keys, query_epsilon=float(rest))
+                    columns=(), group_by=keys, query_epsilon=float(rest),
+                    count_noise=planned_count_noise(planned.release.statements[0]))
     tuned = Engine(catalog=with_bounds(engine.catalog, proposal), backend=engine.backend,
                    ledger=engine.ledger, analyst=engine.analyst, rng=engine.rng,
                    epsilon_per_query=None, bounding=engine.bounding, timeout=engine.timeout,

@@ -130,15 +130,22 @@ class Connection(_Base):
 
         Charges ``epsilon`` to the dataset's budget once, before anything is returned;
         refused with nothing run or released if it does not fit. Returns a ``TuningResult``
-        (``.metadata`` is the snippet, each choice with its estimated bias and noise).
+        (``.metadata`` is the snippet, each choice with its estimated bias and noise). With
+        ``query``, the bounds are chosen for its GROUP BY and for its count's noise as planned
+        at ``query_epsilon`` (a query that would be refused is refused here, uncharged).
         """
         self._check_open()
-        from dpsql.tune import tune
+        from dpsql.tune import planned_count_noise, tune
 
+        count_noise = None
+        if query is not None:
+            release = self._engine.plan(query, epsilon=query_epsilon).release
+            if release is not None:
+                count_noise = planned_count_noise(release.statements[0])
         return tune(catalog=self.catalog, backend=self._backend, ledger=self.ledger,
                     analyst=self.analyst, rng=self._engine.rng, table=table, epsilon=epsilon,
                     columns=columns, query=query, group_by=group_by,
-                    query_epsilon=query_epsilon)
+                    query_epsilon=query_epsilon, count_noise=count_noise)
 
     def _repr_html_(self) -> str:
         """Notebook view: dataset, analyst, backend, budget spent and remaining."""

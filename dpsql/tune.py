@@ -50,7 +50,10 @@ below imply, giving the expected excess e(b) = E[max(0, X − b)] and the share 
 S(b). For a query shape of COUNT per key over K cells at the planned ε (``query_epsilon``;
 ``replace`` doubles a grouped count's sensitivity), the compile stage's sensitivity is
 Δ₁ = min(L0·L∞, R) rows (``sensitivity.person_rows``), so two shapes are compared, each
-minimising bias²/K + K·var with var = 2·(Δ₁/ε_q)² (Laplace) or (Δ₂/ε_q)² (Gaussian):
+minimising bias²/K + K·var with var = 2·(Δ₁/ε_q)² (Laplace) or (Δ₂/ε_q)² (Gaussian). Given
+the query itself, var is its count's as planned instead (``planned_count_noise``: the count's
+share of ε_q and, drawn together with sums, the ℓ∞ marginal; for Q2 of the accuracy
+benchmark, COUNT and SUM in one block, sd 2·Δ₁/ε_q rather than √2·Δ₁/ε_q):
 
 - R binding (``max_rows_per_unit``), with L0 = min(R, K) and L∞ = R left loose: rows
   dropped n̂·(e_R(R) + S_R(R)·(E[G] − 1)/2), the second term the partials floored by the
@@ -69,6 +72,7 @@ These are estimates from noisy quantiles: the report gives them, and the custodi
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -83,6 +87,7 @@ from dpsql.catalog import Catalog, TableSpec
 from dpsql.errors import CatalogError, PrivacyParameterError, ProgrammingError, UnknownTableError
 from dpsql.ledger import budget_exhausted
 from dpsql.mechanisms.samplers import RandomSource
+from dpsql.plan import StatementPlan
 from dpsql.spread import (
     COUNT_GRID,
     Spread,
@@ -260,6 +265,25 @@ def noise_sd(l1: float, l2: float, epsilon: float, gaussian: bool) -> float:
     return l2 / epsilon if gaussian else math.sqrt(2) * l1 / epsilon
 
 
+def planned_count_noise(plan: StatementPlan) -> float | None:
+    """The noise sd of a planned statement's count per unit of its sensitivity: its ε share
+    and, for an ℓ∞ block, the block's marginal, as the release will draw it. None when the
+    statement has no count drawn with pure ε-DP noise (Laplace or ℓ∞).
+
+    A statement's shares and blocks do not depend on its contribution bounds (they scale every
+    measurement's sensitivity alike, and ``allocate.py``'s demands are ratios), so the noise of
+    a count under other bounds is this times its sensitivity there (up to the ℓ∞ levels'
+    loss, (C − 1)/(L + C − 1) with C = F·L0, which stays near 1/64 by ``joint.resolution``).
+    """
+    counts = [p for p in plan.parts if p.role == "count" and p.mechanism in ("laplace", "linf")
+              and p.sensitivity > 0]
+    counted = {a.name for a in plan.checked.aggregates if a.kind in ("count_star", "count")}
+    counts.sort(key=lambda p: not counted.intersection(p.feeds))  # a COUNT's own first
+    if not counts:
+        return None
+    return math.sqrt(2) * float(counts[0].scale) / float(counts[0].sensitivity)
+
+
 @dataclass(frozen=True)
 class Contribution:
     """Proposed contribution bounds (``total`` None: no max_rows_per_unit), the rows they
@@ -277,9 +301,11 @@ class Contribution:
 
 
 def choose_contribution(spreads: dict[str, Spread], persons: int, cells: int,
-                        public_cells: bool, epsilon: float, gaussian: bool) -> Contribution:
+                        public_cells: bool, count_sd: Callable[[float, float], float]
+                        ) -> Contribution:
     """The bounds minimising a COUNT per key's expected error, as the compile stage applies
-    them (``sensitivity.person_rows``: Δ₁ = min(L0·L∞, R) rows).
+    them (``sensitivity.person_rows``: Δ₁ = min(L0·L∞, R) rows), with ``count_sd(Δ₁, Δ₂)``
+    the noise sd of the count at sensitivities Δ₁ and Δ₂.
 
     Two shapes are compared. With R binding the noise is R's whatever L0 and L∞ are, so they
     are set loose (L0 = min(R, cells), L∞ = R: a person within R rows loses nothing to them)
@@ -293,22 +319,26 @@ def choose_contribution(spreads: dict[str, Spread], persons: int, cells: int,
     partial_loss = max(g.mean - 1, 0) / 2
     options = [Contribution(min(b, cells) if public_cells else b, b, b,
                             persons * (r.excess(b) + r.survival(b) * partial_loss),
-                            noise_sd(b, b, epsilon, gaussian))
+                            count_sd(b, b))
                for b in COUNT_GRID]
     per_group = r.mean / max(g.mean, 1)
     beyond_groups = {a: persons * per_group * g.excess(a) for a in COUNT_GRID
                      if a <= cells or not public_cells}
     beyond_rows = {b: persons * m.excess(b) for b in COUNT_GRID}
     options += [Contribution(a, b, None, lost + beyond_rows[b],
-                             noise_sd(a * b, math.sqrt(a) * b, epsilon, gaussian))
+                             count_sd(a * b, math.sqrt(a) * b))
                 for a, lost in beyond_groups.items() for b in COUNT_GRID]
     return min(options, key=lambda c: c.error(cells))
 
 
 def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, table: str,
          epsilon, columns=None, query: str | None = None, group_by=None,
-         query_epsilon: float = 1.0) -> TuningResult:
+         query_epsilon: float = 1.0, count_noise: float | None = None) -> TuningResult:
     """Estimate the data's spread privately and propose bounds; charges ``epsilon`` once.
+
+    ``count_noise`` is the planned query's count noise per unit of sensitivity
+    (``planned_count_noise``); without it a count is taken to get Laplace noise at the whole
+    ``query_epsilon``.
 
     Raises:
         BudgetExhaustedError: ε does not fit the remaining budget; nothing was run.
@@ -360,7 +390,13 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
     eq = float(query_epsilon)
     choices: list[Choice] = []
     shown: dict[str, dict[str, float]] = {}
-    row_sd = noise_sd(1, 1, eq, gaussian)  # one row per person (row privacy)
+
+    def count_sd(l1: float, l2: float) -> float:
+        if count_noise is not None:  # per unit of the plan's sensitivity, F·Δ₁
+            return count_noise * replaced * l1
+        return noise_sd(l1, l2, eq / replaced, gaussian)
+
+    row_sd = count_sd(1, 1)  # one row per person (row privacy)
     if spec.privacy_unit is not None:
         cells, public_cells = _cells(spec, keys)
         grids = {"r": COUNT_GRID, "m": COUNT_GRID,  # nobody touches more cells than exist
@@ -370,8 +406,7 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
         spreads = {part: Spread.fit(quantiles[part], 1,
                                     resolution(grids[part], max(quantiles[part].values())))
                    for part in quantiles}
-        best = choose_contribution(spreads, persons, cells, public_cells, eq / replaced,
-                                   gaussian)
+        best = choose_contribution(spreads, persons, cells, public_cells, count_sd)
         row_sd = best.count_sd
         shown = {p: _shown(quantiles[p]) for p in quantiles}
         bias, sd = best.dropped / cells, best.count_sd

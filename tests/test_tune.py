@@ -113,6 +113,42 @@ def test_tuned_bounds_are_near_the_bias_variance_optimum(tmp_path, epsilon, tole
         assert (error / best) ** 0.5 <= tolerance, (seed, spec, error, best)
 
 
+@pytest.mark.parametrize("neighbouring", ["add_remove", "replace"])
+def test_a_query_is_tuned_for_the_noise_it_then_gets(tmp_path, neighbouring):
+    """Given the query, tune's noise sd is its count's as planned under the proposed bounds
+    (COUNT and SUM in one ℓ∞ draw: sd 2·Δ/ε, where a count alone at the whole ε would get
+    √2·Δ/ε); a query that would be refused is refused before any charge."""
+    meta = _write(tmp_path, _benchmark_visits(3000, seed=5))
+    meta["neighbouring"] = neighbouring
+    query = "SELECT day, COUNT(*) AS n, SUM(amount) AS s FROM visits GROUP BY day"
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=3) as con:
+        shape = con.tune("visits", epsilon=1, group_by=["day"], columns=[], query_epsilon=0.9)
+        tuned = con.tune("visits", epsilon=1, query=query, columns=[], query_epsilon=0.9)
+        with pytest.raises(dpsql.ProgrammingError):
+            con.tune("visits", epsilon=1, query="SELECT day, COUNT(*) FROM nowhere GROUP BY day")
+        assert con.budget_spent.epsilon == 2
+    proposed = tuned.metadata["tables"]["visits"]
+    meta["tables"]["visits"].update(proposed)
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "m.sqlite") as con:
+        plan = con.cursor().explain(query, epsilon=0.9)["statements"][0]["aggregates"]
+    count = next(p for p in plan if p["aggregate"] == "COUNT(*)")
+    assert count["mechanism"] == "discrete_linf"
+    sd = tuned.choice("max_rows_per_group").noise_sd
+    # planned at the declared bounds: another C = F·L0 moves the ℓ∞ grid's loss a little
+    assert sd == pytest.approx(2 ** 0.5 * count["scale"], rel=1e-3)
+    assert sd == pytest.approx(2 * count["sensitivity"] / 0.9, rel=0.02)
+    factor = 2 if neighbouring == "replace" else 1
+
+    def rows(result) -> int:
+        spec = result.metadata["tables"]["visits"]
+        return min(spec["max_groups_per_unit"] * spec["max_rows_per_group"],
+                   spec.get("max_rows_per_unit") or 10**9)
+
+    assert shape.choice("max_rows_per_group").noise_sd == pytest.approx(
+        2 ** 0.5 * factor * rows(shape) / 0.9)
+    assert count["sensitivity"] == factor * rows(tuned)
+
+
 def test_the_tuning_is_charged_once_and_refused_beyond_the_budget(tmp_path):
     meta = _write(tmp_path, make_visits(300))
     with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=1) as con:
