@@ -25,10 +25,11 @@ count when it is a centred sum plus k·count); AVG 1 on the centred sum and h²/
 keys' selection count keep the even share. Each ε_i (ρ_i) is rounded down to a multiple of
 2^-40, so the measurements never spend more than the release's ε (ρ), exactly.
 
-Then ``jointly`` lowers the same objective further within each statement: its counts and
-sums may be drawn together in blocks, one ℓ∞ draw per block (``joint.split`` picks the
-partition and re-splits the statement's ε over the blocks in closed form); one block of all
-of them wins unless one measurement's demand A_i dwarfs the others'.
+Then ``jointly`` lowers the same objective further: a statement's counts and sums (with
+those of statements that read the same rows the same way) may be drawn together in blocks,
+one ℓ∞ draw per block (``joint.split`` picks the partition and re-splits their ε over the
+blocks in closed form); one block of all of them wins unless one measurement's demand A_i
+dwarfs the others'.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from __future__ import annotations
 from dataclasses import replace
 from fractions import Fraction
 
-from dpsql import joint, share
+from dpsql import joint, share, snapshot
 from dpsql.budget import SHARE_QUANTUM
 from dpsql.catalog import Catalog
 from dpsql.plan import CheckedQuery, NoisePart
@@ -138,27 +139,69 @@ def _split(statements: list[CheckedQuery], epsilon: Fraction, drafts, demand, ga
 
 def jointly(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction,
             weights: dict[str, float] | None = None, *,
-            shared: list[list[share.Link | None]] | None = None
-            ) -> tuple[list[list[Fraction]], list[tuple[tuple[int, ...], ...]]]:
-    """``allocate``'s shares of ε, re-split within each statement over the blocks of its
-    counts and sums drawn together by one ℓ∞ draw (``joint.split``), and those blocks
-    (measurement positions) per statement. A measurement other statements show takes its
-    drawing statement's new share."""
+            shared: list[list[share.Link | None]] | None = None, bounding: str = "per_query"
+            ) -> tuple[list[list[Fraction]], list[joint.Block]]:
+    """``allocate``'s shares of ε, re-split over the blocks of counts and sums drawn together
+    by one ℓ∞ draw per cell (``joint.split``), and those blocks. A block's members come from
+    one statement, or from statements that read the same rows the same way (``share.py``'s
+    context, bounded alike under ``bounding``) when together they have at most
+    ``joint.MAX_MEMBERS``. A measurement other statements show takes its drawing statement's
+    new share."""
     shared = shared or [[None] * len(measures(c)) for c in statements]
     drafts = _drafts(statements, catalog)
     demand = _demand(statements, catalog, drafts, weights, False, shared)
     shares = _split(statements, epsilon, drafts, demand, False, shared)
-    resplit, blocks = [], []
-    for index, (checked, parts, labels) in enumerate(zip(statements, drafts,
-                                                         share.labels(shared), strict=True)):
-        parts = [replace(p, epsilon=e, paid=label is None or label[1])
-                 for p, e, label in zip(parts, shares[index], labels, strict=True)]
-        mine = {p.column: demand.get((index, j), 0.0) for j, p in enumerate(parts)}
-        epsilons, groups = joint.split(parts, mine, joint.cells_changed(
-            checked, catalog, domain_size(checked)))
-        resplit.append(epsilons)
-        blocks.append(groups)
-    return _shown_as_drawn(resplit, shared), blocks
+    blocks = []
+    for family, cells in _families(statements, catalog, drafts, shares, shared, bounding):
+        links = [(i, j) for i in family for j in range(len(drafts[i]))]
+        # the family's parts at their shares, named apart (each statement has a p0)
+        parts = _priced(links, drafts, shares, shared)
+        epsilons, groups = joint.split(parts, {p.column: demand.get(link, 0.0) for p, link
+                                               in zip(parts, links, strict=True)}, cells)
+        for (i, j), e in zip(links, epsilons, strict=True):
+            shares[i][j] = e
+        blocks += [joint.Block(tuple(links[k] for k in group), cells) for group in groups]
+    return _shown_as_drawn(shares, shared), blocks
+
+
+def _priced(links: list[share.Link], drafts, shares, shared) -> list[NoisePart]:
+    """The measurements at ``links`` at their shares, each statement's named apart."""
+    return [replace(drafts[i][j], column=f"{i}:{drafts[i][j].column}", epsilon=shares[i][j],
+                    paid=shared[i][j] is None) for i, j in links]
+
+
+def _families(statements: list[CheckedQuery], catalog: Catalog, drafts, shares, shared,
+              bounding: str) -> list[tuple[list[int], int]]:
+    """The statements whose measurements ``joint.split`` may draw together, with C.
+
+    Statements of one ``share.py`` context (without private keys), one C and one way of
+    bounding (under ``bounding="snapshot"``, the snapshot or their own pass:
+    ``snapshot.applies``) keep the same rows of a person in the same cells, so the privacy
+    argument of ``joint.py`` holds for their members together. Such statements form one
+    family when their members fit one block, else each is its own; statements whose results
+    have too many groups (C None) are in none.
+    """
+    found: list[tuple[tuple | None, int, list[int]]] = []
+    for i, checked in enumerate(statements):
+        cells = joint.cells_changed(checked, catalog, domain_size(checked))
+        if cells is None:
+            continue
+        context = None if checked.has_private_keys else \
+            (share.context_of(checked), bounding == "snapshot" and snapshot.applies(checked))
+        # equality, not hashing: IR values need only compare
+        same = next((f for f in found if context is not None and f[0] == context
+                     and f[1] == cells), None)
+        if same is None:
+            found.append((context, cells, [i]))
+        else:
+            same[2].append(i)
+    families = []
+    for _, cells, family in found:
+        links = [(i, j) for i in family for j in range(len(drafts[i]))]
+        together = len(joint.eligible(_priced(links, drafts, shares, shared)))
+        families += [(family, cells)] if together <= joint.MAX_MEMBERS else \
+            [([i], cells) for i in family]
+    return families
 
 
 def _shown_as_drawn(shares: list[list[Fraction]], shared: list[list[share.Link | None]]

@@ -324,11 +324,13 @@ def explain(script, metadata, db, analyst, ledger, epsilon, delta, dialect, boun
             continue
         click.echo(f"   sensitivity {statement['sensitivity']}, ε {statement['epsilon']:g}, "
                    f"{statement['groups']} group(s)")
-        joint = None
+        joint, others = None, []
         for part in statement["aggregates"]:
             shown = "" if part.get("paid", True) else f"  (shown from {part['shared']}: no ε)"
             if part.get("joint"):
-                joint, shown = part["joint"], "  (ℓ∞)"
+                joint, shown = part["joint"], shown + "  (ℓ∞)"
+                others += [m for m in joint["measurements"]
+                           if m.startswith("statement ") and m not in others]
             error = f"95% error ±{part['ci95_half_width']:.4g}" if part["part"] != "quantile" \
                 else f"95% rank error ±{part['rank_error_95']:.4g} rows"
             click.echo(f"   {part['aggregate']:<28} {part['part']:<8} Δ={part['sensitivity']:<10g}"
@@ -337,6 +339,8 @@ def explain(script, metadata, db, analyst, ledger, epsilon, delta, dialect, boun
         if joint:
             click.echo(f"   (ℓ∞): one joint draw per group at ε {joint['epsilon']:.4g} in all (the "
                        "ε shown are its shares); scale: the Laplace scale of the same variance")
+            if others:
+                click.echo(f"   (ℓ∞): drawn with {'; '.join(others)}")
         if "snapshot" in statement:
             click.echo("   reads a bounded snapshot (persons bounded once, before WHERE), "
                        "made if absent by:")

@@ -165,14 +165,13 @@ class Engine:
         # an accuracy target is met part by part at the even split it was computed for, with
         # Laplace noise
         weights = weights if weights is not None else _hinted_weights(statements)
-        shares, blocks = ([None] * len(private), [()] * len(private)) if targeted else \
-            jointly(private, self.catalog, epsilon, weights, shared=shared)
-        plans = tuple(rewrite(c, self.catalog, per_part, salt=salt, delta=per_statement_delta,
-                              bounding=self.bounding, epsilons=mine, shared=label,
-                              blocks=together, **self._target())
-                      for c, mine, label, together in zip(private, shares, labels, blocks,
-                                                          strict=True))
-        plans = joint.shown_alike(plans)
+        shares, blocks = ([None] * len(private), []) if targeted else \
+            jointly(private, self.catalog, epsilon, weights, shared=shared,
+                    bounding=self.bounding)
+        plans = joint.joined(tuple(
+            rewrite(c, self.catalog, per_part, salt=salt, delta=per_statement_delta,
+                    bounding=self.bounding, epsilons=mine, shared=label, **self._target())
+            for c, mine, label in zip(private, shares, labels, strict=True)), blocks)
         loss = PrivacyLoss(epsilon, delta if thresholded else Fraction(0))
         script_plan = ScriptPlan(statements=plans, loss=loss,
                                  neighbouring=self.catalog.neighbouring)

@@ -1,6 +1,6 @@
 """Blocks of a statement's counts and sums drawn together, one ℓ∞ draw per cell.
 
-A statement's counts, sums and sums of squares are usually noised one by one, each with
+A statement's counts, sums and sums of squares are otherwise noised one by one, each with
 discrete Laplace noise at its share ε_i of the statement's ε. The ℓ∞ mechanism (the K-norm
 mechanism of Hardt and Talwar 2010 for the box of the measurements' sensitivities) draws
 them together instead: z ∈ Z^d with P(z) ∝ exp(−ε·N(z)), N(z) = max_j |z_j|/D_j
@@ -22,14 +22,25 @@ most F·R rows on the two sides of a neighbouring pair. So the cells' changes d_
 whole result; with C = 1 (row privacy, one group per person, or no GROUP BY) nothing is
 lost. COUNT(DISTINCT person), quantiles and private keys' selection counts are never
 members. A measurement several statements share (``share.py``) is a member of the block of
-the statement that draws it, and the statements that show it show that draw
-(``shown_alike``).
+the statement that draws it, and the statements that show it show that draw (``joined``).
+
+Statements of a release that read the same rows the same way (``share.py``'s context: the
+relation, WHERE, GROUP BY keys and domains, contribution bounds, under the release's one
+salt, and one way of bounding, ``allocate._families``) keep the same rows of a person in the
+same cells, so each of those rows moves every member of either statement in its cell by at
+most D_j/(F·R): their members may form one block, with the argument above unchanged. The
+first statement to release such a block draws it for every group; the others add their
+coordinates of the same draws (``release.py``).
+
+The Gaussian (zCDP) path draws no blocks: for noise N(0, Σ) and changes anywhere in the box
+|d_j| ≤ D_j, ρ = max dᵀΣ⁻¹d/2 is at least its average over the box's corners,
+Σ_j D_j²(Σ⁻¹)_jj/2 ≥ Σ_j D_j²/(2Σ_jj), the cost of independent draws of the same variances.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from dpsql.budget import SHARE_QUANTUM
@@ -45,9 +56,14 @@ MAX_GROUPS = 100_000
 
 
 def members(parts: list[NoisePart]) -> list[int]:
-    """Indices of the parts that may be drawn together (``ROLES``, Laplace, drawn here)."""
-    found = [i for i, p in enumerate(parts) if _eligible(p)]
+    """Indices of the parts that may be drawn together, when there are 2 to ``MAX_MEMBERS``."""
+    found = eligible(parts)
     return found if 2 <= len(found) <= MAX_MEMBERS else []
+
+
+def eligible(parts: list[NoisePart]) -> list[int]:
+    """Indices of the parts that may be members of a block (``ROLES``, Laplace, drawn here)."""
+    return [i for i, p in enumerate(parts) if _eligible(p)]
 
 
 def _eligible(part: NoisePart) -> bool:
@@ -86,53 +102,69 @@ def noise_epsilon(epsilon: Fraction, chosen: int, cells: int) -> Fraction:
     return epsilon * chosen / (chosen + cells - 1)
 
 
-def block(parts: list[NoisePart], chosen: tuple[int, ...], cells: int) -> Joint | None:
-    """The ℓ∞ block of the parts at ``chosen`` at the sum of their ε, or None when it cannot
-    be drawn."""
-    radii = tuple(parts[i].sensitivity / parts[i].grid for i in chosen)
-    epsilon = sum((parts[i].epsilon for i in chosen), Fraction(0))
-    level = resolution(radii, epsilon, cells)
-    if level is None:
-        return None
-    return Joint(columns=tuple(parts[i].column for i in chosen), radii=radii, epsilon=epsilon,
-                 noise_epsilon=noise_epsilon(epsilon, level, cells), resolution=level)
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Measurements of a release drawn together: (statement, position) of each member, in
+    the draw's coordinate order, and C, the cells one person can change in each of them."""
+
+    members: tuple[tuple[int, int], ...]
+    cells: int
 
 
-def joined(parts: list[NoisePart], blocks: tuple[tuple[int, ...], ...],
-           cells: int | None) -> list[NoisePart]:
-    """The parts with the members of each block marked ``linf`` with its ``Joint``."""
-    parts = list(parts)
-    if not all(_eligible(parts[i]) for chosen in blocks for i in chosen):
-        raise InternalError("a block to draw together holds a measurement that cannot be")
-    for chosen in blocks:
-        joint = block(parts, chosen, cells) if cells is not None else None
-        for i in chosen if joint is not None else ():
-            parts[i] = replace(parts[i], mechanism="linf", joint=joint)
-    return parts
+def joined(plans: tuple[StatementPlan, ...], blocks: list[Block]
+           ) -> tuple[StatementPlan, ...]:
+    """The plans with the members of each block marked ``linf``, and so are the measurements
+    other statements show from a member (``share.py``: the same quantity, drawn once), so that
+    their intervals are the block's marginals.
 
-
-def shown_alike(plans: tuple[StatementPlan, ...]) -> tuple[StatementPlan, ...]:
-    """The plans with each measurement shown from a joint block's member (``share.py``: the
-    same quantity, drawn once) marked ``linf`` too, so its interval is the block's marginal.
-
-    The shower's ``Joint`` names the shower's own column in the member's place.
+    Each statement holding a member or showing one gets its view of the block's ``Joint``: its
+    own parts and those it shows named by its columns, the others as ``statement k, pN``.
+    A block that cannot be drawn (``resolution`` is None) stays as separate Laplace draws.
     """
-    drawn = {p.shared: p for plan in plans for p in plan.parts
-             if p.shared is not None and p.paid and p.joint is not None}
-    if not drawn:
-        return plans
-    fixed = []
-    for plan in plans:
-        parts = []
+    plans = list(plans)
+    showing: dict[str, list[tuple[int, str]]] = {}  # shared id -> (statement, column) showing it
+    for t, plan in enumerate(plans):
         for p in plan.parts:
-            member = drawn.get(p.shared) if not p.paid else None
-            if member is not None:
-                columns = tuple(p.column if c == member.column else c
-                                for c in member.joint.columns)
-                p = replace(p, mechanism="linf", joint=replace(member.joint, columns=columns))
-            parts.append(p)
-        fixed.append(replace(plan, parts=tuple(parts)))
-    return tuple(fixed)
+            if p.shared is not None and not p.paid:
+                showing.setdefault(p.shared, []).append((t, p.column))
+    for b in blocks:
+        parts = [plans[s].parts[j] for s, j in b.members]
+        if not all(_eligible(p) for p in parts):
+            raise InternalError("a block to draw together holds a measurement that cannot be")
+        radii = tuple(p.sensitivity / p.grid for p in parts)
+        epsilon = sum((p.epsilon for p in parts), Fraction(0))
+        level = resolution(radii, epsilon, b.cells)
+        if level is None:
+            continue
+        drawn_by = {s for s, _ in b.members}
+        key = f"block of {_label(b.members[0][0], parts[0].column)}" if len(drawn_by) > 1 \
+            else None
+        # local[t][i]: statement t's columns for member i, where t draws or shows it
+        local: dict[int, dict[int, list[str]]] = {}
+        for i, ((s, _), p) in enumerate(zip(b.members, parts, strict=True)):
+            local.setdefault(s, {}).setdefault(i, []).append(p.column)
+            for t, column in showing.get(p.shared, []) if p.shared is not None else ():
+                local.setdefault(t, {}).setdefault(i, []).append(column)
+        for t, mine in local.items():
+            view = Joint(columns=tuple(mine[i][0] if i in mine else _label(s, p.column)
+                                       for i, ((s, _), p) in enumerate(zip(
+                                           b.members, parts, strict=True))),
+                         radii=radii, epsilon=epsilon,
+                         noise_epsilon=noise_epsilon(epsilon, level, b.cells),
+                         resolution=level, key=key)
+            # a statement showing its own member again (share.py) names it in a view of its own
+            views = {column: view if k == 0 else replace(view, columns=tuple(
+                column if n == i else c for n, c in enumerate(view.columns)))
+                for i, columns in mine.items() for k, column in enumerate(columns)}
+            plans[t] = replace(plans[t], parts=tuple(
+                replace(p, mechanism="linf", joint=views[p.column]) if p.column in views else p
+                for p in plans[t].parts))
+    return tuple(plans)
+
+
+def _label(statement: int, column: str) -> str:
+    """How other statements name a statement's measurement (``share.py``'s ids)."""
+    return f"statement {statement + 1}, {column}"
 
 
 def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None

@@ -100,10 +100,13 @@ class CheckedQuery:
 class Joint:
     """Measurements noised together by one ℓ∞ draw per cell (``joint.py``).
 
-    ``radii`` are the members' sensitivities in their grid units; the block spends
-    ``epsilon`` (the sum of its members' shares), and its noise is calibrated to
-    ``noise_epsilon`` = ε·L/(L + C − 1) for a level grid of 1/L (``resolution``) when one
-    person can change C cells.
+    ``columns`` name the members as the statement holding this view of the block sees them:
+    its own parts by column, another statement's as ``statement k, pN``. ``radii`` are the
+    members' sensitivities in their grid units; the block spends ``epsilon`` (the sum of its
+    members' shares), and its noise is calibrated to ``noise_epsilon`` = ε·L/(L + C − 1) for
+    a level grid of 1/L (``resolution``) when one person can change C cells. ``key`` names
+    the draw when the block's members span statements of a release (each statement holds its
+    own view; the first to release draws, the others add the same draw's coordinates).
     """
 
     columns: tuple[str, ...]
@@ -111,6 +114,7 @@ class Joint:
     epsilon: Fraction
     noise_epsilon: Fraction
     resolution: int
+    key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,9 +157,13 @@ class NoisePart:
         if self.mechanism == "linf":
             joint = self.joint
             return (linf_variance(joint.radii, joint.noise_epsilon, joint.resolution,
-                                  joint.columns.index(self.column)) / 2) ** 0.5 \
-                * float(self.grid)
+                                  self.coordinate) / 2) ** 0.5 * float(self.grid)
         return self.sensitivity / self.epsilon
+
+    @property
+    def coordinate(self) -> int:
+        """This measurement's coordinate in its ℓ∞ block's draw."""
+        return self.joint.columns.index(self.column)
 
     @property
     def grid(self) -> Fraction:

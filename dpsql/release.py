@@ -26,7 +26,7 @@ from dpsql.mechanisms.samplers import (
     discrete_laplace,
     discrete_linf,
 )
-from dpsql.plan import StatementPlan
+from dpsql.plan import Joint, StatementPlan
 from dpsql.rewrite import SPREAD_KINDS
 
 if TYPE_CHECKING:
@@ -83,7 +83,9 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
     """Add noise to the exact rows of one statement and apply its post-processing.
 
     ``shared`` holds, per shared measurement (``share.py``), the noisy value of each group as
-    the release's first statement showing it drew it; later statements show those values.
+    the release's first statement showing it drew it, and per ℓ∞ block spanning statements
+    (``Joint.key``) its draw for each group; later statements show those values, and add
+    their coordinates of those draws.
     """
     checked = plan.checked
     index = {name: i for i, name in enumerate(names)}
@@ -99,17 +101,21 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
             noisy[part.column] = [drawn[i] for i in kept]  # the same draw is released
     frame: dict[str, list] = {k.name: [r[i] for r in rows] for i, k in enumerate(checked.keys)}
     parts = [p for p in plan.parts if p.role not in ("select", "quantile")]
-    # the groups' keys align a shown measurement's values with these rows
-    groups = [r[:len(checked.keys)] for r in rows] if any(p.shared for p in parts) else []
+    # the groups' keys align a shown measurement's values, and the draws of a block that
+    # spans statements, with these rows
+    groups = [r[:len(checked.keys)] for r in rows] \
+        if any(p.shared or (p.joint and p.joint.key) for p in parts) else []
     shared = {} if shared is None else shared
     blocks: dict = {}
     for p in parts:
         if p.mechanism == "linf" and p.paid:
             blocks.setdefault(p.joint, []).append(p)
-    for block in blocks.values():
-        noisy.update(_noisy_together([[r[index[p.column]] for r in rows] for p in block],
-                                     block, rng))
+    for joint, block in blocks.items():
+        draws = [discrete_linf(joint.radii, joint.noise_epsilon, joint.resolution, rng)
+                 for _ in rows] if joint.key is None else _drawn_once(joint, groups, shared, rng)
         for p in block:
+            noisy[p.column] = _in_values([int(r[index[p.column]]) + z[p.coordinate]
+                                          for r, z in zip(rows, draws, strict=True)], p)
             if p.shared is not None:
                 shared[p.shared] = dict(zip(groups, noisy[p.column], strict=True))
     for p in parts:
@@ -204,17 +210,18 @@ def _in_values(units: list[int], part) -> list:
     return units if part.grid_exp == 0 else [float(u * part.grid) for u in units]
 
 
-def _noisy_together(values: list[list], block: list, rng: RandomSource) -> dict[str, list]:
-    """The ℓ∞ block's exact values plus one joint draw per group (``joint.py``), by column."""
-    joint = block[0].joint
-    order = [joint.columns.index(p.column) for p in block]
-    draws = [discrete_linf(joint.radii, joint.noise_epsilon, joint.resolution, rng)
-             for _ in values[0]]
-    noisy = {}
-    for p, mine, position in zip(block, values, order, strict=True):
-        noisy[p.column] = _in_values([int(v) + z[position]
-                                      for v, z in zip(mine, draws, strict=True)], p)
-    return noisy
+def _drawn_once(joint: Joint, groups: list[tuple], drawn: dict, rng: RandomSource
+                ) -> list[tuple]:
+    """Per group, the draw of a block whose members span statements (``joint.py``): drawn by
+    the first statement to release it, the same for the others."""
+    if joint.key not in drawn:
+        drawn[joint.key] = {group: discrete_linf(joint.radii, joint.noise_epsilon,
+                                                 joint.resolution, rng) for group in groups}
+    try:
+        return [drawn[joint.key][group] for group in groups]
+    except KeyError:
+        raise InternalError("statements drawing a block together have different groups"
+                            ) from None
 
 
 def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: RandomSource):

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from dpsql import joint, snapshot
+from dpsql import snapshot
 from dpsql.budget import SHARE_QUANTUM, PrivacyLoss
 from dpsql.catalog import Catalog
 from dpsql.compile.bound import bound_rows
@@ -88,14 +88,12 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
             sources: dict[str, str] | None = None,
             epsilons: list[Fraction] | None = None,
             rhos: list[Fraction] | None = None,
-            shared: list[tuple[str, bool] | None] | None = None,
-            blocks: tuple[tuple[int, ...], ...] = ()) -> StatementPlan:
+            shared: list[tuple[str, bool] | None] | None = None) -> StatementPlan:
     """Build the exact bounded query and one NoisePart per measurement (``measures``).
 
     ``epsilons`` gives each measurement its own ε (the engine's allocation); without it every
-    measurement, and a private-key selection, gets ``epsilon_per_part``. The measurements of
-    each of the ``blocks`` (positions) are drawn together by the ℓ∞ mechanism at the sum of
-    their ε (``joint.py``).
+    measurement, and a private-key selection, gets ``epsilon_per_part``. (Which of them are
+    drawn together by the ℓ∞ mechanism is marked on the plans afterwards, ``joint.joined``.)
 
     Example:
         >>> from dpsql.catalog import load_catalog
@@ -136,8 +134,6 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
                  for part, label in zip(parts, shared, strict=True)]
     if checked.has_private_keys:
         parts = _with_selection(parts, checked, catalog, epsilon_per_part, delta)
-    if blocks and rhos is None:
-        parts = joint.joined(parts, blocks, joint.cells_changed(checked, catalog, cells))
     if rhos is not None:
         parts = [as_gaussian(p, checked, catalog, rho, cells)
                  for p, rho in zip(parts, rhos, strict=True)]

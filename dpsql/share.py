@@ -38,7 +38,7 @@ def links(statements: list[CheckedQuery]) -> list[list[Link | None]]:
     first: list[tuple[tuple, tuple, Link]] = []
     found: list[list[Link | None]] = []
     for i, checked in enumerate(statements):
-        context = None if checked.has_private_keys else _context(checked)
+        context = None if checked.has_private_keys else context_of(checked)
         mine: list[Link | None] = []
         for j, measure in enumerate(measures(checked)):
             quantity = None if context is None else _quantity(measure, checked)
@@ -72,7 +72,7 @@ def _id(link: Link) -> str:
     return f"statement {link[0] + 1}, p{link[1]}"
 
 
-def _context(checked: CheckedQuery) -> tuple:
+def context_of(checked: CheckedQuery) -> tuple:
     """What decides which rows a statement's measurements add up, per group."""
     relation = checked.relation
     return (relation.node, relation.unit, checked.table, checked.where,

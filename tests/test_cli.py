@@ -54,8 +54,12 @@ def test_explain_text_shows_shared_parts_and_quantiles(data_dir):
     lines = [line for line in out.stdout.splitlines() if "AMOUNT)" in line.upper()
              and "Δ=" in line]
     assert len(lines) == 4
-    assert "(shown from statement 1, p0: no ε)" in lines[2]
+    assert "(shown from statement 1, p0: no ε)  (ℓ∞)" in lines[2]
     assert "95% rank error ±" in lines[3] and "rows" in lines[3]
+    # the count and the average's sum read the same rows alike: one ℓ∞ draw for the two
+    # (the second statement shows the count, so it names no other statement's member)
+    assert out.stdout.count("(ℓ∞): drawn with") == 1
+    assert "(ℓ∞): drawn with statement 2, p0\n" in out.stdout
 
 
 def test_bounding_snapshot_on_the_command_line(tmp_path):

@@ -11,8 +11,9 @@ import pytest
 
 import dpsql
 from dpsql import joint
+from dpsql.budget import PrivacyLoss
 from dpsql.mechanisms.calibrate import linf_variance
-from dpsql.plan import NoisePart
+from dpsql.plan import NoisePart, StatementPlan
 
 SQL = "SELECT education, COUNT(*) AS n, SUM(hours) AS s FROM adult GROUP BY education"
 
@@ -163,6 +164,68 @@ def test_a_block_with_a_measurement_the_argument_does_not_cover_is_refused():
     """COUNT(DISTINCT person) moves by 1/L0 per cell, not per row: never drawn together."""
     parts = [NoisePart("p0", "a", "count", Fraction(3), Fraction(1, 2)),
              NoisePart("p1", "b", "distinct", Fraction(3), Fraction(1, 2))]
+    plan = StatementPlan(checked=None, exact_query=None, parts=tuple(parts),
+                         loss=PrivacyLoss(Fraction(1)))
     with pytest.raises(dpsql.InternalError):
-        joint.joined(parts, ((0, 1),), 1)
+        joint.joined((plan,), [joint.Block(((0, 0), (0, 1)), 1)])
     assert joint.members(parts) == []
+
+
+SPLIT = ("SELECT education, COUNT(*) AS n FROM adult GROUP BY education; "
+         "SELECT education, SUM(hours) AS s FROM adult GROUP BY education")
+
+
+def test_statements_reading_the_same_rows_alike_share_one_draw(connect):
+    """A script's COUNT and SUM of one relation, filter and keys form the block one statement
+    asking both would (share.py's context): the same shares, scales and intervals."""
+    con = connect()
+    script = con._engine.plan(SPLIT, epsilon=1, script=True).release.statements
+    alone = _parts(con, SQL)
+    parts = [p for plan in script for p in plan.parts]
+    assert [p.mechanism for p in parts] == ["linf", "linf"]
+    assert [(p.epsilon, p.scale) for p in parts] == [(p.epsilon, p.scale) for p in alone]
+    first, second = (p.joint for p in parts)
+    assert first.columns == ("p0", "statement 2, p0")
+    assert second.columns == ("statement 1, p0", "p0")
+    assert first.key == second.key is not None and first.radii == alone[0].joint.radii
+    # another filter: other rows per cell, so separate draws
+    apart = con._engine.plan(SPLIT.replace("AS s FROM adult", "AS s FROM adult WHERE age > 30"),
+                             epsilon=1, script=True).release.statements
+    assert {p.mechanism for plan in apart for p in plan.parts} == {"laplace"}
+
+
+def test_a_script_draws_exactly_what_the_one_statement_draws(connect):
+    """Same seed, same rows: the script's two statements release the values the statement
+    asking both releases, so each group got one draw whose coordinates the two share."""
+    script = connect(seed=11).cursor().executescript(SPLIT, epsilon=1)
+    counts = script.fetchall()
+    script.nextset()
+    sums = script.fetchall()
+    together = connect(seed=11).cursor().execute(SQL, epsilon=1).fetchall()
+    assert [(k, n, s) for (k, n), (_, s) in zip(counts, sums, strict=True)] == together
+
+
+def test_a_measurement_shown_by_another_statement_gets_its_own_coordinate(connect):
+    """The second statement's SUM shows the first's sum (coordinate 1 of its block), not the
+    count, whatever its own column is named (p0 in both)."""
+    con = connect()
+    first, second = con._engine.plan(SQL + "; SELECT education, SUM(hours) AS t FROM adult "
+                                      "GROUP BY education", epsilon=1,
+                                      script=True).release.statements
+    drawn, shown = first.parts[1], next(p for p in second.parts if p.role == "sum")
+    assert shown.shared == drawn.shared and not shown.paid
+    assert shown.scale == drawn.scale and shown.scale != first.parts[0].scale
+    assert shown.joint.columns[shown.coordinate] == shown.column == "p0"
+    assert shown.coordinate == drawn.coordinate == 1
+
+
+def test_statements_bounded_apart_are_drawn_apart(connect):
+    """Under snapshot bounding a statement with COUNT(DISTINCT uid) bounds its own rows while
+    one without reads the snapshot: other rows per cell, so no block spans them."""
+    script = ("SELECT day, COUNT(DISTINCT uid) AS u, COUNT(*) AS n FROM visits GROUP BY day; "
+              "SELECT day, SUM(amount) AS s FROM visits GROUP BY day")
+    for bounding, spans in (("snapshot", False), ("per_query", True)):
+        plans = connect(bounding=bounding)._engine.plan(script, epsilon=1,
+                                                        script=True).release.statements
+        keys = {p.joint.key for plan in plans for p in plan.parts if p.joint}
+        assert (keys != {None} and bool(keys)) is spans, (bounding, keys)

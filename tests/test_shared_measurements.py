@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 import dpsql
-from dpsql.allocate import allocate
 from dpsql.catalog import load_catalog
 from dpsql.compile import compile_statement
-from dpsql.parse import parse_one, parse_script
+from dpsql.parse import parse_script
 from dpsql.share import links
 
 sys.path.insert(0, str(Path(__file__).parent / "fuzz"))  # the neighbour harness
@@ -66,27 +65,31 @@ def test_counts_of_every_row_are_shared_and_private_keys_never(connect):
 
 def test_a_script_is_split_as_the_one_statement_that_asks_it_all(connect):
     """COUNT and AVG of one input in two statements, or in one: the same two measurements
-    at the same ε each (the Laplace split: one statement draws them together, joint.py), and
-    the script spends exactly its ε."""
+    at the same ε each, drawn together by one ℓ∞ draw per day (joint.py: the statements read
+    the same rows the same way), and the script spends exactly its ε."""
     con = connect()
     single = "SELECT day, COUNT(amount) AS n, AVG(amount) AS a FROM visits GROUP BY day"
     one = con.explain(single, epsilon=1)["statements"][0]["aggregates"]
     assert {p["mechanism"] for p in one} == {"discrete_linf"}
     assert one[0]["joint"]["epsilon"] == 1
-    [shares] = allocate([con._engine._checked(parse_one(single), False)], con.catalog,
-                        Fraction(1))
-    one = [dict(p, epsilon=float(e)) for p, e in zip(one, shares, strict=True)]
     two = con.explain("SELECT day, COUNT(amount) AS n FROM visits GROUP BY day; "
                       "SELECT day, AVG(amount) AS a FROM visits GROUP BY day", epsilon=1)
     first, second = (s["aggregates"] for s in two["statements"])
-    by_role = {p["part"]: p["epsilon"] for p in one}
-    assert first[0]["epsilon"] == pytest.approx(by_role["count"], rel=1e-9)
-    assert {p["part"]: p["epsilon"] for p in second} == pytest.approx(by_role, rel=1e-9)
+    by_role = {p["part"]: (p["epsilon"], p["scale"], p["ci95_half_width"]) for p in one}
+    assert (first[0]["epsilon"], first[0]["scale"], first[0]["ci95_half_width"]) == \
+        pytest.approx(by_role["count"], rel=1e-9)
+    assert {p["part"]: (p["epsilon"], p["scale"], p["ci95_half_width"]) for p in second} == \
+        pytest.approx(by_role, rel=1e-9)
+    assert first[0]["joint"] == {"measurements": ["p0", "statement 2, p0"], "epsilon": 1.0,
+                                 "resolution": one[0]["joint"]["resolution"]}
+    # the second names the count by its own column p1, which shows the first's p0
+    assert second[0]["joint"]["measurements"] == second[1]["joint"]["measurements"] == \
+        ["p1", "p0"]
     # the count is drawn (and paid) by the first statement, shown by the second
     assert [p.get("paid") for p in first + second] == [True, None, False]
     assert first[0]["shared"] == second[1]["shared"]
     assert [s["epsilon"] for s in two["statements"]] == pytest.approx(
-        [by_role["count"], by_role["sum"]])
+        [by_role["count"][0], by_role["sum"][0]])
     assert two["epsilon"] == 1
     assert two["total_sensitivity"] == sum(p["sensitivity"] for p in one)
 

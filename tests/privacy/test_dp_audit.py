@@ -42,6 +42,10 @@ SHAPES = [
           "FROM adult GROUP BY sex", add_extreme_adult),
     Shape("linf_replace", "SELECT sex, COUNT(*) AS n, SUM(hours) AS s FROM adult GROUP BY sex",
           replace_adult_row, neighbouring="replace"),
+    # one ℓ∞ draw per cell whose members are two statements' (the same rows, the same way)
+    Shape("linf_script", "SELECT day, COUNT(*) AS n FROM visits GROUP BY day; "
+          "SELECT day, SUM(amount) AS s, AVG(amount) AS a FROM visits GROUP BY day",
+          add_heavy_visitor, script=True),
     Shape("group_by_replace",
           "SELECT sex, salary, COUNT(*) AS n FROM adult GROUP BY sex, salary",
           replace_adult_row, neighbouring="replace"),
