@@ -105,7 +105,7 @@ def half_width_units(part, confidence: float = 0.95) -> int:
     if part.mechanism == "linf":
         joint = part.joint
         return linf_half_width(joint.radii, joint.noise_epsilon, joint.resolution,
-                               joint.columns.index(part.column), confidence)
+                               part.coordinate, confidence)
     if part.mechanism == "gaussian":
         return discrete_gaussian_half_width(float(part.sigma2_units), confidence)
     return discrete_laplace_half_width(float(part.scale / part.grid), confidence)
