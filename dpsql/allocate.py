@@ -177,31 +177,28 @@ def _families(statements: list[CheckedQuery], catalog: Catalog, drafts, shares, 
     Statements of one ``share.py`` context (without private keys), one C and one way of
     bounding (under ``bounding="snapshot"``, the snapshot or their own pass:
     ``snapshot.applies``) keep the same rows of a person in the same cells, so the privacy
-    argument of ``joint.py`` holds for their members together. Such statements form one
-    family when their members fit one block, else each is its own; statements whose results
-    have too many groups (C None) are in none.
+    argument of ``joint.py`` holds for their members together. Such statements are gathered,
+    in order, into families whose members fit one block (``joint.MAX_MEMBERS``); statements
+    whose results have too many groups (C None) are in none.
     """
-    found: list[tuple[tuple | None, int, list[int]]] = []
+    found: list[list] = []  # [context, C, statements, members]
     for i, checked in enumerate(statements):
         cells = joint.cells_changed(checked, catalog, domain_size(checked))
         if cells is None:
             continue
+        count = len(joint.eligible(_priced([(i, j) for j in range(len(drafts[i]))], drafts,
+                                           shares, shared)))
         context = None if checked.has_private_keys else \
             (share.context_of(checked), bounding == "snapshot" and snapshot.applies(checked))
         # equality, not hashing: IR values need only compare
         same = next((f for f in found if context is not None and f[0] == context
-                     and f[1] == cells), None)
+                     and f[1] == cells and f[3] + count <= joint.MAX_MEMBERS), None)
         if same is None:
-            found.append((context, cells, [i]))
+            found.append([context, cells, [i], count])
         else:
             same[2].append(i)
-    families = []
-    for _, cells, family in found:
-        links = [(i, j) for i in family for j in range(len(drafts[i]))]
-        together = len(joint.eligible(_priced(links, drafts, shares, shared)))
-        families += [(family, cells)] if together <= joint.MAX_MEMBERS else \
-            [([i], cells) for i in family]
-    return families
+            same[3] += count
+    return [(family, cells) for _, cells, family, _ in found]
 
 
 def _shown_as_drawn(shares: list[list[Fraction]], shared: list[list[share.Link | None]]

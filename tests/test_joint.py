@@ -229,3 +229,19 @@ def test_statements_bounded_apart_are_drawn_apart(connect):
                                                         script=True).release.statements
         keys = {p.joint.key for plan in plans for p in plan.parts if p.joint}
         assert (keys != {None} and bool(keys)) is spans, (bounding, keys)
+
+
+
+def test_alike_statements_are_gathered_into_blocks_of_at_most_four(connect):
+    """Five statements of one member each over the same rows: the first four are one block
+    (``joint.MAX_MEMBERS``), the fifth draws alone."""
+    sums = ["COUNT(*)", "SUM(COALESCE(age, 17))", "SUM(COALESCE(hours, 1))",
+            "SUM(COALESCE(age, 17) + COALESCE(hours, 1))", "SUM(COALESCE(hours, 1) * 2)"]
+    sql = "; ".join(f"SELECT sex, {s} AS x{i} FROM adult GROUP BY sex"
+                    for i, s in enumerate(sums))
+    plans = connect()._engine.plan(sql, epsilon=1, script=True).release.statements
+    assert [len(p.parts) for p in plans] == [1] * 5
+    parts = [p.parts[0] for p in plans]
+    assert [p.mechanism for p in parts] == ["linf"] * 4 + ["laplace"]
+    assert len({p.joint.key for p in parts[:4]}) == 1 and len(parts[0].joint.columns) == 4
+    assert sum(p.epsilon for p in parts) == 1
