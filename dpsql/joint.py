@@ -9,8 +9,9 @@ gets noise of variance about (d+1)(d+2)/3·(D_j/ε)², against 2·(D_j/ε_j)² a
 measurements at an even split 6.7 against 18. An aggregate fed by several measurements
 (SUM as a centred sum plus k·count, AVG, VAR) gains as much, since the coordinates are
 uncorrelated. Separate Laplace noise stays better when one measurement carries nearly all
-the weight: ``split`` partitions a statement's measurements into blocks drawn together
-(singletons are Laplace draws) to minimise the expected objective of ``allocate.py``.
+the weight: ``split`` partitions a statement's measurements (up to ``MAX_PARTITIONED``)
+into blocks drawn together, of at most ``MAX_MEMBERS`` (singletons are Laplace draws), to
+minimise the expected objective of ``allocate.py``.
 
 Privacy. The members are counts, sums and sums of squares: each of a person's rows moves
 measurement j of its cell by at most D_j/(F·R) (R = ``person_rows``, F = 2 for grouped
@@ -39,6 +40,7 @@ The Gaussian (zCDP) path draws no blocks: for noise N(0, Σ) and changes anywher
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -51,14 +53,16 @@ from dpsql.plan import CheckedQuery, Joint, NoisePart, StatementPlan
 from dpsql.sensitivity import contribution_bounds
 
 ROLES = ("count", "sum", "sumsq")
-MAX_MEMBERS = 4  # the sampler keeps d!/d^d of its draws: 2/9 for d = 3, 3/32 for d = 4
+MAX_MEMBERS = 4  # per block: the sampler keeps d!/d^d of its draws (2/9 for 3, 3/32 for 4)
+MAX_PARTITIONED = 8  # measurements partitioned into blocks together (3,795 partitions at most)
 MAX_GROUPS = 100_000
 
 
 def members(parts: list[NoisePart]) -> list[int]:
-    """Indices of the parts that may be drawn together, when there are 2 to ``MAX_MEMBERS``."""
+    """Indices of the parts that may be drawn together, when there are 2 to
+    ``MAX_PARTITIONED``."""
     found = eligible(parts)
-    return found if 2 <= len(found) <= MAX_MEMBERS else []
+    return found if 2 <= len(found) <= MAX_PARTITIONED else []
 
 
 def eligible(parts: list[NoisePart]) -> list[int]:
@@ -171,9 +175,10 @@ def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None
           ) -> tuple[list[Fraction], tuple[tuple[int, ...], ...]]:
     """The parts' ε re-split over blocks, and the blocks of two or more drawn together.
 
-    The members with a demand A_j > 0 (``allocate.py``) are partitioned into blocks; a block
-    b of d_b members at ε_b adds Σ_{j∈b} A_j·v(d_b)/ε_b² to the objective, with v(1) = 2 (one
-    Laplace draw) and v(d) = (d+1)(d+2)/3·((L + C − 1)/L)² for an ℓ∞ draw (the continuous
+    The members with a demand A_j > 0 (``allocate.py``) are partitioned into blocks of at
+    most ``MAX_MEMBERS``; a block b of d_b members at ε_b adds Σ_{j∈b} A_j·v(d_b)/ε_b² to the
+    objective, with v(1) = 2 (one Laplace draw) and v(d) = (d+1)(d+2)/3·((L + C − 1)/L)² for
+    an ℓ∞ draw (the continuous
     limit: a radius Gamma(d + 1, 1/ε) times a uniform coordinate in [−1, 1]). For a fixed
     partition, ε_b ∝ (A_b·v(d_b))^(1/3) minimises it, to (Σ_b (A_b·v(d_b))^(1/3))³/E², so the
     partition with the least Σ_b (A_b·v(d_b))^(1/3) is taken: all singletons is the Laplace
@@ -189,6 +194,7 @@ def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None
     total = sum((epsilons[i] for i in chosen), Fraction(0))
     radii = {i: parts[i].sensitivity / parts[i].grid for i in chosen}
 
+    @functools.cache
     def weight(group: tuple[int, ...]) -> float:
         if len(group) == 1:
             factor = 2.0
@@ -200,7 +206,8 @@ def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None
             factor = (len(group) + 1) * (len(group) + 2) / 3 * loss * loss
         return (sum(demand[parts[i].column] for i in group) * factor) ** (1 / 3)
 
-    best = min(_partitions(chosen), key=lambda groups: sum(weight(g) for g in groups))
+    best = min(_partitions(chosen, MAX_MEMBERS),
+               key=lambda groups: sum(weight(g) for g in groups))
     if all(len(g) == 1 for g in best):  # the Laplace allocation stands as it was
         return epsilons, ()
     roots = [weight(g) for g in best]
@@ -213,13 +220,14 @@ def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None
     return epsilons, tuple(g for g in best if len(g) > 1)
 
 
-def _partitions(items: list[int]):
-    """Every partition of ``items`` into groups (15 for four items)."""
+def _partitions(items: list[int], largest: int):
+    """Every partition of ``items`` into groups of at most ``largest`` (15 for four items)."""
     if not items:
         yield ()
         return
     first, rest = items[0], items[1:]
-    for groups in _partitions(rest):
+    for groups in _partitions(rest, largest):
         yield ((first,), *groups)
         for k, group in enumerate(groups):
-            yield (*groups[:k], (first, *group), *groups[k + 1:])
+            if len(group) < largest:
+                yield (*groups[:k], (first, *group), *groups[k + 1:])
