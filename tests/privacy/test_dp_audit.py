@@ -42,6 +42,9 @@ SHAPES = [
           "FROM adult GROUP BY sex", add_extreme_adult),
     Shape("linf_replace", "SELECT sex, COUNT(*) AS n, SUM(hours) AS s FROM adult GROUP BY sex",
           replace_adult_row, neighbouring="replace"),
+    # six measurements: two ℓ∞ blocks per cell (at most four members each)
+    Shape("linf_two_blocks", "SELECT sex, COUNT(*) AS n, SUM(hours) AS h, AVG(age) AS a, "
+          "SUM(age) AS s, VARIANCE(hours) AS v FROM adult GROUP BY sex", add_extreme_adult),
     # one ℓ∞ draw per cell whose members are two statements' (the same rows, the same way)
     Shape("linf_script", "SELECT day, COUNT(*) AS n FROM visits GROUP BY day; "
           "SELECT day, SUM(amount) AS s, AVG(amount) AS a FROM visits GROUP BY day",
