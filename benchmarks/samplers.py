@@ -1,6 +1,12 @@
-"""Time per exact discrete Laplace draw: the previous samplers against the current ones.
+"""Time per exact draw: the previous samplers against the current ones.
 
 Run: ``python benchmarks/samplers.py [--draws 20000] [--repeats 5]``
+
+Discrete Laplace: see below. The ℓ∞ mechanism (``discrete_linf``): by rejection from
+independent discrete Laplace draws (``samplers._linf_by_laplace``, about d!/d^d of them kept)
+against the level-and-box draw ``discrete_linf`` chooses when it keeps more, on the blocks of
+the accuracy benchmark's statements and the README's query (radii in grid units, as their
+plans have them) and on blocks of four and six members.
 
 "old" is a private copy of the samplers as they were before the integer rewrite
 (random.SystemRandom, one os.urandom call per random integer, Fraction arithmetic in every
@@ -18,7 +24,12 @@ import time
 import warnings
 from fractions import Fraction
 
-from dpsql.mechanisms.samplers import RandomSource, discrete_laplace
+from dpsql.mechanisms.samplers import (
+    RandomSource,
+    _linf_by_laplace,
+    discrete_laplace,
+    discrete_linf,
+)
 
 # --- the previous implementation, kept only for this comparison ---------------------------
 
@@ -94,6 +105,39 @@ def main() -> None:
             old_t, new_t = statistics.median(times["old"]), statistics.median(times["new"])
             print(f"{label:8} {scale!s:>6} {old_t * 1e6:12.2f} {new_t * 1e6:12.2f} "
                   f"{old_t / new_t:8.2f}")
+    linf_table(max(args.draws // 10, 200), args.repeats)
+
+
+# (name, radii, L, ε): the plans' blocks (explain shows them under "joint")
+BLOCKS = [
+    ("Q1: COUNT, SUM, AVG", (1, 500000, 36), 16, Fraction(1)),
+    ("Q2: COUNT, SUM per user", (6, 614400), 128, Fraction(64, 65)),
+    ("COUNT+VAR", (1, 589824, 347892350976), 16, Fraction(1)),
+    ("README: visits, AVG", (56, 358400, 56), 384, Fraction(384, 390)),
+    ("four members", (6, 600, 614400, 6), 128, Fraction(1)),
+    ("six members", (6, 600, 614400, 6, 36, 3600), 128, Fraction(1)),
+]
+
+
+def linf_table(draws: int, repeats: int) -> None:
+    """Time per ℓ∞ draw: rejection from Laplace against discrete_linf (secure source)."""
+    print(f"\n{'ℓ∞ block':26} {'d':>2} {'Laplace µs':>11} {'dpsql µs':>9} {'ratio':>6}")
+    rng = RandomSource()
+    for name, radii, resolution, epsilon in BLOCKS:
+        radii = tuple(Fraction(r) for r in radii)
+        times: dict[str, list[float]] = {"laplace": [], "dpsql": []}
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(draws):
+                _linf_by_laplace(radii, epsilon, resolution, rng._below)
+            times["laplace"].append((time.perf_counter() - start) / draws)
+            start = time.perf_counter()
+            for _ in range(draws):
+                discrete_linf(radii, epsilon, resolution, rng)
+            times["dpsql"].append((time.perf_counter() - start) / draws)
+        old_t, new_t = statistics.median(times["laplace"]), statistics.median(times["dpsql"])
+        print(f"{name:26} {len(radii):>2} {old_t * 1e6:11.1f} {new_t * 1e6:9.1f} "
+              f"{old_t / new_t:6.2f}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ import warnings
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from fractions import Fraction
-from math import cos, gcd, isqrt, lcm, log, pi, sqrt
+from functools import lru_cache
+from math import ceil, comb, cos, exp, factorial, gcd, isqrt, lcm, log, pi, prod, sqrt
 
 from dpsql.errors import InsecureRandomnessWarning, ProgrammingError
 
@@ -290,17 +291,25 @@ def _bernoulli_exp(n: int, d: int, below: Callable[[int], int]) -> bool:
     return _bernoulli_exp_le1(n, d, below)
 
 
-def _discrete_laplace(t: int, s: int, below: Callable[[int], int]) -> int:
-    """discrete_laplace for scale = t/s in lowest terms, t > 0 (CKS Algorithm 2)."""
+def _geometric(t: int, s: int, below: Callable[[int], int]) -> int:
+    """Y ≥ 0 with P(Y = y) ∝ exp(-y·s/t), t, s > 0 (the first part of CKS Algorithm 2): X
+    with P(X = x) ∝ exp(-x/t) is U + t·V, U uniform in [0, t) kept with probability
+    exp(-U/t) and V geometric with parameter exp(-1); Y = ⌊X/s⌋."""
     while True:
         u = below(t)
         g = gcd(u, t)
-        if not _bernoulli_exp_le1(u // g, t // g, below):  # Bernoulli(exp(-u/t)), u < t
-            continue
-        v = 0
-        while _bernoulli_exp_one(below):
-            v += 1
-        y = (u + t * v) // s
+        if _bernoulli_exp_le1(u // g, t // g, below):  # Bernoulli(exp(-u/t)), u < t
+            break
+    v = 0
+    while _bernoulli_exp_one(below):
+        v += 1
+    return (u + t * v) // s
+
+
+def _discrete_laplace(t: int, s: int, below: Callable[[int], int]) -> int:
+    """discrete_laplace for scale = t/s in lowest terms, t > 0 (CKS Algorithm 2)."""
+    while True:
+        y = _geometric(t, s, below)
         negative = below(2) == 1
         if negative and y == 0:
             continue
@@ -345,12 +354,16 @@ def discrete_linf(radii: Sequence[Fraction], epsilon: Fraction, resolution: int,
     """One exact sample z ∈ Z^d with P(z) ∝ exp(−ε·N(z)), N(z) = max_j ⌈L·|z_j|/D_j⌉ / L.
 
     The ℓ∞ (box) K-norm mechanism of Hardt and Talwar (2010) on the integer lattice, with the
-    norm's levels on a grid of 1/L (``resolution``); ``radii`` are the D_j > 0. Drawn by
-    rejection from independent discrete Laplace noise of scale d·D_j/ε per coordinate, whose
-    density is ∝ exp(−ε·A(z)) with A(z) = Σ_j |z_j|/(d·D_j) ≤ max_j |z_j|/D_j ≤ N(z): a draw
-    is kept with probability exp(−ε·(N(z) − A(z))) ≤ 1, an exact Bernoulli trial with a
-    rational parameter. About d!/d^d of the draws are kept (2/9 for d = 3) when ε/L is
-    small, which ``joint.resolution`` sees to.
+    norm's levels on a grid of 1/L (``resolution``); ``radii`` are the D_j > 0. With
+    q = exp(−ε/L), the box B_k = {z : L·N(z) ≤ k} = Π_j [−⌊k·D_j/L⌋, ⌊k·D_j/L⌋] and a level
+    J drawn with P(J = k) ∝ |B_k|·q^k, a point drawn uniformly from B_J has
+    P(z) ∝ Σ_{k ≥ L·N(z)} q^k ∝ exp(−ε·N(z)). J is drawn by rejection from the negative
+    binomial P(k) ∝ C(k + d, d)·q^k (a sum of d + 1 geometric draws, ``_geometric``),
+    keeping k with probability |B_k| / (M·C(k + d, d)), M ≥ sup_k |B_k| / C(k + d, d)
+    (``_box_bound``): every step is an exact draw with integer or rational parameters. When
+    that bound keeps too few draws (levels far finer than the radii), independent discrete
+    Laplace draws of scale d·D_j/ε are used instead, each vector kept with probability
+    exp(−ε·(N(z) − Σ_j |z_j|/(d·D_j))) ≤ 1 (about d!/d^d of them).
 
     Example:
         >>> import warnings; warnings.simplefilter("ignore")
@@ -359,17 +372,85 @@ def discrete_linf(radii: Sequence[Fraction], epsilon: Fraction, resolution: int,
         >>> len(z), all(isinstance(v, int) for v in z)
         (2, True)
     """
-    radii = [Fraction(r) for r in radii]
+    radii = tuple(Fraction(r) for r in radii)
     epsilon = Fraction(epsilon)
     if not radii or any(r <= 0 for r in radii) or epsilon <= 0 or resolution < 1:
         raise ValueError("radii and epsilon must be positive and the resolution at least 1")
-    d, below = len(radii), rng._below
+    below = rng._below
+    bound, _ = _box_bound(radii, resolution, epsilon)
+    if bound is None:
+        return _linf_by_laplace(radii, epsilon, resolution, below)
+    d, step = len(radii), epsilon / resolution
+    while True:
+        level = sum(_geometric(step.denominator, step.numerator, below) for _ in range(d + 1))
+        sides = [2 * (level * r.numerator // (resolution * r.denominator)) + 1 for r in radii]
+        keep = Fraction(prod(sides)) / (bound * comb(level + d, d))
+        if below(keep.denominator) < keep.numerator:
+            return [below(side) - side // 2 for side in sides]
+
+
+BOX_LEVELS = 1 << 14  # the most levels _box_bound takes the ratio of exactly
+
+
+def linf_kept(radii: tuple[Fraction, ...], resolution: int, epsilon: Fraction) -> float:
+    """The share of its proposals ``discrete_linf`` keeps for these parameters (estimated):
+    a draw costs about d/share coordinate draws."""
+    return _box_bound(tuple(radii), resolution, Fraction(epsilon))[1]
+
+
+@lru_cache(maxsize=256)
+def _box_bound(radii: tuple[Fraction, ...], resolution: int, epsilon: Fraction
+               ) -> tuple[Fraction | None, float]:
+    """M ≥ sup_k |B_k| / C(k + d, d) for ``discrete_linf`` (None when its level-and-box draw
+    would keep fewer proposals than the Laplace one, d!/d^d), and the share of proposals kept.
+
+    Below K = 64·max_j s_j levels (s_j = L/(2·D_j)), where the floors of ⌊k·D_j/L⌋ weigh,
+    the ratio is taken exactly; beyond, |B_k| ≤ Π_j (2·D_j/L)·(k + s_j) and
+    C(k + d, d) = Π_i (k + i)/d!, so the ratio is at most d!·Π_j (2·D_j/L)·Π_i
+    max(1, (K + s_(i))/(K + i)) (s sorted, paired with i = d, …, 1), within 1/64 of its limit.
+    None too when K would exceed ``BOX_LEVELS``. The share of proposals kept is estimated in
+    floating point over the negative binomial's bulk: it only chooses between two exact
+    samplers.
+    """
+    d, L = len(radii), resolution
+    laplace = factorial(d) / d ** d
+    halves = [L / (2 * r) for r in radii]
+    levels = max(64, ceil(64 * max(halves)))
+    if levels > BOX_LEVELS:
+        return None, laplace
+
+    def box(k: int) -> int:
+        return prod(2 * (k * r.numerator // (L * r.denominator)) + 1 for r in radii)
+
+    best = Fraction(0)
+    for k in range(levels):
+        b, c = box(k), comb(k + d, d)
+        if b * best.denominator > best.numerator * c:
+            best = Fraction(b, c)
+    tail = factorial(d) * prod(2 * r / L for r in radii)
+    for s, i in zip(sorted(halves, reverse=True), range(d, 0, -1), strict=True):
+        tail *= max(Fraction(1), (levels + s) / (levels + i))
+    bound = max(best, tail)
+    # Σ_k NB(k)·|B_k|/(M·C(k + d, d)) over 512 levels spread to 8 sd above the mean
+    top = (d + 1 + 8 * sqrt(d + 1)) * L / float(epsilon)
+    ks = sorted({int(top * i / 512) for i in range(513)})
+    weights = [comb(k + d, d) * exp(-float(epsilon) * k / L) for k in ks]
+    kept = sum(w * box(k) / comb(k + d, d) for w, k in zip(weights, ks, strict=True)) \
+        / (float(bound) * sum(weights))
+    return (bound, kept) if kept >= laplace else (None, laplace)
+
+
+def _linf_by_laplace(radii: tuple[Fraction, ...], epsilon: Fraction, resolution: int,
+                     below: Callable[[int], int]) -> list[int]:
+    """``discrete_linf`` by rejection from independent discrete Laplace draws."""
+    d = len(radii)
     scales = [d * r / epsilon for r in radii]
     while True:
         z = [_discrete_laplace(scale.numerator, scale.denominator, below) for scale in scales]
         level = Fraction(max(-((-resolution * abs(v) * r.denominator) // r.numerator)
-                             for v, r in zip(z, radii)), resolution)  # N(z), ceilings exact
-        average = sum((Fraction(abs(v)) / (d * r) for v, r in zip(z, radii)), Fraction(0))
+                             for v, r in zip(z, radii, strict=True)), resolution)
+        average = sum((Fraction(abs(v)) / (d * r) for v, r in zip(z, radii, strict=True)),
+                      Fraction(0))
         gamma = epsilon * (level - average)
         if _bernoulli_exp(gamma.numerator, gamma.denominator, below):
             return z

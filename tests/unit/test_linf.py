@@ -6,7 +6,7 @@ import math
 import warnings
 from collections import Counter
 from fractions import Fraction
-from functools import lru_cache
+from functools import cache
 
 import pytest
 from hypothesis import given, settings
@@ -15,7 +15,7 @@ from scipy.stats import chi2
 
 from dpsql import joint
 from dpsql.mechanisms.calibrate import linf_half_width, linf_tail, linf_variance
-from dpsql.mechanisms.samplers import RandomSource, discrete_linf
+from dpsql.mechanisms.samplers import RandomSource, _box_bound, discrete_linf
 
 
 def _level(z, radii, resolution) -> Fraction:
@@ -24,7 +24,7 @@ def _level(z, radii, resolution) -> Fraction:
                     resolution)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _box(radii, epsilon, resolution):
     """Every point with non-negligible mass, with its exact probability (by enumeration)."""
     reach = [int(r * (40 + 3 * len(radii)) / epsilon) + 1 for r in radii]
@@ -71,6 +71,44 @@ def test_draws_follow_the_exact_distribution(radii, epsilon, resolution, secure)
     draws = Counter(tuple(discrete_linf(radii, epsilon, resolution, rng)) for _ in range(n))
     p = _chi_square(draws, _box(radii, epsilon, resolution), n)
     assert p > 1e-5 if secure else p > 1e-3  # the OS source is unseeded: a looser level
+
+
+def test_the_cases_exercise_both_samplers():
+    """The level-and-box draw where its bound keeps enough proposals, rejection from Laplace
+    draws where it would not (levels far finer than a radius of 1/2)."""
+    assert [_box_bound(r, resolution, e)[0] is not None for r, e, resolution in CASES] == \
+        [True, False, True]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.fractions(Fraction(1, 4), Fraction(3000)).filter(lambda r: r > 0),
+                min_size=1, max_size=6), st.integers(1, 64), st.fractions(Fraction(1, 8), 4))
+def test_the_box_bound_holds_at_every_level(radii, resolution, epsilon):
+    """M ≥ |B_k| / C(k + d, d) at the levels below the exact range, across it and far above."""
+    radii = tuple(radii)
+    bound, _ = _box_bound(radii, resolution, epsilon)
+    if bound is None:
+        return
+    d = len(radii)
+    top = max(64, math.ceil(64 * max(resolution / (2 * r) for r in radii)))
+    for k in [*range(0, 200), top - 1, top, top + 1, 2 * top, 10 * top, 1000 * top, 10**9]:
+        box = math.prod(2 * math.floor(k * r / resolution) + 1 for r in radii)
+        assert box <= bound * math.comb(k + d, d), (k, box, bound)
+
+
+def test_five_members_have_the_exact_marginals():
+    """d = 5 on the level-and-box path: each coordinate's P(|z_i| > m) over 20,000 draws is
+    within 4.5 standard errors of the exact marginal (``linf_tail``)."""
+    radii, epsilon, resolution = tuple(map(Fraction, (2, 3, 2, 5, 4))), Fraction(1), 8
+    assert _box_bound(radii, resolution, epsilon)[0] is not None
+    rng, n = _rng(False), 20_000
+    draws = [discrete_linf(radii, epsilon, resolution, rng) for _ in range(n)]
+    for i in range(5):
+        for m in (0, 2, 5, 10, 20):
+            exact = linf_tail(radii, epsilon, resolution, i, m)
+            seen = sum(abs(z[i]) > m for z in draws) / n
+            assert abs(seen - exact) <= 4.5 * math.sqrt(exact * (1 - exact) / n) + 1e-9, \
+                (i, m, seen, exact)
 
 
 def test_the_chi_square_test_has_power():
