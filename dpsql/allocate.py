@@ -145,7 +145,7 @@ def jointly(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction,
     by one ℓ∞ draw per cell (``joint.split``), and those blocks. A block's members come from
     one statement, or from statements that read the same rows the same way (``share.py``'s
     context, bounded alike under ``bounding``) when together they have at most
-    ``joint.MAX_PARTITIONED``. A measurement other statements show takes its drawing statement's
+    ``joint.MAX_MEMBERS``. A measurement other statements show takes its drawing statement's
     new share."""
     shared = shared or [[None] * len(measures(c)) for c in statements]
     drafts = _drafts(statements, catalog)
@@ -178,7 +178,7 @@ def _families(statements: list[CheckedQuery], catalog: Catalog, drafts, shares, 
     bounding (under ``bounding="snapshot"``, the snapshot or their own pass:
     ``snapshot.applies``) keep the same rows of a person in the same cells, so the privacy
     argument of ``joint.py`` holds for their members together. Such statements are gathered,
-    in order, into families of at most ``joint.MAX_PARTITIONED`` members; statements
+    in order, into families of at most ``joint.MAX_MEMBERS`` members; statements
     whose results have too many groups (C None) are in none.
     """
     found: list[list] = []  # [context, C, statements, members]
@@ -192,7 +192,7 @@ def _families(statements: list[CheckedQuery], catalog: Catalog, drafts, shares, 
             (share.context_of(checked), bounding == "snapshot" and snapshot.applies(checked))
         # equality, not hashing: IR values need only compare
         same = next((f for f in found if context is not None and f[0] == context
-                     and f[1] == cells and f[3] + count <= joint.MAX_PARTITIONED), None)
+                     and f[1] == cells and f[3] + count <= joint.MAX_MEMBERS), None)
         if same is None:
             found.append([context, cells, [i], count])
         else:

@@ -9,9 +9,9 @@ gets noise of variance about (d+1)(d+2)/3·(D_j/ε)², against 2·(D_j/ε_j)² a
 measurements at an even split 6.7 against 18. An aggregate fed by several measurements
 (SUM as a centred sum plus k·count, AVG, VAR) gains as much, since the coordinates are
 uncorrelated. Separate Laplace noise stays better when one measurement carries nearly all
-the weight: ``split`` partitions a statement's measurements (up to ``MAX_PARTITIONED``)
-into blocks drawn together, of at most ``MAX_MEMBERS`` (singletons are Laplace draws), to
-minimise the expected objective of ``allocate.py``.
+the weight: ``split`` partitions a statement's measurements (up to ``MAX_MEMBERS``) into
+blocks drawn together (singletons are Laplace draws) to minimise the expected objective of
+``allocate.py``.
 
 Privacy. The members are counts, sums and sums of squares: each of a person's rows moves
 measurement j of its cell by at most D_j/(F·R) (R = ``person_rows``, F = 2 for grouped
@@ -49,20 +49,23 @@ from dpsql.budget import SHARE_QUANTUM
 from dpsql.catalog import Catalog
 from dpsql.errors import InternalError
 from dpsql.mechanisms.calibrate import LINF_MAX_LEVELS, linf_levels
+from dpsql.mechanisms.samplers import linf_kept
 from dpsql.plan import CheckedQuery, Joint, NoisePart, StatementPlan
 from dpsql.sensitivity import contribution_bounds
 
 ROLES = ("count", "sum", "sumsq")
-MAX_MEMBERS = 4  # per block: the sampler keeps d!/d^d of its draws (2/9 for 3, 3/32 for 4)
-MAX_PARTITIONED = 8  # measurements partitioned into blocks together (3,795 partitions at most)
+MAX_MEMBERS = 8  # per block, and measurements partitioned into blocks together (4,140 ways)
+# A block beyond four members is drawn only when its draw costs at most what four members
+# cost by rejection from Laplace draws: 4 coordinates / (4!/4^4 kept) = 42.7 coordinate draws.
+CHEAP_MEMBERS = 4
+MAX_DRAW_COST = CHEAP_MEMBERS ** (CHEAP_MEMBERS + 1) / math.factorial(CHEAP_MEMBERS)
 MAX_GROUPS = 100_000
 
 
 def members(parts: list[NoisePart]) -> list[int]:
-    """Indices of the parts that may be drawn together, when there are 2 to
-    ``MAX_PARTITIONED``."""
+    """Indices of the parts that may be drawn together, when there are 2 to ``MAX_MEMBERS``."""
     found = eligible(parts)
-    return found if 2 <= len(found) <= MAX_PARTITIONED else []
+    return found if 2 <= len(found) <= MAX_MEMBERS else []
 
 
 def eligible(parts: list[NoisePart]) -> list[int]:
@@ -175,11 +178,11 @@ def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None
           ) -> tuple[list[Fraction], tuple[tuple[int, ...], ...]]:
     """The parts' ε re-split over blocks, and the blocks of two or more drawn together.
 
-    The members with a demand A_j > 0 (``allocate.py``) are partitioned into blocks of at
-    most ``MAX_MEMBERS``; a block b of d_b members at ε_b adds Σ_{j∈b} A_j·v(d_b)/ε_b² to the
-    objective, with v(1) = 2 (one Laplace draw) and v(d) = (d+1)(d+2)/3·((L + C − 1)/L)² for
-    an ℓ∞ draw (the continuous
-    limit: a radius Gamma(d + 1, 1/ε) times a uniform coordinate in [−1, 1]). For a fixed
+    The members with a demand A_j > 0 (``allocate.py``) are partitioned into blocks (of
+    more than four members only when cheap to draw, ``MAX_DRAW_COST``); a block b of d_b
+    members at ε_b adds Σ_{j∈b} A_j·v(d_b)/ε_b² to the objective, with v(1) = 2 (one Laplace
+    draw) and v(d) = (d+1)(d+2)/3·((L + C − 1)/L)² for an ℓ∞ draw (the continuous limit: a
+    radius Gamma(d + 1, 1/ε) times a uniform coordinate in [−1, 1]). For a fixed
     partition, ε_b ∝ (A_b·v(d_b))^(1/3) minimises it, to (Σ_b (A_b·v(d_b))^(1/3))³/E², so the
     partition with the least Σ_b (A_b·v(d_b))^(1/3) is taken: all singletons is the Laplace
     allocation, one block the ℓ∞ draw of every member. The members' ε, E in all, is split
@@ -206,8 +209,22 @@ def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None
             factor = (len(group) + 1) * (len(group) + 2) / 3 * loss * loss
         return (sum(demand[parts[i].column] for i in group) * factor) ** (1 / 3)
 
-    best = min(_partitions(chosen, MAX_MEMBERS),
-               key=lambda groups: sum(weight(g) for g in groups))
+    def costly(group: tuple[int, ...]) -> bool:
+        block_radii = tuple(radii[i] for i in group)
+        level = resolution(block_radii, total, cells)
+        kept = linf_kept(block_radii, level, noise_epsilon(total, level, cells))
+        return len(group) / kept > MAX_DRAW_COST
+
+    # the best partition, its blocks of more than four members checked for their cost (which
+    # takes a few ms a block, so only the chosen ones are), again without those too costly
+    candidates, barred = list(_partitions(chosen, MAX_MEMBERS)), set()
+    while True:
+        best = min(candidates, key=lambda groups: sum(
+            math.inf if g in barred else weight(g) for g in groups))
+        costly_ones = {g for g in best if len(g) > CHEAP_MEMBERS and costly(g)}
+        if not costly_ones:
+            break
+        barred |= costly_ones
     if all(len(g) == 1 for g in best):  # the Laplace allocation stands as it was
         return epsilons, ()
     roots = [weight(g) for g in best]

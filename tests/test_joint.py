@@ -13,6 +13,7 @@ import dpsql
 from dpsql import joint
 from dpsql.budget import PrivacyLoss
 from dpsql.mechanisms.calibrate import linf_variance
+from dpsql.mechanisms.samplers import linf_kept
 from dpsql.plan import NoisePart, StatementPlan
 
 SQL = "SELECT education, COUNT(*) AS n, SUM(hours) AS s FROM adult GROUP BY education"
@@ -172,12 +173,15 @@ def _set_partitions(n: int):
     yield from grow([])
 
 
+@pytest.mark.parametrize("radius", [1, 1000])
 @pytest.mark.parametrize("demands", [(1, 1, 1, 1, 1, 1), (50, 1, 3, 0.2, 7, 1),
                                      (1, 1e-3, 1e-3, 40, 40, 2)])
-def test_six_measurements_are_split_into_the_best_blocks_of_at_most_four(demands):
-    """Six measurements: the blocks chosen (at most four members each) reach the least
-    continuous objective over every partition, enumerated independently (196 of them)."""
-    parts = [NoisePart(f"p{i}", "a", "sum", Fraction(1), Fraction(1, 6)) for i in range(6)]
+def test_six_measurements_are_split_into_the_best_blocks(demands, radius):
+    """Six measurements: the blocks chosen reach the least continuous objective over every
+    partition, enumerated independently (203), whose blocks of more than four members are
+    cheap to draw: none for counts of radius 1 at ε = 1 (their draw would keep 6!/6^6 of
+    its proposals), all for radii of 1000 (the level-and-box draw)."""
+    parts = [NoisePart(f"p{i}", "a", "sum", Fraction(radius), Fraction(1, 6)) for i in range(6)]
     demand = {p.column: a for p, a in zip(parts, demands, strict=True)}
 
     def root(group):
@@ -185,16 +189,24 @@ def test_six_measurements_are_split_into_the_best_blocks_of_at_most_four(demands
         return (sum(demands[i] for i in group) * (2.0 if d == 1 else (d + 1) * (d + 2) / 3)
                 ) ** (1 / 3)
 
-    allowed = [g for g in _set_partitions(6) if max(map(len, g)) <= joint.MAX_MEMBERS]
-    assert len(allowed) == 196 == sum(1 for _ in joint._partitions(list(range(6)), 4))
+    def cheap(group):
+        radii = (Fraction(radius),) * len(group)
+        level = joint.resolution(radii, Fraction(1), 1)
+        return len(group) <= 4 or len(group) / linf_kept(radii, level, Fraction(1)) \
+            <= joint.MAX_DRAW_COST
+
+    partitions = list(_set_partitions(6))
+    assert len(partitions) == 203 == sum(1 for _ in joint._partitions(list(range(6)), 6))
+    allowed = [g for g in partitions if all(map(cheap, g))]
+    assert len(allowed) == (196 if radius == 1 else 203)
     epsilons, blocks = joint.split(parts, demand, 1)
     grouped = {i for b in blocks for i in b}
     chosen = list(blocks) + [(i,) for i in range(6) if i not in grouped]
-    assert max(map(len, chosen)) <= joint.MAX_MEMBERS and sum(epsilons) == 1
+    assert all(map(cheap, chosen)) and sum(epsilons) == 1
     assert sum(map(root, chosen)) == pytest.approx(min(sum(map(root, g)) for g in allowed),
                                                    rel=1e-12)
-    if demands == (1, 1, 1, 1, 1, 1):  # equal demands: 4 + 2 (3 + 3 costs 0.5 % more)
-        assert sorted(map(len, blocks)) == [2, 4]
+    if demands == (1, 1, 1, 1, 1, 1):  # equal demands: 4 + 2 (3 + 3 costs 0.5 % more), or 6
+        assert sorted(map(len, blocks)) == ([2, 4] if radius == 1 else [6])
 
 
 def test_a_block_with_a_measurement_the_argument_does_not_cover_is_refused():
@@ -271,7 +283,8 @@ def test_statements_bounded_apart_are_drawn_apart(connect):
 
 def test_alike_statements_are_gathered_into_families_of_at_most_eight(connect):
     """Nine statements of one member each over the same rows: the first eight are partitioned
-    together (``joint.MAX_PARTITIONED``) into two blocks of four, the ninth draws alone."""
+    together (``joint.MAX_MEMBERS``), here into one block (its draw keeps most proposals),
+    and the ninth draws alone."""
     sums = ["COUNT(*)", *(f"SUM(COALESCE(hours, 1) * {k})" for k in range(1, 9))]
     sql = "; ".join(f"SELECT sex, {s} AS x{i} FROM adult GROUP BY sex"
                     for i, s in enumerate(sums))
@@ -279,6 +292,5 @@ def test_alike_statements_are_gathered_into_families_of_at_most_eight(connect):
     assert [len(p.parts) for p in plans] == [1] * 9
     parts = [p.parts[0] for p in plans]
     assert [p.mechanism for p in parts] == ["linf"] * 8 + ["laplace"]
-    keys = [p.joint.key for p in parts[:8]]
-    assert len(set(keys)) == 2 and sorted(keys.count(k) for k in set(keys)) == [4, 4]
+    assert len({p.joint.key for p in parts[:8]}) == 1 and len(parts[0].joint.columns) == 8
     assert sum(p.epsilon for p in parts) == 1
