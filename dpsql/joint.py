@@ -82,7 +82,8 @@ def _eligible(part: NoisePart) -> bool:
 def cells_changed(checked: CheckedQuery, catalog: Catalog, groups: int | None) -> int | None:
     """C: the cells of the result one person can change (both sides under replace); None
     when the result has more than ``MAX_GROUPS`` groups, which keep Laplace noise (a joint
-    draw takes about 0.1 ms a group in CPython, Laplace 0.02 ms a measurement)."""
+    draw of three members takes about 0.03 ms a group in CPython, a Laplace draw 0.004 ms a
+    measurement: ``benchmarks/samplers.py``)."""
     if groups is not None and groups > MAX_GROUPS:
         return None
     if not checked.keys:
@@ -92,8 +93,8 @@ def cells_changed(checked: CheckedQuery, catalog: Catalog, groups: int | None) -
 
 
 def resolution(radii: tuple[Fraction, ...], epsilon: Fraction, cells: int) -> int | None:
-    """L for a block: levels fine enough that ε/L ≤ 1/16 (the sampler then keeps about
-    d!/d^d of its draws, and the ceilings cost little accuracy) and, when one person can
+    """L for a block: levels fine enough that ε/L ≤ 1/16 (rejection from Laplace draws then
+    keeps about d!/d^d of them, and the ceilings cost little accuracy) and, when one person can
     change C > 1 cells, that the loss (C − 1)/(L + C − 1) is about 1/64; halved while the
     marginals would sum more than ``LINF_MAX_LEVELS`` levels; None when even L = 1 would."""
     chosen = max(math.ceil(16 * epsilon), 16 if cells == 1 else 64 * (cells - 1))

@@ -385,6 +385,8 @@ def discrete_linf(radii: Sequence[Fraction], epsilon: Fraction, resolution: int,
         level = sum(_geometric(step.denominator, step.numerator, below) for _ in range(d + 1))
         sides = [2 * (level * r.numerator // (resolution * r.denominator)) + 1 for r in radii]
         keep = Fraction(prod(sides)) / (bound * comb(level + d, d))
+        if keep.numerator > keep.denominator:  # M is a bound by construction: never here
+            raise ArithmeticError("the ℓ∞ sampler's box bound does not hold")
         if below(keep.denominator) < keep.numerator:
             return [below(side) - side // 2 for side in sides]
 

@@ -45,6 +45,9 @@ SHAPES = [
     # six measurements: two ℓ∞ blocks per cell (at most four members each)
     Shape("linf_two_blocks", "SELECT sex, COUNT(*) AS n, SUM(hours) AS h, AVG(age) AS a, "
           "SUM(age) AS s, VARIANCE(hours) AS v FROM adult GROUP BY sex", add_extreme_adult),
+    # five sums with radii far above the level grid: one block of five (the level-and-box draw)
+    Shape("linf_five_members", "SELECT sex, SUM(age) AS a, SUM(hours) AS h, SUM(age * 2) AS b, "
+          "SUM(hours * 3) AS c, SUM(age + hours) AS d FROM adult GROUP BY sex", add_extreme_adult),
     # one ℓ∞ draw per cell whose members are two statements' (the same rows, the same way)
     Shape("linf_script", "SELECT day, COUNT(*) AS n FROM visits GROUP BY day; "
           "SELECT day, SUM(amount) AS s, AVG(amount) AS a FROM visits GROUP BY day",
