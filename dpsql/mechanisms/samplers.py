@@ -437,8 +437,8 @@ def _box_bound(radii: tuple[Fraction, ...], resolution: int, epsilon: Fraction
     top = (d + 1 + 8 * sqrt(d + 1)) * L / float(epsilon)
     ks = sorted({int(top * i / 512) for i in range(513)})
     weights = [comb(k + d, d) * exp(-float(epsilon) * k / L) for k in ks]
-    kept = sum(w * box(k) / comb(k + d, d) for w, k in zip(weights, ks, strict=True)) \
-        / (float(bound) * sum(weights))
+    kept = sum(w * float(Fraction(box(k), comb(k + d, d)) / bound)
+               for w, k in zip(weights, ks, strict=True)) / sum(weights)
     return (bound, kept) if kept >= laplace else (None, laplace)
 
 
@@ -450,7 +450,7 @@ def _linf_by_laplace(radii: tuple[Fraction, ...], epsilon: Fraction, resolution:
     while True:
         z = [_discrete_laplace(scale.numerator, scale.denominator, below) for scale in scales]
         level = Fraction(max(-((-resolution * abs(v) * r.denominator) // r.numerator)
-                             for v, r in zip(z, radii, strict=True)), resolution)
+                             for v, r in zip(z, radii, strict=True)), resolution)  # N(z)
         average = sum((Fraction(abs(v)) / (d * r) for v, r in zip(z, radii, strict=True)),
                       Fraction(0))
         gamma = epsilon * (level - average)
