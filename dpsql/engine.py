@@ -155,23 +155,24 @@ class Engine:
         target = accuracy if accuracy is not None else _hinted_accuracy(statements)
         if epsilon is None and target is None:
             target = self.accuracy
-        targeted = epsilon is None and target is not None
-        if targeted:
-            epsilon = self._epsilon_for_accuracy(private, _accuracy(target), delta, shown)
-        epsilon = self.epsilon_of(epsilon)
-        per_part = epsilon / (sum(part_count(c) for c in private) - shown)
         thresholded = sum(c.has_private_keys for c in private)
         per_statement_delta = delta / thresholded if thresholded else Fraction(0)
-        # an accuracy target is met part by part at the even split it was computed for, with
-        # Laplace noise
         weights = weights if weights is not None else _hinted_weights(statements)
-        shares, blocks = ([None] * len(private), []) if targeted else \
-            jointly(private, self.catalog, epsilon, weights, shared=shared,
-                    bounding=self.bounding)
-        plans = joint.joined(tuple(
-            rewrite(c, self.catalog, per_part, salt=salt, delta=per_statement_delta,
-                    bounding=self.bounding, epsilons=mine, shared=label, **self._target())
-            for c, mine, label in zip(private, shares, labels, strict=True)), blocks)
+
+        def plans_at(epsilon: Fraction) -> tuple[StatementPlan, ...]:
+            per_part = epsilon / (sum(part_count(c) for c in private) - shown)
+            shares, blocks = jointly(private, self.catalog, epsilon, weights, shared=shared,
+                                     bounding=self.bounding)
+            return joint.joined(tuple(
+                rewrite(c, self.catalog, per_part, salt=salt, delta=per_statement_delta,
+                        bounding=self.bounding, epsilons=mine, shared=label, **self._target())
+                for c, mine, label in zip(private, shares, labels, strict=True)), blocks)
+
+        if epsilon is None and target is not None:
+            epsilon = self._epsilon_for_accuracy(private, _accuracy(target), delta, shown,
+                                                 plans_at)
+        epsilon = self.epsilon_of(epsilon)
+        plans = plans_at(epsilon)
         loss = PrivacyLoss(epsilon, delta if thresholded else Fraction(0))
         script_plan = ScriptPlan(statements=plans, loss=loss,
                                  neighbouring=self.catalog.neighbouring)
@@ -396,10 +397,16 @@ class Engine:
         return ScriptPlan(statements=plans, loss=PrivacyLoss(Fraction(0), rho=rho),
                           neighbouring=self.catalog.neighbouring)
 
-    def _epsilon_for_accuracy(self, private, target: float, delta: Fraction,
-                              shown: int) -> Fraction:
-        """Smallest ε (rounded up to 3 significant digits) meeting a CI half-width target;
-        ``shown`` measurements repeat another statement's and cost nothing."""
+    def _epsilon_for_accuracy(self, private, target: float, delta: Fraction, shown: int,
+                              plans_at) -> Fraction:
+        """Smallest ε (rounded up to 3 significant digits) whose plan (``plans_at``) gives
+        every measurement a 95% half-width of at most ``target``; ``shown`` measurements
+        repeat another statement's and cost nothing.
+
+        Separate Laplace draws at an even split meet the target at ε = max_i Δ_i/b·n (b the
+        largest scale that does); the plan's allocation and ℓ∞ blocks meet it sooner, so the
+        smallest ε is bisected below that (each step plans the release, a few ms), then
+        rounded up and checked."""
         fixed = [a.sql for c in private for a in c.aggregates
                  if a.kind not in ("count_star", "count", "count_distinct_unit", "sum")]
         if fixed or any(c.has_private_keys for c in private):
@@ -419,9 +426,29 @@ class Engine:
             raise PrivacyParameterError(
                 f"no ε gives a 95% interval of ±{target:g}: answers are on a grid of "
                 f"{max(float(p.grid) for p in parts):g}", hint="ask for a wider interval")
-        digits = 2 - math.floor(math.log10(needed))
-        return Fraction(math.ceil(needed * 10 ** digits)) / Fraction(10) ** digits \
-            if digits >= 0 else Fraction(math.ceil(needed / 10 ** -digits) * 10 ** -digits)
+
+        def meets(epsilon: Fraction) -> bool:
+            return all(half_width_units(p) * float(p.grid) <= target
+                       for plan in plans_at(epsilon) for p in plan.parts)
+
+        low, high = Fraction(0), Fraction(needed)
+        for _ in range(40):  # an allocation away from the even split can need more
+            if meets(high):
+                break
+            low, high = high, 2 * high
+        else:
+            raise PrivacyParameterError(f"no ε gives a 95% interval of ±{target:g}",
+                                        hint="ask for a wider interval")
+        low = max(low, high / 16)
+        while meets(low):  # far below the even split (many measurements in one block)
+            low, high = low / 16, low
+        for _ in range(12):  # on a log scale: a ratio of 16 to within 0.07 %
+            middle = Fraction(math.sqrt(low * high))
+            low, high = (low, middle) if meets(middle) else (middle, high)
+        chosen = _three_digits_up(high)
+        while not meets(chosen):  # the rounding met a level where the plan changes
+            chosen = _three_digits_up(chosen * Fraction(1001, 1000))
+        return chosen
 
     def _delta(self, delta) -> Fraction:
         if delta is None:
@@ -434,6 +461,12 @@ class Engine:
             raise CatalogError(f"the metadata of dataset {self.catalog.name!r} declares no budget",
                                hint="add 'budget: {epsilon: ..., delta: ...}' to the metadata")
         return self.catalog.budget
+
+
+def _three_digits_up(value: Fraction) -> Fraction:
+    """``value`` rounded up to three significant digits."""
+    digits = 2 - math.floor(math.log10(value))
+    return Fraction(math.ceil(value * Fraction(10) ** digits)) / Fraction(10) ** digits
 
 
 def _clause_parameters(statements: list[Statement], epsilon, delta):
