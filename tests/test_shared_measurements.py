@@ -180,6 +180,13 @@ ADVERSARIAL = [
      "SELECT uid, COUNT(*) AS n FROM visits GROUP BY uid", "refused"),
     # the same statement three times: one measurement, shown thrice
     ("SELECT item, SUM(price) AS s FROM purchases GROUP BY item; " * 3, "released"),
+    # one ℓ∞ draw per day for two statements' members (joint.py), one singling out the
+    # adversary; and an alike pair whose input is unbounded, refused before any draw
+    ("SELECT day, SUM(amount * 1000) AS s FROM visits GROUP BY day; SELECT day, COUNT(*) AS n, "
+     "SUM(CASE WHEN uid = 42 THEN amount END) AS t FROM visits GROUP BY day", "released"),
+    ("SELECT region_id, COUNT(*) AS n FROM visits WHERE amount > 1e300 GROUP BY region_id; "
+     "SELECT region_id, AVG(COALESCE(amount, -1e308)) AS a FROM visits WHERE amount > 1e300 "
+     "GROUP BY region_id", "refused"),
 ]
 
 
@@ -190,3 +197,13 @@ def test_adversarial_scripts_with_shared_measurements(pairs, sql, outcome, varia
     found = check_statement(pairs[variant], sql, script=True)
     assert found == outcome or (outcome == "refused" and found not in ("released", "public",
                                                                       "failed"))
+
+
+def test_the_neighbour_scripts_draw_blocks_across_statements(pairs):
+    """The scripts above that are answered and read the same rows alike put members of two
+    statements in one ℓ∞ block, so the neighbour contract is checked on such draws."""
+    spanning = [sql for sql, outcome in ADVERSARIAL if outcome == "released"
+                and any(p.joint is not None and p.joint.key is not None
+                        for plan in pairs[0].d._engine.plan(sql, epsilon=1, script=True)
+                        .release.statements for p in plan.parts)]
+    assert spanning == [ADVERSARIAL[0][0], ADVERSARIAL[-2][0]]
