@@ -199,21 +199,23 @@ def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None
     radii = {i: parts[i].sensitivity / parts[i].grid for i in chosen}
 
     @functools.cache
+    def level(group: tuple[int, ...]) -> int | None:
+        return resolution(tuple(radii[i] for i in group), total, cells)
+
+    @functools.cache
     def weight(group: tuple[int, ...]) -> float:
         if len(group) == 1:
             factor = 2.0
         else:
-            level = resolution(tuple(radii[i] for i in group), total, cells)
-            if level is None:
+            if level(group) is None:
                 return math.inf
-            loss = (level + cells - 1) / level
+            loss = (level(group) + cells - 1) / level(group)
             factor = (len(group) + 1) * (len(group) + 2) / 3 * loss * loss
         return (sum(demand[parts[i].column] for i in group) * factor) ** (1 / 3)
 
     def costly(group: tuple[int, ...]) -> bool:
-        block_radii = tuple(radii[i] for i in group)
-        level = resolution(block_radii, total, cells)
-        kept = linf_kept(block_radii, level, noise_epsilon(total, level, cells))
+        kept = linf_kept(tuple(radii[i] for i in group), level(group),
+                         noise_epsilon(total, level(group), cells))
         return len(group) / kept > MAX_DRAW_COST
 
     # the best partition, its blocks of more than four members checked for their cost (which

@@ -383,7 +383,7 @@ def discrete_linf(radii: Sequence[Fraction], epsilon: Fraction, resolution: int,
     d, step = len(radii), epsilon / resolution
     while True:
         level = sum(_geometric(step.denominator, step.numerator, below) for _ in range(d + 1))
-        sides = [2 * (level * r.numerator // (resolution * r.denominator)) + 1 for r in radii]
+        sides = _box_sides(level, radii, resolution)
         keep = Fraction(prod(sides)) / (bound * comb(level + d, d))
         if keep.numerator > keep.denominator:  # M is a bound by construction: never here
             raise ArithmeticError("the ℓ∞ sampler's box bound does not hold")
@@ -392,6 +392,11 @@ def discrete_linf(radii: Sequence[Fraction], epsilon: Fraction, resolution: int,
 
 
 BOX_LEVELS = 1 << 14  # the most levels _box_bound takes the ratio of exactly
+
+
+def _box_sides(level: int, radii: tuple[Fraction, ...], resolution: int) -> list[int]:
+    """Points per coordinate of the box of a level: 2·⌊k·D_j/L⌋ + 1, exactly."""
+    return [2 * (level * r.numerator // (resolution * r.denominator)) + 1 for r in radii]
 
 
 def linf_kept(radii: tuple[Fraction, ...], resolution: int, epsilon: Fraction) -> float:
@@ -422,7 +427,7 @@ def _box_bound(radii: tuple[Fraction, ...], resolution: int, epsilon: Fraction
         return None, laplace
 
     def box(k: int) -> int:
-        return prod(2 * (k * r.numerator // (L * r.denominator)) + 1 for r in radii)
+        return prod(_box_sides(k, radii, L))
 
     best = Fraction(0)
     for k in range(levels):
