@@ -144,15 +144,14 @@ def jointly(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction,
     """``allocate``'s shares of ε, re-split over the blocks of counts and sums drawn together
     by one ℓ∞ draw per cell (``joint.split``), and those blocks. A block's members come from
     one statement, or from statements that read the same rows the same way (``share.py``'s
-    context, bounded alike under ``bounding``) when together they have at most
-    ``joint.MAX_MEMBERS``. A measurement other statements show takes its drawing statement's
-    new share."""
+    context, bounded alike under ``bounding``). A measurement other statements show takes its
+    drawing statement's new share."""
     shared = shared or [[None] * len(measures(c)) for c in statements]
     drafts = _drafts(statements, catalog)
     demand = _demand(statements, catalog, drafts, weights, False, shared)
     shares = _split(statements, epsilon, drafts, demand, False, shared)
     blocks = []
-    for family, cells in _families(statements, catalog, drafts, shares, shared, bounding):
+    for family, cells in _families(statements, catalog, bounding):
         links = [(i, j) for i in family for j in range(len(drafts[i]))]
         # the family's parts at their shares, named apart (each statement has a p0)
         parts = _priced(links, drafts, shares, shared)
@@ -170,35 +169,32 @@ def _priced(links: list[share.Link], drafts, shares, shared) -> list[NoisePart]:
                     paid=shared[i][j] is None) for i, j in links]
 
 
-def _families(statements: list[CheckedQuery], catalog: Catalog, drafts, shares, shared,
-              bounding: str) -> list[tuple[list[int], int]]:
+def _families(statements: list[CheckedQuery], catalog: Catalog, bounding: str
+              ) -> list[tuple[list[int], int]]:
     """The statements whose measurements ``joint.split`` may draw together, with C.
 
     Statements of one ``share.py`` context (without private keys), one C and one way of
     bounding (under ``bounding="snapshot"``, the snapshot or their own pass:
     ``snapshot.applies``) keep the same rows of a person in the same cells, so the privacy
-    argument of ``joint.py`` holds for their members together. Such statements are gathered,
-    in order, into families of at most ``joint.MAX_MEMBERS`` members; statements
-    whose results have too many groups (C None) are in none.
+    argument of ``joint.py`` holds for their members together: each such set of statements
+    is one family, whose members ``joint.split`` partitions into blocks. Statements whose
+    results have too many groups (C None) are in none.
     """
-    found: list[list] = []  # [context, C, statements, members]
+    found: list[list] = []  # [context, C, statements]
     for i, checked in enumerate(statements):
         cells = joint.cells_changed(checked, catalog, domain_size(checked))
         if cells is None:
             continue
-        count = len(joint.eligible(_priced([(i, j) for j in range(len(drafts[i]))], drafts,
-                                           shares, shared)))
         context = None if checked.has_private_keys else \
             (share.context_of(checked), bounding == "snapshot" and snapshot.applies(checked))
         # equality, not hashing: IR values need only compare
         same = next((f for f in found if context is not None and f[0] == context
-                     and f[1] == cells and f[3] + count <= joint.MAX_MEMBERS), None)
+                     and f[1] == cells), None)
         if same is None:
-            found.append([context, cells, [i], count])
+            found.append([context, cells, [i]])
         else:
             same[2].append(i)
-            same[3] += count
-    return [(family, cells) for _, cells, family, _ in found]
+    return [(family, cells) for _, cells, family in found]
 
 
 def _shown_as_drawn(shares: list[list[Fraction]], shared: list[list[share.Link | None]]

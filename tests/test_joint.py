@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import dpsql
-from dpsql import joint
+from dpsql import allocate, joint
 from dpsql.budget import PrivacyLoss
 from dpsql.mechanisms.calibrate import linf_variance
 from dpsql.mechanisms.samplers import linf_kept
@@ -154,7 +154,7 @@ def test_the_split_beats_every_partition_and_split_of_a_fine_grid(demands):
     assert sum(epsilons) == 1
     grid = [k / 60 for k in range(1, 60)]
     best = math.inf
-    for candidate in joint._partitions([0, 1, 2], joint.MAX_MEMBERS):
+    for candidate in _set_partitions(3):
         for cut in itertools.product(grid, repeat=len(candidate) - 1):
             if sum(cut) < 1:
                 best = min(best, objective(candidate, [*cut, 1 - sum(cut)]))
@@ -196,7 +196,7 @@ def test_six_measurements_are_split_into_the_best_blocks(demands, radius):
             <= joint.MAX_DRAW_COST
 
     partitions = list(_set_partitions(6))
-    assert len(partitions) == 203 == sum(1 for _ in joint._partitions(list(range(6)), 6))
+    assert len(partitions) == 203
     allowed = [g for g in partitions if all(map(cheap, g))]
     assert len(allowed) == (196 if radius == 1 else 203)
     epsilons, blocks = joint.split(parts, demand, 1)
@@ -217,7 +217,7 @@ def test_a_block_with_a_measurement_the_argument_does_not_cover_is_refused():
                          loss=PrivacyLoss(Fraction(1)))
     with pytest.raises(dpsql.InternalError):
         joint.joined((plan,), [joint.Block(((0, 0), (0, 1)), 1)])
-    assert joint.members(parts) == []
+    assert joint.eligible(parts) == [0]
 
 
 SPLIT = ("SELECT education, COUNT(*) AS n FROM adult GROUP BY education; "
@@ -281,16 +281,36 @@ def test_statements_bounded_apart_are_drawn_apart(connect):
 
 
 
-def test_alike_statements_are_gathered_into_families_of_at_most_eight(connect):
-    """Nine statements of one member each over the same rows: the first eight are partitioned
-    together (``joint.MAX_MEMBERS``), here into one block (its draw keeps most proposals),
-    and the ninth draws alone."""
+def test_alike_statements_are_partitioned_together_into_blocks_of_at_most_eight(connect):
+    """Nine statements of one member each over the same rows are one family: its nine
+    members (equal demands) go into one block of eight (its draw keeps most proposals) and
+    one Laplace draw."""
     sums = ["COUNT(*)", *(f"SUM(COALESCE(hours, 1) * {k})" for k in range(1, 9))]
     sql = "; ".join(f"SELECT sex, {s} AS x{i} FROM adult GROUP BY sex"
                     for i, s in enumerate(sums))
     plans = connect()._engine.plan(sql, epsilon=1, script=True).release.statements
     assert [len(p.parts) for p in plans] == [1] * 9
     parts = [p.parts[0] for p in plans]
-    assert [p.mechanism for p in parts] == ["linf"] * 8 + ["laplace"]
-    assert len({p.joint.key for p in parts[:8]}) == 1 and len(parts[0].joint.columns) == 8
+    assert sorted(p.mechanism for p in parts) == ["laplace"] + ["linf"] * 8
+    assert len({p.joint.key for p in parts if p.joint}) == 1
+    assert max(len(p.joint.columns) for p in parts if p.joint) == 8
     assert sum(p.epsilon for p in parts) == 1
+
+
+def test_a_statement_of_more_than_eight_measurements_is_drawn_in_blocks(connect):
+    """COUNT(*) and eleven sums: twelve measurements, partitioned into blocks of at most
+    eight, each spending its share once; every member's noise is below what separate
+    Laplace draws at the Laplace allocation give it."""
+    sums = ", ".join(f"SUM(COALESCE(hours, 1) * {k}) AS s{k}" for k in range(1, 12))
+    sql = f"SELECT sex, COUNT(*) AS n, {sums} FROM adult GROUP BY sex"
+    con = connect()
+    parts = _parts(con, sql)
+    assert len(parts) == 12
+    blocks = {p.joint for p in parts if p.joint}
+    assert len(blocks) >= 2 and all(len(b.columns) <= joint.MAX_MEMBERS for b in blocks)
+    assert sum(len(b.columns) for b in blocks) + sum(p.joint is None for p in parts) == 12
+    assert sum(p.epsilon for p in parts) == 1
+    plan = con._engine.plan(sql, epsilon=1).release.statements[0]
+    alone = allocate.allocate([plan.checked], con._engine.catalog, Fraction(1))[0]
+    for part, epsilon in zip(parts, alone, strict=True):
+        assert float(part.scale) < 0.75 * float(part.sensitivity / epsilon), part.column

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import dpsql
+from dpsql import joint
 from dpsql.catalog import load_catalog
 from dpsql.compile import compile_statement
 from dpsql.parse import parse_script
@@ -187,6 +188,14 @@ ADVERSARIAL = [
     ("SELECT region_id, COUNT(*) AS n FROM visits WHERE amount > 1e300 GROUP BY region_id; "
      "SELECT region_id, AVG(COALESCE(amount, -1e308)) AS a FROM visits WHERE amount > 1e300 "
      "GROUP BY region_id", "refused"),
+    # more than eight measurements (joint.MAX_MEMBERS), in one statement and in nine alike
+    # statements: partitioned into blocks, one of whose members singles out the adversary
+    ("SELECT day, COUNT(*) AS n, " + ", ".join(f"SUM(amount * {k}) AS s{k}" for k in range(
+        1, 9)) + ", SUM(CASE WHEN uid = 42 THEN amount END) AS t FROM visits GROUP BY day",
+     "released"),
+    ("; ".join(f"SELECT day, SUM(amount * {k}) AS s FROM visits GROUP BY day" for k in range(
+        1, 9)) + "; SELECT day, AVG(CASE WHEN uid = 42 THEN amount END) AS t FROM visits "
+     "GROUP BY day", "released"),
 ]
 
 
@@ -206,4 +215,15 @@ def test_the_neighbour_scripts_draw_blocks_across_statements(pairs):
                 and any(p.joint is not None and p.joint.key is not None
                         for plan in pairs[0].d._engine.plan(sql, epsilon=1, script=True)
                         .release.statements for p in plan.parts)]
-    assert spanning == [ADVERSARIAL[0][0], ADVERSARIAL[-2][0]]
+    assert spanning == [ADVERSARIAL[0][0], ADVERSARIAL[-4][0], ADVERSARIAL[-1][0]]
+
+
+def test_the_neighbour_scripts_draw_more_than_eight_measurements_in_blocks(pairs):
+    """The two scripts of more than eight measurements are answered with blocks of at most
+    eight, so the contract is checked on a partition of more members than one block holds."""
+    for sql, _ in ADVERSARIAL[-2:]:
+        parts = [p for plan in pairs[0].d._engine.plan(sql, epsilon=1, script=True)
+                 .release.statements for p in plan.parts if p.paid]
+        blocks = {p.joint.key or p.joint.columns for p in parts if p.joint}
+        assert len(parts) > joint.MAX_MEMBERS and blocks, sql
+        assert all(len(p.joint.columns) <= joint.MAX_MEMBERS for p in parts if p.joint)

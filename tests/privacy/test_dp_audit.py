@@ -42,9 +42,11 @@ SHAPES = [
           "FROM adult GROUP BY sex", add_extreme_adult),
     Shape("linf_replace", "SELECT sex, COUNT(*) AS n, SUM(hours) AS s FROM adult GROUP BY sex",
           replace_adult_row, neighbouring="replace"),
-    # six measurements: two ℓ∞ blocks per cell (at most four members each)
+    # eleven measurements: two ℓ∞ blocks per cell (eight members and three)
     Shape("linf_two_blocks", "SELECT sex, COUNT(*) AS n, SUM(hours) AS h, AVG(age) AS a, "
-          "SUM(age) AS s, VARIANCE(hours) AS v FROM adult GROUP BY sex", add_extreme_adult),
+          "SUM(age) AS s, VARIANCE(hours) AS v, SUM(age * 2) AS b, SUM(hours * 3) AS c, "
+          "SUM(age + hours) AS d, SUM(age * 3) AS e, SUM(hours * 2) AS f FROM adult GROUP BY sex",
+          add_extreme_adult),
     # five sums with radii far above the level grid: one block of five (the level-and-box draw)
     Shape("linf_five_members", "SELECT sex, SUM(age) AS a, SUM(hours) AS h, SUM(age * 2) AS b, "
           "SUM(hours * 3) AS c, SUM(age + hours) AS d FROM adult GROUP BY sex", add_extreme_adult),
