@@ -174,18 +174,16 @@ def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None
     """The parts' ε re-split over blocks, and the blocks of two or more drawn together.
 
     The members with a demand A_j > 0 (``allocate.py``), any number of them, are partitioned
-    into blocks of at most ``MAX_MEMBERS`` (of more than four only when cheap to draw,
-    ``MAX_DRAW_COST``); a block b of d_b
-    members at ε_b adds Σ_{j∈b} A_j·v(d_b)/ε_b² to the objective, with v(1) = 2 (one Laplace
-    draw) and v(d) = (d+1)(d+2)/3·((L + C − 1)/L)² for an ℓ∞ draw (the continuous limit: a
-    radius Gamma(d + 1, 1/ε) times a uniform coordinate in [−1, 1]). For a fixed
-    partition, ε_b ∝ (A_b·v(d_b))^(1/3) minimises it, to (Σ_b (A_b·v(d_b))^(1/3))³/E², so the
-    partition with the least Σ_b (A_b·v(d_b))^(1/3) is taken (``_best_runs``): all singletons
-    is the Laplace
-    allocation, one block the ℓ∞ draw of every member. The members' ε, E in all, is split
-    accordingly (multiples of 2^-40, at least one, the rest to the largest block; a block's
-    members share its ε evenly); the other parts keep theirs, and so do all parts when no
-    block wins.
+    into blocks of at most ``MAX_MEMBERS`` (of more than four only when cheap to draw at the
+    block's share of ε, ``MAX_DRAW_COST``); a block b of d_b members at ε_b adds
+    Σ_{j∈b} A_j·v(d_b)/ε_b² to the objective, with v(1) = 2 (one Laplace draw) and
+    v(d) = (d+1)(d+2)/3·((L + C − 1)/L)² for an ℓ∞ draw (the continuous limit: a radius
+    Gamma(d + 1, 1/ε) times a uniform coordinate in [−1, 1]). For a fixed partition,
+    ε_b ∝ (A_b·v(d_b))^(1/3) minimises it, to (Σ_b (A_b·v(d_b))^(1/3))³/E², so the partition
+    with the least Σ_b (A_b·v(d_b))^(1/3) is taken (``_best_runs``): all singletons is the
+    Laplace allocation, one block the ℓ∞ draw of every member. The members' ε, E in all, is
+    split accordingly (``_shares``; a block's members share its ε evenly); the other parts
+    keep theirs, and so do all parts when no block wins.
     """
     epsilons = [p.epsilon for p in parts]
     chosen = [i for i in eligible(parts) if demand.get(parts[i].column, 0.0) > 0]
@@ -209,31 +207,40 @@ def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None
             factor = (len(group) + 1) * (len(group) + 2) / 3 * loss * loss
         return (sum(demand[parts[i].column] for i in group) * factor) ** (1 / 3)
 
-    def costly(group: tuple[int, ...]) -> bool:
-        kept = linf_kept(tuple(radii[i] for i in group), level(group),
-                         noise_epsilon(total, level(group), cells))
-        return len(group) / kept > MAX_DRAW_COST
+    def costly(group: tuple[int, ...], share: Fraction) -> bool:  # as ``joined`` will draw it
+        radii_of = tuple(radii[i] for i in group)
+        level_at = resolution(radii_of, share, cells)
+        return level_at is None or len(group) / linf_kept(
+            radii_of, level_at, noise_epsilon(share, level_at, cells)) > MAX_DRAW_COST
 
-    # the best partition, its blocks of more than four members checked for their cost (which
-    # takes a few ms a block, so only the chosen ones are), again without those too costly
+    # the best partition, its blocks of more than four members checked for their cost at
+    # their share of ε (which takes a few ms a block, so only the chosen ones are), again
+    # without those too costly
     barred: set[tuple[int, ...]] = set()
     while True:
         best = _best_runs(sorted(chosen, key=lambda i: -demand[parts[i].column]),
                           lambda g: math.inf if g in barred else weight(g))
-        costly_ones = {g for g in best if len(g) > CHEAP_MEMBERS and costly(g)}
+        shares = _shares(total, [weight(g) for g in best])
+        costly_ones = {g for g, share in zip(best, shares, strict=True)
+                       if len(g) > CHEAP_MEMBERS and costly(g, share)}
         if not costly_ones:
             break
         barred |= costly_ones
     if all(len(g) == 1 for g in best):  # the Laplace allocation stands as it was
         return epsilons, ()
-    roots = [weight(g) for g in best]
-    shares = [max(Fraction(int(float(total) * r / sum(roots) * SHARE_QUANTUM), SHARE_QUANTUM),
-                  Fraction(1, SHARE_QUANTUM)) for r in roots]
-    shares[roots.index(max(roots))] += total - sum(shares)
     for group, share in zip(best, shares, strict=True):
         for i in group:
             epsilons[i] = share / len(group)
     return epsilons, tuple(g for g in best if len(g) > 1)
+
+
+def _shares(total: Fraction, roots: list[float]) -> list[Fraction]:
+    """``total`` split in proportion to ``roots``: multiples of 2^-40, at least one each, the
+    rest to the largest."""
+    shares = [max(Fraction(int(float(total) * r / sum(roots) * SHARE_QUANTUM), SHARE_QUANTUM),
+                  Fraction(1, SHARE_QUANTUM)) for r in roots]
+    shares[roots.index(max(roots))] += total - sum(shares)
+    return shares
 
 
 def _best_runs(order: list[int], weight) -> tuple[tuple[int, ...], ...]:

@@ -179,8 +179,8 @@ def _set_partitions(n: int):
 def test_six_measurements_are_split_into_the_best_blocks(demands, radius):
     """Six measurements: the blocks chosen reach the least continuous objective over every
     partition, enumerated independently (203), whose blocks of more than four members are
-    cheap to draw: none for counts of radius 1 at ε = 1 (their draw would keep 6!/6^6 of
-    its proposals), all for radii of 1000 (the level-and-box draw)."""
+    cheap to draw: none for counts of radius 1 (their draw would keep 6!/6^6 of its
+    proposals), all for radii of 1000 (the level-and-box draw), at any share of ε ≤ 1."""
     parts = [NoisePart(f"p{i}", "a", "sum", Fraction(radius), Fraction(1, 6)) for i in range(6)]
     demand = {p.column: a for p, a in zip(parts, demands, strict=True)}
 
@@ -207,6 +207,23 @@ def test_six_measurements_are_split_into_the_best_blocks(demands, radius):
                                                    rel=1e-12)
     if demands == (1, 1, 1, 1, 1, 1):  # equal demands: 4 + 2 (3 + 3 costs 0.5 % more), or 6
         assert sorted(map(len, blocks)) == ([2, 4] if radius == 1 else [6])
+
+
+def test_a_block_is_priced_at_its_own_share_of_epsilon():
+    """Ten sums of radius 3 at ε = 2 in all: a block of eight would cost too much to draw at
+    the whole ε = 2, but is drawn at its own share (1.5), where the level-and-box sampler
+    keeps most proposals (pricing it at the whole ε gave blocks of four, four and two)."""
+    parts = [NoisePart(f"p{i}", "a", "sum", Fraction(3), Fraction(1, 5)) for i in range(10)]
+    epsilons, blocks = joint.split(parts, {p.column: 1.0 for p in parts}, 1)
+    assert sorted(map(len, blocks)) == [2, 8]
+    big = next(b for b in blocks if len(b) == 8)
+    share = sum(epsilons[i] for i in big)
+    radii = (Fraction(3),) * 8
+
+    def cost(epsilon):
+        return 8 / linf_kept(radii, joint.resolution(radii, epsilon, 1), epsilon)
+
+    assert cost(share) <= joint.MAX_DRAW_COST < cost(Fraction(2))
 
 
 def test_a_block_with_a_measurement_the_argument_does_not_cover_is_refused():
