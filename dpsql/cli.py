@@ -130,12 +130,20 @@ def _connection_options(func):
 
 
 def _read_script(path: str) -> str:
+    """The SQL of the script at ``path``, or of stdin for ``-``."""
     if path == "-":
         return sys.stdin.read()
     file = Path(path)
-    if not file.is_file():
-        raise dpsql.InterfaceError(f"SQL script {path!r} does not exist",
-                                   hint="pass the path of a .sql file, or - for stdin")
+    try:
+        found = file.is_file()
+    except OSError:  # a name the file system refuses, such as a whole statement
+        found = False
+    if not found:
+        shown = path if len(path) <= 60 else path[:57] + "..."
+        raise dpsql.InterfaceError(
+            f"SQL script {shown!r} does not exist",
+            hint="pass the path of a .sql file, or - to read the SQL from stdin "
+                 "(echo 'SELECT ...' | dpsql run - ...)")
     return file.read_text()
 
 

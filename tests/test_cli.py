@@ -89,6 +89,13 @@ def test_errors_go_to_stderr_without_traceback(data_dir):
     assert payload["epsilon_spent"] == 0
     out = _dpsql("run", "missing.sql", "-m", meta, "-e", "1")
     assert out.returncode == 1 and "does not exist" in out.stderr
+    # SQL given where the script's path goes, longer than a file name may be
+    statement = "SELECT sex, " + ", ".join(f"SUM(hours * {k})" for k in range(40)) + \
+        " FROM adult GROUP BY sex"
+    for command in ("run", "explain"):
+        out = _dpsql(command, statement, "-m", meta, "-e", "1")
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+        assert "does not exist" in out.stderr and "stdin" in out.stderr
 
 
 def test_budget_command(data_dir):
