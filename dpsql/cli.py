@@ -332,23 +332,27 @@ def explain(script, metadata, db, analyst, ledger, epsilon, delta, dialect, boun
             continue
         click.echo(f"   sensitivity {statement['sensitivity']}, ε {statement['epsilon']:g}, "
                    f"{statement['groups']} group(s)")
-        joint, others = None, []
+        # each block of measurements drawn together, in order, as (its label, its joint)
+        blocks = list({tuple(p["joint"]["measurements"]): p["joint"]
+                       for p in statement["aggregates"] if p.get("joint")}.items())
+        labels = {key: "ℓ∞" if len(blocks) == 1 else f"ℓ∞ {n}"
+                  for n, (key, _) in enumerate(blocks, 1)}
         for part in statement["aggregates"]:
             shown = "" if part.get("paid", True) else f"  (shown from {part['shared']}: no ε)"
             if part.get("joint"):
-                joint, shown = part["joint"], shown + "  (ℓ∞)"
-                others += [m for m in joint["measurements"]
-                           if m.startswith("statement ") and m not in others]
+                shown += f"  ({labels[tuple(part['joint']['measurements'])]})"
             error = f"95% error ±{part['ci95_half_width']:.4g}" if part["part"] != "quantile" \
                 else f"95% rank error ±{part['rank_error_95']:.4g} rows"
             click.echo(f"   {part['aggregate']:<28} {part['part']:<8} Δ={part['sensitivity']:<10g}"
                        f" ε={part['epsilon']:<8.4g} scale={part['scale']:<10.4g}"
                        f" {error}{shown}")
-        if joint:
-            click.echo(f"   (ℓ∞): one joint draw per group at ε {joint['epsilon']:.4g} in all (the "
-                       "ε shown are its shares); scale: the Laplace scale of the same variance")
+        for key, joint in blocks:
+            click.echo(f"   ({labels[key]}): one joint draw per group of {len(key)} measurements "
+                       f"at ε {joint['epsilon']:.4g} in all (the ε shown are its shares); scale: "
+                       "the Laplace scale of the same variance")
+            others = [m for m in key if m.startswith("statement ")]
             if others:
-                click.echo(f"   (ℓ∞): drawn with {'; '.join(others)}")
+                click.echo(f"   ({labels[key]}): drawn with {'; '.join(others)}")
         if "snapshot" in statement:
             click.echo("   reads a bounded snapshot (persons bounded once, before WHERE), "
                        "made if absent by:")

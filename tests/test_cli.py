@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import catalogue
@@ -60,6 +62,22 @@ def test_explain_text_shows_shared_parts_and_quantiles(data_dir):
     # (the second statement shows the count, so it names no other statement's member)
     assert out.stdout.count("(ℓ∞): drawn with") == 1
     assert "(ℓ∞): drawn with statement 2, p0\n" in out.stdout
+
+
+def test_explain_text_names_each_block_of_a_statement(data_dir):
+    """COUNT(*) and nine sums: two ℓ∞ blocks, each part marked with its own and each block
+    described with its size and ε (the two add up to the statement's)."""
+    sums = ", ".join(f"SUM(amount * {k}) AS s{k}" for k in range(1, 10))
+    out = _dpsql("explain", "-", "-m", _meta(data_dir), "-e", "1",
+                 stdin=f"SELECT day, COUNT(*) AS n, {sums} FROM visits GROUP BY day")
+    assert out.returncode == 0, out.stderr
+    marks = re.findall(r"Δ=.*\((ℓ∞ \d)\)$", out.stdout, re.MULTILINE)
+    footers = re.findall(r"\((ℓ∞ \d)\): one joint draw per group of (\d) measurements at ε "
+                         r"([0-9.]+) in all", out.stdout)
+    assert len(marks) == 10 and sorted(set(marks)) == ["ℓ∞ 1", "ℓ∞ 2"]
+    assert sorted((label, int(size)) for label, size, _ in footers) == \
+        sorted((label, marks.count(label)) for label in set(marks))
+    assert sum(float(e) for _, _, e in footers) == pytest.approx(1, abs=1e-3)
 
 
 def test_bounding_snapshot_on_the_command_line(tmp_path):
