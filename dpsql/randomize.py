@@ -712,7 +712,7 @@ def _parse_column_p(pairs: Iterable[str]) -> dict[str, float]:
 
 
 @click.command("randomize")
-@click.option("--metadata", required=True, type=click.Path(exists=True, dir_okay=False),
+@click.option("--metadata", "-m", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Catalogue YAML that declares the table and its public domains.")
 @click.option("--table", required=True, help="Table to randomize.")
 @click.option("--output", required=True, type=click.Path(dir_okay=False),

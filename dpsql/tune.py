@@ -452,10 +452,10 @@ def _number(value: float, spec) -> float | int:
 
 
 @click.command("tune")
-@click.option("--metadata", required=True, type=click.Path(exists=True, dir_okay=False),
+@click.option("--metadata", "-m", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Catalogue YAML of the data.")
 @click.option("--table", required=True, help="Private table to tune.")
-@click.option("--epsilon", required=True, type=float,
+@click.option("--epsilon", "-e", required=True, type=float,
               help="ε slice charged for the tuning (one ledger charge).")
 @click.option("--db", default=None, help="Database (DuckDB file, postgresql:// URL, ...).")
 @click.option("--ledger", default=None, help="Budget ledger (default: the engine's).")
