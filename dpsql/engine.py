@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import re
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -146,18 +147,16 @@ class Engine:
                            tuple(public))
         shared = share.links(private)
         labels, shown = share.labels(shared), share.duplicates(shared)
+        weights = _checked_weights(weights if weights is not None else
+                                   _hinted_weights(statements), private)
         if gaussian:
             return Planned(tuple(order), self._gaussian_plan(
-                private, rho, epsilon, delta,
-                weights if weights is not None else _hinted_weights(statements), salt, shared,
-                labels),
-                tuple(public))
+                private, rho, epsilon, delta, weights, salt, shared, labels), tuple(public))
         target = accuracy if accuracy is not None else _hinted_accuracy(statements)
         if epsilon is None and target is None:
             target = self.accuracy
         thresholded = sum(c.has_private_keys for c in private)
         per_statement_delta = delta / thresholded if thresholded else Fraction(0)
-        weights = weights if weights is not None else _hinted_weights(statements)
 
         def plans_at(epsilon: Fraction) -> tuple[StatementPlan, ...]:
             per_part = epsilon / (sum(part_count(c) for c in private) - shown)
@@ -553,6 +552,31 @@ def _hinted_weights(statements: list[Statement]) -> dict[str, float] | None:
                         f"the weight {item.strip()!r} is not name=number",
                         hint="write /* dpsql: weights total=2, n=1 */") from None
     return found or None
+
+
+def _checked_weights(weights, private: list[CheckedQuery]) -> dict[str, float] | None:
+    """The analyst's output weights, each a finite number > 0 naming an aggregate column of
+    the release (case-insensitive); a misspelt name would otherwise weigh nothing."""
+    if weights is None:
+        return None
+    if not isinstance(weights, dict):
+        raise PrivacyParameterError("weights must map output column names to numbers",
+                                    hint='e.g. weights={"total": 2, "n": 1}')
+    columns = {o.name.lower(): o.name for c in private for o in c.outputs if o.aggregate}
+    checked = {}
+    for name, value in weights.items():
+        if not isinstance(name, str) or name.lower() not in columns:
+            raise PrivacyParameterError(
+                f"the weight of {name!r} names no aggregate column of the release",
+                hint="weigh the aggregate columns by their output names: "
+                     + (", ".join(sorted(columns.values())) or "there are none"))
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+                or not math.isfinite(value) or value <= 0:
+            raise PrivacyParameterError(
+                f"the weight of {name!r} must be a finite number > 0, got {value!r}",
+                hint="a column that matters less gets a smaller positive weight, e.g. 0.1")
+        checked[name.lower()] = float(value)
+    return checked
 
 
 _ACCURACY_HINT = re.compile(r"ci95\s*<=\s*([0-9.eE+-]+)")

@@ -96,6 +96,23 @@ def test_weights_move_epsilon_to_the_weighted_column(connect):
         con.explain("/* dpsql: weights h=lots */ " + sql, epsilon=1)
 
 
+@pytest.mark.parametrize("weights", [{"hours": 2}, {"h": 0}, {"h": -1}, {"h": float("nan")},
+                                     {"h": float("inf")}, {"h": True}, [("h", 2)]])
+def test_weights_that_would_weigh_nothing_are_refused(connect, weights):
+    """A misspelt column, or a weight that is not a finite number > 0, is refused before
+    anything is charged, naming the columns that can be weighed."""
+    con = connect()
+    sql = "SELECT sex, COUNT(*) AS n, SUM(hours) AS h, SUM(hours) / COUNT(*) AS r FROM adult " \
+        "GROUP BY sex"
+    with pytest.raises(dpsql.PrivacyParameterError) as refused:
+        con.cursor().execute(sql, epsilon=1, weights=weights)
+    assert con.budget_spent.epsilon == 0
+    if weights == {"hours": 2}:
+        assert refused.value.hint.endswith("h, n")
+    with pytest.raises(dpsql.PrivacyParameterError):
+        con.explain("/* dpsql: weights r=2 */ " + sql, epsilon=1)  # derived: not weighable
+
+
 def test_counts_are_never_negative_and_intervals_stay_feasible(connect):
     """At a tiny ε most noisy counts of empty cells would be negative; released, none is."""
     con = connect(seed=5)
