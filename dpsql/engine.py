@@ -122,6 +122,11 @@ class Engine:
         epsilon, delta = _clause_parameters(statements, epsilon, delta)
         delta = self._delta(delta)
         gaussian = self.catalog.mechanism == "gaussian"
+        if rho is not None and not gaussian:
+            raise PrivacyParameterError(
+                f"rho (zCDP) applies to datasets whose metadata says 'mechanism: gaussian'; "
+                f"{self.catalog.name!r} adds Laplace noise, so rho would be ignored",
+                hint="pass epsilon=... instead")
         order, private, public = [], [], []
         for statement in statements:
             compiled = self._checked(statement, delta > 0 and not gaussian)

@@ -355,6 +355,8 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
     if catalog.budget is None:
         raise CatalogError(f"the metadata of dataset {catalog.name!r} declares no budget",
                            hint="add 'budget: {epsilon: ..., delta: ...}' to the metadata")
+    if isinstance(columns, str):
+        columns = (columns,)
     names = tuple(n for n, c in spec.columns.items() if c.is_numeric
                   and n != spec.privacy_unit) if columns is None else tuple(columns)
     for name in names:

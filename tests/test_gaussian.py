@@ -68,6 +68,16 @@ def test_rho_budget_needs_the_gaussian_mechanism(data_dir):
         dpsql.connect(metadata=meta, ledger=":memory:")
 
 
+def test_rho_for_a_laplace_dataset_is_refused_not_ignored(data_dir):
+    """A ρ given to a dataset that adds Laplace noise would be ignored (with ε given too, the
+    statement ran at that ε): it is refused, with nothing charged."""
+    with dpsql.connect(metadata=catalogue(data_dir), ledger=":memory:") as con:
+        for privacy in ({"rho": 0.5}, {"rho": 0.5, "epsilon": 1}):
+            with pytest.raises(dpsql.PrivacyParameterError, match="gaussian"):
+                con.execute("SELECT COUNT(*) AS n FROM adult", **privacy)
+        assert con.budget_spent.epsilon == 0
+
+
 
 @pytest.mark.parametrize("sql, weights", [
     ("SELECT sex, COUNT(*) AS n, SUM(hours) AS h FROM adult GROUP BY sex", {"h": 8}),

@@ -222,6 +222,9 @@ def test_public_tables_and_unknown_columns_are_refused_before_any_charge(tmp_pat
             with pytest.raises(dpsql.ProgrammingError):
                 call()
         assert con.budget_spent.epsilon == 0
+        # one column may be named as a string, not only in a list
+        assert con.tune("visits", epsilon=1, columns="amount", group_by="day").choice(
+            "columns.amount.upper")
 
 
 def test_truncation_report_measures_what_the_bounds_drop(tmp_path):
