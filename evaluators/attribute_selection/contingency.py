@@ -19,6 +19,7 @@ import pandas as pd
 
 import dpsql
 from dpsql.catalog import load_catalog
+from evaluators import _catalog
 
 DEFAULT_BINS = 5
 
@@ -148,12 +149,7 @@ def catalog_attributes(
     if spec is None:
         raise dpsql.UnknownTableError(f"table {table!r} is not in the metadata",
                                       hint="pass --table with a table the metadata declares")
-    target = spec.column(class_column)
-    if target is None or not target.values:
-        raise dpsql.ProgrammingError(
-            f"class column {class_column!r} of table {table!r} has no declared values",
-            hint="the class needs a public domain: add 'values: [...]' to its metadata",
-        )
+    target = _catalog.class_column(spec, class_column)
     if names is None:
         names = [c.name for c in spec.columns.values()
                  if c.name != target.name and (c.values or c.is_bounded)]

@@ -18,6 +18,7 @@ import pandas as pd
 
 import dpsql
 import dpsql.catalog
+from evaluators import _catalog
 
 UNKNOWN = -1  # value index of a row whose value lies outside the public domain (or is NULL)
 
@@ -173,11 +174,7 @@ def schema_from_metadata(
     if spec is None:
         raise dpsql.ProgrammingError(f"table {table!r} is not in the metadata",
                                      hint=f"use one of {sorted(catalog.tables)}")
-    target_spec = spec.column(target)
-    if target_spec is None or not target_spec.values:
-        raise dpsql.ProgrammingError(
-            f"class column {target!r} of table {table!r} has no declared values",
-            hint="declare the class domain with 'values:' in the metadata")
+    target_spec = _catalog.class_column(spec, target)
     explicit = attributes is not None
     names = list(attributes) if explicit else [
         name for name in spec.columns

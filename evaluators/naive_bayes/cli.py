@@ -41,6 +41,7 @@ from dpsql.randomize import (
     write_data,
     write_randomized,
 )
+from evaluators import _catalog
 from evaluators._cli import emit, evaluator_options
 from evaluators.attribute_selection.contingency import catalog_attributes
 from evaluators.naive_bayes.central import train_central
@@ -102,11 +103,7 @@ def load_holdout(metadata: str | Path, table: str, class_column: str, *,
     if spec is None:
         raise dpsql.UnknownTableError(f"table {table!r} is not in the metadata",
                                       hint="pass --table with a table the metadata declares")
-    target = spec.column(class_column)
-    if target is None or target.values is None:
-        raise dpsql.ProgrammingError(
-            f"class column {class_column!r} of {table!r} has no declared values",
-            hint="pass --class with a column that declares its values")
+    target = _catalog.class_column(spec, class_column)
     names = attributes or [c for c in spec.columns if c != target.name]
     # The data owner's own read of its rows; an experiment, so the ledger is throw-away.
     frame = read_source(metadata, table, ledger=":memory:")
