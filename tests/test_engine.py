@@ -123,6 +123,15 @@ def test_having_order_limit_are_post_processing(connect):
     assert kinds == [None, "discrete_laplace", "derived"]
 
 
+def test_having_and_order_by_name_output_columns_inside_expressions(connect):
+    """DuckDB's HAVING n > 150 and ORDER BY n + 1: the alias is the noisy output column."""
+    rows = connect(budget=1e6).cursor().execute(
+        "SELECT education, COUNT(*) AS n FROM adult GROUP BY education "
+        "HAVING n > 150 AND n < 10000 ORDER BY n + 1 DESC", epsilon=1).fetchall()
+    assert rows and all(150 < n < 10000 for _, n in rows)
+    assert [n for _, n in rows] == sorted((n for _, n in rows), reverse=True)
+
+
 def test_case_bins_as_public_domain(connect):
     con = connect()
     frame = con.cursor().execute(

@@ -458,11 +458,11 @@ class _PostScope:
         if isinstance(node, exp.AggFunc):
             aggregate = self.compiler.aggregate(node)
             return Expr("col", (), _agg_type(aggregate), aggregate.name)
-        if any(isinstance(n, exp.AggFunc) for n in node.walk()):
-            return None  # arithmetic on aggregates: built node by node
-        if isinstance(node, exp.Column) and not node.table and \
-                node.name.lower() in self.aliases:
+        if isinstance(node, exp.Column) and self._aliased(node):
             return self.aliases[node.name.lower()]
+        if any(isinstance(n, exp.AggFunc) or isinstance(n, exp.Column) and self._aliased(n)
+               for n in node.walk()):
+            return None  # arithmetic on aggregates or output columns: built node by node
         if not any(isinstance(n, exp.Column) for n in node.walk()):
             return None  # a constant
         row_level = ops.build(node, self.compiler.scope)
@@ -476,6 +476,10 @@ class _PostScope:
                 "it would release row values", sql=self.sql,
                 hint="add it to GROUP BY (with a public domain) or aggregate it")
         return Expr("col", (), key.type, key.name, domain=key.domain)
+
+    def _aliased(self, node: exp.Column) -> bool:
+        """Whether a column names an output column (``HAVING n > 10``, ``ORDER BY n + 1``)."""
+        return not node.table and node.name.lower() in self.aliases
 
     def lookup(self, node: exp.Column) -> Expr:
         raise InternalError("post-processing columns are resolved by intercept()")
