@@ -107,8 +107,10 @@ class Cursor:
                                                    accuracy=accuracy, rho=rho, script=True))
         return self
 
-    def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[Any]]) -> None:
-        """Refused: each execution is a separate release with its own cost."""
+    def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[Any]],
+                    **privacy: Any) -> None:
+        """Refused: each execution is a separate release with its own cost (whatever privacy
+        parameters, ``epsilon=`` and the like, come with it)."""
         raise NotSupportedError(
             "executemany is not offered: every execution is a separate private release",
             hint="call execute() once per parameter set (each spends ε), or put the "
@@ -116,11 +118,11 @@ class Cursor:
 
     def explain(self, operation: str, *, epsilon: float | None = None,
                 delta: float | None = None, accuracy: float | None = None,
-                rho: float | None = None) -> dict:
+                rho: float | None = None, weights: dict[str, float] | None = None) -> dict:
         """The plan of a statement or script, without running or spending anything."""
         self._check_open()
         return self.connection.explain(operation, epsilon=epsilon, delta=delta,
-                                       accuracy=accuracy, rho=rho)
+                                       accuracy=accuracy, rho=rho, weights=weights)
 
     def _load(self, results: list[NoisyResult]) -> None:
         self._results, self._set, self._pos = results, 0, 0

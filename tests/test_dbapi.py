@@ -58,6 +58,11 @@ def test_cursor_protocol(connect):
     assert cur.nextset() is None
     with pytest.raises(dpsql.NotSupportedError):
         cur.executemany("SELECT COUNT(*) FROM adult", [[], []])
+    with pytest.raises(dpsql.NotSupportedError):  # with ε as execute takes it: still refused
+        cur.executemany("SELECT COUNT(*) FROM adult", [[], []], epsilon=1)
+    assert cur.explain("SELECT sex, COUNT(*) AS n, SUM(hours) AS h FROM adult GROUP BY sex",
+                       epsilon=1, weights={"h": 1000})["statements"][0]["aggregates"][1][
+        "epsilon"] > 0.5
     with pytest.raises(dpsql.NotSupportedError):
         cur.callproc("p")
     cur.close()
