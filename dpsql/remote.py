@@ -114,13 +114,12 @@ class RemoteCursor:
     def execute(self, operation: str, parameters: Sequence[Any] | None = None, *,
                 epsilon: float | None = None, delta: float | None = None,
                 accuracy: float | None = None, rho: float | None = None,
+                weights: dict[str, float] | None = None,
                 tune: float | None = None) -> RemoteCursor:
         """Run one SELECT on the server as one release (qmark parameters); ``tune`` as in
         embedded use (a slice of ε spent on the table's contribution bounds first)."""
         self._check_open()
-        if delta is not None or accuracy is not None or rho is not None:
-            raise errors.NotSupportedError("the server takes ε per query only",
-                                           hint="pass epsilon=, or none for your default")
+        _epsilon_only(delta=delta, accuracy=accuracy, rho=rho, weights=weights)
         settings = {"dpsql.epsilon": epsilon, "dpsql.tune": tune}
         rows, release = self.connection._run(operation, parameters, settings)
         self._rows, self._pos, self._executed = rows, 0, True
@@ -130,11 +129,12 @@ class RemoteCursor:
         self.reused = bool(release.get("reused"))
         return self
 
-    def explain(self, operation: str, *, epsilon: float | None = None, **_: Any) -> dict:
+    def explain(self, operation: str, *, epsilon: float | None = None,
+                **unsupported: Any) -> dict:
         """The server's DP plan of a statement; spends nothing."""
-        return self.connection.explain(operation, epsilon=epsilon)
+        return self.connection.explain(operation, epsilon=epsilon, **unsupported)
 
-    def executemany(self, operation: str, seq_of_parameters) -> None:
+    def executemany(self, operation: str, seq_of_parameters, **privacy: Any) -> None:
         """Refused: each execution is a separate release with its own cost."""
         raise errors.NotSupportedError("executemany is not offered: every execution is a "
                                        "separate private release")
@@ -310,14 +310,14 @@ class RemoteConnection(ConnectionBase):
         self._check_open()
         return RemoteCursor(self)
 
-    def execute(self, operation: str, parameters=None, *, epsilon=None,
-                tune=None) -> RemoteCursor:
+    def execute(self, operation: str, parameters=None, **privacy: Any) -> RemoteCursor:
         """Shortcut: a new cursor's execute()."""
-        return self.cursor().execute(operation, parameters, epsilon=epsilon, tune=tune)
+        return self.cursor().execute(operation, parameters, **privacy)
 
-    def explain(self, sql: str, *, epsilon: float | None = None, **_: Any) -> dict:
+    def explain(self, sql: str, *, epsilon: float | None = None, **unsupported: Any) -> dict:
         """The server's DP plan: cost, mechanisms, expected error; spends nothing."""
         self._check_open()
+        _epsilon_only(**unsupported)
         if epsilon is not None:
             self._simple(f"SET dpsql.epsilon = {float(epsilon)!r}")
         try:
@@ -346,6 +346,18 @@ class RemoteConnection(ConnectionBase):
 
     def _close(self) -> None:
         self._db.close()
+
+
+def _epsilon_only(**given: Any) -> None:
+    """Refuse privacy parameters the server does not take per query (it takes ε and tune):
+    ignored, they would change nothing the analyst asked for."""
+    named = sorted(name for name, value in given.items() if value is not None)
+    if named:
+        hint = "pass epsilon=, or none for your default"
+        if "weights" in named:
+            hint += "; weigh output columns in the SQL: /* dpsql: weights n=2 */ SELECT ..."
+        raise errors.NotSupportedError(
+            f"the server takes ε per query only, not {', '.join(named)}", hint=hint)
 
 
 def connect_remote(url: str, **options: Any) -> RemoteConnection:

@@ -38,6 +38,15 @@ def test_client_params_explain_and_refusal(server):
             con.cursor().execute("SELECT COUNT(*) FROM nowhere")
         with pytest.raises(dpsql.NonAggregateQueryError):
             con.cursor().execute("SELECT uid FROM visits")
+        # what the server does not take per query is refused, not ignored, with nothing spent
+        for call in (lambda: con.execute("SELECT COUNT(*) FROM visits", accuracy=10),
+                     lambda: con.cursor().execute("SELECT COUNT(*) AS n FROM visits",
+                                                  weights={"n": 2}),
+                     lambda: con.explain("SELECT COUNT(*) FROM visits", rho=0.1),
+                     lambda: con.cursor().explain("SELECT COUNT(*) FROM visits", delta=1e-6)):
+            with pytest.raises(dpsql.NotSupportedError, match="ε per query only"):
+                call()
+        assert con.budget_remaining == left
 
 
 def test_client_wrong_password_and_forbidden_options(server):
