@@ -75,7 +75,9 @@ def _parsed(sql: str, dialect: str = DIALECT) -> tuple[exp.Expression, ...]:
     text = _DP_CLAUSE.sub(lambda m: f"SELECT /* dpsql: differential_privacy {m.group(1)} */",
                           sql)
     try:
-        return tuple(t for t in sqlglot.parse(text, read=dialect) if t is not None)
+        # a comment after the last ';' comes back as a Semicolon node: no statement
+        return tuple(t for t in sqlglot.parse(text, read=dialect)
+                     if t is not None and not isinstance(t, exp.Semicolon))
     except (ParseError, TokenError) as err:
         raise _syntax_error(err, sql) from None
     except RecursionError:

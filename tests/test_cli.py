@@ -34,6 +34,16 @@ def test_run_prints_noisy_table_with_intervals(tmp_path):
     assert "visits 95% CI" in out.stdout and "Sat" in out.stdout and "ε spent: 1" in out.stdout
 
 
+def test_a_script_may_end_with_a_comment(data_dir):
+    """A comment after the last ';' is no statement (sqlglot returns it as a Semicolon)."""
+    script = data_dir / "commented.sql"
+    script.write_text("-- visits per day\nSELECT day, COUNT(*) AS n FROM visits GROUP BY day;\n"
+                      "-- the end\n/* really */\n")
+    out = _dpsql("run", script, "-m", _meta(data_dir), "-e", "1", "--json")
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)["statements"]) == 1
+
+
 def test_explain_json_contract(data_dir):
     script = data_dir / "s.sql"
     script.write_text("SELECT sex, salary, COUNT(*) FROM adult GROUP BY sex, salary;\n"
