@@ -28,6 +28,7 @@ from dpsql.server.service import Service, ServiceError
 
 log = logging.getLogger("dpsql.server")
 MAX_BODY = 64 * 1024
+BODY_KEYS = frozenset({"sql", "epsilon", "params", "tune"})
 _SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
@@ -46,7 +47,7 @@ def openapi() -> dict:
     """The OpenAPI 3.1 description of the API."""
     error = {"$ref": "#/components/schemas/Error"}
     sql_body = {"required": True, "content": {"application/json": {"schema": {
-        "type": "object", "required": ["sql"],
+        "type": "object", "required": ["sql"], "additionalProperties": False,
         "properties": {"sql": {"type": "string", "maxLength": 16384},
                        "epsilon": {"type": "number", "exclusiveMinimum": 0},
                        "tune": {"type": "number", "exclusiveMinimum": 0,
@@ -193,6 +194,12 @@ class HttpApi:
             raise ServiceError("protocol", "the body is not JSON") from None
         if not isinstance(body, dict) or not isinstance(body.get("sql"), str):
             raise ServiceError("protocol", 'the body must be {"sql": "...", "epsilon": ...}')
+        unknown = sorted(set(body) - BODY_KEYS)
+        if unknown:  # ignored, a key such as "weights" would change nothing it asks for
+            raise ServiceError(
+                "protocol", f"unknown key(s) {unknown} in the body",
+                hint=f"the body takes {', '.join(sorted(BODY_KEYS))}; weigh output columns "
+                     "in the SQL: /* dpsql: weights n=2 */ SELECT ...")
         for name in ("epsilon", "tune"):
             value = body.get(name)
             if value is not None and (isinstance(value, bool) or

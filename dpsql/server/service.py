@@ -29,7 +29,7 @@ from typing import Any
 
 import dpsql
 from dpsql import frames
-from dpsql.budget import PrivacyLoss
+from dpsql.budget import PrivacyLoss, positive
 from dpsql.server.auth import check_password
 from dpsql.server.config import Analyst, ServerConfig
 
@@ -315,6 +315,8 @@ class Service:
         try:
             account = self._admit(user, dataset, sql)
             eps = epsilon if epsilon is not None else account.epsilon_per_query
+            if eps is not None:
+                eps = positive(eps, "epsilon")  # NaN, ∞ and ≤ 0 refused before the checks
             cap = account.limits.max_epsilon_per_query
             if eps is not None and cap is not None and float(eps) > cap:
                 raise ServiceError("epsilon_limit", f"one query may spend at most ε {cap:g}; "
@@ -323,7 +325,7 @@ class Service:
             share = account.budgets[dataset]
             if eps is not None:
                 left = share.minus(self._spent(dataset, user))
-                if not left.covers(PrivacyLoss(Fraction(str(eps)))):
+                if not left.covers(PrivacyLoss(eps)):
                     raise ServiceError(
                         "budget_exhausted",
                         f"{user}'s privacy budget on dataset {dataset!r} cannot cover this "
