@@ -55,6 +55,14 @@ class ColumnSpec:
         """True for int and float columns."""
         return self.type in ("int", "float")
 
+    @property
+    def categories(self) -> tuple | None:
+        """The values the column can take, when they are public: its declared ``values``, or
+        (False, True) for a bool (None otherwise)."""
+        if self.values is not None:
+            return self.values
+        return (False, True) if self.type == "bool" else None
+
 
 @dataclass(frozen=True, slots=True)
 class TableSpec:

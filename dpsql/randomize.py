@@ -430,9 +430,9 @@ class RandomizationSpec:
         for name, spec in table.columns.items():
             if name.lower() in kept:
                 continue
-            if spec.values is not None:
+            if spec.categories is not None:
                 p = self.column_p.get(name, self.p)
-                randomizers[name] = CATEGORICAL[self.categorical](spec.values, p)
+                randomizers[name] = CATEGORICAL[self.categorical](spec.categories, p)
             elif spec.is_numeric:
                 randomizers[name] = TRR.draw(rng, a_mean=self.trr_a_mean,
                                              a_variance=self.trr_a_variance,

@@ -430,11 +430,9 @@ def declared(name: str, spec: ColumnSpec) -> ColumnInfo:
     elif spec.is_bounded:
         interval = Interval(exact_bound(spec.lower), exact_bound(spec.upper), spec.type == "int")
     domain, source = None, None
-    if spec.values is not None:
-        domain = tuple(float(v) if spec.type == "float" else v for v in spec.values)
-        source = "values in the metadata"
-    elif spec.type == "bool":
-        domain, source = (False, True), "a boolean"
+    if spec.categories is not None:
+        domain = tuple(float(v) if spec.type == "float" else v for v in spec.categories)
+        source = "values in the metadata" if spec.values is not None else "a boolean"
     elif spec.type == "int" and interval is not None and \
             interval.upper - interval.lower + 1 <= ops.MAX_INT_DOMAIN:
         domain = tuple(range(int(interval.lower), int(interval.upper) + 1))

@@ -166,6 +166,16 @@ def test_spec_refuses_text_columns_without_domain_and_unknown_columns() -> None:
     assert list(RandomizationSpec(keep=("name",)).build(table, rng)) == ["c"]
 
 
+def test_a_bool_column_is_randomized_over_false_and_true() -> None:
+    """A bool needs no declared values: like GROUP BY, randomize reads its domain as
+    (False, True), and ERRPH at p0 = 1/2 over two values gives local ε = ln 3."""
+    catalog = load_catalog({"tables": {"t": {"privacy_unit": None, "columns": {
+        "member": {"type": "bool"}}}}})
+    built = RandomizationSpec(p=0.5).build(catalog.table("t"), dpsql.RandomSource(insecure_seed=1))
+    assert built["member"].domain == (False, True)
+    assert built["member"].local_epsilon == pytest.approx(math.log(3))
+
+
 def test_written_table_is_a_valid_public_catalogue_with_its_parameters(tmp_path) -> None:
     table = load_catalog({"tables": {"t": {"privacy_unit": None, "columns": {
         "c": {"type": "text", "values": ["u", "v", "w"]}, "x": {"type": "int", "lower": 0,
