@@ -1,8 +1,27 @@
-"""What the evaluators need of a catalogued table beyond dpsql's own checks."""
+"""What the evaluators need of a catalogue beyond dpsql's own checks: a table by name, and
+its class column."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import dpsql
+from dpsql.catalog import TableSpec, load_catalog
+
+
+def table(metadata, name: str) -> TableSpec:
+    """The table ``name`` (case-insensitive) of ``metadata`` (a YAML path, a dict or a loaded
+    catalogue).
+
+    Raises:
+        dpsql.UnknownTableError: the metadata declares no such table (the hint lists them).
+    """
+    catalog = load_catalog(dict(metadata) if isinstance(metadata, Mapping) else metadata)
+    spec = catalog.table(name)
+    if spec is None:
+        raise dpsql.UnknownTableError(f"table {name!r} is not in the metadata",
+                                      hint=f"tables are {sorted(catalog.tables)}")
+    return spec
 
 
 def class_column(spec, name: str):

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 import dpsql
-from dpsql.catalog import load_catalog
+from evaluators import _catalog
 from evaluators._cli import evaluator_options
 from evaluators.anonymization.anonymizer import AnonymizationConfig, write_release
 from evaluators.anonymization.criteria import (
@@ -30,9 +30,7 @@ from evaluators.anonymization.source import create_source, open_custodian
 
 def default_qids(metadata: str, table: str, hierarchies: Path, sensitive: str | None) -> list[str]:
     """Columns of ``table`` (metadata order) with a hierarchy file, except the sensitive one."""
-    spec = load_catalog(metadata).table(table)
-    if spec is None:
-        raise dpsql.UnknownTableError(f"table {table!r} is not in {metadata}")
+    spec = _catalog.table(metadata, table)
     present = {p.stem.split("hierarchy_")[-1] for p in hierarchies.glob("*.csv")}
     qids = [c for c in spec.columns if c in present and c != sensitive]
     if not qids:

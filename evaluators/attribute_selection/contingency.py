@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 
 import dpsql
-from dpsql.catalog import load_catalog
 from evaluators import _catalog
 
 DEFAULT_BINS = 5
@@ -145,10 +144,7 @@ def catalog_attributes(
         dpsql.ProgrammingError: unknown table or column, a class without declared values, or an
             attribute with neither values nor bounds.
     """
-    spec = load_catalog(metadata).table(table)
-    if spec is None:
-        raise dpsql.UnknownTableError(f"table {table!r} is not in the metadata",
-                                      hint="pass --table with a table the metadata declares")
+    spec = _catalog.table(metadata, table)
     target = _catalog.class_column(spec, class_column)
     if names is None:
         names = [c.name for c in spec.columns.values()

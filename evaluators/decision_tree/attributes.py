@@ -170,10 +170,7 @@ def schema_from_metadata(
     """
     catalog = dpsql.catalog.load_catalog(
         dict(metadata) if isinstance(metadata, Mapping) else metadata)
-    spec = catalog.table(table)
-    if spec is None:
-        raise dpsql.ProgrammingError(f"table {table!r} is not in the metadata",
-                                     hint=f"use one of {sorted(catalog.tables)}")
+    spec = _catalog.table(catalog, table)
     target_spec = _catalog.class_column(spec, target)
     explicit = attributes is not None
     names = list(attributes) if explicit else [

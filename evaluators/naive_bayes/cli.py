@@ -99,10 +99,7 @@ def load_holdout(metadata: str | Path, table: str, class_column: str, *,
                                      hint="use e.g. --test-fraction 0.3")
     if numeric not in NUMERIC_HANDLING:
         raise dpsql.ProgrammingError(f"numeric handling must be one of {NUMERIC_HANDLING}")
-    spec = load_catalog(metadata).table(table)
-    if spec is None:
-        raise dpsql.UnknownTableError(f"table {table!r} is not in the metadata",
-                                      hint="pass --table with a table the metadata declares")
+    spec = _catalog.table(metadata, table)
     target = _catalog.class_column(spec, class_column)
     names = attributes or [c for c in spec.columns if c != target.name]
     # The data owner's own read of its rows; an experiment, so the ledger is throw-away.

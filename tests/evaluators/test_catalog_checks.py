@@ -1,11 +1,14 @@
-"""The class column every classifying evaluator needs: one check, one message."""
+"""The table and class column every classifying evaluator needs: one check, one message."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import dpsql
+from evaluators.anonymization.cli import default_qids
 from evaluators.attribute_selection.contingency import catalog_attributes
 from evaluators.decision_tree.attributes import schema_from_metadata
 from evaluators.naive_bayes.cli import load_holdout
@@ -35,3 +38,16 @@ def test_a_misspelt_class_is_named_as_unknown_with_the_columns(reader):
 def test_a_class_without_declared_values_is_refused(reader):
     with pytest.raises(dpsql.ProgrammingError, match="'city' of table 'people' has no declared"):
         reader("city")
+
+
+@pytest.mark.parametrize("reader", [
+    lambda: catalog_attributes(METADATA, "folks", "label"),
+    lambda: schema_from_metadata(METADATA, "folks", "label"),
+    lambda: load_holdout(METADATA, "folks", "label", test_fraction=0.3,
+                         rng=np.random.default_rng(0)),
+    lambda: default_qids(METADATA, "folks", Path("."), None),
+], ids=["attribute selection", "decision tree", "naive bayes", "anonymization"])
+def test_an_unknown_table_is_named_with_the_tables(reader):
+    with pytest.raises(dpsql.UnknownTableError, match="'folks' is not in the metadata") as refused:
+        reader()
+    assert refused.value.hint == "tables are ['people']"
