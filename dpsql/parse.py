@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError, TokenError
+from sqlglot.errors import ErrorLevel, ParseError, TokenError
 
 from dpsql.errors import InterfaceError, ProgrammingError, SQLSyntaxError
 from dpsql.plan import Statement
@@ -63,7 +63,10 @@ def _statements(sql: str, dialect: str) -> tuple[Statement, ...]:
 
 
 def _statement(tree: exp.Expression) -> Statement:
-    return Statement(tree=tree, sql=tree.sql(dialect=DIALECT, comments=False), hints=_hints(tree))
+    # the text is a key (answer reuse, caches); what DuckDB cannot spell is refused when the
+    # statement is compiled, so sqlglot's warning about it here would only be noise
+    text = tree.sql(dialect=DIALECT, comments=False, unsupported_level=ErrorLevel.IGNORE)
+    return Statement(tree=tree, sql=text, hints=_hints(tree))
 
 
 @functools.lru_cache(maxsize=256)

@@ -76,3 +76,14 @@ def test_parameters_are_bound_as_literals(connect):
     row = con.cursor().execute("SELECT COUNT(*) FROM adult WHERE sex = ?",
                                ["x' OR '1'='1"], epsilon=1000).fetchone()
     assert abs(row[0]) <= 1
+
+
+@pytest.mark.parametrize("sql,named", [
+    ("SELECT COUNT(*) FROM adult USING SAMPLE 10%", "TABLESAMPLE SYSTEM (10)"),
+    ("SELECT COUNT(*) AS n FROM adult FOR UPDATE", "FOR UPDATE"),
+    ("SELECT COUNT(*) AS n INTO stolen FROM adult", "INTO stolen"),
+])
+def test_a_clause_the_compiler_does_not_read_is_named(connect, sql, named):
+    """Refused by name rather than dropped: DuckDB would answer USING SAMPLE on a sample."""
+    with pytest.raises(dpsql.UnsupportedSQLError, match=re.escape(f"{named} is not supported")):
+        connect().cursor().execute(sql, epsilon=1.0)
