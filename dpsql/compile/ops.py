@@ -37,13 +37,19 @@ class Scope(Protocol):
 
 Builder = Callable[[exp.Expression, Scope], Expr]
 BUILDERS: dict[type, Builder] = {}
+# The arguments of each node type its builder honours (or knows to change nothing: a
+# spelling such as NVL for COALESCE, a cast to text the builder makes anyway). Any other
+# argument sqlglot set (NOT LIKE's negate, BETWEEN SYMMETRIC, a time zone, Oracle's (+)) is
+# refused by ``build``: an allow-list, so that no part of what the analyst wrote is dropped.
+READS: dict[type, frozenset[str]] = {}
 
 
-def builds(*types: type):
-    """Register a builder for the given sqlglot node types."""
+def builds(*types: type, reads: tuple[str, ...] = ("this", "expression")):
+    """Register a builder for the given sqlglot node types, which honours ``reads``."""
     def register(func: Builder) -> Builder:
         for kind in types:
             BUILDERS[kind] = func
+            READS[kind] = frozenset(reads)
         return func
     return register
 
@@ -69,6 +75,14 @@ def build(node: exp.Expression, scope: Scope) -> Expr:
     builder = BUILDERS.get(type(node))
     if builder is None:
         raise refusal(node, scope)
+    unread = [k for k, v in node.args.items()
+              if k not in READS[type(node)] and v not in (None, False, [], "")]
+    if unread:
+        raise UnsupportedSQLError(
+            f"{node.sql(dialect='postgres')[:60]} is not supported: dpsql does not read its "
+            f"{', '.join(unread)}", sql=scope.sql,
+            hint="write it in a form without that part (see docs/python-api.md for the SQL "
+                 "dpsql reads)")
     return builder(node, scope)
 
 
@@ -255,7 +269,7 @@ def _domain_from_interval(interval: Interval | None, kind: str) -> tuple | None:
 
 # --- leaves ------------------------------------------------------------------------------
 
-@builds(exp.Column)
+@builds(exp.Column, reads=("this", "table", "db", "catalog"))
 def _column(node: exp.Column, scope: Scope) -> Expr:
     return scope.lookup(node)
 
@@ -265,7 +279,7 @@ def _paren(node: exp.Paren, scope: Scope) -> Expr:
     return build(node.this, scope)
 
 
-@builds(exp.Literal)
+@builds(exp.Literal, reads=("this", "is_string"))
 def _literal(node: exp.Literal, scope: Scope) -> Expr:
     if node.is_string:
         return literal(node.this, "text")
@@ -399,7 +413,7 @@ def day(number: int):
 _EPOCH = datetime.date(1970, 1, 1)
 
 
-@builds(exp.DateAdd, exp.DateSub)
+@builds(exp.DateAdd, exp.DateSub, reads=("this", "expression", "unit"))
 def _date_add_function(node: exp.Expression, scope: Scope) -> Expr:
     days = node.expression
     amount = _interval_days(days, scope) if isinstance(days, exp.Interval) else \
@@ -428,7 +442,7 @@ def _days(seconds: Interval | None) -> Interval | None:
                     Fraction(_floor(seconds.upper / 86400)), True)
 
 
-@builds(exp.DateDiff)
+@builds(exp.DateDiff, reads=("this", "expression", "unit", "big_int", "date_part_boundary"))
 def _date_diff_function(node: exp.DateDiff, scope: Scope) -> Expr:
     unit = node.args.get("unit")
     name = (unit.name if unit is not None else "day").lower()
@@ -440,7 +454,7 @@ def _date_diff_function(node: exp.DateDiff, scope: Scope) -> Expr:
                      _as_date(build(node.expression, scope), scope))
 
 
-@builds(exp.TimeStrToTime, exp.TsOrDsToDate)
+@builds(exp.TimeStrToTime, exp.TsOrDsToDate, reads=("this", "default_date"))
 def _time_string(node: exp.Expression, scope: Scope) -> Expr:
     """T-SQL's and Spark's DATEDIFF wrap their arguments in these; a date or timestamp
     passes through."""
@@ -497,7 +511,7 @@ def _part_function(node: exp.Expression, scope: Scope) -> Expr:
 _TRUNC_UNITS = ("year", "quarter", "month", "day")
 
 
-@builds(exp.DateTrunc, exp.TimestampTrunc)
+@builds(exp.DateTrunc, exp.TimestampTrunc, reads=("this", "unit", "input_type_preserved"))
 def _date_trunc(node: exp.Expression, scope: Scope) -> Expr:
     unit_node = node.args.get("unit")
     unit = (unit_node.name if unit_node is not None else "").lower()
@@ -529,7 +543,7 @@ def _truncated_days(lower: int, upper: int, unit: str) -> tuple | None:
     return tuple(datetime.date(m // 12, m % 12 + 1, 1) for m in range(start, end + 1, months))
 
 
-@builds(exp.Anonymous)
+@builds(exp.Anonymous, reads=("this", "expressions"))
 def _anonymous(node: exp.Anonymous, scope: Scope) -> Expr:
     """Functions sqlglot does not model: DATE_PART/DATEPART only."""
     name = str(node.this).lower()
@@ -564,7 +578,7 @@ def _mapped(arg: Expr, func) -> tuple | None:
     return tuple(dict.fromkeys(func(v) for v in arg.domain))
 
 
-@builds(exp.Div)
+@builds(exp.Div, reads=("this", "expression", "typed", "safe"))
 def _divide(node: exp.Div, scope: Scope) -> Expr:
     left = _require(build(node.this, scope), NUMERIC, "'/'", scope)
     right = _require(build(node.expression, scope), NUMERIC, "'/'", scope)
@@ -645,7 +659,7 @@ def _abs(node: exp.Abs, scope: Scope) -> Expr:
                 _mapped(arg, abs), arg.nullable or overflow)
 
 
-@builds(exp.Floor, exp.Ceil)
+@builds(exp.Floor, exp.Ceil, reads=("this", "decimals"))
 def _floor_ceil(node: exp.Expression, scope: Scope) -> Expr:
     if node.args.get("decimals") is not None:
         raise UnsupportedSQLError(f"{node.sql_name()} with decimals is not supported",
@@ -666,7 +680,7 @@ def _floor_ceil(node: exp.Expression, scope: Scope) -> Expr:
                 arg.nullable)
 
 
-@builds(exp.Round)
+@builds(exp.Round, reads=("this", "decimals", "casts_non_integer_decimals"))
 def _round(node: exp.Round, scope: Scope) -> Expr:
     arg = _require(build(node.this, scope), NUMERIC, "ROUND", scope)
     decimals = node.args.get("decimals")
@@ -692,7 +706,7 @@ def _sign(node: exp.Expression, scope: Scope) -> Expr:
     return Expr("sign", (arg,), "int", None, interval, interval, (-1, 0, 1), arg.nullable)
 
 
-@builds(exp.Least, exp.Greatest)
+@builds(exp.Least, exp.Greatest, reads=("this", "expressions", "ignore_nulls"))
 def _least_greatest(node: exp.Expression, scope: Scope) -> Expr:
     args = tuple(build(a, scope) for a in [node.this, *node.expressions])
     name = "LEAST" if isinstance(node, exp.Least) else "GREATEST"
@@ -763,12 +777,14 @@ def _compare(node: exp.Expression, scope: Scope) -> Expr:
     return _bool(op, (left, right), op.startswith("is_") is False and _nullable(left, right))
 
 
-@builds(exp.Is)
+@builds(exp.Is, reads=("this", "expression", "negate"))
 def _is(node: exp.Is, scope: Scope) -> Expr:
     if not isinstance(node.expression, exp.Null):
         raise UnsupportedSQLError(f"IS {node.expression.sql(dialect='duckdb')} is not "
                                   "supported", sql=scope.sql, hint="use IS NULL or = TRUE")
-    return _bool("is_null", (build(node.this, scope),), False)
+    found = _bool("is_null", (build(node.this, scope),), False)
+    # PostgreSQL's reading of IS NOT NULL is Is(negate=True), DuckDB's NOT(Is)
+    return _bool("not", (found,), False) if node.args.get("negate") else found
 
 
 @builds(exp.Not)
@@ -785,7 +801,7 @@ def _and_or(node: exp.Expression, scope: Scope) -> Expr:
     return _bool(name, (left, right), _nullable(left, right))
 
 
-@builds(exp.In)
+@builds(exp.In, reads=("this", "expressions", "query", "unnest", "field"))
 def _in(node: exp.In, scope: Scope) -> Expr:
     if node.args.get("query") is not None or node.args.get("unnest") is not None or \
             node.args.get("field") is not None:
@@ -799,17 +815,23 @@ def _in(node: exp.In, scope: Scope) -> Expr:
     return _bool("in", (subject, *items), True)
 
 
-@builds(exp.Between)
+@builds(exp.Between, reads=("this", "low", "high", "symmetric"))
 def _between(node: exp.Between, scope: Scope) -> Expr:
     subject = build(node.this, scope)
     low, high = build(node.args["low"], scope), build(node.args["high"], scope)
     subject, low = comparable(subject, low, "BETWEEN", scope)
     subject, high = comparable(subject, high, "BETWEEN", scope)
-    return _bool("and", (_bool("ge", (subject, low), True), _bool("le", (subject, high), True)),
-                 True)
+
+    def within(a: Expr, b: Expr) -> Expr:
+        return _bool("and", (_bool("ge", (subject, a), True), _bool("le", (subject, b), True)),
+                     True)
+
+    if node.args.get("symmetric"):  # BETWEEN SYMMETRIC: the two ends in either order
+        return _bool("or", (within(low, high), within(high, low)), True)
+    return within(low, high)
 
 
-@builds(exp.Like, exp.ILike)
+@builds(exp.Like, exp.ILike, reads=("this", "expression", "negate"))
 def _like(node: exp.Expression, scope: Scope) -> Expr:
     subject = _require(build(node.this, scope), ("text",), "LIKE", scope)
     pattern = node.expression
@@ -821,7 +843,8 @@ def _like(node: exp.Expression, scope: Scope) -> Expr:
         raise UnsupportedSQLError("LIKE patterns with a backslash are not supported",
                                   sql=scope.sql, hint="remove the backslash from the pattern")
     op = "like" if isinstance(node, exp.Like) else "ilike"
-    return _bool(op, (subject,), subject.nullable, pattern.this)
+    found = _bool(op, (subject,), subject.nullable, pattern.this)
+    return _bool("not", (found,), found.nullable) if node.args.get("negate") else found
 
 
 @builds(exp.Escape)
@@ -855,7 +878,7 @@ def case(branches: list[tuple[Expr, Expr]], default: Expr | None, scope: Scope) 
                 any(v.nullable for v in values))
 
 
-@builds(exp.Case)
+@builds(exp.Case, reads=("this", "ifs", "default"))
 def _case(node: exp.Case, scope: Scope) -> Expr:
     operand = build(node.this, scope) if node.this is not None else None
     branches = []
@@ -869,14 +892,14 @@ def _case(node: exp.Case, scope: Scope) -> Expr:
     return case(branches, build(default, scope) if default is not None else None, scope)
 
 
-@builds(exp.If)
+@builds(exp.If, reads=("this", "true", "false"))
 def _if(node: exp.If, scope: Scope) -> Expr:
     false = node.args.get("false")
     return case([(build(node.this, scope), build(node.args["true"], scope))],
                 build(false, scope) if false is not None else None, scope)
 
 
-@builds(exp.Coalesce)
+@builds(exp.Coalesce, reads=("this", "expressions", "is_nvl", "is_null"))
 def _coalesce(node: exp.Coalesce, scope: Scope) -> Expr:
     args = [build(a, scope) for a in [node.this, *node.expressions]]
     kind = unify([a.type for a in args], "COALESCE", scope)
@@ -920,7 +943,7 @@ def cast_target(data_type: exp.DataType, scope: Scope) -> str:
                               sql=scope.sql, hint="cast to INT, DOUBLE, TEXT, BOOLEAN or DATE")
 
 
-@builds(exp.Cast, exp.TryCast)
+@builds(exp.Cast, exp.TryCast, reads=("this", "to", "safe", "requires_string"))
 def _cast(node: exp.Cast, scope: Scope) -> Expr:
     """Every cast is rendered as a cast that yields NULL where the value does not convert,
     so a value of one person can never make the query fail."""
@@ -957,13 +980,13 @@ def _case_fold(node: exp.Expression, scope: Scope) -> Expr:
     return Expr(node.sql_name().lower(), (arg,), "text", None, None, None, None, arg.nullable)
 
 
-@builds(exp.Length)
+@builds(exp.Length, reads=("this", "binary"))
 def _length(node: exp.Length, scope: Scope) -> Expr:
     arg = _require(build(node.this, scope), ("text",), "LENGTH", scope)
     return Expr("length", (arg,), "int", None, None, int_result(None), None, arg.nullable)
 
 
-@builds(exp.Trim)
+@builds(exp.Trim, reads=("this", "expression", "position"))
 def _trim(node: exp.Trim, scope: Scope) -> Expr:
     if node.expression is not None or node.args.get("position"):
         raise UnsupportedSQLError("TRIM with characters or a side is not supported",
@@ -972,7 +995,7 @@ def _trim(node: exp.Trim, scope: Scope) -> Expr:
     return Expr("trim", (arg,), "text", None, None, None, None, arg.nullable)
 
 
-@builds(exp.Substring)
+@builds(exp.Substring, reads=("this", "start", "length", "zero_start"))
 def _substring(node: exp.Substring, scope: Scope) -> Expr:
     arg = _require(build(node.this, scope), ("text",), "SUBSTRING", scope)
     start, length = node.args.get("start"), node.args.get("length")
@@ -992,10 +1015,14 @@ def _substring(node: exp.Substring, scope: Scope) -> Expr:
     return Expr("substring", (arg,), "text", tuple(values), None, None, None, arg.nullable)
 
 
-@builds(exp.DPipe, exp.Concat)
+@builds(exp.DPipe, exp.Concat, reads=("this", "expression", "expressions", "safe", "coalesce"))
 def _concat(node: exp.Expression, scope: Scope) -> Expr:
     parts = [node.this, node.expression] if isinstance(node, exp.DPipe) else node.expressions
     args = tuple(coerce(build(p, scope), "text", scope) for p in parts)
     for arg in args:
         _require(arg, ("text",), "||", scope)
+    if node.args.get("coalesce"):  # DuckDB's and PostgreSQL's CONCAT read NULL as ''
+        empty = literal("", "text")
+        args = tuple(Expr("coalesce", (a, empty), "text", None, None, None, None, False)
+                     for a in args)
     return Expr("concat", args, "text", None, None, None, None, _nullable(*args))
