@@ -18,6 +18,7 @@ from fractions import Fraction
 from typing import Protocol
 
 from sqlglot import exp
+from sqlglot.errors import ErrorLevel
 
 from dpsql.compile.ir import INT64, NUMERIC, Expr, Interval, literal
 from dpsql.errors import ProgrammingError, UnsupportedSQLError
@@ -75,15 +76,20 @@ def build(node: exp.Expression, scope: Scope) -> Expr:
     builder = BUILDERS.get(type(node))
     if builder is None:
         raise refusal(node, scope)
-    unread = [k for k, v in node.args.items()
-              if k not in READS[type(node)] and v not in (None, False, [], "")]
+    refuse_unread(node, READS[type(node)], scope.sql)
+    return builder(node, scope)
+
+
+def refuse_unread(node: exp.Expression, reads: frozenset[str], sql: str | None) -> None:
+    """Refuse ``node`` when sqlglot set an argument outside ``reads``, naming it."""
+    unread = [k for k, v in node.args.items() if k not in reads and v not in (None, False, [], "")]
     if unread:
         raise UnsupportedSQLError(
-            f"{node.sql(dialect='postgres')[:60]} is not supported: dpsql does not read its "
-            f"{', '.join(unread)}", sql=scope.sql,
+            f"{node.sql(dialect='postgres', unsupported_level=ErrorLevel.IGNORE)[:60]} is not "
+            f"supported: dpsql does not read its "
+            f"{', '.join(unread)}", sql=sql,
             hint="write it in a form without that part (see docs/python-api.md for the SQL "
                  "dpsql reads)")
-    return builder(node, scope)
 
 
 _AGGREGATE_NAMES = {exp.GroupConcat: "STRING_AGG", exp.ArrayAgg: "ARRAY_AGG",

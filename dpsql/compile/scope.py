@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from sqlglot import exp
+from sqlglot.errors import ErrorLevel
 
 from dpsql.catalog import TEMPORAL, Catalog, ColumnSpec, TableSpec, exact_bound, temporal_number
 from dpsql.compile import ops
@@ -80,8 +81,8 @@ def _clause_text(key: str, value) -> str:
     """A parsed clause as the analyst wrote it, near enough to recognise (PostgreSQL's
     spelling renders the most clauses), else the name of sqlglot's argument."""
     parts = value if isinstance(value, list) else [value]
-    text = ", ".join(p.sql(dialect="postgres") if isinstance(p, exp.Expression) else str(p)
-                     for p in parts).strip()
+    text = ", ".join(p.sql(dialect="postgres", unsupported_level=ErrorLevel.IGNORE)
+                     if isinstance(p, exp.Expression) else str(p) for p in parts).strip()
     text = text or key.rstrip("_").upper()
     return text if len(text) <= 60 else text[:57] + "..."
 

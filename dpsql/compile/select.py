@@ -36,6 +36,12 @@ SPREADS = {exp.Variance: "var_samp", exp.VariancePop: "var_pop", exp.Stddev: "st
            exp.StddevSamp: "stddev_samp", exp.StddevPop: "stddev_pop"}
 QUANTILES = (exp.Median, exp.PercentileCont, exp.PercentileDisc, exp.Quantile, exp.Min, exp.Max)
 SUPPORTED = (exp.Count, exp.Sum, exp.Avg, *SPREADS, *QUANTILES)
+# the arguments of each aggregate that _aggregate reads (ops.READS for expressions): DuckDB's
+# MAX(x, 3) (the three largest) or COUNT(a, b) are refused, not answered as MAX(x), COUNT(a)
+AGGREGATE_READS = {exp.Count: frozenset({"this", "big_int"}),
+                   exp.PercentileCont: frozenset({"this", "expression"}),
+                   exp.PercentileDisc: frozenset({"this", "expression"}),
+                   exp.Quantile: frozenset({"this", "quantile"})}
 COUNT_KINDS = ("count_star", "count", "count_distinct_unit")
 
 
@@ -321,6 +327,7 @@ class _Compiler:
         for inner in node.find_all(exp.AggFunc):
             if inner is not node:
                 raise ProgrammingError("aggregates cannot be nested", sql=self.sql)
+        ops.refuse_unread(node, AGGREGATE_READS.get(type(node), frozenset({"this"})), self.sql)
         draft = self._aggregate(node, f"__a{len(self.aggregates)}")
         identity = (draft.kind, draft.arg, draft.quantile)
         aggregate = self.aggregates.setdefault(identity, draft)
