@@ -216,6 +216,8 @@ class _Compiler:
         node = self.select.args.get(clause)
         if node is None:
             return None
+        if isinstance(node, (exp.Limit, exp.Offset)):  # not LIMIT 10 PERCENT, nor WITH TIES
+            ops.refuse_unread(node, frozenset({"this", "expression"}), self.sql)
         value = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node
         value = value if value is not None else node.this
         built = ops.build(value, self.scope) if value is not None else None
@@ -450,6 +452,7 @@ class _PostScope:
         return built
 
     def ordering(self, node: exp.Ordered, projections) -> tuple[Expr, bool, bool | None]:
+        ops.refuse_unread(node, frozenset({"this", "desc", "nulls_first"}), self.sql)
         self.aliases = {name.lower(): expr for name, expr in projections}
         target = node.this
         if isinstance(target, exp.Literal) and not target.is_string:
