@@ -40,8 +40,9 @@ Builder = Callable[[exp.Expression, Scope], Expr]
 BUILDERS: dict[type, Builder] = {}
 # The arguments of each node type its builder honours (or knows to change nothing: a
 # spelling such as NVL for COALESCE, a cast to text the builder makes anyway). Any other
-# argument sqlglot set (NOT LIKE's negate, BETWEEN SYMMETRIC, a time zone, Oracle's (+)) is
-# refused by ``build``: an allow-list, so that no part of what the analyst wrote is dropped.
+# argument sqlglot set (a time zone, a format, ROUND's third argument, Oracle's (+)) is
+# refused by ``build`` (``refuse_unread``), so that no part of what the analyst wrote is
+# dropped.
 READS: dict[type, frozenset[str]] = {}
 
 
@@ -81,15 +82,30 @@ def build(node: exp.Expression, scope: Scope) -> Expr:
 
 
 def refuse_unread(node: exp.Expression, reads: frozenset[str], sql: str | None) -> None:
-    """Refuse ``node`` when sqlglot set an argument outside ``reads``, naming it."""
-    unread = [k for k, v in node.args.items() if k not in reads and v not in (None, False, [], "")]
+    """Refuse ``node`` when sqlglot set an argument outside ``reads``, naming it: the
+    compiler reads SQL through allow-lists (``READS``, and the clause lists of scope.py and
+    select.py), so nothing the analyst wrote is dropped from what runs."""
+    unread = [(k, v) for k, v in node.args.items()
+              if k not in reads and v not in (None, False, [], "")]
     if unread:
         raise UnsupportedSQLError(
-            f"{node.sql(dialect='postgres', unsupported_level=ErrorLevel.IGNORE)[:60]} is not "
-            f"supported: dpsql does not read its "
-            f"{', '.join(unread)}", sql=sql,
-            hint="write it in a form without that part (see docs/python-api.md for the SQL "
-                 "dpsql reads)")
+            f"{_spelled(node)} is not supported: dpsql does not read its "
+            f"{', '.join(_part(k, v) for k, v in unread)}", sql=sql,
+            hint="write it without that part (docs/python-api.md lists the SQL dpsql reads)")
+
+
+def _spelled(value) -> str:
+    """SQL as near as sqlglot can spell it (PostgreSQL's spelling renders the most)."""
+    parts = value if isinstance(value, list) else [value]
+    text = ", ".join(p.sql(dialect="postgres", unsupported_level=ErrorLevel.IGNORE)
+                     if isinstance(p, exp.Expression) else str(p) for p in parts).strip()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _part(key: str, value) -> str:
+    """An unread argument by sqlglot's name for it, with its SQL when that says more."""
+    name, text = key.rstrip("_"), _spelled(value)
+    return name if text in ("", "True", name) else f"{name} ({text})"
 
 
 _AGGREGATE_NAMES = {exp.GroupConcat: "STRING_AGG", exp.ArrayAgg: "ARRAY_AGG",

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from sqlglot import exp
-from sqlglot.errors import ErrorLevel
 
 from dpsql.catalog import TEMPORAL, Catalog, ColumnSpec, TableSpec, exact_bound, temporal_number
 from dpsql.compile import ops
@@ -54,37 +53,18 @@ class Names:
         return f"c{self.count - 1}"
 
 
-# The clauses the compiler reads, per node: an allow-list, so that a clause sqlglot parsed
-# and the compiler would drop (DuckDB's USING SAMPLE, FOR UPDATE, SELECT INTO, SORT BY, a
-# table's AS OF, a join's hints, ...) is refused by name, never silently ignored. Clauses with
-# a refusal of their own (DISTINCT, QUALIFY, WINDOW, LATERAL, PIVOT, TABLESAMPLE, a join's
-# method) are listed so that their own message is the one given.
+# The clauses the compiler reads, per node (a SELECT, a table, a join, a subquery in FROM):
+# allow-lists for ``ops.refuse_unread``, so that a clause sqlglot parsed and the compiler
+# would drop (DuckDB's USING SAMPLE, FOR UPDATE, SELECT INTO, SORT BY, a table's AS OF, a
+# join's hints, ...) is refused by name. Clauses with a refusal of their own (DISTINCT,
+# QUALIFY, WINDOW, LATERAL, PIVOT, TABLESAMPLE, a join's method) are listed so that their
+# own message is the one given.
 SELECT_CLAUSES = frozenset({"expressions", "from_", "joins", "where", "group", "having",
                             "order", "limit", "offset", "with_", "distinct", "qualify",
                             "windows", "laterals", "pivots"})
 TABLE_CLAUSES = frozenset({"this", "db", "catalog", "alias", "sample"})
 JOIN_CLAUSES = frozenset({"this", "on", "using", "side", "kind", "method"})
-
-
-def only_known_clauses(node: exp.Expression, known: frozenset[str], sql: str) -> None:
-    """Refuse ``node`` when it carries a clause outside ``known``, naming it."""
-    extra = [k for k, v in node.args.items() if k not in known and v not in (None, False, [], "")]
-    if extra:
-        shown = "; ".join(_clause_text(k, node.args[k]) for k in extra)
-        raise UnsupportedSQLError(
-            f"{shown} is not supported", sql=sql,
-            hint="dpsql reads SELECT, FROM, JOIN ... ON/USING, WHERE, GROUP BY, HAVING, "
-                 "ORDER BY, LIMIT and OFFSET; remove the rest")
-
-
-def _clause_text(key: str, value) -> str:
-    """A parsed clause as the analyst wrote it, near enough to recognise (PostgreSQL's
-    spelling renders the most clauses), else the name of sqlglot's argument."""
-    parts = value if isinstance(value, list) else [value]
-    text = ", ".join(p.sql(dialect="postgres", unsupported_level=ErrorLevel.IGNORE)
-                     if isinstance(p, exp.Expression) else str(p) for p in parts).strip()
-    text = text or key.rstrip("_").upper()
-    return text if len(text) <= 60 else text[:57] + "..."
+SUBQUERY_CLAUSES = frozenset({"this", "alias", "with_"})
 
 
 @dataclass
@@ -192,7 +172,7 @@ class Resolver:
         for clause in ("laterals", "pivots"):
             if select.args.get(clause):
                 raise UnsupportedSQLError(f"{clause.upper()} is not supported", sql=self.sql)
-        only_known_clauses(select, SELECT_CLAUSES, self.sql)
+        ops.refuse_unread(select, SELECT_CLAUSES, self.sql)
         base = self.item(source.this, ctes)
         joins = select.args.get("joins") or []
         if not joins:
@@ -223,7 +203,7 @@ class Resolver:
             if node.args.get("sample") is not None:
                 raise UnsupportedSQLError("TABLESAMPLE is not supported", sql=self.sql,
                                           hint="sample with a WHERE on a column")
-            only_known_clauses(node, TABLE_CLAUSES, self.sql)
+            ops.refuse_unread(node, TABLE_CLAUSES, self.sql)
             qualified = node.args.get("db") is not None or node.args.get("catalog") is not None
             name = node.name.lower()
             if not qualified and name in ctes:
@@ -231,6 +211,7 @@ class Resolver:
                 return self.derived(body, alias or node.name, visible)
             return self.table(node)
         if isinstance(node, exp.Subquery):
+            ops.refuse_unread(node, SUBQUERY_CLAUSES, self.sql)
             if not alias:
                 raise ProgrammingError("a subquery in FROM needs an alias", sql=self.sql,
                                        hint="write (SELECT ...) AS t")
@@ -367,7 +348,7 @@ class Resolver:
         return joined
 
     def _check_join_shape(self, join: exp.Join, part: Relation) -> None:
-        only_known_clauses(join, JOIN_CLAUSES, self.sql)
+        ops.refuse_unread(join, JOIN_CLAUSES, self.sql)
         side = (join.args.get("side") or "").upper()
         kind = (join.args.get("kind") or "").upper()
         if kind == "CROSS" or (join.args.get("on") is None and not join.args.get("using")):

@@ -238,6 +238,7 @@ class _Compiler:
             raise UnsupportedSQLError("ROLLUP, CUBE, GROUPING SETS and GROUP BY ALL are not "
                                       "supported", sql=self.sql,
                                       hint="list the keys; send one query per grouping")
+        ops.refuse_unread(group, frozenset({"expressions"}), self.sql)  # e.g. WITH TOTALS
         aliased = {e.alias.lower(): e.this for e in self.select.expressions
                    if isinstance(e, exp.Alias)}
         columns = {n for _, n in self.relation.names}
