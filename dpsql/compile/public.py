@@ -14,7 +14,14 @@ from sqlglot import exp
 from dpsql.compile import ops
 from dpsql.compile.ir import Expr, column
 from dpsql.compile.render import Dialect
-from dpsql.compile.scope import Relation, Scope, predicate
+from dpsql.compile.scope import (
+    COUNT_CLAUSES,
+    GROUP_CLAUSES,
+    ORDERED_CLAUSES,
+    Relation,
+    Scope,
+    predicate,
+)
 from dpsql.errors import ProgrammingError, UnsupportedSQLError
 from dpsql.plan import Statement
 
@@ -141,6 +148,7 @@ def compile_public(select: exp.Select, relation: Relation, statement: Statement
     group = select.args.get("group")
     group_exprs = []
     if group is not None:
+        ops.refuse_unread(group, GROUP_CLAUSES, sql)
         for item in group.expressions:
             if isinstance(item, exp.Literal) and not item.is_string:
                 position = int(item.this) if item.this.isdigit() else 0
@@ -152,6 +160,7 @@ def compile_public(select: exp.Select, relation: Relation, statement: Statement
     having = select.args.get("having")
     order = []
     for ordered in (select.args["order"].expressions if select.args.get("order") else []):
+        ops.refuse_unread(ordered, ORDERED_CLAUSES, sql)
         target = ordered.this
         if isinstance(target, exp.Literal) and not target.is_string:
             position = int(target.this) if target.this.isdigit() else 0
@@ -166,6 +175,7 @@ def compile_public(select: exp.Select, relation: Relation, statement: Statement
         node = select.args.get(clause)
         value = None
         if node is not None:
+            ops.refuse_unread(node, COUNT_CLAUSES, sql)
             built = ops.build(node.expression if node.expression is not None else node.this,
                               scope)
             if built.op != "lit" or built.type != "int" or built.value < 0:

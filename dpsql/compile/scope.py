@@ -65,6 +65,9 @@ SELECT_CLAUSES = frozenset({"expressions", "from_", "joins", "where", "group", "
 TABLE_CLAUSES = frozenset({"this", "db", "catalog", "alias", "sample"})
 JOIN_CLAUSES = frozenset({"this", "on", "using", "side", "kind", "method"})
 SUBQUERY_CLAUSES = frozenset({"this", "alias", "with_"})
+GROUP_CLAUSES = frozenset({"expressions"})  # not ClickHouse's WITH TOTALS
+ORDERED_CLAUSES = frozenset({"this", "desc", "nulls_first"})  # not WITH FILL
+COUNT_CLAUSES = frozenset({"this", "expression"})  # LIMIT and OFFSET: not PERCENT, WITH TIES
 
 
 @dataclass

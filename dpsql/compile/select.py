@@ -19,7 +19,14 @@ from dpsql.catalog import Catalog
 from dpsql.compile import ops
 from dpsql.compile.ir import Expr, column
 from dpsql.compile.render import dialect
-from dpsql.compile.scope import Relation, Scope, predicate
+from dpsql.compile.scope import (
+    COUNT_CLAUSES,
+    GROUP_CLAUSES,
+    ORDERED_CLAUSES,
+    Relation,
+    Scope,
+    predicate,
+)
 from dpsql.errors import (
     InternalError,
     MissingBoundsError,
@@ -216,8 +223,8 @@ class _Compiler:
         node = self.select.args.get(clause)
         if node is None:
             return None
-        if isinstance(node, (exp.Limit, exp.Offset)):  # not LIMIT 10 PERCENT, nor WITH TIES
-            ops.refuse_unread(node, frozenset({"this", "expression"}), self.sql)
+        if isinstance(node, (exp.Limit, exp.Offset)):
+            ops.refuse_unread(node, COUNT_CLAUSES, self.sql)
         value = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node
         value = value if value is not None else node.this
         built = ops.build(value, self.scope) if value is not None else None
@@ -238,7 +245,7 @@ class _Compiler:
             raise UnsupportedSQLError("ROLLUP, CUBE, GROUPING SETS and GROUP BY ALL are not "
                                       "supported", sql=self.sql,
                                       hint="list the keys; send one query per grouping")
-        ops.refuse_unread(group, frozenset({"expressions"}), self.sql)  # e.g. WITH TOTALS
+        ops.refuse_unread(group, GROUP_CLAUSES, self.sql)
         aliased = {e.alias.lower(): e.this for e in self.select.expressions
                    if isinstance(e, exp.Alias)}
         columns = {n for _, n in self.relation.names}
@@ -453,7 +460,7 @@ class _PostScope:
         return built
 
     def ordering(self, node: exp.Ordered, projections) -> tuple[Expr, bool, bool | None]:
-        ops.refuse_unread(node, frozenset({"this", "desc", "nulls_first"}), self.sql)
+        ops.refuse_unread(node, ORDERED_CLAUSES, self.sql)
         self.aliases = {name.lower(): expr for name, expr in projections}
         target = node.this
         if isinstance(target, exp.Literal) and not target.is_string:
