@@ -247,8 +247,7 @@ class _Value:
         if self.shift:
             value = f"{value} - {d.number(self.shift)}"
         if self.grid_exp != 0:
-            value = d.dialect.round_half_away(
-                f"({value}) * {d.number(Fraction(2) ** -self.grid_exp)}")
+            value = d.dialect.grid_units(value, self.grid_exp)
         return f"CAST({value} AS {types['int'] if wide else types['float']})"
 
 
@@ -568,7 +567,7 @@ def bin_of(agg: Aggregate, bins: int, d: _Writer) -> str:
         position = f"CAST({d.dialect.round_half_away(clamped)} AS {types['int']}) - {low}"
     else:
         width = d.number(Fraction(float((agg.upper - agg.lower) / bins)))
-        position = f"CAST(FLOOR(({clamped} - {low}) / {width}) AS {types['int']})"
+        position = f"CAST({d.dialect.bin_of(f'{clamped} - {low}', width)} AS {types['int']})"
     return f"LEAST(GREATEST({position}, 0), {bins - 1})"
 
 

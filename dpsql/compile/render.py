@@ -103,6 +103,14 @@ class Dialect:
         """Integer division truncating toward zero (right > 0)."""
         return f"({left}) // ({right})"
 
+    def grid_units(self, value: str, grid_exp: int) -> str:
+        """A double in units of the grid 2**grid_exp, rounded half away from zero."""
+        return self.round_half_away(f"({value}) * {self.number(Fraction(2) ** -grid_exp)}")
+
+    def bin_of(self, offset: str, width: str) -> str:
+        """FLOOR(offset / width) for offset ≥ 0 and width > 0: a histogram bin."""
+        return f"FLOOR(({offset}) / {width})"
+
     def row_number(self) -> str:
         """A distinct number for each row of a relation."""
         return "ROW_NUMBER() OVER ()"
@@ -314,7 +322,9 @@ class Dialect:
 
 
 class PostgresDialect(Dialect):
-    """PostgreSQL: no TRY, integer division with DIV, half-even ROUND, overflow errors."""
+    """PostgreSQL: no TRY, integer division with DIV, half-even ROUND, overflow errors, and
+    underflow errors: a double product or quotient that rounds to 0 from non-zero operands
+    raises, so tiny operands are flushed to 0 first and tiny results are computed as 0."""
 
     name = "postgres"
     partitioned_windows_spill = True  # PostgreSQL's and Spark's sort per partition
@@ -327,7 +337,13 @@ class PostgresDialect(Dialect):
     def _op_date_diff(self, e: Expr) -> str:
         later, earlier = self._args(e)
         return f"CAST(({later} - {earlier}) AS BIGINT)"
+
     _LIMIT = "1e150"
+    # (x + 2^-450) - 2^-450 is 0 for |x| below 2^-503 and else a multiple of 2^-502 ≈ 1.9e-151
+    # (exact for |x| ≥ 2^-397): a product of two such values is 0 or above 5e-303, and a
+    # quotient by a divisor within ±1e150 is 0 or above 1.9e-301, so neither underflows.
+    # Additions never raise.
+    _TINY = f"CAST({2.0 ** -450!r} AS DOUBLE PRECISION)"
 
     def hash(self, args: list[str]) -> str:
         return f"hashtextextended(concat_ws('|', {', '.join(args)}), 0)"
@@ -339,6 +355,18 @@ class PostgresDialect(Dialect):
     def int_divide(self, left: str, right: str) -> str:
         return f"DIV({left}, {right})"
 
+    def grid_units(self, value: str, grid_exp: int) -> str:
+        scaled = super().grid_units(value, grid_exp)
+        if grid_exp <= 0:  # a factor of at least 1 cannot make a non-zero double 0
+            return scaled
+        # below a quarter unit the rounded value is 0 anyway, and the product could underflow
+        return (f"(CASE WHEN ABS({value}) < {self.number(Fraction(2) ** (grid_exp - 2))} "
+                f"THEN 0 ELSE {scaled} END)")
+
+    def bin_of(self, offset: str, width: str) -> str:
+        # below one width the bin is 0 anyway, and the quotient could underflow
+        return f"(CASE WHEN ({offset}) < {width} THEN 0 ELSE {super().bin_of(offset, width)} END)"
+
     def sum_int(self, value: str) -> str:
         return f"SUM(CAST({value} AS NUMERIC))"
 
@@ -346,12 +374,14 @@ class PostgresDialect(Dialect):
         return f"CAST({self.expr(e)} AS NUMERIC)"
 
     def _clamped(self, e: Expr) -> str:
-        # a double beyond ±1e150 (or NaN/inf) is clamped there before arithmetic, so that
-        # sums and products cannot overflow (which PostgreSQL raises as an error)
+        # a double beyond ±1e150 (or NaN/inf) is clamped there, and a tiny one flushed to 0,
+        # before arithmetic, so that sums and products can neither overflow nor underflow
+        # (both of which PostgreSQL raises as errors)
         sql = self.expr(e)
         if e.type != "float":
             return f"CAST({sql} AS DOUBLE PRECISION)"
-        return f"LEAST(GREATEST({sql}, -{self._LIMIT}), {self._LIMIT})"
+        flushed = f"(({sql} + {self._TINY}) - {self._TINY})"
+        return f"LEAST(GREATEST({flushed}, -{self._LIMIT}), {self._LIMIT})"
 
     def _arith(self, e: Expr) -> str:
         if e.type == "int":
@@ -380,7 +410,9 @@ class PostgresDialect(Dialect):
         right = self.expr(e.args[1])
         if e.args[1].type != "float":
             right = f"CAST({right} AS DOUBLE PRECISION)"
-        return (f"(CASE WHEN ABS({right}) >= 1e-150 AND ABS({right}) <= 1e300 "
+        # NULL for a divisor beyond ±1e150, whose quotient of a flushed dividend could
+        # underflow
+        return (f"(CASE WHEN ABS({right}) >= 1e-150 AND ABS({right}) <= {self._LIMIT} "
                 f"THEN {left} / {right} END)")
 
     def _op_intdiv(self, e: Expr) -> str:

@@ -1,0 +1,123 @@
+"""Extreme stored values never make a query fail on PostgreSQL or Spark either.
+
+The battery of ``tests/extremes.py`` runs on each warehouse over the tables with and without
+the extreme rows. PostgreSQL raises where DuckDB answers NaN, ±inf or 0: on overflow, and on
+a double product or quotient that underflows to 0 (``1e-200 * 1e-200``), so one person's
+tiny value once failed ``SUM(amount * amount)`` while the statement was answered without
+it. ``wide`` adds the paths of the exact query that scale values: the sum of squares of a
+VARIANCE on a coarse grid (bounds ±1e15, centre 0) and a quantile's histogram bins wider than
+one unit.
+"""
+# ruff: noqa: F811 (the imported server fixtures are requested by name as parameters)
+
+from __future__ import annotations
+
+import os
+import uuid
+import warnings
+
+import pandas as pd
+import pytest
+from conftest import catalogue, join_tables
+from extremes import battery, outcome, tables, with_extremes
+from servers import DEFAULT_POSTGRES, require, spark  # noqa: F401 (fixtures)
+
+import dpsql
+
+pytestmark = [pytest.mark.postgres, pytest.mark.spark]
+
+WIDE = {"uid": "int", "x": "float", "y": "float"}
+WIDE_STATEMENTS = ["SELECT VAR_POP(x) AS v, AVG(x) AS a FROM wide",
+                   "SELECT MEDIAN(y) AS m, QUANTILE_CONT(y, 0.1) AS q FROM wide"]
+SQL_TYPES = {"postgresql": {"int": "BIGINT", "float": "DOUBLE PRECISION", "text": "TEXT"},
+             "spark": {"int": "BIGINT", "float": "DOUBLE", "text": "STRING"}}
+
+
+def _frames(extreme: bool) -> dict[str, tuple[pd.DataFrame, dict[str, str]]]:
+    found = dict(tables())
+    wide = pd.DataFrame({"uid": range(60), "x": [(-1) ** i * i * 1e13 for i in range(60)],
+                         "y": [i * 1e13 for i in range(60)]})
+    found["wide"] = (wide, WIDE)
+    if extreme:
+        found = {name: (with_extremes(frame, types), types)
+                 for name, (frame, types) in found.items()}
+    found["regions"] = (pd.DataFrame({"region_id": range(5), "name": list("abcde")}),
+                        {"region_id": "int", "name": "text"})
+    return found
+
+
+def _metadata(folder) -> dict:
+    meta = catalogue(folder, budget=1e9)
+    meta["tables"].update(join_tables(folder))
+    meta["tables"]["wide"] = {
+        "privacy_unit": "uid", "max_groups_per_unit": 1, "max_rows_per_group": 2,
+        "columns": {"uid": "int", "x": {"type": "float", "lower": -1e15, "upper": 1e15},
+                    "y": {"type": "float", "lower": 0, "upper": 1e15}}}
+    for table in meta["tables"].values():
+        table.pop("source", None)
+    return meta
+
+
+@pytest.fixture(scope="module")
+def postgres_pair(tmp_path_factory):
+    try:
+        import psycopg
+    except ImportError:
+        require(False, "psycopg is not installed")
+    server = os.environ.get("DPSQL_TEST_POSTGRES", DEFAULT_POSTGRES)
+    try:
+        admin = psycopg.connect(server, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as err:
+        require(False, f"no PostgreSQL server at {server} ({err})")
+    names, pair = [], []
+    with admin:
+        try:
+            for extreme in (False, True):
+                names.append(f"dpsql_total_{uuid.uuid4().hex[:12]}")
+                admin.execute(f"CREATE DATABASE {names[-1]}")
+                url = server.rsplit("/", 1)[0] + "/" + names[-1]
+                with psycopg.connect(url, autocommit=True) as con:
+                    for name, (frame, types) in _frames(extreme).items():
+                        columns = ", ".join(f"{c} {SQL_TYPES['postgresql'][types[c]]}"
+                                            for c in frame.columns)
+                        con.execute(f"CREATE TABLE {name} ({columns})")
+                        with con.cursor().copy(f"COPY {name} FROM STDIN") as copy:
+                            for row in frame.itertuples(index=False):
+                                copy.write_row([None if pd.isna(v) else v for v in row])
+                pair.append(dpsql.connect(url, metadata=_metadata(tmp_path_factory.mktemp("m")),
+                                          ledger=":memory:", insecure_seed=9))
+            yield pair
+        finally:
+            for con in pair:
+                con.close()
+            for name in names:
+                admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.fixture(scope="module")
+def spark_extreme(spark, tmp_path_factory):
+    """A connection to the session's tables with the extreme rows (Spark's temporary views
+    are per session, so the plain tables are not beside them: answering every statement on
+    these is what the test needs)."""
+    for name, (frame, types) in _frames(True).items():
+        text = frame.astype(object).where(frame.notna(), None)
+        typed = [f"CAST({c} AS {SQL_TYPES['spark'][types[c]]}) AS {c}" for c in frame.columns]
+        with warnings.catch_warnings():  # pyspark warns about its pandas versions
+            warnings.simplefilter("ignore")
+            spark.createDataFrame(text.map(lambda v: None if v is None else str(v))) \
+                .selectExpr(*typed).createOrReplaceTempView(name)
+    con = dpsql.connect(spark, metadata=_metadata(tmp_path_factory.mktemp("m")),
+                        ledger=":memory:", insecure_seed=9)
+    yield con
+    con.close()
+
+
+@pytest.mark.parametrize("sql", battery() + WIDE_STATEMENTS)
+def test_extreme_values_never_make_a_query_fail_on_postgresql(postgres_pair, sql):
+    plain, extreme = postgres_pair
+    assert outcome(extreme, sql) == outcome(plain, sql) == "answered", sql
+
+
+@pytest.mark.parametrize("sql", battery() + WIDE_STATEMENTS)
+def test_extreme_values_never_make_a_query_fail_on_spark(spark_extreme, sql):
+    assert outcome(spark_extreme, sql) == "answered", sql
