@@ -148,7 +148,7 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
             total, count = own["sum"], own["count"]
             sums, counts = noisy[total.column], noisy[count.column]
             low, high, center = float(agg.lower), float(agg.upper), float(total.center)
-            frame[agg.name] = [min(max(center + s / max(c, 1), low), high)
+            frame[agg.name] = [_clamp(center + s / max(c, 1), low, high)
                                for s, c in zip(sums, counts, strict=True)]
             bounds = [_ratio_interval(s, c, pair_widths[total.column],
                                       pair_widths[count.column], center, low, high)
@@ -168,9 +168,11 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
             part = own.get("sum") or own.get("count") or own["distinct"]
             values, width = noisy[part.column], widths[part.column]
         low, high = _feasible(agg)
-        frame[agg.name] = [min(max(v, low), high) for v in values]
-        frame[agg.name + "__low"] = [max(v - width, low) for v in values]
-        frame[agg.name + "__high"] = [min(v + width, high) for v in values]
+        frame[agg.name] = [_clamp(v, low, high) for v in values]
+        # clamping is monotone: [clamp(v − w), clamp(v + w)] holds clamp(v), and the truth
+        # wherever [v − w, v + w] did, even when v + w is below the feasible range
+        frame[agg.name + "__low"] = [_clamp(v - width, low, high) for v in values]
+        frame[agg.name + "__high"] = [_clamp(v + width, low, high) for v in values]
     result_names, result_rows, intervals = _post_process(plan, frame, post)
     columns = [_describe(out, plan) for out in checked.outputs]
     if [c.name for c in columns] != result_names:
@@ -190,6 +192,11 @@ def _feasible(agg) -> tuple[float, float]:
     if agg.kind == "sum" and agg.upper <= 0:
         return -math.inf, 0
     return -math.inf, math.inf
+
+
+def _clamp(value, low, high):
+    """``value`` moved into [low, high]."""
+    return min(max(value, low), high)
 
 
 def _noisy(values: list, part, rng: RandomSource) -> list:
@@ -272,7 +279,9 @@ def _spread(agg, parts, noisy: dict, frame: dict) -> None:
 
     var_pop = Q/N − (S/N)², clamped to [0, ((U − L)/2)²]; the sample variance multiplies by
     N/(N − 1). The interval is the range of that formula over the three parts' intervals
-    at 1 − 0.05/3 each (Bonferroni: ≥ 95% jointly).
+    at 1 − 0.05/3 each (Bonferroni: ≥ 95% jointly). The formula falls with S², rises with Q
+    and can peak inside N's interval, so the range is over the ends of each interval, S = 0
+    when it is inside, and the N where the derivative in N is 0.
     """
     total, squares, count = parts
     top = float((agg.upper - agg.lower) / 2) ** 2
@@ -288,6 +297,18 @@ def _spread(agg, parts, noisy: dict, frame: dict) -> None:
             var = min(var * n / (n - 1), top)
         return var ** 0.5 if root else var
 
+    def peaks(s, q, counts):
+        """The N inside ``counts`` where d/dN of Q/N − S²/N² (or of (Q − S²/N)/(N − 1)) is 0."""
+        if q <= 0:
+            return []
+        if not sample:
+            found = [2 * s * s / q]
+        else:  # the roots of Q·N² − 2S²·N + S² = 0
+            discriminant = s ** 4 - q * s * s
+            found = [] if discriminant < 0 else [
+                (s * s + sign * discriminant ** 0.5) / q for sign in (-1, 1)]
+        return [c for c in found if counts[0] < c < counts[1]]
+
     values, lows, highs = [], [], []
     for s, q, n in zip(noisy[total.column], noisy[squares.column], noisy[count.column],
                          strict=True):
@@ -297,10 +318,12 @@ def _spread(agg, parts, noisy: dict, frame: dict) -> None:
             highs.append(top ** 0.5 if root else top)
             continue
         sums = [s - widths[0], s + widths[0]] + ([0.0] if abs(s) <= widths[0] else [])
+        counts = (n - widths[2], n + widths[2])
         corners = [value(a, b, c) for a in sums for b in (q - widths[1], q + widths[1])
-                   for c in (n - widths[2], n + widths[2])]
-        lows.append(min(corners))
-        highs.append(max(corners))
+                   for c in (*counts, *peaks(a, b, counts))]
+        # the released value is inside the range; min/max keep it there through rounding
+        lows.append(min(*corners, values[-1]))
+        highs.append(max(*corners, values[-1]))
     frame[agg.name], frame[agg.name + "__low"], frame[agg.name + "__high"] = values, lows, highs
 
 
@@ -315,9 +338,13 @@ def _ratio_interval(total, count, total_width, count_width, center, low, high):
     count_low, count_high = count - count_width, count + count_width
     if count_low <= 0:
         return low, high
+    # S/C is monotone in S and in C > 0, so the corners bound it; each end is clamped into
+    # [low, high] (never past the other end), and the released value is kept inside
+    value = _clamp(center + total / max(count, 1), low, high)
     corners = [center + (total + sign * total_width) / c for sign in (-1, 1)
                for c in (count_low, count_high)]
-    return max(min(corners), low), min(max(corners), high)
+    return (min(_clamp(min(corners), low, high), value),
+            max(_clamp(max(corners), low, high), value))
 
 
 class PostProcessor:

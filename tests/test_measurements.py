@@ -125,6 +125,25 @@ def test_counts_are_never_negative_and_intervals_stay_feasible(connect):
     assert (intervals.n_low >= 0).all() and (intervals.h_low >= 0).all()
 
 
+@pytest.mark.parametrize("where", ["amount > 99", "amount < 50", "TRUE"])
+def test_every_interval_is_ordered_feasible_and_holds_its_value(connect, where):
+    """Over many draws, each 95% interval has low <= value <= high inside the feasible range:
+    a noisy count far below 0 once gave [0, -139] around a released 0."""
+    sql = (f"SELECT day, COUNT(*) AS n, SUM(amount) AS s, AVG(amount) AS a, "
+           f"SUM(amount - 50) AS c, VAR_POP(amount) AS v, STDDEV_SAMP(amount) AS sd "
+           f"FROM visits WHERE {where} GROUP BY day")
+    for seed in range(12):
+        for epsilon in (0.02, 0.3, 5):
+            cursor = connect(seed=seed, budget=1e6).execute(sql, epsilon=epsilon)
+            frame = cursor.intervals()
+            for column in ("n", "s", "a", "c", "v", "sd"):
+                low, value, high = frame[f"{column}_low"], frame[column], frame[f"{column}_high"]
+                assert ((low <= value) & (value <= high)).all(), (seed, epsilon, column)
+            assert (frame.n_low >= 0).all() and (frame.s_low >= 0).all()
+            assert ((frame.a_low >= 0) & (frame.a_high <= 100)).all()
+            assert ((frame.v_low >= 0) & (frame.v_high <= 2500)).all()
+
+
 def test_measures_serve_every_aggregate_once(connect):
     con = connect()
     sql = "SELECT COUNT(*) AS n, COUNT(*) * 2 AS twice, SUM(hours) AS h FROM adult"
