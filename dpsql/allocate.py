@@ -41,7 +41,15 @@ from dpsql import joint, share, snapshot
 from dpsql.budget import SHARE_QUANTUM
 from dpsql.catalog import Catalog
 from dpsql.plan import CheckedQuery, NoisePart
-from dpsql.rewrite import SPREAD_KINDS, as_gaussian, domain_size, measures, noise_parts, part_count
+from dpsql.rewrite import (
+    SPREAD_KINDS,
+    as_gaussian,
+    domain_size,
+    measures,
+    noise_parts,
+    part_count,
+    person_count_part,
+)
 
 
 def coefficients(checked: CheckedQuery, parts: list[NoisePart]) -> dict[str, dict[str, float]]:
@@ -209,9 +217,16 @@ def _shown_as_drawn(shares: list[list[Fraction]], shared: list[list[share.Link |
 
 
 def _drafts(statements: list[CheckedQuery], catalog: Catalog) -> list[list[NoisePart]]:
-    """Each statement's measurements at ε = 1 (their sensitivities and roles)."""
-    return [noise_parts(c, catalog, [Fraction(1)] * len(measures(c)), domain_size(c))[0]
-            for c in statements]
+    """Each statement's measurements at ε = 1 (their sensitivities and roles), the one that
+    private keys will be thresholded on marked as such: it is drawn alone, never in a block
+    (its threshold here is a placeholder; ``rewrite`` sets the real one)."""
+    drafts = []
+    for checked in statements:
+        parts = noise_parts(checked, catalog, [Fraction(1)] * len(measures(checked)),
+                            domain_size(checked))[0]
+        counted = person_count_part(parts, checked) if checked.has_private_keys else None
+        drafts.append([replace(p, threshold=0) if p is counted else p for p in parts])
+    return drafts
 
 
 def _demand(statements: list[CheckedQuery], catalog: Catalog, drafts, weights, gaussian: bool,

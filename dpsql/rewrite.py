@@ -34,7 +34,7 @@ from dpsql.compile.bound import bound_rows
 from dpsql.compile.ir import Filter, Join, Number, Project
 from dpsql.compile.per_person import centred, per_person_ctes
 from dpsql.compile.render import Dialect, dialect
-from dpsql.errors import ProgrammingError
+from dpsql.errors import InternalError, ProgrammingError
 from dpsql.mechanisms.calibrate import grid_exponent, private_key_threshold
 from dpsql.plan import TERMS, Aggregate, CheckedQuery, ExactQuery, NoisePart, StatementPlan
 from dpsql.sensitivity import (
@@ -70,6 +70,20 @@ def person_count(checked: CheckedQuery) -> str | None:
                 agg.kind == "count_star" and checked.table.privacy_unit is None):
             return agg.name
     return None
+
+
+def person_count_part(parts: list[NoisePart], checked: CheckedQuery) -> NoisePart | None:
+    """The measurement that counts the persons of each key (``person_count``), which private
+    keys are thresholded on, whichever aggregate it was made for first (a never-NULL COUNT(x)
+    or AVG(x) before COUNT(*) shares its count); None when the query has none."""
+    own = person_count(checked)
+    if own is None:
+        return None
+    counted = [p for p in parts if own in p.feeds and p.role in ("count", "distinct")]
+    if len(counted) != 1:
+        raise InternalError(f"{len(counted)} measurements count the persons of {own!r}; "
+                            "private keys need exactly one")
+    return counted[0]
 
 
 def domain_size(checked: CheckedQuery) -> int | None:
@@ -184,10 +198,10 @@ def _with_selection(parts: list[NoisePart], checked: CheckedQuery, catalog: Cata
     It is the query's own person count when it has one, else an extra part.
     """
     l0, _ = contribution_bounds(checked.table, None)
-    own = person_count(checked)
-    if own is not None:
+    counted = person_count_part(parts, checked)
+    if counted is not None:
         return [replace(p, threshold=private_key_threshold(p.scale, delta, l0))
-                if p.aggregate == own else p for p in parts]
+                if p is counted else p for p in parts]
     sensitivity = distinct_unit_sensitivity(checked.table, grouped=True, domain_size=None,
                                             neighbouring=catalog.neighbouring)
     threshold = private_key_threshold(sensitivity / epsilon, delta, l0)

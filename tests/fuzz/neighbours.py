@@ -416,6 +416,7 @@ def _check_exact(plan_d, plan_d_prime, pair: Pair, sql: str) -> bool:
         if failures:
             return True
         check_parts(statement, outcomes[0], outcomes[1], sql)
+        check_threshold(statement, outcomes[0][0], outcomes[1][0], sql)
         check_shared(statement, [o[0] for o in outcomes], drawn, sql)
     return False
 
@@ -432,6 +433,23 @@ def check_shared(statement, cells: list[dict], drawn: dict[str, list], sql: str)
         elif mine != drawn[part.shared]:
             raise _fail(sql, f"part {part.column} shows the shared measurement {part.shared} "
                         "but its exact values differ from the statement that draws it")
+
+
+def check_threshold(statement, on_d: dict, on_d_prime: dict, sql: str) -> None:
+    """Private keys are thresholded on exactly one measurement, whose exact value on a key
+    that only D′ has (the adversary's own) is at most 1: the threshold τ
+    (``private_key_threshold``) is computed for a key of one person, whose count of persons
+    is 1. A count of rows there, or no threshold at all, releases the key."""
+    if not statement.checked.has_private_keys:
+        return
+    marked = [p for p in statement.parts if p.threshold is not None]
+    if len(marked) != 1:
+        raise _fail(sql, f"{len(marked)} parts carry the threshold of the private keys")
+    column = marked[0].column
+    for key, value in on_d_prime[column].items():
+        if key not in on_d[column] and not value <= 1:
+            raise _fail(sql, f"the key {key!r}, which only D′ has, counts {value} in the "
+                        f"thresholded part {column}: the threshold is for one person")
 
 
 def check_parts(statement, on_d: tuple[dict, dict], on_d_prime: tuple[dict, dict],

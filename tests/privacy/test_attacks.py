@@ -257,6 +257,20 @@ def test_private_keys_with_all_null_sums_answer(null_shop_pairs):
     assert all(outcome == "released" for row in outcomes for outcome in row), outcomes
 
 
+def test_private_keys_are_thresholded_on_the_person_count_whatever_comes_first(pairs):
+    """Under row privacy COUNT(*) counts persons and private keys are thresholded on it; a
+    never-NULL COUNT(x) or AVG(x) before it shares that measurement, which then fed the
+    first aggregate: no part carried the threshold, and the adversary's one-person key was
+    released. The harness checks that one part carries it and counts 1 on that key."""
+    contract(pairs, [
+        "SELECT LOWER(education) AS k, COUNT(1) AS one, COUNT(*) AS n FROM adult GROUP BY k",
+        "SELECT LOWER(education) AS k, AVG(COALESCE(hours, 0)) AS h, COUNT(*) AS n "
+        "FROM adult GROUP BY k",
+        "SELECT LOWER(education) AS k, COUNT(*) AS n, SUM(hours) AS h FROM adult GROUP BY k",
+        "SELECT LOWER(day) AS k, COUNT(*) AS n, SUM(amount) AS s FROM visits GROUP BY k",
+    ], delta=DELTA)
+
+
 def test_private_key_quantiles_when_no_key_clears_the_threshold(pairs):
     """MEDIAN/MIN/MAX/QUANTILE with private keys (δ) answer, also when no key's noisy count
     clears the threshold (an empty release, not an exception after the charge)."""
