@@ -163,12 +163,14 @@ class CustodianCursor(Cursor):
     def execute(self, operation: str, parameters=None, *, epsilon=None) -> CustodianCursor:
         """Run one statement exactly (parameters use qmark style)."""
         self._check_open()
+        self._load([])
         self._load([self.connection._run_exact(operation, parameters)])
         return self
 
     def executescript(self, script: str, *, epsilon=None) -> CustodianCursor:
         """Run each statement of a script exactly."""
         self._check_open()
+        self._load([])
         statements = parse_script(script)
         self._load([self.connection._run_exact(s.sql, None) for s in statements])
         return self

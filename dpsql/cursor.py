@@ -7,7 +7,12 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from dpsql import frames
-from dpsql.errors import InterfaceError, NotSupportedError, PrivacyParameterError
+from dpsql.errors import (
+    InterfaceError,
+    NotSupportedError,
+    PrivacyParameterError,
+    ProgrammingError,
+)
 from dpsql.release import NoisyResult
 
 if TYPE_CHECKING:
@@ -82,6 +87,7 @@ class Cursor:
         data first (``dpsql/autotune.py``); the statement still costs ``epsilon`` in all.
         """
         self._check_open()
+        self._load([])
         if tune is None:
             results = self.connection._engine.execute(
                 operation, parameters, epsilon=epsilon, delta=delta, accuracy=accuracy,
@@ -103,6 +109,7 @@ class Cursor:
                       rho: float | None = None) -> Cursor:
         """Run several SELECTs as ONE release: one ε, total sensitivity = their sum."""
         self._check_open()
+        self._load([])
         self._load(self.connection._engine.execute(script, epsilon=epsilon, delta=delta,
                                                    accuracy=accuracy, rho=rho, script=True))
         return self
@@ -125,6 +132,8 @@ class Cursor:
                                        accuracy=accuracy, rho=rho, weights=weights)
 
     def _load(self, results: list[NoisyResult]) -> None:
+        """Make ``results`` the cursor's; ``[]`` before an execute, so that a refused one
+        leaves no earlier result (description, rowcount, rows, ε) behind."""
         self._results, self._set, self._pos = results, 0, 0
         self.epsilon_spent = sum((r.epsilon for r in results), Fraction(0))
         self.sensitivity = sum((r.sensitivity for r in results), Fraction(0))
@@ -157,9 +166,12 @@ class Cursor:
         return rows[self._pos - 1]
 
     def fetchmany(self, size: int | None = None) -> list[tuple]:
-        """Up to ``size`` (default arraysize) next rows."""
+        """Up to ``size`` (default arraysize) next rows; a negative size is refused."""
         rows = self._rows()
         size = self.arraysize if size is None else size
+        if size < 0:
+            raise ProgrammingError(f"fetchmany needs a row count >= 0, got {size!r}",
+                                   hint="pass size >= 0, or call fetchall() for every row")
         chunk = rows[self._pos:self._pos + size]
         self._pos += len(chunk)
         return chunk

@@ -23,6 +23,33 @@ def test_module_globals():
     assert issubclass(dpsql.BudgetExhaustedError, dpsql.OperationalError)
 
 
+def test_a_refused_execute_leaves_no_earlier_result(connect):
+    con = connect()
+    cur = con.cursor()
+    cur.execute("SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex", epsilon=1)
+    with pytest.raises(dpsql.ProgrammingError):
+        cur.execute("SELECT nonsense FROM adult", epsilon=1)
+    assert cur.description is None and cur.rowcount == -1 and cur.epsilon_spent == 0
+    with pytest.raises(dpsql.InterfaceError):
+        cur.fetchall()
+    cur.execute("SELECT COUNT(*) AS n FROM adult", epsilon=1)
+    with pytest.raises(dpsql.ProgrammingError):
+        cur.executescript("SELECT COUNT(*) FROM adult; SELECT nonsense FROM adult", epsilon=1)
+    assert cur.description is None and cur.epsilon_spent == 0
+    custodian = dpsql.connect_custodian(metadata=con.catalog, ledger=":memory:").cursor()
+    custodian.execute("SELECT COUNT(*) FROM adult")
+    with pytest.raises(dpsql.Error):
+        custodian.execute("SELECT nonsense FROM adult")
+    assert custodian.description is None
+
+
+def test_fetchmany_refuses_a_negative_size(connect):
+    cur = connect().execute("SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex", epsilon=1)
+    with pytest.raises(dpsql.ProgrammingError):
+        cur.fetchmany(-1)
+    assert cur.fetchmany(0) == [] and len(cur.fetchmany(2)) == 2
+
+
 def test_exceptions_as_connection_attributes(connect):
     con = connect()
     assert con.ProgrammingError is dpsql.ProgrammingError
