@@ -8,6 +8,8 @@ Every ``dpsql.Error`` becomes a message on stderr (JSON with ``--json``) and exi
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 import math
 import os
@@ -220,13 +222,10 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
         statements = [s["sql"] for s in
                       con.explain(sql, epsilon=epsilon, delta=delta)["statements"]] \
             if as_json else None
-        frames = []  # each set as column -> values; pandas only for --json's contract
+        frames = []  # each set as column -> values
         while True:
             noisy = bool(cursor.description) and any(c.noise for c in cursor.description)
-            if as_json:
-                frames.append(cursor.intervals() if noisy else cursor.fetchdf())
-            else:
-                frames.append(result_columns(cursor._require(), intervals=noisy))
+            frames.append(result_columns(cursor._require(), intervals=noisy))
             if not cursor.nextset():
                 break
         remaining = con.budget_remaining
@@ -235,10 +234,10 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
             "ok": True, "epsilon_spent": float(cursor.epsilon_spent),
             "total_sensitivity": _plain(cursor.sensitivity),
             "budget_remaining": None if remaining is None else float(remaining.epsilon),
-            "statements": [{"sql": s, "columns": list(f.columns),
-                            "rows": json.loads(f.to_json(orient="values"))}
+            "statements": [{"sql": s, "columns": list(f),
+                            "rows": [[_json_cell(v) for v in row] for row in zip(*f.values())]}
                            for s, f in zip(statements, frames, strict=True)],
-        }))
+        }, default=str))
         return
     for index, frame in enumerate(frames, 1):
         if len(frames) > 1:
@@ -247,6 +246,18 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
         click.echo()
     click.echo(f"ε spent: {float(cursor.epsilon_spent):g}"
                + ("" if remaining is None else f"; remaining: {float(remaining.epsilon):g}"))
+
+
+def _json_cell(value):
+    """A result cell as JSON: dates and times in ISO 8601, floats in full (``json`` writes
+    their shortest exact form), NaN and infinities as null, exact decimals as numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date too
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    return value
 
 
 def _plain(value):

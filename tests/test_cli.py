@@ -44,6 +44,33 @@ def test_a_script_may_end_with_a_comment(data_dir):
     assert len(json.loads(out.stdout)["statements"]) == 1
 
 
+def test_run_json_writes_iso_dates_and_floats_in_full(tmp_path):
+    """pandas' to_json wrote dates as epoch milliseconds and floats to 10 digits."""
+    (tmp_path / "stays.csv").write_text("uid,check_in,nights\n1,2024-01-03,2.5\n"
+                                        "2,2024-02-11,1.25\n3,2024-02-20,7\n")
+    meta = {"budget": {"epsilon": 10}, "tables": {"stays": {
+        "source": str(tmp_path / "stays.csv"), "privacy_unit": "uid",
+        "max_groups_per_unit": 1, "max_rows_per_group": 1,
+        "columns": {"uid": "int",
+                    "check_in": {"type": "date", "lower": "2024-01-01", "upper": "2024-03-31"},
+                    "nights": {"type": "float", "lower": 0, "upper": 30}}}}}
+    path = tmp_path / "stays.yaml"
+    path.write_text(yaml.safe_dump(meta))
+    sql = ("SELECT DATE_TRUNC('month', check_in) AS month, AVG(nights) AS mean "
+           "FROM stays GROUP BY month")
+    out = _dpsql("run", "-", "-m", path, "-e", "1", "--insecure-seed", "3", "--json",
+                 "--ledger", tmp_path / "l.sqlite", stdin=sql)
+    assert out.returncode == 0, out.stderr
+    statement = json.loads(out.stdout)["statements"][0]
+    assert statement["columns"] == ["month", "mean", "mean_low", "mean_high"]
+    import dpsql
+
+    with dpsql.connect(metadata=str(path), ledger=":memory:", insecure_seed=3) as con:
+        expected = con.execute(sql, epsilon=1).intervals()
+    assert [row[0] for row in statement["rows"]] == ["2024-01-01", "2024-02-01", "2024-03-01"]
+    assert [row[1:] for row in statement["rows"]] == expected.iloc[:, 1:].values.tolist()
+
+
 def test_explain_json_contract(data_dir):
     script = data_dir / "s.sql"
     script.write_text("SELECT sex, salary, COUNT(*) FROM adult GROUP BY sex, salary;\n"
