@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import os
 from collections.abc import Mapping
 from dataclasses import replace
@@ -222,7 +224,8 @@ class CustodianConnection(_Base):
         if self._backend.name != "duckdb":
             # a warehouse runs the statement in its own dialect, like the engine's queries
             names, rows = self._backend.run(parse_one(sql, parameters).tree)
-            return NoisyResult(columns=[ColumnInfo(n, "any") for n in names], rows=rows)
+            return NoisyResult(columns=[ColumnInfo(n, _value_type([r[i] for r in rows]))
+                                        for i, n in enumerate(names)], rows=rows)
         try:
             cursor = self.duckdb.execute(sql, parameters or [])
             rows = cursor.fetchall() if cursor.description else []
@@ -230,6 +233,20 @@ class CustodianConnection(_Base):
             raise BackendError(f"DuckDB refused the statement: {err}") from err
         columns = [ColumnInfo(d[0], str(d[1])) for d in (cursor.description or [])]
         return NoisyResult(columns=columns, rows=rows)
+
+
+def _value_type(values: list) -> str:
+    """The dpsql type of a column's values (a custodian's statement runs uncompiled on a
+    warehouse, so its values are what say it); "null" when every value is NULL."""
+    value = next((v for v in values if v is not None), None)
+    if value is None:
+        return "null"
+    # bool before int and datetime before date: the first is a subclass of the second
+    for kind, name in ((bool, "bool"), (int, "int"), ((float, decimal.Decimal), "float"),
+                       (str, "text"), (datetime.datetime, "timestamp"), (datetime.date, "date")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
 
 
 def _ledger_path(ledger: Any, database: str | None, catalog: Catalog) -> str:

@@ -287,8 +287,9 @@ class Engine:
                                        self.post, histograms[i], shared_values))
             else:
                 names, rows = public[i]
-                results.append(NoisyResult(columns=[ColumnInfo(n, "any") for n in names],
-                                           rows=rows))
+                types = [e.type for _, e in planned.public[i].outputs]
+                results.append(NoisyResult(columns=[ColumnInfo(n, t) for n, t in zip(
+                    names, types, strict=True)], rows=rows))
         if reuse:
             self.ledger.record_answer(release_id, dump_results(results))
         return results
