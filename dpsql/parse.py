@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import math
 import re
 from collections.abc import Sequence
@@ -63,10 +64,37 @@ def _statements(sql: str, dialect: str) -> tuple[Statement, ...]:
 
 
 def _statement(tree: exp.Expression) -> Statement:
-    # the text is a key (answer reuse, caches); what DuckDB cannot spell is refused when the
-    # statement is compiled, so sqlglot's warning about it here would only be noise
+    # the text is what people read (ledger, explain, errors); it is lossy, so caches and
+    # answer reuse key on ``identity``. What DuckDB cannot spell is refused when the statement
+    # is compiled, so sqlglot's warning about it here would only be noise
     text = tree.sql(dialect=DIALECT, comments=False, unsupported_level=ErrorLevel.IGNORE)
     return Statement(tree=tree, sql=text, hints=_hints(tree))
+
+
+def identity(statement: Statement) -> str:
+    """A key that differs whenever two statements' trees do: every node type, argument and
+    comment, as JSON. ``Statement.sql`` is not one: rendered in DuckDB's dialect it drops what
+    DuckDB cannot spell (FOR UPDATE, table hints, OPTION(...)), so a refused statement would
+    share the key of the statement without that clause.
+
+    Example:
+        >>> identity(parse_one("SELECT 1 FROM t FOR UPDATE")) == identity(parse_one(
+        ...     "SELECT 1 FROM t"))
+        False
+    """
+    try:
+        return json.dumps(_node(statement.tree), default=repr)
+    except RecursionError:
+        raise too_deep(statement.sql) from None
+
+
+def _node(node: Any) -> Any:
+    if isinstance(node, exp.Expression):
+        return [type(node).__name__, node.comments or [],
+                {k: _node(v) for k, v in node.args.items() if v is not None and v != []}]
+    if isinstance(node, list):
+        return [_node(v) for v in node]
+    return node
 
 
 @functools.lru_cache(maxsize=256)

@@ -180,6 +180,41 @@ def test_repeated_statement_returns_the_stored_answer_at_no_cost(connect):
     assert con.cursor().execute(sql, epsilon=0.5).epsilon_spent == Fraction(1, 2)
 
 
+def test_a_clause_dropped_from_the_statement_text_does_not_share_its_cache(connect):
+    """Statement.sql, rendered for DuckDB, drops FOR UPDATE, T-SQL's WITH (NOLOCK), MySQL's
+    USE INDEX and Spark's hints: keyed on it, the compile cache answered them."""
+    con = connect(seed=None)
+    for dialect, plain, extra in (
+            ("duckdb", "SELECT COUNT(*) AS n FROM adult", " FOR UPDATE"),
+            ("tsql", "SELECT COUNT(*) AS n FROM adult", " WITH (NOLOCK)"),
+            ("mysql", "SELECT COUNT(*) AS n FROM adult", " USE INDEX (i)"),
+            ("spark", "SELECT /*+ REPARTITION(3) */ COUNT(*) AS n FROM adult", "")):
+        con._engine.dialect = dialect
+        con.execute(plain.replace("/*+ REPARTITION(3) */ ", ""), epsilon=1)
+        with pytest.raises(dpsql.NotSupportedError):
+            con.execute(plain + extra, epsilon=1)
+
+
+def test_answer_reuse_tells_apart_statements_with_the_same_text(connect):
+    """The ledger's fingerprint carries a digest of the trees: two statements whose DuckDB
+    text is the same but whose trees differ never share a stored answer."""
+    from dataclasses import replace
+
+    from dpsql.engine import _fingerprint
+    from dpsql.parse import parse_one
+
+    con = connect(seed=None)
+    release = con._engine.plan("SELECT COUNT(*) AS n FROM adult", epsilon=1).release
+    plan = release.statements[0]
+    locked = parse_one("SELECT COUNT(*) AS n FROM adult FOR UPDATE")
+    assert locked.sql == plan.checked.statement.sql
+    other = replace(release, statements=(replace(plan, checked=replace(
+        plan.checked, statement=locked)),))
+    assert _fingerprint(other) != _fingerprint(release)
+    assert _fingerprint(con._engine.plan("SELECT COUNT(*) AS n FROM adult", epsilon=1).release
+                        ) == _fingerprint(release)
+
+
 def test_an_answer_is_not_reused_once_the_data_changed(connect, data_dir):
     """Reuse is keyed on the data too: a changed source file is charged and answered afresh."""
     con = connect(seed=None, budget=3.0)
