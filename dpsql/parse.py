@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import functools
 import json
 import math
@@ -182,10 +184,24 @@ def _literal(value: Any) -> exp.Expression:
                              hint="bind finite numbers, or write the condition without it")
     if isinstance(value, (int, float)):
         return exp.Literal.number(value)
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            raise InterfaceError(f"cannot bind the parameter {value!r}: it is not a finite "
+                                 "number", hint="bind finite numbers")
+        return exp.Literal.number(format(value, "f"))  # exact: no float in between
     if isinstance(value, str):
         return exp.Literal.string(value)
+    # typed literals, as the analyst would write them (datetime before date: it is one)
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is not None:
+            raise InterfaceError(f"cannot bind the time-zone-aware timestamp {value!r}",
+                                 hint="bind a naive datetime (e.g. value.astimezone(UTC)"
+                                 ".replace(tzinfo=None))")
+        return sqlglot.parse_one(f"TIMESTAMP '{value.isoformat(sep=' ')}'", read=DIALECT)
+    if isinstance(value, datetime.date):
+        return sqlglot.parse_one(f"DATE '{value.isoformat()}'", read=DIALECT)
     raise InterfaceError(f"cannot bind a parameter of type {type(value).__name__}",
-                         hint="bind None, bool, int, float or str")
+                         hint="bind None, bool, int, float, Decimal, str, date or datetime")
 
 
 def dp_options(statement: Statement) -> dict[str, str]:

@@ -78,6 +78,31 @@ def test_a_warehouse_custodian_describes_its_values_types(monkeypatch):
     assert codes[5] == "null"
 
 
+def test_the_exported_constructors_bind(tmp_path):
+    """dpsql.Date, dpsql.Timestamp and Decimal bind as DATE '…', TIMESTAMP '…' and exact
+    numbers (they were refused: 'cannot bind a parameter of type date')."""
+    import decimal
+
+    (tmp_path / "stays.csv").write_text(
+        "uid,check_in,arrived,nights\n1,2024-01-03,2024-01-03 09:00:00,2.5\n"
+        "2,2024-02-11,2024-02-11 18:30:00,1.25\n3,2024-02-20,2024-02-20 08:00:00,7\n")
+    meta = {"budget": {"epsilon": 1e12}, "tables": {"stays": {
+        "source": str(tmp_path / "stays.csv"), "privacy_unit": "uid",
+        "max_groups_per_unit": 1, "max_rows_per_group": 1, "columns": {
+            "uid": "int",
+            "check_in": {"type": "date", "lower": "2024-01-01", "upper": "2024-03-31"},
+            "arrived": {"type": "timestamp", "lower": "2024-01-01", "upper": "2024-04-01"},
+            "nights": {"type": "float", "lower": 0, "upper": 30}}}}}
+    con = dpsql.connect(metadata=meta, ledger=":memory:", epsilon_per_query=1e9)
+    sql = "SELECT COUNT(*) AS n FROM stays WHERE "
+    for condition, parameter in (("check_in >= ?", dpsql.Date(2024, 2, 11)),
+                                 ("arrived > ?", dpsql.Timestamp(2024, 2, 11, 18, 29, 59)),
+                                 ("nights > ?", decimal.Decimal("1.2500000000000000001"))):
+        assert con.execute(sql + condition, [parameter]).fetchall() == [(2,)], condition
+    with pytest.raises(dpsql.InterfaceError):
+        con.execute(sql + "nights > ?", [decimal.Decimal("NaN")])
+
+
 def test_exceptions_as_connection_attributes(connect):
     con = connect()
     assert con.ProgrammingError is dpsql.ProgrammingError
