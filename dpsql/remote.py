@@ -25,6 +25,7 @@ from dpsql import errors
 from dpsql.budget import PrivacyLoss
 from dpsql.cursor import Column
 from dpsql.dbapi20 import ConnectionBase
+from dpsql.sqltext import qmark_to_dollar, split_statements
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,6 +37,7 @@ _SERVICE_CODES = {
     "too_large": errors.ProgrammingError, "unknown_dataset": errors.InterfaceError,
     "auth_failed": errors.OperationalError, "auth_locked": errors.OperationalError,
     "forbidden": errors.ProgrammingError, "protocol": errors.InterfaceError,
+    "bad_encoding": errors.DataError, "in_failed_transaction": errors.OperationalError,
     "server": errors.OperationalError,
 }
 
@@ -74,25 +76,6 @@ def _translate(err: Exception) -> errors.Error:
         out.epsilon_spent = float(charged.group(1))
     out.server_code = code
     return out
-
-
-def _qmark_to_dollar(sql: str) -> str:
-    out, i, n, k = [], 0, len(sql), 0
-    while i < n:
-        c = sql[i]
-        if c in "'\"":
-            j = sql.find(c, i + 1)
-            j = n - 1 if j < 0 else j
-            out.append(sql[i:j + 1])
-            i = j + 1
-        elif c == "?":
-            k += 1
-            out.append(f"${k}")
-            i += 1
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
 
 
 class RemoteCursor:
@@ -272,8 +255,10 @@ class RemoteConnection(ConnectionBase):
         except psycopg.Error as err:
             raise _translate(err) from None
         self._closed = False
+        # the session's ε, restored after a call with its own epsilon=
+        self._session = {"dpsql.epsilon": epsilon_per_query, "dpsql.tune": None}
         if epsilon_per_query is not None:
-            self._simple(f"SET dpsql.epsilon = {float(epsilon_per_query)!r}")
+            self._restore(["dpsql.epsilon"])
 
     def _simple(self, sql: str) -> list[tuple]:
         try:
@@ -282,10 +267,17 @@ class RemoteConnection(ConnectionBase):
         except self._psycopg.Error as err:
             raise _translate(err) from None
 
+    def _restore(self, settings) -> None:
+        """Set the session's value of each of ``settings`` (its default where it has none)."""
+        for name in settings:
+            value = self._session[name]
+            self._simple(f"RESET {name}" if value is None else f"SET {name} = {float(value)!r}")
+
     def _run(self, sql: str, parameters, settings: dict) -> tuple[list[tuple], dict | None]:
-        """The rows and the release of ``sql``, with session ``settings`` ({name: value or
-        None}) set for this statement only."""
+        """The rows and the release of ``sql`` (None unless it is a SELECT), with session
+        ``settings`` ({name: value or None}) set for this statement only."""
         self._check_open()
+        _one_statement(sql)
         settings = {name: value for name, value in settings.items() if value is not None}
         try:
             for name, value in settings.items():
@@ -293,15 +285,18 @@ class RemoteConnection(ConnectionBase):
             try:
                 with self._psycopg.RawCursor(self._db) as cur:
                     if parameters:
-                        cur.execute(_qmark_to_dollar(sql), list(parameters), prepare=False)
+                        cur.execute(qmark_to_dollar(sql), list(parameters), prepare=False)
                     else:
                         cur.execute(sql, prepare=False)
                     rows = cur.fetchall() if cur.description else []
+                    released = (cur.statusmessage or "").startswith("SELECT")
+                    shown = [{"name": c.name, "type": "TEXT"} for c in cur.description or ()]
             finally:
-                for name in settings:
-                    self._simple(f"RESET {name}")
+                self._restore(settings)
         except self._psycopg.Error as err:
             raise _translate(err) from None
+        if not released:  # SHOW, SET, EXPLAIN ...: no release, the last one is not this
+            return rows, {"columns": shown, "epsilon_spent": 0}
         release = json.loads(self._simple("SHOW dpsql.last_release")[0][0])
         return rows, release
 
@@ -318,13 +313,14 @@ class RemoteConnection(ConnectionBase):
         """The server's DP plan: cost, mechanisms, expected error; spends nothing."""
         self._check_open()
         _epsilon_only(**unsupported)
+        _one_statement(sql)
         if epsilon is not None:
             self._simple(f"SET dpsql.epsilon = {float(epsilon)!r}")
         try:
             lines = self._simple("EXPLAIN " + sql)
         finally:
             if epsilon is not None:
-                self._simple("RESET dpsql.epsilon")
+                self._restore(["dpsql.epsilon"])
         return json.loads("\n".join(line[0] for line in lines))
 
     @property
@@ -346,6 +342,16 @@ class RemoteConnection(ConnectionBase):
 
     def _close(self) -> None:
         self._db.close()
+
+
+def _one_statement(sql: str) -> None:
+    """Refuse several statements as embedded does: the server would run (and charge) each
+    as a release of its own."""
+    statements = len(split_statements(sql))
+    if statements > 1:
+        raise errors.ProgrammingError(f"expected one statement, got {statements}",
+                                      hint="call execute() once per SELECT; each is one "
+                                      "release")
 
 
 def _epsilon_only(**given: Any) -> None:

@@ -67,3 +67,33 @@ def test_answer_reuse_across_analysts(server):
         assert second.epsilon_spent == 0 and second.reused
         assert second.fetchall() == first.fetchall()
         assert frank.budget_remaining.epsilon == 1
+
+
+def test_client_keeps_its_epsilon_and_one_statement(server):
+    with dpsql.connect(server.url("pat"), epsilon_per_query=0.01) as con:
+        cur = con.cursor()
+        cur.execute("SELECT COUNT(*) AS n FROM visits WHERE region_id = 1", epsilon=0.02)
+        assert cur.epsilon_spent == Fraction(1, 50)
+        con.explain("SELECT COUNT(*) FROM visits", epsilon=0.3)
+        cur.execute("SELECT COUNT(*) AS n FROM visits WHERE region_id = 2")
+        assert cur.epsilon_spent == Fraction(1, 100)  # the connection's ε, not the default
+        left = con.budget_remaining
+        for call in (lambda: cur.execute("SELECT COUNT(*) AS a FROM visits; "
+                                         "SELECT COUNT(*) AS b FROM visits"),
+                     lambda: con.explain("SELECT COUNT(*) FROM visits; SELECT 1")):
+            with pytest.raises(dpsql.ProgrammingError, match="expected one statement, got 2"):
+                call()
+        # a ? in a comment or a string is not a placeholder
+        cur.execute("SELECT COUNT(*) AS n FROM visits WHERE region_id = ? -- why? '?'", [3])
+        assert cur.epsilon_spent == Fraction(1, 100)
+        assert con.budget_remaining.epsilon == left.epsilon - Fraction(1, 100)
+
+
+def test_client_description_after_a_statement_that_releases_nothing(server):
+    with dpsql.connect(server.url("pat")) as con:
+        cur = con.cursor().execute("SELECT COUNT(*) AS n FROM visits WHERE region_id = 4",
+                                   epsilon=0.05)
+        assert cur.epsilon_spent == Fraction(1, 20)
+        cur.execute("SHOW dpsql.epsilon")
+        assert [c.name for c in cur.description] == ["dpsql.epsilon"]
+        assert cur.epsilon_spent == 0 and cur.fetchall() == [("default",)]
