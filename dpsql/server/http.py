@@ -98,7 +98,7 @@ def openapi() -> dict:
                 "run one DP SELECT (spends ε)", {"$ref": "#/components/schemas/Answer"},
                 body=sql_body, dataset=True)},
             "/api/v1/datasets/{dataset}/explain": {"post": op(
-                "the DP plan of a statement or script; spends nothing", obj, body=sql_body,
+                "the DP plan of one statement; spends nothing", obj, body=sql_body,
                 dataset=True)},
             "/api/v1/admin/overview": {"get": op(
                 "data owner only: every analyst's spend, totals, refusals", obj)},
@@ -128,7 +128,7 @@ class HttpApi:
             Route("/api/v1/admin/overview", self.overview),
         ]
         self.app = Starlette(routes=routes, exception_handlers={
-            Exception: self._crash, 404: self._not_found, 405: self._not_found})
+            Exception: self._crash, 404: self._not_found, 405: self._wrong_method})
 
     # --- plumbing ------------------------------------------------------------------------
     async def _crash(self, request: Request, exc: Exception) -> JSONResponse:
@@ -139,6 +139,14 @@ class HttpApi:
         return _json({"ok": False, "code": "not_found", "error": "no such endpoint",
                       "hint": "see /openapi.json", "sqlstate": "42000", "epsilon_spent": 0},
                      404)
+
+    async def _wrong_method(self, request: Request, exc: Exception) -> JSONResponse:
+        allow = getattr(exc, "headers", None) or {}
+        return JSONResponse({"ok": False, "code": "wrong_method",
+                             "error": f"{request.method} is not allowed here",
+                             "hint": f"use {allow.get('Allow', 'GET')}", "sqlstate": "42000",
+                             "epsilon_spent": 0}, status_code=405,
+                            headers={**_SECURITY_HEADERS, **allow})
 
     def _refuse(self, err: Exception, web: bool = False) -> JSONResponse:
         failure = self.service.failure(err)
@@ -178,6 +186,13 @@ class HttpApi:
         return user
 
     async def _body(self, request: Request) -> dict:
+        # a cross-site HTML form can POST text/plain (or urlencoded) with the Basic
+        # credentials the browser cached, but not application/json without a CORS preflight
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media != "application/json":
+            raise ServiceError("media_type", "request bodies must be JSON "
+                               "(Content-Type: application/json)",
+                               hint="send the header Content-Type: application/json")
         declared = request.headers.get("content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
             raise ServiceError("too_large", f"request bodies are limited to {MAX_BODY} bytes")
@@ -201,20 +216,35 @@ class HttpApi:
                 hint=f"the body takes {', '.join(sorted(BODY_KEYS))}; weigh output columns "
                      "in the SQL: /* dpsql: weights n=2 */ SELECT ...")
         for name in ("epsilon", "tune"):
+            # an explicit null is refused, not read as "the default": the page sent NaN as
+            # null, and the default ε was spent
             value = body.get(name)
-            if value is not None and (isinstance(value, bool) or
-                                      not isinstance(value, (int, float))):
-                raise ServiceError("bad_privacy_parameter", f"{name} must be a number")
+            if name in body and (isinstance(value, bool) or
+                                 not isinstance(value, (int, float))):
+                raise ServiceError("bad_privacy_parameter", f"{name} must be a number",
+                                   hint=f"leave {name} out for your default")
         params = body.get("params")
         if params is not None and not (isinstance(params, list) and all(
                 isinstance(p, (str, int, float, bool)) or p is None for p in params)):
             raise ServiceError("protocol", "params must be a list of scalars")
+        for text in (body["sql"], *(p for p in params or () if isinstance(p, str))):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate escape such as "\ud800"
+                raise ServiceError("bad_encoding", "the body holds a string that is not "
+                                   "valid Unicode (a lone surrogate)",
+                                   hint="send UTF-8 text") from None
         return body
 
     async def _call(self, request: Request, work, *, body: bool = False) -> JSONResponse:
         web = request.headers.get("x-dpsql-client") == "web"
         user = "-"
         try:
+            if request.headers.get("sec-fetch-site") == "cross-site":
+                # another site's page, riding on credentials the browser cached
+                raise ServiceError("cross_site", "requests from other sites are refused",
+                                   hint="call the API from a program or from this server's "
+                                   "page")
             user = await self._user(request)
             payload = await self._body(request) if body else None
             loop = asyncio.get_running_loop()

@@ -83,7 +83,15 @@ async function refreshAnalyst() {
 function request() {
   const body = {sql: $("sql").value};
   const eps = $("epsilon").value.trim();
-  if (eps) { body.epsilon = Number(eps); }
+  if (eps) {
+    // Number("0,02") is NaN, which JSON sends as null: refuse here instead
+    const value = Number(eps);
+    if (!Number.isFinite(value) || value <= 0) {
+      throw {error: "ε must be a number above 0, such as 0.02 (with a point), not " +
+                    JSON.stringify(eps), hint: "or leave it empty for your default"};
+    }
+    body.epsilon = value;
+  }
   return body;
 }
 const datasetPath = (what) => "/api/v1/datasets/" + encodeURIComponent($("dataset").value) + "/" + what;

@@ -32,6 +32,7 @@ from dpsql import frames
 from dpsql.budget import PrivacyLoss, positive
 from dpsql.server.auth import check_password
 from dpsql.server.config import Analyst, ServerConfig
+from dpsql.sqltext import split_statements
 
 log = logging.getLogger("dpsql.server")
 
@@ -60,6 +61,10 @@ ERROR_CODES: dict[str, tuple[str, int]] = {
     "auth_locked": ("28000", 429),
     "forbidden": ("42501", 403),
     "protocol": ("08P01", 400),
+    "bad_encoding": ("22021", 400),
+    "in_failed_transaction": ("25P02", 400),
+    "media_type": ("08P01", 415),
+    "cross_site": ("42501", 403),
     "server": ("XX000", 500),
 }
 # engine errors whose message is written for the analyst; every other one (ledger, data,
@@ -147,7 +152,12 @@ class Answer:
 def fingerprint(sql: str) -> str:
     """A short hash of the statement with whitespace and case of keywords normalised."""
     normal = re.sub(r"\s+", " ", sql.strip()).rstrip(";").lower()
-    return hashlib.sha256(normal.encode()).hexdigest()[:16]
+    return hashlib.sha256(normal.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _storable(text: str) -> str:
+    """Text SQLite can store: a lone surrogate (from a JSON escape) becomes U+FFFD."""
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 def _plain(value: Any) -> Any:
@@ -314,28 +324,15 @@ class Service:
         started = time.perf_counter()
         try:
             account = self._admit(user, dataset, sql)
-            eps = epsilon if epsilon is not None else account.epsilon_per_query
-            if eps is not None:
-                eps = positive(eps, "epsilon")  # NaN, ∞ and ≤ 0 refused before the checks
-            cap = account.limits.max_epsilon_per_query
-            if eps is not None and cap is not None and float(eps) > cap:
-                raise ServiceError("epsilon_limit", f"one query may spend at most ε {cap:g}; "
-                                   f"this one asks for ε {float(eps):g}",
-                                   hint="ask for a smaller epsilon (SET dpsql.epsilon = ...)")
-            share = account.budgets[dataset]
-            if eps is not None:
-                left = share.minus(self._spent(dataset, user))
-                if not left.covers(PrivacyLoss(eps)):
-                    raise ServiceError(
-                        "budget_exhausted",
-                        f"{user}'s privacy budget on dataset {dataset!r} cannot cover this "
-                        f"request; nothing was run or released\n  Requested: ε={float(eps):g}"
-                        f"\n  Remaining: {left.describe()}",
-                        hint="ask for a smaller epsilon, or ask the data owner for more budget")
             con = self._borrow(account, dataset)
             try:
+                self._check_cost(con, account, dataset, sql, params, epsilon)
                 cur = con.cursor().execute(sql, params, epsilon=epsilon, tune=tune)
                 answer = self._answer(cur, account, dataset)
+            except dpsql.BudgetExhaustedError as err:  # the ledger's own checks, in a race
+                refusal = self._refusal(err.requested, account, dataset)
+                refusal.epsilon_spent = err.epsilon_spent  # e.g. a tuning slice charged first
+                raise refusal from None
             finally:
                 self._give_back(account, dataset, con)
         except (dpsql.Error, ServiceError) as err:
@@ -364,7 +361,55 @@ class Service:
             raise ServiceError("rate_limited", f"more than "
                                f"{account.limits.queries_per_minute:g} requests per minute",
                                hint="wait a moment and try again")
+        statements = len(split_statements(sql))
+        if statements > 1:  # as embedded; the server has no executescript (docs/server.md)
+            raise dpsql.ProgrammingError(
+                f"expected one statement, got {statements}",
+                hint="send each SELECT on its own; each is one release")
         return account
+
+    def _check_cost(self, con, account: Analyst, dataset: str, sql: str, params,
+                    epsilon) -> None:
+        """Refuse a query over the per-query cap or the analyst's remaining share, at the
+        ε it will really spend (an accuracy hint or OPTIONS(epsilon=...) can pick it), before
+        anything runs: planning spends nothing. A stored answer is refused too (docs)."""
+        if epsilon is not None:
+            positive(epsilon, "epsilon")  # NaN, ∞ and ≤ 0 refused before the checks
+        # connection.py offers no public plan with parameters; the engine's spends nothing
+        release = con._engine.plan(sql, params, epsilon=epsilon).release
+        if release is not None and release.loss != PrivacyLoss.zero():
+            self._check_fits(release.loss, account, dataset)
+
+    def _check_fits(self, loss: PrivacyLoss, account: Analyst, dataset: str) -> None:
+        cap = account.limits.max_epsilon_per_query
+        if cap is not None and loss.epsilon > Fraction(str(cap)):
+            raise ServiceError("epsilon_limit", f"one query may spend at most ε {cap:g}; "
+                               f"this one asks for {loss.describe()}; nothing was run or "
+                               "released", hint="ask for a smaller epsilon (SET dpsql.epsilon "
+                               "= ...) or a looser accuracy")
+        left = account.budgets[dataset].minus(self._spent(dataset, account.name))
+        if not left.covers(loss):
+            raise ServiceError(
+                "budget_exhausted",
+                f"{account.name}'s privacy budget on dataset {dataset!r} cannot cover this "
+                f"request; nothing was run or released\n  Requested: {loss.describe()}"
+                f"\n  Remaining: {left.describe()}",
+                hint="ask for a smaller epsilon, or ask the data owner for more budget")
+
+    def _refusal(self, loss: PrivacyLoss | None, account: Analyst,
+                 dataset: str) -> ServiceError:
+        """A ledger refusal in the analyst's own terms: the cap, their share, or the dataset's
+        total, whose remainder would tell them what the other analysts spent."""
+        if loss is not None:
+            try:
+                self._check_fits(loss, account, dataset)
+            except ServiceError as err:
+                return err
+        requested = "" if loss is None else f"\n  Requested: {loss.describe()}"
+        return ServiceError(
+            "budget_exhausted", f"dataset {dataset!r} has too little of its total privacy "
+            f"budget left for this request; nothing was run or released{requested}",
+            hint="the dataset's total is shared by its analysts: ask the data owner")
 
     def _answer(self, cur, account: Analyst, dataset: str) -> Answer:
         description = cur.description or []
@@ -413,9 +458,13 @@ class Service:
             statement.pop("rewritten", None)  # the exact SQL names the server's sources
         share = account.budgets[dataset].minus(self._spent(dataset, user))
         plan["budget_remaining"] = _loss_json(share)
-        plan["fits"] = share.covers(PrivacyLoss(Fraction(str(plan.get("epsilon", 0))),
-                                                Fraction(str(plan.get("delta", 0)))))
-        return plan
+        try:
+            self._check_fits(PrivacyLoss(Fraction(str(plan.get("epsilon", 0))),
+                                         Fraction(str(plan.get("delta", 0)))), account, dataset)
+            plan["fits"] = True
+        except ServiceError:
+            plan["fits"] = False
+        return {"ok": True, **plan}
 
     def _spent(self, dataset: str, analyst: str | None = None) -> PrivacyLoss:
         with self._lock:
@@ -492,14 +541,19 @@ class Service:
     def _record(self, analyst: str, dataset: str | None, interface: str, action: str,
                 sql: str | None, epsilon: float, outcome: str, code: str | None,
                 rows: int | None = None, answer: str | None = None) -> None:
-        with self._audit_lock:
-            self._audit.execute(
-                "INSERT INTO requests (time, analyst, dataset, interface, action, fingerprint, "
-                "statement, epsilon, outcome, code, rows, answer) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (time.time(), analyst[:200], dataset, interface, action,
-                 fingerprint(sql) if sql else None, sql[:20_000] if sql else None,
-                 float(epsilon), outcome, code, rows, answer))
+        """Audit one request. Never raises: a failed write must not turn a charged release
+        into a refusal (the charge is in the ledger already), so it goes to the log."""
+        row = (time.time(), _storable(analyst[:200]), dataset, interface, action,
+               fingerprint(sql) if sql else None, _storable(sql[:20_000]) if sql else None,
+               float(epsilon), outcome, code, rows, None if answer is None else _storable(answer))
+        try:
+            with self._audit_lock:
+                self._audit.execute(
+                    "INSERT INTO requests (time, analyst, dataset, interface, action, "
+                    "fingerprint, statement, epsilon, outcome, code, rows, answer) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+        except (sqlite3.Error, ValueError) as err:
+            log.error("audit write failed (%r); the request was: %r", err, row[:10])
 
     # --- errors --------------------------------------------------------------------------
     def failure(self, err: BaseException) -> Failure:

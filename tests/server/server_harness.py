@@ -20,7 +20,8 @@ from dpsql.server.auth import hash_password
 
 ROOT = Path(__file__).resolve().parents[2]
 ANALYSTS = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan",
-            "judy", "mallory", "webby", "olivia"]
+            "judy", "mallory", "webby", "olivia", "kim", "leo", "mia", "ned", "oscar", "pat",
+            "quinn"]
 
 
 def password(user: str) -> str:

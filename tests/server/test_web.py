@@ -106,3 +106,21 @@ def test_web_page_wrong_password_and_owner_view(server, browser):
     assert "visits" in _text(browser, "datasets")
     assert "webby" in _text(browser, "spend")
     assert "budget_exhausted" in _text(browser, "refusals")
+
+
+def test_web_page_refuses_an_epsilon_it_cannot_read(server, browser):
+    """"0,02" is NaN to JavaScript, which JSON sends as null: the page says so instead of
+    letting the default ε be spent."""
+    import httpx
+    from selenium.webdriver.common.by import By
+
+    _login(browser, server, "quinn", password("quinn"))
+    _wait(browser, lambda d: d.execute_script("return document.body.dataset.ready === '1'"))
+    browser.find_element(By.ID, "epsilon").send_keys("0,02")
+    for button in ("explain-button", "run-button"):
+        browser.execute_script("document.getElementById('message').textContent = ''")
+        browser.find_element(By.ID, button).click()
+        _wait(browser, lambda d: "ε must be a number above 0" in _text(d, "message"))
+    budget = httpx.get(server.http + "/api/v1/budget", auth=("quinn", password("quinn")))
+    assert budget.json()["visits"]["spent"]["epsilon"] == 0
+    assert _text(browser, "result") == ""
