@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from dpsql.server.auth import LoginLimiter, ScramExchange
 from dpsql.server.balance import Acceptor, Sessions
 from dpsql.server.service import Answer, Failure, Service, ServiceError
+from dpsql.sqltext import dollar_to_qmark, split_statements
 
 log = logging.getLogger("dpsql.server")
 
@@ -47,7 +48,16 @@ class ProtocolError(Exception):
 
 def _cstr(data: bytes, pos: int) -> tuple[str, int]:
     end = data.index(b"\0", pos)
-    return data[pos:end].decode("utf-8", "replace"), end + 1
+    return _utf8(data[pos:end]), end + 1
+
+
+def _utf8(raw: bytes) -> str:
+    """Client text, refused unless it is UTF-8 (replacing bytes would run other SQL)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ServiceError("bad_encoding", "invalid byte sequence for encoding UTF8",
+                           hint="send UTF-8 text (client_encoding is UTF8)") from None
 
 
 def _message(kind: bytes, payload: bytes = b"") -> bytes:
@@ -119,65 +129,19 @@ def _data_rows(rows: list) -> bytes:
     return b"".join(out)
 
 
-def split_statements(sql: str) -> list[str]:
-    """Split a simple-query string on semicolons outside quotes and comments."""
-    out, start, i, n = [], 0, 0, len(sql)
-    while i < n:
-        c = sql[i]
-        if c in "'\"":
-            j = i + 1
-            while j < n:
-                if sql[j] == c:
-                    if j + 1 < n and sql[j + 1] == c:
-                        j += 2
-                        continue
-                    break
-                j += 1
-            i = j + 1
-        elif sql.startswith("--", i):
-            j = sql.find("\n", i)
-            i = n if j < 0 else j + 1
-        elif sql.startswith("/*", i):
-            j = sql.find("*/", i + 2)
-            i = n if j < 0 else j + 2
-        elif c == ";":
-            out.append(sql[start:i])
-            start = i = i + 1
-        else:
-            i += 1
-    out.append(sql[start:])
-    return [s for s in (part.strip() for part in out) if s]
-
-
-def dollar_to_qmark(sql: str) -> tuple[str, list[int]]:
-    """``$n`` placeholders (outside quotes) to ``?``; returns the parameter order."""
-    order: list[int] = []
-    out, i, n = [], 0, len(sql)
-    while i < n:
-        c = sql[i]
-        if c in "'\"":
-            j = i + 1
-            while j < n and not (sql[j] == c and not (j + 1 < n and sql[j + 1] == c)):
-                j += 2 if sql[j] == c else 1
-            out.append(sql[i:j + 1])
-            i = j + 1
-            continue
-        m = re.match(r"\$(\d+)", sql[i:])
-        if c == "$" and m:
-            order.append(int(m.group(1)))
-            out.append("?")
-            i += len(m.group(0))
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out), order
-
-
 _SET = re.compile(r"^set\s+(?:session\s+|local\s+)?([\w.]+)\s*(?:=|\bto\b)\s*(.+)$",
                   re.IGNORECASE | re.DOTALL)
-_RESET = re.compile(r"^reset\s+([\w.]+|all)$", re.IGNORECASE)
+_SET_ANY = re.compile(r"^set\b", re.IGNORECASE)
+_RESET = re.compile(r"^reset\s+(\S+)", re.IGNORECASE)
 _SHOW = re.compile(r"^show\s+([\w.]+)$", re.IGNORECASE)
 _TX = re.compile(r"^(begin|start\s+transaction|commit|end|rollback|abort)\b", re.IGNORECASE)
+# savepoints of nested transactions (psycopg's ``with con.transaction()``): nothing to undo
+_SAVEPOINT = re.compile(r"^(savepoint|release|rollback(?:\s+(?:work|transaction))?\s+to)\b",
+                        re.IGNORECASE)
+_DEALLOCATE = re.compile(r'^deallocate\s+(?:prepare\s+)?(?:(all)|"((?:[^"]|"")+)"|(\w+))$',
+                         re.IGNORECASE)
+_DISCARD = re.compile(r"^discard\s+(all|plans|sequences|temp|temporary)$", re.IGNORECASE)
+_SETTINGS = ("dpsql.epsilon", "dpsql.tune")
 _EXPLAIN = re.compile(r"^explain\s+(.+)$", re.IGNORECASE | re.DOTALL)
 
 
@@ -189,6 +153,7 @@ class _Result:
     columns: list[dict] | None = None
     rows: list = field(default_factory=list)
     notice: str | None = None
+    sent: int = 0  # rows already sent by Executes with a row limit
 
 
 class Session:
@@ -259,10 +224,14 @@ class Session:
                 return False
             break
         params, pos = {}, 4
-        while pos < len(payload) and payload[pos] != 0:
-            key, pos = _cstr(payload, pos)
-            value, pos = _cstr(payload, pos)
-            params[key] = value
+        try:
+            while pos < len(payload) and payload[pos] != 0:
+                key, pos = _cstr(payload, pos)
+                value, pos = _cstr(payload, pos)
+                params[key] = value
+        except ServiceError as err:
+            await self.send(_error(self.service.failure(err), "FATAL"))
+            return False
         self.user = params.get("user", "")
         self.dataset = params.get("database", "") or self.user
         if self.server.require_tls and self.writer.get_extra_info("ssl_object") is None:
@@ -299,7 +268,7 @@ class Session:
                 raise ProtocolError("expected SASLResponse")
             final = exchange.final(data.decode())
             ok = final is not None
-        except (ValueError, KeyError, UnicodeDecodeError, struct.error):
+        except (ValueError, KeyError, UnicodeDecodeError, struct.error, ServiceError):
             ok = False
         self.service.login_event(self.user, "pg", ok, self.address)
         if not ok:
@@ -342,41 +311,16 @@ class Session:
     # --- statements ----------------------------------------------------------------------
     async def run(self, sql: str, params: list | None = None) -> _Result:
         """One statement, through the service in a worker thread."""
-        text = sql.strip().rstrip(";").strip()
-        if not text:
+        pieces = split_statements(sql)
+        if not pieces:  # only whitespace and comments
             return _Result("EMPTY")
-        tx = _TX.match(text)
-        if tx:
-            word = tx.group(1).lower()
-            if word in ("begin", "start"):
-                self.status = b"T"
-                return _Result("BEGIN")
-            self.status = b"I"
-            return _Result("ROLLBACK" if word in ("rollback", "abort") else "COMMIT")
-        match = _SET.match(text)
-        if match:
-            name, value = match.group(1).lower(), match.group(2).strip().strip("'\"")
-            if name in ("dpsql.epsilon", "dpsql.tune"):
-                try:
-                    number = float(value)
-                except ValueError:
-                    number = -1.0
-                if not number > 0:
-                    raise ServiceError("bad_privacy_parameter", f"{name} must be a "
-                                       f"number > 0, got {value!r}")
-                if name == "dpsql.epsilon":
-                    self.epsilon = number
-                else:
-                    self.tune = number
-            return _Result("SET")
-        match = _RESET.match(text)
-        if match:
-            name = match.group(1).lower()
-            if name in ("dpsql.epsilon", "all"):
-                self.epsilon = None
-            if name in ("dpsql.tune", "all"):
-                self.tune = None
-            return _Result("RESET")
+        if len(pieces) > 1:
+            raise ServiceError("syntax", "cannot insert multiple commands into a prepared "
+                               "statement", hint="prepare one statement at a time")
+        text = pieces[0]
+        control = self._control(text)
+        if control is not None:
+            return control
         match = _SHOW.match(text)
         if match:
             return self._show(match.group(1).lower())
@@ -400,6 +344,80 @@ class Session:
         return _Result(f"SELECT {len(answer.rows)}", answer.columns, answer.rows,
                        answer.notice(self.user))
 
+    def _control(self, text: str) -> _Result | None:
+        """Transaction, session and prepared-statement commands, answered here; None for
+        every other statement."""
+        match = _SAVEPOINT.match(text)
+        if match:
+            word = match.group(1).split()[0].upper()
+            if word == "ROLLBACK" and self.status == b"E":
+                self.status = b"T"  # as PostgreSQL: back to the savepoint, out of the error
+            return _Result(word)
+        match = _TX.match(text)
+        if match:
+            word = match.group(1).lower()
+            if word in ("begin", "start"):
+                self.status = b"T"
+                return _Result("BEGIN")
+            self.status = b"I"
+            return _Result("ROLLBACK" if word in ("rollback", "abort") else "COMMIT")
+        match = _DEALLOCATE.match(text)
+        if match:
+            if match.group(1):
+                self.statements.clear()
+                return _Result("DEALLOCATE ALL")
+            self.statements.pop(match.group(3) or match.group(2).replace('""', '"'), None)
+            return _Result("DEALLOCATE")
+        match = _DISCARD.match(text)
+        if match:
+            if match.group(1).lower() == "all":
+                self.statements.clear()
+                self.portals.clear()
+                self.portal_results.clear()
+                self.epsilon = self.tune = None
+            return _Result(f"DISCARD {match.group(1).upper()}")
+        if _SET_ANY.match(text):
+            self._set(text)
+            return _Result("SET")
+        match = _RESET.match(text)
+        if match:
+            self._reset(match.group(1).lower())
+            return _Result("RESET")
+        return None
+
+    def _set(self, text: str) -> None:
+        """``SET dpsql.epsilon | dpsql.tune = value | DEFAULT``; other settings are ignored
+        (docs/server.md), but a misspelt dpsql setting is refused rather than ignored."""
+        match = _SET.match(text)
+        name = match.group(1).lower() if match else ""
+        if name not in _SETTINGS:
+            if name.startswith("dpsql.") or (not match and "dpsql." in text.lower()):
+                raise ServiceError("not_supported", f"unknown dpsql setting in {text[:80]!r}",
+                                   hint="SET dpsql.epsilon = 0.5 or SET dpsql.tune = 0.05")
+            return
+        value = match.group(2).strip()
+        if value.lower() == "default":
+            self._reset(name)
+            return
+        value = value.strip("'\"")
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if not 0 < number < float("inf"):
+            raise ServiceError("bad_privacy_parameter", f"{name} must be a number > 0, "
+                               f"got {value!r}")
+        if name == "dpsql.epsilon":
+            self.epsilon = number
+        else:
+            self.tune = number
+
+    def _reset(self, name: str) -> None:
+        if name in ("dpsql.epsilon", "all"):
+            self.epsilon = None
+        if name in ("dpsql.tune", "all"):
+            self.tune = None
+
     def _show(self, name: str) -> _Result:
         values = {
             "dpsql.epsilon": lambda: "default" if self.epsilon is None else f"{self.epsilon:g}",
@@ -417,17 +435,26 @@ class Session:
                                "dpsql.last_release, dpsql.catalogue")
         return _Result("SHOW", [{"name": name, "type": "TEXT"}], [[values[name]()]])
 
-    def _result_messages(self, result: _Result, describe: bool) -> bytes:
+    def _result_messages(self, result: _Result, describe: bool, limit: int = 0) -> bytes:
+        """The result's messages; with a ``limit`` (Execute's row count) the next rows only,
+        then PortalSuspended while rows remain."""
         if result.tag == "EMPTY":
             return _message(b"I")
         out = []
         if result.notice:
             out.append(_notice(result.notice))
+            result.notice = None  # once, with the first rows
         if result.columns is not None and describe:
             out.append(_row_description(result.columns, result.rows))
+        start = result.sent
+        end = len(result.rows) if limit <= 0 else min(start + limit, len(result.rows))
         if result.columns is not None:
-            out.append(_data_rows(result.rows))
-        out.append(_message(b"C", result.tag.encode() + b"\0"))
+            out.append(_data_rows(result.rows[start:end]))
+        result.sent = end
+        if end < len(result.rows):
+            out.append(_message(b"s"))
+        else:
+            out.append(_message(b"C", result.tag.encode() + b"\0"))
         return b"".join(out)
 
     def _fail(self, err: Exception) -> bytes:
@@ -436,7 +463,16 @@ class Session:
         return _error(self.service.failure(err))
 
     async def simple_query(self, data: bytes) -> None:
-        sql, _ = _cstr(data, 0)
+        try:
+            sql, end = _cstr(data, 0)
+            if end != len(data):  # ignoring the rest would run other SQL than was sent
+                raise ServiceError("protocol", "the query message holds text after its end "
+                                   "(a NUL byte)", hint="send SQL without NUL characters")
+        except ValueError:
+            raise ProtocolError("the query message has no terminating NUL") from None
+        except ServiceError as err:
+            await self.send(self._fail(err) + self._ready())
+            return
         statements = split_statements(sql)
         if not statements:
             await self.send(_message(b"I") + self._ready())
@@ -444,8 +480,9 @@ class Session:
         for statement in statements:
             if self.status == b"E" and not _TX.match(statement):
                 await self.send(_error(self._failure(
-                    "protocol", "current transaction is aborted, commands ignored until end "
-                    "of transaction block")), flush=False)
+                    "in_failed_transaction", "current transaction is aborted, commands "
+                    "ignored until end of transaction block",
+                    hint="ROLLBACK (nothing released can be taken back)")), flush=False)
                 break
             try:
                 result = await self.run(statement)
@@ -485,9 +522,11 @@ class Session:
                 fmt = formats[i] if len(formats) > 1 else (formats[0] if formats else 0)
                 oid = types[i] if i < len(types) else 0
                 values.append(_param(raw, fmt, oid))
-            params = [values[n - 1] for n in order] if order else []
-            if any(n < 1 or n > len(values) for n in order):
-                raise ServiceError("protocol", "a $n placeholder has no bound value")
+            needed = max(order, default=0)
+            if count != needed or any(n < 1 for n in order):
+                raise ServiceError("protocol", f"bind message supplies {count} parameters, "
+                                   f"but prepared statement {name!r} requires {needed}")
+            params = [values[n - 1] for n in order]
             self.portals[portal] = (text, params, list(order))
             self.portal_results.pop(portal, None)
             await self.send(flush=False, data=_message(b"2"))
@@ -504,13 +543,18 @@ class Session:
             await self.send(flush=False, data=_row_description(result.columns, result.rows)
                             if result.columns is not None else _message(b"n"))
         elif kind == b"E":
-            name, _ = _cstr(data, 0)
+            name, pos = _cstr(data, 0)
+            limit = struct.unpack("!i", data[pos:pos + 4])[0]
             result = await self._portal_result(name)
-            self.portal_results.pop(name, None)
-            await self.send(flush=False, data=self._result_messages(result, describe=False))
+            # the result stays until Sync: executing the portal again continues (or ends) it
+            # instead of running, and charging, the statement again
+            await self.send(flush=False, data=self._result_messages(result, describe=False,
+                                                                    limit=limit))
         elif kind == b"C":
             target, (name, _) = data[:1], _cstr(data, 1)
             (self.statements if target == b"S" else self.portals).pop(name, None)
+            if target == b"P":
+                self.portal_results.pop(name, None)
             await self.send(flush=False, data=_message(b"3"))
         elif kind == b"H":
             await self.send(b"")
@@ -540,7 +584,10 @@ class Session:
                     await self.simple_query(data)
                 elif kind == b"S":
                     skipping = False
-                    self.portal_results.clear()
+                    # a named portal suspended by a row limit can be continued after Sync
+                    self.portal_results = {
+                        name: result for name, result in self.portal_results.items()
+                        if name and 0 < result.sent < len(result.rows)}
                     await self.send(self._ready())
                 elif kind in b"PBDECH" and len(kind) == 1:
                     if skipping:
@@ -579,10 +626,10 @@ def _param(raw: bytes | None, fmt: int, oid: int):
         if oid == 16 and len(raw) == 1:
             return raw != b"\0"
         if oid in (25, 1043, 0):
-            return raw.decode("utf-8")
+            return _utf8(raw)
         raise ServiceError("protocol", f"binary parameters of type oid {oid} are not "
                            "supported", hint="send parameters in text format")
-    text = raw.decode("utf-8")
+    text = _utf8(raw)
     if oid in _PARAM_INT:
         return int(text)
     if oid in _PARAM_FLOAT:

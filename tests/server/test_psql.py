@@ -73,3 +73,12 @@ def test_psql_wrong_password_is_refused(server):
     assert out.returncode != 0
     assert "password authentication failed" in out.stderr
     assert out.stdout == ""
+
+
+def test_psql_comment_only_pieces_are_not_statements(server):
+    before = spent(server, "oscar")
+    out = psql(server, "oscar", "SELECT COUNT(*) AS n FROM visits WHERE day = 'Sun'; -- done",
+               "-- only a comment")
+    assert out.returncode == 0, out.stderr
+    assert "(1 row)" in out.stdout and "ERROR" not in out.stderr
+    assert spent(server, "oscar") == pytest.approx(before + 0.25)

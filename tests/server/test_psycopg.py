@@ -77,3 +77,36 @@ def test_unknown_dataset_is_refused(server):
     with pytest.raises(psycopg.OperationalError) as info:
         psycopg.connect(server.dsn("carol", dataset="payroll"))
     assert "no dataset" in str(info.value)
+
+
+def test_psycopg_session_commands_are_accepted(server):
+    """What psycopg sends by itself: DEALLOCATE ALL on rollback after executemany,
+    SAVEPOINT/RELEASE/ROLLBACK TO for nested transactions, DISCARD ALL, SET TIME ZONE."""
+    with psycopg.connect(server.dsn("ned")) as con:
+        con.cursor().executemany("SELECT COUNT(*) AS n FROM visits WHERE region_id = %s", [[1]])
+        con.rollback()
+        with con.transaction(), con.transaction():
+            con.execute("SET TIME ZONE 'UTC'")
+        with pytest.raises(psycopg.Error), con.transaction():
+            with con.transaction():
+                con.execute("SELECT uid FROM visits")
+        con.execute("SET dpsql.epsilon = 0.2")
+        con.execute("SET dpsql.epsilon TO DEFAULT")
+        assert con.execute("SHOW dpsql.epsilon").fetchone() == ("default",)
+        for sql in ("DEALLOCATE PREPARE x", "DEALLOCATE ALL", "DISCARD ALL"):
+            con.execute(sql)
+        with pytest.raises(psycopg.errors.FeatureNotSupported):
+            con.execute("SET dpsql.epsilom = 0.2")  # misspelt: not silently the default
+
+
+def test_psycopg_comments_after_a_statement_and_aborted_transactions(server):
+    with psycopg.connect(server.dsn("ned"), autocommit=True) as con:
+        cur = con.execute("SELECT COUNT(*) AS n FROM visits WHERE day = 'Sat'; -- done")
+        assert len(cur.fetchall()) == 1
+        assert con.execute("-- nothing").statusmessage is None  # EmptyQueryResponse
+        con.execute("BEGIN")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            con.execute("SELECT uid FROM visits")
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            con.execute("SHOW dpsql.epsilon")
+        con.execute("ROLLBACK")
