@@ -24,7 +24,7 @@ from dpsql.errors import Warning as DpsqlWarning
 
 # SmartNoise column type -> dpsql column type
 COLUMN_TYPES = {"int": "int", "float": "float", "string": "text", "boolean": "bool",
-                "datetime": "date"}
+                "datetime": "timestamp"}
 # Table-level SmartNoise options; every other key of a table is a column.
 TABLE_OPTIONS = ("rows", "rows_exact", "row_privacy", "max_ids", "sample_max_ids", "clamp_counts",
                  "clamp_columns", "use_dpsu", "censor_dims")
@@ -51,11 +51,12 @@ def from_smartnoise(source: str | os.PathLike | dict) -> dict:
       groups or put them all in one, so no row SmartNoise would keep is dropped, and the
       sensitivities use min(L0·L∞, R) = max_ids rows, SmartNoise's own bound.
     - ``lower``/``upper`` are kept; types map int/float/string/boolean/datetime to
-      int/float/text/bool/date.
+      int/float/text/bool/timestamp.
     - The catalogue is named after the collection (after the file's stem when the collection
-      has no name), tables after their own names (dpsql
-      resolves ``schema.table`` by the table part), with ``neighbouring: add_remove``
-      (SmartNoise's relation) and no ``source`` (tables are read from the attached database).
+      has no name), tables ``schema.table`` as SmartNoise queries write them (``FROM
+      PUMS.PUMS``; dpsql resolves a qualified name to the catalogue entry of that name, and
+      reads it from that schema of the attached database), with ``neighbouring:
+      add_remove`` (SmartNoise's relation) and no ``source``.
 
     Not carried over, each with a warning: public domains (SmartNoise has none, so a text
     column needs ``values`` added by the owner before GROUP BY on it works, and
@@ -74,7 +75,7 @@ def from_smartnoise(source: str | os.PathLike | dict) -> dict:
         >>> with warnings.catch_warnings():
         ...     warnings.simplefilter("ignore")  # the missing budget is warned about
         ...     converted = from_smartnoise(meta)
-        >>> converted["tables"]["PUMS"]["columns"]["age"]
+        >>> converted["tables"]["PUMS.PUMS"]["columns"]["age"]
         {'type': 'int', 'lower': 0, 'upper': 100}
     """
     raw = _read(source)
@@ -87,12 +88,12 @@ def from_smartnoise(source: str | os.PathLike | dict) -> dict:
             raise CatalogError(f"schema {schema!r}: expected a mapping of table names to tables")
         for name, table in schema_tables.items():
             qualified = f"{schema}.{name}"
-            if str(name).lower() in origin:
+            if qualified.lower() in origin:
                 raise CatalogError(
-                    f"tables {origin[str(name).lower()]!r} and {qualified!r} have the same name",
-                    hint="dpsql resolves tables by name only: rename one of them")
-            origin[str(name).lower()] = qualified
-            tables[str(name)] = _table(qualified, table)
+                    f"tables {origin[qualified.lower()]!r} and {qualified!r} have the same name",
+                    hint="SQL names are case-insensitive: rename one of them")
+            origin[qualified.lower()] = qualified
+            tables[qualified] = _table(qualified, table)
     _warn(f"collection {title!r} declares no privacy budget (SmartNoise sets it in code): "
           "add budget: {epsilon: ..., delta: ...}; dpsql releases nothing without one")
     metadata = {

@@ -61,7 +61,8 @@ def test_tables_units_bounds_and_types(smartnoise_file):
     metadata, _ = _convert(smartnoise_file)
     assert metadata["name"] == "PUMS"
     assert metadata["neighbouring"] == "add_remove"
-    rows, users = metadata["tables"]["PUMS"], metadata["tables"]["PUMS_pid"]
+    # named as SmartNoise queries write them (FROM PUMS.PUMS)
+    rows, users = metadata["tables"]["PUMS.PUMS"], metadata["tables"]["PUMS.PUMS_pid"]
     assert rows["privacy_unit"] is None
     assert "max_groups_per_unit" not in rows  # row privacy: one row per person
     assert users["privacy_unit"] == "pid"
@@ -72,11 +73,11 @@ def test_tables_units_bounds_and_types(smartnoise_file):
     assert users["columns"]["age"] == {"type": "int", "lower": 0, "upper": 100}
     assert users["columns"]["income"] == {"type": "float", "lower": 0.0, "upper": 500000.0}
     assert {name: spec["type"] for name, spec in users["columns"].items()} == {
-        "pid": "int", "age": "int", "educ": "text", "income": "float", "visited": "date",
-        "married": "bool"}
+        "pid": "int", "age": "int", "educ": "text", "income": "float", "visited": "timestamp",
+        "married": "bool"}  # a SmartNoise datetime keeps its time of day
     catalog = load_catalog(metadata)
-    assert catalog.table("pums_pid").max_rows_per_group == 3
-    assert catalog.table("PUMS").is_row_privacy
+    assert catalog.table("pums.pums_pid").max_rows_per_group == 3
+    assert catalog.table("PUMS.PUMS").is_row_privacy
 
 
 def test_what_cannot_be_carried_over_is_warned(smartnoise_file):
@@ -94,30 +95,37 @@ def test_what_cannot_be_carried_over_is_warned(smartnoise_file):
 
 def test_missing_values_are_carried_over(smartnoise_file):
     metadata, _ = _convert(smartnoise_file)
-    married = metadata["tables"]["PUMS_pid"]["columns"]["married"]
+    married = metadata["tables"]["PUMS.PUMS_pid"]["columns"]["married"]
     assert married == {"type": "bool", "missing_value": False}
-    assert load_catalog(metadata).table("PUMS_pid").column("married").missing_value is False
+    assert load_catalog(metadata).table("PUMS.PUMS_pid").column("married").missing_value \
+        is False
 
 
 def test_converted_catalogue_answers_queries(smartnoise_file, tmp_path):
     metadata, _ = _convert(smartnoise_file)
     metadata["budget"] = {"epsilon": 10_000}  # the owner's decision, warned about
-    database = tmp_path / "pums.duckdb"
-    with duckdb.connect(str(database)) as raw:
-        raw.execute("CREATE TABLE PUMS AS SELECT i AS age, i % 2 = 0 AS married, "
+    database = tmp_path / "census.duckdb"  # not pums: DuckDB would not tell it from PUMS
+    with duckdb.connect(str(database)) as raw:  # SmartNoise's layout: schema PUMS
+        raw.execute("CREATE SCHEMA PUMS")
+        raw.execute("CREATE TABLE PUMS.PUMS AS SELECT i AS age, i % 2 = 0 AS married, "
                     "'x' AS sex, 1000.0 * i AS income FROM range(100) t(i)")
-        raw.execute("CREATE TABLE PUMS_pid AS SELECT i // 4 AS pid, i % 90 AS age, 'HS' AS educ,"
-                    " 10.0 AS income, DATE '2020-01-01' AS visited, i % 3 = 0 AS married "
-                    "FROM range(400) t(i)")
+        raw.execute("CREATE TABLE PUMS.PUMS_pid AS SELECT i // 4 AS pid, i % 90 AS age, "
+                    "'HS' AS educ, 10.0 AS income, TIMESTAMP '2020-01-01 10:30' AS visited, "
+                    "i % 3 = 0 AS married FROM range(400) t(i)")
     with dpsql.connect(str(database), metadata=metadata, ledger=":memory:",
                        insecure_seed=3) as con:
-        plan = con.explain("SELECT married, COUNT(*) AS n FROM PUMS_pid GROUP BY married",
+        plan = con.explain("SELECT married, COUNT(*) AS n FROM PUMS.PUMS_pid GROUP BY married",
                            epsilon=1.0)
         # min(L0·L∞, R): L0 capped by the 2 public groups of a boolean gives 2·3, R gives 3
         assert plan["total_sensitivity"] == 3
-        assert con.explain("SELECT COUNT(*) FROM PUMS_pid", epsilon=1.0)["total_sensitivity"] == 3
-        assert con.explain("SELECT SUM(age) FROM PUMS", epsilon=1.0)["total_sensitivity"] == 100
-        rows = con.execute("SELECT married, COUNT(*) AS n FROM PUMS_pid GROUP BY married",
+        assert con.explain("SELECT COUNT(*) FROM PUMS.PUMS_pid", epsilon=1.0)[
+            "total_sensitivity"] == 3
+        assert con.explain("SELECT SUM(age) FROM PUMS.PUMS", epsilon=1.0)[
+            "total_sensitivity"] == 100
+        assert con.execute("SELECT COUNT(*) AS n FROM PUMS.PUMS_pid WHERE "
+                           "visited > TIMESTAMP '2020-01-01 10:00'", epsilon=1000.0
+                           ).fetchall()[0][0] > 250  # the time of day is kept
+        rows = con.execute("SELECT married, COUNT(*) AS n FROM PUMS.PUMS_pid GROUP BY married",
                            epsilon=1000.0).fetchall()
     # 100 persons with 4 rows each: R = 3 keeps at most 3 rows per person in all
     assert sorted(r[0] for r in rows) == [False, True]
@@ -132,7 +140,7 @@ def test_converted_catalogue_answers_queries(smartnoise_file, tmp_path):
     (lambda m: m["PUMS"]["PUMS"]["PUMS"]["sex"].update(lower=0, upper=1), "bounds on a string"),
     (lambda m: m["PUMS"]["PUMS"]["PUMS_pid"].update(max_ids=0), "max_ids must be"),
     (lambda m: m.update(Other={"s": {"t": {"row_privacy": True}}}), "exactly one collection"),
-    (lambda m: m["PUMS"].update(S2={"PUMS": {"row_privacy": True}}), "same name"),
+    (lambda m: m["PUMS"].update(pums={"pums": {"row_privacy": True}}), "same name"),
     (lambda m: m["PUMS"]["PUMS"]["PUMS"]["age"].update(lower=50, upper=10), "greater than"),
 ])
 def test_refusals_name_table_and_column(change, match):
@@ -152,11 +160,11 @@ def test_cli_writes_a_catalogue_dpsql_loads(smartnoise_file, tmp_path):
     output.parent.mkdir()
     result = CliRunner().invoke(command, [str(smartnoise_file), str(output)])
     assert result.exit_code == 0, result.output
-    assert "wrote" in result.stdout and "table(s) PUMS, PUMS_pid" in result.stdout
+    assert "wrote" in result.stdout and "table(s) PUMS.PUMS, PUMS.PUMS_pid" in result.stdout
     assert "warning: table 'PUMS.PUMS', column 'sex' is text" in result.stderr
     written = yaml.safe_load(output.read_text())
     assert written == _convert(smartnoise_file)[0]
-    assert load_catalog(output).table("PUMS_pid").privacy_unit == "pid"
+    assert load_catalog(output).table("PUMS.PUMS_pid").privacy_unit == "pid"
 
     again = CliRunner().invoke(command, [str(smartnoise_file), str(output)])
     assert again.exit_code == 1 and "--force" in again.output
@@ -180,32 +188,35 @@ def test_table_without_private_id_is_imported_as_public(tmp_path):
     metadata["PUMS"]["PUMS"]["regions"] = {"region": {"type": "int"},
                                            "name": {"type": "string"}}
     converted, messages = _convert(metadata)
-    regions = converted["tables"]["regions"]
+    regions = converted["tables"]["PUMS.regions"]
     assert regions == {"public": True, "columns": {"region": {"type": "int"},
                                                    "name": {"type": "text"}}}
     assert any("'PUMS.regions'" in m and "public" in m and "privacy_unit" in m
                for m in messages)
     assert not any("'PUMS.regions', column 'name' is text" in m for m in messages)
     catalog = load_catalog(converted)
-    assert catalog.table("regions").public and catalog.table("PUMS_pid").privacy_unit == "pid"
+    assert catalog.table("PUMS.regions").public
+    assert catalog.table("PUMS.PUMS_pid").privacy_unit == "pid"
     database = tmp_path / "r.duckdb"
     with duckdb.connect(str(database)) as raw:
-        raw.execute("CREATE TABLE regions AS SELECT i AS region, 'r' || i AS name "
+        raw.execute("CREATE SCHEMA PUMS")
+        raw.execute("CREATE TABLE PUMS.regions AS SELECT i AS region, 'r' || i AS name "
                     "FROM range(4) t(i)")
-        raw.execute("CREATE TABLE PUMS AS SELECT 1 AS age, true AS married, 'x' AS sex, "
+        raw.execute("CREATE TABLE PUMS.PUMS AS SELECT 1 AS age, true AS married, 'x' AS sex, "
                     "1.0 AS income")
-        raw.execute("CREATE TABLE PUMS_pid AS SELECT 1 AS pid, 1 AS age, 'x' AS educ, "
-                    "1.0 AS income, DATE '2020-01-01' AS visited, true AS married")
+        raw.execute("CREATE TABLE PUMS.PUMS_pid AS SELECT 1 AS pid, 1 AS age, 'x' AS educ, "
+                    "1.0 AS income, TIMESTAMP '2020-01-01' AS visited, true AS married")
     converted["budget"] = {"epsilon": 10}
     with dpsql.connect(str(database), metadata=converted, ledger=":memory:",
                        insecure_seed=3) as con:
-        assert con.explain("SELECT COUNT(*) FROM regions", epsilon=1.0)["total_sensitivity"] == 0
-        assert con.execute("SELECT COUNT(*) FROM regions").fetchall() == [(4,)]
+        assert con.explain("SELECT COUNT(*) FROM PUMS.regions", epsilon=1.0)[
+            "total_sensitivity"] == 0
+        assert con.execute("SELECT COUNT(*) FROM PUMS.regions").fetchall() == [(4,)]
 
 
 def test_every_table_public_still_loads():
     converted, _ = _convert({"Shop": {"s": {"items": {"id": {"type": "int"}}}}})
-    assert converted["tables"]["items"]["public"] is True
+    assert converted["tables"]["s.items"]["public"] is True
 
 
 @pytest.mark.parametrize("collection", ["", None])
