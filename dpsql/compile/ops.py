@@ -395,11 +395,21 @@ def _temporal_arithmetic(op: str, left: Expr, right: Expr, scope: Scope) -> Expr
         "a, b); CAST a timestamp to DATE first")
 
 
+# Date functions read dates within these years only (NULL beyond them, rendered so by
+# ``render.Dialect.expr``): past them, and at ±infinity, the backends' date functions fail
+# (DuckDB's DATE_TRUNC, PostgreSQL's EXTRACT cast to BIGINT and subtraction) or return
+# sentinels (DuckDB: infinity − a date = 2147472690). So their proven ranges come from these
+# years, never from declared bounds, which the data may break.
+YEARS = (1, 9999)
+_DAYS_APART = (datetime.date(YEARS[1], 12, 31) - datetime.date(YEARS[0], 1, 1)).days
+
+
 def date_diff(later: Expr, earlier: Expr) -> Expr:
-    """Days from ``earlier`` to ``later`` (an int)."""
+    """Days from ``earlier`` to ``later`` (an int; NULL outside ``YEARS``)."""
     interval = _sub(later.interval, earlier.interval)
-    return Expr("date_diff", (later, earlier), "int", None, interval, interval,
-                _domain_from_interval(interval, "int"), _nullable(later, earlier))
+    proven = Interval(Fraction(-_DAYS_APART), Fraction(_DAYS_APART), True)
+    return Expr("date_diff", (later, earlier), "int", None, interval, proven,
+                _domain_from_interval(interval, "int"), True)
 
 
 MAX_DAYS_ADDED = 100_000  # whole days a date may move: past it the sum is NULL (no overflow)
@@ -498,7 +508,7 @@ _PART_NODES = {exp.Year: "year", exp.Quarter: "quarter", exp.Month: "month", exp
 
 def extract(part: str, arg: Expr, scope: Scope) -> Expr:
     """EXTRACT(part FROM d): an int with a public domain (month 1-12, dow 0-6 from Sunday,
-    the year from the declared bounds)."""
+    the year from the declared bounds); NULL outside ``YEARS``."""
     name = _PARTS.get(part.lower())
     if name is None:
         raise UnsupportedSQLError(f"EXTRACT({part.upper()} ...) is not supported",
@@ -513,11 +523,12 @@ def extract(part: str, arg: Expr, scope: Scope) -> Expr:
             as_days = arg.interval if arg.type == "date" else _days(arg.interval)
             interval = Interval(Fraction(day(int(as_days.lower)).year),
                                 Fraction(day(int(as_days.upper)).year), True)
-    else:
-        low, high = _PART_RANGES[name]
-        interval = Interval(Fraction(low), Fraction(high), True)
-    return Expr("extract", (arg,), "int", name, interval, int_result(interval),
-                _domain_from_interval(interval, "int"), arg.nullable)
+    low, high = YEARS if name == "year" else _PART_RANGES[name]
+    proven = Interval(Fraction(low), Fraction(high), True)
+    if name != "year":
+        interval = proven
+    return Expr("extract", (arg,), "int", name, interval, proven,
+                _domain_from_interval(interval, "int"), True)
 
 
 @builds(exp.Extract)
@@ -548,7 +559,7 @@ def _date_trunc(node: exp.Expression, scope: Scope) -> Expr:
     domain = None
     if arg.type == "date" and arg.interval is not None:
         domain = _truncated_days(int(arg.interval.lower), int(arg.interval.upper), unit)
-    return Expr("date_trunc", (arg,), arg.type, unit, arg.interval, None, domain, arg.nullable)
+    return Expr("date_trunc", (arg,), arg.type, unit, arg.interval, None, domain, True)
 
 
 def _truncated_days(lower: int, upper: int, unit: str) -> tuple | None:

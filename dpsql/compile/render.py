@@ -24,6 +24,7 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "=", "ne": "<>", "lt": "<", 
           "gt": ">", "ge": ">=", "and": "AND", "or": "OR"}
 _INTERNAL = re.compile(r"c\d+|__[a-z0-9_]+")  # names the compiler made: never quoted
 _COMBINE = {"add": ops._add, "sub": ops._sub, "mul": ops._mul}
+_DATED = {"extract", "date_diff", "date_trunc"}  # NULL outside ops.YEARS (``_within_years``)
 
 
 def _fits(expr: Expr) -> bool:
@@ -127,6 +128,8 @@ class Dialect:
     def expr(self, e: Expr) -> str:
         """SQL of an IR expression (total for every input value)."""
         method = getattr(self, f"_op_{e.op}", None)
+        if method is not None and e.op in _DATED:
+            return self._within_years(e, method(e))
         if method is not None:
             return method(e)
         if e.op in _INFIX:
@@ -139,6 +142,18 @@ class Dialect:
     def _infix(self, e: Expr) -> str:
         left, right = self._args(e)
         return f"({left} {_INFIX[e.op]} {right})"
+
+    def _within_years(self, e: Expr, sql: str) -> str:
+        """``sql`` where every date or timestamp argument of ``e`` lies in ``ops.YEARS``,
+        else NULL."""
+        ends = {kind: [self.literal(f"{year:04d}-{md}{time}", kind)
+                       for year, md, time in ((ops.YEARS[0], "01-01", start),
+                                              (ops.YEARS[1], "12-31", end))]
+                for kind, start, end in (("date", "", ""),
+                                         ("timestamp", " 00:00:00", " 23:59:59.999999"))}
+        conditions = [f"{self.expr(a)} BETWEEN {ends[a.type][0]} AND {ends[a.type][1]}"
+                      for a in e.args if a.type in ends]
+        return f"(CASE WHEN {' AND '.join(conditions)} THEN {sql} END)"
 
     def _op_col(self, e: Expr) -> str:
         name = str(e.value)

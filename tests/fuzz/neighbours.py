@@ -43,6 +43,12 @@ FLOATS = ["1e20", "-1e20", "inf", "-inf", "nan", None]
 INTS = [str(BIG), str(SMALL), None]
 TEXTS = ["abc", "", LONG_TEXT, None]
 ITEMS = ["a", "b", "c"]
+# dates the backends store but their date functions fail on or answer with sentinels
+DATES = ["infinity", "-infinity", "294247-01-10", "5877642-06-25 (BC)", "0001-01-01",
+         "9999-12-31", None]
+TIMES = ["infinity", "-infinity", "294247-01-10 04:00:54", "290309-12-22 (BC) 00:00:00",
+         "9999-12-31 23:59:59.999999", None]
+DATE_BOUNDS = ("2000-01-01", "2001-12-31")
 SHOPS = ["corner", "market", "online"]
 VARIANTS = 3  # adversarial persons; the fuzz picks one per statement, the attack tests use all
 EPSILON = 1
@@ -51,14 +57,20 @@ DATA = "@DATA@"  # in a statement: the folder of the database it runs on (a path
 
 
 def base_tables() -> dict[str, pd.DataFrame]:
-    """D: small adult, visits, purchases (uids 0..PEOPLE-1) and regions (each id twice)."""
+    """D: small adult, visits, purchases, events (uids 0..PEOPLE-1) and regions (each id
+    twice)."""
     rng = np.random.default_rng(5)
     purchases = pd.DataFrame({"uid": rng.integers(0, PEOPLE, 150),
                               "item": rng.choice(ITEMS, 150), "shop": rng.choice(SHOPS, 150),
                               "price": rng.uniform(0, 50, 150).round(2)})
     regions = pd.DataFrame({"region_id": np.repeat(range(5), 2), "name": np.repeat(REGIONS, 2)})
+    days = pd.to_datetime(DATE_BOUNDS[0]) + pd.to_timedelta(rng.integers(0, 730, 120), "D")
+    events = pd.DataFrame({"uid": rng.integers(0, PEOPLE, 120), "d": days.strftime("%Y-%m-%d"),
+                           "ts": (days + pd.to_timedelta(rng.integers(0, 86400, 120), "s"))
+                           .strftime("%Y-%m-%d %H:%M:%S"),
+                           "x": rng.uniform(0, 10, 120).round(2)})
     return {"adult": make_adult(200), "visits": make_visits(PEOPLE), "purchases": purchases,
-            "regions": regions}
+            "regions": regions, "events": events}
 
 
 def _cycled(values: list, rows: int) -> list:
@@ -72,26 +84,30 @@ def adversary(variant: int) -> dict[str, pd.DataFrame]:
     1: extreme values of each declared type (±1e20, ±inf, NaN, BIGINT limits, texts that
        break casts) and NULLs, uid 42;
     2: the same mixed with NULL-heavy rows, under the uid SMALL (the smallest BIGINT).
-    Visits and purchases cycle through value lists of coprime lengths, so every combination
-    of key values appears.
+    Visits, purchases and events cycle through value lists of coprime lengths, so every
+    combination of key values appears; events' extreme dates are ±infinity and the years
+    past 9999 and before 1 that the backends store.
     """
     if variant == 0:
         adult = {"age": ["90"], "hours": ["99"], "education": ["Doctorate"], "sex": ["Male"],
                  "salary": [">50K"]}
         days, regions, amounts = DAYS, ["0", "1", "2", "3", "4"], ["100"]
         items, shops, prices, uid = ITEMS, ["rogue"], ["50"], TARGET
+        dates, times = list(DATE_BOUNDS), [f"{DATE_BOUNDS[1]} 23:59:59"]
     elif variant == 1:
         adult = {"age": [str(BIG)], "hours": [str(SMALL)], "education": [LONG_TEXT],
                  "sex": [""], "salary": ["abc"]}
         days, regions = [*DAYS, *TEXTS], ["0", "1", "2", "3", "4", *INTS]
         amounts, prices = [*FLOATS, "100", "0"], [*FLOATS, "50"]
         items, shops, uid = [*ITEMS, *TEXTS], [*TEXTS, "rogue"], TARGET
+        dates, times = DATES, TIMES
     else:
         adult = {"age": [None], "hours": [str(BIG)], "education": ["abc"], "sex": [None],
                  "salary": [LONG_TEXT]}
         days, regions = [None, *DAYS, "abc"], [None, str(SMALL), "0", "4", str(BIG)]
         amounts, prices = [None, "nan", "inf", "-1e20", "1e20", "-inf", "100"], [None, "nan"]
         items, shops, uid = [None, *ITEMS, ""], [None, LONG_TEXT], SMALL
+        dates, times = [None, "infinity", DATE_BOUNDS[0]], [None, "-infinity"]
     visits, purchases = 700, 330
     return {
         "adult": pd.DataFrame(adult, dtype=object),
@@ -102,6 +118,9 @@ def adversary(variant: int) -> dict[str, pd.DataFrame]:
                                    "item": _cycled(items, purchases),
                                    "shop": _cycled(shops, purchases),
                                    "price": _cycled(prices, purchases)}, dtype=object),
+        "events": pd.DataFrame({"uid": [str(uid)] * purchases, "d": _cycled(dates, purchases),
+                                "ts": _cycled(times, purchases),
+                                "x": _cycled(prices, purchases)}, dtype=object),
     }
 
 
@@ -115,7 +134,8 @@ def with_rows(tables: dict[str, pd.DataFrame], extra: dict[str, pd.DataFrame]
 def metadata(folder: Path, *, neighbouring: str = "add_remove", mechanism: str = "laplace",
              visits: dict | None = None, adult: dict | None = None,
              **purchase_columns) -> dict:
-    """The test catalogue over ``folder``: adult, visits, public regions, private purchases.
+    """The test catalogue over ``folder``: adult, visits, public regions, private purchases
+    and events (a date d and a timestamp ts in 2000-2001, x in [0, 10]).
 
     purchases.shop is text without public values (a private group key); NULL is spelled NULL
     in the CSV files, so an empty string stays a value. ``visits`` overrides keys of the
@@ -127,6 +147,14 @@ def metadata(folder: Path, *, neighbouring: str = "add_remove", mechanism: str =
     meta["budget"]["delta"] = 0.5
     meta["mechanism"] = mechanism
     meta["tables"].update(join_tables(folder, shop={"type": "text"}, **purchase_columns))
+    low, high = DATE_BOUNDS
+    meta["tables"]["events"] = {
+        "source": str(folder / "events.csv"), "privacy_unit": "uid",
+        "max_groups_per_unit": 2, "max_rows_per_group": 2,
+        "columns": {"uid": "int", "d": {"type": "date", "lower": low, "upper": high},
+                    "ts": {"type": "timestamp", "lower": f"{low} 00:00:00",
+                           "upper": f"{high} 23:59:59"},
+                    "x": {"type": "float", "lower": 0, "upper": 10}}}
     for table in meta["tables"].values():
         table["csv"] = {"null": NULL}
     return meta

@@ -300,6 +300,52 @@ def test_group_by_the_privacy_unit_is_refused(pairs):
     assert not answered, f"GROUP BY the privacy unit not refused: {answered}"
 
 
+def test_date_functions_keep_the_contract_at_extreme_dates(pairs):
+    """Dates the backends store but their date functions fail on (DATE_TRUNC of year
+    5877642 BC) or answer with sentinels (infinity − a date = 2147472690), and years whose
+    products overflow once the proven range came from the declared bounds: each function
+    reads years 1-9999 only, NULL beyond, on D and D′ alike."""
+    contract(pairs, [
+        "SELECT COUNT(*) AS n FROM events WHERE DATE_TRUNC('month', d) IS NULL",
+        "SELECT COUNT(*) AS n FROM events WHERE DATE_TRUNC('day', d) > DATE '2000-06-01'",
+        "SELECT COUNT(*) AS n FROM events WHERE DATE_TRUNC('year', ts) IS NULL",
+        "SELECT COUNT(*) AS n FROM purchases WHERE "
+        "DATE_TRUNC('month', CAST(shop AS DATE)) IS NULL",
+        "SELECT COUNT(*) AS n FROM events WHERE EXTRACT(year FROM d) * 2251799813685248 + 1 > 7",
+        "SELECT COUNT(*) AS n FROM events WHERE YEAR(ts) * 2251799813685248 + 1 > 7",
+        "SELECT COUNT(*) AS n FROM events WHERE "
+        "DATE_DIFF('day', '2000-01-01', d) * 4503599627370496 + 1 > 7",
+        "SELECT COUNT(*) AS n FROM events WHERE (d - DATE '2000-01-01') * 4503599627370496 > 7",
+        "SELECT SUM(EXTRACT(month FROM ts)) AS s, SUM(EXTRACT(dow FROM d)) AS w FROM events",
+        "SELECT SUM(DATE_DIFF('day', '2000-01-01', d)) AS s FROM events",
+        "SELECT DATE_TRUNC('month', d) AS m, COUNT(*) AS n FROM events GROUP BY m",
+        "SELECT EXTRACT(year FROM ts) AS y, AVG(x) AS a FROM events GROUP BY y",
+        "SELECT COUNT(*) AS n FROM events WHERE d + 30 > DATE '2001-06-01'",
+    ])
+
+
+def test_extract_of_an_infinite_date_counts_as_null_under_replace(tmp_path):
+    """EXTRACT of ±infinity is NULL (DuckDB), so a row-privacy sum of it is not "never NULL":
+    replacing a person dated 2000-03-01 by one dated infinity moved SUM(EXTRACT(year ...)) by
+    2000 against a sensitivity of 1, and SUM(EXTRACT(year ...) * 0 + 1) got sensitivity 0 and
+    was released exactly."""
+    base = base_tables()
+    base["adult"]["born"] = "2000-06-01"
+    person = {"age": ["40"], "hours": ["40"], "education": ["HS-grad"], "sex": ["Male"],
+              "salary": ["<=50K"]}
+    old, new = ({"adult": pd.DataFrame({**person, "born": [born]}, dtype=object)}
+                for born in ("2000-03-01", "infinity"))
+    born = {"type": "date", "lower": "2000-01-01", "upper": "2001-12-31",
+            "missing_value": "2000-06-01"}
+    pair = open_pair(tmp_path, with_rows(base, old), with_rows(base, new),
+                     neighbouring="replace", adult={"born": born})
+    try:
+        contract([pair], ["SELECT SUM(EXTRACT(year FROM born)) AS s FROM adult",
+                          "SELECT SUM(EXTRACT(year FROM born) * 0 + 1) AS n FROM adult"])
+    finally:
+        pair.close()
+
+
 # ---- Gaussian under replace: the calibration against the exact change vector --------------
 
 def _replace_pair(root: Path, old: dict, new: dict):
