@@ -277,9 +277,10 @@ def _format(frame: dict[str, list]) -> str:
         numeric = _is_numeric(values)
         shown[column] = [_cell(v, numeric) for v in values]
         if f"{column}_low" in frame:
-            shown[f"{column} 95% CI"] = [f"[{_cell(lo, True)}, {_cell(hi, True)}]" for lo, hi in
-                                         zip(frame[f"{column}_low"], frame[f"{column}_high"],
-                                             strict=True)]
+            # a quantile (exponential mechanism) has no interval: a dash, not [NULL, NULL]
+            shown[f"{column} 95% CI"] = [
+                "—" if lo is None and hi is None else f"[{_cell(lo, True)}, {_cell(hi, True)}]"
+                for lo, hi in zip(frame[f"{column}_low"], frame[f"{column}_high"], strict=True)]
     if not shown:
         return "Empty result"
     widths = {c: max([len(c), *map(len, cells)]) for c, cells in shown.items()}
@@ -396,28 +397,36 @@ def budget(metadata, db, analyst, ledger, history, as_json) -> None:
     spent = book.spent(catalog.name)
     mine = book.spent(catalog.name, analyst or default_analyst())
     total = catalog.budget
-    rows = book.history(catalog.name) if history else []
+    # the ledger stores exact Fractions as text ("1/2"); JSON shows numbers throughout
+    rows = [{**row, "epsilon": float(Fraction(row["epsilon"])),
+             "delta": float(Fraction(row["delta"]))} for row in book.history(catalog.name)] \
+        if history else []
     book.close()
+    remaining = None if total is None else total.minus(spent)
     payload = {
         "dataset": catalog.name, "ledger": book.path,
         "budget_epsilon": None if total is None else float(total.epsilon),
         "budget_delta": None if total is None else float(total.delta),
         "spent_epsilon": float(spent.epsilon), "spent_delta": float(spent.delta),
-        "remaining_epsilon": None if total is None else float(total.minus(spent).epsilon),
+        "remaining_epsilon": None if remaining is None else float(remaining.epsilon),
+        "remaining_delta": None if remaining is None else float(remaining.delta),
         "analyst_spent_epsilon": float(mine.epsilon),
-        "releases": rows,
+        **({"releases": rows} if history else {}),
     }
     if as_json:
         click.echo(json.dumps(payload, indent=2))
         return
     click.echo(f"dataset {catalog.name} (ledger {book.path})")
-    click.echo(f"  budget    ε={payload['budget_epsilon']}")
-    click.echo(f"  spent     ε={payload['spent_epsilon']:g} "
-               f"(you: {payload['analyst_spent_epsilon']:g})")
-    click.echo(f"  remaining ε={payload['remaining_epsilon']}")
+    click.echo("  budget    " + ("none: every query that reads a private table is refused"
+                                 if total is None else
+                                 f"ε={float(total.epsilon):g}, δ={float(total.delta):g}"))
+    click.echo(f"  spent     ε={float(spent.epsilon):g}, δ={float(spent.delta):g} "
+               f"(you: ε={float(mine.epsilon):g})")
+    if remaining is not None:
+        click.echo(f"  remaining ε={float(remaining.epsilon):g}, δ={float(remaining.delta):g}")
     for row in rows:
         click.echo(f"  #{row['id']} {row['kind']:<5} {row['analyst']:<10} "
-                   f"ε={float(Fraction(row['epsilon'])):<8g} {row['statement'][:60]!r}")
+                   f"ε={row['epsilon']:<8g} δ={row['delta']:<8g} {row['statement'][:60]!r}")
 
 
 @main.group(cls=_Group, entry_group="dpsql.evaluators")

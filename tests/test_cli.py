@@ -161,6 +161,24 @@ def test_budget_command(data_dir):
     out = _dpsql("budget", "-m", meta, "--ledger", ledger, "--json")
     info = json.loads(out.stdout)
     assert info["spent_epsilon"] == 0.5 and info["remaining_epsilon"] == 1.5
+    assert "releases" not in info  # only with --history, where ε and δ are numbers too
+    out = _dpsql("budget", "-m", meta, "--ledger", ledger, "--json", "--history")
+    (release,) = json.loads(out.stdout)["releases"]
+    assert release["epsilon"] == 0.5 and release["delta"] == 0  # not "1/2"
+    text = _dpsql("budget", "-m", meta, "--ledger", ledger).stdout
+    assert "budget    ε=2, δ=1e-06" in text and "remaining ε=1.5, δ=1e-06" in text
+    unbudgeted = yaml.safe_load(meta.read_text())
+    del unbudgeted["budget"]
+    meta.write_text(yaml.safe_dump(unbudgeted))
+    text = _dpsql("budget", "-m", meta, "--ledger", ledger).stdout
+    assert "ε=None" not in text and "budget    none: every query" in text
+
+
+def test_run_shows_no_interval_for_a_quantile(data_dir):
+    out = _dpsql("run", "-", "-m", _meta(data_dir), "-e", "1", "--ledger", data_dir / "q.sqlite",
+                 stdin="SELECT MEDIAN(amount) AS m, COUNT(*) AS n FROM visits")
+    assert out.returncode == 0, out.stderr
+    assert "NULL" not in out.stdout and "—" in out.stdout
 
 
 def test_run_without_epsilon_gives_the_command_line_hint(data_dir):
