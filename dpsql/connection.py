@@ -217,6 +217,11 @@ class CustodianConnection(_Base):
         self._check_open()
         from dpsql.truncation import report
 
+        spec = None if table is None else self.catalog.table(table)
+        if spec is not None and spec.public:
+            raise errors.ProgrammingError(
+                f"table {table!r} is public: no bounds apply to it, so nothing is truncated",
+                hint="name a private table, or leave table out for all of them")
         return report(self.catalog, self._backend, self.ledger, self.analyst, table)
 
     def _run_exact(self, sql: str, parameters) -> NoisyResult:

@@ -125,6 +125,10 @@ class Engine:
         column weighing ``weights[name]`` (or a ``/* dpsql: weights a=2, b=1 */`` hint), and
         a statement's counts and sums are drawn together when that lowers it (``joint.py``).
         """
+        if epsilon is not None and accuracy is not None:
+            raise PrivacyParameterError(
+                "pass epsilon= or accuracy=, not both: an accuracy target picks the ε itself",
+                hint="drop epsilon= to let accuracy= choose it, or drop accuracy=")
         statements = parse_script(sql, params, self.dialect) if script else \
             [parse_one(sql, params, self.dialect)]
         epsilon, delta = _clause_parameters(statements, epsilon, delta)

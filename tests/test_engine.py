@@ -329,6 +329,10 @@ def test_accuracy_first_picks_the_smallest_epsilon(connect):
     assert hinted["epsilon"] == chosen
     with pytest.raises(dpsql.PrivacyParameterError, match="explicit ε"):
         con.cursor().execute("SELECT AVG(age) FROM adult", accuracy=1)
+    with pytest.raises(dpsql.PrivacyParameterError, match="not both"):  # accuracy was ignored
+        con.cursor().execute(sql, epsilon=1, accuracy=10)
+    with pytest.raises(dpsql.PrivacyParameterError, match="not both"):
+        con.explain(sql, epsilon=1, accuracy=10)
 
 
 def test_an_accuracy_target_is_met_at_the_smallest_epsilon_of_the_joint_plan(connect):

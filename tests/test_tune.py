@@ -227,6 +227,13 @@ def test_public_tables_and_unknown_columns_are_refused_before_any_charge(tmp_pat
             "columns.amount.upper")
 
 
+def test_truncation_report_of_a_public_table_says_it_is_public():
+    """It returned [] as if the bounds of 'regions' dropped nothing."""
+    with dpsql.connect_custodian(metadata="data/visits.yaml", ledger=":memory:") as con:
+        with pytest.raises(dpsql.ProgrammingError, match="'regions' is public"):
+            con.truncation_report(table="regions")
+
+
 def test_truncation_report_measures_what_the_bounds_drop(tmp_path):
     """Exact shares against a pandas count; every statement is logged as an exact access."""
     visits = make_visits(300)
