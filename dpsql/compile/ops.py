@@ -984,6 +984,10 @@ def _cast(node: exp.Cast, scope: Scope) -> Expr:
     arg = build(node.this, scope)
     if arg.type == target:
         return arg
+    if arg.op == "lit" and arg.type == "text" and target in ("date", "timestamp"):
+        # DATE '2000-01-01' (read as a cast) is a constant with its day number, as
+        # '2000-01-01' compared with a date is
+        return coerce(arg, target, scope)
     interval = proven = None
     if target in NUMERIC and arg.type in (*NUMERIC, "bool"):
         interval, proven = arg.interval, arg.proven

@@ -461,6 +461,8 @@ class PostgresDialect(Dialect):
                     f"CAST(ROUND(CAST({arg} AS NUMERIC)) AS BIGINT) END)")
         if target == "int" and source == "bool":
             return f"CAST(CAST({arg} AS INT) AS BIGINT)"
+        if target == "date" and source == "timestamp":  # every timestamp has a date
+            return f"CAST({arg} AS DATE)"
         if target == "int" and source == "text":
             return (f"(CASE WHEN {arg} ~ '^\\s*[-+]?[0-9]{{1,18}}\\s*$' THEN "
                     f"CAST({arg} AS BIGINT) END)")
