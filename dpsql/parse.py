@@ -99,6 +99,35 @@ def _node(node: Any) -> Any:
     return node
 
 
+# The day of the week is numbered three ways: from Sunday = 0 (DuckDB, PostgreSQL, Snowflake,
+# Redshift, SQLite), from Sunday = 1 (BigQuery, MySQL, Spark, Databricks, T-SQL's default
+# DATEFIRST) and from Monday = 1 (Trino's ISO day_of_week). Trees are read into the first.
+_SUNDAY_ONE = {"bigquery", "mysql", "spark", "databricks", "tsql"}
+_MONDAY_ONE = {"trino"}
+_WEEKDAY_PARTS = {"dow", "dayofweek", "weekday"}
+
+
+def _read_weekdays(tree: exp.Expression, dialect: str) -> exp.Expression:
+    """The tree with each day of the week in the dialect's numbering spelt in DuckDB's:
+    EXTRACT(DOW ...) + 1 for Sunday = 1, EXTRACT(ISODOW ...) for Monday = 1."""
+    if dialect not in _SUNDAY_ONE | _MONDAY_ONE:
+        return tree
+
+    def read(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.DayOfWeek):
+            arg = node.this
+        elif isinstance(node, exp.Extract) and node.this.name.lower() in _WEEKDAY_PARTS:
+            arg = node.expression
+        else:
+            return node
+        if dialect in _MONDAY_ONE:
+            return exp.Extract(this=exp.var("ISODOW"), expression=arg)
+        return exp.paren(exp.Add(this=exp.Extract(this=exp.var("DOW"), expression=arg),
+                                 expression=exp.Literal.number(1)), copy=False)
+
+    return tree.transform(read, copy=False)
+
+
 @functools.lru_cache(maxsize=256)
 def _parsed(sql: str, dialect: str = DIALECT) -> tuple[exp.Expression, ...]:
     """sqlglot's trees for ``sql``; cached because analysts and evaluators repeat statements.
@@ -109,7 +138,7 @@ def _parsed(sql: str, dialect: str = DIALECT) -> tuple[exp.Expression, ...]:
                           sql)
     try:
         # a comment after the last ';' comes back as a Semicolon node: no statement
-        return tuple(t for t in sqlglot.parse(text, read=dialect)
+        return tuple(_read_weekdays(t, dialect) for t in sqlglot.parse(text, read=dialect)
                      if t is not None and not isinstance(t, exp.Semicolon))
     except (ParseError, TokenError) as err:
         raise _syntax_error(err, sql) from None

@@ -67,3 +67,34 @@ def test_an_aggregate_argument_dpsql_does_not_read_is_refused(adult_with_nulls, 
     with dpsql.connect(metadata=catalogue(adult_with_nulls), ledger=":memory:") as con:
         with pytest.raises(dpsql.UnsupportedSQLError, match=f"does not read its {unread}"):
             con.execute(sql, epsilon=1)
+
+
+# (dialect, the analyst's Sunday test in it); DuckDB numbers Sunday 0
+WEEKDAYS = [("duckdb", "DAYOFWEEK(d) = 0"), ("postgres", "EXTRACT(DOW FROM d) = 0"),
+            ("snowflake", "DAYOFWEEK(d) = 0"), ("mysql", "DAYOFWEEK(d) = 1"),
+            ("bigquery", "EXTRACT(DAYOFWEEK FROM d) = 1"), ("spark", "DAYOFWEEK(d) = 1"),
+            ("spark", "EXTRACT(DOW FROM d) = 1"), ("databricks", "DAYOFWEEK(d) = 1"),
+            ("tsql", "DATEPART(weekday, d) = 1"), ("trino", "DAY_OF_WEEK(d) = 7"),
+            ("duckdb", "ISODOW(d) = 7"), ("postgres", "EXTRACT(ISODOW FROM d) = 7")]
+
+
+@pytest.mark.parametrize("dialect,sunday", WEEKDAYS)
+def test_the_day_of_the_week_is_numbered_as_the_dialect_numbers_it(tmp_path, dialect, sunday):
+    """BigQuery, MySQL, Spark and T-SQL number Sunday 1, Trino's ISO day Monday 1: read as
+    DuckDB's Sunday 0, Sunday = 1 counted Mondays."""
+    days = pd.date_range("2024-01-01", periods=400, freq="D")
+    pd.DataFrame({"uid": range(400), "d": days.strftime("%Y-%m-%d")}).to_csv(
+        tmp_path / "days.csv", index=False)
+    meta = {"name": "days", "budget": {"epsilon": 1e12}, "tables": {"days": {
+        "source": str(tmp_path / "days.csv"), "privacy_unit": None,
+        "columns": {"uid": "int",
+                    "d": {"type": "date", "lower": "2024-01-01", "upper": "2025-12-31"}}}}}
+    sundays = sum(day.dayofweek == 6 for day in days)
+    with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=1,
+                       dialect=dialect) as con:
+        assert con.execute(f"SELECT COUNT(*) AS n FROM days WHERE {sunday}",
+                           epsilon=1e9).fetchone()[0] == sundays
+        part = sunday.split(" = ")[0]
+        keys = [k for k, _ in con.execute(f"SELECT {part} AS k, COUNT(*) AS n FROM days "
+                                          "GROUP BY k", epsilon=1e9).fetchall()]
+        assert keys == (list(range(7)) if sunday.endswith("= 0") else list(range(1, 8)))

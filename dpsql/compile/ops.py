@@ -496,19 +496,20 @@ def _time_string(node: exp.Expression, scope: Scope) -> Expr:
     return coerce(inner, "timestamp", scope)
 
 
+# (the day of the week as DuckDB numbers it: ``parse`` reads other dialects' numbering into it)
 _PARTS = {"year": "year", "quarter": "quarter", "month": "month", "day": "day",
           "dayofmonth": "day", "dow": "dow", "dayofweek": "dow", "weekday": "dow",
-          "hour": "hour", "minute": "minute"}
+          "isodow": "isodow", "dayofweek_iso": "isodow", "hour": "hour", "minute": "minute"}
 _PART_RANGES = {"quarter": (1, 4), "month": (1, 12), "day": (1, 31), "dow": (0, 6),
-                "hour": (0, 23), "minute": (0, 59)}
+                "isodow": (1, 7), "hour": (0, 23), "minute": (0, 59)}
 _PART_NODES = {exp.Year: "year", exp.Quarter: "quarter", exp.Month: "month", exp.Day: "day",
-               exp.DayOfMonth: "day", exp.DayOfWeek: "dow", exp.Hour: "hour",
-               exp.Minute: "minute"}
+               exp.DayOfMonth: "day", exp.DayOfWeek: "dow", exp.DayOfWeekIso: "isodow",
+               exp.Hour: "hour", exp.Minute: "minute"}
 
 
 def extract(part: str, arg: Expr, scope: Scope) -> Expr:
     """EXTRACT(part FROM d): an int with a public domain (month 1-12, dow 0-6 from Sunday,
-    the year from the declared bounds); NULL outside ``YEARS``."""
+    isodow 1-7 from Monday, the year from the declared bounds); NULL outside ``YEARS``."""
     name = _PARTS.get(part.lower())
     if name is None:
         raise UnsupportedSQLError(f"EXTRACT({part.upper()} ...) is not supported",

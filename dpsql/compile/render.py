@@ -300,7 +300,7 @@ class Dialect:
         return f"({date} + {days})"
 
     def _op_extract(self, e: Expr) -> str:
-        part = "DOW" if e.value == "dow" else e.value.upper()
+        part = e.value.upper()
         return f"CAST(EXTRACT({part} FROM {self.expr(e.args[0])}) AS {self.types['int']})"
 
     def _op_date_trunc(self, e: Expr) -> str:
@@ -582,6 +582,8 @@ class SparkDialect(Dialect):
         arg = self.expr(e.args[0])
         if e.value == "dow":  # Spark counts Sunday as 1
             return f"(CAST(EXTRACT(DAYOFWEEK FROM {arg}) AS BIGINT) - 1)"
+        if e.value == "isodow":
+            return f"CAST(EXTRACT(DAYOFWEEK_ISO FROM {arg}) AS BIGINT)"
         return f"CAST(EXTRACT({e.value.upper()} FROM {arg}) AS BIGINT)"
 
 

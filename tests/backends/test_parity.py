@@ -41,6 +41,8 @@ CORPUS = [
     "SELECT day, COUNT(DISTINCT uid) FROM visits_l0 GROUP BY day",
     "SELECT day, AVG(amount) FROM visits_l0 WHERE amount > 10 GROUP BY day",
     "SELECT happened, COUNT(*), SUM(amount) FROM events GROUP BY happened",
+    "SELECT EXTRACT(dow FROM happened) AS d, EXTRACT(isodow FROM happened) AS i, COUNT(*) "
+    "FROM events GROUP BY d, i",
 ]
 SEED = 11
 
