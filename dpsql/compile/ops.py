@@ -283,9 +283,12 @@ def _floor(value: Fraction) -> int:
 
 
 def _domain_from_interval(interval: Interval | None, kind: str) -> tuple | None:
-    if kind == "int" and interval is not None and interval.integral and \
+    """Every whole number of a declared integral interval (as doubles for a float: FLOOR,
+    CEIL and ROUND of one), when there are few enough to be a GROUP BY key's domain."""
+    if kind in NUMERIC and interval is not None and interval.integral and \
             interval.upper - interval.lower + 1 <= MAX_INT_DOMAIN:
-        return tuple(range(int(interval.lower), int(interval.upper) + 1))
+        values = range(int(interval.lower), int(interval.upper) + 1)
+        return tuple(values) if kind == "int" else tuple(float(v) for v in values)
     return None
 
 
@@ -654,7 +657,8 @@ def _int_quotient(left: Expr, right: Expr) -> Expr:
         ends = sorted((int(left.interval.lower / right.value),
                        int(left.interval.upper / right.value)))
         interval = Interval(Fraction(ends[0]), Fraction(ends[1]), True)
-    return Expr("intdiv", (left, right), "int", None, interval, int_result(None), None, True)
+    return Expr("intdiv", (left, right), "int", None, interval, int_result(None),
+                _domain_from_interval(interval, "int"), True)
 
 
 @builds(exp.Mod)
@@ -709,9 +713,10 @@ def _floor_ceil(node: exp.Expression, scope: Scope) -> Expr:
         return Interval(Fraction(_floor(a.lower)), Fraction(-_floor(-a.upper)), True)
 
     func = math.floor if op == "floor" else math.ceil
-    domain = _mapped(arg, lambda v: float(func(v)) if math.isfinite(v) else v)
-    return Expr(op, (arg,), "float", None, whole(arg.interval), whole(arg.proven), domain,
-                arg.nullable)
+    interval = whole(arg.interval)
+    domain = _mapped(arg, lambda v: float(func(v)) if math.isfinite(v) else v) or \
+        _domain_from_interval(interval, "float")
+    return Expr(op, (arg,), "float", None, interval, whole(arg.proven), domain, arg.nullable)
 
 
 @builds(exp.Round, reads=("this", "decimals", "casts_non_integer_decimals"))
@@ -729,8 +734,12 @@ def _round(node: exp.Round, scope: Scope) -> Expr:
         return arg
     interval = arg.interval
     if interval is not None:
-        interval = Interval(interval.lower - 1, interval.upper + 1, places == 0)
-    return Expr("round", (arg,), "float", places, interval, None, None, arg.nullable)
+        interval = Interval(Fraction(_floor(interval.lower)) if places == 0 else
+                            interval.lower - 1,
+                            Fraction(-_floor(-interval.upper)) if places == 0 else
+                            interval.upper + 1, places == 0)
+    domain = _domain_from_interval(interval, "float") if places == 0 else None
+    return Expr("round", (arg,), "float", places, interval, None, domain, arg.nullable)
 
 
 @builds(exp.Sign)
@@ -749,8 +758,8 @@ def _least_greatest(node: exp.Expression, scope: Scope) -> Expr:
     least = isinstance(node, exp.Least)
     interval = _clamped(args, least, "interval", kind)
     proven = _clamped(args, least, "proven", kind)
-    return Expr(name.lower(), args, kind, None, interval, proven, None,
-                all(a.nullable for a in args))
+    return Expr(name.lower(), args, kind, None, interval, proven,
+                _domain_from_interval(interval, kind), all(a.nullable for a in args))
 
 
 def _ends(expr: Expr, field: str) -> tuple[Fraction | None, Fraction | None]:
@@ -1007,6 +1016,8 @@ def _cast(node: exp.Cast, scope: Scope) -> Expr:
     elif arg.domain is not None and arg.type in ("int", "bool") and target in NUMERIC:
         domain = tuple(dict.fromkeys(float(v) if target == "float" else int(v)
                                      for v in arg.domain))
+    elif target == "int":
+        domain = _domain_from_interval(interval, "int")
     return Expr("cast", (arg,), target, target, interval, proven, domain, True)
 
 
