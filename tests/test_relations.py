@@ -69,6 +69,18 @@ def test_public_join_with_duplicated_keys_counts_each_row_once(meta, tmp_path):
                        "ON a.age % 5 = r.region_id GROUP BY r.name")["total_sensitivity"] == 1
 
 
+def test_a_left_joined_column_is_null_where_no_row_matches(meta, tmp_path):
+    """A public column that declares a missing_value is never NULL in its table, but a LEFT
+    JOIN makes it NULL on the rows it does not match: COUNT(r.name) was answered as
+    COUNT(*)."""
+    meta["tables"]["regions"]["columns"]["name"]["missing_value"] = REGIONS[0]
+    con = _con(meta, tmp_path)
+    named, rows = con.execute(
+        "SELECT COUNT(r.name) AS named, COUNT(*) AS n FROM adult a LEFT JOIN regions r "
+        "ON a.age = r.region_id + 1000", epsilon=1e9).fetchone()
+    assert (named, rows) == (0, 3000)
+
+
 def test_private_join_on_unit_bounds_a_person_duplicated_across_partners(meta, data_dir,
                                                                          tmp_path):
     rogue_visits = pd.DataFrame({"uid": 999, "day": np.resize(DAYS, 500), "amount": 50.0,

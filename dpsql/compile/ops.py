@@ -753,6 +753,10 @@ def _sign(node: exp.Expression, scope: Scope) -> Expr:
 def _least_greatest(node: exp.Expression, scope: Scope) -> Expr:
     args = tuple(build(a, scope) for a in [node.this, *node.expressions])
     name = "LEAST" if isinstance(node, exp.Least) else "GREATEST"
+    # literals take the type of the values they meet: GREATEST(d, '2000-01-01') is of dates
+    met = next((a.type for a in args if a.op != "lit" and a.type != "null"), None)
+    if met is not None:
+        args = tuple(coerce(a, met, scope) for a in args)
     kind = unify([a.type for a in args], name, scope)
     args = tuple(coerce(a, kind, scope) for a in args)
     least = isinstance(node, exp.Least)

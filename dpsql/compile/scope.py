@@ -376,7 +376,12 @@ class Resolver:
                 raise ProgrammingError(f"the table alias {key[0]!r} is used twice",
                                        sql=self.sql, hint="give each table its own alias")
         names.update(right.names)
-        combined = Relation(node=None, columns=left.columns | right.columns, names=names,
+        kind = "left" if (join.args.get("side") or "").upper() == "LEFT" else "inner"
+        # a LEFT JOIN gives the right side's columns NULL on the rows it does not match,
+        # whatever they declare (a missing_value included)
+        right_columns = right.columns if kind == "inner" else \
+            {name: replace(column, nullable=True) for name, column in right.columns.items()}
+        combined = Relation(node=None, columns=left.columns | right_columns, names=names,
                             unit=None, public=left.public and right.public,
                             merged=dict(left.merged))
         scope = Scope(combined, self.sql)
@@ -395,7 +400,6 @@ class Resolver:
                 on = ops._bool("and", (on, extra), True)
         else:
             on = predicate(join.args["on"], scope)
-        kind = "left" if (join.args.get("side") or "").upper() == "LEFT" else "inner"
         node = Join(left.node, right.node, kind, on)
         if right.public:
             return replace(combined, node=node, unit=left.unit, public=left.public,
