@@ -74,10 +74,12 @@ def _statement(tree: exp.Expression) -> Statement:
 
 
 def identity(statement: Statement) -> str:
-    """A key that differs whenever two statements' trees do: every node type, argument and
-    comment, as JSON. ``Statement.sql`` is not one: rendered in DuckDB's dialect it drops what
-    DuckDB cannot spell (FOR UPDATE, table hints, OPTION(...)), so a refused statement would
-    share the key of the statement without that clause.
+    """A key that differs whenever two statements mean different things: every node type
+    and argument of the tree, and the statement's dpsql hints, as JSON (other comments are
+    notes to people: a query asked again with another note is the same query).
+    ``Statement.sql`` is not one: rendered in DuckDB's dialect it drops what DuckDB cannot
+    spell (FOR UPDATE, table hints, OPTION(...)), so a refused statement would share the key
+    of the statement without that clause.
 
     Example:
         >>> identity(parse_one("SELECT 1 FROM t FOR UPDATE")) == identity(parse_one(
@@ -85,14 +87,14 @@ def identity(statement: Statement) -> str:
         False
     """
     try:
-        return json.dumps(_node(statement.tree), default=repr)
+        return json.dumps([_node(statement.tree), list(statement.hints)], default=repr)
     except RecursionError:
         raise too_deep(statement.sql) from None
 
 
 def _node(node: Any) -> Any:
     if isinstance(node, exp.Expression):
-        return [type(node).__name__, node.comments or [],
+        return [type(node).__name__,
                 {k: _node(v) for k, v in node.args.items() if v is not None and v != []}]
     if isinstance(node, list):
         return [_node(v) for v in node]

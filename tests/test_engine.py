@@ -213,6 +213,11 @@ def test_answer_reuse_tells_apart_statements_with_the_same_text(connect):
     assert _fingerprint(other) != _fingerprint(release)
     assert _fingerprint(con._engine.plan("SELECT COUNT(*) AS n FROM adult", epsilon=1).release
                         ) == _fingerprint(release)
+    # a note to people is not part of what a statement means; a dpsql hint is
+    noted = "select count(*) as n from adult -- asked again"
+    assert _fingerprint(con._engine.plan(noted, epsilon=1).release) == _fingerprint(release)
+    hinted = "SELECT COUNT(*) AS n FROM adult /* dpsql: weights n=2 */"
+    assert _fingerprint(con._engine.plan(hinted, epsilon=1).release) != _fingerprint(release)
 
 
 def test_an_answer_is_not_reused_once_the_data_changed(connect, data_dir):
