@@ -7,11 +7,11 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from dpsql import frames
+from dpsql.dbapi20 import fetch_size
 from dpsql.errors import (
     InterfaceError,
     NotSupportedError,
     PrivacyParameterError,
-    ProgrammingError,
 )
 from dpsql.release import NoisyResult
 
@@ -168,11 +168,7 @@ class Cursor:
     def fetchmany(self, size: int | None = None) -> list[tuple]:
         """Up to ``size`` (default arraysize) next rows; a negative size is refused."""
         rows = self._rows()
-        size = self.arraysize if size is None else size
-        if size < 0:
-            raise ProgrammingError(f"fetchmany needs a row count >= 0, got {size!r}",
-                                   hint="pass size >= 0, or call fetchall() for every row")
-        chunk = rows[self._pos:self._pos + size]
+        chunk = rows[self._pos:self._pos + fetch_size(size, self.arraysize)]
         self._pos += len(chunk)
         return chunk
 

@@ -8,28 +8,43 @@ from dpsql import errors
 
 
 class DBAPITypeObject:
-    """Compares equal to every type code of one family (PEP 249 type objects)."""
+    """Compares equal to every type code of one family (PEP 249 type objects): dpsql's own
+    ('int', 'text', ...) and the backends' type names in any case, with or without a
+    precision ('DECIMAL(18,3)', 'VARCHAR(20)')."""
 
     def __init__(self, *codes: str) -> None:
-        self.codes = frozenset(codes)
+        self.codes = frozenset(code.upper() for code in codes)
 
     def __eq__(self, other: object) -> bool:
-        return other in self.codes
+        return isinstance(other, str) and other.upper().split("(")[0].strip() in self.codes
 
     def __hash__(self) -> int:
         return hash(self.codes)
 
 
-STRING = DBAPITypeObject("VARCHAR", "text")
-NUMBER = DBAPITypeObject("BIGINT", "DOUBLE", "int", "float")
-BINARY = DBAPITypeObject("BLOB")
-DATETIME = DBAPITypeObject("DATE", "TIMESTAMP", "date")
+STRING = DBAPITypeObject("text", "VARCHAR", "CHAR", "BPCHAR", "STRING", "CHARACTER VARYING")
+NUMBER = DBAPITypeObject("int", "float", "BIGINT", "INTEGER", "INT", "SMALLINT", "TINYINT",
+                         "HUGEINT", "UBIGINT", "UINTEGER", "USMALLINT", "UTINYINT", "DOUBLE",
+                         "DOUBLE PRECISION", "FLOAT", "REAL", "DECIMAL", "NUMERIC")
+BINARY = DBAPITypeObject("BLOB", "BYTEA", "BINARY")
+DATETIME = DBAPITypeObject("date", "timestamp", "TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ",
+                           "TIME")
 ROWID = DBAPITypeObject("ROWID")
 
 Date = datetime.date
 Time = datetime.time
 Timestamp = datetime.datetime
 Binary = bytes
+
+
+def fetch_size(size: int | None, arraysize: int) -> int:
+    """The number of rows ``fetchmany(size)`` takes (PEP 249: arraysize by default); a
+    negative size is refused."""
+    size = arraysize if size is None else size
+    if size < 0:
+        raise errors.ProgrammingError(f"fetchmany needs a row count >= 0, got {size!r}",
+                                      hint="pass size >= 0, or call fetchall() for every row")
+    return size
 
 
 def DateFromTicks(ticks: float) -> datetime.date:  # noqa: N802 - PEP 249 name

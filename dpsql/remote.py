@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from dpsql import errors
 from dpsql.budget import PrivacyLoss
 from dpsql.cursor import Column
-from dpsql.dbapi20 import ConnectionBase
+from dpsql.dbapi20 import ConnectionBase, fetch_size
 from dpsql.sqltext import qmark_to_dollar, split_statements
 
 if TYPE_CHECKING:
@@ -160,10 +160,9 @@ class RemoteCursor:
         return self._project([self._rows[self._pos - 1]])[0]
 
     def fetchmany(self, size: int | None = None) -> list[tuple]:
-        """Up to ``size`` next rows."""
+        """Up to ``size`` (default arraysize) next rows; a negative size is refused."""
         self._require()
-        size = self.arraysize if size is None else size
-        chunk = self._rows[self._pos:self._pos + size]
+        chunk = self._rows[self._pos:self._pos + fetch_size(size, self.arraysize)]
         self._pos += len(chunk)
         return self._project(chunk)
 

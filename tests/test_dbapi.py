@@ -58,26 +58,6 @@ def test_public_statements_describe_their_types():
     assert codes == [dpsql.NUMBER, dpsql.STRING, dpsql.NUMBER, dpsql.NUMBER, dpsql.DATETIME]
 
 
-def test_a_warehouse_custodian_describes_its_values_types(monkeypatch):
-    """On PostgreSQL and Spark the custodian's statement runs uncompiled: its values give the
-    types (they were all 'any')."""
-    import datetime
-    import decimal
-
-    cust = dpsql.connect_custodian(metadata="data/visits.yaml", ledger=":memory:")
-    warehouse = type("Warehouse", (), {"name": "postgres", "run": lambda self, tree: (
-        ["n", "x", "s", "d", "t", "none"],
-        [(None, None, None, None, None, None),
-         (1, decimal.Decimal("1.5"), "a", datetime.date(2024, 1, 1),
-          datetime.datetime(2024, 1, 1, 12), None)])})()
-    monkeypatch.setattr(cust, "_backend", warehouse)
-    codes = [c.type_code for c in cust.execute("SELECT 1").description]
-    monkeypatch.undo()
-    cust.close()
-    assert codes[:5] == [dpsql.NUMBER, dpsql.NUMBER, dpsql.STRING, dpsql.DATETIME, dpsql.DATETIME]
-    assert codes[5] == "null"
-
-
 def test_the_exported_constructors_bind(tmp_path):
     """dpsql.Date, dpsql.Timestamp and Decimal bind as DATE '…', TIMESTAMP '…' and exact
     numbers (they were refused: 'cannot bind a parameter of type date')."""

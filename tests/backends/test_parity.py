@@ -238,11 +238,18 @@ def test_spark_master_url_reuses_a_running_session_and_leaves_it_up(backend_meta
 def test_custodian_reads_exact_rows_in_the_warehouse(backend_metadata, csv_dir, postgres_url,
                                                      spark):
     sql = "SELECT day, COUNT(*) AS n FROM visits WHERE amount > ? GROUP BY day ORDER BY day"
+    typed = ("SELECT COUNT(*) AS n, SUM(visits.amount) AS s, MIN(day) AS d, MIN(happened) AS h, "
+             "NULL AS none FROM visits, events WHERE visits.amount > 99")
     answers = {}
     for name, target in (("duckdb", None), ("postgresql", postgres_url), ("spark", spark)):
         meta = backend_metadata(csv_dir, warehouse=target is not None)
         with dpsql.connect_custodian(target, metadata=meta, ledger=":memory:") as custodian:
             answers[name] = custodian.execute(sql, [10]).fetchall()
             assert [r["kind"] for r in custodian.ledger.history()] == ["exact"]
+            # each backend's type names compare equal to the PEP 249 type objects (they
+            # were 'any' on the warehouses)
+            codes = [c.type_code for c in custodian.execute(typed).description]
+            assert codes[:4] == [dpsql.NUMBER, dpsql.NUMBER, dpsql.STRING, dpsql.DATETIME], \
+                (name, codes)
     assert answers["postgresql"] == answers["duckdb"] == answers["spark"]
     assert sum(n for _, n in answers["duckdb"]) > 0

@@ -17,7 +17,10 @@ def test_client_query_description_and_intervals(server):
         n = cur.description[1]
         assert n.noise == "discrete_laplace" and n.ci_columns == ("n_low", "n_high")
         assert cur.epsilon_spent == Fraction(1, 4)
-        assert len(cur.fetchall()) == 7
+        assert len(cur.fetchmany(2)) == 2
+        with pytest.raises(dpsql.ProgrammingError):  # it returned every row but the last
+            cur.fetchmany(-1)
+        assert len(cur.fetchall()) == 5
         frame = cur.intervals()
         assert list(frame.columns) == ["day", "n", "n_low", "n_high"]
         assert (frame.n_low <= frame.n).all()
