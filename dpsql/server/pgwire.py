@@ -37,7 +37,7 @@ PROTOCOL_3 = 196608
 MAX_MESSAGE = 1 << 20  # no analyst message needs more than 1 MiB
 IDLE_TIMEOUT = 600.0
 _OIDS = {"BIGINT": 20, "INTEGER": 23, "DOUBLE": 701, "FLOAT": 701, "REAL": 700,
-         "BOOLEAN": 16, "DATE": 1082, "VARCHAR": 25, "TEXT": 25}
+         "BOOLEAN": 16, "DATE": 1082, "TIMESTAMP": 1114, "VARCHAR": 25, "TEXT": 25}
 _PARAM_INT = {20, 21, 23, 26}
 _PARAM_FLOAT = {700, 701, 1700}
 
@@ -95,7 +95,7 @@ def _oid(column: dict, rows: list, index: int) -> int:
     oid = _OIDS.get(str(column.get("type", "")).upper())
     if oid is not None:
         return oid
-    for row in rows:  # public queries report no types: look at the values
+    for row in rows:  # a type without an OID here (or 'null'): look at the values
         value = row[index]
         if value is None:
             continue
