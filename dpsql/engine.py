@@ -9,7 +9,6 @@ the exact rows are dropped unseen.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 import numbers
 import re
@@ -38,7 +37,6 @@ from dpsql.mechanisms.samplers import RandomSource
 from dpsql.parse import (
     check_dialect,
     dp_options,
-    identity,
     parse_one,
     parse_script,
     too_deep,
@@ -204,7 +202,7 @@ class Engine:
         Both depend only on the SQL and the catalogue, so a statement asked again (a notebook
         cell re-run, the same query at another ε) reuses them; refusals are not cached.
         """
-        key = (identity(statement), private_keys)
+        key = (statement.identity, private_keys)
         checked = self._analysed.get(key)
         if checked is None:
             try:
@@ -238,7 +236,7 @@ class Engine:
                 planned = dataclasses.replace(planned, release=dataclasses.replace(
                     planned.release, data_version=version))
                 stored = self.ledger.find_answer(self.catalog.name,
-                                                 _fingerprint(planned.release))
+                                                 planned.release.fingerprint)
                 if stored is not None:
                     return load_results(stored)
         budget = self.budget() if planned.release else None
@@ -289,7 +287,7 @@ class Engine:
         if planned.release is not None and planned.release.loss != PrivacyLoss.zero():
             release_id = self.ledger.charge(
                 analyst=self.analyst, dataset=self.catalog.name, loss=planned.release.loss,
-                budget=budget, fingerprint=_fingerprint(planned.release),
+                budget=budget, fingerprint=planned.release.fingerprint,
                 statement=";\n".join(p.checked.statement.sql for p in planned.release.statements))
         results, shared_values = [], {}
         for kind, i in planned.order:
@@ -478,15 +476,6 @@ class Engine:
             raise CatalogError(f"the metadata of dataset {self.catalog.name!r} declares no budget",
                                hint="add 'budget: {epsilon: ..., delta: ...}' to the metadata")
         return self.catalog.budget
-
-
-def _fingerprint(release: ScriptPlan) -> str:
-    """The release's ledger fingerprint (its readable statements, ε and data version) and a
-    digest of the statements' trees: the readable text is lossy (``parse.identity``), and an
-    answer is reused only for statements that mean the same. Rows stored without the digest
-    (older ledgers) are never matched, which only makes their statements pay again."""
-    trees = "\n".join(identity(p.checked.statement) for p in release.statements)
-    return f"{release.fingerprint} tree={hashlib.sha256(trees.encode()).hexdigest()}"
 
 
 def _three_digits_up(value: Fraction) -> Fraction:

@@ -66,14 +66,14 @@ def _statements(sql: str, dialect: str) -> tuple[Statement, ...]:
 
 
 def _statement(tree: exp.Expression) -> Statement:
-    # the text is what people read (ledger, explain, errors); it is lossy, so caches and
-    # answer reuse key on ``identity``. What DuckDB cannot spell is refused when the statement
-    # is compiled, so sqlglot's warning about it here would only be noise
+    # what DuckDB cannot spell is refused when the statement is compiled, so sqlglot's
+    # warning about it here would only be noise
     text = tree.sql(dialect=DIALECT, comments=False, unsupported_level=ErrorLevel.IGNORE)
-    return Statement(tree=tree, sql=text, hints=_hints(tree))
+    hints = _hints(tree)
+    return Statement(tree=tree, sql=text, hints=hints, identity=identity(tree, hints, text))
 
 
-def identity(statement: Statement) -> str:
+def identity(tree: exp.Expression, hints: tuple[str, ...], sql: str) -> str:
     """A key that differs whenever two statements mean different things: every node type
     and argument of the tree, and the statement's dpsql hints, as JSON (other comments are
     notes to people: a query asked again with another note is the same query).
@@ -82,14 +82,14 @@ def identity(statement: Statement) -> str:
     of the statement without that clause.
 
     Example:
-        >>> identity(parse_one("SELECT 1 FROM t FOR UPDATE")) == identity(parse_one(
-        ...     "SELECT 1 FROM t"))
+        >>> parse_one("SELECT 1 FROM t FOR UPDATE").identity == parse_one(
+        ...     "SELECT 1 FROM t").identity
         False
     """
     try:
-        return json.dumps([_node(statement.tree), list(statement.hints)], default=repr)
+        return json.dumps([_node(tree), list(hints)], default=repr)
     except RecursionError:
-        raise too_deep(statement.sql) from None
+        raise too_deep(sql) from None
 
 
 def _node(node: Any) -> Any:

@@ -6,6 +6,7 @@ SQL text -> ``Statement`` (parse) -> ``CheckedQuery`` (analyze) -> ``StatementPl
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -23,11 +24,16 @@ TERMS = "__terms"  # exact-query column: how many rows a group's DOUBLE sums add
 
 @dataclass(frozen=True, slots=True)
 class Statement:
-    """One parsed SQL statement and the text it came from."""
+    """One parsed SQL statement and the text it came from.
+
+    ``sql`` is the statement as people read it (ledger, explain, errors), in DuckDB's
+    dialect; it is lossy, so caches and answer reuse key on ``identity`` (``parse.identity``).
+    """
 
     tree: exp.Expression
     sql: str
     hints: tuple[str, ...] = ()
+    identity: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,9 +257,14 @@ class ScriptPlan:
 
     @property
     def fingerprint(self) -> str:
-        """Identity of the release for the ledger: the normalised statements, ε and the
-        version of the data (an answer is reused only on the same data)."""
+        """Identity of the release for the ledger: the normalised statements, ε, the
+        version of the data (an answer is reused only on the same data) and a digest of the
+        statements' identities (the readable text is lossy: an answer is reused only for
+        statements that mean the same; rows stored without it are never matched, which only
+        makes their statements pay again)."""
         text = ";\n".join(s.checked.statement.sql for s in self.statements)
         loss = self.loss  # exact values: ε = 1.000001 and 1.000002 are different releases
+        trees = hashlib.sha256("\n".join(s.checked.statement.identity
+                                         for s in self.statements).encode()).hexdigest()
         return (f"{text} @ epsilon={loss.epsilon} delta={loss.delta} rho={loss.rho}"
-                f" data={self.data_version}")
+                f" data={self.data_version} tree={trees}")
