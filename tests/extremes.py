@@ -75,6 +75,10 @@ def battery() -> list[str]:
                     f"AS k, COUNT(*) AS n FROM {table} GROUP BY k",
                     f"SELECT SUM(CASE WHEN ROUND({column} / 3) > 2 THEN 1 ELSE 0 END) AS s "
                     f"FROM {table}",
+                    f"SELECT SUM(LEAST(GREATEST(SQRT({column}) + LN({column}) + "
+                    f"LOG10({column}) + LOG(3, {column}) + EXP({column}) + "
+                    f"POWER({column}, 3) + POWER({column}, 0.5) + POWER({column}, 64), 0), "
+                    f"10)) AS s FROM {table}",
                 ]
             else:
                 statements += [
@@ -84,6 +88,9 @@ def battery() -> list[str]:
                     f"OR CAST({column} AS DOUBLE) * 1e300 > 0",
                     f"SELECT COUNT(*) AS n FROM {table} WHERE UPPER(SUBSTRING({column}, 2, 3)) "
                     f"|| 'z' = 'BCz' OR TRIM({column}) LIKE '%a%'",
+                    f"SELECT COUNT(*) AS n FROM {table} WHERE LEFT({column}, 2) || "
+                    f"RIGHT({column}, 3) = 'abc' OR REPLACE({column}, 'x', '') = '' OR "
+                    f"POSITION('b' IN {column}) * 9223372036854775807 > 2",
                     f"SELECT SUM(LEAST(GREATEST(CAST({column} AS DOUBLE), -5), 5)) AS s "
                     f"FROM {table}",
                 ]

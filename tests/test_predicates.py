@@ -21,6 +21,13 @@ PREDICATES = [
     ("age NOT BETWEEN SYMMETRIC 60 AND 30", "NOT (age BETWEEN 30 AND 60)"),
     ("CONCAT(sex, NULL) = sex", "sex IS NOT NULL"),
     ("sex || NULL IS NULL", "TRUE"),
+    ("LEFT(education, 2) = 'Ba'", "education LIKE 'Ba%'"),
+    ("RIGHT(education, 2) = 'th'", "education LIKE '%th'"),
+    ("REPLACE(education, '-', '') = 'HSgrad'", "education = 'HS-grad'"),
+    ("POSITION('th' IN education) = 2", "strpos(education, 'th') = 2"),
+    ("SQRT(age) > 6 AND LN(age) < 4", "age > 36 AND age < 54.598150033144236"),
+    ("LOG10(age) >= 1.5 AND LOG(2, age) < 6", "age >= 31.622776601683793 AND age < 64"),
+    ("POWER(age, 2) > 2500 AND EXP(age / 10) < 1000", "age > 50 AND age < 69.07755278982137"),
 ]
 
 

@@ -145,7 +145,8 @@ def refusal(node: exp.Expression, scope: Scope) -> UnsupportedSQLError:
     return UnsupportedSQLError(
         f"{name} is not supported in dpsql's SQL", sql=scope.sql,
         hint="use arithmetic, comparisons, CASE/COALESCE/NULLIF/IF, CAST, LEAST/GREATEST, "
-        "ABS/FLOOR/CEIL/ROUND/SIGN, LOWER/UPPER/LENGTH/TRIM/SUBSTRING/||, LIKE, IN (...), "
+        "ABS/FLOOR/CEIL/ROUND/SIGN, SQRT/LN/LOG/EXP/POWER, LOWER/UPPER/LENGTH/TRIM/"
+        "SUBSTRING/LEFT/RIGHT/REPLACE/POSITION/||, LIKE, IN (...), "
         "BETWEEN, IS NULL, EXTRACT/DATE_TRUNC/DATE_DIFF and date arithmetic on the table's "
         "columns")
 
@@ -710,7 +711,9 @@ def _floor_ceil(node: exp.Expression, scope: Scope) -> Expr:
     def whole(a: Interval | None) -> Interval | None:
         if a is None:
             return None
-        return Interval(Fraction(_floor(a.lower)), Fraction(-_floor(-a.upper)), True)
+        if op == "floor":
+            return Interval(Fraction(_floor(a.lower)), Fraction(_floor(a.upper)), True)
+        return Interval(Fraction(-_floor(-a.lower)), Fraction(-_floor(-a.upper)), True)
 
     func = math.floor if op == "floor" else math.ceil
     interval = whole(arg.interval)
@@ -747,6 +750,114 @@ def _sign(node: exp.Expression, scope: Scope) -> Expr:
     arg = _require(build(node.this, scope), NUMERIC, "SIGN", scope)
     interval = Interval(Fraction(-1), Fraction(1), True)
     return Expr("sign", (arg,), "int", None, interval, interval, (-1, 0, 1), arg.nullable)
+
+
+# --- mathematical functions --------------------------------------------------------------
+# SQRT, LN, LOG, EXP and POWER are NULL unless their input is finite and in the function's
+# domain (x ≥ 0 for SQRT and a fractional power, x > 0 for a logarithm), and where the result
+# would overflow a double (EXP past 709, POWER past 1e300); a result below 1e-300 in
+# magnitude is 0. DuckDB answers NaN or ±inf there and PostgreSQL raises, so this is what
+# every backend renders (``render.Dialect._op_math``), and the result's range follows.
+MATH_LIMIT = 1e300  # |POWER| above it is NULL, below its inverse 0
+EXP_RANGE = (-708, 709)  # EXP is 0 below, NULL above (exp(709.8) overflows a double)
+
+
+def _outward(low: float, high: float) -> Interval:
+    """[low, high] widened by one double each way where it is not a whole number: another
+    libm's last bit may differ from Python's, but not at exact results such as
+    LOG10(1000) = 3 or SQRT(0) = 0."""
+    return Interval(Fraction(low if low.is_integer() else math.nextafter(low, -math.inf)),
+                    Fraction(high if high.is_integer() else math.nextafter(high, math.inf)),
+                    False)
+
+
+def _math(name: str, arg: Expr, parameter: float | None,
+          image: Callable[[Interval], Interval | None]) -> Expr:
+    return Expr("math", (arg,), "float", (name, parameter),
+                None if arg.interval is None else image(arg.interval), None, None, True)
+
+
+@builds(exp.Sqrt)
+def _sqrt(node: exp.Sqrt, scope: Scope) -> Expr:
+    arg = _require(build(node.this, scope), NUMERIC, "SQRT", scope)
+    return _math("sqrt", arg, None, lambda a: _outward(
+        math.sqrt(max(float(a.lower), 0.0)), math.sqrt(max(float(a.upper), 0.0))))
+
+
+def _logarithm(arg: Expr, base: float | None) -> Expr:
+    """log_base(x) (natural without a base): NULL where x ≤ 0."""
+    def image(a: Interval) -> Interval | None:
+        if a.lower <= 0:  # towards 0 it falls without bound
+            return None
+        ends = [math.log(float(a.lower)), math.log(float(a.upper))]
+        if base is not None:
+            ends = sorted(e / math.log(base) for e in ends)
+        return _outward(ends[0], ends[1])
+    return _math("log", arg, base, image)
+
+
+@builds(exp.Ln)
+def _ln(node: exp.Ln, scope: Scope) -> Expr:
+    return _logarithm(_require(build(node.this, scope), NUMERIC, "LN", scope), None)
+
+
+@builds(exp.Log)
+def _log(node: exp.Log, scope: Scope) -> Expr:
+    """LOG(x) (base 10: sqlglot reads the dialects where it is natural as LN) and
+    LOG(b, x) with a literal base b > 0, b ≠ 1."""
+    if node.expression is None:
+        return _logarithm(_require(build(node.this, scope), NUMERIC, "LOG", scope), 10.0)
+    base = build(node.this, scope)
+    if base.op != "lit" or base.type not in NUMERIC or not base.value or base.value <= 0 \
+            or base.value == 1:
+        raise ProgrammingError("LOG(b, x) needs a literal base b > 0 other than 1",
+                               sql=scope.sql, hint="e.g. LOG(2, x), LOG10(x) or LN(x)")
+    return _logarithm(_require(build(node.expression, scope), NUMERIC, "LOG", scope),
+                      float(base.value))
+
+
+@builds(exp.Exp)
+def _exp(node: exp.Exp, scope: Scope) -> Expr:
+    arg = _require(build(node.this, scope), NUMERIC, "EXP", scope)
+
+    def image(a: Interval) -> Interval:
+        low, high = (min(max(float(v), EXP_RANGE[0]), EXP_RANGE[1]) for v in (a.lower, a.upper))
+        return _outward(0.0 if a.lower < EXP_RANGE[0] else math.exp(low), math.exp(high))
+    return _math("exp", arg, None, image)
+
+
+def power_limit(k: float) -> float:
+    """The largest |x| whose POWER(x, k) is not NULL (inf: none overflows)."""
+    return MATH_LIMIT ** (1 / k) if k > 1 else math.inf
+
+
+@builds(exp.Pow)
+def _power(node: exp.Pow, scope: Scope) -> Expr:
+    """POWER(x, k) with a literal exponent 0 ≤ k ≤ 64 (x ^ 2, x ** 2, SQUARE(x))."""
+    arg = _require(build(node.this, scope), NUMERIC, "POWER", scope)
+    exponent = build(node.expression, scope)
+    if exponent.op != "lit" or exponent.type not in NUMERIC or exponent.value is None or \
+            not 0 <= exponent.value <= 64:
+        raise ProgrammingError("POWER(x, k) needs a literal exponent k between 0 and 64",
+                               sql=scope.sql, hint="e.g. POWER(x, 2) or POWER(x, 0.5); "
+                               "write 1 / POWER(x, k) for a negative power")
+    k = float(exponent.value)
+    whole = k.is_integer()
+    limit = power_limit(k)
+
+    def value(x: float) -> float:
+        if k == 0:
+            return 1.0
+        return 0.0 if abs(x) < 1 / limit else x ** k
+
+    def image(a: Interval) -> Interval:
+        low = max(float(a.lower), -limit if whole else 0.0)
+        high = max(min(float(a.upper), limit), low)
+        ends = [value(low), value(high)]
+        if whole and k % 2 == 0 and low < 0 < high:
+            ends.append(0.0)
+        return _outward(min(ends), max(ends))
+    return _math("power", arg, k, image)
 
 
 @builds(exp.Least, exp.Greatest, reads=("this", "expressions", "ignore_nulls"))
@@ -1027,10 +1138,29 @@ def _cast(node: exp.Cast, scope: Scope) -> Expr:
 
 # --- text --------------------------------------------------------------------------------
 
+def _text_domain(arg: Expr, func: Callable[[str], str]) -> tuple | None:
+    """The domain of a text function of ``arg``, computed here where its values are ASCII
+    (beyond ASCII the backends' case mappings and character counts may differ from
+    Python's), so GROUP BY LEFT(education, 1) is zero-filled over public values."""
+    if arg.domain is None or not all(isinstance(v, str) and v.isascii() for v in arg.domain):
+        return None
+    return tuple(dict.fromkeys(func(v) for v in arg.domain))
+
+
+def _sliced(arg: Expr, start: int, length: int | None) -> Expr:
+    """SUBSTRING(x, start, length) with literal start ≥ 1 and length ≥ 0 (to the end
+    without one)."""
+    end = None if length is None else start - 1 + length
+    return Expr("substring", (arg,), "text", (start, length), None, None,
+                _text_domain(arg, lambda v: v[start - 1:end]), arg.nullable)
+
+
 @builds(exp.Lower, exp.Upper)
 def _case_fold(node: exp.Expression, scope: Scope) -> Expr:
     arg = _require(build(node.this, scope), ("text",), node.sql_name(), scope)
-    return Expr(node.sql_name().lower(), (arg,), "text", None, None, None, None, arg.nullable)
+    fold = str.lower if isinstance(node, exp.Lower) else str.upper
+    return Expr(node.sql_name().lower(), (arg,), "text", None, None, None,
+                _text_domain(arg, fold), arg.nullable)
 
 
 @builds(exp.Length, reads=("this", "binary"))
@@ -1045,7 +1175,8 @@ def _trim(node: exp.Trim, scope: Scope) -> Expr:
         raise UnsupportedSQLError("TRIM with characters or a side is not supported",
                                   sql=scope.sql, hint="use TRIM(x)")
     arg = _require(build(node.this, scope), ("text",), "TRIM", scope)
-    return Expr("trim", (arg,), "text", None, None, None, None, arg.nullable)
+    return Expr("trim", (arg,), "text", None, None, None,
+                _text_domain(arg, lambda v: v.strip(" ")), arg.nullable)
 
 
 @builds(exp.Substring, reads=("this", "start", "length", "zero_start"))
@@ -1065,7 +1196,66 @@ def _substring(node: exp.Substring, scope: Scope) -> Expr:
     if values[0] is None or values[0] < 1:
         raise ProgrammingError("SUBSTRING needs a literal start of at least 1",
                                sql=scope.sql, hint="e.g. SUBSTRING(x, 1, 3)")
-    return Expr("substring", (arg,), "text", tuple(values), None, None, None, arg.nullable)
+    return _sliced(arg, values[0], values[1])
+
+
+def _literal_text(node: exp.Expression, scope: Scope, what: str) -> str:
+    built = build(node, scope)
+    if built.op != "lit" or built.type != "text" or built.value is None:
+        raise ProgrammingError(f"{what} needs a literal text", sql=scope.sql,
+                               hint="write the text in quotes, e.g. REPLACE(x, '-', '')")
+    return built.value
+
+
+def _literal_count(node: exp.Expression, scope: Scope, what: str) -> int:
+    built = build(node, scope)
+    if built.op != "lit" or built.type != "int" or not 0 <= built.value <= 10**6:
+        raise ProgrammingError(f"{what} needs a literal, non-negative length", sql=scope.sql,
+                               hint=f"e.g. {what}(x, 3)")
+    return built.value
+
+
+@builds(exp.Left, reads=("this", "expression", "negative_length_returns_empty"))
+def _left(node: exp.Left, scope: Scope) -> Expr:
+    """LEFT(x, n): SUBSTRING(x, 1, n)."""
+    arg = _require(build(node.this, scope), ("text",), "LEFT", scope)
+    return _sliced(arg, 1, _literal_count(node.expression, scope, "LEFT"))
+
+
+@builds(exp.Right, reads=("this", "expression", "negative_length_returns_empty"))
+def _right(node: exp.Right, scope: Scope) -> Expr:
+    """RIGHT(x, n): the last n characters."""
+    arg = _require(build(node.this, scope), ("text",), "RIGHT", scope)
+    count = _literal_count(node.expression, scope, "RIGHT")
+    return Expr("right", (arg,), "text", count, None, None,
+                _text_domain(arg, lambda v: v[max(len(v) - count, 0):]), arg.nullable)
+
+
+@builds(exp.Replace, reads=("this", "expression", "replacement"))
+def _replace(node: exp.Replace, scope: Scope) -> Expr:
+    """REPLACE(x, 'from', 'to') with literal, non-empty 'from' (the backends differ on an
+    empty one); without 'to' (Snowflake) the text is removed."""
+    arg = _require(build(node.this, scope), ("text",), "REPLACE", scope)
+    found = _literal_text(node.expression, scope, "REPLACE")
+    if not found:
+        raise ProgrammingError("REPLACE needs a non-empty text to replace", sql=scope.sql,
+                               hint="e.g. REPLACE(x, '-', '')")
+    to = node.args.get("replacement")
+    put = "" if to is None else _literal_text(to, scope, "REPLACE")
+    return Expr("replace", (arg,), "text", (found, put), None, None,
+                _text_domain(arg, lambda v: v.replace(found, put)), arg.nullable)
+
+
+@builds(exp.StrPosition, reads=("this", "substr", "clamp_position"))
+def _position(node: exp.StrPosition, scope: Scope) -> Expr:
+    """STRPOS / POSITION / INSTR / CHARINDEX of a literal, non-empty text: its first
+    position from 1, 0 where it does not occur."""
+    arg = _require(build(node.this, scope), ("text",), "POSITION", scope)
+    found = _literal_text(node.args["substr"], scope, "POSITION")
+    if not found:
+        raise ProgrammingError("POSITION needs a non-empty text to look for", sql=scope.sql,
+                               hint="e.g. POSITION('-' IN x)")
+    return Expr("strpos", (arg,), "int", found, None, int_result(None), None, arg.nullable)
 
 
 @builds(exp.DPipe, exp.Concat, reads=("this", "expression", "expressions", "safe", "coalesce"))

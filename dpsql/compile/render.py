@@ -218,6 +218,43 @@ class Dialect:
         (arg,) = self._args(e)
         return f"CAST(SIGN({arg}) AS {self.types['int']})"
 
+    _MAX_DOUBLE = "1.7976931348623157e308"
+
+    def _op_math(self, e: Expr) -> str:
+        """SQRT, LN/LOG, EXP and POWER, NULL unless the input is finite and in the function's
+        domain, NULL past a double's range and 0 below 1e-300 (``ops.MATH_LIMIT``)."""
+        name, parameter = e.value
+        x = self._as_double(self.expr(e.args[0]), e.args[0])
+        top = f"CAST({self._MAX_DOUBLE} AS {self.types['float']})"
+        if name == "sqrt":
+            return f"(CASE WHEN {x} BETWEEN 0 AND {top} THEN SQRT({x}) END)"
+        if name == "log":
+            return f"(CASE WHEN {x} > 0 AND {x} <= {top} THEN {self._log(x, parameter)} END)"
+        if name == "exp":
+            low, high = ops.EXP_RANGE
+            return (f"(CASE WHEN {x} < -{top} OR {x} > {high} THEN NULL WHEN {x} < {low} THEN "
+                    f"CAST(0 AS {self.types['float']}) ELSE EXP({x}) END)")
+        k = int(parameter) if parameter.is_integer() else parameter
+        if k == 0:
+            return (f"(CASE WHEN {x} BETWEEN -{top} AND {top} THEN "
+                    f"CAST(1 AS {self.types['float']}) END)")
+        limit = ops.power_limit(k)
+        highest = top if limit == math.inf else self.number(limit)
+        lowest = "0" if isinstance(k, float) else f"-{highest}"
+        power = f"POWER({x}, {self.number(k)})"
+        if limit != math.inf:  # below 1/limit the power is under 1e-300: 0
+            power = (f"(CASE WHEN ABS({x}) < {self.number(1 / limit)} THEN "
+                     f"CAST(0 AS {self.types['float']}) ELSE {power} END)")
+        return f"(CASE WHEN {x} BETWEEN {lowest} AND {highest} THEN {power} END)"
+
+    def _log(self, x: str, base: float | None) -> str:
+        """log_base(x) for x > 0 (natural without a base)."""
+        if base is None:
+            return f"LN({x})"
+        if base in (2, 10):
+            return f"LOG{int(base)}({x})"
+        return f"LOG({self.number(base)}, {x})"
+
     def _op_least(self, e: Expr) -> str:
         return f"LEAST({', '.join(self._args(e))})"
 
@@ -279,6 +316,17 @@ class Dialect:
         start, length = e.value
         suffix = f", {length}" if length is not None else ""
         return f"SUBSTRING({self.expr(e.args[0])}, {start}{suffix})"
+
+    def _op_right(self, e: Expr) -> str:
+        return f"RIGHT({self.expr(e.args[0])}, {int(e.value)})"
+
+    def _op_replace(self, e: Expr) -> str:
+        found, put = e.value
+        return f"REPLACE({self.expr(e.args[0])}, {self.string(found)}, {self.string(put)})"
+
+    def _op_strpos(self, e: Expr) -> str:
+        position = f"STRPOS({self.expr(e.args[0])}, {self.string(e.value)})"
+        return f"CAST({position} AS {self.types['int']})"
 
     def _op_concat(self, e: Expr) -> str:
         return "(" + " || ".join(self._args(e)) + ")"
@@ -482,6 +530,14 @@ class PostgresDialect(Dialect):
     def _op_ilike(self, e: Expr) -> str:
         return f"({self.expr(e.args[0])} ILIKE {self.string(e.value)})"
 
+    def _log(self, x: str, base: float | None) -> str:
+        if base is None or base == 10:
+            return super()._log(x, base)
+        # no LOG2; NUMERIC's logarithm is exact where a power of the base is (log2(2^29) is
+        # 29, where LN(x) / LN(2) is 29.000000000000004)
+        return (f"CAST(LOG(CAST({self.number(base)} AS NUMERIC), CAST({x} AS NUMERIC)) "
+                "AS DOUBLE PRECISION)")
+
 
 class SparkDialect(Dialect):
     """Spark SQL: backquoted names, try_* arithmetic, try_cast, xxhash64."""
@@ -570,6 +626,9 @@ class SparkDialect(Dialect):
 
     def _op_ilike(self, e: Expr) -> str:
         return f"(LOWER({self.expr(e.args[0])}) LIKE LOWER({self.string(e.value)}))"
+
+    def _op_strpos(self, e: Expr) -> str:
+        return f"CAST(INSTR({self.expr(e.args[0])}, {self.string(e.value)}) AS BIGINT)"
 
     def _op_date_diff(self, e: Expr) -> str:
         later, earlier = self._args(e)

@@ -43,6 +43,12 @@ CORPUS = [
     "SELECT happened, COUNT(*), SUM(amount) FROM events GROUP BY happened",
     "SELECT EXTRACT(dow FROM happened) AS d, EXTRACT(isodow FROM happened) AS i, COUNT(*) "
     "FROM events GROUP BY d, i",
+    "SELECT FLOOR(LOG10(hours)) AS k, COUNT(*) FROM adult WHERE SQRT(age) > 6 AND "
+    "LN(hours) < 4 AND LOG(2, age) < 6 AND POWER(hours, 2) > 100 AND EXP(age / 50) > 2 "
+    "GROUP BY k",
+    "SELECT LEFT(education, 1) AS e, COUNT(*) FROM adult WHERE RIGHT(education, 2) <> 'th' "
+    "AND REPLACE(education, '-', '') <> 'HSgrad' AND POSITION('a' IN education) > 0 "
+    "GROUP BY e",
 ]
 SEED = 11
 

@@ -181,6 +181,12 @@ def test_no_failure_depends_on_one_person(pairs):
         "SELECT item, QUANTILE_CONT(price, 0.9) FROM purchases GROUP BY item",
         "SELECT COUNT(*) FROM visits WHERE CAST(amount AS INTEGER) > 0",
         "SELECT COUNT(*) FROM visits WHERE 100 / (region_id - 4) > 0",
+        "SELECT SUM(LEAST(GREATEST(SQRT(amount) + LN(amount) + LOG(2, amount) + EXP(amount) "
+        "+ POWER(amount, 3) + POWER(amount, 0.5), 0), 50)) AS s FROM visits",
+        "SELECT COUNT(*) FROM visits WHERE POWER(region_id, 64) > 1 OR EXP(uid) > 1",
+        "SELECT LEFT(day, 1) AS d, COUNT(*) AS n FROM visits GROUP BY d",
+        "SELECT COUNT(*) FROM purchases WHERE RIGHT(shop, 2) = 'et' OR "
+        "REPLACE(shop, 'o', '') = 'crner' OR POSITION('x' IN shop) * 9223372036854775807 > 1",
     ])
 
 
