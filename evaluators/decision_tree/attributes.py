@@ -166,12 +166,17 @@ def schema_from_metadata(
         thresholds: explicit public cut points per numeric column (overrides the bins).
 
     Raises:
+        dpsql.UnknownColumnError: an excluded column is not in the table.
         dpsql.ProgrammingError: the table, class or an attribute has no public domain.
     """
     catalog = dpsql.catalog.load_catalog(
         dict(metadata) if isinstance(metadata, Mapping) else metadata)
     spec = _catalog.table(catalog, table)
     target_spec = _catalog.class_column(spec, target)
+    unknown = [name for name in exclude if spec.column(name) is None]
+    if unknown:
+        raise dpsql.UnknownColumnError(f"table {table!r} has no column {unknown[0]!r} to exclude",
+                                       hint=f"columns are {sorted(spec.columns)}")
     explicit = attributes is not None
     names = list(attributes) if explicit else [
         name for name in spec.columns

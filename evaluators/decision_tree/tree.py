@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 import dpsql
+from evaluators._budget import require_budget
 from evaluators.decision_tree.attributes import Schema, schema_from_metadata
 from evaluators.decision_tree.budget import check_ledger, exact_epsilon
 from evaluators.decision_tree.counts import CountSource, EngineCounts, ExactCounts
@@ -69,12 +70,21 @@ class DPDecisionTree:
         charged, which is ``epsilon`` unless scripts were answered again from the ledger.
 
         Raises:
-            dpsql.Error: the engine refused a script (nothing further is sent), or the ledger
-                disagrees with the budget split (``InternalError``).
+            dpsql.BudgetExhaustedError: ``epsilon`` does not fit the remaining budget; nothing
+                was sent.
+            dpsql.Error: the engine refused a later script (nothing further is sent; the
+                error's ``epsilon_spent`` is what the earlier levels were charged), or the
+                ledger disagrees with the budget split (``InternalError``).
         """
+        require_budget(connection, self.settings.epsilon)
         before = connection.budget_spent.epsilon
         counts = EngineCounts(connection)
-        self._grow(counts, metadata, table, target)
+        try:
+            self._grow(counts, metadata, table, target)
+        except dpsql.Error as err:
+            # the levels released before the failure stay charged: the error reports them
+            err.epsilon_spent = counts.charged + Fraction(err.epsilon_spent)
+            raise
         check_ledger(before, connection.budget_spent.epsilon, counts.charged,
                      self.settings.epsilon)
         self.epsilon_spent = counts.charged

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from fractions import Fraction
 
@@ -26,7 +27,9 @@ from evaluators.decision_tree.attributes import (
     schema_from_metadata,
 )
 from evaluators.decision_tree.budget import level_epsilon
+from dpsql.cli import main
 from evaluators.decision_tree.cli import command
+from evaluators.decision_tree.counts import EngineCounts
 from evaluators.decision_tree.holdout import split_holdout
 from evaluators.decision_tree.node import Node
 from evaluators.decision_tree.split import debiased_gain, gain
@@ -276,3 +279,67 @@ def test_cli_another_split_is_charged_not_answered_from_the_first(car, tmp_path)
         assert result.exit_code == 0, result.output
         spent.append(json.loads(result.output)["epsilon_spent"])
     assert spent == [1.0, 1.0]
+
+
+def _invoke(monkeypatch, args: list[str]):
+    """``dpsql ARGS`` in process; the CLI reads --json from the command line it was given."""
+    monkeypatch.setattr(sys, "argv", ["dpsql", *args])
+    return CliRunner().invoke(main, args)
+
+
+def test_cli_refuses_a_tree_whose_epsilon_exceeds_what_is_left_before_any_charge(
+        car, tmp_path, monkeypatch):
+    """With ε = 3.5 left, a tree of ε = 6 was charged its first level (ε = 3), refused the
+    second and reported epsilon_spent 0; it is now refused whole, before any script."""
+    metadata = tmp_path / "car.yaml"
+    metadata.write_text(yaml.safe_dump({**car, "budget": {"epsilon": 3.5}}))
+    ledger = tmp_path / "ledger.sqlite"
+    result = _invoke(monkeypatch, [
+        "evaluate", "tree", "-m", str(metadata), "-t", "car", "-e", "6", "--class", "class",
+        "--depth", "1", "--ledger", str(ledger), "--json"])
+    assert result.exit_code == 1, result.output
+    error = json.loads(result.stderr)
+    assert error["code"] == "budget_exhausted" and error["epsilon_spent"] == 0.0
+    assert "Requested: ε=6" in error["error"] and "Remaining: ε=3.5" in error["error"]
+    connection = dpsql.connect(None, metadata=str(metadata), ledger=str(ledger))
+    assert connection.budget_spent.epsilon == 0
+    connection.close()
+
+
+def test_a_later_refusal_reports_what_the_earlier_levels_were_charged(car, tmp_path,
+                                                                      monkeypatch):
+    """Another analyst spends the budget between two levels: the refusal of the second one
+    carries the ε the first was charged, which stays spent."""
+    ledger = str(tmp_path / "ledger.sqlite")
+    metadata = {**car, "budget": {"epsilon": 4}}
+    release = EngineCounts.release
+    calls = []
+
+    def interleaved(self, *args, **kwargs):
+        if calls:
+            other = _connect(metadata, ledger)
+            other.cursor().execute("SELECT COUNT(*) FROM car", epsilon=1.5)
+            other.close()
+        calls.append(1)
+        return release(self, *args, **kwargs)
+
+    monkeypatch.setattr(EngineCounts, "release", interleaved)
+    connection = _connect(metadata, ledger)
+    with pytest.raises(dpsql.BudgetExhaustedError) as refused:
+        DPDecisionTree(4, 1, random_state=0).fit(connection, metadata, "car", "class")
+    assert refused.value.epsilon_spent == 2
+    assert connection.budget_spent.epsilon == 2 + Fraction(3, 2)
+    connection.close()
+
+
+def test_cli_refuses_an_unknown_excluded_column_and_lists_the_columns(car, tmp_path,
+                                                                       monkeypatch):
+    metadata = tmp_path / "car.yaml"
+    metadata.write_text(yaml.safe_dump(car))
+    result = _invoke(monkeypatch, [
+        "evaluate", "tree", "-m", str(metadata), "-t", "car", "--class", "class",
+        "--exclude", "nope", "--ledger", str(tmp_path / "ledger.sqlite"), "--json"])
+    assert result.exit_code == 1, result.output
+    error = json.loads(result.stderr)
+    assert error["code"] == "unknown_column" and "'nope'" in error["error"]
+    assert "safety" in error["hint"]
