@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from dpsql.errors import PrivacyParameterError
+from dpsql.errors import BudgetExhaustedError, PrivacyParameterError
 
 
 def exact(value: float | int | str | Fraction, name: str = "epsilon") -> Fraction:
@@ -101,19 +101,42 @@ class PrivacyLoss:
         return PrivacyLoss(max(self.epsilon - other.epsilon, zero),
                            max(self.delta - other.delta, zero), max(self.rho - other.rho, zero))
 
-    def describe(self) -> str:
-        """Human form, e.g. ``ε=0.5, δ=1e-06`` or ``ρ=0.125``."""
-        parts = [f"ε={float(self.epsilon):g}"] if self.epsilon or not self.rho else []
+    def describe(self, exact: bool = False) -> str:
+        """Human form, e.g. ``ε=0.5, δ=1e-06`` or ``ρ=0.125``: each value as the shortest
+        decimal that reads back as its double (0.499999999 is not shown as 0.5), or with
+        ``exact`` as a fraction (for values closer than a double tells apart)."""
+        show = str if exact else _shortest
+        parts = [f"ε={show(self.epsilon)}"] if self.epsilon or not self.rho else []
         if self.delta:
-            parts.append(f"δ={float(self.delta):g}")
+            parts.append(f"δ={show(self.delta)}")
         if self.rho:
-            parts.append(f"ρ={float(self.rho):g}")
+            parts.append(f"ρ={show(self.rho)}")
         return ", ".join(parts)
 
     @staticmethod
     def zero() -> PrivacyLoss:
         """No loss."""
         return PrivacyLoss(Fraction(0), Fraction(0))
+
+
+def _shortest(value: Fraction) -> str:
+    """``value`` as the shortest decimal of its double, without a trailing ``.0``."""
+    text = repr(float(value))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def budget_exhausted(analyst: str, dataset: str, requested: PrivacyLoss,
+                     remaining: PrivacyLoss, whose: str = "the") -> BudgetExhaustedError:
+    """The refusal for a request that does not fit the remaining budget: what was requested,
+    what is left and by how much the request exceeds it."""
+    # two values a double cannot tell apart are shown exactly, so they never read as equal
+    exact = requested.describe() == remaining.describe()
+    return BudgetExhaustedError(
+        f"{whose} privacy budget of dataset {dataset!r} cannot cover this request; nothing was "
+        f"run or released\n  Requested: {requested.describe(exact)}\n  Remaining: "
+        f"{remaining.describe(exact)}\n  Short by:  {requested.minus(remaining).describe(exact)}",
+        hint="ask for a smaller epsilon, or ask the data owner for more budget",
+        analyst=analyst, dataset=dataset, requested=requested, remaining=remaining)
 
 
 def rho_from_epsilon_delta(epsilon: Fraction, delta: Fraction) -> Fraction:

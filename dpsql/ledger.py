@@ -26,7 +26,7 @@ try:
 except ImportError:  # Windows: processes queue in SQLite's busy handler instead
     fcntl = None
 
-from dpsql.budget import PrivacyLoss
+from dpsql.budget import PrivacyLoss, budget_exhausted
 from dpsql.errors import BudgetExhaustedError, LedgerError
 
 _SCHEMA = """
@@ -294,14 +294,3 @@ class Ledger(SqlLedger):
                 super().record_answer(release_id, answer)
             finally:
                 self._db.execute("PRAGMA synchronous=FULL")
-
-
-def budget_exhausted(analyst: str, dataset: str, requested: PrivacyLoss,
-                     remaining: PrivacyLoss, whose: str = "the") -> BudgetExhaustedError:
-    """The refusal for a request that does not fit the remaining budget."""
-    return BudgetExhaustedError(
-        f"{whose} privacy budget of dataset {dataset!r} cannot cover this request; nothing was "
-        f"run or released\n  Requested: {requested.describe()}\n  Remaining: "
-        f"{remaining.describe()}",
-        hint="ask for a smaller epsilon, or ask the data owner for more budget",
-        analyst=analyst, dataset=dataset, requested=requested, remaining=remaining)

@@ -82,10 +82,9 @@ import sqlglot
 import yaml
 from sqlglot import exp
 
-from dpsql.budget import PrivacyLoss, positive
+from dpsql.budget import PrivacyLoss, budget_exhausted, positive
 from dpsql.catalog import Catalog, TableSpec
 from dpsql.errors import CatalogError, PrivacyParameterError, ProgrammingError, UnknownTableError
-from dpsql.ledger import budget_exhausted
 from dpsql.mechanisms.samplers import RandomSource
 from dpsql.plan import StatementPlan
 from dpsql.spread import (
@@ -454,7 +453,7 @@ def _number(value: float, spec) -> float | int:
 
 
 @click.command("tune")
-@click.option("--metadata", "-m", required=True, type=click.Path(exists=True, dir_okay=False),
+@click.option("--metadata", "-m", required=True, type=METADATA_FILE,
               help="Catalogue YAML of the data.")
 @click.option("--table", required=True, help="Private table to tune.")
 @click.option("--epsilon", "-e", required=True, type=float,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from dpsql.budget import PrivacyLoss
-from dpsql.ledger import budget_exhausted
+from dpsql.budget import PrivacyLoss, budget_exhausted
 
 
 def require_budget(connection, epsilon: Fraction) -> None:

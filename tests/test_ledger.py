@@ -139,3 +139,24 @@ def test_writers_of_other_processes_queue_on_the_ledgers_lock_file(tmp_path):
     assert 0.3 < waited < 5
     assert ledger.spent("d").epsilon == 1
     ledger.close()
+
+
+def test_a_refusal_never_shows_requested_and_remaining_equal_and_says_by_how_much(tmp_path):
+    """0.499999999 left once read "Requested: ε=0.5 / Remaining: ε=0.5" (formatted with :g)."""
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    budget = PrivacyLoss(Fraction(1))
+    ledger.charge(analyst="a", dataset="d", loss=PrivacyLoss(Fraction("0.500000001")),
+                  budget=budget, statement="q")
+    try:
+        ledger.charge(analyst="a", dataset="d", loss=PrivacyLoss(Fraction(1, 2)), budget=budget,
+                      statement="q")
+    except dpsql.BudgetExhaustedError as err:
+        refusal = str(err)
+    finally:
+        ledger.close()
+    assert "Requested: ε=0.5\n  Remaining: ε=0.499999999\n  Short by:  ε=1e-09" in refusal
+    # closer than a double tells apart: shown as exact fractions
+    tiny = dpsql.budget.budget_exhausted("a", "d", PrivacyLoss(Fraction(1, 2)),
+                                         PrivacyLoss(Fraction(1, 2) - Fraction(1, 10**20)))
+    assert "Requested: ε=1/2\n" in str(tiny) and "Short by:  ε=1/100000000000000000000" \
+        in str(tiny)
