@@ -21,7 +21,8 @@ import dpsql
 
 # PostgreSQL raises on a double product or quotient that underflows to 0: 1e-200 and the
 # smallest subnormal are there for it
-FLOATS = ["nan", "inf", "-inf", "1e20", "-1e20", None, "1e-200", "5e-324"]
+FLOATS = ["nan", "inf", "-inf", "1e20", "-1e20", None, "1e-200", "5e-324",
+          "1.7976931348623157e308", "-1e308"]
 INTS = ["9223372036854775807", "-9223372036854775808", None, "0", "-1", "1"]
 TEXTS = ["", "abc", "x" * 5000, None, "1e400", "-9223372036854775809"]
 POOLS = {"float": FLOATS, "int": INTS, "text": TEXTS}
@@ -75,6 +76,13 @@ def battery() -> list[str]:
                     f"AS k, COUNT(*) AS n FROM {table} GROUP BY k",
                     f"SELECT SUM(CASE WHEN ROUND({column} / 3) > 2 THEN 1 ELSE 0 END) AS s "
                     f"FROM {table}",
+                    f"SELECT COUNT(*) AS n FROM {table} WHERE ROUND({column}) > 3 OR "
+                    f"SIGN({column}) > 0 OR ROUND({column} / 7) < 2",
+                    # 18 factors: past a double's range for a BIGINT limit (PostgreSQL
+                    # computes them in NUMERIC, whose cast to a double then fails)
+                    f"SELECT COUNT(*) AS n FROM {table} WHERE "
+                    f"CAST({' * '.join([column] * 18)} AS DOUBLE) > 0 OR "
+                    f"SQRT({' * '.join([column] * 18)}) > 1",
                     f"SELECT SUM(LEAST(GREATEST(SQRT({column}) + LN({column}) + "
                     f"LOG10({column}) + LOG(3, {column}) + EXP({column}) + "
                     f"POWER({column}, 3) + POWER({column}, 0.5) + POWER({column}, 64), 0), "

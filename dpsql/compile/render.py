@@ -413,6 +413,7 @@ class PostgresDialect(Dialect):
 
     def round_half_away(self, value: str) -> str:
         # trunc(2x) - trunc(x) = k + [f >= 1/2] for x = k + f: DuckDB's rounding, exactly
+        # (for the engine's values, which are clamped to bounds: 2x cannot overflow)
         return f"(trunc(2 * ({value})) - trunc({value}))"
 
     def int_divide(self, left: str, right: str) -> str:
@@ -436,6 +437,13 @@ class PostgresDialect(Dialect):
     def _numeric(self, e: Expr) -> str:
         return f"CAST({self.expr(e)} AS NUMERIC)"
 
+    def _bigint(self, numeric: str) -> str:
+        """A NUMERIC as a BIGINT, NULL outside 64 bits (DuckDB's TRY): a NUMERIC left past
+        them fails where it becomes a double beyond its range (90^157 · 10)."""
+        below, above = INT64[0] - 1, INT64[1] + 1
+        return (f"CAST(NULLIF(NULLIF(LEAST(GREATEST({numeric}, {below}), {above}), {above}), "
+                f"{below}) AS BIGINT)")
+
     def _clamped(self, e: Expr) -> str:
         # a double beyond ±1e150 (or NaN/inf) is clamped there, and a tiny one flushed to 0,
         # before arithmetic, so that sums and products can neither overflow nor underflow
@@ -450,9 +458,9 @@ class PostgresDialect(Dialect):
         if e.type == "int":
             if _fits(e):
                 return self._infix(e)
-            # NUMERIC cannot overflow; the value is cast back where a 64-bit int is needed
+            # NUMERIC cannot overflow; past 64 bits the result is NULL
             left, right = (self._numeric(a) for a in e.args)
-            return f"({left} {_INFIX[e.op]} {right})"
+            return self._bigint(f"({left} {_INFIX[e.op]} {right})")
         left, right = (self._clamped(a) for a in e.args)
         return f"({left} {_INFIX[e.op]} {right})"
 
@@ -460,12 +468,12 @@ class PostgresDialect(Dialect):
 
     def _op_neg(self, e: Expr) -> str:
         if e.type == "int" and not _fits(e):
-            return f"(-{self._numeric(e.args[0])})"
+            return self._bigint(f"(-{self._numeric(e.args[0])})")
         return f"(-{self.expr(e.args[0])})"
 
     def _op_abs(self, e: Expr) -> str:
         if e.type == "int" and not _fits(e):
-            return f"ABS({self._numeric(e.args[0])})"
+            return self._bigint(f"ABS({self._numeric(e.args[0])})")
         return f"ABS({self.expr(e.args[0])})"
 
     def _op_div(self, e: Expr) -> str:
@@ -480,7 +488,7 @@ class PostgresDialect(Dialect):
 
     def _op_intdiv(self, e: Expr) -> str:
         left, right = (self._numeric(a) for a in e.args)
-        return f"DIV({left}, NULLIF({right}, 0))"
+        return self._bigint(f"DIV({left}, NULLIF({right}, 0))")  # MIN / -1 is 2^63
 
     def _op_mod(self, e: Expr) -> str:
         if e.type == "int":
@@ -495,7 +503,9 @@ class PostgresDialect(Dialect):
         if e.value:
             return f"CAST(ROUND(CAST({self._clamped(e.args[0])} AS NUMERIC), {int(e.value)}) " \
                    "AS DOUBLE PRECISION)"
-        return self.round_half_away(arg)
+        # an analyst's value may be near a double's limit, where the 2x of round_half_away
+        # overflows (an error): trunc(x) + trunc(2·(x − trunc(x))) rounds alike without it
+        return f"(trunc({arg}) + trunc(2 * ({arg} - trunc({arg}))))"
 
     def _op_cast(self, e: Expr) -> str:
         arg, source, target = self.expr(e.args[0]), e.args[0].type, e.value
@@ -626,6 +636,12 @@ class SparkDialect(Dialect):
 
     def _op_ilike(self, e: Expr) -> str:
         return f"(LOWER({self.expr(e.args[0])}) LIKE LOWER({self.string(e.value)}))"
+
+    def _op_sign(self, e: Expr) -> str:
+        (arg,) = self._args(e)
+        if e.args[0].type == "float":  # SIGN(NaN) is NaN here, whose cast fails under ANSI
+            arg = f"nanvl({arg}, CAST(0 AS DOUBLE))"
+        return f"CAST(SIGN({arg}) AS BIGINT)"
 
     def _op_strpos(self, e: Expr) -> str:
         return f"CAST(INSTR({self.expr(e.args[0])}, {self.string(e.value)}) AS BIGINT)"
