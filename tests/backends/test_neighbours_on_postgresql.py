@@ -1,0 +1,119 @@
+"""The neighbour contract on PostgreSQL: the attack grammar and the extreme-value battery run
+on D and D′ = D plus one adversarial person, each held in a PostgreSQL database.
+
+PostgreSQL raises where DuckDB answers NaN, ±inf, 0 or NULL (overflow, underflow, infinite
+dates, NUMERIC cast to a double past its range), so a rendering that is total on DuckDB can
+still let one person decide whether a statement fails there: three such failures were found
+by running these pairs (tests/fuzz/neighbours.py's contract, the same adversaries).
+"""
+# ruff: noqa: F811 (the imported server fixtures are requested by name as parameters)
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from extremes import battery
+from servers import DEFAULT_POSTGRES, require
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "fuzz"))  # the harness lives with the fuzz
+
+import neighbours as nb  # noqa: E402
+from attack_grammar import fuzzed  # noqa: E402
+
+import dpsql  # noqa: E402
+
+pytestmark = pytest.mark.postgres
+
+EXAMPLES = 600
+SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE PRECISION", "text": "TEXT", "date": "DATE",
+             "timestamp": "TIMESTAMP", "bool": "BOOLEAN"}
+
+
+def _value(con, value, kind: str):
+    """A harness value as PostgreSQL reads it: NULL as None, DuckDB's '(BC)' as ' BC', and a
+    date PostgreSQL cannot hold (5877642 BC) as NULL, as a CSV reader with that type would."""
+    if value is None or value == nb.NULL or (isinstance(value, float) and pd.isna(value)):
+        return None
+    text = str(value)
+    if kind in ("date", "timestamp"):
+        text = text.replace(" (BC)", "") + " BC" if "(BC)" in text else text
+        try:
+            con.execute(f"SELECT %s::{SQL_TYPES[kind]}", (text,))
+        except Exception:  # noqa: BLE001 - any refusal: PostgreSQL cannot store it
+            return None
+    return text
+
+
+def _load(url: str, tables: dict[str, pd.DataFrame], meta: dict) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as con, \
+            psycopg.connect(url, autocommit=True) as reader:
+        for name, frame in tables.items():
+            declared = meta["tables"][name]["columns"]
+            kinds = {c: d if isinstance(d, str) else d["type"] for c, d in declared.items()}
+            columns = ", ".join(f"{c} {SQL_TYPES[kinds[c]]}" for c in frame.columns)
+            con.execute(f"CREATE TABLE {name} ({columns})")
+            with con.cursor().copy(f"COPY {name} FROM STDIN") as copy:
+                for row in frame.astype(object).itertuples(index=False):
+                    copy.write_row([_value(reader, v, kinds[c])
+                                    for c, v in zip(frame.columns, row, strict=True)])
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    """One (D, D′) pair of PostgreSQL databases per adversarial person."""
+    try:
+        import psycopg
+    except ImportError:
+        require(False, "psycopg is not installed")
+    server = os.environ.get("DPSQL_TEST_POSTGRES", DEFAULT_POSTGRES)
+    try:
+        admin = psycopg.connect(server, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as err:
+        require(False, f"no PostgreSQL server at {server} ({err})")
+    root, names, opened = tmp_path_factory.mktemp("pg-neighbours"), [], []
+    base = nb.base_tables()
+    with admin:
+        try:
+            for variant in range(nb.VARIANTS):
+                connections = []
+                for side, tables in (("d", base),
+                                     ("d_prime", nb.with_rows(base, nb.adversary(variant)))):
+                    names.append(f"dpsql_neighbours_{uuid.uuid4().hex[:12]}")
+                    admin.execute(f"CREATE DATABASE {names[-1]}")
+                    url = server.rsplit("/", 1)[0] + "/" + names[-1]
+                    folder = root / f"v{variant}" / side
+                    folder.mkdir(parents=True)
+                    meta = nb.metadata(folder)
+                    for table in meta["tables"].values():
+                        table.pop("source", None)
+                        table.pop("csv", None)
+                    _load(url, tables, meta)
+                    connections.append(dpsql.connect(url, metadata=meta, insecure_seed=11,
+                                                     ledger=folder / "ledger.sqlite"))
+                opened.append(nb.Pair(*connections, folders=(root / f"v{variant}" / "d",
+                                                             root / f"v{variant}" / "d_prime")))
+            yield opened
+        finally:
+            for pair in opened:
+                pair.close()
+            for name in names:
+                admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@fuzzed(EXAMPLES)
+def test_neighbours_agree_on_postgresql(pairs, case):
+    sql, script, delta = case
+    nb.check_statement(pairs[nb.variant_of(sql)], sql, script=script, delta=delta)
+
+
+@pytest.mark.parametrize("sql", battery())
+def test_the_extreme_battery_keeps_the_contract_on_postgresql(pairs, sql):
+    for pair in pairs:
+        nb.check_statement(pair, sql)
