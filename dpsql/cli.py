@@ -20,6 +20,7 @@ from pathlib import Path
 import click
 
 import dpsql
+from dpsql.cli_params import METADATA_FILE
 
 # `dpsql --help` and each command's --help import neither the query stack (DuckDB, sqlglot,
 # pandas) nor any plugin: the modules below are imported inside the commands that use them,
@@ -116,7 +117,7 @@ def main() -> None:
 
 def _connection_options(func):
     options = [
-        click.option("--metadata", "-m", required=True, type=click.Path(dir_okay=False),
+        click.option("--metadata", "-m", required=True, type=METADATA_FILE,
                      help="YAML catalogue of tables, privacy units, bounds and budget."),
         click.option("--db", default=None, help="DuckDB database file (default: in-memory, "
                      "tables from the metadata's sources), postgresql://... or a Spark master "

@@ -19,6 +19,7 @@ import click
 import yaml
 
 from dpsql.catalog import load_catalog
+from dpsql.cli_params import ExistingFile
 from dpsql.errors import CatalogError
 from dpsql.errors import Warning as DpsqlWarning
 
@@ -234,9 +235,11 @@ def _column(qualified: str, name: str, raw: Any, *, public: bool) -> tuple[dict,
         _warn(f"{where} is text and SmartNoise declares no public domain for it: add "
               "values: [...] before GROUP BY on it works without δ")
     if "sensitivity" in raw:
+        # only numeric columns take bounds: any other is counted, never summed
+        advice = "" if has_lower else ", so declare them" if sn_type in ("int", "float") else \
+            f" of numeric columns; a {sn_type} column takes none (it is only counted)"
         _warn(f"{where}: sensitivity {raw['sensitivity']!r} is not carried over; dpsql derives "
-              "the sensitivity from lower/upper" + ("" if has_lower else
-                                                    ", so declare them"))
+              f"the sensitivity from lower/upper{advice}")
     missing = raw.get("missing_value")
     if missing is not None and is_unit:
         _warn(f"{where}: missing_value is not carried over: rows without a person are left "
@@ -251,7 +254,8 @@ def _warn(message: str) -> None:
 
 
 @click.command("import-smartnoise")
-@click.argument("source", type=click.Path(exists=True, dir_okay=False))
+@click.argument("source", type=ExistingFile(
+    "SmartNoise metadata file", "pass the path of a SmartNoise SQL metadata YAML as SOURCE"))
 @click.argument("output", type=click.Path(dir_okay=False))
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 def command(source: str, output: str, force: bool) -> None:

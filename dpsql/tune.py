@@ -84,6 +84,7 @@ from sqlglot import exp
 
 from dpsql.budget import PrivacyLoss, budget_exhausted, positive
 from dpsql.catalog import Catalog, TableSpec
+from dpsql.cli_params import METADATA_FILE
 from dpsql.errors import CatalogError, PrivacyParameterError, ProgrammingError, UnknownTableError
 from dpsql.mechanisms.samplers import RandomSource
 from dpsql.plan import StatementPlan

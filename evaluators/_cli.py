@@ -6,8 +6,10 @@ Each evaluator command takes the same names with the same meaning:
 ``--epsilon/-e``    the ε the evaluator spends;    ``--json``      one JSON object on stdout;
 ``--output/-o``     where the result is written;   ``--seed``      the evaluator's own sampling
 (train/test splits; commands that draw none do not offer it); ``--insecure-seed`` reproducible
-noise for experiments, which gives NO privacy. ``evaluator_options`` adds them in this order and
-makes the engine's ``InsecureRandomnessWarning`` print once per run, not once per connection.
+noise for experiments, which gives NO privacy; ``--analyst`` who is charged and logged;
+``--ledger`` the dataset's ledger (default: beside the metadata, ``dataset_ledger``).
+``evaluator_options`` adds them in this order and makes the engine's
+``InsecureRandomnessWarning`` print once per run, not once per connection.
 
 The reproductions (``python -m evaluators.experiments.<name>``) share ``experiment_options``:
 ``--quick``, ``--output DIR`` (default ``build/reports/<name>``, never the committed
@@ -25,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from dpsql.cli_params import METADATA_FILE
 
 #: Where reproductions write unless ``--output`` says otherwise; ``docs/reports/<name>`` holds
 #: the committed full runs and is written only when given explicitly.
@@ -77,7 +81,10 @@ def evaluator_options(*, metadata_default: str | None = None,
                       seed_help: str = "Seed of the evaluator's own sampling (train/test "
                       "split); the noise stays cryptographic unless --insecure-seed is given.",
                       insecure_seed_help: str = "Reproducible noise for experiments: gives NO "
-                      "privacy.") -> Callable:
+                      "privacy.",
+                      ledger_help: str = "Budget ledger that records the run (default: the "
+                      "dataset's, beside the metadata; ':memory:' for a throw-away run)."
+                      ) -> Callable:
     """The shared options, in one order, with per-command help where the meaning narrows."""
 
     def decorate(func: Callable) -> Callable:
@@ -85,7 +92,7 @@ def evaluator_options(*, metadata_default: str | None = None,
         options = [
             click.option("--metadata", "-m", required=metadata_default is None,
                          default=metadata_default, show_default=metadata_default is not None,
-                         type=click.Path(exists=True, dir_okay=False),
+                         type=METADATA_FILE,
                          help="YAML metadata of the data set (tables, domains, bounds, budget)."),
             click.option("--table", "-t", required=table_default is None, default=table_default,
                          show_default=table_default is not None, help=table_help),
@@ -100,12 +107,24 @@ def evaluator_options(*, metadata_default: str | None = None,
         options += [
             click.option("--insecure-seed", type=int, default=None, help=insecure_seed_help),
             click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
+            click.option("--analyst", default=None,
+                         help="Who is charged and logged in the ledger (default: $USER)."),
+            click.option("--ledger", default=None, help=ledger_help),
         ]
         for option in reversed(options):
             wrapper = option(wrapper)
         return wrapper
 
     return decorate
+
+
+def dataset_ledger(metadata: str | Path, ledger: str | None) -> str:
+    """``ledger``, else the dataset's own, where ``dpsql.connect(metadata=<that file>)`` keeps it.
+
+    An evaluator's training copy holds the same people as the dataset, so it is charged, and
+    the custodian's reads are logged, in the dataset's ledger.
+    """
+    return ledger or f"{Path(metadata).resolve()}.dpsql-ledger.sqlite"
 
 
 def emit(result: dict, *, as_json: bool, output: str | None,

@@ -239,3 +239,13 @@ def test_cli_keeps_the_collection_name(smartnoise_file, tmp_path):
     assert yaml.safe_load(output.read_text())["name"] == "PUMS"
     assert load_catalog(output).name == "PUMS"
     assert "catalogue 'PUMS'" in result.stdout
+
+
+def test_sensitivity_on_a_text_column_does_not_ask_for_bounds(tmp_path):
+    """The warning told the user to declare lower/upper, which a text column refuses."""
+    source = tmp_path / "sn.yaml"
+    source.write_text(SMARTNOISE_YAML.replace("sex: {type: string}",
+                                              "sex: {type: string, sensitivity: 1}"))
+    _, messages = _convert(source)
+    (warning,) = [m for m in messages if "sensitivity 1 " in m]
+    assert "declare them" not in warning and "a string column takes none" in warning
