@@ -43,6 +43,7 @@ import pandas as pd
 import yaml
 
 from dpsql.catalog import Catalog, ColumnSpec, TableSpec, load_catalog
+from dpsql.cli_params import METADATA_FILE, ExistingFile
 from dpsql.connection import connect_custodian
 from dpsql.errors import (
     CatalogError,
@@ -432,7 +433,10 @@ class RandomizationSpec:
                 continue
             if spec.categories is not None:
                 p = self.column_p.get(name, self.p)
-                randomizers[name] = CATEGORICAL[self.categorical](spec.categories, p)
+                randomizer = CATEGORICAL[self.categorical](spec.categories, p)
+                if math.isinf(randomizer.local_epsilon):
+                    raise _publishes_true_values(name, randomizer.mechanism, p)
+                randomizers[name] = randomizer
             elif spec.is_numeric:
                 randomizers[name] = TRR.draw(rng, a_mean=self.trr_a_mean,
                                              a_variance=self.trr_a_variance,
@@ -443,6 +447,16 @@ class RandomizationSpec:
                     f"table {table.name!r}, column {name!r} has no public domain to randomize over",
                     hint="declare its values: in the metadata, or keep it in the clear with --keep")
         return randomizers
+
+
+def _publishes_true_values(column: str, mechanism: str, p: float) -> PrivacyParameterError:
+    """The refusal of a categorical randomizer with no finite local ε."""
+    parameter = "theta" if mechanism == "warner" else "p0"
+    return PrivacyParameterError(
+        f"{mechanism} with {parameter} = {p:g} on column {column!r} has an infinite local ε: "
+        "it publishes the true values (or their mirror image) as a public table",
+        hint=f"use a {parameter} strictly between 0 and 1 (e.g. 0.5), or copy the column in "
+        "the clear on purpose with --keep COLUMN (keep=)")
 
 
 def randomize_frame(frame: pd.DataFrame, randomizers: Mapping[str, Randomizer],
@@ -656,9 +670,9 @@ def randomize_table(metadata: str | Path | Mapping, table: str, output: str | Pa
     """
     rng = rng if rng is not None else csprng()
     catalog = load_catalog(metadata)
+    table_spec = _table(catalog, table)
+    randomizers = spec.build(table_spec, rng)  # refused parameters read no true row
     frame = read_source(catalog, table, database=database, source=source, ledger=ledger)
-    table_spec = catalog.table(table)
-    randomizers = spec.build(table_spec, rng)
     return write_randomized(randomize_frame(frame, randomizers, rng), table_spec, randomizers,
                             output)
 
@@ -676,10 +690,7 @@ def read_source(metadata: str | Path | Mapping | Catalog, table: str, *,
         ledger: ledger path (``":memory:"`` in experiments); default as ``connect_custodian``.
     """
     catalog = load_catalog(metadata)
-    spec = catalog.table(table)
-    if spec is None:
-        raise CatalogError(f"the metadata declares no table {table!r}",
-                           hint=f"tables are {sorted(catalog.tables)}")
+    spec = _table(catalog, table)
     if source is not None:
         spec = dataclasses.replace(spec, source=str(Path(source).resolve()))
         catalog = dataclasses.replace(catalog, tables={**catalog.tables, spec.name: spec})
@@ -691,6 +702,14 @@ def read_source(metadata: str | Path | Mapping | Catalog, table: str, *,
             f"SELECT {columns} FROM {_quote(spec.name)}").fetchdf()
     finally:
         connection.close()
+
+
+def _table(catalog: Catalog, name: str) -> TableSpec:
+    spec = catalog.table(name)
+    if spec is None:
+        raise CatalogError(f"the metadata declares no table {name!r}",
+                           hint=f"tables are {sorted(catalog.tables)}")
+    return spec
 
 
 def _quote(identifier: str) -> str:
@@ -712,7 +731,7 @@ def _parse_column_p(pairs: Iterable[str]) -> dict[str, float]:
 
 
 @click.command("randomize")
-@click.option("--metadata", "-m", required=True, type=click.Path(exists=True, dir_okay=False),
+@click.option("--metadata", "-m", required=True, type=METADATA_FILE,
               help="Catalogue YAML that declares the table and its public domains.")
 @click.option("--table", required=True, help="Table to randomize.")
 @click.option("--output", required=True, type=click.Path(dir_okay=False),
@@ -721,7 +740,9 @@ def _parse_column_p(pairs: Iterable[str]) -> dict[str, float]:
               help="DuckDB file holding the table, if its source is a table name.")
 @click.option("--ledger", default=None,
               help="Ledger that logs the custodian's read of the true rows.")
-@click.option("--input", "source", type=click.Path(exists=True, dir_okay=False),
+@click.option("--input", "source",
+              type=ExistingFile("input file", "pass --input with the path of a CSV or Parquet "
+                                "file, or leave it out to read the table's declared source"),
               help="Read this CSV/Parquet file instead of the table's declared source.")
 @click.option("--mechanism", type=click.Choice(sorted(CATEGORICAL)), default="errph",
               show_default=True, help="Randomizer for categorical columns.")
@@ -745,8 +766,13 @@ def command(metadata: str, table: str, output: str, database: str | None, ledger
             trr_a_variance: float, trr_b_variance: float, trr_set_size: int,
             insecure_seed: int | None, as_json: bool) -> None:
     """Randomize a table column by column (local DP) and write it with its parameters."""
-    if (mechanism == "warner") != (theta is not None):
-        raise click.UsageError("--theta goes with --mechanism warner, --p0 with errph")
+    if mechanism == "warner" and theta is None:
+        raise PrivacyParameterError("--mechanism warner needs --theta",
+                                    hint="pass --theta P, the probability of releasing the true "
+                                    "value, e.g. --theta 0.75")
+    if theta is not None and mechanism != "warner":
+        raise PrivacyParameterError(f"--theta is the Warner model's parameter, not {mechanism}'s",
+                                    hint="add --mechanism warner, or give ERRPH's --p0 instead")
     # a seeded source warns (InsecureRandomnessWarning): reproducible, NO privacy
     rng = csprng() if insecure_seed is None else RandomSource(insecure_seed=insecure_seed)
     spec = RandomizationSpec(p=p0 if theta is None else theta, categorical=mechanism,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import catalogue
+from conftest import catalogue, require_dataset
 
 ROOT = Path(__file__).parents[1]
 
@@ -262,3 +262,65 @@ def test_run_tunes_its_bounds_inside_its_epsilon(tmp_path):
     assert out.returncode == 1 and "one statement" in out.stderr
     with sqlite3.connect(ledger) as db:
         assert db.execute("SELECT COUNT(*) FROM releases").fetchone() == (2,)
+
+
+def _invoke(monkeypatch, *args):
+    """``dpsql ARGS`` in process (the CLI reads --json from the command line it was given)."""
+    from click.testing import CliRunner
+
+    from dpsql.cli import main
+
+    args = list(map(str, args))
+    monkeypatch.setattr(sys, "argv", ["dpsql", *args])
+    return CliRunner().invoke(main, args)
+
+
+@pytest.mark.parametrize("args", [
+    ["tune", "--table", "visits", "-e", "0.1"],
+    ["evaluate", "tree", "-t", "visits", "--class", "day"],
+    ["evaluate", "attribute-selection", "-t", "visits", "--class", "day", "-e", "1"],
+    ["evaluate", "naive-bayes", "-t", "visits", "--class", "day"],
+    ["evaluate", "anonymize", "-t", "visits"],
+    ["evaluate", "cf"],
+    ["randomize", "--table", "visits", "--output", "x.csv"],
+    ["run", "queries/visits_by_day.sql", "-e", "1"],
+])
+def test_a_missing_metadata_file_is_a_coded_error_on_every_command(monkeypatch, tmp_path, args):
+    """click.Path(exists=True) made it a usage error: exit code 2 and no JSON."""
+    result = _invoke(monkeypatch, *args, "-m", tmp_path / "nope.yaml", "--json")
+    assert result.exit_code == 1, result.output
+    error = json.loads(result.stderr)
+    assert error["code"] == "catalog" and "nope.yaml' does not exist" in error["error"]
+    assert error["hint"] == "pass --metadata with the path of a YAML catalogue"
+
+
+def test_missing_input_files_are_coded_errors(monkeypatch, tmp_path):
+    randomize = _invoke(monkeypatch, "randomize", "-m", "data/visits.yaml", "--table", "visits",
+                        "--output", tmp_path / "x.csv", "--input", tmp_path / "no.csv", "--json")
+    smartnoise = _invoke(monkeypatch, "import-smartnoise", tmp_path / "no.yaml",
+                         tmp_path / "out.yaml")
+    assert randomize.exit_code == smartnoise.exit_code == 1
+    assert json.loads(randomize.stderr)["code"] == "interface"
+    assert "input file" in randomize.stderr and "SmartNoise metadata file" in smartnoise.stderr
+
+
+def test_randomize_says_which_parameter_is_missing(monkeypatch, tmp_path):
+    common = ["randomize", "-m", "data/visits.yaml", "--table", "visits", "--output",
+              tmp_path / "x.csv"]
+    warner = _invoke(monkeypatch, *common, "--mechanism", "warner")
+    assert warner.exit_code == 1 and "--mechanism warner needs --theta" in warner.stderr
+    assert "--p0" not in warner.stderr
+    theta = _invoke(monkeypatch, *common, "--theta", "0.7")
+    assert theta.exit_code == 1 and "add --mechanism warner" in theta.stderr
+
+
+def test_randomize_refuses_to_publish_the_true_values(monkeypatch, tmp_path):
+    """p0 = 1 wrote the exact table as a public one (local ε infinite), silently."""
+    require_dataset("car.csv")
+    output = tmp_path / "car_rr.csv"
+    result = _invoke(monkeypatch, "randomize", "-m", "data/datasets/car.yaml", "--table", "car",
+                     "--output", output, "--p0", "1", "--json")
+    assert result.exit_code == 1, result.output
+    error = json.loads(result.stderr)
+    assert error["code"] == "bad_privacy_parameter" and "infinite local ε" in error["error"]
+    assert "--keep" in error["hint"] and not output.exists()
