@@ -19,7 +19,8 @@ from dpsql.cli import evaluate, main
 from evaluators._cli import DEFAULT_EXPERIMENT_ROOT, evaluator_options
 
 ROOT = Path(__file__).parents[1]
-SHARED = {"--metadata", "--table", "--epsilon", "--output", "--insecure-seed", "--json"}
+SHARED = {"--metadata", "--table", "--epsilon", "--output", "--insecure-seed", "--json",
+          "--analyst", "--ledger"}
 EXPERIMENTS = ["anonymization", "attribute_selection", "collaborative_filtering",
                "decision_tree", "naive_bayes_rr"]
 

@@ -75,11 +75,10 @@ def default_qids(metadata: str, table: str, hierarchies: Path, sensitive: str | 
 @click.option("--no-prune", is_flag=True, help="Exhaustive search (to verify the pruned one).")
 @click.option("--dp-epsilon", type=float, default=None, hidden=True,
               help="Former name of --epsilon.")
-@click.option("--analyst", default=None, help="Ledger key (default: $USER).")
-@click.option("--ledger", default=None, help="Ledger file (default: beside the metadata).")
-def command(metadata, table, epsilon, output, insecure_seed, as_json, hierarchy_dir, check,
-            qids, sensitive, k, l_value, l_variant, c_value, t_value, t_variant, objective,
-            suppression_limit, rho, reference, no_prune, dp_epsilon, analyst, ledger) -> None:
+def command(metadata, table, epsilon, output, insecure_seed, as_json, analyst, ledger,
+            hierarchy_dir, check, qids, sensitive, k, l_value, l_variant, c_value, t_value,
+            t_variant, objective, suppression_limit, rho, reference, no_prune,
+            dp_epsilon) -> None:
     """Anonymize TABLE by full-domain generalization with suppression (ARX-style), optionally
     with ρ-Gain passes; print the chosen node, classes, outliers, C_AVG, DM and risks."""
     dp_epsilon = epsilon if epsilon is not None else dp_epsilon

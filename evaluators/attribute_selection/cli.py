@@ -23,16 +23,13 @@ from evaluators.attribute_selection.selection import METHODS, select_attributes
 @click.option("--bins", type=int, default=DEFAULT_BINS, show_default=True,
               help="Public equal-width bins per numeric attribute.")
 @click.option("--db", default=None, help="DuckDB file (default: sources from the metadata).")
-@click.option("--analyst", default=None, help="Ledger key (default: $USER).")
 def command(metadata: str, table: str, epsilon: float, output: str | None,
-            insecure_seed: int | None, as_json: bool, class_column: str, method: str,
-            top: int | None, threshold: float | None, attributes: tuple[str, ...], bins: int,
-            db: str | None, analyst: str | None) -> None:
+            insecure_seed: int | None, as_json: bool, analyst: str | None, ledger: str | None,
+            class_column: str, method: str, top: int | None, threshold: float | None,
+            attributes: tuple[str, ...], bins: int, db: str | None) -> None:
     """Rank the attributes of TABLE by their DP relevance to the class (Var & İnan)."""
-    options = {"metadata": metadata, "insecure_seed": insecure_seed}
-    if analyst is not None:
-        options["analyst"] = analyst
-    connection = dpsql.connect(db, **options)
+    connection = dpsql.connect(db, metadata=metadata, analyst=analyst, ledger=ledger,
+                               insecure_seed=insecure_seed)
     try:
         selection = select_attributes(
             connection, table, class_column, method=method, epsilon=epsilon,

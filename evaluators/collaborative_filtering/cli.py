@@ -41,10 +41,9 @@ TRAIN_USERS = 700
                    epsilon_help="Local DP: ε per released rating; implies --perturbation ldp.",
                    seed_help="Fixed seed for the user split and, unless --insecure-seed is "
                    "given, the clients' noise (experiments only: no privacy).",
-                   insecure_seed_help="Fixed seed for the clients' noise only (no privacy).")
-@click.option("--ledger", default=None,
-              help="Ledger that logs the custodian's read of the ratings (default: beside the "
-              "metadata; ':memory:' for a throw-away run).")
+                   insecure_seed_help="Fixed seed for the clients' noise only (no privacy).",
+                   ledger_help="Ledger that logs the custodian's read of the ratings (default: "
+                   "beside the metadata; ':memory:' for a throw-away run).")
 @click.option("--method", type=click.Choice(METHODS), default="user", show_default=True,
               help="user: 40-NN users; item: 30-NN items; cluster: 3-means, 40-NN in cluster.")
 @click.option("--perturbation", type=click.Choice(PERTURBATIONS), default=None,
@@ -68,9 +67,9 @@ TRAIN_USERS = 700
 @click.option("--train-users", type=int, default=TRAIN_USERS, show_default=True,
               help="Users that serve as neighbours; the rest are predicted.")
 def command(metadata: str, table: str, epsilon: float | None, output: str | None,
-            seed: int | None, insecure_seed: int | None, as_json: bool, ledger: str | None,
-            method: str, perturbation: str | None, sigma: float, beta: float, noise: str,
-            ldp_epsilon: float | None, fill: str, levels: int, min_overlap: int,
+            seed: int | None, insecure_seed: int | None, as_json: bool, analyst: str | None,
+            ledger: str | None, method: str, perturbation: str | None, sigma: float, beta: float,
+            noise: str, ldp_epsilon: float | None, fill: str, levels: int, min_overlap: int,
             train_users: int) -> None:
     """Predict MovieLens ratings from perturbed data and report MAE, RMSE and coverage."""
     started = time.perf_counter()
@@ -85,7 +84,7 @@ def command(metadata: str, table: str, epsilon: float | None, output: str | None
         else None,
         epsilon=ldp_epsilon if perturbation == "ldp" else None,
     )
-    cust = open_ratings(metadata, ledger=ledger, table=table)
+    cust = open_ratings(metadata, ledger=ledger, table=table, analyst=analyst)
     con = cust.duckdb
     split_users(con, train_users, make_rng(seed))
     values = release_values(con, release,

@@ -31,21 +31,23 @@ class Split:
 
 def open_ratings(
     metadata: str | Path = DEFAULT_METADATA, ledger: str | None = None,
-    table: str = "ratings",
+    table: str = "ratings", analyst: str | None = None,
 ) -> dpsql.CustodianConnection:
     """A custodian connection whose DuckDB holds ``cf_ratings(user_id, item_id, rating)``.
 
     The true ratings are the custodian's: only the experiment harness (ground truth and the
     client-side simulation of masking) reads them. Copying them is logged once in the ledger;
     everything after runs on ``.duckdb``. ``ledger`` follows ``dpsql.connect_custodian``
-    (None: beside the metadata; ``":memory:"``: throw-away).
+    (None: beside the metadata; ``":memory:"``: throw-away); the read is logged under
+    ``analyst`` (default: the harness's own name).
     """
     if dpsql.catalog.load_catalog(metadata).table(table) is None:
         raise dpsql.ProgrammingError(
             f"metadata {str(metadata)!r} has no {table!r} table",
             hint="pass --metadata data/datasets/movielens.yaml (or a copy of it)",
         )
-    cust = dpsql.connect_custodian(None, metadata=metadata, analyst=_ANALYST, ledger=ledger)
+    cust = dpsql.connect_custodian(None, metadata=metadata, analyst=analyst or _ANALYST,
+                                 ledger=ledger)
     # DuckDB's progress bar would interleave with --json output on the terminal.
     cust.duckdb.execute("SET enable_progress_bar = false")
     cust.execute(

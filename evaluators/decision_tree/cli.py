@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 import dpsql
-from evaluators._cli import emit, evaluator_options
+from evaluators._cli import dataset_ledger, emit, evaluator_options
 from evaluators.decision_tree.forest import DPRandomForest
 from evaluators.decision_tree.holdout import split_holdout, temporary_directory
 from evaluators.decision_tree.split import CRITERIA, SELECTIONS
@@ -33,21 +33,17 @@ from evaluators.decision_tree.tree import DPDecisionTree
 @click.option("--exclude", multiple=True, help="Column not to split on (repeatable).")
 @click.option("--trees", type=click.IntRange(min=1), default=1, show_default=True,
               help="More than 1: a random forest of trees on disjoint parts (same total ε).")
-@click.option("--analyst", default=None, help="Ledger key (default: $USER).")
-@click.option("--ledger", default=None,
-              help="Budget ledger file (default: the engine's ledger beside the metadata).")
 @click.option("--show-tree", is_flag=True, help="Print the tree (text output only).")
 def command(metadata: str, table: str, epsilon: float, output: str | None, seed: int | None,
-            insecure_seed: int | None, as_json: bool, target: str, depth: int,
-            test_fraction: float, criterion: str, selection: str, bins: int,
-            exclude: tuple[str, ...], trees: int, analyst: str | None, ledger: str | None,
-            show_tree: bool) -> None:
+            insecure_seed: int | None, as_json: bool, analyst: str | None, ledger: str | None,
+            target: str, depth: int, test_fraction: float, criterion: str, selection: str,
+            bins: int, exclude: tuple[str, ...], trees: int, show_tree: bool) -> None:
     """Grow an ε-DP decision tree (DiffP-ID3) from DP GROUP BY scripts and report its accuracy.
 
     The custodian splits the table; the tree sees the training part only through a dpsql
     connection, one script per level, and the ledger is checked to have grown by exactly ε.
     """
-    ledger = ledger or _default_ledger(metadata)
+    ledger = dataset_ledger(metadata, ledger)
     options = {"criterion": criterion, "selection": selection, "numeric_bins": bins,
                "exclude": exclude, "random_state": seed}
     model = (DPRandomForest(epsilon, n_trees=trees, max_depth=depth, **options) if trees > 1
@@ -98,8 +94,3 @@ def command(metadata: str, table: str, epsilon: float, output: str | None, seed:
 
     emit(result, as_json=as_json, output=output, text=text)
 
-
-def _default_ledger(metadata: str) -> str:
-    # The training table is the same people as the dataset: charge the dataset's own ledger,
-    # at the place dpsql.connect(metadata=<this file>) would use.
-    return f"{Path(metadata).resolve()}.dpsql-ledger.sqlite"

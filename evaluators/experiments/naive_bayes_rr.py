@@ -48,6 +48,7 @@ from evaluators.naive_bayes.cli import (  # noqa: E402
     Holdout,
     accuracy,
     categorical_column,
+    equal_split_spec,
     fit_central,
     fit_exact,
     fit_randomized,
@@ -107,14 +108,6 @@ def binarize(holdout: Holdout) -> Holdout:
                    train, test)
 
 
-def equal_split_spec(holdout: Holdout, epsilon: float) -> RandomizationSpec:
-    """ERRPH per attribute with ε/d each, so the record's local ε is exactly ``epsilon``."""
-    share = epsilon / len(holdout.attributes)
-    return RandomizationSpec(column_p={
-        name: ERRPH.from_epsilon(holdout.table.columns[name].values, share).p0
-        for name in holdout.attributes})
-
-
 class Runner:
     """Runs fits for one data set and collects one result row per fit."""
 
@@ -151,9 +144,10 @@ class Runner:
 
 
 def _holdout(dataset: Dataset, numeric: str, *, seed: int) -> Holdout:
+    # the experiment's own reads of the data sets: a throw-away ledger
     return load_holdout(dataset.metadata, dataset.table, dataset.class_column,
                         test_fraction=TEST_FRACTION, numeric=numeric, bins=BINS,
-                        rng=np.random.default_rng(seed))
+                        rng=np.random.default_rng(seed), ledger=":memory:")
 
 
 def fits_per_rep(dataset: Dataset) -> int:

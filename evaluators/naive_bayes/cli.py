@@ -5,7 +5,10 @@ The data owner splits the table into train and test rows. Then either
 * ``randomized-response`` (local DP, Zhang et al. 2007): the train rows are randomized record by
   record (ERRPH for categorical attributes, TRR or ERRPH-over-public-bins for numeric ones, the
   class in the clear), written as a public table, and PPNB is reconstructed from exact GROUP BY
-  queries on it through a ``dpsql`` connection; or
+  queries on it through a ``dpsql`` connection. ERRPH keeps a value with ``--p0``, or, given
+  ``--epsilon``, the record's local ε is split equally over the attributes and each one's p0 is
+  the largest with that share (``equal_split_spec``; numeric attributes then in public bins,
+  since TRR has no finite ε), as in part C of ``evaluators.experiments.naive_bayes_rr``; or
 * ``laplace`` (central DP): a ``dpsql`` connection on the private train rows releases the noisy
   contingency tables of ``train_central`` for ε.
 
@@ -31,6 +34,7 @@ import yaml
 import dpsql
 from dpsql.catalog import load_catalog
 from dpsql.randomize import (
+    ERRPH,
     RandomizationSpec,
     RandomizedTable,
     column_document,
@@ -42,7 +46,7 @@ from dpsql.randomize import (
     write_randomized,
 )
 from evaluators import _catalog
-from evaluators._cli import emit, evaluator_options
+from evaluators._cli import dataset_ledger, emit, evaluator_options
 from evaluators.attribute_selection.contingency import catalog_attributes
 from evaluators.naive_bayes.central import train_central
 from evaluators.naive_bayes.model import NaiveBayesModel
@@ -53,7 +57,8 @@ if TYPE_CHECKING:  # catalogue types only annotate; evaluators use load_catalog'
 
 MECHANISMS = ("randomized-response", "laplace")
 NUMERIC_HANDLING = ("trr", "bins", "drop")
-ANALYST = "naive-bayes-evaluator"
+#: ERRPH's p0 when neither --p0 nor --epsilon is given
+DEFAULT_P0 = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,13 +91,16 @@ class Holdout:
 def load_holdout(metadata: str | Path, table: str, class_column: str, *,
                  test_fraction: float, rng: np.random.Generator,
                  attributes: list[str] | None = None, numeric: str = "trr",
-                 bins: int = 5) -> Holdout:
+                 bins: int = 5, analyst: str | None = None,
+                 ledger: str | None = None) -> Holdout:
     """Read a catalogue table, pick attributes, handle numeric ones, split at random.
 
     Args:
         numeric: ``trr`` keeps numeric columns (Gaussian, randomized with TRR), ``bins``
             replaces each by its public equal-width bins over the declared bounds (categorical,
             finite local ε), ``drop`` leaves them out.
+        analyst, ledger: who reads the true rows, and where that read is logged as exact
+            (default: the OS user, in the dataset's ledger beside the metadata).
     """
     if not 0 < test_fraction < 1:
         raise dpsql.ProgrammingError(f"test fraction must be in (0, 1), got {test_fraction}",
@@ -102,8 +110,7 @@ def load_holdout(metadata: str | Path, table: str, class_column: str, *,
     spec = _catalog.table(metadata, table)
     target = _catalog.class_column(spec, class_column)
     names = attributes or [c for c in spec.columns if c != target.name]
-    # The data owner's own read of its rows; an experiment, so the ledger is throw-away.
-    frame = read_source(metadata, table, ledger=":memory:")
+    frame = read_source(metadata, table, analyst=analyst, ledger=ledger)
     columns = {name: _attribute_spec(spec, name) for name in names}
     if numeric == "drop":
         columns = {n: c for n, c in columns.items() if c.values is not None}
@@ -173,8 +180,8 @@ def fit_randomized(holdout: Holdout, spec: RandomizationSpec, rng: dpsql.RandomS
     randomized = write_randomized(randomize_frame(holdout.train, randomizers, rng),
                                   holdout.table, randomizers,
                                   Path(workdir) / f"{holdout.table.name}_randomized.parquet")
-    connection = dpsql.connect(None, metadata=str(randomized.metadata_path), analyst=ANALYST,
-                               ledger=":memory:")
+    # the randomized table is public: its exact queries are charged nothing
+    connection = dpsql.connect(None, metadata=str(randomized.metadata_path), ledger=":memory:")
     try:
         model = train_randomized(connection, holdout.table.name, holdout.class_column,
                                  load_randomization(randomized.parameters_path), alpha=alpha)
@@ -185,14 +192,16 @@ def fit_randomized(holdout: Holdout, spec: RandomizationSpec, rng: dpsql.RandomS
 
 def fit_central(holdout: Holdout, epsilon: float, workdir: str | Path, *,
                 insecure_seed: int | None = None, alpha: float = 1.0,
-                dataset: str | Path | None = None) -> tuple[NaiveBayesModel, float]:
+                dataset: str | Path | None = None, analyst: str | None = None,
+                ledger: str | None = None) -> tuple[NaiveBayesModel, float]:
     """Central-DP Naive Bayes (``train_central``) on the private train rows; returns ε spent.
 
     Numeric attributes must have been binned or dropped (``load_holdout(numeric=...)``).
-    With ``dataset`` (the metadata file the rows come from) the release is charged to that
-    dataset's ledger and budget, under its name, like every other evaluator: the train rows
-    are the same people. Without it (reproductions on throw-away copies) the ledger is a
-    throw-away one with a budget of exactly ε.
+    With ``dataset`` (the metadata file the rows come from) the release is charged to
+    ``analyst`` in that dataset's ledger (``ledger``, default the dataset's own) and budget,
+    under its name, like every other evaluator: the train rows are the same people. Without
+    it (reproductions on throw-away copies) the ledger is a throw-away one with a budget of
+    exactly ε.
     """
     if holdout.numeric_attributes:
         raise dpsql.ProgrammingError(
@@ -201,10 +210,9 @@ def fit_central(holdout: Holdout, epsilon: float, workdir: str | Path, *,
             hint="use --numeric bins (public bins) or --numeric drop")
     source = Path(workdir) / f"{holdout.table.name}_train.parquet"
     write_data(holdout.train, source)
-    name, budget, ledger = f"{holdout.table.name}_train", {"epsilon": float(epsilon)}, ":memory:"
+    name, budget, book = f"{holdout.table.name}_train", {"epsilon": float(epsilon)}, ":memory:"
     if dataset is not None:
-        # the place dpsql.connect(metadata=<that file>) keeps the dataset's ledger
-        ledger = f"{Path(dataset).resolve()}.dpsql-ledger.sqlite"
+        book = dataset_ledger(dataset, ledger)
         name, budget = load_catalog(dataset).name, _raw_budget(dataset)
     metadata = {
         "name": name,
@@ -213,7 +221,7 @@ def fit_central(holdout: Holdout, epsilon: float, workdir: str | Path, *,
             "source": str(source), "privacy_unit": None,
             "columns": {n: column_document(c) for n, c in holdout.table.columns.items()}}},
     }
-    connection = dpsql.connect(None, metadata=metadata, analyst=ANALYST, ledger=ledger,
+    connection = dpsql.connect(None, metadata=metadata, analyst=analyst, ledger=book,
                                insecure_seed=insecure_seed)
     try:
         before = connection.budget_spent.epsilon
@@ -231,25 +239,42 @@ def accuracy(model: NaiveBayesModel, holdout: Holdout) -> float:
     return float((predicted == holdout.test[holdout.class_column].astype(str).to_numpy()).mean())
 
 
+def equal_split_spec(holdout: Holdout, epsilon: float) -> RandomizationSpec:
+    """ERRPH per attribute with ε/d each, so the record's local ε is exactly ``epsilon``."""
+    share = epsilon / len(holdout.attributes)
+    return RandomizationSpec(column_p={
+        name: ERRPH.from_epsilon(holdout.table.columns[name].values, share).p0
+        for name in holdout.attributes})
+
+
 def _epsilon_or_none(epsilon: float) -> float | None:
     return None if math.isinf(epsilon) else epsilon
 
 
-def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *, p0: float,
-             epsilon: float | None, test_fraction: float, seed: int | None,
+def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *,
+             p0: float | None, epsilon: float | None, test_fraction: float, seed: int | None,
              attributes: list[str] | None, numeric: str, bins: int,
-             trr: dict[str, float], alpha: float,
-             insecure_seed: int | None = None) -> dict[str, Any]:
+             trr: dict[str, float], alpha: float, insecure_seed: int | None = None,
+             analyst: str | None = None, ledger: str | None = None) -> dict[str, Any]:
     """One hold-out run; the JSON object of the command.
 
     ``seed`` fixes the split and, unless ``insecure_seed`` is given, the noise too (both then
-    give no privacy); ``insecure_seed`` alone fixes only the noise.
+    give no privacy); ``insecure_seed`` alone fixes only the noise. Under randomized response
+    ``epsilon`` is the record's local ε (``equal_split_spec``), an alternative to ``p0``.
+    The data owner's read and any central charge go to ``analyst`` in ``ledger`` (default:
+    the dataset's).
     """
     if mechanism not in MECHANISMS:
         raise dpsql.ProgrammingError(f"mechanism must be one of {MECHANISMS}")
     if mechanism == "laplace" and epsilon is None:
         raise dpsql.PrivacyParameterError("--mechanism laplace needs --epsilon",
                                           hint="pass e.g. --epsilon 1.0")
+    if p0 is not None and (epsilon is not None or mechanism == "laplace"):
+        raise dpsql.PrivacyParameterError(
+            "--p0 is randomized response's parameter; with --epsilon it would be ignored",
+            hint="give --epsilon (the local ε per record under randomized-response, the "
+            "central ε under laplace) or --p0, not both")
+    ledger = dataset_ledger(metadata, ledger)
     # the split is the data owner's sampling, not noise: a numpy generator; the randomizers
     # draw from a RandomSource (the CSPRNG, or seeded and warning for experiments)
     split = np.random.default_rng(seed if seed is not None else secrets.randbits(128))
@@ -257,10 +282,12 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *, p0
         insecure_seed = seed
     noise = (csprng() if insecure_seed is None
              else dpsql.RandomSource(insecure_seed=insecure_seed))
-    if mechanism == "laplace" and numeric == "trr":
-        numeric = "bins"  # central DP counts need public domains for every attribute
+    if epsilon is not None and numeric == "trr":
+        # central counts need public domains for every attribute, and TRR has no finite ε
+        numeric = "bins"
     holdout = load_holdout(metadata, table, class_column, test_fraction=test_fraction, rng=split,
-                           attributes=attributes, numeric=numeric, bins=bins)
+                           attributes=attributes, numeric=numeric, bins=bins, analyst=analyst,
+                           ledger=ledger)
     result: dict[str, Any] = {
         "table": table, "class": holdout.class_column, "mechanism": mechanism,
         "attributes": holdout.attributes, "numeric": numeric,
@@ -270,15 +297,20 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *, p0
     with tempfile.TemporaryDirectory(prefix="dpsql-nb-") as workdir:
         if mechanism == "laplace":
             model, spent = fit_central(holdout, epsilon, workdir, insecure_seed=insecure_seed,
-                                       alpha=alpha, dataset=metadata)
+                                       alpha=alpha, dataset=metadata, analyst=analyst,
+                                       ledger=ledger)
             result.update(test_accuracy=accuracy(model, holdout), epsilon_spent=spent)
             return result
-        spec = RandomizationSpec(p=p0, trr_a_mean=trr["a_mean"], trr_a_variance=trr["a_variance"],
-                                 trr_b_variance=trr["b_variance"])
+        spec = equal_split_spec(holdout, epsilon) if epsilon is not None else RandomizationSpec(
+            p=DEFAULT_P0 if p0 is None else p0, trr_a_mean=trr["a_mean"],
+            trr_a_variance=trr["a_variance"], trr_b_variance=trr["b_variance"])
         model, randomized = fit_randomized(holdout, spec, noise, workdir, alpha)
     per_attribute = randomized.local_epsilon_per_attribute
     result.update(
-        test_accuracy=accuracy(model, holdout), p0=p0,
+        test_accuracy=accuracy(model, holdout),
+        p0=None if epsilon is not None else spec.p,
+        p0_per_attribute={a: r.p0 for a, r in randomized.randomizers.items()
+                          if isinstance(r, ERRPH)},
         local_epsilon=_epsilon_or_none(randomized.local_epsilon_per_record),
         local_epsilon_categorical=_epsilon_or_none(randomized.local_epsilon_categorical),
         local_epsilon_per_attribute={a: _epsilon_or_none(e) for a, e in per_attribute.items()},
@@ -290,17 +322,20 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *, p0
 
 @click.command("naive-bayes")
 @evaluator_options(table_help="Table to learn from.",
-                   epsilon_help="ε of the central (laplace) release.",
+                   epsilon_help="ε of the central (laplace) release; under randomized-response "
+                   "the local ε per record, split equally over the attributes (instead of --p0).",
                    seed_help="Reproducible split, randomization and noise (experiments only: "
                    "no privacy); --insecure-seed alone fixes only the noise.")
 @click.option("--class", "class_column", required=True, help="Class column (kept in the clear).")
 @click.option("--mechanism", type=click.Choice(MECHANISMS), default="randomized-response",
               show_default=True, help="Local randomized response, or central Laplace counts.")
-@click.option("--p0", type=float, default=0.5, show_default=True,
-              help="ERRPH: probability of releasing the true value.")
+@click.option("--p0", type=float, default=None,
+              help=f"ERRPH: probability of releasing the true value (default {DEFAULT_P0}; "
+              "below 1, which would publish the true values).")
 @click.option("--attributes", default=None, help="Comma-separated attributes (default: all).")
 @click.option("--numeric", type=click.Choice(NUMERIC_HANDLING), default="trr", show_default=True,
-              help="Numeric attributes: TRR (Gaussian), public bins + ERRPH, or drop.")
+              help="Numeric attributes: TRR (Gaussian), public bins + ERRPH, or drop (bins "
+              "for trr with --epsilon).")
 @click.option("--bins", type=int, default=5, show_default=True, help="Bins per numeric column.")
 @click.option("--trr-a-mean", type=float, default=1.0, show_default=True)
 @click.option("--trr-a-variance", type=float, default=1.0, show_default=True)
@@ -308,8 +343,9 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *, p0
 @click.option("--alpha", type=float, default=1.0, show_default=True, help="Laplace smoothing.")
 @click.option("--test-fraction", type=float, default=0.3, show_default=True)
 def command(metadata: str, table: str, epsilon: float | None, output: str | None,
-            seed: int | None, insecure_seed: int | None, as_json: bool, class_column: str,
-            mechanism: str, p0: float, attributes: str | None, numeric: str, bins: int,
+            seed: int | None, insecure_seed: int | None, as_json: bool, analyst: str | None,
+            ledger: str | None, class_column: str, mechanism: str, p0: float | None,
+            attributes: str | None, numeric: str, bins: int,
             trr_a_mean: float, trr_a_variance: float, trr_b_variance: float, alpha: float,
             test_fraction: float) -> None:
     """Naive Bayes under randomized response (local DP) or noisy counts (central DP)."""
@@ -318,7 +354,7 @@ def command(metadata: str, table: str, epsilon: float | None, output: str | None
         test_fraction=test_fraction, seed=seed,
         attributes=attributes.split(",") if attributes else None, numeric=numeric, bins=bins,
         trr={"a_mean": trr_a_mean, "a_variance": trr_a_variance, "b_variance": trr_b_variance},
-        alpha=alpha, insecure_seed=insecure_seed)
+        alpha=alpha, insecure_seed=insecure_seed, analyst=analyst, ledger=ledger)
     emit(result, as_json=as_json, output=output, text=functools.partial(_print, mechanism, table))
 
 
@@ -331,6 +367,9 @@ def _print(mechanism: str, table: str, result: dict) -> None:
         click.echo(f"ε spent: {result['epsilon_spent']:g}")
     else:
         local = result["local_epsilon"]
-        click.echo(f"local ε per record: {'infinite (TRR)' if local is None else f'{local:.4f}'}"
-                   f"; categorical part {result['local_epsilon_categorical']}; "
-                   f"unprotected: {', '.join(result['unprotected_columns'])}")
+        # TRR columns make the record's ε infinite; the categorical ones' part is still finite
+        shown = f"{local:.4f}" if local is not None else (
+            f"infinite (TRR on numeric columns; categorical columns "
+            f"{result['local_epsilon_categorical']:.4f})")
+        click.echo(f"local ε per record: {shown}; unprotected: "
+                   f"{', '.join(result['unprotected_columns'])}")

@@ -35,7 +35,7 @@ ADULT_YAML = "data/datasets/adult.yaml"
 def car():
     require_dataset("car.csv")
     return load_holdout(CAR_YAML, "car", "class", test_fraction=0.3,
-                        rng=np.random.default_rng(0))
+                        rng=np.random.default_rng(0), ledger=":memory:")
 
 
 def _reconstruct(frame: pd.DataFrame, table, spec: RandomizationSpec, rng, path: Path):
@@ -118,12 +118,13 @@ def test_local_epsilon_matches_the_empirical_likelihood_ratio_of_a_released_tabl
     assert empirical == pytest.approx(formula, abs=0.05)
 
 
-def test_p0_one_gives_the_non_private_classifier_on_adult(tmp_path) -> None:
+def test_p0_near_one_gives_the_non_private_classifier_on_adult(tmp_path) -> None:
     require_dataset("adult.csv")
     holdout = load_holdout(ADULT_YAML, "adult", "salary-class", test_fraction=0.3,
-                           rng=np.random.default_rng(1))
-    # p0 = 1 and TRR with a ≡ 1, b ≡ 0: the released table is the true one.
-    spec = RandomizationSpec(p=1.0, trr_a_variance=0.0, trr_b_variance=0.0)
+                           rng=np.random.default_rng(1), ledger=":memory:")
+    # p0 = 1 − 2⁻⁴⁰ (1 itself is refused) and TRR with a ≡ 1, b ≡ 0: the released table is
+    # the true one but for a hidden value once in 2⁴⁰
+    spec = RandomizationSpec(p=1 - 2**-40, trr_a_variance=0.0, trr_b_variance=0.0)
     private, _ = fit_randomized(holdout, spec, dpsql.RandomSource(insecure_seed=2), tmp_path)
     exact = fit_exact(holdout)
     test = holdout.test[holdout.attributes]
@@ -146,7 +147,7 @@ def test_class_column_must_stay_clear(car, tmp_path) -> None:
 def test_cli_randomized_response_json_contract(car) -> None:
     args = ["--metadata", CAR_YAML, "--table", "car", "--class", "class", "--mechanism",
             "randomized-response", "--p0", "0.6", "--test-fraction", "0.3", "--seed", "4",
-            "--json"]
+            "--ledger", ":memory:", "--json"]
     result = CliRunner().invoke(command, args, catch_exceptions=False)
     out = json.loads(result.output)
     expected = sum(ERRPH.uniform(car.table.columns[a].values, 0.6).local_epsilon
@@ -181,3 +182,60 @@ def test_cli_laplace_without_epsilon_is_refused(car) -> None:
             "laplace", "--seed", "4"]
     with pytest.raises(dpsql.PrivacyParameterError):
         CliRunner().invoke(command, args, catch_exceptions=False)
+
+
+def _car_copy(tmp_path: Path) -> Path:
+    metadata = tmp_path / "car.yaml"  # the dataset's ledger is written beside it
+    metadata.write_text(Path(CAR_YAML).read_text())
+    return metadata
+
+
+def test_cli_epsilon_is_the_local_epsilon_per_record_under_randomized_response(car, tmp_path):
+    """-e under the default mechanism was ignored (local ε 8.99 from p0 = 0.5): it is now the
+    record's local ε, split equally over the attributes (part C of the reproduction)."""
+    args = ["-m", _car_copy(tmp_path), "-t", "car", "--class", "class", "-e", "1", "--seed",
+            "4", "--json"]
+    out = json.loads(CliRunner().invoke(command, list(map(str, args)),
+                                        catch_exceptions=False).output)
+    assert out["local_epsilon"] == pytest.approx(1.0) and out["local_epsilon"] <= 1.0
+    assert out["p0"] is None and set(out["p0_per_attribute"]) == set(car.attributes)
+    assert out["epsilon_spent"] == 0
+
+
+@pytest.mark.parametrize("extra", [["--p0", "1"], ["--p0", "0.6", "-e", "1"],
+                                   ["--mechanism", "laplace", "-e", "1", "--p0", "0.6"]])
+def test_cli_refuses_p0_one_and_p0_beside_epsilon(car, tmp_path, extra):
+    args = ["-m", _car_copy(tmp_path), "-t", "car", "--class", "class", "--seed", "4", *extra]
+    result = CliRunner().invoke(command, list(map(str, args)))
+    assert isinstance(result.exception, dpsql.PrivacyParameterError), result.output
+
+
+def test_cli_text_names_the_local_epsilon_without_a_numeric_part(car, tmp_path):
+    """Car has no numeric column: the summary read "categorical part None"."""
+    args = ["-m", _car_copy(tmp_path), "-t", "car", "--class", "class", "--p0", "0.6",
+            "--seed", "4"]
+    text = CliRunner().invoke(command, list(map(str, args)), catch_exceptions=False).output
+    assert "local ε per record: " in text and "None" not in text and "categorical" not in text
+
+
+def test_cli_logs_the_read_and_charges_the_analyst_in_the_datasets_ledger(car, tmp_path):
+    """The read of the true rows went to a throw-away ledger and the charge to a fixed
+    'naive-bayes-evaluator'; both follow --analyst and --ledger (the dataset's by default)."""
+    metadata, ledger = _car_copy(tmp_path), tmp_path / "own.sqlite"
+    args = ["-m", metadata, "-t", "car", "--class", "class", "--mechanism", "laplace", "-e",
+            "1", "--analyst", "ann", "--ledger", ledger, "--json"]
+    result = CliRunner().invoke(command, list(map(str, args)), catch_exceptions=False)
+    assert json.loads(result.output)["epsilon_spent"] == pytest.approx(1.0)
+    catalog, book = ledger_for(None, str(metadata), str(ledger))
+    try:
+        rows = book.history(catalog.name)
+    finally:
+        book.close()
+    assert [(row["kind"], row["analyst"]) for row in rows] == [("exact", "ann"), ("dp", "ann")]
+    CliRunner().invoke(command, list(map(str, args[:6])) + ["--p0", "0.6"],
+                       catch_exceptions=False)
+    catalog, book = ledger_for(None, str(metadata))  # the dataset's own, beside the metadata
+    try:
+        assert [row["kind"] for row in book.history(catalog.name)] == ["exact"]
+    finally:
+        book.close()
