@@ -85,6 +85,7 @@ from sqlglot import exp
 from dpsql.budget import PrivacyLoss, budget_exhausted, positive
 from dpsql.catalog import Catalog, TableSpec
 from dpsql.cli_params import METADATA_FILE
+from dpsql.compile.scope import declared
 from dpsql.errors import CatalogError, PrivacyParameterError, ProgrammingError, UnknownTableError
 from dpsql.mechanisms.samplers import RandomSource
 from dpsql.plan import StatementPlan
@@ -251,12 +252,13 @@ def group_keys(table: TableSpec, query: str | None, group_by) -> tuple[str, ...]
 
 def _cells(table: TableSpec, keys: tuple[str, ...]) -> tuple[int, bool]:
     """Cells of the GROUP BY (keys without a public domain count as one), and whether every
-    key has a public domain (then nobody can touch more cells than that)."""
-    cells = 1
-    for k in keys:
-        values = table.columns[k].values
-        cells *= len(values) if values else 1
-    return cells, all(table.columns[k].values for k in keys)
+    key has a public domain (then nobody can touch more cells than that).
+
+    A key's domain is the one the compile stage gives the column: its ``values``, a bool's
+    two, or the range of a bounded int or date column.
+    """
+    domains = [declared(k, table.columns[k]).domain for k in keys]
+    return math.prod(len(d) for d in domains if d), all(domains)
 
 
 def noise_sd(l1: float, l2: float, epsilon: float, gaussian: bool) -> float:
@@ -357,15 +359,25 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
                            hint="add 'budget: {epsilon: ..., delta: ...}' to the metadata")
     if isinstance(columns, str):
         columns = (columns,)
+    shape = group_keys(spec, query, group_by)
+    keys = shape if spec.privacy_unit is not None else ()
+    # bounds on a key the queries group by would drop its groups outside them
+    grouped = shape if query is not None or group_by is not None else ()
     names = tuple(n for n, c in spec.columns.items() if c.is_numeric
-                  and n != spec.privacy_unit) if columns is None else tuple(columns)
+                  and n != spec.privacy_unit and n not in grouped) \
+        if columns is None else tuple(columns)
     for name in names:
         c = spec.column(name)
         if c is None or not c.is_numeric or c.name == spec.privacy_unit:
             raise ProgrammingError(f"column {name!r} of {spec.name!r} is not a numeric column",
                                    hint="tune the bounds of int or float columns")
     names = tuple(spec.column(n).name for n in names)
-    keys = group_keys(spec, query, group_by) if spec.privacy_unit is not None else ()
+    if spec.privacy_unit is None and not names:
+        raise ProgrammingError(
+            f"nothing to tune in {spec.name!r}: it has row privacy (no contribution bounds) "
+            "and no numeric column to bound" + (" outside the GROUP BY" if grouped else ""),
+            hint="tune a table with a privacy unit, or one with int or float columns; "
+            "nothing was charged")
     draws = 1 + 6 * len(names) + (9 if spec.privacy_unit is not None else 0)
     share = epsilon / draws
     loss = PrivacyLoss(epsilon) if catalog.mechanism != "gaussian" else \

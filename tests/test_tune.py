@@ -14,7 +14,7 @@ from conftest import DAYS, catalogue, make_adult, make_visits
 
 import dpsql
 from dpsql.spread import COUNT_GRID, quantile_levels, quantile_utilities, value_grid
-from dpsql.tune import command, per_person_values
+from dpsql.tune import _cells, command, per_person_values
 
 
 def _write(folder, visits: pd.DataFrame) -> dict:
@@ -256,3 +256,31 @@ def test_truncation_report_measures_what_the_bounds_drop(tmp_path):
     assert clamped["rows_affected"] == 5 and clamped["effect"] == "clamped"
     assert len(logged) == len({(e["bound"], e["group"]) for e in report
                                if e["bound"] not in ("max_groups_per_unit", "both")})
+
+
+def test_a_bounded_integer_key_counts_its_range_and_is_not_tuned_itself(tmp_path):
+    """region_id declared by bounds 0..4 counted as one cell (max_groups_per_unit 64 was
+    proposed for 5 cells), and tune proposed bounds for region_id itself, which would drop
+    the groups outside them."""
+    meta = _write(tmp_path, make_visits(300, seed=1))
+    meta["tables"]["visits"]["columns"]["region_id"] = {"type": "int", "lower": 0, "upper": 4}
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=1) as con:
+        spec = con.catalog.table("visits")
+        assert _cells(spec, ("region_id",)) == (5, True)
+        assert _cells(spec, ("region_id", "day")) == (35, True)
+        result = con.tune("visits", epsilon=2, group_by=["region_id"])
+    assert result.choice("max_groups_per_unit").value <= 5
+    tuned = {c.key for c in result.choices}
+    assert "columns.amount.upper" in tuned
+    assert not any(key.startswith("columns.region_id") for key in tuned)
+
+
+def test_nothing_to_tune_is_refused_before_any_charge(tmp_path):
+    """A row-privacy table of text columns was charged ε and printed `car: {}`."""
+    meta = _write(tmp_path, make_visits(20))
+    meta["tables"]["plain"] = {"source": str(tmp_path / "regions.csv"), "privacy_unit": None,
+                               "columns": {"name": {"type": "text", "values": list("abcde")}}}
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite") as con:
+        with pytest.raises(dpsql.ProgrammingError, match="nothing to tune"):
+            con.tune("plain", epsilon=0.1)
+        assert con.budget_spent.epsilon == 0
