@@ -17,7 +17,7 @@ from dpsql.backends import is_file_database, is_postgres_url, open_backend
 from dpsql.backends.sources import check_database, frame_sources
 from dpsql.budget import PrivacyLoss, positive, probability
 from dpsql.catalog import Catalog, load_catalog, resources
-from dpsql.cursor import Cursor
+from dpsql.cursor import Cursor, described
 from dpsql.dbapi20 import ConnectionBase
 from dpsql.engine import Engine
 from dpsql.errors import BackendError, InterfaceError
@@ -125,6 +125,12 @@ class Connection(_Base):
         self._check_open()
         return self._engine.explain(sql, epsilon=epsilon, delta=delta, accuracy=accuracy,
                                     rho=rho, weights=weights)
+
+    def describe(self, sql: str, params=None, *, epsilon=None, delta=None) -> list:
+        """The ``cursor.description`` that executing one statement would give (names, type
+        codes, noise), from its plan: nothing is run and nothing is spent."""
+        self._check_open()
+        return described(self._engine.describe(sql, params, epsilon=epsilon, delta=delta))
 
     def tune(self, table: str, *, epsilon, columns=None, query: str | None = None,
              group_by=None, query_epsilon: float = 1.0):

@@ -27,6 +27,12 @@ _TYPE_CODES = {"int": "BIGINT", "float": "DOUBLE", "text": "VARCHAR", "bool": "B
                "date": "DATE", "timestamp": "TIMESTAMP"}
 
 
+def described(columns) -> list[Column]:
+    """PEP 249 description items of released columns (``release.ColumnInfo``)."""
+    return [Column(c.name, _TYPE_CODES.get(c.type, c.type), noise=c.noise,
+                   noise_scale=c.scale, epsilon=c.epsilon) for c in columns]
+
+
 class Column(tuple):
     """A PEP 249 description 7-sequence that also says how the column was noised.
 
@@ -149,8 +155,7 @@ class Cursor:
         current = self._current
         if current is None:
             return None
-        return [Column(c.name, _TYPE_CODES.get(c.type, c.type), noise=c.noise,
-                       noise_scale=c.scale, epsilon=c.epsilon) for c in current.columns]
+        return described(current.columns)
 
     @property
     def rowcount(self) -> int:

@@ -46,6 +46,7 @@ from dpsql.release import (
     ColumnInfo,
     NoisyResult,
     PostProcessor,
+    describe,
     dump_results,
     load_results,
     release,
@@ -303,6 +304,15 @@ class Engine:
         if reuse:
             self.ledger.record_answer(release_id, dump_results(results))
         return results
+
+    def describe(self, sql: str, params=None, *, epsilon=None, delta=None
+                 ) -> list[ColumnInfo]:
+        """The columns ``execute`` would release for one statement: planned, never run."""
+        planned = self.plan(sql, params, epsilon=epsilon, delta=delta)
+        kind, i = planned.order[0]
+        if kind == "dp":
+            return describe(planned.release.statements[i])
+        return [ColumnInfo(name, e.type) for name, e in planned.public[i].outputs]
 
     def _run_exact(self, query: ExactQuery) -> tuple[list[str], list[tuple]]:
         """The exact rows, from the 128-bit twin if the DOUBLE sums could have rounded."""

@@ -174,7 +174,7 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
         frame[agg.name + "__low"] = [_clamp(v - width, low, high) for v in values]
         frame[agg.name + "__high"] = [_clamp(v + width, low, high) for v in values]
     result_names, result_rows, intervals = _post_process(plan, frame, post)
-    columns = [_describe(out, plan) for out in checked.outputs]
+    columns = describe(plan)
     if [c.name for c in columns] != result_names:
         raise InternalError("post-processing changed the output columns")
     return NoisyResult(columns=columns, rows=result_rows, intervals=intervals,
@@ -435,6 +435,11 @@ def _post_process(plan: StatementPlan, frame: dict[str, list], post: PostProcess
         hi = names.index(ci_column(out.name, "high"))
         intervals[out.name] = [(r[lo], r[hi]) for r in rows]
     return [names[i] for i in visible], [tuple(r[i] for i in visible) for r in rows], intervals
+
+
+def describe(plan: StatementPlan) -> list[ColumnInfo]:
+    """The columns a planned statement releases, each with its noise."""
+    return [_describe(out, plan) for out in plan.checked.outputs]
 
 
 def _describe(out, plan: StatementPlan) -> ColumnInfo:

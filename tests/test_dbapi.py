@@ -156,3 +156,17 @@ def test_insecure_seed_warns_and_reproduces(data_dir):
             con = dpsql.connect(metadata=catalogue(data_dir), ledger=":memory:", insecure_seed=5)
         answers.append(con.execute("SELECT COUNT(*) FROM adult", epsilon=1).fetchall())
     assert answers[0] == answers[1]
+
+
+def test_describe_plans_the_description_without_a_charge():
+    """Connection.describe gives what execute's cursor.description will be (interval columns
+    named alike), for private and public statements, with NULL for unbound parameters."""
+    con = dpsql.connect(metadata="data/visits.yaml", ledger=":memory:", epsilon_per_query=1)
+    sql = "SELECT day, COUNT(*) AS n, MEDIAN(amount) AS m FROM visits WHERE amount > ? " \
+          "GROUP BY day"
+    described = con.describe(sql, [None])
+    assert con.budget_spent.epsilon == 0
+    ran = con.execute(sql, [5]).description
+    assert [(c.name, c.type_code, c.noise, c.ci_columns) for c in described] == \
+        [(c.name, c.type_code, c.noise, c.ci_columns) for c in ran]
+    assert [c.type_code for c in con.describe("SELECT name FROM regions")] == [dpsql.STRING]

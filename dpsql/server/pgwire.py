@@ -536,8 +536,10 @@ class Session:
                 text, order, types = self.statements.get(name, ("", [], []))
                 n = max(order, default=0)
                 oids = [types[i] if i < len(types) and types[i] else 25 for i in range(n)]
+                columns = await self._described(text, len(order))
                 await self.send(_message(b"t", struct.pack(f"!H{n}I", n, *oids)) +
-                                _message(b"n"), flush=False)
+                                (_row_description(columns, []) if columns else _message(b"n")),
+                                flush=False)
                 return
             result = await self._portal_result(name)
             await self.send(flush=False, data=_row_description(result.columns, result.rows)
@@ -558,6 +560,18 @@ class Session:
             await self.send(flush=False, data=_message(b"3"))
         elif kind == b"H":
             await self.send(b"")
+
+    async def _described(self, text: str, placeholders: int) -> list[dict] | None:
+        """The columns a prepared SELECT will answer with, planned with its parameters NULL
+        (clients such as asyncpg and JDBC read them before they bind); None for a statement
+        that is not a query or cannot be planned so (NoData, as before)."""
+        pieces = split_statements(text)
+        if len(pieces) != 1:
+            return None
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.server.executor, lambda: self.service.describe(
+            self.user, self.dataset, pieces[0], [None] * placeholders or None,
+            epsilon=self.epsilon))
 
     async def _portal_result(self, name: str) -> _Result:
         """The portal's statement runs once (at Describe or Execute) and is kept until sent."""

@@ -173,6 +173,20 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _columns(description) -> list[dict]:
+    """An answer's columns: each described column, then each noisy one's interval columns
+    (in the order ``_answer`` appends their values)."""
+    columns = [{"name": c.name, "type": c.type_code, "noise": c.noise,
+                "noise_scale": c.noise_scale, "epsilon": c.epsilon,
+                "ci_columns": list(c.ci_columns)} for c in description]
+    for c in description:
+        for name in c.ci_columns:
+            columns.append({"name": name, "type": c.type_code, "noise": None,
+                            "noise_scale": None, "epsilon": None, "ci_columns": [],
+                            "interval_of": c.name})
+    return columns
+
+
 def _loss_json(loss: PrivacyLoss) -> dict:
     return {"epsilon": float(loss.epsilon), "delta": float(loss.delta)}
 
@@ -414,9 +428,7 @@ class Service:
     def _answer(self, cur, account: Analyst, dataset: str) -> Answer:
         description = cur.description or []
         rows = [list(map(_plain, row)) for row in cur.fetchall()]
-        columns = [{"name": c.name, "type": c.type_code, "noise": c.noise,
-                    "noise_scale": c.noise_scale, "epsilon": c.epsilon,
-                    "ci_columns": list(c.ci_columns)} for c in description]
+        columns = _columns(description)
         noisy = [c for c in description if c.ci_columns]
         if noisy and rows:
             # the interval columns as plain lists (the same values as cur.intervals(), without
@@ -426,11 +438,6 @@ class Service:
                 for name in c.ci_columns:
                     for row, value in zip(rows, frame[name], strict=True):
                         row.append(_plain(value))
-        for c in noisy:
-            for name in c.ci_columns:
-                columns.append({"name": name, "type": c.type_code, "noise": None,
-                                "noise_scale": None, "epsilon": None, "ci_columns": [],
-                                "interval_of": c.name})
         limit = account.limits.max_rows
         truncated = len(rows) > limit
         spent = float(cur.epsilon_spent)
@@ -438,6 +445,20 @@ class Service:
                                                                             account.name)))
         return Answer(columns, rows[:limit], spent, remaining, truncated,
                       reused=spent == 0 and bool(noisy), dataset=dataset)
+
+    def describe(self, user: str, dataset: str, sql: str, params=None, *,
+                 epsilon=None) -> list[dict] | None:
+        """The columns a statement would answer with (those of ``query``, interval columns
+        included), planned with its parameters as given (NULL where not bound yet): nothing
+        is run or spent. None when it cannot be planned so: its refusal comes at execution."""
+        account = self._admit(user, dataset, sql)
+        con = self._borrow(account, dataset)
+        try:
+            return _columns(con.describe(sql, params, epsilon=epsilon))
+        except dpsql.Error:  # not a query (SET, BEGIN, SHOW ...) or refused: at execution
+            return None
+        finally:
+            self._give_back(account, dataset, con)
 
     def explain(self, user: str, dataset: str, sql: str, *, epsilon=None,
                 interface: str = "http") -> dict:

@@ -63,3 +63,27 @@ def test_execute_with_a_row_limit_suspends_and_continues_without_a_new_charge(se
     assert replies == [b"1", b"2", *[b"D"] * 3, b"s", *[b"D"] * 3, b"s", b"D", b"C", b"C",
                        b"Z"]
     assert spent(server) == pytest.approx(before + 0.25)  # one release, however it is fetched
+
+
+def _names(row_description: bytes) -> list[str]:
+    """Column names of a RowDescription message body."""
+    count, pos, names = int.from_bytes(row_description[:2], "big"), 2, []
+    for _ in range(count):
+        end = row_description.index(b"\0", pos)
+        names.append(row_description[pos:end].decode())
+        pos = end + 1 + 18  # table oid, column, type oid, size, modifier, format
+    return names
+
+
+def test_describe_of_a_prepared_select_gives_its_columns_without_a_charge(server, session):
+    """asyncpg and JDBC read a prepared statement's columns before they bind (psql's
+    \\gdesc too): they were NoData. Planned with the parameter NULL, nothing spent."""
+    before = spent(server)
+    session.sendall(parse("q", "SELECT day, COUNT(*) AS n FROM visits WHERE amount > $1 "
+                               "GROUP BY day") + msg(b"D", b"Sq\0") + msg(b"S"))
+    replies = until_ready(session)
+    assert kinds(replies) == [b"1", b"t", b"T", b"Z"]
+    assert _names(replies[2][1]) == ["day", "n", "n_low", "n_high"]
+    session.sendall(parse("s", "SET TIME ZONE 'UTC'") + msg(b"D", b"Ss\0") + msg(b"S"))
+    assert kinds(until_ready(session)) == [b"1", b"t", b"n", b"Z"]
+    assert spent(server) == before
