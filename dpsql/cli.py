@@ -167,11 +167,10 @@ def _connect(db, **options) -> dpsql.Connection:
     return dpsql.connect(db, **options)
 
 
-def _cli_epsilon_hint(err: dpsql.PrivacyParameterError) -> dpsql.PrivacyParameterError:
-    """The engine's "no ε" refusal, with the hint of the command line instead of the API's."""
-    return dpsql.PrivacyParameterError(
-        err.message, hint="pass --epsilon E (the ε of the whole script, e.g. --epsilon 1)",
-        sql=err.sql, position=err.position)
+def _cli_hint(err: dpsql.PrivacyParameterError, hint: str) -> dpsql.PrivacyParameterError:
+    """The engine's refusal of a parameter, with the hint of the command line, not the API's."""
+    return dpsql.PrivacyParameterError(err.message, hint=hint, sql=err.sql,
+                                       position=err.position)
 
 
 _bounding_option = click.option(
@@ -218,7 +217,14 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
         except dpsql.PrivacyParameterError as err:
             if epsilon is None and con._engine.epsilon_per_query is None and \
                     err.message.startswith("no ε"):
-                raise _cli_epsilon_hint(err) from err
+                raise _cli_hint(err, "pass --epsilon E (the ε of the whole script, e.g. "
+                                "--epsilon 1)") from err
+            if tune is not None and err.message.startswith("tune"):
+                whole = epsilon if epsilon is not None else con._engine.epsilon_per_query
+                example = "a tenth of --epsilon" if whole is None else \
+                    f"--tune {float(whole) / 10:g}"  # a slice that fits inside the ε
+                raise _cli_hint(err, "--tune is the slice of the statement's ε spent on its "
+                                f"bounds, e.g. {example}") from err
             raise
         statements = [s["sql"] for s in
                       con.explain(sql, epsilon=epsilon, delta=delta)["statements"]] \

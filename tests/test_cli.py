@@ -324,3 +324,12 @@ def test_randomize_refuses_to_publish_the_true_values(monkeypatch, tmp_path):
     error = json.loads(result.stderr)
     assert error["code"] == "bad_privacy_parameter" and "infinite local ε" in error["error"]
     assert "--keep" in error["hint"] and not output.exists()
+
+
+def test_a_refused_tune_is_hinted_relative_to_the_statements_epsilon(monkeypatch, tmp_path):
+    """--tune 0 at -e 0.05 hinted "e.g. tune=1.0", which is then refused at that ε."""
+    result = _invoke(monkeypatch, "run", "queries/visits_by_day.sql", "-m", "data/visits.yaml",
+                     "-e", "0.05", "--tune", "0", "--ledger", tmp_path / "l.sqlite", "--json")
+    assert result.exit_code == 1, result.output
+    error = json.loads(result.stderr)
+    assert error["code"] == "bad_privacy_parameter" and "e.g. --tune 0.005" in error["hint"]
