@@ -76,8 +76,8 @@ def _names(row_description: bytes) -> list[str]:
 
 
 def test_describe_of_a_prepared_select_gives_its_columns_without_a_charge(server, session):
-    """asyncpg and JDBC read a prepared statement's columns before they bind: they were
-    NoData. Planned with the parameter NULL, nothing spent."""
+    """Drivers read a prepared statement's columns before they bind: they were NoData.
+    Planned with the parameter NULL, nothing spent."""
     before = spent(server)
     session.sendall(parse("q", "SELECT day, COUNT(*) AS n FROM visits WHERE amount > $1 "
                                "GROUP BY day") + msg(b"D", b"Sq\0") + msg(b"S"))
