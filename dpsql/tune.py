@@ -473,7 +473,8 @@ def _number(value: float, spec) -> float | int:
               help="ε slice charged for the tuning (one ledger charge).")
 @click.option("--db", default=None, help="Database (DuckDB file, postgresql:// URL, ...).")
 @click.option("--ledger", default=None, help="Budget ledger (default: the engine's).")
-@click.option("--columns", default=None, help="Comma-separated numeric columns (default: all).")
+@click.option("--columns", default=None, help="Comma-separated numeric columns (default: all "
+              "but the GROUP BY keys of --group-by or --query).")
 @click.option("--group-by", default=None, help="Comma-separated GROUP BY key of the queries.")
 @click.option("--query", default=None, help="A query whose GROUP BY is the shape to tune for.")
 @click.option("--query-epsilon", type=float, default=1.0, show_default=True,
