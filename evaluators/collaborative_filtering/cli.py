@@ -95,8 +95,8 @@ def command(metadata: str, table: str, epsilon: float | None, output: str | None
     if fill == "roustida":
         filled = fill_with_roustida(con, values, levels, min_overlap)
         values = filled.table
-        report.update(levels=levels, min_overlap=min_overlap, fill_passes=filled.passes, filled_cells=filled.filled,
-                      fill_ratio=filled.fill_ratio)
+        report.update(levels=levels, min_overlap=min_overlap, fill_passes=filled.passes,
+                      filled_cells=filled.filled, fill_ratio=filled.fill_ratio)
     report.update(evaluate(con, method, values).as_dict())
     report.update(_privacy(release, fetch_long(con, "cf_ratings", "rating")))
     report["seconds"] = round(time.perf_counter() - started, 2)

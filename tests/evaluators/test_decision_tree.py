@@ -19,6 +19,7 @@ from sqlglot import exp
 
 import dpsql
 import dpsql.catalog
+from dpsql.cli import main
 from evaluators.decision_tree import DPDecisionTree, DPRandomForest
 from evaluators.decision_tree.attributes import (
     UNKNOWN,
@@ -27,7 +28,6 @@ from evaluators.decision_tree.attributes import (
     schema_from_metadata,
 )
 from evaluators.decision_tree.budget import level_epsilon
-from dpsql.cli import main
 from evaluators.decision_tree.cli import command
 from evaluators.decision_tree.counts import EngineCounts
 from evaluators.decision_tree.holdout import split_holdout
