@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from dpsql.budget import PrivacyLoss, positive
+from dpsql.budget import PrivacyLoss, budget_exhausted, positive
 from dpsql.catalog import Catalog
 from dpsql.compile.ir import Scan
 from dpsql.engine import Engine
 from dpsql.errors import NotSupportedError, PrivacyParameterError, ProgrammingError
-from dpsql.ledger import budget_exhausted
 from dpsql.plan import CheckedQuery
 from dpsql.release import NoisyResult
 from dpsql.tune import TuningResult, group_keys, planned_count_noise, tune
@@ -43,11 +42,16 @@ def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilo
         BudgetExhaustedError: ε does not fit; nothing was run or charged.
     """
     whole = engine.epsilon_of(epsilon)
-    part = positive(tune_epsilon, "tune")
+    hint = (f"tune is the slice of the statement's ε spent on its bounds, e.g. a tenth: "
+            f"tune={float(whole) / 10:g}")
+    try:
+        part = positive(tune_epsilon, "tune")
+    except PrivacyParameterError as err:  # its own hint, tune=1.0, would leave nothing
+        raise PrivacyParameterError(err.message, hint=hint) from None
     if part >= whole:
         raise PrivacyParameterError(
             f"tune={float(part):g} leaves nothing of the statement's ε = {float(whole):g}",
-            hint="tune is the slice of the statement's ε spent on its bounds, e.g. a tenth")
+            hint=hint)
     if engine.catalog.mechanism == "gaussian":
         raise NotSupportedError("tune= is for pure ε-DP datasets; this one uses Gaussian noise",
                                 hint="run dpsql tune once and declare the bounds it proposes")

@@ -18,7 +18,14 @@ from fractions import Fraction
 from dpsql import joint, share, snapshot
 from dpsql.allocate import allocate, jointly
 from dpsql.backends import Backend
-from dpsql.budget import PrivacyLoss, exact, positive, probability, rho_from_epsilon_delta
+from dpsql.budget import (
+    PrivacyLoss,
+    budget_exhausted,
+    exact,
+    positive,
+    probability,
+    rho_from_epsilon_delta,
+)
 from dpsql.catalog import Catalog
 from dpsql.compile import PublicQuery, compile_statement
 from dpsql.compile.render import Dialect, dialect
@@ -31,7 +38,7 @@ from dpsql.errors import (
     ProgrammingError,
     QueryTimeoutError,
 )
-from dpsql.ledger import Ledger, budget_exhausted
+from dpsql.ledger import Ledger
 from dpsql.mechanisms.calibrate import half_width_units, largest_scale_for_half_width
 from dpsql.mechanisms.samplers import RandomSource
 from dpsql.parse import (

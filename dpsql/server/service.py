@@ -29,7 +29,7 @@ from typing import Any
 
 import dpsql
 from dpsql import frames
-from dpsql.budget import PrivacyLoss, positive
+from dpsql.budget import PrivacyLoss, budget_exhausted, positive
 from dpsql.server.auth import check_password
 from dpsql.server.config import Analyst, ServerConfig
 from dpsql.sqltext import split_statements
@@ -403,12 +403,9 @@ class Service:
                                "= ...) or a looser accuracy")
         left = account.budgets[dataset].minus(self._spent(dataset, account.name))
         if not left.covers(loss):
-            raise ServiceError(
-                "budget_exhausted",
-                f"{account.name}'s privacy budget on dataset {dataset!r} cannot cover this "
-                f"request; nothing was run or released\n  Requested: {loss.describe()}"
-                f"\n  Remaining: {left.describe()}",
-                hint="ask for a smaller epsilon, or ask the data owner for more budget")
+            refusal = budget_exhausted(account.name, dataset, loss, left,
+                                       whose=f"{account.name}'s")
+            raise ServiceError("budget_exhausted", refusal.message, hint=refusal.hint)
 
     def _refusal(self, loss: PrivacyLoss | None, account: Analyst,
                  dataset: str) -> ServiceError:
