@@ -132,7 +132,7 @@ def test_cost_is_checked_at_the_epsilon_the_query_spends(server):
             body = r.json()
             assert r.status_code == 403 and body["code"] == "budget_exhausted", body
             assert "kim's privacy budget" in body["error"]
-            assert body["error"].endswith(f"Remaining: ε={left:g}")
+            assert f"Remaining: ε={left:g}\n  Short by:" in body["error"]
         assert spent(http) == pytest.approx(1 - left)
 
 
