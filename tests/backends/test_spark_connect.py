@@ -57,6 +57,7 @@ def connect_url(tmp_path_factory):
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
              "--conf", f"spark.connect.grpc.binding.port={port}", "spark-internal"],
             stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "SPARK_HOME": str(home)})
+    connect_mode = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
     try:
         deadline = time.monotonic() + 180
         while "Spark Connect server started" not in log.read_text():
@@ -68,6 +69,11 @@ def connect_url(tmp_path_factory):
     finally:
         server.terminate()
         server.wait(30)
+        # pyspark marks the whole process as a Spark Connect client once a remote session is
+        # made, and a later local session is then refused (CONNECT_URL_NOT_SET): the modules
+        # after this one start their own
+        if connect_mode is None:
+            os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
 
 
 def test_exact_plans_on_spark_connect_answer_like_duckdb(connect_url, backend_metadata,
