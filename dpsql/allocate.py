@@ -38,7 +38,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 from dpsql import joint, share, snapshot
-from dpsql.budget import SHARE_QUANTUM
+from dpsql.budget import proportional
 from dpsql.catalog import Catalog
 from dpsql.plan import CheckedQuery, NoisePart
 from dpsql.rewrite import (
@@ -109,39 +109,23 @@ def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction
 
 def _split(statements: list[CheckedQuery], epsilon: Fraction, drafts, demand, gaussian: bool,
            shared: list[list[share.Link | None]]) -> list[list[Fraction]]:
-    """``allocate``'s closed-form shares, from the measurements' demands."""
+    """``allocate``'s closed-form shares, from the measurements' demands.
+
+    Quantiles, measurements no output weighs and the private keys' selection counts (ε/n
+    each, in rewrite) keep the even share; the rest of ε is split over the others in
+    proportion to their roots (``budget.proportional``), so the measurements spend exactly
+    the release's ε."""
     distinct = sum(part_count(c) for c in statements) - share.duplicates(shared)
     even = epsilon / distinct
-    fixed = distinct - len(demand)
-    free = epsilon - even * fixed
     power = 1 / 2 if gaussian else 1 / 3
     roots = {key: value ** power for key, value in demand.items() if value > 0}
-    if roots and max(roots.values()) <= min(roots.values()) * (1 + 1e-9):
-        roots = dict.fromkeys(roots, 1.0)  # equal demands: exactly the even split
-    total = sum(roots.values())
-    shares = []
-    for index, parts in enumerate(drafts):
-        mine = []
-        for j, _ in enumerate(parts):
-            if shared[index][j] is not None:
-                mine.append(Fraction(0))  # its drawing statement's share, set below
-                continue
-            root = roots.get((index, j))
-            if root is None:
-                mine.append(even)  # quantiles, and measurements no output weighs
-                continue
-            portion = free / len(roots) if root == 1.0 and len(set(roots.values())) == 1 else \
-                Fraction(int(float(free) * root / total * SHARE_QUANTUM), SHARE_QUANTUM)
-            mine.append(max(portion, Fraction(1, SHARE_QUANTUM)))
-        shares.append(mine)
-    # what rounding down left (or the floor of 2^-40 on a negligible share took) goes to the
-    # largest share, so that the measurements, with the private keys' selection counts
-    # (ε/n each, in rewrite), spend exactly the release's ε
-    selections = sum(part_count(c) - len(measures(c)) for c in statements)
-    rest = epsilon - even * selections - sum(sum(mine) for mine in shares)
-    index, column = max(((i, j) for i, mine in enumerate(shares) for j in range(len(mine))),
-                        key=lambda ij: shares[ij[0]][ij[1]])
-    shares[index][column] += rest
+    weighed = [(i, j) for i, parts in enumerate(drafts) for j, _ in enumerate(parts)
+               if shared[i][j] is None and (i, j) in roots]
+    evens = distinct - len(weighed)
+    portions = dict(zip(weighed, proportional(epsilon - even * evens,
+                                              [roots[key] for key in weighed]), strict=True))
+    shares = [[Fraction(0) if shared[i][j] is not None else portions.get((i, j), even)
+               for j, _ in enumerate(parts)] for i, parts in enumerate(drafts)]
     return _shown_as_drawn(shares, shared)
 
 

@@ -47,6 +47,30 @@ SMALLEST = Fraction(1, 10**12)
 SHARE_QUANTUM = 2**40
 
 
+def proportional(total: Fraction, weights: list[float]) -> list[Fraction]:
+    """``total`` split in proportion to ``weights``, summing to it exactly: multiples of
+    2^-40, at least one each, what rounding leaves on the largest; evenly where the weights
+    are equal, or where ``total`` is too small for the floors (the largest would not stay
+    above 0).
+
+    Example:
+        >>> proportional(Fraction(1), [1.0, 1.0])
+        [Fraction(1, 2), Fraction(1, 2)]
+        >>> proportional(Fraction(1, 10**12), [1.0, 1e-9, 1e-9]) == [Fraction(1, 3 * 10**12)] * 3
+        True
+    """
+    if not weights:
+        return []
+    even = [total / len(weights)] * len(weights)
+    if max(weights) <= min(weights) * (1 + 1e-9):
+        return even
+    shares = [max(Fraction(int(float(total) * w / sum(weights) * SHARE_QUANTUM), SHARE_QUANTUM),
+                  Fraction(1, SHARE_QUANTUM)) for w in weights]
+    largest = weights.index(max(weights))
+    shares[largest] += total - sum(shares)
+    return shares if shares[largest] > 0 else even
+
+
 def positive(value: float | int | str | Fraction, name: str = "epsilon") -> Fraction:
     """Exact value of a parameter that must be > 0 (ε, ρ, a budget); below 1e-12 is refused."""
     result = exact(value, name)

@@ -45,7 +45,7 @@ import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from dpsql.budget import SHARE_QUANTUM
+from dpsql.budget import proportional
 from dpsql.catalog import Catalog
 from dpsql.errors import InternalError
 from dpsql.mechanisms.calibrate import LINF_MAX_LEVELS, linf_levels
@@ -182,8 +182,8 @@ def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None
     ε_b ∝ (A_b·v(d_b))^(1/3) minimises it, to (Σ_b (A_b·v(d_b))^(1/3))³/E², so the partition
     with the least Σ_b (A_b·v(d_b))^(1/3) is taken (``_best_runs``): all singletons is the
     Laplace allocation, one block the ℓ∞ draw of every member. The members' ε, E in all, is
-    split accordingly (``_shares``; a block's members share its ε evenly); the other parts
-    keep theirs, and so do all parts when no block wins.
+    split accordingly (``budget.proportional``; a block's members share its ε evenly); the
+    other parts keep theirs, and so do all parts when no block wins.
     """
     epsilons = [p.epsilon for p in parts]
     chosen = [i for i in eligible(parts) if demand.get(parts[i].column, 0.0) > 0]
@@ -220,7 +220,7 @@ def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None
     while True:
         best = _best_runs(sorted(chosen, key=lambda i: -demand[parts[i].column]),
                           lambda g: math.inf if g in barred else weight(g))
-        shares = _shares(total, [weight(g) for g in best])
+        shares = proportional(total, [weight(g) for g in best])
         costly_ones = {g for g, share in zip(best, shares, strict=True)
                        if len(g) > CHEAP_MEMBERS and costly(g, share)}
         if not costly_ones:
@@ -232,15 +232,6 @@ def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None
         for i in group:
             epsilons[i] = share / len(group)
     return epsilons, tuple(g for g in best if len(g) > 1)
-
-
-def _shares(total: Fraction, roots: list[float]) -> list[Fraction]:
-    """``total`` split in proportion to ``roots``: multiples of 2^-40, at least one each, the
-    rest to the largest."""
-    shares = [max(Fraction(int(float(total) * r / sum(roots) * SHARE_QUANTUM), SHARE_QUANTUM),
-                  Fraction(1, SHARE_QUANTUM)) for r in roots]
-    shares[roots.index(max(roots))] += total - sum(shares)
-    return shares
 
 
 def _best_runs(order: list[int], weight) -> tuple[tuple[int, ...], ...]:

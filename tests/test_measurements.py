@@ -184,3 +184,16 @@ def test_explain_gives_each_output_its_own_expected_error(connect):
     assert outputs["SUM(hours)"]["ci95_half_width"] > 0
     avg = outputs["AVG(hours)"]["ci95_half_width_at_rows"]
     assert avg[100] == pytest.approx(10 * avg[1000]) and avg[1000] > 0
+
+
+def test_a_tiny_epsilon_is_split_exactly_and_answered(connect):
+    """Each share was floored at 2^-40 and the rest put on the largest, which went negative
+    when ε < n·2^-40: the release was charged and then failed with a ValueError. Where the
+    floors do not fit, ε is split evenly; the parts spend exactly the charge."""
+    con = connect()
+    sql = "SELECT " + ", ".join(f"SUM(hours * {i + 1}) AS s{i}" for i in range(6)) + \
+        " FROM adult WHERE age > 30"
+    plan = con._engine.plan(sql, epsilon=1e-12).release.statements[0]
+    assert all(p.epsilon > 0 for p in plan.parts)
+    assert sum(p.epsilon for p in plan.parts) == plan.loss.epsilon == Fraction(1, 10**12)
+    assert len(con.execute(sql, epsilon=1e-12).fetchall()) == 1
