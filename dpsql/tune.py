@@ -216,8 +216,15 @@ def per_person_values(backend, table: TableSpec, keys: tuple[str, ...],
             queries[f"{column}.{part}"] = sql
     for name, sql in queries.items():
         _, rows = backend.run_sql(sql)
-        found[name] = sorted((float(v), int(n)) for v, n in rows if v is not None)
+        found[name] = sorted((_ordered(float(v)), int(n)) for v, n in rows if v is not None)
     return found
+
+
+def _ordered(value: float) -> float:
+    """NaN as +inf, as the engine's clamping reads it (NaN is above every value): NaN is not
+    ordered, so one person's NaN sorted into the middle of the values and the quantile
+    utilities, which count the values up to each candidate in order, stopped at it."""
+    return math.inf if math.isnan(value) else value
 
 
 # --- the entry point ---------------------------------------------------------------------

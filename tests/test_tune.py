@@ -181,18 +181,24 @@ def test_cli_prints_the_metadata_snippet(tmp_path):
     assert text.exit_code == 0 and "max_rows_per_group:" in text.output
 
 
-def test_neighbour_moves_every_utility_by_at_most_one(tmp_path):
-    """D′ = D plus one adversarial person (many rows, every day, extreme and NULL amounts):
-    each exact distribution the mechanism reads gains exactly one person, so every quantile
-    utility moves by at most the stated sensitivity 1."""
+@pytest.mark.parametrize("first", [False, True])
+@pytest.mark.parametrize("amounts", [["1e9", "-1e9", None, "50.0"], ["nan", "50.0"],
+                                     ["inf", "-inf", "nan"]])
+def test_neighbour_moves_every_utility_by_at_most_one(tmp_path, first, amounts):
+    """D′ = D plus one adversarial person (many rows, every day, extreme, NaN and NULL
+    amounts), first or last in the file: each exact distribution the mechanism reads gains
+    exactly one person, so every quantile utility moves by at most the stated sensitivity 1.
+    A person whose largest amount was NaN sorted into the middle of the values (NaN is not
+    ordered) and stopped the count of everyone after: utilities moved by over 200."""
     visits = make_visits(40)
-    person = pd.DataFrame({"uid": 42, "day": DAYS * 30,
-                           "amount": ([1e9, -1e9, None, 50.0] * 60)[:210],
-                           "region_id": [0, 4, 9] * 70})
+    person = pd.DataFrame({"uid": 42, "day": DAYS * 30,  # as text: NaN stays NaN in the CSV
+                           "amount": (amounts * 210)[:210],
+                           "region_id": [0, 4, 9] * 70}, dtype=object)
     d, d2 = tmp_path / "d", tmp_path / "d2"
     d.mkdir(), d2.mkdir()
     exact = []
-    for folder, frame in ((d, visits), (d2, pd.concat([visits, person], ignore_index=True))):
+    joined = [person, visits.astype(object)] if first else [visits.astype(object), person]
+    for folder, frame in ((d, visits), (d2, pd.concat(joined, ignore_index=True))):
         meta = _write(folder, frame)
         with dpsql.connect(metadata=meta, ledger=folder / "l.sqlite") as con:
             table = con.catalog.table("visits")
