@@ -24,11 +24,13 @@ from dpsql.catalog import Catalog
 from dpsql.compile.ir import Scan
 from dpsql.engine import Engine
 from dpsql.errors import NotSupportedError, PrivacyParameterError, ProgrammingError
+from dpsql.parse import dp_options
 from dpsql.plan import CheckedQuery
 from dpsql.release import NoisyResult
 from dpsql.tune import TuningResult, group_keys, planned_count_noise, tune
 
 BOUND_KEYS = ("max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit")
+CONTRIBUTION_OPTIONS = {"max_groups_contributed", "max_rows_contributed"}
 
 
 def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilon,
@@ -62,6 +64,11 @@ def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilo
                                 hint="drop tune= for public tables")
     checked = planned.release.statements[0].checked
     table, keys = tuned_shape(checked, engine.catalog)
+    bounded = sorted(CONTRIBUTION_OPTIONS & set(dp_options(checked.statement)))
+    if bounded:  # they may only tighten bounds, which the tuning has not chosen yet
+        raise NotSupportedError(
+            f"tune= chooses the contribution bounds itself; the statement sets "
+            f"{', '.join(bounded)}", hint="drop tune=, or drop those OPTIONS")
     loss = PrivacyLoss(whole, planned.release.loss.delta)
     remaining = engine.budget().minus(engine.ledger.spent(engine.catalog.name))
     if not remaining.covers(loss):

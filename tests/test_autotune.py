@@ -44,6 +44,10 @@ def test_the_tuning_is_part_of_the_statements_epsilon(tmp_path, meta):
      dpsql.NotSupportedError),
     ("SELECT COUNT(*) FROM adult", {"epsilon": 1, "tune": 0.1}, dpsql.NotSupportedError),
     ("SELECT amount FROM visits", {"epsilon": 1, "tune": 0.1}, dpsql.ProgrammingError),
+    # OPTIONS may only tighten bounds the tuning had not chosen yet: the statement was
+    # refused after the tuning's charge when they were looser than its proposal
+    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(max_rows_contributed=2) day, COUNT(*) "
+     "FROM visits GROUP BY day", {"epsilon": 1, "tune": 0.1}, dpsql.NotSupportedError),
 ])
 def test_refused_statements_spend_nothing(tmp_path, meta, sql, options, error):
     with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=1) as con:
