@@ -219,6 +219,18 @@ def test_answer_reuse_tells_apart_statements_with_the_same_text(connect):
     assert con._engine.plan(hinted, epsilon=1).release.fingerprint != release.fingerprint
 
 
+def test_an_answer_is_reused_only_when_noised_the_same_way(connect):
+    """Weights that split ε otherwise, or other bounds in the metadata, give the same
+    statement other noise: a stored answer is not theirs. With a hashed L0 selection (whose
+    salt is new each time) the same call is still reused."""
+    con = connect(seed=None, budget=10.0)
+    sql = "SELECT day, COUNT(*) AS n, SUM(amount) AS s FROM visits GROUP BY day"
+    assert con.execute(sql, epsilon=1).epsilon_spent == 1
+    assert con.execute(sql, epsilon=1).epsilon_spent == 0
+    assert con.execute(sql, epsilon=1, weights={"n": 50}).epsilon_spent == 1
+    assert con.execute(sql, epsilon=1, weights={"n": 50}).epsilon_spent == 0
+
+
 def test_an_answer_is_not_reused_once_the_data_changed(connect, data_dir):
     """Reuse is keyed on the data too: a changed source file is charged and answered afresh."""
     con = connect(seed=None, budget=3.0)
