@@ -55,6 +55,7 @@ from dpsql.release import (
     PostProcessor,
     describe,
     dump_results,
+    half_width,
     load_results,
     release,
 )
@@ -459,9 +460,9 @@ class Engine:
                 f"no ε gives a 95% interval of ±{target:g}: answers are on a grid of "
                 f"{max(float(p.grid) for p in parts):g}", hint="ask for a wider interval")
 
-        def meets(epsilon: Fraction) -> bool:
-            return all(half_width_units(p) * float(p.grid) <= target
-                       for plan in plans_at(epsilon) for p in plan.parts)
+        def meets(epsilon: Fraction) -> bool:  # every answer's interval as released
+            return all(half_width(agg, plan) <= target for plan in plans_at(epsilon)
+                       for agg in plan.checked.aggregates)
 
         low, high = Fraction(0), Fraction(needed)
         for _ in range(40):  # an allocation away from the even split can need more
@@ -690,8 +691,9 @@ ROWS_SHOWN = (100, 1_000, 10_000)  # group sizes at which a ratio's expected err
 def _explain_outputs(plan: StatementPlan) -> list[dict]:
     """Each aggregate's own expected error (95% half-width) from its measurements' noise.
 
-    COUNT and SUM are linear in their measurements: the half-widths add (a SUM derived from a
-    centred sum and a count adds k times the count's). AVG, VAR and STDDEV are ratios whose
+    COUNT and SUM: the half-width of the interval released (``release.half_width``: a SUM
+    derived from a centred sum and a count adds k times the count's). AVG, VAR and STDDEV are
+    ratios whose
     error shrinks with the group's size n: shown at n = 100, 1,000 and 10,000 rows, for a mean
     at the edge of the bounds (the largest error) and linearised for the spreads.
     """
@@ -702,11 +704,8 @@ def _explain_outputs(plan: StatementPlan) -> list[dict]:
         entry = {"aggregate": agg.sql, "measurements": [p.column for p in own.values()]}
         if agg.kind == "quantile":
             entry["ci95_half_width"] = None
-        elif agg.kind in ("count_star", "count", "count_distinct_unit"):
-            entry["ci95_half_width"] = width.get("count", width.get("distinct"))
-        elif agg.kind == "sum":
-            center = abs(float(own["sum"].center))
-            entry["ci95_half_width"] = width["sum"] + center * width.get("count", 0)
+        elif agg.kind in ("count_star", "count", "count_distinct_unit", "sum"):
+            entry["ci95_half_width"] = half_width(agg, plan)  # the interval released
         else:
             h = float(agg.upper - agg.lower) / 2
             numerator = width["sum"] + h * width["count"] if agg.kind == "avg" else \

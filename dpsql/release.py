@@ -131,7 +131,6 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
         noisy[p.column] = _noisy([r[index[p.column]] for r in rows], p, rng)
         if p.shared is not None:
             shared[p.shared] = dict(zip(groups, noisy[p.column], strict=True))
-    widths = {p.column: _half_width(p, CONFIDENCE) for p in parts}
     pair_widths = {p.column: _half_width(p, 1 - (1 - CONFIDENCE) / 2) for p in parts}
     for agg in checked.aggregates:
         own = {p.role: p for p in plan.parts if agg.name in p.feeds}
@@ -156,6 +155,7 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
             frame[agg.name + "__low"] = [b[0] for b in bounds]
             frame[agg.name + "__high"] = [b[1] for b in bounds]
             continue
+        width = half_width(agg, plan)
         if agg.kind == "sum" and own["sum"].center:
             # a centred sum S' of x − k and the count N of x: SUM(x) = S' + k·N
             total, count = own["sum"], own["count"]
@@ -163,10 +163,9 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
             values = [s + k * c for s, c in zip(noisy[total.column], noisy[count.column],
                                                  strict=True)]
             values = [round(v) if agg.integral else float(v) for v in values]
-            width = pair_widths[total.column] + abs(float(k)) * pair_widths[count.column]
         else:
             part = own.get("sum") or own.get("count") or own["distinct"]
-            values, width = noisy[part.column], widths[part.column]
+            values = noisy[part.column]
         low, high = _feasible(agg)
         frame[agg.name] = [_clamp(v, low, high) for v in values]
         # clamping is monotone: [clamp(v − w), clamp(v + w)] holds clamp(v), and the truth
@@ -325,6 +324,19 @@ def _spread(agg, parts, noisy: dict, frame: dict) -> None:
         lows.append(min(*corners, values[-1]))
         highs.append(max(*corners, values[-1]))
     frame[agg.name], frame[agg.name + "__low"], frame[agg.name + "__high"] = values, lows, highs
+
+
+def half_width(agg, plan: StatementPlan) -> float:
+    """The 95% half-width of a COUNT's or SUM's interval as released (in value units): its
+    measurement's, or, for SUM(x) = S' + k·N from a sum S' of x − k and the count N of x,
+    S''s and k times N's at 97.5% each (Bonferroni: ≥ 95% jointly). Explain shows it and
+    accuracy mode chooses ε by it."""
+    own = {p.role: p for p in plan.parts if agg.name in p.feeds}
+    if agg.kind == "sum" and own["sum"].center:
+        pair = 1 - (1 - CONFIDENCE) / 2
+        return _half_width(own["sum"], pair) + \
+            abs(float(own["sum"].center)) * _half_width(own["count"], pair)
+    return _half_width(own.get("sum") or own.get("count") or own["distinct"], CONFIDENCE)
 
 
 def _half_width(part, confidence: float):

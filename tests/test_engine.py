@@ -369,6 +369,24 @@ def test_an_accuracy_target_is_met_at_the_smallest_epsilon_of_the_joint_plan(con
     assert float(con.cursor().execute(sql, accuracy=500).epsilon_spent) == chosen
 
 
+def test_an_accuracy_target_holds_for_a_sum_of_a_centred_sum_and_a_count(connect):
+    """SUM(x) beside COUNT(x) is S' + k·N, a sum of x − k and the count of x: its released
+    interval adds k times the count's width to the sum's. The ε chosen for ±500 had each
+    measurement's half-width within 500, and the SUM's released intervals were ±1,199 (an
+    audit measured P(|error| ≤ 500) = 0.873). Now the SUM's interval as released is ±500 at
+    most, and explain shows that interval."""
+    con = connect(budget=1e6)
+    sql = "SELECT day, COUNT(amount) AS n, SUM(amount) AS s FROM visits GROUP BY day"
+    plan = con.explain(sql, accuracy=500)
+    outputs = {o["aggregate"]: o["ci95_half_width"] for o in plan["statements"][0]["outputs"]}
+    assert outputs["SUM(amount)"] <= 500
+    cur = con.cursor().execute(sql, accuracy=500)
+    assert float(cur.epsilon_spent) == plan["epsilon"]
+    frame = cur.intervals()
+    assert ((frame.s_high - frame.s_low) <= 2 * 500 + 1e-6).all()
+    assert ((frame.s_high - frame.s_low) > 2 * 400).any()  # and not far below it
+
+
 def test_nearby_epsilons_are_different_releases(connect):
     con = connect(seed=None, budget=10.0)
     sql = "SELECT COUNT(*) FROM adult"
