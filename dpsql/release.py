@@ -277,7 +277,8 @@ def _spread(agg, parts, noisy: dict, frame: dict) -> None:
     """VAR/STDDEV from a noisy centred sum S, sum of squares Q and count N, with an interval.
 
     var_pop = Q/N − (S/N)², clamped to [0, ((U − L)/2)²]; the sample variance multiplies by
-    N/(N − 1). The interval is the range of that formula over the three parts' intervals
+    N/(N − 1) (so it reaches ((U − L)/2)²·N/(N − 1), which a small group's can: {L, U} has
+    twice ((U − L)/2)²). The interval is the range of that formula over the three parts' intervals
     at 1 − 0.05/3 each (Bonferroni: ≥ 95% jointly). The formula falls with S², rises with Q
     and can peak inside N's interval, so the range is over the ends of each interval, S = 0
     when it is inside, and the N where the derivative in N is 0.
@@ -292,8 +293,8 @@ def _spread(agg, parts, noisy: dict, frame: dict) -> None:
     def value(s, q, n):
         n = max(n, 1)
         var = min(max(q / n - (s / n) ** 2, 0.0), top)
-        if sample and n > 1:
-            var = min(var * n / (n - 1), top)
+        if sample and n > 1:  # up to top·n/(n − 1): {L, U} has sample variance 2·top
+            var = var * n / (n - 1)
         return var ** 0.5 if root else var
 
     def peaks(s, q, counts):
@@ -313,8 +314,9 @@ def _spread(agg, parts, noisy: dict, frame: dict) -> None:
                          strict=True):
         values.append(value(s, q, n))
         if n - widths[2] <= 1:
+            widest = 2 * top if sample else top  # a sample of two at L and U
             lows.append(0.0)
-            highs.append(top ** 0.5 if root else top)
+            highs.append(widest ** 0.5 if root else widest)
             continue
         sums = [s - widths[0], s + widths[0]] + ([0.0] if abs(s) <= widths[0] else [])
         counts = (n - widths[2], n + widths[2])

@@ -197,3 +197,22 @@ def test_a_tiny_epsilon_is_split_exactly_and_answered(connect):
     assert all(p.epsilon > 0 for p in plan.parts)
     assert sum(p.epsilon for p in plan.parts) == plan.loss.epsilon == Fraction(1, 10**12)
     assert len(con.execute(sql, epsilon=1e-12).fetchall()) == 1
+
+
+def test_a_small_groups_sample_variance_can_exceed_the_population_cap(tmp_path):
+    """VAR_SAMP of {L, U} is 2·((U − L)/2)² (n/(n − 1) times the population variance): it was
+    capped at ((U − L)/2)², so that group's answer and every interval stayed below the truth."""
+    import pandas as pd
+
+    pd.DataFrame({"g": ["a", "a", "b", "b", "b", "b"], "x": [0, 10, 0, 0, 10, 10]}).to_csv(
+        tmp_path / "t.csv", index=False)
+    meta = {"name": "t", "budget": {"epsilon": 1e12}, "tables": {"t": {
+        "source": str(tmp_path / "t.csv"), "privacy_unit": None,
+        "columns": {"g": {"type": "text", "values": ["a", "b"]},
+                    "x": {"type": "float", "lower": 0, "upper": 10}}}}}
+    sql = "SELECT g, VAR_SAMP(x) AS v, STDDEV_SAMP(x) AS sd FROM t GROUP BY g"
+    with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=1) as con:
+        exact = {g: (v, sd) for g, v, sd in con.execute(sql, epsilon=1e9).fetchall()}
+        assert exact["a"][0] == pytest.approx(50) and exact["b"][0] == pytest.approx(100 / 3)
+        frame = con.execute(sql, epsilon=1).df(intervals=True)
+        assert (frame.v_high >= 50).all() and (frame.v <= 50).all()
