@@ -173,10 +173,17 @@ class Engine:
         labels, shown = share.labels(shared), share.duplicates(shared)
         weights = _checked_weights(weights if weights is not None else
                                    _hinted_weights(statements), private)
+        target = accuracy if accuracy is not None else _hinted_accuracy(statements)
         if gaussian:
+            if target is not None or (rho is None and epsilon is None and
+                                      self.accuracy is not None):
+                # it was ignored: the default ρ ran whatever it asked
+                raise PrivacyParameterError(
+                    "an accuracy target picks ε for Laplace noise; this dataset adds Gaussian "
+                    "noise, budgeted in ρ", hint="pass rho=... (explain shows each "
+                    "interval), or drop the ci95 hint")
             return Planned(tuple(order), self._gaussian_plan(
                 private, rho, epsilon, delta, weights, salt, shared, labels), tuple(public))
-        target = accuracy if accuracy is not None else _hinted_accuracy(statements)
         if epsilon is None and target is None:
             target = self.accuracy
         thresholded = sum(c.has_private_keys for c in private)

@@ -113,3 +113,18 @@ def test_rho_is_split_to_minimise_the_error_of_the_released_columns(gaussian, tm
                for split in itertools.product(steps, repeat=len(parts) - 1) if sum(split) < 0.5)
     assert chosen <= best * (1 + 1e-6)
     assert chosen < objective(dict.fromkeys(rhos, 0.5 / len(parts)))  # better than even
+
+
+def test_an_accuracy_target_on_a_gaussian_dataset_is_refused_not_ignored(gaussian):
+    """accuracy= and the ci95 hint picked no ρ: the default ran whatever they asked."""
+    con = dpsql.connect(metadata=gaussian, ledger=":memory:")
+    for call in (lambda: con.execute("SELECT COUNT(*) FROM adult", accuracy=5),
+                 lambda: con.execute("/* dpsql: ci95 <= 5 */ SELECT COUNT(*) FROM adult",
+                                     rho=0.5)):
+        with pytest.raises(dpsql.PrivacyParameterError, match="Gaussian"):
+            call()
+    assert con.budget_spent.rho == 0
+    with dpsql.connect(metadata=gaussian, ledger=":memory:", accuracy=5) as defaulted:
+        with pytest.raises(dpsql.PrivacyParameterError, match="Gaussian"):
+            defaulted.execute("SELECT COUNT(*) FROM adult")
+        assert defaulted.execute("SELECT COUNT(*) FROM adult", rho=0.5).fetchall()
