@@ -240,8 +240,13 @@ def group_keys(table: TableSpec, query: str | None, group_by) -> tuple[str, ...]
         except sqlglot.errors.ParseError as err:
             raise ProgrammingError(f"the query does not parse: {err}") from None
         group = tree.find(exp.Group)
-        names = tuple(dict.fromkeys(c.name for c in group.find_all(exp.Column))) \
-            if group else ()
+        items = group.expressions if group else []
+        shaped = [item for item in items if not isinstance(item, exp.Column)]
+        if shaped:  # its columns are not its keys: CASE WHEN amount > 50 has two, not amount's
+            raise ProgrammingError(f"GROUP BY {shaped[0].sql()} is not a column: tune reads "
+                                   "the keys a person touches by column",
+                                   hint="group by columns, or pass group_by=[...] columns")
+        names = tuple(dict.fromkeys(item.name for item in items))
     else:
         names = tuple(n for n, c in table.columns.items()
                       if c.values is not None and n != table.privacy_unit)

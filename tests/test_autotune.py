@@ -42,6 +42,10 @@ def test_the_tuning_is_part_of_the_statements_epsilon(tmp_path, meta):
     (QUERY, {"epsilon": 3, "tune": 0.1}, dpsql.BudgetExhaustedError),  # 2 in the budget
     ("SELECT day, COUNT(*) FROM visits GROUP BY 1", {"epsilon": 1, "tune": 0.1},
      dpsql.NotSupportedError),
+    # its key is the CASE, not amount: G and M were counted per distinct amount
+    ("SELECT CASE WHEN amount > 50 THEN 'big' ELSE 'small' END AS k, COUNT(*) FROM visits "
+     "GROUP BY CASE WHEN amount > 50 THEN 'big' ELSE 'small' END", {"epsilon": 1, "tune": 0.1},
+     dpsql.NotSupportedError),
     ("SELECT COUNT(*) FROM adult", {"epsilon": 1, "tune": 0.1}, dpsql.NotSupportedError),
     ("SELECT amount FROM visits", {"epsilon": 1, "tune": 0.1}, dpsql.ProgrammingError),
     # OPTIONS may only tighten bounds the tuning had not chosen yet: the statement was
