@@ -452,7 +452,9 @@ class PostgresDialect(Dialect):
         if e.type != "float":
             return f"CAST({sql} AS DOUBLE PRECISION)"
         flushed = f"(({sql} + {self._TINY}) - {self._TINY})"
-        return f"LEAST(GREATEST({flushed}, -{self._LIMIT}), {self._LIMIT})"
+        # float8larger/float8smaller (what MAX and MIN use) keep a NULL NULL, where
+        # GREATEST(NULL, -1e150) is -1e150 (GREATEST skips NULLs): x + 1 of a NULL x was a value
+        return f"float8smaller(float8larger({flushed}, -{self._LIMIT}), {self._LIMIT})"
 
     def _arith(self, e: Expr) -> str:
         if e.type == "int":
@@ -504,8 +506,10 @@ class PostgresDialect(Dialect):
             return f"CAST(ROUND(CAST({self._clamped(e.args[0])} AS NUMERIC), {int(e.value)}) " \
                    "AS DOUBLE PRECISION)"
         # an analyst's value may be near a double's limit, where the 2x of round_half_away
-        # overflows (an error): trunc(x) + trunc(2·(x − trunc(x))) rounds alike without it
-        return f"(trunc({arg}) + trunc(2 * ({arg} - trunc({arg}))))"
+        # overflows (an error): trunc(x) + trunc(2·(x − trunc(x))) rounds alike without it;
+        # at ±inf the fraction is NaN, which the clamp to [-1, 1] turns into 1 (so ±inf stays)
+        fraction = f"GREATEST(LEAST(2 * ({arg} - trunc({arg})), 1), -1)"
+        return f"(trunc({arg}) + trunc({fraction}))"
 
     def _op_cast(self, e: Expr) -> str:
         arg, source, target = self.expr(e.args[0]), e.args[0].type, e.value

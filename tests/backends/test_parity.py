@@ -259,3 +259,37 @@ def test_custodian_reads_exact_rows_in_the_warehouse(backend_metadata, csv_dir, 
                 (name, codes)
     assert answers["postgresql"] == answers["duckdb"] == answers["spark"]
     assert sum(n for _, n in answers["duckdb"]) > 0
+
+
+NULL_STATEMENTS = ["SELECT COUNT(x + 1) AS n FROM nulls",
+                   "SELECT COUNT(x / 2) AS n FROM nulls",
+                   "SELECT COUNT(x % 3) AS n FROM nulls",
+                   "SELECT COUNT(ROUND(x, 1)) AS n FROM nulls",
+                   "SELECT COUNT(*) AS n FROM nulls WHERE x * 2 < 0 OR (x + 1) IS NULL",
+                   "SELECT COUNT(SQRT(x - 5) * 2) AS n FROM nulls"]
+
+
+@pytest.mark.parametrize("sql", NULL_STATEMENTS)
+def test_a_null_double_stays_null_in_arithmetic_on_postgresql(postgres_url, tmp_path, sql):
+    """PostgreSQL's GREATEST skips NULLs, so the clamp of a double operand turned NULL into
+    -1e150: COUNT(x + 1) counted the rows where x is NULL."""
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        con.execute("CREATE TABLE IF NOT EXISTS nulls (x DOUBLE PRECISION)")
+        con.execute("TRUNCATE nulls")
+        with con.cursor().copy("COPY nulls FROM STDIN") as copy:
+            for i in range(30):
+                copy.write_row([None if i % 3 == 0 else float(i)])
+    (tmp_path / "nulls.csv").write_text("x\n" + "".join(
+        "\n" if i % 3 == 0 else f"{float(i)}\n" for i in range(30)))
+    meta = {"name": "nulls", "budget": {"epsilon": 1e12}, "tables": {"nulls": {
+        "source": str(tmp_path / "nulls.csv"), "privacy_unit": None,
+        "columns": {"x": {"type": "float", "lower": 0, "upper": 30}}}}}
+    warehouse = {**meta, "tables": {"nulls": {k: v for k, v in meta["tables"]["nulls"].items()
+                                              if k != "source"}}}
+    answers = []
+    for target, catalog in ((None, meta), (postgres_url, warehouse)):
+        with dpsql.connect(target, metadata=catalog, ledger=":memory:", insecure_seed=1) as con:
+            answers.append(_exact(con, sql))
+    assert answers[0] == answers[1], sql
