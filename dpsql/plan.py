@@ -259,17 +259,22 @@ class ScriptPlan:
     def fingerprint(self) -> str:
         """Identity of the release for the ledger: the normalised statements, ε, the
         version of the data (an answer is reused only on the same data) and a digest of the
-        statements' identities and of how each part is noised (the readable text is lossy,
-        and other weights, bounds in the metadata or tuned bounds give the same statement
-        other noise: an answer is reused only for statements that mean the same, noised the
-        same way; the exact SQL is not part of it, as its keyed-hash salt is new each time;
-        rows stored without it are never matched, which only makes them pay again)."""
+        statements' identities, of how each part is noised and of the keys' domains and the
+        aggregates' bounds (the readable text is lossy, and other weights, other metadata or
+        tuned bounds give the same statement another answer: an answer is reused only for
+        statements that mean the same, over the same domains and bounds, noised the same
+        way; the exact SQL is not part of it, as its keyed-hash salt is new each time; rows
+        stored without it are never matched, which only makes them pay again)."""
         text = ";\n".join(s.checked.statement.sql for s in self.statements)
         loss = self.loss  # exact values: ε = 1.000001 and 1.000002 are different releases
         plan = "\n".join([s.checked.statement.identity for s in self.statements] + [
             f"{p.column} {p.role} {p.mechanism} {p.sensitivity} {p.epsilon} {p.rho} "
             f"{p.grid_exp} {p.center} {p.threshold} {p.bins} {p.cells}"
-            for s in self.statements for p in s.parts])
+            for s in self.statements for p in s.parts] + [
+            # the metadata's domains and bounds: the keys released and the values clamped
+            f"{key.name} {key.domain!r}" for s in self.statements for key in s.checked.keys
+        ] + [f"{a.name} {a.lower} {a.upper}" for s in self.statements
+             for a in s.checked.aggregates])
         digest = hashlib.sha256(plan.encode()).hexdigest()
         return (f"{text} @ epsilon={loss.epsilon} delta={loss.delta} rho={loss.rho}"
                 f" data={self.data_version} tree={digest}")

@@ -231,6 +231,25 @@ def test_an_answer_is_reused_only_when_noised_the_same_way(connect):
     assert con.execute(sql, epsilon=1, weights={"n": 50}).epsilon_spent == 0
 
 
+def test_an_answer_is_not_reused_under_other_domains_or_bounds(tmp_path):
+    """Other declared values, or bounds of the same sensitivity ([1, 3] and [3, 3]), make
+    another answer of the same statement: the stored one listed the old keys."""
+    (tmp_path / "t.csv").write_text("a,s\n" + "".join(f"{1 + i % 4},{'xyz'[i % 3]}\n"
+                                                       for i in range(60)))
+    answers = []
+    for low, high, values in ((1, 3, ["x", "y", "z"]), (3, 3, ["x", "y", "z"]),
+                              (3, 3, ["x", "y", "w"])):
+        meta = {"name": "t", "budget": {"epsilon": 10}, "tables": {"t": {
+            "source": str(tmp_path / "t.csv"), "privacy_unit": None,
+            "columns": {"a": {"type": "int", "lower": low, "upper": high},
+                        "s": {"type": "text", "values": values}}}}}
+        with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite") as con:
+            cur = con.execute("SELECT s, SUM(a) AS total FROM t GROUP BY s", epsilon=1)
+            answers.append((cur.epsilon_spent, [row[0] for row in cur.fetchall()]))
+    assert [spent for spent, _ in answers] == [1, 1, 1]
+    assert answers[2][1] == ["w", "x", "y"]
+
+
 def test_an_answer_is_not_reused_once_the_data_changed(connect, data_dir):
     """Reuse is keyed on the data too: a changed source file is charged and answered afresh."""
     con = connect(seed=None, budget=3.0)
