@@ -58,11 +58,15 @@ class PublicQuery:
             sql += " GROUP BY " + ", ".join(render(g) for g in self.group)
         if self.having is not None:
             sql += f" HAVING {render(self.having)}"
-        if self.order:
-            sql += " ORDER BY " + ", ".join(
-                f"{render(e)}{' DESC' if desc else ''}"
-                f"{'' if nulls is None else (' NULLS FIRST' if nulls else ' NULLS LAST')}"
-                for e, desc, nulls in self.order)
+        order = [f"{render(e)}{' DESC' if desc else ''}"
+                 f"{'' if nulls is None else (' NULLS FIRST' if nulls else ' NULLS LAST')}"
+                 for e, desc, nulls in self.order]
+        if self.limit is not None or self.offset is not None:
+            # every output breaks ties, so LIMIT/OFFSET keep the same rows each time (a
+            # parallel GROUP BY returns tied rows in any order)
+            order += [str(i) for i in range(1, len(self.outputs) + 1)]
+        if order:
+            sql += " ORDER BY " + ", ".join(order)
         if self.limit is not None:
             sql += f" LIMIT {self.limit}"
         if self.offset is not None:
