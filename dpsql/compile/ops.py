@@ -762,13 +762,18 @@ MATH_LIMIT = 1e300  # |POWER| above it is NULL, below its inverse 0
 EXP_RANGE = (-708, 709)  # EXP is 0 below, NULL above (exp(709.8) overflows a double)
 
 
-def _outward(low: float, high: float) -> Interval:
-    """[low, high] widened by one double each way where it is not a whole number: another
-    libm's last bit may differ from Python's, but not at exact results such as
-    LOG10(1000) = 3 or SQRT(0) = 0."""
-    return Interval(Fraction(low if low.is_integer() else math.nextafter(low, -math.inf)),
-                    Fraction(high if high.is_integer() else math.nextafter(high, math.inf)),
-                    False)
+def _outward(low: float, high: float, exact_whole: bool = True) -> Interval:
+    """[low, high] widened by four doubles each way: another libm's last bits may differ from
+    Python's. Not where an end is a whole number and ``exact_whole``: there the function is
+    exact in every libm (LOG10(1000) = 3, SQRT(0) = 0), and widening would add a key below
+    it to FLOOR's domain."""
+    def widened(value: float, towards: float) -> float:
+        if exact_whole and value.is_integer():
+            return value
+        for _ in range(4):
+            value = math.nextafter(value, towards)
+        return value
+    return Interval(Fraction(widened(low, -math.inf)), Fraction(widened(high, math.inf)), False)
 
 
 def _math(name: str, arg: Expr, parameter: float | None,
@@ -784,15 +789,20 @@ def _sqrt(node: exp.Sqrt, scope: Scope) -> Expr:
         math.sqrt(max(float(a.lower), 0.0)), math.sqrt(max(float(a.upper), 0.0))))
 
 
+_EXACT_LOGS = {None: math.log, 10.0: math.log10, 2.0: math.log2}  # rendered LN, LOG10, LOG2
+
+
 def _logarithm(arg: Expr, base: float | None) -> Expr:
     """log_base(x) (natural without a base): NULL where x ≤ 0."""
     def image(a: Interval) -> Interval | None:
         if a.lower <= 0:  # towards 0 it falls without bound
             return None
-        ends = [math.log(float(a.lower)), math.log(float(a.upper))]
-        if base is not None:
-            ends = sorted(e / math.log(base) for e in ends)
-        return _outward(ends[0], ends[1])
+        log = _EXACT_LOGS.get(base)
+        if log is not None:
+            return _outward(log(float(a.lower)), log(float(a.upper)))
+        # LOG(b, x) is a quotient of logarithms in some backends: no end is exact
+        ends = sorted(math.log(float(v)) / math.log(base) for v in (a.lower, a.upper))
+        return _outward(ends[0], ends[1], exact_whole=False)
     return _math("log", arg, base, image)
 
 
