@@ -120,6 +120,10 @@ def _read_weekdays(tree: exp.Expression, dialect: str) -> exp.Expression:
             arg = node.this
         elif isinstance(node, exp.Extract) and node.this.name.lower() in _WEEKDAY_PARTS:
             arg = node.expression
+        elif isinstance(node, exp.Anonymous) and str(node.this).lower() in (
+                "date_part", "datepart") and len(node.expressions) == 2 and \
+                node.expressions[0].name.lower() in _WEEKDAY_PARTS:  # Spark's DATE_PART
+            arg = node.expressions[1]
         else:
             return node
         if dialect in _MONDAY_ONE:

@@ -81,6 +81,7 @@ WEEKDAYS = [("duckdb", "DAYOFWEEK(d) = 0"), ("postgres", "EXTRACT(DOW FROM d) = 
             ("snowflake", "DAYOFWEEK(d) = 0"), ("mysql", "DAYOFWEEK(d) = 1"),
             ("bigquery", "EXTRACT(DAYOFWEEK FROM d) = 1"), ("spark", "DAYOFWEEK(d) = 1"),
             ("spark", "EXTRACT(DOW FROM d) = 1"), ("databricks", "DAYOFWEEK(d) = 1"),
+            ("spark", "DATE_PART('dow', d) = 1"), ("databricks", "DATE_PART('dow', d) = 1"),
             ("tsql", "DATEPART(weekday, d) = 1"), ("trino", "DAY_OF_WEEK(d) = 7"),
             ("duckdb", "ISODOW(d) = 7"), ("postgres", "EXTRACT(ISODOW FROM d) = 7")]
 
