@@ -519,8 +519,8 @@ class PostgresDialect(Dialect):
             return f"CAST(CAST({arg} AS INT) AS DOUBLE PRECISION)" if source == "bool" else \
                 f"CAST({arg} AS DOUBLE PRECISION)"
         if target == "int" and source in ("float", "int"):
-            return (f"(CASE WHEN {arg} BETWEEN -9.2e18 AND 9.2e18 THEN "
-                    f"CAST(ROUND(CAST({arg} AS NUMERIC)) AS BIGINT) END)")
+            # a double casts to the nearest integer, ties to even, as DuckDB's does
+            return f"(CASE WHEN {arg} BETWEEN -9.2e18 AND 9.2e18 THEN CAST({arg} AS BIGINT) END)"
         if target == "int" and source == "bool":
             return f"CAST(CAST({arg} AS INT) AS BIGINT)"
         if target == "date" and source == "timestamp":  # every timestamp has a date
@@ -636,7 +636,10 @@ class SparkDialect(Dialect):
         return self._whole("CEIL", e)
 
     def _op_cast(self, e: Expr) -> str:
-        return f"try_cast({self.expr(e.args[0])} AS {self.types[e.value]})"
+        arg = self.expr(e.args[0])
+        if e.value == "int" and e.args[0].type == "float":  # Spark truncates; DuckDB rounds
+            arg = f"rint({arg})"  # to the nearest, ties to even
+        return f"try_cast({arg} AS {self.types[e.value]})"
 
     def _op_ilike(self, e: Expr) -> str:
         return f"(LOWER({self.expr(e.args[0])}) LIKE LOWER({self.string(e.value)}))"

@@ -46,6 +46,9 @@ CORPUS = [
     "SELECT FLOOR(LOG10(hours)) AS k, COUNT(*) FROM adult WHERE SQRT(age) > 6 AND "
     "LN(hours) < 4 AND LOG(2, age) < 6 AND POWER(hours, 2) > 100 AND EXP(age / 50) > 2 "
     "GROUP BY k",
+    # half-way values (odd hours / 2) round to even, thirds to the nearest: not truncated
+    "SELECT CAST(hours / 2.0 AS INT) AS h, CAST(age / 3.0 AS INT) % 5 AS a, COUNT(*) "
+    "FROM adult GROUP BY h, a",
     "SELECT LEFT(education, 1) AS e, COUNT(*) FROM adult WHERE RIGHT(education, 2) <> 'th' "
     "AND REPLACE(education, '-', '') <> 'HSgrad' AND POSITION('a' IN education) > 0 "
     "GROUP BY e",
