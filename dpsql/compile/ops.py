@@ -11,6 +11,7 @@ proven range (for totality) and the public domain, and nothing is read from the 
 from __future__ import annotations
 
 import datetime
+import itertools
 import math
 import re
 from collections.abc import Callable
@@ -658,8 +659,16 @@ def _int_quotient(left: Expr, right: Expr) -> Expr:
         ends = sorted((int(left.interval.lower / right.value),
                        int(left.interval.upper / right.value)))
         interval = Interval(Fraction(ends[0]), Fraction(ends[1]), True)
+    domain = _binary_domain(left, right, _truncated_quotient, "int") \
+        if right.op == "lit" and right.value else None
     return Expr("intdiv", (left, right), "int", None, interval, int_result(None),
-                _domain_from_interval(interval, "int"), True)
+                domain or _domain_from_interval(interval, "int"), True)
+
+
+def _truncated_quotient(a: int, b: int) -> int:
+    """a / b truncated toward zero, exactly."""
+    quotient = abs(a) // abs(b)
+    return quotient if (a < 0) == (b < 0) else -quotient
 
 
 @builds(exp.Mod)
@@ -741,8 +750,18 @@ def _round(node: exp.Round, scope: Scope) -> Expr:
                             interval.lower - 1,
                             Fraction(-_floor(-interval.upper)) if places == 0 else
                             interval.upper + 1, places == 0)
-    domain = _domain_from_interval(interval, "float") if places == 0 else None
+    domain = (_mapped(arg, _half_away) or _domain_from_interval(interval, "float")) \
+        if places == 0 else None
     return Expr("round", (arg,), "float", places, interval, None, domain, arg.nullable)
+
+
+def _half_away(value: float) -> float:
+    """ROUND(x): the nearest whole number, ties away from zero, of the exact double."""
+    if not math.isfinite(value):
+        return value
+    exact = Fraction(value)
+    whole = _floor(abs(exact) + Fraction(1, 2))
+    return float(whole if exact >= 0 else -whole)
 
 
 @builds(exp.Sign)
@@ -884,7 +903,20 @@ def _least_greatest(node: exp.Expression, scope: Scope) -> Expr:
     interval = _clamped(args, least, "interval", kind)
     proven = _clamped(args, least, "proven", kind)
     return Expr(name.lower(), args, kind, None, interval, proven,
-                _domain_from_interval(interval, kind), all(a.nullable for a in args))
+                _clamp_domain(args, least, kind) or _domain_from_interval(interval, kind),
+                all(a.nullable for a in args))
+
+
+def _clamp_domain(args: tuple[Expr, ...], least: bool, kind: str) -> tuple | None:
+    """LEAST/GREATEST of numbers with finite domains (a literal's is itself), by every
+    combination while there are few."""
+    if kind not in NUMERIC or any(a.domain is None for a in args) or \
+            math.prod(len(a.domain) for a in args) > MAX_DOMAIN_VALUES:
+        return None
+    pick = min if least else max
+    cast = float if kind == "float" else (lambda v: v)
+    return tuple(dict.fromkeys(pick(cast(v) for v in values)
+                               for values in itertools.product(*(a.domain for a in args))))
 
 
 def _ends(expr: Expr, field: str) -> tuple[Fraction | None, Fraction | None]:
@@ -1141,6 +1173,9 @@ def _cast(node: exp.Cast, scope: Scope) -> Expr:
     elif arg.domain is not None and arg.type in ("int", "bool") and target in NUMERIC:
         domain = tuple(dict.fromkeys(float(v) if target == "float" else int(v)
                                      for v in arg.domain))
+    elif arg.domain is not None and arg.type == "float" and target == "int":
+        # to the nearest, ties to even, as every backend casts (render.py)
+        domain = tuple(dict.fromkeys(round(v) for v in arg.domain if math.isfinite(v)))
     elif target == "int":
         domain = _domain_from_interval(interval, "int")
     return Expr("cast", (arg,), target, target, interval, proven, domain, True)
