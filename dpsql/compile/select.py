@@ -374,9 +374,16 @@ class _Compiler:
         interval = built.interval
         if interval is None:
             columns = sorted({self.relation.columns[c].label for c in built.columns()
-                              if self.relation.columns[c].interval is None})
+                              if self.relation.columns[c].interval is None
+                              and self.relation.columns[c].type in ("int", "float")})
+            if not columns:  # bounded inputs, unbounded function: LN near 0, a text position
+                raise MissingBoundsError(
+                    f"{text} needs bounds: nothing bounds {arg.sql(dialect='duckdb')} (declared "
+                    "bounds do not bound a logarithm near 0, a length or a position)",
+                    sql=self.sql, position=_position(arg), hint="clamp the expression, e.g. "
+                    "LEAST(GREATEST(LN(x), -10), 10), or its argument, e.g. LN(GREATEST(x, 1))")
             raise MissingBoundsError(
-                f"{text} needs bounds on {', '.join(map(repr, columns)) or 'its input'}",
+                f"{text} needs bounds on {', '.join(map(repr, columns))}",
                 sql=self.sql, position=_position(arg),
                 hint="declare lower and upper for the column in the metadata, or clamp it in "
                 "the query with LEAST(GREATEST(col, low), high)")
