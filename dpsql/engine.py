@@ -41,13 +41,7 @@ from dpsql.errors import (
 from dpsql.ledger import Ledger
 from dpsql.mechanisms.calibrate import half_width_units, largest_scale_for_half_width
 from dpsql.mechanisms.samplers import RandomSource
-from dpsql.parse import (
-    check_dialect,
-    dp_options,
-    parse_one,
-    parse_script,
-    too_deep,
-)
+from dpsql.parse import check_dialect, dp_options, parse_one, parse_script, too_deep
 from dpsql.plan import CheckedQuery, ExactQuery, ScriptPlan, Statement, StatementPlan
 from dpsql.release import (
     ColumnInfo,
@@ -700,9 +694,9 @@ def _explain_outputs(plan: StatementPlan) -> list[dict]:
 
     COUNT and SUM: the half-width of the interval released (``release.half_width``: a SUM
     derived from a centred sum and a count adds k times the count's). AVG, VAR and STDDEV are
-    ratios whose
-    error shrinks with the group's size n: shown at n = 100, 1,000 and 10,000 rows, for a mean
-    at the edge of the bounds (the largest error) and linearised for the spreads.
+    ratios whose error shrinks with the group's size n: shown at n = 100, 1,000 and 10,000
+    rows, for a mean at the edge of the bounds (the largest error) and linearised for the
+    spreads.
     """
     outputs = []
     for agg in plan.checked.aggregates:
