@@ -8,10 +8,12 @@ Java the tests skip, except under ``CI=true``, where they fail.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -111,9 +113,10 @@ def _declared(table: str) -> dict[str, str]:
     return {name: SQL_TYPES[spec["type"]] for name, spec in columns.items()}
 
 
-@pytest.fixture(scope="module")
-def postgres_url() -> str:
-    """URL of a fresh database holding the tables; dropped afterwards."""
+@contextlib.contextmanager
+def databases(prefix: str) -> Iterator[Callable[[], str]]:
+    """Fresh databases on the test PostgreSQL server: ``create()`` makes one and gives its
+    URL; every one is dropped at the end (skips, or fails under CI, without a server)."""
     try:
         import psycopg
     except ImportError:
@@ -123,27 +126,42 @@ def postgres_url() -> str:
         admin = psycopg.connect(server, autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as err:
         require(False, f"no PostgreSQL server at {server} ({err})")
-    name = f"dpsql_test_{uuid.uuid4().hex[:12]}"
-    url = server.rsplit("/", 1)[0] + "/" + name
+    names: list[str] = []
+
+    def create() -> str:
+        names.append(f"{prefix}_{uuid.uuid4().hex[:12]}")
+        admin.execute(f"CREATE DATABASE {names[-1]}")
+        return server.rsplit("/", 1)[0] + "/" + names[-1]
+
     with admin:
-        admin.execute(f"CREATE DATABASE {name}")
         try:
-            _load(url)
-            yield url
+            yield create
         finally:
-            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+            for name in names:
+                admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
-def _load(url: str) -> None:
+def copy_table(con, name: str, frame: pd.DataFrame, types: dict[str, str],
+               value: Callable[[object, str], object] = lambda v, column: v) -> None:
+    """CREATE TABLE ``name`` with each column's SQL type (``types``) and COPY the frame's
+    rows in, each cell through ``value(cell, column)``."""
+    con.execute(f"CREATE TABLE {name} ({', '.join(f'{c} {types[c]}' for c in frame.columns)})")
+    with con.cursor().copy(f"COPY {name} FROM STDIN") as copy:
+        for row in frame.itertuples(index=False):
+            copy.write_row([value(v, c) for c, v in zip(frame.columns, row, strict=True)])
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> str:
+    """URL of a fresh database holding the tables; dropped afterwards."""
     import psycopg
 
-    with psycopg.connect(url, autocommit=True) as con:
-        for table, frame in frames().items():
-            columns = ", ".join(f"{c} {t}" for c, t in _declared(table).items())
-            con.execute(f"CREATE TABLE {table} ({columns})")
-            with con.cursor().copy(f"COPY {table} FROM STDIN") as copy:
-                for row in frame.itertuples(index=False):
-                    copy.write_row(row)
+    with databases("dpsql_test") as create:
+        url = create()
+        with psycopg.connect(url, autocommit=True) as con:
+            for table, frame in frames().items():
+                copy_table(con, table, frame, _declared(table))
+        yield url
 
 
 @pytest.fixture(scope="module")

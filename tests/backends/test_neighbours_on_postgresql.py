@@ -10,15 +10,13 @@ by running these pairs (tests/fuzz/neighbours.py's contract, the same adversarie
 
 from __future__ import annotations
 
-import os
 import sys
-import uuid
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from extremes import battery
-from servers import DEFAULT_POSTGRES, require
+from servers import copy_table, databases
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "fuzz"))  # the harness lives with the fuzz
 
@@ -57,37 +55,22 @@ def _load(url: str, tables: dict[str, pd.DataFrame], meta: dict) -> None:
         for name, frame in tables.items():
             declared = meta["tables"][name]["columns"]
             kinds = {c: d if isinstance(d, str) else d["type"] for c, d in declared.items()}
-            columns = ", ".join(f"{c} {SQL_TYPES[kinds[c]]}" for c in frame.columns)
-            con.execute(f"CREATE TABLE {name} ({columns})")
-            with con.cursor().copy(f"COPY {name} FROM STDIN") as copy:
-                for row in frame.astype(object).itertuples(index=False):
-                    copy.write_row([_value(reader, v, kinds[c])
-                                    for c, v in zip(frame.columns, row, strict=True)])
+            copy_table(con, name, frame.astype(object), {c: SQL_TYPES[kinds[c]] for c in kinds},
+                       lambda v, column: _value(reader, v, kinds[column]))
 
 
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
     """One (D, D′) pair of PostgreSQL databases per adversarial person."""
-    try:
-        import psycopg
-    except ImportError:
-        require(False, "psycopg is not installed")
-    server = os.environ.get("DPSQL_TEST_POSTGRES", DEFAULT_POSTGRES)
-    try:
-        admin = psycopg.connect(server, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as err:
-        require(False, f"no PostgreSQL server at {server} ({err})")
-    root, names, opened = tmp_path_factory.mktemp("pg-neighbours"), [], []
+    root, opened = tmp_path_factory.mktemp("pg-neighbours"), []
     base = nb.base_tables()
-    with admin:
+    with databases("dpsql_neighbours") as create:
         try:
             for variant in range(nb.VARIANTS):
                 connections = []
                 for side, tables in (("d", base),
                                      ("d_prime", nb.with_rows(base, nb.adversary(variant)))):
-                    names.append(f"dpsql_neighbours_{uuid.uuid4().hex[:12]}")
-                    admin.execute(f"CREATE DATABASE {names[-1]}")
-                    url = server.rsplit("/", 1)[0] + "/" + names[-1]
+                    url = create()
                     folder = root / f"v{variant}" / side
                     folder.mkdir(parents=True)
                     meta = nb.metadata(folder)
@@ -103,8 +86,6 @@ def pairs(tmp_path_factory):
         finally:
             for pair in opened:
                 pair.close()
-            for name in names:
-                admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 @fuzzed(EXAMPLES)

@@ -10,14 +10,21 @@ totals that do not depend on which groups are kept are compared.
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
-from servers import backend_metadata, csv_dir, postgres_url, spark  # noqa: F401 (fixtures)
+from servers import (  # noqa: F401 (fixtures)
+    backend_metadata,
+    copy_table,
+    csv_dir,
+    postgres_url,
+    spark,
+)
 from sqlglot import parse_one
 
 import dpsql
-from dpsql.compile.render import dialect
 from dpsql.backends import open_backend
 from dpsql.catalog import load_catalog
+from dpsql.compile.render import dialect
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 
@@ -278,14 +285,12 @@ def test_a_null_double_stays_null_in_arithmetic_on_postgresql(postgres_url, tmp_
     -1e150: COUNT(x + 1) counted the rows where x is NULL."""
     import psycopg
 
+    frame = pd.DataFrame({"x": [None if i % 3 == 0 else float(i) for i in range(30)]},
+                         dtype=object)
     with psycopg.connect(postgres_url, autocommit=True) as con:
-        con.execute("CREATE TABLE IF NOT EXISTS nulls (x DOUBLE PRECISION)")
-        con.execute("TRUNCATE nulls")
-        with con.cursor().copy("COPY nulls FROM STDIN") as copy:
-            for i in range(30):
-                copy.write_row([None if i % 3 == 0 else float(i)])
-    (tmp_path / "nulls.csv").write_text("x\n" + "".join(
-        "\n" if i % 3 == 0 else f"{float(i)}\n" for i in range(30)))
+        con.execute("DROP TABLE IF EXISTS nulls")
+        copy_table(con, "nulls", frame, {"x": "DOUBLE PRECISION"})
+    frame.to_csv(tmp_path / "nulls.csv", index=False)  # None as an empty field: NULL
     meta = {"name": "nulls", "budget": {"epsilon": 1e12}, "tables": {"nulls": {
         "source": str(tmp_path / "nulls.csv"), "privacy_unit": None,
         "columns": {"x": {"type": "float", "lower": 0, "upper": 30}}}}}

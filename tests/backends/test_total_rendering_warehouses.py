@@ -13,15 +13,13 @@ PostgreSQL's EXTRACT is Infinity (which fails a cast to BIGINT) and subtracting 
 
 from __future__ import annotations
 
-import os
-import uuid
 import warnings
 
 import pandas as pd
 import pytest
 from conftest import catalogue, join_tables
 from extremes import battery, outcome, tables, with_extremes
-from servers import DEFAULT_POSTGRES, require, spark  # noqa: F401 (fixtures)
+from servers import copy_table, databases, spark  # noqa: F401 (fixtures)
 
 import dpsql
 
@@ -91,38 +89,24 @@ def _metadata(folder) -> dict:
 
 @pytest.fixture(scope="module")
 def postgres_pair(tmp_path_factory):
-    try:
-        import psycopg
-    except ImportError:
-        require(False, "psycopg is not installed")
-    server = os.environ.get("DPSQL_TEST_POSTGRES", DEFAULT_POSTGRES)
-    try:
-        admin = psycopg.connect(server, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as err:
-        require(False, f"no PostgreSQL server at {server} ({err})")
-    names, pair = [], []
-    with admin:
+    import psycopg
+
+    pair = []
+    with databases("dpsql_total") as create:
         try:
             for extreme in (False, True):
-                names.append(f"dpsql_total_{uuid.uuid4().hex[:12]}")
-                admin.execute(f"CREATE DATABASE {names[-1]}")
-                url = server.rsplit("/", 1)[0] + "/" + names[-1]
+                url = create()
                 with psycopg.connect(url, autocommit=True) as con:
                     for name, (frame, types) in _frames(extreme).items():
-                        columns = ", ".join(f"{c} {SQL_TYPES['postgresql'][types[c]]}"
-                                            for c in frame.columns)
-                        con.execute(f"CREATE TABLE {name} ({columns})")
-                        with con.cursor().copy(f"COPY {name} FROM STDIN") as copy:
-                            for row in frame.itertuples(index=False):
-                                copy.write_row([None if pd.isna(v) else v for v in row])
+                        copy_table(con, name, frame, {c: SQL_TYPES["postgresql"][t]
+                                                      for c, t in types.items()},
+                                   lambda v, _: None if pd.isna(v) else v)
                 pair.append(dpsql.connect(url, metadata=_metadata(tmp_path_factory.mktemp("m")),
                                           ledger=":memory:", insecure_seed=9))
             yield pair
         finally:
             for con in pair:
                 con.close()
-            for name in names:
-                admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 @pytest.fixture(scope="module")
