@@ -24,6 +24,7 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "=", "ne": "<>", "lt": "<", 
           "gt": ">", "ge": ">=", "and": "AND", "or": "OR"}
 _INTERNAL = re.compile(r"c\d+|__[a-z0-9_]+")  # names the compiler made: never quoted
 _COMBINE = {"add": ops._add, "sub": ops._sub, "mul": ops._mul}
+MAX_EXPRESSION_SQL = 1_000_000
 _DATED = {"extract", "date_diff", "date_trunc"}  # NULL outside ops.YEARS (``_within_years``)
 
 
@@ -129,12 +130,20 @@ class Dialect:
         """SQL of an IR expression (total for every input value)."""
         method = getattr(self, f"_op_{e.op}", None)
         if method is not None and e.op in _DATED:
-            return self._within_years(e, method(e))
-        if method is not None:
-            return method(e)
-        if e.op in _INFIX:
-            return self._infix(e)
-        raise InternalError(f"no rendering of the IR operation {e.op!r} in {self.name}")
+            sql = self._within_years(e, method(e))
+        elif method is not None:
+            sql = method(e)
+        elif e.op in _INFIX:
+            sql = self._infix(e)
+        else:
+            raise InternalError(f"no rendering of the IR operation {e.op!r} in {self.name}")
+        if len(sql) > MAX_EXPRESSION_SQL:
+            # a guard names its operand more than once, so each nested level multiplies the
+            # text (EXP(EXP(...)) ten deep was 284 MB): refused before it exhausts memory
+            raise UnsupportedSQLError(
+                f"an expression renders to more than {MAX_EXPRESSION_SQL:,} characters of SQL",
+                hint="nest fewer functions, or compute a part in a CTE")
+        return sql
 
     def _args(self, e: Expr) -> list[str]:
         return [self.expr(a) for a in e.args]

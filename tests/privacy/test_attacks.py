@@ -184,6 +184,9 @@ def test_no_failure_depends_on_one_person(pairs):
         "SELECT SUM(LEAST(GREATEST(SQRT(amount) + LN(amount) + LOG(2, amount) + EXP(amount) "
         "+ POWER(amount, 3) + POWER(amount, 0.5), 0), 50)) AS s FROM visits",
         "SELECT COUNT(*) FROM visits WHERE POWER(region_id, 64) > 1 OR EXP(uid) > 1",
+        # each guard names its operand several times: 12 deep rendered 4 GB before refused
+        "SELECT SUM(LEAST(GREATEST(" + "EXP(" * 12 + "amount" + ") / 100" * 12 +
+        ", 0), 10)) AS s FROM visits",
         "SELECT LEFT(day, 1) AS d, COUNT(*) AS n FROM visits GROUP BY d",
         "SELECT COUNT(*) FROM purchases WHERE RIGHT(shop, 2) = 'et' OR "
         "REPLACE(shop, 'o', '') = 'crner' OR POSITION('x' IN shop) * 9223372036854775807 > 1",
