@@ -512,8 +512,10 @@ class PostgresDialect(Dialect):
     def _op_round(self, e: Expr) -> str:
         (arg,) = self._args(e)
         if e.value:
-            return f"CAST(ROUND(CAST({self._clamped(e.args[0])} AS NUMERIC), {int(e.value)}) " \
-                   "AS DOUBLE PRECISION)"
+            # a double of 2^52 or more is whole, and the NUMERIC of the largest (15 digits,
+            # rounded up) fails as a double: those, NaN and ±inf are kept, as DuckDB keeps them
+            rounded = f"CAST(ROUND(CAST({arg} AS NUMERIC), {int(e.value)}) AS DOUBLE PRECISION)"
+            return f"(CASE WHEN ABS({arg}) < {2.0 ** 52!r} THEN {rounded} ELSE {arg} END)"
         # an analyst's value may be near a double's limit, where the 2x of round_half_away
         # overflows (an error): trunc(x) + trunc(2·(x − trunc(x))) rounds alike without it;
         # at ±inf the fraction is NaN, which the clamp to [-1, 1] turns into 1 (so ±inf stays)

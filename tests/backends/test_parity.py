@@ -283,10 +283,31 @@ NULL_STATEMENTS = ["SELECT COUNT(x + 1) AS n FROM nulls",
 def test_a_null_double_stays_null_in_arithmetic_on_postgresql(postgres_url, tmp_path, sql):
     """PostgreSQL's GREATEST skips NULLs, so the clamp of a double operand turned NULL into
     -1e150: COUNT(x + 1) counted the rows where x is NULL."""
-    import psycopg
-
     frame = pd.DataFrame({"x": [None if i % 3 == 0 else float(i) for i in range(30)]},
                          dtype=object)
+    _agree_on_doubles(postgres_url, tmp_path, frame, sql)
+
+
+SPECIALS = ["NaN", "Infinity", "-Infinity", "1e300", "-1e300", "2.555", "1e-200", "5e-324"]
+SPECIAL_STATEMENTS = ["SELECT COUNT(*) AS n FROM nulls WHERE ROUND(x, 2) > 1e200",
+                      "SELECT COUNT(*) AS n FROM nulls WHERE ROUND(x, 2) < -1e200",
+                      "SELECT COUNT(*) AS n FROM nulls WHERE ROUND(x, 3) = 1e150",
+                      "SELECT COUNT(*) AS n FROM nulls WHERE ROUND(x, 15) = 0"]
+
+
+@pytest.mark.parametrize("sql", SPECIAL_STATEMENTS)
+def test_round_to_places_keeps_nan_infinities_and_huge_values_on_postgresql(postgres_url,
+                                                                              tmp_path, sql):
+    """ROUND(x, d) on PostgreSQL read x through the ±1e150 clamp: NaN and ±inf became ±1e150
+    and 1e300 became 1e150, where DuckDB keeps them."""
+    _agree_on_doubles(postgres_url, tmp_path, pd.DataFrame({"x": SPECIALS}, dtype=object), sql)
+
+
+def _agree_on_doubles(postgres_url, tmp_path, frame: pd.DataFrame, sql: str) -> None:
+    """The exact answer of ``sql`` over a table ``nulls`` of one double ``x`` (in [0, 30])
+    is the same on DuckDB and on PostgreSQL."""
+    import psycopg
+
     with psycopg.connect(postgres_url, autocommit=True) as con:
         con.execute("DROP TABLE IF EXISTS nulls")
         copy_table(con, "nulls", frame, {"x": "DOUBLE PRECISION"})
