@@ -18,12 +18,13 @@ data) and the answer is refused.
 from __future__ import annotations
 
 import dataclasses
+from fractions import Fraction
 
 from dpsql.budget import PrivacyLoss, budget_exhausted, positive
 from dpsql.catalog import Catalog
 from dpsql.compile.ir import Scan
-from dpsql.engine import Engine
-from dpsql.errors import NotSupportedError, PrivacyParameterError, ProgrammingError
+from dpsql.engine import Engine, hinted_accuracy
+from dpsql.errors import Error, NotSupportedError, PrivacyParameterError, ProgrammingError
 from dpsql.parse import dp_options
 from dpsql.plan import CheckedQuery
 from dpsql.release import NoisyResult
@@ -63,6 +64,13 @@ def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilo
         raise NotSupportedError("tune= needs one statement over private data",
                                 hint="drop tune= for public tables")
     checked = planned.release.statements[0].checked
+    if hinted_accuracy([checked.statement]) is not None or \
+            (epsilon is None and engine.accuracy is not None):
+        # the target would pick ε under the declared bounds; the server checks its cap there
+        raise PrivacyParameterError(
+            "tune= takes an explicit ε: an accuracy target (a ci95 hint or the connection's "
+            "accuracy=) picks ε under the declared bounds", hint="pass epsilon=... with tune=, "
+            "or drop the ci95 hint")
     table, keys = tuned_shape(checked, engine.catalog)
     bounded = sorted(CONTRIBUTION_OPTIONS & set(dp_options(checked.statement)))
     if bounded:  # they may only tighten bounds, which the tuning has not chosen yet
@@ -77,12 +85,12 @@ def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilo
                     analyst=engine.analyst, rng=engine.rng, table=table, epsilon=part,
                     columns=(), group_by=keys, query_epsilon=float(rest),
                     count_noise=planned_count_noise(planned.release.statements[0]))
-    tuned = Engine(catalog=with_bounds(engine.catalog, proposal), backend=engine.backend,
-                   ledger=engine.ledger, analyst=engine.analyst, rng=engine.rng,
-                   epsilon_per_query=None, bounding=engine.bounding, timeout=engine.timeout,
-                   dialect=engine.dialect)
+    tuned = engine.under(with_bounds(engine.catalog, proposal))
     try:
         results = tuned.execute(sql, params, epsilon=rest, delta=delta, weights=weights)
+    except Error as err:  # the tuning's quantiles were drawn and charged: say so
+        err.epsilon_spent = part + Fraction(err.epsilon_spent)
+        raise
     finally:
         tuned.close()
     # the statement's cost is the whole ε: the tuning is part of it

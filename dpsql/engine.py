@@ -116,6 +116,15 @@ class Engine:
         self._analysed: dict[tuple[str, bool], CheckedQuery | PublicQuery] = {}
         self._domains: dict[tuple[str, str], tuple | None] = {}
 
+    def under(self, catalog: Catalog) -> Engine:
+        """An engine with every setting of this one (backend, ledger, analyst, random source,
+        defaults, bounding, timeout, dialect) over another catalogue."""
+        return Engine(catalog=catalog, backend=self.backend, ledger=self.ledger,
+                      analyst=self.analyst, rng=self.rng,
+                      epsilon_per_query=self.epsilon_per_query,
+                      delta_per_query=self.delta_per_query, accuracy=self.accuracy,
+                      bounding=self.bounding, timeout=self.timeout, dialect=self.dialect)
+
     def plan(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None,
              rho=None, script: bool = False, weights: dict | None = None) -> Planned:
         """Parse, check and rewrite without touching data or budget.
@@ -167,7 +176,7 @@ class Engine:
         labels, shown = share.labels(shared), share.duplicates(shared)
         weights = _checked_weights(weights if weights is not None else
                                    _hinted_weights(statements), private)
-        target = accuracy if accuracy is not None else _hinted_accuracy(statements)
+        target = accuracy if accuracy is not None else hinted_accuracy(statements)
         if gaussian:
             if target is not None or (rho is None and epsilon is None and
                                       self.accuracy is not None):
@@ -369,7 +378,7 @@ class Engine:
         """
         statements = parse_script(sql, params, self.dialect)
         if epsilon is None and self.epsilon_per_query is None and accuracy is None and \
-                self.accuracy is None and _hinted_accuracy(statements) is None and \
+                self.accuracy is None and hinted_accuracy(statements) is None and \
                 rho is None and not any("epsilon" in dp_options(s) for s in statements):
             epsilon = 1
             if self.catalog.mechanism == "gaussian":
@@ -617,7 +626,7 @@ def _checked_weights(weights, private: list[CheckedQuery]) -> dict[str, float] |
 _ACCURACY_HINT = re.compile(r"ci95\s*<=\s*([0-9.eE+-]+)")
 
 
-def _hinted_accuracy(statements: list[Statement]) -> float | None:
+def hinted_accuracy(statements: list[Statement]) -> float | None:
     """The ``ci95 <= X`` target of a ``/* dpsql: ... */`` comment, if any."""
     for statement in statements:
         for hint in statement.hints:

@@ -67,3 +67,45 @@ def test_a_refused_slice_is_hinted_as_a_tenth_of_the_statements_epsilon(tmp_path
         with pytest.raises(dpsql.PrivacyParameterError, match="tune") as refused:
             con.execute(QUERY, epsilon=0.5, tune=tune)
         assert "tune=0.05" in refused.value.hint
+
+
+def test_an_accuracy_hint_is_refused_with_tune_before_anything_is_charged(tmp_path, meta):
+    """The hint picked ε under the declared bounds for the server's cap check while tune=
+    spent the connection's default: a server capping ε at 1 answered at 1.6."""
+    hinted = "/* dpsql: ci95 <= 100000 */ " + QUERY
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=1,
+                       epsilon_per_query=1.6) as con:
+        with pytest.raises(dpsql.PrivacyParameterError, match="explicit ε"):
+            con.execute(hinted, tune=0.8)
+        assert con.budget_spent.epsilon == 0 and not con.ledger.history()
+
+
+def test_the_tuned_statement_keeps_the_connections_delta(tmp_path, meta):
+    """Private keys need δ: the connection's delta_per_query was dropped for the statement
+    at the tuned bounds, which was refused after the tuning was charged."""
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=1,
+                       delta_per_query=1e-7) as con:
+        cursor = con.execute("SELECT amount, COUNT(*) AS n FROM visits GROUP BY amount",
+                             epsilon=1, tune=0.1)
+        assert cursor.epsilon_spent == 1 and con.budget_spent.delta == Fraction(1, 10**7)
+
+
+def test_a_refusal_after_the_tuning_says_the_slice_was_spent(tmp_path, meta, monkeypatch):
+    """Another release of the same budget lands between the tuning's charge and the answer's
+    (a concurrent analyst): the answer is refused and the error says the slice is spent."""
+    import dpsql.autotune
+
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=1) as con, \
+            dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=2) as other:
+        tune = dpsql.autotune.tune
+
+        def tune_then_another_release(**kwargs):
+            proposal = tune(**kwargs)
+            other.execute("SELECT COUNT(*) AS n FROM adult", epsilon=1.6)
+            return proposal
+
+        monkeypatch.setattr(dpsql.autotune, "tune", tune_then_another_release)
+        with pytest.raises(dpsql.BudgetExhaustedError) as refused:
+            con.execute(QUERY, epsilon=0.5, tune=0.2)
+        assert refused.value.epsilon_spent == Fraction(1, 5)
+        assert con.budget_spent.epsilon == Fraction(9, 5)
