@@ -259,9 +259,10 @@ class ScriptPlan:
     def fingerprint(self) -> str:
         """Identity of the release for the ledger: the normalised statements, ε, the
         version of the data (an answer is reused only on the same data) and a digest of the
-        statements' identities, of how each part is noised and of the keys' domains and the
-        aggregates' bounds (the readable text is lossy, and other weights, other metadata or
-        tuned bounds give the same statement another answer: an answer is reused only for
+        statements' identities, of how each part is noised, of the keys' domains, and of the
+        aggregates' and the persons' contribution bounds (the readable text is lossy, and
+        other weights, other metadata or tuned bounds give the same statement another
+        answer: an answer is reused only for
         statements that mean the same, over the same domains and bounds, noised the same
         way; the exact SQL is not part of it, as its keyed-hash salt is new each time; rows
         stored without it are never matched, which only makes them pay again)."""
@@ -274,7 +275,10 @@ class ScriptPlan:
             # the metadata's domains and bounds: the keys released and the values clamped
             f"{key.name} {key.domain!r}" for s in self.statements for key in s.checked.keys
         ] + [f"{a.name} {a.lower} {a.upper}" for s in self.statements
-             for a in s.checked.aggregates])
+             for a in s.checked.aggregates] + [
+            # the contribution bounds: which of a person's rows are kept
+            f"{t.privacy_unit} {t.max_groups_per_unit} {t.max_rows_per_group} "
+            f"{t.max_rows_per_unit}" for t in (s.checked.table for s in self.statements)])
         digest = hashlib.sha256(plan.encode()).hexdigest()
         return (f"{text} @ epsilon={loss.epsilon} delta={loss.delta} rho={loss.rho}"
                 f" data={self.data_version} tree={digest}")

@@ -255,6 +255,24 @@ def test_an_answer_is_not_reused_under_other_domains_or_bounds(tmp_path):
     assert answers[2][1] == ["w", "x", "y"]
 
 
+def test_an_answer_is_not_reused_under_other_contribution_bounds(tmp_path):
+    """L0 = 7, L∞ = 8 and L0 = 1, L∞ = 56 give COUNT(*) the same sensitivity (56) but keep
+    other rows: the stored answer of the first was returned, free, under the second."""
+    (tmp_path / "v.csv").write_text("uid,day\n" + "".join(f"{i % 9},{i % 7}\n"
+                                                          for i in range(200)))
+    spent = []
+    for l0, linf in ((7, 8), (1, 56), (7, 8)):
+        meta = {"name": "v", "budget": {"epsilon": 10}, "tables": {"v": {
+            "source": str(tmp_path / "v.csv"), "privacy_unit": "uid",
+            "max_groups_per_unit": l0, "max_rows_per_group": linf,
+            "columns": {"uid": {"type": "int"},
+                        "day": {"type": "int", "lower": 0, "upper": 6}}}}}
+        with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite") as con:
+            spent.append(con.execute("SELECT day, COUNT(*) AS n FROM v GROUP BY day",
+                                     epsilon=1).epsilon_spent)
+    assert spent == [1, 1, 0]  # the third is the first's metadata again: reused
+
+
 def test_an_answer_is_not_reused_once_the_data_changed(connect, data_dir):
     """Reuse is keyed on the data too: a changed source file is charged and answered afresh."""
     con = connect(seed=None, budget=3.0)
