@@ -77,7 +77,8 @@ def battery() -> list[str]:
                     f"SELECT SUM(CASE WHEN ROUND({column} / 3) > 2 THEN 1 ELSE 0 END) AS s "
                     f"FROM {table}",
                     f"SELECT COUNT(*) AS n FROM {table} WHERE ROUND({column}) > 3 OR "
-                    f"SIGN({column}) > 0 OR ROUND({column} / 7) < 2",
+                    f"SIGN({column}) > 0 OR ROUND({column} / 7) < 2 OR "
+                    f"ROUND({column}, 2) * 3 > 1 OR ROUND({column} * 1e200, 15) < 0",
                     # 18 factors: past a double's range for a BIGINT limit (PostgreSQL
                     # computes them in NUMERIC, whose cast to a double then fails)
                     f"SELECT COUNT(*) AS n FROM {table} WHERE "
