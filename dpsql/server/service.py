@@ -31,7 +31,7 @@ import dpsql
 from dpsql import frames
 from dpsql.budget import PrivacyLoss, budget_exhausted, positive
 from dpsql.server.auth import check_password
-from dpsql.server.config import Analyst, ServerConfig
+from dpsql.server.config import Analyst, ConfigError, ServerConfig
 from dpsql.sqltext import split_statements
 
 log = logging.getLogger("dpsql.server")
@@ -235,11 +235,20 @@ class Service:
         self._datasets: dict[str, _DatasetState] = {}
         self._idle: list[tuple[str, str, Any]] = []  # pooled connections, oldest first
         self._accounts: dict[str, dpsql.Connection] = {}
+        try:
+            self._open_datasets(config)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_datasets(self, config: ServerConfig) -> None:
+        """Open each dataset's own connection and check it can be served as configured."""
         paths = set(config.private_paths)
-        for name, spec in config.datasets.items():
+        for name in config.datasets:
             con = self._open(name, "dpsql-server")
             catalog = con.catalog
             self._accounts[name] = con
+            _check_servable(name, catalog)
             self._datasets[name] = _DatasetState(name, catalog.budget, _publish(catalog))
             for table in catalog.tables.values():
                 if table.source and os.sep in str(table.source):
@@ -598,6 +607,24 @@ class Service:
         for path in self._paths:
             text = text.replace(path, "<server>")
         return text
+
+
+def _check_servable(name: str, catalog) -> None:
+    """Refuse a dataset the service would account for wrongly: the engine charges under the
+    metadata's ``name:`` and the service reads the spend under the configuration's key, and
+    the service's shares, caps and ``SET dpsql.epsilon`` are ε (Laplace) budgets."""
+    if catalog.name != name:
+        raise ConfigError(
+            f"datasets.{name}: its metadata names the dataset {catalog.name!r}, and the "
+            f"ledger records its releases under that name, so the spend on {name!r} would "
+            f"always read 0: rename the key datasets.{name} (and the analysts' budgets) to "
+            f"{catalog.name!r}, or set 'name: {name}' in the metadata")
+    if catalog.mechanism != "laplace":
+        raise ConfigError(
+            f"datasets.{name}: dpsql serve serves ε-DP (Laplace) datasets; {name!r} uses "
+            f"Gaussian noise (mechanism: {catalog.mechanism}, budgeted in ρ): serve it with "
+            f"'mechanism: laplace' and an ε budget in its metadata, or query it embedded "
+            f"(dpsql.connect), where ρ is supported")
 
 
 def _publish(catalog) -> dict:
