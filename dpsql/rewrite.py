@@ -517,7 +517,7 @@ def _source_rows(checked: CheckedQuery, source: str | None, d: _Writer, unit: st
     if unit is not None or checked.has_private_keys:
         # without a person, rows with a NULL key form a group the domain join drops unread;
         # a person's such rows would take one of their L0 groups
-        filters += [f"({d.expr(k.expr)}) IS NOT NULL" for k in checked.keys]
+        filters += [f"({d.dialect.key(k.expr)}) IS NOT NULL" for k in checked.keys]
     if unit is not None:  # a row that names no person is no one's to bound
         filters.append(f"{unit} IS NOT NULL")
     where = f" WHERE {' AND '.join(filters)}" if filters else ""
@@ -532,7 +532,8 @@ def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: b
     unit = None if source is not None else checked.table.privacy_unit
     keys = [f"__k{i}" for i in range(len(checked.keys))]
     src_cols = [f"{unit} AS __unit"] if unit is not None else []
-    src_cols += [f"{d.expr(k.expr)} AS {name}" for k, name in zip(checked.keys, keys, strict=True)]
+    src_cols += [f"{d.dialect.key(k.expr)} AS {name}"
+                 for k, name in zip(checked.keys, keys, strict=True)]
     src_cols += [f"{v.sql(wide, d)} AS {name}" for name, v in values.columns.items()]
     ctes = [_source_rows(checked, source, d, unit, src_cols, [])]
     key_list = ", ".join(keys)
@@ -596,12 +597,13 @@ def _histogram_sql(checked: CheckedQuery, part: NoisePart, salt: int, source: st
     agg = next(a for a in checked.aggregates if a.name == part.aggregate)
     table = checked.table
     keys = [f"__k{i}" for i in range(len(checked.keys))]
-    cols = [f"{d.expr(k.expr)} AS {name}" for k, name in zip(checked.keys, keys, strict=True)]
+    cols = [f"{d.dialect.key(k.expr)} AS {name}"
+            for k, name in zip(checked.keys, keys, strict=True)]
     cols.append(f"{bin_of(agg, part.bins, d)} AS __bin")
     unit = None if source is not None else table.privacy_unit
     keep = [f"({d.expr(agg.arg)}) IS NOT NULL"]
     if unit is None:
-        keep += [f"({d.expr(k.expr)}) IS NOT NULL" for k in checked.keys]
+        keep += [f"({d.dialect.key(k.expr)}) IS NOT NULL" for k in checked.keys]
     else:
         cols.insert(0, f"{unit} AS __unit")
     src = _source_rows(checked, source, d, unit, cols, keep)

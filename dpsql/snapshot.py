@@ -42,7 +42,7 @@ def snapshot(checked: CheckedQuery, cells: int | None, salt: int, d: Dialect,
     """
     table = checked.table
     unit = table.privacy_unit
-    keys = [d.expr(k.expr) for k in checked.keys]
+    keys = [d.key(k.expr) for k in checked.keys]
     marks = [f"__snap_k{i}" for i in range(len(keys))]
     l0, linf, total = table.max_groups_per_unit, table.max_rows_per_group, \
         table.max_rows_per_unit

@@ -26,6 +26,9 @@ _INTERNAL = re.compile(r"c\d+|__[a-z0-9_]+")  # names the compiler made: never q
 _COMBINE = {"add": ops._add, "sub": ops._sub, "mul": ops._mul}
 MAX_EXPRESSION_SQL = 1_000_000
 _DATED = {"extract", "date_diff", "date_trunc"}  # NULL outside ops.YEARS (``_within_years``)
+# the first and last instants of a year, per temporal type
+_YEAR_ENDS = {"date": ("01-01", "12-31"),
+              "timestamp": ("01-01 00:00:00", "12-31 23:59:59.999999")}
 
 
 def _fits(expr: Expr) -> bool:
@@ -152,17 +155,27 @@ class Dialect:
         left, right = self._args(e)
         return f"({left} {_INFIX[e.op]} {right})"
 
+    def key(self, e: Expr) -> str:
+        """SQL of a GROUP BY key: a date or timestamp outside ``ops.YEARS`` is NULL, so its
+        rows are dropped as a NULL key's are (the drivers cannot return PostgreSQL's ±infinity
+        or year 294247 as Python dates, and DuckDB's come back clipped or as text)."""
+        sql = self.expr(e)
+        if e.type not in _YEAR_ENDS or e.op in _DATED:  # a date function's result is inside
+            return sql
+        return f"(CASE WHEN {self._in_years(sql, e.type)} THEN {sql} END)"
+
     def _within_years(self, e: Expr, sql: str) -> str:
         """``sql`` where every date or timestamp argument of ``e`` lies in ``ops.YEARS``,
         else NULL."""
-        ends = {kind: [self.literal(f"{year:04d}-{md}{time}", kind)
-                       for year, md, time in ((ops.YEARS[0], "01-01", start),
-                                              (ops.YEARS[1], "12-31", end))]
-                for kind, start, end in (("date", "", ""),
-                                         ("timestamp", " 00:00:00", " 23:59:59.999999"))}
-        conditions = [f"{self.expr(a)} BETWEEN {ends[a.type][0]} AND {ends[a.type][1]}"
-                      for a in e.args if a.type in ends]
+        conditions = [self._in_years(self.expr(a), a.type) for a in e.args
+                      if a.type in _YEAR_ENDS]
         return f"(CASE WHEN {' AND '.join(conditions)} THEN {sql} END)"
+
+    def _in_years(self, sql: str, kind: str) -> str:
+        """The condition that a date or timestamp lies in ``ops.YEARS``."""
+        (first, start), (last, end) = zip(ops.YEARS, _YEAR_ENDS[kind], strict=True)
+        return (f"{sql} BETWEEN {self.literal(f'{first:04d}-{start}', kind)} AND "
+                f"{self.literal(f'{last:04d}-{end}', kind)}")
 
     def _op_col(self, e: Expr) -> str:
         name = str(e.value)

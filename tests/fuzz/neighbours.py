@@ -50,6 +50,13 @@ TIMES = ["infinity", "-infinity", "294247-01-10 04:00:54", "290309-12-22 (BC) 00
          "9999-12-31 23:59:59.999999", None]
 DATE_BOUNDS = ("2000-01-01", "2001-12-31")
 SHOPS = ["corner", "market", "online"]
+# private date and timestamp keys (with a δ): the exact query returns the keys themselves,
+# which PostgreSQL's driver could not read at ±infinity or past year 9999 (D answered, D′
+# failed) and DuckDB's returned clipped, two cells with one key
+TEMPORAL_KEYS = ["SELECT ts, COUNT(*) AS n FROM events GROUP BY ts",
+                 "SELECT d, COUNT(DISTINCT uid) AS n, SUM(x) AS s FROM events GROUP BY d",
+                 "SELECT CAST(ts AS DATE) AS k, COUNT(*) AS n FROM events GROUP BY k",
+                 "SELECT d + 1 AS k, MEDIAN(x) AS m FROM events GROUP BY k"]
 VARIANTS = 3  # adversarial persons; the fuzz picks one per statement, the attack tests use all
 EPSILON = 1
 TOLERANCE = Fraction(1, 10**9)

@@ -24,6 +24,7 @@ from attack_grammar import fuzzed  # noqa: E402
 from neighbours import (  # noqa: E402
     DATA,
     TARGET,
+    TEMPORAL_KEYS,
     VARIANTS,
     adversary,
     base_tables,
@@ -335,6 +336,11 @@ def test_date_functions_keep_the_contract_at_extreme_dates(pairs):
         "SELECT EXTRACT(year FROM ts) AS y, AVG(x) AS a FROM events GROUP BY y",
         "SELECT COUNT(*) AS n FROM events WHERE d + 30 > DATE '2001-06-01'",
     ])
+
+
+def test_private_date_and_timestamp_keys_keep_the_contract(pairs):
+    """A key outside years 1-9999 is NULL, so its rows are dropped like a NULL key's."""
+    contract(pairs, TEMPORAL_KEYS, delta=1e-6)
 
 
 def test_extract_of_an_infinite_date_counts_as_null_under_replace(tmp_path):
