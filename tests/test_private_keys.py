@@ -50,6 +50,19 @@ def test_threshold_and_delta_are_reported_and_charged(keyed, tmp_path):
     assert float(con.budget_spent.delta) == 1e-6
 
 
+def test_a_scale_too_small_for_a_double_still_has_a_threshold(keyed, tmp_path):
+    """At ε = 5000 the threshold's scale 3/5000 made e^(−1/scale) underflow to 0, and the
+    logarithm of it raised a bare ValueError; the least threshold, 2, holds there."""
+    con = dpsql.connect(metadata=keyed, ledger=tmp_path / "l.sqlite", insecure_seed=3)
+    plan = con.explain("SELECT amount, COUNT(*) FROM visits GROUP BY amount", epsilon=5000,
+                       delta=1e-6)
+    select = [p for p in plan["statements"][0]["aggregates"] if p["part"] == "select"][0]
+    assert select["threshold"] == 2
+    rows = con.execute("SELECT amount, COUNT(*) FROM visits GROUP BY amount", epsilon=5000,
+                       delta=1e-6).fetchall()
+    assert len(rows) == 5  # the crowded keys; every singleton key counts 1 < 2
+
+
 def test_without_delta_the_refusal_explains_both_options(keyed, tmp_path):
     con = dpsql.connect(metadata=keyed, ledger=tmp_path / "l.sqlite")
     with pytest.raises(dpsql.PrivateGroupKeysError) as info:

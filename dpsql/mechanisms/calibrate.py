@@ -69,6 +69,8 @@ def private_key_threshold(scale: Fraction, delta: Fraction, groups_per_person: i
         15
     """
     q = math.exp(-1.0 / float(scale))
+    if q == 0:  # a scale below 1/745: P[Z ≥ 1] underflows, and the least τ (2) holds
+        return 2
     target = float(delta) / groups_per_person
     k = math.ceil(math.log(target * (1 + q)) / math.log(q))
     while k > 1 and q ** (k - 1) / (1 + q) <= target:
