@@ -329,15 +329,15 @@ class Session:
         if match:
             plan = await loop.run_in_executor(
                 self.server.executor, lambda: self.service.explain(
-                    self.user, self.dataset, match.group(1), epsilon=self.epsilon,
+                    self.user, self.dataset, match.group(1), default_epsilon=self.epsilon,
                     interface="pg"))
             lines = json.dumps(plan, indent=2, ensure_ascii=False).splitlines()
             return _Result("EXPLAIN", [{"name": "QUERY PLAN", "type": "TEXT"}],
                            [[line] for line in lines])
         answer: Answer = await loop.run_in_executor(
             self.server.executor, lambda: self.service.query(
-                self.user, self.dataset, text, params, epsilon=self.epsilon, tune=self.tune,
-                interface="pg"))
+                self.user, self.dataset, text, params, default_epsilon=self.epsilon,
+                tune=self.tune, interface="pg"))
         self.last_release = {"epsilon_spent": answer.epsilon_spent, "reused": answer.reused,
                              "truncated": answer.truncated, "columns": answer.columns,
                              "budget_remaining": answer.remaining}
@@ -408,6 +408,7 @@ class Session:
             raise ServiceError("bad_privacy_parameter", f"{name} must be a number > 0, "
                                f"got {value!r}")
         if name == "dpsql.epsilon":
+            self.service.check_default(self.user, number)
             self.epsilon = number
         else:
             self.tune = number
@@ -571,7 +572,7 @@ class Session:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.server.executor, lambda: self.service.describe(
             self.user, self.dataset, pieces[0], [None] * placeholders or None,
-            epsilon=self.epsilon))
+            default_epsilon=self.epsilon))
 
     async def _portal_result(self, name: str) -> _Result:
         """The portal's statement runs once (at Describe or Execute) and is kept until sent."""

@@ -277,15 +277,22 @@ class Service:
                     Fraction(str(limits.max_epsilon_per_query)), Fraction(1))
         return con
 
-    def _borrow(self, account: Analyst, dataset: str):
+    def _borrow(self, account: Analyst, dataset: str, default_epsilon=None):
+        """A connection of the analyst's whose default ε is the session's (``SET
+        dpsql.epsilon``), else the account's: a default, so that a statement's own
+        ``OPTIONS(epsilon=...)`` wins over it, as over ``epsilon_per_query`` embedded."""
+        default = account.epsilon_per_query if default_epsilon is None else default_epsilon
+        default = None if default is None else positive(default, "epsilon")
         state = self._datasets[dataset]
         with self._lock:
             pool = state.pools.setdefault(account.name, [])
-            if pool:
-                con = pool.pop()
+            con = pool.pop() if pool else None
+            if con is not None:
                 self._idle = [entry for entry in self._idle if entry[2] is not con]
-                return con
-        return self._open(dataset, account.name, account)
+        con = con or self._open(dataset, account.name, account)
+        # borrowed by this request alone; connection.py has no setter for the default
+        con._engine.epsilon_per_query = default
+        return con
 
     def _give_back(self, account: Analyst, dataset: str, con) -> None:
         with self._lock:
@@ -341,13 +348,14 @@ class Service:
 
     # --- requests ------------------------------------------------------------------------
     def query(self, user: str, dataset: str, sql: str, params=None, *, epsilon=None,
-              tune=None, interface: str = "http") -> Answer:
-        """Run one DP SELECT for an analyst; every outcome is audited. ``tune`` spends that
-        slice of its ε on choosing the table's contribution bounds first (``autotune``)."""
+              default_epsilon=None, tune=None, interface: str = "http") -> Answer:
+        """Run one DP SELECT for an analyst; every outcome is audited. ``epsilon`` is the
+        request's own, ``default_epsilon`` the session's (see ``_borrow``). ``tune`` spends
+        that slice of its ε on choosing the table's contribution bounds first (``autotune``)."""
         started = time.perf_counter()
         try:
             account = self._admit(user, dataset, sql)
-            con = self._borrow(account, dataset)
+            con = self._borrow(account, dataset, default_epsilon)
             try:
                 self._check_cost(con, account, dataset, sql, params, epsilon)
                 cur = con.cursor().execute(sql, params, epsilon=epsilon, tune=tune)
@@ -403,13 +411,22 @@ class Service:
         if release is not None and release.loss != PrivacyLoss.zero():
             self._check_fits(release.loss, account, dataset)
 
+    def check_default(self, user: str, epsilon: float) -> None:
+        """Refuse a session ε (``SET dpsql.epsilon``) above the analyst's per-query cap when
+        it is set, not at the next query."""
+        cap = self.analyst(user).limits.max_epsilon_per_query
+        if cap is not None and positive(epsilon, "epsilon") > Fraction(str(cap)):
+            raise ServiceError("epsilon_limit", f"one query may spend at most ε {cap:g}; "
+                               f"dpsql.epsilon = {epsilon:g} was not set",
+                               hint=f"SET dpsql.epsilon to at most {cap:g}")
+
     def _check_fits(self, loss: PrivacyLoss, account: Analyst, dataset: str) -> None:
         cap = account.limits.max_epsilon_per_query
         if cap is not None and loss.epsilon > Fraction(str(cap)):
             raise ServiceError("epsilon_limit", f"one query may spend at most ε {cap:g}; "
                                f"this one asks for {loss.describe()}; nothing was run or "
                                "released", hint="ask for a smaller epsilon (SET dpsql.epsilon "
-                               "= ...) or a looser accuracy")
+                               "= ... or OPTIONS(epsilon=...)) or a looser accuracy")
         left = account.budgets[dataset].minus(self._spent(dataset, account.name))
         if not left.covers(loss):
             refusal = budget_exhausted(account.name, dataset, loss, left,
@@ -453,25 +470,25 @@ class Service:
                       reused=spent == 0 and bool(noisy), dataset=dataset)
 
     def describe(self, user: str, dataset: str, sql: str, params=None, *,
-                 epsilon=None) -> list[dict] | None:
+                 default_epsilon=None) -> list[dict] | None:
         """The columns a statement would answer with (those of ``query``, interval columns
         included), planned with its parameters as given (NULL where not bound yet): nothing
         is run or spent. None when it cannot be planned so: its refusal comes at execution."""
         account = self._admit(user, dataset, sql)
-        con = self._borrow(account, dataset)
+        con = self._borrow(account, dataset, default_epsilon)
         try:
-            return _columns(con.describe(sql, params, epsilon=epsilon))
+            return _columns(con.describe(sql, params))
         except dpsql.Error:  # not a query (SET, BEGIN, SHOW ...) or refused: at execution
             return None
         finally:
             self._give_back(account, dataset, con)
 
     def explain(self, user: str, dataset: str, sql: str, *, epsilon=None,
-                interface: str = "http") -> dict:
+                default_epsilon=None, interface: str = "http") -> dict:
         """The DP plan of a statement or script: cost, mechanisms, errors; spends nothing."""
         try:
             account = self._admit(user, dataset, sql)
-            con = self._borrow(account, dataset)
+            con = self._borrow(account, dataset, default_epsilon)
             try:
                 plan = con.explain(sql, epsilon=epsilon)
             finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import psycopg
 import pytest
@@ -110,3 +112,24 @@ def test_psycopg_comments_after_a_statement_and_aborted_transactions(server):
         with pytest.raises(psycopg.errors.InFailedSqlTransaction):
             con.execute("SHOW dpsql.epsilon")
         con.execute("ROLLBACK")
+
+
+def test_session_epsilon_is_capped_at_set_and_is_a_default(server):
+    with psycopg.connect(server.dsn("grace"), autocommit=True) as con:
+        with pytest.raises(psycopg.Error) as info:  # the cap is 1: it was accepted here
+            con.execute("SET dpsql.epsilon = 5")
+        assert info.value.sqlstate == "53400"
+        assert "dpsql code: epsilon_limit" in info.value.diag.message_detail
+        assert con.execute("SHOW dpsql.epsilon").fetchone()[0] == "default"
+        con.execute("SET dpsql.epsilon = 0.2")
+        # the statement's own ε wins over the session's default (it was refused as 0.3 ≠ 0.2)
+        con.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=0.3) COUNT(*) AS n "
+                    "FROM visits WHERE region_id = 4")
+        release = json.loads(con.execute("SHOW dpsql.last_release").fetchone()[0])
+        assert release["epsilon_spent"] == pytest.approx(0.3)
+        with pytest.raises(psycopg.Error) as info:  # and is checked against the cap
+            con.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=2) COUNT(*) AS n "
+                        "FROM visits WHERE region_id = 3")
+        assert "dpsql code: epsilon_limit" in info.value.diag.message_detail
+        budget = json.loads(con.execute("SHOW dpsql.budget").fetchone()[0])
+        assert budget["visits"]["spent"]["epsilon"] == pytest.approx(0.3)
