@@ -14,8 +14,13 @@ For each private table with a privacy unit, person by person:
   uniformly (a keyed hash), so the rows dropped are an expectation: a person in G > L0
   groups loses (1 − L0/G) of its rows left after L∞;
 - ``max_rows_per_unit`` (R), if declared: rows beyond R per person;
-- per bounded numeric column: rows whose value lies outside [lower, upper] (clamped, not
-  dropped: their values are changed).
+- per bounded column (numeric, date or timestamp): rows whose value lies outside
+  [lower, upper] (clamped, not dropped: their values are changed);
+- per column with ``values:``: rows whose value (a NULL read as its ``missing_value``) is not
+  one of them, which a GROUP BY on the column drops (a wrong list, ``[m, f]`` for data
+  ``M``/``F``, drops every row);
+- per column with bounds or ``values:``: rows where it is NULL (missing, or not parsing as the
+  declared type), which its aggregates skip, or read as its ``missing_value``.
 
 Each entry says how many rows and persons the bound touches and their shares. Rows whose
 person is NULL are not counted (no person holds them).
@@ -23,13 +28,8 @@ person is NULL are not counted (no person holds them).
 
 from __future__ import annotations
 
-from dpsql.catalog import Catalog, TableSpec, exact_bound
-
-
-def _quote(name: str, dialect: str) -> str:
-    if dialect == "spark":
-        return "`" + name.replace("`", "``") + "`"
-    return '"' + name.replace('"', '""') + '"'
+from dpsql.catalog import TEMPORAL, Catalog, ColumnSpec, TableSpec, exact_bound
+from dpsql.compile import render
 
 
 def _entry(table: str, bound: str, group: str | None, limit, rows: int, dropped: float,
@@ -43,15 +43,15 @@ def _entry(table: str, bound: str, group: str | None, limit, rows: int, dropped:
 
 def statements(table: TableSpec, source: str, dialect: str) -> list[tuple[dict, str]]:
     """(what, SQL) for each measurement of one table."""
-    q = lambda name: _quote(name, dialect)  # noqa: E731
+    d = render.dialect(dialect)
     out = []
     unit = table.privacy_unit
     if unit is not None:
-        u, a, b = q(unit), table.max_rows_per_group, table.max_groups_per_unit
+        u, a, b = d.quote(unit), table.max_rows_per_group, table.max_groups_per_unit
         groups = [None] + [n for n, c in table.columns.items() if c.values is not None
                            and n != unit]
         for group in groups:
-            key = f", {q(group)}" if group else ""
+            key = f", {d.quote(group)}" if group else ""
             sql = (f"WITH c AS (SELECT {u} AS u, COUNT(*) AS n FROM {source} WHERE {u} IS NOT "
                    f"NULL GROUP BY {u}{key}), p AS (SELECT u, COUNT(*) AS gs, SUM(n) AS r, "
                    f"SUM(LEAST(n, {a})) AS capped, MAX(n) AS m FROM c GROUP BY u) "
@@ -67,21 +67,44 @@ def statements(table: TableSpec, source: str, dialect: str) -> list[tuple[dict, 
                    f"SUM(CASE WHEN n > {r} THEN 1 ELSE 0 END) FROM (SELECT COUNT(*) AS n "
                    f"FROM {source} WHERE {u} IS NOT NULL GROUP BY {u}) AS p")
             out.append(({"kind": "rows_per_unit"}, sql))
+    person = d.quote(unit) if unit is not None else None
     for name, column in table.columns.items():
-        if not column.is_bounded or name == unit:
+        if name == unit:
             continue
-        lo, hi = exact_bound(column.lower), exact_bound(column.upper)
-        outside = f"({q(name)} < {float(lo)!r} OR {q(name)} > {float(hi)!r})"
-        person = q(unit) if unit is not None else None
-        persons = (f"COUNT(DISTINCT {person}), COUNT(DISTINCT CASE WHEN {outside} THEN "
-                   f"{person} END)") if person else \
-            f"COUNT(*), SUM(CASE WHEN {outside} THEN 1 ELSE 0 END)"
-        where = f" WHERE {person} IS NOT NULL" if person else ""
-        sql = (f"SELECT COUNT(*), SUM(CASE WHEN {outside} THEN 1 ELSE 0 END), {persons} "
-               f"FROM {source}{where}")
-        out.append(({"kind": "values", "column": name,
-                     "limit": [column.lower, column.upper]}, sql))
+        for bound, limit, effect, cond in _column_checks(column, d):
+            affected = f"SUM(CASE WHEN {cond} THEN 1 ELSE 0 END)"
+            # under row privacy each row is a person
+            persons = (f"COUNT(DISTINCT {person}), COUNT(DISTINCT CASE WHEN {cond} THEN "
+                       f"{person} END)") if person else f"COUNT(*), {affected}"
+            where = f" WHERE {person} IS NOT NULL" if person else ""
+            sql = f"SELECT COUNT(*), {affected}, {persons} FROM {source}{where}"
+            out.append(({"kind": "column", "column": name, "bound": bound, "limit": limit,
+                         "effect": effect}, sql))
     return out
+
+
+def _column_checks(column: ColumnSpec, d: render.Dialect) -> list[tuple[str, object, str, str]]:
+    """(bound, limit, effect, condition of the rows it affects) for one column: values
+    clamped into [lower, upper], values outside the declared domain, NULLs."""
+    name = d.quote(column.name)
+    checks = []
+    if column.is_bounded:
+        lo, hi = (d.literal(v, column.type) if column.type in TEMPORAL
+                  else d.number(exact_bound(v)) for v in (column.lower, column.upper))
+        checks.append(("lower/upper", [column.lower, column.upper], "clamped",
+                       f"({name} < {lo} OR {name} > {hi})"))
+    if column.values is not None:
+        # a NULL is read as the missing_value, which is one of the values
+        value = name if column.missing_value is None else \
+            f"COALESCE({name}, {d.literal(column.missing_value, column.type)})"
+        listed = ", ".join(d.literal(v, column.type) for v in column.values)
+        checks.append(("values", list(column.values), "dropped by GROUP BY (not a value)",
+                       f"({value} IS NULL OR {value} NOT IN ({listed}))"))
+    if checks:
+        effect = "NULL (skipped by its aggregates)" if column.missing_value is None else \
+            f"NULL (read as {column.missing_value!r})"
+        checks.append(("NULL", column.missing_value, effect, f"{name} IS NULL"))
+    return checks
 
 
 def report(catalog: Catalog, backend, ledger, analyst: str, table: str | None = None
@@ -125,7 +148,7 @@ def report(catalog: Catalog, backend, ledger, analyst: str, table: str | None = 
                                     int(persons), int(affected)))
             else:
                 total, outside, persons, affected = row
-                found.append(_entry(spec.name, "lower/upper", what["column"], what["limit"],
+                found.append(_entry(spec.name, what["bound"], what["column"], what["limit"],
                                     int(total), int(outside), int(persons), int(affected),
-                                    "clamped"))
+                                    what["effect"]))
     return found
