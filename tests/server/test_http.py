@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import shlex
+import shutil
+import subprocess
+
 import httpx
 import pytest
-
-from server_harness import password, server, start_server, write_config  # noqa: F401
+from server_harness import ROOT, password, server, start_server, write_config  # noqa: F401
 
 COUNT = "SELECT COUNT(*) AS n FROM visits"
 
@@ -192,3 +196,18 @@ def test_wrong_method_is_405_with_allow(server):
         r = http.get("/api/v1/datasets/visits/query")
         assert r.status_code == 405 and r.headers["allow"] == "POST"
         assert r.json()["ok"] is False
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_the_documented_curl_command_runs_as_written(server):
+    # it sent form encoding (curl -d) without a JSON Content-Type and got 415
+    text = (ROOT / "docs" / "server.md").read_text()
+    start = text.index("curl -u alice:PASSWORD")
+    command = text[start:text.index("\n{", start)].replace("\\\n", " ")
+    command = command.replace("alice:PASSWORD", f"sam:{password('sam')}").replace(
+        "127.0.0.1:8765", f"127.0.0.1:{server.http_port}")
+    out = subprocess.run(shlex.split(command) + ["-s"], capture_output=True, text=True,
+                         timeout=60)
+    body = json.loads(out.stdout)
+    assert body["ok"] and body["epsilon_spent"] == 0.2, body
+    assert [c["name"] for c in body["columns"]] == ["n", "n_low", "n_high"]

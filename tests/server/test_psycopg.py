@@ -115,7 +115,7 @@ def test_psycopg_comments_after_a_statement_and_aborted_transactions(server):
 
 
 def test_session_epsilon_is_capped_at_set_and_is_a_default(server):
-    with psycopg.connect(server.dsn("grace"), autocommit=True) as con:
+    with psycopg.connect(server.dsn("rita"), autocommit=True) as con:
         with pytest.raises(psycopg.Error) as info:  # the cap is 1: it was accepted here
             con.execute("SET dpsql.epsilon = 5")
         assert info.value.sqlstate == "53400"
