@@ -171,8 +171,13 @@ def coerce(expr: Expr, kind: str, scope: Scope) -> Expr:
     """A literal converted to ``kind`` at compile time; other expressions as they are.
 
     ``age = '30'`` compares with the number 30 and ``day = 5`` with the text '5', so that no
-    implicit cast of a column's values (which can fail on one row) is ever rendered.
+    implicit cast of a column's values (which can fail on one row) is ever rendered. A NULL
+    takes the type it meets (``ELSE NULL`` beside a double is a NULL double), so that it is
+    rendered typed: an untyped NULL is rendered as text, which no backend mixes with numbers.
     """
+    if kind != "null" and (expr.type == "null" or (expr.op == "lit" and expr.value is None)):
+        # an expression of type "null" (NULL, COALESCE(NULL, NULL)) is NULL on every row
+        return literal(None, kind)
     if expr.op != "lit" or expr.type == kind or expr.value is None or kind == "null":
         return expr
     value = expr.value
@@ -224,7 +229,10 @@ def _text(value) -> str:
 
 
 def _require(expr: Expr, kinds: tuple[str, ...], what: str, scope: Scope) -> Expr:
-    if expr.type == "null" or expr.type in kinds:
+    """``expr`` when it has one of ``kinds`` (a NULL takes the first), else a refusal."""
+    if expr.type == "null":
+        return coerce(expr, kinds[0], scope)
+    if expr.type in kinds:
         return expr
     raise ProgrammingError(f"{what} needs {' or '.join(kinds)} values, got {expr.type}",
                            sql=scope.sql, hint="CAST the value to the type it needs")
@@ -373,6 +381,7 @@ def _arithmetic(node: exp.Expression, scope: Scope) -> Expr:
     left = _require(left, NUMERIC, f"'{node.key}'", scope)
     right = _require(right, NUMERIC, f"'{node.key}'", scope)
     kind = "float" if "float" in (left.type, right.type) else "int"
+    left, right = coerce(left, kind, scope), coerce(right, kind, scope)
     interval = combine(left.interval, right.interval)
     proven = combine(left.proven, right.proven)
     nullable = _nullable(left, right)
@@ -387,7 +396,8 @@ def _arithmetic(node: exp.Expression, scope: Scope) -> Expr:
 
 
 def _temporal_arithmetic(op: str, left: Expr, right: Expr, scope: Scope) -> Expr:
-    """date − date (days, an int), date ± int days (a date)."""
+    """date − date (days, an int), date ± int days (a date); a NULL beside a date is days."""
+    left, right = (coerce(e, "int", scope) if e.type == "null" else e for e in (left, right))
     if op == "sub" and left.type == right.type == "date":
         return date_diff(left, right)
     if op in ("add", "sub") and left.type == "date" and right.type == "int":
@@ -422,8 +432,8 @@ MAX_DAYS_ADDED = 100_000  # whole days a date may move: past it the sum is NULL 
 
 def date_add(date: Expr, days: Expr, *, negative: bool, scope: Scope) -> Expr:
     """A date moved by a whole number of days (NULL beyond ±100,000 days)."""
-    _require(date, ("date",), "date arithmetic", scope)
-    _require(days, ("int",), "the days added to a date", scope)
+    date = _require(date, ("date",), "date arithmetic", scope)
+    days = _require(days, ("int",), "the days added to a date", scope)
     if negative:
         days = Expr("neg", (days,), "int", None, _neg(days.interval),
                     int_result(_neg(days.proven)), None, days.nullable)
@@ -521,8 +531,8 @@ def extract(part: str, arg: Expr, scope: Scope) -> Expr:
                                   sql=scope.sql, hint=f"extract one of {', '.join(_PARTS)}")
     if arg.type == "text" and arg.op == "lit":
         arg = coerce(arg, "date", scope)
-    _require(arg, ("date", "timestamp") if name not in ("hour", "minute") else ("timestamp",),
-             f"EXTRACT({name})", scope)
+    arg = _require(arg, ("date", "timestamp") if name not in ("hour", "minute") else
+                   ("timestamp",), f"EXTRACT({name})", scope)
     if name == "year":
         interval = None
         if arg.interval is not None:
@@ -561,7 +571,7 @@ def _date_trunc(node: exp.Expression, scope: Scope) -> Expr:
     arg = build(node.this, scope)
     if arg.type == "text" and arg.op == "lit":
         arg = coerce(arg, "date", scope)
-    _require(arg, ("date", "timestamp"), "DATE_TRUNC", scope)
+    arg = _require(arg, ("date", "timestamp"), "DATE_TRUNC", scope)
     domain = None
     if arg.type == "date" and arg.interval is not None:
         domain = _truncated_days(int(arg.interval.lower), int(arg.interval.upper), unit)
@@ -960,10 +970,11 @@ def _bool(op: str, args: tuple[Expr, ...], nullable: bool, value=None) -> Expr:
 
 
 def comparable(left: Expr, right: Expr, what: str, scope: Scope) -> tuple[Expr, Expr]:
-    """Both sides of a comparison in one type, literals converted at compile time."""
-    if left.op == "lit" and right.op != "lit":
+    """Both sides of a comparison in one type, literals (and NULLs) converted at compile
+    time."""
+    if (left.op == "lit" and right.op != "lit") or left.type == "null":
         left = coerce(left, right.type, scope)
-    elif right.op == "lit" and left.op != "lit":
+    elif (right.op == "lit" and left.op != "lit") or right.type == "null":
         right = coerce(right, left.type, scope)
     unify([left.type, right.type], what, scope)
     return left, right
@@ -1011,7 +1022,7 @@ def _in(node: exp.In, scope: Scope) -> Expr:
     if not items:
         raise ProgrammingError("IN () needs at least one value", sql=scope.sql)
     kind = unify([subject.type, *(i.type for i in items)], "IN", scope)
-    items = [coerce(i, kind, scope) for i in items]
+    subject, *items = (coerce(e, kind, scope) for e in (subject, *items))
     return _bool("in", (subject, *items), True)
 
 
@@ -1149,8 +1160,8 @@ def _cast(node: exp.Cast, scope: Scope) -> Expr:
     so a value of one person can never make the query fail."""
     target = cast_target(node.to, scope)
     arg = build(node.this, scope)
-    if arg.type == target:
-        return arg
+    if arg.type in (target, "null"):
+        return coerce(arg, target, scope)
     if arg.op == "lit" and arg.type == "text" and target in ("date", "timestamp"):
         # DATE '2000-01-01' (read as a cast) is a constant with its day number, as
         # '2000-01-01' compared with a date is

@@ -190,7 +190,8 @@ def compile_public(select: exp.Select, relation: Relation, statement: Statement
     return PublicQuery(statement=statement, relation=relation, outputs=tuple(outputs),
                        where=predicate(where.this, Scope(relation, sql)) if where else None,
                        group=tuple(group_exprs),
-                       having=_aliased(having.this, outputs, scope) if having else None,
+                       having=ops.coerce(_aliased(having.this, outputs, scope), "bool", scope)
+                       if having else None,
                        order=tuple(order), distinct=bool(select.args.get("distinct")),
                        limit=counts[0], offset=counts[1])
 

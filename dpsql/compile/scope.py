@@ -437,12 +437,12 @@ def _equates_units(on: Expr, left: set[str], right: set[str]) -> bool:
 
 
 def predicate(node: exp.Expression, scope: Scope) -> Expr:
-    """A row-level condition (WHERE, ON): a boolean expression."""
+    """A row-level condition (WHERE, ON): a boolean expression (WHERE NULL: a NULL one)."""
     built = build(node, scope)
     if built.type not in ("bool", "null"):
         raise ProgrammingError(f"{node.sql(dialect='duckdb')[:60]!r} is not a condition",
                                sql=scope.sql, hint="compare it, e.g. x > 0")
-    return built
+    return ops.coerce(built, "bool", scope)
 
 
 def declared(name: str, spec: ColumnSpec) -> ColumnInfo:

@@ -464,7 +464,7 @@ class _PostScope:
         if built.type not in ("bool", "null"):
             raise ProgrammingError("HAVING needs a condition", sql=self.sql,
                                    hint="e.g. HAVING COUNT(*) > 10")
-        return built
+        return ops.coerce(built, "bool", self)
 
     def ordering(self, node: exp.Ordered, projections) -> tuple[Expr, bool, bool | None]:
         ops.refuse_unread(node, ORDERED_CLAUSES, self.sql)

@@ -1,0 +1,124 @@
+"""Ordinary SQL answers as the database would: a bare NULL takes the type of what it meets.
+
+Each statement runs at an ε so large that the noise is 0 and its answer equals DuckDB's own
+answer to the same SQL on the same rows (some ages are NULL), on DuckDB and on PostgreSQL.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import catalogue, make_adult, make_visits
+
+import dpsql
+
+sys.path.insert(0, str(Path(__file__).parent / "backends"))
+sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
+from neighbours import check_statement, every_neighbour
+from servers import SQL_TYPES, copy_table, databases
+
+# (an aggregate over adult as the analyst writes it, the same in DuckDB's own words)
+NULL_STATEMENTS = [
+    "SELECT SUM(CASE WHEN sex = 'Male' THEN hours ELSE NULL END) FROM adult",
+    "SELECT COUNT(CASE WHEN sex = 'Male' THEN 1 ELSE NULL END) FROM adult",
+    "SELECT SUM(IF(sex = 'Male', age, NULL)) FROM adult",
+    "SELECT SUM(COALESCE(age, NULL)) FROM adult",
+    "SELECT COUNT(COALESCE(NULL, age)) FROM adult",
+    "SELECT COUNT(*) FROM adult WHERE age > NULL",
+    "SELECT COUNT(*) FROM adult WHERE NULL < age OR hours > 50",
+    "SELECT COUNT(*) FROM adult WHERE age IN (30, 40, NULL)",
+    "SELECT COUNT(*) FROM adult WHERE age NOT IN (30, NULL)",
+    "SELECT COUNT(*) FROM adult WHERE NULL IN (30, 40) OR hours BETWEEN NULL AND 40",
+    "SELECT COUNT(age + NULL) FROM adult",
+    "SELECT COUNT(NULLIF(age, NULL)) FROM adult",
+    "SELECT COUNT(LEAST(age, NULL)) FROM adult",
+    "SELECT COUNT(CAST(NULL AS INT)) FROM adult",
+    "SELECT COUNT(*) FROM adult WHERE NULL",
+    "SELECT COUNT(*) FROM adult WHERE NOT (age > NULL) OR (NULL AND hours > 90)",
+    "SELECT COUNT(SQRT(NULL)) FROM adult",
+    "SELECT COUNT(*) FROM adult WHERE DATE '2020-01-01' + NULL IS NULL",
+    "SELECT sex, SUM(CASE WHEN age > 40 THEN NULL ELSE hours END) FROM adult GROUP BY sex",
+]
+
+
+@pytest.fixture(scope="module")
+def adult_with_nulls(tmp_path_factory) -> Path:
+    """adult.csv with every seventh age NULL, and visits.csv."""
+    folder = tmp_path_factory.mktemp("nulls")
+    frame = make_adult()
+    frame["age"] = frame["age"].astype("Int64")
+    frame.loc[np.arange(0, len(frame), 7), "age"] = pd.NA
+    frame.to_csv(folder / "adult.csv", index=False)
+    make_visits().to_csv(folder / "visits.csv", index=False)
+    return folder
+
+
+def _duckdbs(folder: Path, sql: str) -> list[tuple]:
+    """DuckDB's own answer to ``sql`` on the CSV files."""
+    con = duckdb.connect()
+    con.execute(f"CREATE VIEW adult AS SELECT * FROM read_csv_auto('{folder}/adult.csv')")
+    return sorted(con.execute(sql).fetchall())
+
+
+def _dpsqls(con: dpsql.Connection, sql: str, params=None) -> list[tuple]:
+    return sorted(con.execute(sql, params, epsilon=1e9).fetchall())
+
+
+@pytest.mark.parametrize("sql", NULL_STATEMENTS)
+def test_a_bare_null_answers_as_duckdb_does(adult_with_nulls, sql):
+    """NULL was rendered CAST(NULL AS VARCHAR): DuckDB refused to mix it with numbers
+    ('Cannot mix values of type VARCHAR and DOUBLE in CASE expression')."""
+    with dpsql.connect(metadata=catalogue(adult_with_nulls, budget=1e12), ledger=":memory:",
+                       insecure_seed=1) as con:
+        assert _dpsqls(con, sql) == _duckdbs(adult_with_nulls, sql)
+
+
+def test_a_parameter_bound_to_none_is_a_typed_null(adult_with_nulls):
+    with dpsql.connect(metadata=catalogue(adult_with_nulls, budget=1e12), ledger=":memory:",
+                       insecure_seed=1) as con:
+        assert _dpsqls(con, "SELECT COUNT(*) FROM adult WHERE age > ?", [None]) == [(0,)]
+        assert _dpsqls(con, "SELECT SUM(COALESCE(age, ?)) FROM adult", [None]) == \
+            _duckdbs(adult_with_nulls, "SELECT SUM(age) FROM adult")
+
+
+@pytest.mark.postgres
+def test_a_bare_null_answers_alike_on_postgresql(adult_with_nulls):
+    """The typed NULLs are rendered in PostgreSQL's types too (DOUBLE PRECISION, BIGINT)."""
+    frame = pd.read_csv(adult_with_nulls / "adult.csv", dtype={"age": "Int64"})
+    meta = catalogue(adult_with_nulls, budget=1e12)
+    meta["tables"] = {"adult": {k: v for k, v in meta["tables"]["adult"].items()
+                                if k != "source"}}
+    types = {name: SQL_TYPES[spec["type"]]
+             for name, spec in meta["tables"]["adult"]["columns"].items()}
+    with databases("dpsql_nulls") as create:
+        url = create()
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as pg:
+            copy_table(pg, "adult", frame, types,
+                       lambda v, column: None if pd.isna(v) else v)
+        with dpsql.connect(url, metadata=meta, ledger=":memory:", insecure_seed=1) as con:
+            for sql in NULL_STATEMENTS:
+                assert _dpsqls(con, sql) == _duckdbs(adult_with_nulls, sql), sql
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    """One (D, D′) pair per adversarial person (tests/fuzz/neighbours.py)."""
+    yield from every_neighbour(tmp_path_factory.mktemp("neighbours"))
+
+
+def test_typed_nulls_keep_the_neighbour_contract(pairs):
+    """The typed NULLs change the SQL that runs on private data: on D and D′ each statement
+    is answered on both, each part moving by at most its sensitivity."""
+    for sql in [("SELECT day, SUM(CASE WHEN region_id > 2 THEN amount ELSE NULL END) AS s, "
+                 "COUNT(IF(amount > 50, 1, NULL)) AS n FROM visits GROUP BY day"),
+                ("SELECT AVG(COALESCE(amount, NULL)) AS a FROM visits WHERE uid > NULL "
+                 "OR region_id IN (1, NULL)"),
+                "SELECT COUNT(*) AS n FROM events WHERE d + NULL IS NULL AND x <> NULL"]:
+        for pair in pairs:
+            assert check_statement(pair, sql) == "released", sql
