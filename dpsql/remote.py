@@ -122,6 +122,13 @@ class RemoteCursor:
         raise errors.NotSupportedError("executemany is not offered: every execution is a "
                                        "separate private release")
 
+    def executescript(self, script: str, **privacy: Any) -> None:
+        """Refused: a server releases one statement at a time (docs/server.md)."""
+        raise errors.NotSupportedError(
+            "executescript is not offered by a dpsql server: it releases one statement at "
+            "a time", hint="call execute() once per SELECT (each is one release), or run "
+            "the script embedded, where it is one release")
+
     def _main(self) -> list[int]:
         return [i for i, c in enumerate(self._columns) if not c.get("interval_of")]
 

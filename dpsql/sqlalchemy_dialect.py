@@ -30,6 +30,7 @@ from sqlalchemy import types as sqltypes
 from sqlalchemy.engine import URL, default, reflection
 
 import dpsql
+from dpsql.catalog import _by_name
 
 SQL_TYPES: dict[str, type[sqltypes.TypeEngine]] = {
     "int": sqltypes.BigInteger, "float": sqltypes.Float, "text": sqltypes.String,
@@ -159,7 +160,7 @@ class DpsqlDialect(default.DefaultDialect):
     def get_table_names(self, connection: Any, schema: str | None = None,
                         **kw: Any) -> list[str]:
         """The tables the metadata declares (public and private)."""
-        return list(_catalog(connection).tables)
+        return list(_tables(connection))
 
     def get_view_names(self, connection: Any, schema: str | None = None,
                        **kw: Any) -> list[str]:
@@ -169,17 +170,17 @@ class DpsqlDialect(default.DefaultDialect):
     def has_table(self, connection: Any, table_name: str, schema: str | None = None,
                   **kw: Any) -> bool:
         """True for a table the metadata declares (case-insensitive, as SQL)."""
-        return _catalog(connection).table(table_name) is not None
+        return _by_name(_tables(connection), table_name) is not None
 
     @reflection.cache
     def get_columns(self, connection: Any, table_name: str, schema: str | None = None,
                     **kw: Any) -> list[dict[str, Any]]:
         """The declared columns and types of a table (no values, bounds or domains)."""
-        table = _catalog(connection).table(table_name)
-        if table is None:
+        columns = _by_name(_tables(connection), table_name)
+        if columns is None:
             raise exc.NoSuchTableError(table_name)
-        return [{"name": column.name, "type": SQL_TYPES[column.type](), "nullable": True,
-                 "default": None} for column in table.columns.values()]
+        return [{"name": name, "type": SQL_TYPES[kind](), "nullable": True, "default": None}
+                for name, kind in columns.items()]
 
     def get_pk_constraint(self, connection: Any, table_name: str, schema: str | None = None,
                           **kw: Any) -> dict[str, Any]:
@@ -197,11 +198,15 @@ class DpsqlDialect(default.DefaultDialect):
         return []
 
 
-def _catalog(connection: Any) -> Any:
-    """The catalogue of the dpsql connection under a SQLAlchemy connection."""
+def _tables(connection: Any) -> dict[str, dict[str, str]]:
+    """Each table's declared columns and their types, of the dpsql connection under a
+    SQLAlchemy connection: its metadata embedded, the catalogue the server publishes (the
+    analyst's view, ``SHOW dpsql.catalogue``) for a ``dpsql://`` server connection."""
     dbapi_connection = connection.connection.dbapi_connection
     catalog = getattr(dbapi_connection, "catalog", None)
-    if catalog is None:
-        raise dpsql.NotSupportedError("this dpsql connection does not expose its catalogue",
-                                      hint="query the tables by name")
-    return catalog
+    if catalog is not None:
+        return {name: {column.name: column.type for column in table.columns.values()}
+                for name, table in catalog.tables.items()}
+    published = dbapi_connection.catalogue()["tables"]
+    return {name: {column: spec["type"] for column, spec in table["columns"].items()}
+            for name, table in published.items()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+import sqlalchemy as sa
 from server_harness import server  # noqa: F401 - the fixture
 
 import dpsql
@@ -100,3 +101,25 @@ def test_client_description_after_a_statement_that_releases_nothing(server):
         cur.execute("SHOW dpsql.epsilon")
         assert [c.name for c in cur.description] == ["dpsql.epsilon"]
         assert cur.epsilon_spent == 0 and cur.fetchall() == [("default",)]
+
+
+def test_sqlalchemy_reflects_the_published_catalogue_and_executescript_is_refused(server):
+    # get_table_names raised NotSupportedError "does not expose its catalogue", and the remote
+    # cursor had no executescript (AttributeError)
+    engine = sa.create_engine(server.url("tina"))
+    inspector = sa.inspect(engine)
+    assert sorted(inspector.get_table_names()) == ["regions", "visits"]
+    assert inspector.has_table("VISITS") and not inspector.has_table("people")
+    columns = {c["name"]: c["type"] for c in inspector.get_columns("visits")}
+    assert isinstance(columns["amount"], sa.Float) and isinstance(columns["day"], sa.String)
+    with pytest.raises(sa.exc.NoSuchTableError):
+        inspector.get_columns("people")
+    regions = sa.Table("regions", sa.MetaData(), autoload_with=engine)
+    assert "region_id" in regions.columns
+    engine.dispose()
+    with dpsql.connect(server.url("tina")) as con, \
+            pytest.raises(dpsql.NotSupportedError, match="executescript") as info:
+        con.cursor().executescript("SELECT COUNT(*) AS n FROM visits")
+    assert "execute() once per SELECT" in info.value.hint
+    with dpsql.connect(server.url("tina")) as con:
+        assert con.budget_remaining.epsilon == 1  # reflection read no data and spent nothing
