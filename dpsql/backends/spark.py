@@ -9,6 +9,8 @@ they must not wrap).
 
 from __future__ import annotations
 
+import itertools
+
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from sqlglot import exp
@@ -21,6 +23,11 @@ _CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE",
           "timestamp": "TIMESTAMP"}
 
 
+_VIEW_IDS = itertools.count()
+_USERS: dict[int, int] = {}  # open backends per session (by id)
+_STARTED: set[int] = set()  # sessions dpsql started, stopped when their last backend closes
+
+
 class SparkBackend:
     """Runs exact queries on a SparkSession (given, or built for a master URL)."""
 
@@ -28,11 +35,10 @@ class SparkBackend:
     dialect = "spark"
 
     def __init__(self, target: str | SparkSession, catalog: Catalog) -> None:
-        self.sources = {name: _quote(name) for name in catalog.tables}
         # a Spark Connect session is a SparkSession of another class (pyspark.sql.connect)
         given = not isinstance(target, str)
         # getOrCreate hands back a session that is already running: not ours to stop either
-        self._owns_session = not given and (
+        started = not given and (
             target.startswith("sc://") or SparkSession.getActiveSession() is None)
         try:
             self.session = target if given else _builder(target).appName("dpsql").getOrCreate()
@@ -41,6 +47,15 @@ class SparkBackend:
                                hint="check the master or Spark Connect URL; a local master "
                                "needs Java 17+, sc:// needs pip install 'pyspark[connect]'"
                                ) from err
+        key = id(self.session)
+        if started:
+            _STARTED.add(key)
+        _USERS[key] = _USERS.get(key, 0) + 1
+        # a source file's view has a name of this connection's own: another connection of the
+        # process with a table of the same name would replace a shared view with its rows
+        self._views = {name: f"__dpsql_{next(_VIEW_IDS)}_{name}"
+                       for name, table in catalog.tables.items() if table.source is not None}
+        self.sources = {name: _quote(self._views.get(name, name)) for name in catalog.tables}
         for table in catalog.tables.values():
             if table.source is not None:
                 self._register(table)
@@ -62,7 +77,7 @@ class SparkBackend:
         columns = [f"try_cast({_quote(n)} AS {_CASTS[s.type]}) AS {_quote(n)}"
                    for n, s in table.columns.items()]
         try:
-            frame.selectExpr(*columns).createOrReplaceTempView(table.name)
+            frame.selectExpr(*columns).createOrReplaceTempView(self._views[table.name])
         except PySparkException as err:
             raise DataError(f"table {table.name!r}: cannot read {table.source!r}: {err}",
                             hint="check the csv options and that every declared column exists "
@@ -72,7 +87,7 @@ class SparkBackend:
         columns = ", ".join(_quote(name) for name in table.columns)
         try:
             # analysed when built, so a missing table or column raises here without a job
-            self.session.sql(f"SELECT {columns} FROM {_quote(table.name)}")
+            self.session.sql(f"SELECT {columns} FROM {self.sources[table.name]}")
         except PySparkException as err:
             raise DataError(f"table {table.name!r} is not readable in Spark: {err}",
                             hint="create the table or view, or give it a 'source' file") from err
@@ -90,21 +105,40 @@ class SparkBackend:
     run_public = run_sql
 
     def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
-        """Execute a custodian's query tree, written in Spark's dialect."""
+        """Execute a custodian's query tree, written in Spark's dialect, its source tables
+        read from this connection's views."""
+        tree = tree.copy()
+        ctes = {cte.alias for cte in tree.find_all(exp.CTE)}
+        for table in tree.find_all(exp.Table):
+            if table.name in self._views and not table.db and table.name not in ctes:
+                table.set("this", exp.to_identifier(self._views[table.name]))
         return self.run_sql(tree.sql(dialect=self.dialect))
 
     def tables(self) -> dict[str, list[str]]:
-        """Tables and temporary views of the current database, with their columns."""
+        """Tables and temporary views of the current database, with their columns (this
+        connection's views of source files by their tables' names, other connections' not)."""
+        names = {view: name for name, view in self._views.items()}
         found = {}
         for table in self.session.catalog.listTables():
+            if table.name.startswith("__dpsql_") and table.name not in names:
+                continue
             columns = self.session.catalog.listColumns(table.name)
-            found[table.name] = [c.name for c in columns]
+            found[names.get(table.name, table.name)] = [c.name for c in columns]
         return found
 
     def close(self) -> None:
-        """Stop the session if dpsql started it; a session the caller passed stays up."""
-        if self._owns_session:
-            self.session.stop()
+        """Drop this connection's views, and stop the session if dpsql started it and no
+        other connection of the process uses it; a session the caller passed stays up."""
+        key = id(self.session)
+        _USERS[key] -= 1
+        if _USERS[key] == 0:
+            del _USERS[key]
+            if key in _STARTED:
+                _STARTED.discard(key)
+                self.session.stop()
+                return
+        for view in self._views.values():
+            self.session.catalog.dropTempView(view)
 
 
 def _builder(target: str) -> SparkSession.Builder:

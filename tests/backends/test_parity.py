@@ -199,6 +199,32 @@ def test_spark_registers_csv_sources_as_views(backend_metadata, csv_dir, spark):
             reference.execute(sql, epsilon=1).fetchall()
 
 
+def test_spark_connections_of_one_process_read_their_own_source_files(spark, tmp_path):
+    """Two datasets with a table of one name on one session: the second connection's view
+    replaced the first's, which then answered (and charged its ledger) from the other
+    dataset's rows; closing the first stopped the session under the second."""
+    def dataset(name: str, rows: int) -> dict:
+        folder = tmp_path / name
+        folder.mkdir()
+        pd.DataFrame({"uid": range(rows)}).to_csv(folder / "people.csv", index=False)
+        return {"name": name, "budget": {"epsilon": 100}, "tables": {"people": {
+            "source": str(folder / "people.csv"), "privacy_unit": None,
+            "columns": {"uid": "int"}}}}
+
+    sql = "SELECT COUNT(*) AS n FROM people"
+    small = dpsql.connect(spark, metadata=dataset("small", 10), ledger=":memory:")
+    large = dpsql.connect(spark, metadata=dataset("large", 1000), ledger=":memory:")
+    assert _exact(small, sql)[1] == [(10,)] and _exact(large, sql)[1] == [(1000,)]
+    with dpsql.connect_custodian(spark, metadata=dataset("custodian", 7),
+                                 ledger=":memory:") as custodian:
+        assert custodian.execute(sql).fetchall() == [(7,)]
+        assert "people" in custodian._backend.tables()
+    small.close()
+    assert _exact(large, sql)[1] == [(1000,)]
+    large.close()
+    assert spark.table("visits").count() > 0  # the caller's session and views stay up
+
+
 def test_backend_lists_tables_and_columns(connections):
     for backend in ("postgresql", "spark"):
         tables = connections[backend]._backend.tables()
