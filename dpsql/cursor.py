@@ -36,9 +36,11 @@ def described(columns) -> list[Column]:
 class Column(tuple):
     """A PEP 249 description 7-sequence that also says how the column was noised.
 
-    ``noise`` is the mechanism (None for keys), ``noise_scale`` the Laplace scale b and
-    ``epsilon`` the share of ε spent on it; ``ci_columns`` name its interval columns in
-    ``Cursor.intervals()``.
+    ``noise`` is the mechanism (None for keys), ``noise_scale`` the Laplace scale b (the
+    Gaussian's σ; for ℓ∞ noise the b of the same variance; for a SUM measured as a centred
+    sum plus k times a count, √(b_S² + k²·b_N²); None for AVG, VAR and STDDEV, which are
+    ratios of noisy parts: their intervals say how far they may be) and ``epsilon`` the share
+    of ε spent on it; ``ci_columns`` name its interval columns in ``Cursor.intervals()``.
     """
 
     __module__ = "dpsql"

@@ -469,5 +469,20 @@ def _describe(out, plan: StatementPlan) -> ColumnInfo:
     mechanism = {"laplace": "discrete_laplace", "gaussian": "discrete_gaussian",
                  "linf": "discrete_linf"}[
         parts[0].mechanism] if parts[0].role != "quantile" else "exponential"
-    return ColumnInfo(out.name, out.type, mechanism, max(float(p.scale) for p in parts),
+    return ColumnInfo(out.name, out.type, mechanism, _column_scale(out.aggregate, plan),
                       float(sum(p.epsilon for p in parts if p.paid)))
+
+
+def _column_scale(name: str, plan: StatementPlan) -> float | None:
+    """The noise scale of an aggregate's column in its own units (``NoisePart.scale``'s
+    convention): its measurement's, or for SUM(x) = S' + k·N, √(b_S'² + k²·b_N²) (the parts
+    are uncorrelated, ℓ∞ coordinates too, so their variances add); None for AVG, VAR and
+    STDDEV, whose noise is not added to the value (their intervals say how far it may be)."""
+    agg = next(a for a in plan.checked.aggregates if a.name == name)
+    own = {p.role: p for p in plan.parts if name in p.feeds}
+    if agg.kind == "sum" and own["sum"].center:
+        k = float(own["sum"].center)
+        return math.hypot(float(own["sum"].scale), k * float(own["count"].scale))
+    if agg.kind == "avg" or agg.kind in SPREAD_KINDS:
+        return None
+    return max(float(p.scale) for p in own.values())
