@@ -12,6 +12,7 @@ import math
 import os
 import re
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -31,6 +32,9 @@ _ENV_PATTERN = re.compile(r"\$\{(\w+)\}")
 # what the embedded DuckDB may use: memory before it spills, where and how much it spills
 RESOURCE_KEYS = ("memory_limit", "temp_directory", "max_temp_size")
 _SIZE = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
+# how a CSV source is read (backends/duckdb.py) and the encodings DuckDB's reader knows
+CSV_KEYS = ("delimiter", "header", "names", "null", "trim", "encoding")
+ENCODINGS = ("utf-8", "utf-16", "latin-1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,16 @@ class TableSpec:
     def column(self, name: str) -> ColumnSpec | None:
         """The column called ``name`` (case-insensitive, as SQL identifiers are)."""
         return _by_name(self.columns, name)
+
+    def missing_columns(self, names: Iterable[str]) -> list[str]:
+        """The declared columns that ``names`` (a source's columns) lacks, case-insensitively.
+
+        Example:
+            >>> TableSpec("t", {"uid": ColumnSpec("uid", "int")}).missing_columns(["UID"])
+            []
+        """
+        found = {str(n).lower() for n in names}
+        return [c for c in self.columns if c.lower() not in found]
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,12 +350,36 @@ def _table(name: str, raw: Any, base: Path) -> TableSpec:
         source = _expand(str(source), f"table {name!r}: source")
         if not _looks_like_table_name(source):
             source = str((base / source).resolve()) if not Path(source).is_absolute() else source
-    csv = raw.get("csv") or {}
-    if not isinstance(csv, dict):
-        raise CatalogError(f"table {name!r}: csv must be a mapping of read options")
     return TableSpec(name=name, columns=columns, public=public, privacy_unit=unit,
                      max_groups_per_unit=l0, max_rows_per_group=linf,
-                     max_rows_per_unit=total, source=source, csv=csv)
+                     max_rows_per_unit=total, source=source, csv=_csv(name, raw.get("csv")))
+
+
+def _csv(table: str, raw: Any) -> dict[str, Any]:
+    """A table's validated CSV read options (``encoding`` in lower case).
+
+    Example:
+        >>> _csv("t", {None: "?", "encoding": "Latin-1"})
+        {'null': '?', 'encoding': 'latin-1'}
+    """
+    raw = raw or {}
+    if not isinstance(raw, dict):
+        raise CatalogError(f"table {table!r}: csv must be a mapping of read options",
+                           hint=f"csv keys are {', '.join(CSV_KEYS)}")
+    # YAML reads an unquoted `null:` key as None: it means the option `null`
+    raw = {"null" if key is None else key: value for key, value in raw.items()}
+    unknown = set(raw) - set(CSV_KEYS)
+    if unknown:
+        raise CatalogError(f"table {table!r}: unknown csv key(s) {sorted(unknown)}",
+                           hint=f"csv keys are {', '.join(CSV_KEYS)}")
+    if "encoding" not in raw:
+        return raw
+    encoding = raw["encoding"]
+    if not isinstance(encoding, str) or encoding.lower() not in ENCODINGS:
+        raise CatalogError(f"table {table!r}: csv encoding must be one of {ENCODINGS}, got "
+                           f"{encoding!r}", hint="DuckDB's reader knows these three: convert "
+                           "a file in another encoding to UTF-8 (iconv -f <encoding> -t utf-8)")
+    return {**raw, "encoding": encoding.lower()}
 
 
 def _looks_like_table_name(source: str) -> bool:

@@ -3,10 +3,17 @@ table's source file is read (``csv:`` options and the errors of a source that do
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+import duckdb
 import pandas as pd
+import pytest
+import yaml
 from conftest import require_dataset
 
 import dpsql
+from dpsql.catalog import load_catalog
 
 USER_NAMES = ["uid", "age", "gender", "occupation", "zip"]
 
@@ -111,3 +118,101 @@ def test_the_domain_statements_are_logged_as_exact_accesses(tmp_path):
         logged = [r["statement"] for r in con.ledger.history() if r["kind"] == "exact"]
     assert len(logged) == len(report) == 4  # age: clamped, NULL; gender: values, NULL
     assert any("NOT IN ('m', 'f')" in sql for sql in logged)
+
+
+def _items(public: bool, **csv) -> dict:
+    """MovieLens 100K's u.item: film titles in latin-1 (543 is 'Misérables, Les (1995)')."""
+    path = require_dataset("ml-100k/u.item")
+    table = {"public": True} if public else {"privacy_unit": None}
+    return {"name": "ml_items", "budget": 10, "tables": {"items": {
+        **table, "source": str(path),
+        "csv": {"delimiter": "|", "header": False, "names": ["id", "title"], **csv},
+        "columns": {"id": "int", "title": "text"}}}}
+
+
+def test_a_latin1_file_is_read_with_its_encoding(tmp_path):
+    with dpsql.connect(metadata=_items(True, encoding="Latin-1"), ledger=":memory:") as con:
+        assert con.execute("SELECT title FROM items WHERE id = 543").fetchall() == [
+            ("Misérables, Les (1995)",)]
+    source = tmp_path / "u16.csv"
+    source.write_text("uid,name\n1,Zoë\n2,Ågot\n", encoding="utf-16")
+    meta = {"tables": {"t": {"source": str(source), "privacy_unit": None,
+                             "csv": {"encoding": "utf-16"}, "columns": {"name": "text"}}}}
+    with dpsql.connect_custodian(metadata=meta, ledger=tmp_path / "c.sqlite") as con:
+        assert sorted(con.execute("SELECT name FROM t").fetchall()) == [("Zoë",), ("Ågot",)]
+
+
+def test_a_decoding_error_hints_at_the_encoding_and_shows_a_public_files_message():
+    """It said BinderException or InvalidInputException, message withheld, for any table."""
+    with pytest.raises(dpsql.DataError) as public:
+        dpsql.connect(metadata=_items(True), ledger=":memory:")
+    assert "not utf-8 encoded" in public.value.message
+    assert "encoding: latin-1" in public.value.hint
+    with pytest.raises(dpsql.DataError) as private:
+        dpsql.connect(metadata=_items(False), ledger=":memory:")
+    # a private file's line is never quoted, only the kind of error
+    assert "Pocahontas" not in str(private.value) and "withheld" in private.value.message
+    assert "encoding: latin-1" in private.value.hint
+    with pytest.raises(dpsql.DataError) as other:  # not a decoding error: no encoding hint
+        dpsql.connect(metadata=_items(True, encoding="utf-16"), ledger=":memory:")
+    assert "encoding: latin-1" not in other.value.hint
+
+
+@pytest.mark.parametrize(("csv", "message"), [
+    ({"delim": "|"}, r"unknown csv key\(s\) \['delim'\]"),
+    ({"encoding": "cp1252"}, "csv encoding must be one of"),
+    ({"encoding": 8}, "csv encoding must be one of"),
+])
+def test_unknown_csv_keys_and_encodings_are_refused(csv, message):
+    """Unknown csv keys were ignored: a misspelt delimiter read the file with the sniffed one."""
+    with pytest.raises(dpsql.CatalogError, match=message) as refused:
+        load_catalog({"tables": {"t": {"privacy_unit": None, "source": "t.csv", "csv": csv}}})
+    assert "encoding" in refused.value.hint or "utf-8" in refused.value.hint
+    if "delim" in csv:
+        assert refused.value.hint == ("csv keys are delimiter, header, names, null, trim, "
+                                      "encoding")
+
+
+def test_a_declared_column_missing_from_the_source_is_named(tmp_path):
+    """privacy_unit: uid on u.user, which has no uid column, said only 'BinderException'."""
+    path = require_dataset("ml-100k/u.user")
+    csv = {"delimiter": "|", "header": False, "names": ["user", "age", "gender", "job", "zip"]}
+    table = {"source": str(path), "privacy_unit": "uid", "max_groups_per_unit": 1,
+             "max_rows_per_group": 1, "csv": csv, "columns": {"age": "int"}}
+    with pytest.raises(dpsql.DataError, match=r"lacks the declared column\(s\) \['uid'\]\n"):
+        dpsql.connect(metadata={"tables": {"users": table}}, ledger=":memory:")
+    # read with a header it has not got, a private file's first row would be its column names
+    with pytest.raises(dpsql.DataError) as refused:
+        dpsql.connect(metadata={"tables": {"users": {**table, "csv": {"delimiter": "|"}}}},
+                      ledger=":memory:")
+    assert "technician" not in str(refused.value) and "header: false" in refused.value.hint
+    with pytest.raises(dpsql.DataError, match=r"its columns are \['age', 'gender', 'job'"):
+        dpsql.connect(metadata={"tables": {"users": {"public": True, "source": str(path),
+                                                     "csv": csv, "columns": {"uid": "int"}}}},
+                      ledger=":memory:")
+    parquet, database = tmp_path / "u.parquet", tmp_path / "u.duckdb"
+    with duckdb.connect(str(database)) as con:
+        con.execute(f"CREATE TABLE users AS SELECT * FROM read_csv('{path}', delim = '|', "
+                    "names = ['user', 'age', 'gender', 'job', 'zip'], header = false)")
+        con.execute(f"COPY users TO '{parquet}'")
+    stored = {k: v for k, v in table.items() if k not in ("csv", "source")}
+    for where, spec in ((None, {**stored, "source": str(parquet)}), (str(database), stored)):
+        with pytest.raises(dpsql.DataError, match=r"lacks the declared column\(s\) \['uid'\]"):
+            dpsql.connect(where, metadata={"tables": {"users": spec}}, ledger=":memory:")
+
+
+def test_the_documented_csv_example_reads_the_shared_files(tmp_path):
+    """docs/metadata.md's example read adult/adult.csv (no such file) with `null: "?"`, which
+    YAML reads as the key None: it was ignored, and ' ?' is not '?' before the trim anyway."""
+    adult = pd.read_csv(require_dataset("adult.csv"), dtype=str)
+    require_dataset("ml-100k/u.user")
+    text = (Path(__file__).parents[1] / "docs" / "metadata.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", text, re.DOTALL)
+    block = next(b for b in blocks if "adult:" in b)
+    meta = yaml.safe_load(block)
+    assert meta["tables"]["adult"]["csv"] == {"trim": True, None: " ?"}
+    with dpsql.connect_custodian(metadata=meta, ledger=tmp_path / "c.sqlite") as con:
+        missing = con.execute("SELECT COUNT(*) - COUNT(workclass) FROM adult").fetchone()[0]
+        genders = con.execute("SELECT COUNT(*) FROM users WHERE gender IN ('M', 'F')")
+        assert genders.fetchone()[0] == 943
+    assert missing == (adult["workclass"] == " ?").sum() > 1000

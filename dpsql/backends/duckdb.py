@@ -24,7 +24,7 @@ from sqlglot import exp
 
 from dpsql.backends import columns_by_table
 from dpsql.backends.watchdog import WATCHDOG
-from dpsql.catalog import Catalog, ColumnSpec, TableSpec
+from dpsql.catalog import ENCODINGS, Catalog, ColumnSpec, TableSpec
 from dpsql.errors import BackendError, DataError, ProgrammingError, QueryTimeoutError
 from dpsql.versions import file_version
 
@@ -141,6 +141,7 @@ class DuckDBBackend:
                 stored = f"__database.{'.'.join(map(_quote, table.name.split('.')))}"
                 try:
                     types = self._stored_types(stored)
+                    _check_columns(table, types, f"the table in {database!r}")
                     columns = ", ".join(_column_sql(table, name, types)
                                         for name in table.columns) or "*"
                     self.connection.execute(
@@ -218,6 +219,7 @@ class DuckDBBackend:
         raw = _quote(f"__raw_{table.name}")
         try:
             if parquet:  # Parquet reads fast and typed: a view
+                _check_columns(table, types, repr(source))
                 self.connection.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(table.name)} AS "
                                         f"SELECT {columns} FROM {reader}")
             else:
@@ -228,6 +230,7 @@ class DuckDBBackend:
                 # from pushing TRY_CAST into the reader, where a bad value fails every query
                 self.connection.execute(f"CREATE OR REPLACE TEMP TABLE {raw} AS "
                                         f"SELECT * FROM {reader}")
+                _check_columns(table, self._stored_types(raw), repr(source))
                 self.connection.execute(f"CREATE OR REPLACE TEMP TABLE {_quote(table.name)} AS "
                                         f"SELECT {columns} FROM {raw}")
                 self.connection.execute(f"DROP TABLE {raw}")
@@ -235,12 +238,7 @@ class DuckDBBackend:
                     else None
             self.connection.execute(f"SELECT * FROM {_quote(table.name)} LIMIT 0")
         except duckdb.Error as err:
-            # the reader's own message can quote a line of the private file: withheld
-            raise DataError(f"table {table.name!r}: cannot read {source!r} as the metadata "
-                            f"declares it ({type(err).__name__}; the reader's message is "
-                            "withheld because it can quote private rows)",
-                            hint="check the csv options and that every declared column exists "
-                            "in the file") from err
+            raise _read_error(table, err) from (err if table.public else None)
 
     def _register_frame(self, table: TableSpec) -> None:
         """Copy an in-memory source into a table of its declared columns, typed as ``_register``
@@ -338,7 +336,44 @@ def _reader(table: TableSpec, *, typed: bool = False) -> str:
     if "null" in options:
         nulls = options["null"] if isinstance(options["null"], list) else [options["null"]]
         args.append("nullstr = [" + ", ".join(_literal(n) for n in nulls) + "]")
+    if "encoding" in options:
+        args.append(f"encoding = {_literal(options['encoding'])}")
     return f"read_csv({', '.join(args)})"
+
+
+def _check_columns(table: TableSpec, stored: dict[str, str] | None, where: str) -> None:
+    """Refuse a source (``where``) without a declared column, naming the declared columns it
+    lacks (names from the metadata; a private file's own names are not listed: read with a
+    wrong ``header``, they are its first row)."""
+    missing = [] if stored is None else table.missing_columns(stored)
+    if not missing:
+        return
+    found = f" (its columns are {sorted(stored)})" if table.public else ""
+    hint = "fix the column names (or the privacy_unit) in the metadata"
+    if table.source is not None and not table.source.lower().endswith(".parquet"):
+        hint += (", or the csv options: a file without a header needs header: false and "
+                 "names: [...], and its delimiter")
+    raise DataError(f"table {table.name!r}: {where} lacks the declared column(s) "
+                    f"{missing}{found}", hint=hint)
+
+
+def _read_error(table: TableSpec, err: duckdb.Error) -> DataError:
+    """Why a source could not be read: DuckDB's message for a public table; for a private
+    one only its kind, since the reader's message can quote a line of the file."""
+    text = str(err)
+    if table.public:
+        detail = ": " + text.split("\n\n")[0].replace("\n", " / ")
+    else:
+        detail = f" ({type(err).__name__}; the reader's message is withheld because it can " \
+            "quote private rows)"
+    if "unicode" in text.lower() or "encoded" in text.lower():
+        declared = table.csv.get("encoding", "utf-8")
+        hint = (f"the file is not {declared}: set its encoding, e.g. csv: {{encoding: latin-1}} "
+                f"(DuckDB reads {', '.join(ENCODINGS)}), or convert it to UTF-8")
+    else:
+        hint = "check the csv options (delimiter, header, names, null, encoding)"
+    return DataError(f"table {table.name!r}: cannot read {table.source!r} as the metadata "
+                     f"declares it{detail}", hint=hint)
 
 
 def _column_sql(table: TableSpec, name: str, stored: dict[str, str] | None = None) -> str:

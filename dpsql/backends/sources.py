@@ -117,9 +117,8 @@ def frame_sources(sources: Mapping[str, Any] | None, catalog: Catalog) -> dict[s
                                  f"{type(obj).__module__}.{type(obj).__name__}, not a frame",
                                  hint=f"pass {KINDS}")
         frame = convert(obj)
-        names = {str(c).lower() for c in (frame.columns if _is_pandas(frame)
-                                          else frame.column_names)}
-        missing = [c for c in table.columns if c.lower() not in names]
+        missing = table.missing_columns(frame.columns if _is_pandas(frame)
+                                        else frame.column_names)
         if missing:
             raise DataError(f"the in-memory source of table {table.name!r} lacks the declared "
                             f"column(s) {missing}",
