@@ -705,7 +705,8 @@ def _explain_outputs(plan: StatementPlan) -> list[dict]:
     derived from a centred sum and a count adds k times the count's). AVG, VAR and STDDEV are
     ratios whose error shrinks with the group's size n: shown at n = 100, 1,000 and 10,000
     rows, for a mean at the edge of the bounds (the largest error) and linearised for the
-    spreads.
+    variances; a STDDEV's is the square root of its VAR's (|√a − √b| ≤ √|a − b|, whatever
+    the spread), in the value's own units.
     """
     outputs = []
     for agg in plan.checked.aggregates:
@@ -720,6 +721,8 @@ def _explain_outputs(plan: StatementPlan) -> list[dict]:
             h = float(agg.upper - agg.lower) / 2
             numerator = width["sum"] + h * width["count"] if agg.kind == "avg" else \
                 width["sumsq"] + 2 * h * width["sum"] + h * h * width["count"]
-            entry["ci95_half_width_at_rows"] = {n: numerator / n for n in ROWS_SHOWN}
+            root = agg.kind.startswith("stddev")
+            entry["ci95_half_width_at_rows"] = {
+                n: math.sqrt(numerator / n) if root else numerator / n for n in ROWS_SHOWN}
         outputs.append(entry)
     return outputs

@@ -186,6 +186,20 @@ def test_explain_gives_each_output_its_own_expected_error(connect):
     assert avg[100] == pytest.approx(10 * avg[1000]) and avg[1000] > 0
 
 
+def test_explain_gives_a_stddev_its_own_units(connect):
+    """STDDEV's expected error was VAR's, in squared units (±513 where its released intervals
+    are about ±4): it is the square root of VAR's, and at n rows the released STDDEV
+    intervals of groups of that size are within it."""
+    con = connect()
+    sql = "SELECT sex, VARIANCE(hours) AS v, STDDEV(hours) AS d FROM adult GROUP BY sex"
+    outputs = {o["aggregate"]: o["ci95_half_width_at_rows"]
+               for o in con.explain(sql, epsilon=1)["statements"][0]["outputs"]}
+    variance, deviation = outputs["VARIANCE(hours)"], outputs["STDDEV(hours)"]
+    assert all(deviation[n] == pytest.approx(variance[n] ** 0.5) for n in variance)
+    frame = con.cursor().execute(sql, epsilon=1).intervals()
+    assert (frame.d_high - frame.d_low <= 2 * deviation[100]).all()
+
+
 def test_a_tiny_epsilon_is_split_exactly_and_answered(connect):
     """Each share was floored at 2^-40 and the rest put on the largest, which went negative
     when ε < n·2^-40: the release was charged and then failed with a ValueError. Where the
