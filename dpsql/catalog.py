@@ -266,6 +266,10 @@ def _budget(raw: Any, mechanism: str) -> PrivacyLoss | None:
     if not isinstance(raw, dict) or not ({"epsilon", "rho"} & set(raw)):
         raise CatalogError("budget must be a mapping such as {epsilon: 10.0, delta: 1.0e-6} "
                            "or, with mechanism: gaussian, {rho: 1.0}")
+    unknown = set(raw) - {"epsilon", "delta", "rho"}
+    if unknown:  # a misspelt delta would leave δ at 0
+        raise CatalogError(f"unknown budget key(s) {sorted(unknown, key=str)}",
+                           hint="budget keys are epsilon, delta and rho")
     try:
         if mechanism == "gaussian":
             if "rho" in raw:
@@ -370,7 +374,7 @@ def _csv(table: str, raw: Any) -> dict[str, Any]:
     raw = {"null" if key is None else key: value for key, value in raw.items()}
     unknown = set(raw) - set(CSV_KEYS)
     if unknown:
-        raise CatalogError(f"table {table!r}: unknown csv key(s) {sorted(unknown)}",
+        raise CatalogError(f"table {table!r}: unknown csv key(s) {sorted(unknown, key=str)}",
                            hint=f"csv keys are {', '.join(CSV_KEYS)}")
     if "encoding" not in raw:
         return raw

@@ -216,3 +216,20 @@ def test_the_documented_csv_example_reads_the_shared_files(tmp_path):
         genders = con.execute("SELECT COUNT(*) FROM users WHERE gender IN ('M', 'F')")
         assert genders.fetchone()[0] == 943
     assert missing == (adult["workclass"] == " ?").sum() > 1000
+
+
+def test_a_misspelt_budget_key_is_refused():
+    """{epsilon: 1, detla: 1e-6} was accepted with δ = 0."""
+    with pytest.raises(dpsql.CatalogError, match=r"unknown budget key\(s\) \['detla'\]"):
+        load_catalog({"budget": {"epsilon": 1, "detla": 1e-6},
+                      "tables": {"t": {"public": True}}})
+
+
+def test_csv_options_on_a_table_of_a_duckdb_file_are_not_applied(tmp_path):
+    """trim on a stored table that is cast failed with AttributeError (it has no source)."""
+    database = tmp_path / "t.duckdb"
+    with duckdb.connect(str(database)) as con:
+        con.execute("CREATE TABLE t AS SELECT ' 5 ' AS k, 1 AS uid")
+    meta = {"tables": {"t": {"public": True, "csv": {"trim": True}, "columns": {"k": "int"}}}}
+    with dpsql.connect(str(database), metadata=meta, ledger=":memory:") as con:
+        assert con.execute("SELECT k FROM t").fetchall() == [(5,)]

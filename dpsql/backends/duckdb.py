@@ -341,6 +341,11 @@ def _reader(table: TableSpec, *, typed: bool = False) -> str:
     return f"read_csv({', '.join(args)})"
 
 
+def _is_csv(table: TableSpec) -> bool:
+    """True when the table's rows come from a CSV file (which ``csv:`` options are for)."""
+    return table.source is not None and not table.source.lower().endswith(".parquet")
+
+
 def _check_columns(table: TableSpec, stored: dict[str, str] | None, where: str) -> None:
     """Refuse a source (``where``) without a declared column, naming the declared columns it
     lacks (names from the metadata; a private file's own names are not listed: read with a
@@ -350,7 +355,7 @@ def _check_columns(table: TableSpec, stored: dict[str, str] | None, where: str) 
         return
     found = f" (its columns are {sorted(stored)})" if table.public else ""
     hint = "fix the column names (or the privacy_unit) in the metadata"
-    if table.source is not None and not table.source.lower().endswith(".parquet"):
+    if _is_csv(table):
         hint += (", or the csv options: a file without a header needs header: false and "
                  "names: [...], and its delimiter")
     raise DataError(f"table {table.name!r}: {where} lacks the declared column(s) "
@@ -385,8 +390,7 @@ def _column_sql(table: TableSpec, name: str, stored: dict[str, str] | None = Non
     target = _CASTS.get(spec.type, "VARCHAR")
     if stored is not None and stored.get(name.lower()) == target:
         return f"{source} AS {source}"
-    text = f"TRIM({source})" if table.csv.get("trim") and not table.source.endswith(
-        ".parquet") else source
+    text = f"TRIM({source})" if table.csv.get("trim") and _is_csv(table) else source
     if spec.type in _CASTS:
         # a value that does not parse as the declared type becomes NULL (ignored by aggregates)
         return f"TRY_CAST({text} AS {_CASTS[spec.type]}) AS {source}"
