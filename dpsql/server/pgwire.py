@@ -10,7 +10,8 @@ Statements: a SELECT is one DP release (its noisy columns followed by ``<col>_lo
 ``SET dpsql.epsilon = 0.5`` / ``RESET dpsql.epsilon`` / ``SHOW dpsql.epsilon`` set the ε of
 the following queries; ``SHOW dpsql.budget`` and ``SHOW dpsql.last_release`` return JSON;
 BEGIN/COMMIT/ROLLBACK and other SETs are accepted and do nothing (a release cannot be taken
-back). Everything else is refused with a PostgreSQL error.
+back); drivers' session queries and psql's table lists are answered by ``pgcatalog.py``.
+Everything else is refused with a PostgreSQL error.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import ssl
 import struct
 from dataclasses import dataclass, field
 
+from dpsql.server import pgcatalog
 from dpsql.server.auth import LoginLimiter, ScramExchange
 from dpsql.server.balance import Acceptor, Sessions
 from dpsql.server.service import Answer, Failure, Service, ServiceError
@@ -288,7 +290,7 @@ class Session:
         except ServiceError as err:
             await self.send(_error(self.service.failure(err), "FATAL"))
             return False
-        status = {"server_version": "16.0 (dpsql)", "server_encoding": "UTF8",
+        status = {"server_version": pgcatalog.SERVER_VERSION, "server_encoding": "UTF8",
                   "client_encoding": "UTF8", "DateStyle": "ISO, MDY", "TimeZone": "UTC",
                   "integer_datetimes": "on", "standard_conforming_strings": "on",
                   "IntervalStyle": "postgres", "is_superuser": "off",
@@ -321,6 +323,9 @@ class Session:
         control = self._control(text)
         if control is not None:
             return control
+        fixed = self._fixed(text, params or [])
+        if fixed is not None:
+            return fixed
         match = _SHOW.match(text)
         if match:
             return self._show(match.group(1).lower())
@@ -343,6 +348,17 @@ class Session:
                              "budget_remaining": answer.remaining}
         return _Result(f"SELECT {len(answer.rows)}", answer.columns, answer.rows,
                        answer.notice(self.user))
+
+    def _fixed(self, text: str, params: list | None) -> _Result | None:
+        """The server's own answer to what clients send by themselves (``pgcatalog.py``),
+        from constants and the analyst's published catalogue; None for other statements."""
+        tables = self.service.catalogue(self.user, self.dataset)[self.dataset]["tables"]
+        found = pgcatalog.answer(text, params, tables)
+        if found is None:
+            return None
+        columns, rows = found
+        tag = "SHOW" if text.lstrip()[:4].lower() == "show" else f"SELECT {len(rows)}"
+        return _Result(tag, columns, rows)
 
     def _control(self, text: str) -> _Result | None:
         """Transaction, session and prepared-statement commands, answered here; None for
@@ -427,8 +443,11 @@ class Session:
             "dpsql.last_release": lambda: json.dumps(self.last_release),
             "dpsql.catalogue": lambda: json.dumps(self.service.catalogue(self.user,
                                                                          self.dataset)),
-            "server_version": lambda: "16.0 (dpsql)",
+            "server_version": lambda: pgcatalog.SERVER_VERSION,
+            "server_version_num": lambda: "160000",
             "transaction_isolation": lambda: "serializable",
+            "transaction_read_only": lambda: "on",
+            "standard_conforming_strings": lambda: "on",
         }
         if name not in values:
             raise ServiceError("not_supported", f"unknown setting {name!r}",
@@ -569,6 +588,9 @@ class Session:
         pieces = split_statements(text)
         if len(pieces) != 1:
             return None
+        fixed = self._fixed(pieces[0], None)
+        if fixed is not None:
+            return fixed.columns
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.server.executor, lambda: self.service.describe(
             self.user, self.dataset, pieces[0], [None] * placeholders or None,

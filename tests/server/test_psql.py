@@ -82,3 +82,19 @@ def test_psql_comment_only_pieces_are_not_statements(server):
     assert out.returncode == 0, out.stderr
     assert "(1 row)" in out.stdout and "ERROR" not in out.stderr
     assert spent(server, "oscar") == pytest.approx(before + 0.25)
+
+
+def test_psql_lists_the_published_tables_and_refuses_other_catalogue_commands(server):
+    # \d and \dt were refused: "unknown schema-qualified table 'pg_catalog.pg_class'"
+    before = spent(server, "vera")
+    out = psql(server, "vera", "\\dt", "\\d+", "\\dt vis*")
+    assert out.returncode == 0, out.stderr
+    lists = out.stdout.split("List of relations")[1:]
+    assert [line.split("|")[1].strip() for line in lists[0].splitlines()[3:5]] == \
+        ["regions", "visits"]
+    assert "private: answered with noise" in lists[1] and "(2 rows)" in lists[1]
+    assert " visits " in lists[2] and "regions" not in lists[2]
+    for command in ("\\d visits", "\\dn", "SELECT COUNT(*) AS n FROM pg_catalog.pg_class"):
+        out = psql(server, "vera", command)
+        assert "ERROR:  0A000" in out.stderr and "SHOW dpsql.catalogue" in out.stderr, command
+    assert spent(server, "vera") == before

@@ -133,3 +133,24 @@ def test_session_epsilon_is_capped_at_set_and_is_a_default(server):
         assert "dpsql code: epsilon_limit" in info.value.diag.message_detail
         budget = json.loads(con.execute("SHOW dpsql.budget").fetchone()[0])
         assert budget["visits"]["spent"]["epsilon"] == pytest.approx(0.3)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_sqlalchemy_postgresql_psycopg_dialect_connects_and_reads(server):
+    # the stock dialect's first statement, select pg_catalog.version(), was refused ("the
+    # SELECT has no FROM clause"), then pandas' has_table query aborted the transaction
+    import sqlalchemy as sa
+
+    url = server.url("uma").replace("dpsql://", "postgresql+psycopg://")
+    engine = sa.create_engine(url, pool_pre_ping=True)
+    frame = pd.read_sql("SELECT day, COUNT(*) AS n FROM visits GROUP BY day", engine)
+    assert list(frame.columns) == ["day", "n", "n_low", "n_high"] and len(frame) == 7
+    with engine.connect() as con:  # a second checkout: the pool's pre-ping (SELECT 1)
+        assert con.execute(sa.text("SELECT 1")).scalar() == 1
+        assert con.execute(sa.text("SELECT current_schema()")).scalar() == "public"
+    inspector = sa.inspect(engine)
+    assert inspector.has_table("visits") and not inspector.has_table("payroll")
+    engine.dispose()
+    with psycopg.connect(server.dsn("uma"), autocommit=True) as con:
+        budget = json.loads(con.execute("SHOW dpsql.budget").fetchone()[0])
+    assert budget["visits"]["spent"]["epsilon"] == pytest.approx(0.25)  # one release
