@@ -217,9 +217,10 @@ class CustodianConnection(_Base):
         return self.cursor().execute(operation, parameters)
 
     def truncation_report(self, table: str | None = None) -> list[dict]:
-        """What share of rows and of persons each private table's declared bounds drop (or
-        clamp), measured exactly; each statement is logged as an exact access
-        (``dpsql/truncation.py``)."""
+        """What share of rows and of persons each private table's declared metadata drops or
+        changes (contribution bounds, values clamped into [lower, upper], values outside a
+        column's ``values``, NULLs), measured exactly; each statement is logged as an exact
+        access (``dpsql/truncation.py``)."""
         self._check_open()
         from dpsql.truncation import report
 
