@@ -100,6 +100,9 @@ def battery() -> list[str]:
                     f"SELECT COUNT(*) AS n FROM {table} WHERE LEFT({column}, 2) || "
                     f"RIGHT({column}, 3) = 'abc' OR REPLACE({column}, 'x', '') = '' OR "
                     f"POSITION('b' IN {column}) * 9223372036854775807 > 2",
+                    # the 5,000-character text grown by REPLACE and ||, past MAX_TEXT
+                    f"SELECT COUNT(*) AS n FROM {table} WHERE LENGTH(REPLACE(REPLACE("
+                    f"{column}, 'x', '{'x' * 30}'), 'x', '{'y' * 30}') || {column}) > 7",
                     f"SELECT SUM(LEAST(GREATEST(CAST({column} AS DOUBLE), -5), 5)) AS s "
                     f"FROM {table}",
                 ]

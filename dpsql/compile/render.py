@@ -25,6 +25,9 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "=", "ne": "<>", "lt": "<", 
 _INTERNAL = re.compile(r"c\d+|__[a-z0-9_]+")  # names the compiler made: never quoted
 _COMBINE = {"add": ops._add, "sub": ops._sub, "mul": ops._mul}
 MAX_EXPRESSION_SQL = 1_000_000
+# the longest text REPLACE and || write (characters): they read a prefix of their operands
+# that fits, so one person's long value cannot grow into gigabytes on D′ alone
+MAX_TEXT = 1_000_000
 _DATED = {"extract", "date_diff", "date_trunc"}  # NULL outside ops.YEARS (``_within_years``)
 # the first and last instants of a year, per temporal type
 _YEAR_ENDS = {"date": ("01-01", "12-31"),
@@ -344,14 +347,26 @@ class Dialect:
 
     def _op_replace(self, e: Expr) -> str:
         found, put = e.value
-        return f"REPLACE({self.expr(e.args[0])}, {self.string(found)}, {self.string(put)})"
+        arg = self.expr(e.args[0])
+        if len(put) > len(found):
+            # each nested REPLACE multiplied one person's long text (1,000 × 1,000 × 3 KB
+            # failed only where that person was): read the first MAX_TEXT·|from|/|to|
+            # characters, so that the result has at most MAX_TEXT
+            arg = self._prefix(arg, MAX_TEXT * len(found) // len(put))
+        return f"REPLACE({arg}, {self.string(found)}, {self.string(put)})"
 
     def _op_strpos(self, e: Expr) -> str:
         position = f"STRPOS({self.expr(e.args[0])}, {self.string(e.value)})"
         return f"CAST({position} AS {self.types['int']})"
 
     def _op_concat(self, e: Expr) -> str:
-        return "(" + " || ".join(self._args(e)) + ")"
+        # at most MAX_TEXT characters in all: x || x || ... repeated a stored long text
+        share = MAX_TEXT // len(e.args)
+        return "(" + " || ".join(self._prefix(a, share) for a in self._args(e)) + ")"
+
+    def _prefix(self, text: str, length: int) -> str:
+        """The first ``length`` characters of a text."""
+        return f"SUBSTRING({text}, 1, {length})"
 
     def _op_date_diff(self, e: Expr) -> str:
         later, earlier = self._args(e)
@@ -537,6 +552,11 @@ class PostgresDialect(Dialect):
 
     def _op_cast(self, e: Expr) -> str:
         arg, source, target = self.expr(e.args[0]), e.args[0].type, e.value
+        if source == "text" and e.args[0].op == "lit":
+            # PostgreSQL converts an untyped literal as it parses the CAST, before the guard
+            # below could skip it ('1.5' to BIGINT failed the query); typed TEXT, the
+            # conversion is a call its planner drops with the guard's constant-false branch
+            arg = f"CAST({arg} AS TEXT)"
         if target == "text":
             return f"CAST({arg} AS TEXT)"
         if target == "float" and source in ("int", "bool"):

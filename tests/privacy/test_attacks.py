@@ -343,6 +343,18 @@ def test_private_date_and_timestamp_keys_keep_the_contract(pairs):
     contract(pairs, TEMPORAL_KEYS, delta=1e-6)
 
 
+def test_text_functions_cannot_grow_one_persons_value_without_bound(pairs):
+    """Each nested REPLACE multiplied a stored text: two levels of 1,000× made 3 GB of one
+    adversary's 3,000 characters, so the statement failed (out of memory) on D′ only, and on
+    PostgreSQL too. REPLACE and || now write at most render.MAX_TEXT characters."""
+    grow = f"REPLACE(REPLACE(day, 'x', '{'x' * 1000}'), 'x', '{'y' * 1000}')"
+    contract(pairs, [
+        f"SELECT COUNT(*) AS n FROM visits WHERE {grow} = 'a'",
+        f"SELECT SUM(LEAST(LENGTH({grow}), 2000000)) AS s FROM visits",
+        f"SELECT COUNT(*) AS n FROM visits WHERE LENGTH({' || '.join(['day'] * 3000)}) > 5",
+    ])
+
+
 def test_extract_of_an_infinite_date_counts_as_null_under_replace(tmp_path):
     """EXTRACT of ±infinity is NULL (DuckDB), so a row-privacy sum of it is not "never NULL":
     replacing a person dated 2000-03-01 by one dated infinity moved SUM(EXTRACT(year ...)) by
