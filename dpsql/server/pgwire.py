@@ -8,7 +8,8 @@ Flush), text-format results, ErrorResponse with SQLSTATE, message and hint, and 
 Statements: a SELECT is one DP release (its noisy columns followed by ``<col>_low`` and
 ``<col>_high``); ``EXPLAIN <select>`` returns the plan without spending;
 ``SET dpsql.epsilon = 0.5`` / ``RESET dpsql.epsilon`` / ``SHOW dpsql.epsilon`` set the ε of
-the following queries; ``SHOW dpsql.budget`` and ``SHOW dpsql.last_release`` return JSON;
+the following queries; ``SHOW dpsql.budget`` and ``SHOW dpsql.last_release`` return JSON; ``DECLARE name CURSOR
+FOR <select>`` is one release whose rows ``FETCH`` returns;
 BEGIN/COMMIT/ROLLBACK and other SETs are accepted and do nothing (a release cannot be taken
 back); drivers' session queries and psql's table lists are answered by ``pgcatalog.py``.
 Everything else is refused with a PostgreSQL error.
@@ -145,6 +146,12 @@ _DEALLOCATE = re.compile(r'^deallocate\s+(?:prepare\s+)?(?:(all)|"((?:[^"]|"")+)
 _DISCARD = re.compile(r"^discard\s+(all|plans|sequences|temp|temporary)$", re.IGNORECASE)
 _SETTINGS = ("dpsql.epsilon", "dpsql.tune")
 _EXPLAIN = re.compile(r"^explain\s+(.+)$", re.IGNORECASE | re.DOTALL)
+_NAME = r'("(?:[^"]|"")+"|\w+)'
+_DECLARE = re.compile(r"^declare\s+" + _NAME + r"\s+(?:(?:no\s+)?scroll\s+)?cursor\s+"
+                      r"(?:with(?:out)?\s+hold\s+)?for\s+(.+)$", re.IGNORECASE | re.DOTALL)
+_FETCH = re.compile(r"^fetch\s+(?:(forward|next)\s+)?(all|\d+)?\s*(?:from|in)\s+" + _NAME +
+                    "$", re.IGNORECASE)
+_CLOSE = re.compile(r"^close\s+" + _NAME + "$", re.IGNORECASE)
 
 
 @dataclass
@@ -175,6 +182,7 @@ class Session:
         self.statements: dict[str, tuple[str, list[int], list[int]]] = {}
         self.portals: dict[str, tuple[str, list, list[int]]] = {}
         self.portal_results: dict[str, _Result] = {}
+        self.cursors: dict[str, _Result] = {}  # DECLAREd cursors: released rows, fetched
         self._out: list[bytes] = []
         sock = writer.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
@@ -339,6 +347,19 @@ class Session:
             lines = json.dumps(plan, indent=2, ensure_ascii=False).splitlines()
             return _Result("EXPLAIN", [{"name": "QUERY PLAN", "type": "TEXT"}],
                            [[line] for line in lines])
+        cursor = self._cursor_command(text)
+        if cursor is not None:
+            return cursor
+        match = _DECLARE.match(text)
+        if match:  # a server-side cursor (psycopg's named cursors): one release, fetched here
+            result = await self._release(match.group(2), params)
+            self.cursors[_cursor_name(match.group(1))] = result
+            return _Result("DECLARE CURSOR", notice=result.notice)
+        return await self._release(text, params)
+
+    async def _release(self, text: str, params: list | None) -> _Result:
+        """One DP SELECT through the service: its rows and the release's notice."""
+        loop = asyncio.get_running_loop()
         answer: Answer = await loop.run_in_executor(
             self.server.executor, lambda: self.service.query(
                 self.user, self.dataset, text, params, default_epsilon=self.epsilon,
@@ -359,6 +380,35 @@ class Session:
         columns, rows = found
         tag = "SHOW" if text.lstrip()[:4].lower() == "show" else f"SELECT {len(rows)}"
         return _Result(tag, columns, rows)
+
+    def _cursor_command(self, text: str) -> _Result | None:
+        """``FETCH [FORWARD] [n | ALL] FROM name`` and ``CLOSE name | ALL`` on the rows of a
+        declared cursor; None for other statements."""
+        match = _FETCH.match(text)
+        if match:
+            result = self._declared(match.group(3))
+            count = match.group(2)
+            end = len(result.rows) if (count or "").lower() == "all" else \
+                result.sent + (int(count) if count else 1)
+            rows = result.rows[result.sent:end]
+            result.sent += len(rows)
+            return _Result(f"FETCH {len(rows)}", result.columns, rows)
+        match = _CLOSE.match(text)
+        if match:
+            if match.group(1).lower() == "all":
+                self.cursors.clear()
+            else:
+                self._declared(match.group(1))
+                del self.cursors[_cursor_name(match.group(1))]
+            return _Result("CLOSE CURSOR")
+        return None
+
+    def _declared(self, name: str) -> _Result:
+        result = self.cursors.get(_cursor_name(name))
+        if result is None:
+            raise ServiceError("programming", f"cursor {name} does not exist",
+                               hint="DECLARE name CURSOR FOR SELECT ... first")
+        return result
 
     def _control(self, text: str) -> _Result | None:
         """Transaction, session and prepared-statement commands, answered here; None for
@@ -390,6 +440,7 @@ class Session:
                 self.statements.clear()
                 self.portals.clear()
                 self.portal_results.clear()
+                self.cursors.clear()
                 self.epsilon = self.tune = None
             return _Result(f"DISCARD {match.group(1).upper()}")
         if _SET_ANY.match(text):
@@ -561,7 +612,9 @@ class Session:
                                 (_row_description(columns, []) if columns else _message(b"n")),
                                 flush=False)
                 return
-            result = await self._portal_result(name)
+            # a DECLAREd cursor is a portal too: psycopg describes it before it fetches
+            result = self.cursors[name] if name in self.cursors and name not in self.portals \
+                else await self._portal_result(name)
             await self.send(flush=False, data=_row_description(result.columns, result.rows)
                             if result.columns is not None else _message(b"n"))
         elif kind == b"E":
@@ -647,6 +700,13 @@ class Session:
             return
         finally:
             self.writer.close()
+
+
+def _cursor_name(name: str) -> str:
+    """A cursor's name as PostgreSQL reads it: quoted as written, else in lower case."""
+    if name.startswith('"'):
+        return name[1:-1].replace('""', '"')
+    return name.lower()
 
 
 def _param(raw: bytes | None, fmt: int, oid: int):

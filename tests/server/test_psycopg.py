@@ -154,3 +154,20 @@ def test_sqlalchemy_postgresql_psycopg_dialect_connects_and_reads(server):
     with psycopg.connect(server.dsn("uma"), autocommit=True) as con:
         budget = json.loads(con.execute("SHOW dpsql.budget").fetchone()[0])
     assert budget["visits"]["spent"]["epsilon"] == pytest.approx(0.25)  # one release
+
+
+def test_psycopg_named_cursor_is_one_release_fetched_in_pieces(server):
+    # DECLARE "name" CURSOR FOR ... was a syntax error
+    with psycopg.connect(server.dsn("walt")) as con:
+        with con.cursor("pages") as cur:
+            cur.execute("SELECT day, COUNT(*) AS n FROM visits WHERE region_id = %s "
+                        "GROUP BY day", [1])
+            assert [d.name for d in cur.description] == ["day", "n", "n_low", "n_high"]
+            first, rest = cur.fetchmany(2), cur.fetchall()
+            assert len(first) == 2 and len(rest) == 5 and cur.fetchone() is None
+        with pytest.raises(psycopg.Error) as info:
+            con.execute('FETCH FORWARD 1 FROM "pages"')  # closed with the cursor
+        assert "does not exist" in info.value.diag.message_primary
+    with psycopg.connect(server.dsn("walt"), autocommit=True) as con:
+        budget = json.loads(con.execute("SHOW dpsql.budget").fetchone()[0])
+    assert budget["visits"]["spent"]["epsilon"] == pytest.approx(0.25)  # one DECLARE
