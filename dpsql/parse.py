@@ -8,6 +8,7 @@ import functools
 import json
 import math
 import re
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -144,12 +145,28 @@ def _parsed(sql: str, dialect: str = DIALECT) -> tuple[exp.Expression, ...]:
                           sql)
     try:
         # a comment after the last ';' comes back as a Semicolon node: no statement
-        return tuple(_read_weekdays(t, dialect) for t in sqlglot.parse(text, read=dialect)
+        return tuple(_read_weekdays(_with_written_names(t, text, dialect), dialect)
+                     for t in sqlglot.parse(text, read=dialect)
                      if t is not None and not isinstance(t, exp.Semicolon))
     except (ParseError, TokenError) as err:
         raise _syntax_error(err, sql) from None
     except RecursionError:
         raise too_deep(sql) from None
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+
+
+def _with_written_names(tree: exp.Expression, text: str, dialect: str) -> exp.Expression:
+    """``tree`` with each function's name as the text writes it (``meta["written"]``: sqlglot
+    reads REGEXP_MATCHES as RegexpLike and to_timestamp as UnixToTime), and the dialect it
+    was read in on the root, so that a refusal names what the analyst wrote."""
+    tree.meta["dialect"] = dialect
+    for node in tree.find_all(exp.Func):
+        start, end = node.meta.get("start"), node.meta.get("end")
+        if start is not None and end is not None and _NAME.fullmatch(text[start:end + 1]):
+            node.meta["written"] = text[start:end + 1]
+    return tree
 
 
 def too_deep(sql: str) -> ProgrammingError:
@@ -188,25 +205,77 @@ def _syntax_error(err: Exception, sql: str) -> SQLSyntaxError:
 
 
 def _bind(trees: list[exp.Expression], params: Sequence[Any] | None, sql: str):
-    """The trees with the parameters in place of '?'; None when there is nothing to bind."""
-    placeholders = [p for t in trees for p in t.find_all(exp.Placeholder)]
+    """The trees with the parameters in place of their placeholders, in the order the text
+    writes them ('?', or numbered $1, $2 ...); None when there is nothing to bind."""
     given = list(params) if params is not None else []
     if isinstance(params, (str, bytes)) or (params is not None and isinstance(params, dict)):
         raise InterfaceError("parameters must be a sequence (paramstyle is qmark: '?')")
-    if len(placeholders) != len(given):
-        raise ProgrammingError(
-            f"the SQL has {len(placeholders)} '?' placeholder(s) but {len(given)} "
-            "parameter(s) were given",
-            sql=sql,
-            hint="pass one parameter per '?'",
-        )
-    if not placeholders:
+    if not any(_is_placeholder(p) for t in trees
+               for p in t.find_all(exp.Placeholder, exp.Parameter)):
+        if given:
+            raise _miscounted([], given, sql)
         return None
     trees = [t.copy() for t in trees]
-    ordered = [p for t in trees for p in t.find_all(exp.Placeholder)]
-    for node, value in zip(ordered, given, strict=True):
+    found = [p for t in trees for p in _in_text_order(t)]
+    spelled = [_spelling(p) for p in found]
+    numbered = [int(text[1:]) for text in spelled if text.startswith("$")]
+    if any(text.startswith(":") for text in spelled) or 0 < len(numbered) < len(found):
+        raise ProgrammingError(
+            f"the SQL mixes or names its placeholders ({', '.join(dict.fromkeys(spelled))})",
+            sql=sql, hint="write '?' for each parameter, in order (or $1, $2 ... only)")
+    if len(given) != (max(numbered) if numbered else len(found)) or 0 in numbered:
+        raise _miscounted(spelled, given, sql, numbered)
+    values = [given[n - 1] for n in numbered] if numbered else given
+    for node, value in zip(found, values, strict=True):
         node.replace(_literal(value))
     return trees
+
+
+def _is_placeholder(node: exp.Expression) -> bool:
+    """'?', :name, DuckDB's $1 (Placeholder) or PostgreSQL's $1 (a Parameter numbered)."""
+    return isinstance(node, exp.Placeholder) or (
+        isinstance(node.this, exp.Literal) and not node.this.is_string)
+
+
+def _spelling(node: exp.Expression) -> str:
+    """A placeholder as the analyst wrote it: '?', '$1' or ':name'."""
+    name = node.this.this if isinstance(node, exp.Parameter) else node.this
+    if name is None:
+        return "?"
+    return f"${name}" if str(name).isdigit() else f":{name}"
+
+
+def _miscounted(spelled: list[str], given: list, sql: str,
+                numbered: list[int] = ()) -> ProgrammingError:
+    shown = ", ".join(dict.fromkeys(spelled)) or "none"
+    has = f"numbers its placeholders up to ${max(numbered)} ({shown})" if numbered else \
+        f"has {len(spelled)} placeholder(s) ({shown})"
+    return ProgrammingError(f"the SQL {has} but {len(given)} parameter(s) were given", sql=sql,
+                            hint="pass one parameter per '?' (or one per number $1, $2 ...)")
+
+
+def _in_text_order(tree: exp.Expression) -> list[exp.Expression]:
+    """The placeholders of ``tree`` in the order its text writes them.
+
+    sqlglot's walks do not visit a tree in text order (breadth first, ``a > ? AND b = ? AND
+    c < ?`` visits c's first; depth first, a WITH after its SELECT and LIMIT before WHERE),
+    so each placeholder is swapped for a marker and the markers are read from the SQL the
+    tree spells (in SQL's fixed clause order, which is the analyst's).
+    """
+    found = [p for p in tree.find_all(exp.Placeholder, exp.Parameter) if _is_placeholder(p)]
+    if len(found) < 2:
+        return found
+    nonce = secrets.token_hex(8)
+    markers = [exp.Placeholder(this=f"p{nonce}_{i}") for i in range(len(found))]
+    for node, marker in zip(found, markers, strict=True):
+        node.replace(marker)
+    text = tree.sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE)
+    for node, marker in zip(found, markers, strict=True):
+        marker.replace(node)
+    order = [int(i) for i in re.findall(f"p{nonce}_(\\d+)", text)]
+    # a part DuckDB cannot spell (refused when compiled) keeps sqlglot's order at the end
+    order = list(dict.fromkeys([*order, *range(len(found))]))
+    return [found[i] for i in order]
 
 
 def _literal(value: Any) -> exp.Expression:

@@ -180,3 +180,56 @@ def test_a_narrowed_domain_is_the_same_on_neighbours(pairs):
             assert domains[0] == domains[1], sql
             assert check_statement(pair, sql) == "released", sql
     assert [len(k.domain) for k in plans[0].release.statements[0].checked.keys] == [4]
+
+
+# --- refusals name what the analyst wrote; parameters bind in the order written -----------
+
+@pytest.mark.parametrize("dialect,condition,written,internal", [
+    ("duckdb", "REGEXP_MATCHES(sex, 'M.*')", "REGEXP_MATCHES()", "REGEXP_LIKE"),
+    ("duckdb", "to_timestamp(age) IS NULL", "to_timestamp()", "UNIX_TO_TIME"),
+    ("duckdb", "epoch(CAST(age AS TIMESTAMP)) > 3", "epoch()", "TIME_TO_UNIX"),
+    ("duckdb", "strftime(DATE '2020-01-01', '%Y') = sex", "strftime()", "TIME_TO_STR"),
+    ("duckdb", "CURRENT_DATE > DATE '2020-01-01'", "CURRENT_DATE is", "CURRENT_DATE()"),
+    ("postgres", "sex ~ 'M.*'", "sex ~ 'M.*'", "REGEXP_LIKE"),
+])
+def test_a_refusal_names_the_function_as_written(adult_with_nulls, dialect, condition,
+                                                 written, internal):
+    with dpsql.connect(metadata=catalogue(adult_with_nulls), ledger=":memory:",
+                       dialect=dialect) as con:
+        with pytest.raises(dpsql.UnsupportedSQLError) as refused:
+            con.execute(f"SELECT COUNT(*) AS n FROM adult WHERE {condition}", epsilon=1)
+        assert written in refused.value.message and internal not in refused.value.message
+        assert refused.value.code == "unsupported_sql" and con.budget_spent.epsilon == 0
+
+
+@pytest.mark.parametrize("dialect,where,params", [
+    # sqlglot's breadth-first walk bound the last conjunct's '?' first: age > 2, sex = 3 ...
+    ("duckdb", "age > ? AND sex = ? AND hours < ?", [40, "Male", 30]),
+    ("duckdb", "(age + ?) > 70 AND hours < ?", [5, 30]),
+    ("postgres", "age > $2 AND hours < $1", [30, 40]),
+    ("duckdb", "age > $2 AND hours < $1 AND age < $2 + 20", [30, 40]),
+])
+def test_parameters_bind_in_the_order_written(adult_with_nulls, dialect, where, params):
+    duck = where
+    for n, value in reversed(list(enumerate(params, 1))):
+        duck = duck.replace(f"${n}", repr(value))
+    for value in params:
+        duck = duck.replace("?", repr(value), 1)
+    sql = "SELECT COUNT(*) AS n FROM adult WHERE {}"
+    with dpsql.connect(metadata=catalogue(adult_with_nulls, budget=1e12), ledger=":memory:",
+                       insecure_seed=1, dialect=dialect) as con:
+        assert _dpsqls(con, sql.format(where), params) == \
+            _duckdbs(adult_with_nulls, sql.format(duck))
+
+
+@pytest.mark.parametrize("dialect,where,params,said", [
+    ("postgres", "age > $1", None, r"up to \$1 \(\$1\) but 0 parameter"),
+    ("duckdb", "age > :low", [3], r"names its placeholders \(:low\)"),
+    ("duckdb", "age > ? AND hours < $1", [3, 4], r"mixes .*\(\?, \$1\)"),
+    ("duckdb", "age > ?", None, r"1 placeholder\(s\) \(\?\) but 0"),
+])
+def test_a_placeholder_refusal_names_the_style_written(adult_with_nulls, dialect, where,
+                                                       params, said):
+    con = dpsql.connect(metadata=catalogue(adult_with_nulls), ledger=":memory:", dialect=dialect)
+    with con, pytest.raises(dpsql.ProgrammingError, match=said):
+        con.execute(f"SELECT COUNT(*) AS n FROM adult WHERE {where}", params, epsilon=1)

@@ -115,18 +115,23 @@ _AGGREGATE_NAMES = {exp.GroupConcat: "STRING_AGG", exp.ArrayAgg: "ARRAY_AGG",
 
 
 def construct_name(node: exp.Expression) -> str:
-    """How a refusal names an expression node to a person."""
+    """How a refusal names an expression node to a person: a function by the name the
+    analyst wrote (``parse`` keeps it; sqlglot's own names, such as REGEXP_LIKE for
+    REGEXP_MATCHES, are not what they wrote), else as their dialect spells it."""
+    written = node.meta.get("written")
     if type(node) in _AGGREGATE_NAMES:
-        return f"the aggregate {_AGGREGATE_NAMES[type(node)]}"
+        return f"the aggregate {written or _AGGREGATE_NAMES[type(node)]}"
     if isinstance(node, (exp.Subquery, exp.Select, exp.Exists, exp.SetOperation)):
         return "a subquery"
     if isinstance(node, exp.Window):
         return "a window function (OVER ...)"
     if isinstance(node, exp.Anonymous):
-        return f"the function {str(node.this).upper()}()"
-    if isinstance(node, exp.Func):
-        return f"the function {node.sql_name()}()"
-    return f"{node.key.upper()} ({node.sql(dialect='duckdb')[:60]})"
+        return f"the function {node.this}()"
+    if isinstance(node, exp.Func) and written:
+        return f"the function {written}()"
+    text = node.sql(dialect=node.root().meta.get("dialect", "duckdb"),
+                    unsupported_level=ErrorLevel.IGNORE)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def refusal(node: exp.Expression, scope: Scope) -> UnsupportedSQLError:
