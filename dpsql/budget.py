@@ -125,13 +125,14 @@ class PrivacyLoss:
         return PrivacyLoss(max(self.epsilon - other.epsilon, zero),
                            max(self.delta - other.delta, zero), max(self.rho - other.rho, zero))
 
-    def describe(self, exact: bool = False) -> str:
+    def describe(self, exact: bool = False, delta: bool = False) -> str:
         """Human form, e.g. ``ε=0.5, δ=1e-06`` or ``ρ=0.125``: each value as the shortest
         decimal that reads back as its double (0.499999999 is not shown as 0.5), or with
-        ``exact`` as a fraction (for values closer than a double tells apart)."""
+        ``exact`` as a fraction (for values closer than a double tells apart); δ = 0 is
+        left out unless ``delta``."""
         show = str if exact else _shortest
         parts = [f"ε={show(self.epsilon)}"] if self.epsilon or not self.rho else []
-        if self.delta:
+        if self.delta or delta:
             parts.append(f"δ={show(self.delta)}")
         if self.rho:
             parts.append(f"ρ={show(self.rho)}")
@@ -155,11 +156,16 @@ def budget_exhausted(analyst: str, dataset: str, requested: PrivacyLoss,
     what is left and by how much the request exceeds it."""
     # two values a double cannot tell apart are shown exactly, so they never read as equal
     exact = requested.describe() == remaining.describe()
+    delta = bool(requested.delta)  # "Remaining: ε=5" beside "Short by: δ=1e-07" hid why
+    short = requested.minus(remaining)
+    smaller = [name for name, value in (("epsilon", short.epsilon), ("delta", short.delta),
+                                        ("rho", short.rho)) if value]
     return BudgetExhaustedError(
         f"{whose} privacy budget of dataset {dataset!r} cannot cover this request; nothing was "
         f"run or released\n  Requested: {requested.describe(exact)}\n  Remaining: "
-        f"{remaining.describe(exact)}\n  Short by:  {requested.minus(remaining).describe(exact)}",
-        hint="ask for a smaller epsilon, or ask the data owner for more budget",
+        f"{remaining.describe(exact, delta)}\n  Short by:  {short.describe(exact)}",
+        hint=f"ask for a smaller {' and '.join(smaller) or 'epsilon'}, or ask the data owner "
+        "for more budget",
         analyst=analyst, dataset=dataset, requested=requested, remaining=remaining)
 
 

@@ -160,3 +160,8 @@ def test_a_refusal_never_shows_requested_and_remaining_equal_and_says_by_how_muc
                                          PrivacyLoss(Fraction(1, 2) - Fraction(1, 10**20)))
     assert "Requested: ε=1/2\n" in str(tiny) and "Short by:  ε=1/100000000000000000000" \
         in str(tiny)
+    # a request short of δ shows the δ left, 0, where it read "Remaining: ε=5" alone
+    delta = dpsql.budget.budget_exhausted("a", "d", PrivacyLoss(Fraction(1), Fraction(1, 10**7)),
+                                          PrivacyLoss(Fraction(5)))
+    assert "Remaining: ε=5, δ=0\n  Short by:  ε=0, δ=1e-07" in str(delta)
+    assert delta.hint.startswith("ask for a smaller delta,")
