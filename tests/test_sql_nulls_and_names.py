@@ -233,3 +233,20 @@ def test_a_placeholder_refusal_names_the_style_written(adult_with_nulls, dialect
     con = dpsql.connect(metadata=catalogue(adult_with_nulls), ledger=":memory:", dialect=dialect)
     with con, pytest.raises(dpsql.ProgrammingError, match=said):
         con.execute(f"SELECT COUNT(*) AS n FROM adult WHERE {where}", params, epsilon=1)
+
+
+def test_an_output_may_name_an_earlier_outputs_alias(adult_with_nulls):
+    """COUNT(*) AS n, n / 2 AS half said "unknown column 'n'": as DuckDB's lateral aliases,
+    it is post-processing of the noisy n."""
+    sql = ("SELECT sex, COUNT(*) AS n, n / 2 AS half, SUM(hours) AS s, s / n AS mean "
+           "FROM adult GROUP BY sex")
+    released = _released(adult_with_nulls, sql)
+    assert set(released) == {(sex, n, n / 2, s) for sex, n, _, s, _ in
+                             _duckdbs(adult_with_nulls, sql)}
+    assert all(mean == pytest.approx(s / n) for (_, n, _, s), mean in released.items())
+
+
+def test_an_alias_named_before_its_definition_is_refused_saying_so(adult_with_nulls):
+    con = dpsql.connect(metadata=catalogue(adult_with_nulls), ledger=":memory:")
+    with con, pytest.raises(dpsql.UnknownColumnError, match="defined later in the SELECT"):
+        con.execute("SELECT n / 2 AS half, COUNT(*) AS n FROM adult", epsilon=1)

@@ -36,6 +36,7 @@ from dpsql.errors import (
     NonAggregateQueryError,
     PrivateGroupKeysError,
     ProgrammingError,
+    UnknownColumnError,
     UnsupportedSQLError,
 )
 from dpsql.plan import Aggregate, CheckedQuery, GroupKey, OutputColumn, Statement
@@ -194,7 +195,7 @@ class _Compiler:
             body = item.unalias()
             name = item.alias if isinstance(item, exp.Alias) else (
                 body.name if isinstance(body, exp.Column) else body.sql(dialect="duckdb"))
-            expr = post.output(body)
+            expr = post.output(body, projections)
             outputs.append(self._output(name, expr))
             projections.append((name, expr))
         having = select.args.get("having")
@@ -550,7 +551,13 @@ class _PostScope:
         self.compiler, self.sql = compiler, compiler.sql
         self.aliases: dict[str, Expr] = {}
 
-    def output(self, node: exp.Expression) -> Expr:
+    def output(self, node: exp.Expression, earlier) -> Expr:
+        """An output expression. It may name an earlier output by its alias (DuckDB's
+        lateral aliases: COUNT(*) AS n, n / 2 AS half), which is post-processing of noisy
+        values; a column of FROM with that name is the column, as in DuckDB."""
+        columns = {n for _, n in self.compiler.relation.names}
+        self.aliases = {name.lower(): expr for name, expr in earlier
+                        if name.lower() not in columns}
         return ops.build(node, self)
 
     def condition(self, node: exp.Expression, projections) -> Expr:
@@ -585,7 +592,11 @@ class _PostScope:
             return None  # arithmetic on aggregates or output columns: built node by node
         if not any(isinstance(n, exp.Column) for n in node.walk()):
             return None  # a constant
-        row_level = ops.build(node, self.compiler.scope)
+        try:
+            row_level = ops.build(node, self.compiler.scope)
+        except UnknownColumnError:
+            self._refuse_later_alias(node)
+            raise
         key = self.compiler.key_for(row_level)
         if key is None and isinstance(node, exp.Column) and not node.table:
             key = next((k for k in self.compiler.keys if k.name.lower() == node.name.lower()),
@@ -596,6 +607,20 @@ class _PostScope:
                 "it would release row values", sql=self.sql,
                 hint="add it to GROUP BY (with a public domain) or aggregate it")
         return Expr("col", (), key.type, key.name, domain=key.domain)
+
+    def _refuse_later_alias(self, node: exp.Expression) -> None:
+        """An unknown column that names an output defined later in the SELECT list is
+        refused saying so (an alias is known after its definition only)."""
+        outputs = {e.alias.lower() for e in self.compiler.select.expressions
+                   if isinstance(e, exp.Alias)}
+        for ref in node.find_all(exp.Column):
+            name = ref.name.lower()
+            if not ref.table and name in outputs and name not in self.aliases:
+                raise UnknownColumnError(
+                    f"unknown column {ref.name!r}: the output {ref.name!r} is defined "
+                    "later in the SELECT list", sql=self.sql,
+                    hint="name an output after its definition in the SELECT list (or in "
+                    "HAVING and ORDER BY), or repeat its expression")
 
     def _aliased(self, node: exp.Column) -> bool:
         """Whether a column names an output column (``HAVING n > 10``, ``ORDER BY n + 1``)."""
