@@ -201,7 +201,9 @@ class Cursor:
         return [pd.DataFrame(r.rows, columns=[c.name for c in r.columns]) for r in self._results]
 
     def intervals(self, confidence: float = 0.95) -> pd.DataFrame:
-        """Current set with a 95% CI (``<col>_low``, ``<col>_high``) for each noisy aggregate."""
+        """Current set with a 95% CI (``<col>_low``, ``<col>_high``) for each noisy aggregate
+        (None for quantiles and MIN/MAX, whose exponential-mechanism draw has no interval:
+        ``explain`` gives its rank error)."""
         if confidence != 0.95:
             raise NotSupportedError("only 95% intervals are computed", hint="use 0.95")
         current = self._require()
