@@ -60,8 +60,8 @@ CORPUS = [
     "AND REPLACE(education, '-', '') <> 'HSgrad' AND POSITION('a' IN education) > 0 "
     "GROUP BY e",
     # growing text reads a prefix that fits MAX_TEXT: whole for these
-    "SELECT LENGTH(REPLACE(education, 'o', 'ooo') || sex) AS n, COUNT(*) FROM adult "
-    "GROUP BY n",
+    "SELECT sex, COUNT(*) FROM adult WHERE LENGTH(REPLACE(education, 'o', 'ooo') || sex) "
+    "> 12 GROUP BY sex",
 ]
 SEED = 11
 
