@@ -18,6 +18,7 @@ from dpsql.catalog import temporal_number
 
 NUMERIC = ("int", "float")
 INT64 = (-(2**63), 2**63 - 1)
+MAX_DOMAIN_VALUES = 10_000  # a longer public domain is none: the keys are then private
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,10 @@ class Expr:
     domain: tuple | None = field(default=None, compare=False)
     nullable: bool = field(default=True, compare=False)
 
+    def __post_init__(self) -> None:
+        if self.domain is not None:
+            object.__setattr__(self, "domain", distinct(self.domain))
+
     def columns(self) -> set[str]:
         """Names of the columns the expression reads."""
         if self.op == "col":
@@ -65,6 +70,18 @@ class Expr:
         yield self
         for arg in self.args:
             yield from arg.walk()
+
+
+def distinct(values) -> tuple | None:
+    """A domain's values, each once as the backends compare them (every NaN is one value:
+    NaN = NaN in SQL, where Python kept each NaN object apart, so a key whose domain held
+    two NaNs released one cell twice, each with its own noise), or None past
+    ``MAX_DOMAIN_VALUES``."""
+    kept = tuple(dict.fromkeys(_NAN if isinstance(v, float) and v != v else v for v in values))
+    return kept if len(kept) <= MAX_DOMAIN_VALUES else None
+
+
+_NAN = float("nan")  # the one NaN of every domain (dict.fromkeys keeps NaNs apart by identity)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,11 +21,10 @@ from typing import Protocol
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
-from dpsql.compile.ir import INT64, NUMERIC, Expr, Interval, literal
+from dpsql.compile.ir import INT64, MAX_DOMAIN_VALUES, NUMERIC, Expr, Interval, literal
 from dpsql.errors import ProgrammingError, UnsupportedSQLError
 
 MAX_INT_DOMAIN = 10_000
-MAX_DOMAIN_VALUES = 10_000
 
 
 class Scope(Protocol):
