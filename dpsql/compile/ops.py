@@ -423,6 +423,17 @@ YEARS = (1, 9999)
 _DAYS_APART = (datetime.date(YEARS[1], 12, 31) - datetime.date(YEARS[0], 1, 1)).days
 
 
+def _in_years(days: Interval | None) -> Interval | None:
+    """The part of an interval of day numbers within ``YEARS`` (None when none is): outside
+    them the date functions are NULL, and Python's dates end there."""
+    if days is None:
+        return None
+    first = Fraction((datetime.date(YEARS[0], 1, 1) - _EPOCH).days)
+    last = Fraction((datetime.date(YEARS[1], 12, 31) - _EPOCH).days)
+    low, high = max(days.lower, first), min(days.upper, last)
+    return Interval(low, high, days.integral) if low <= high else None
+
+
 def date_diff(later: Expr, earlier: Expr) -> Expr:
     """Days from ``earlier`` to ``later`` (an int; NULL outside ``YEARS``)."""
     interval = _sub(later.interval, earlier.interval)
@@ -441,7 +452,13 @@ def date_add(date: Expr, days: Expr, *, negative: bool, scope: Scope) -> Expr:
     if negative:
         days = Expr("neg", (days,), "int", None, _neg(days.interval),
                     int_result(_neg(days.proven)), None, days.nullable)
-    interval = _add(date.interval, days.interval)
+    # the sum is NULL unless the date is within YEARS and the days within ±MAX_DAYS_ADDED
+    moved = days.interval if days.interval is None else Interval(
+        max(days.interval.lower, Fraction(-MAX_DAYS_ADDED)),
+        min(days.interval.upper, Fraction(MAX_DAYS_ADDED)), True)
+    dated = _in_years(date.interval)
+    interval = None if dated is None or moved is None or moved.lower > moved.upper else \
+        _add(dated, moved)
     return Expr("date_add", (date, days), "date", None, interval, None, None, True)
 
 
@@ -539,8 +556,8 @@ def extract(part: str, arg: Expr, scope: Scope) -> Expr:
                    ("timestamp",), f"EXTRACT({name})", scope)
     if name == "year":
         interval = None
-        if arg.interval is not None:
-            as_days = arg.interval if arg.type == "date" else _days(arg.interval)
+        as_days = _in_years(arg.interval if arg.type == "date" else _days(arg.interval))
+        if as_days is not None:
             interval = Interval(Fraction(day(int(as_days.lower)).year),
                                 Fraction(day(int(as_days.upper)).year), True)
     low, high = YEARS if name == "year" else _PART_RANGES[name]
@@ -576,9 +593,9 @@ def _date_trunc(node: exp.Expression, scope: Scope) -> Expr:
     if arg.type == "text" and arg.op == "lit":
         arg = coerce(arg, "date", scope)
     arg = _require(arg, ("date", "timestamp"), "DATE_TRUNC", scope)
-    domain = None
-    if arg.type == "date" and arg.interval is not None:
-        domain = _truncated_days(int(arg.interval.lower), int(arg.interval.upper), unit)
+    domain, within = None, _in_years(arg.interval)
+    if arg.type == "date" and within is not None:
+        domain = _truncated_days(int(within.lower), int(within.upper), unit)
     return Expr("date_trunc", (arg,), arg.type, unit, arg.interval, None, domain, True)
 
 
