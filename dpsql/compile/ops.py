@@ -267,6 +267,15 @@ def _mul(a: Interval | None, b: Interval | None) -> Interval | None:
     return Interval(min(ends), max(ends), a.integral and b.integral)
 
 
+def _rounded(a: Interval | None) -> Interval | None:
+    """A float operation's exact interval widened by 2^-50 of its ends: the double result is
+    rounded (100 × 0.7 is 70.0 there, 69.99... exactly), so FLOOR's domain and a SUM's bounds
+    must reach the double the backend computes."""
+    if a is None:
+        return None
+    return Interval(a.lower - abs(a.lower) / 2**50, a.upper + abs(a.upper) / 2**50, False)
+
+
 def _neg(a: Interval | None) -> Interval | None:
     return None if a is None else Interval(-a.upper, -a.lower, a.integral)
 
@@ -393,8 +402,8 @@ def _arithmetic(node: exp.Expression, scope: Scope) -> Expr:
         # where an overflow is possible the rendered form yields NULL for it
         nullable = nullable or not _int_fits(proven)
         proven = int_result(proven)
-    elif interval is not None:
-        interval = Interval(interval.lower, interval.upper, False)
+    else:
+        interval = _rounded(interval)
     domain = _binary_domain(left, right, apply, kind) or _domain_from_interval(interval, kind)
     return Expr(op, (left, right), kind, None, interval, proven, domain, nullable)
 
@@ -659,7 +668,7 @@ def _divide(node: exp.Div, scope: Scope) -> Expr:
     if left.interval is not None and right.op == "lit" and right.value:
         ends = sorted((left.interval.lower / Fraction(right.value),
                        left.interval.upper / Fraction(right.value)))
-        interval = Interval(ends[0], ends[1], False)
+        interval = _rounded(Interval(ends[0], ends[1], False))
     domain = _binary_domain(left, right, lambda a, b: a / b if b else None, "float") \
         if right.op == "lit" and right.value else None
     return Expr("div", (left, right), "float", None, interval, None, domain, True)
@@ -776,10 +785,10 @@ def _round(node: exp.Round, scope: Scope) -> Expr:
     if arg.type == "int":
         return arg
     interval = arg.interval
-    if interval is not None:
-        interval = Interval(Fraction(_floor(interval.lower)) if places == 0 else
+    if interval is not None:  # rounding is monotone: the ends' rounded values bound it
+        interval = Interval(_half_away_exact(interval.lower) if places == 0 else
                             interval.lower - 1,
-                            Fraction(-_floor(-interval.upper)) if places == 0 else
+                            _half_away_exact(interval.upper) if places == 0 else
                             interval.upper + 1, places == 0)
     domain = (_mapped(arg, _half_away) or _domain_from_interval(interval, "float")) \
         if places == 0 else None
@@ -790,9 +799,13 @@ def _half_away(value: float) -> float:
     """ROUND(x): the nearest whole number, ties away from zero, of the exact double."""
     if not math.isfinite(value):
         return value
-    exact = Fraction(value)
-    whole = _floor(abs(exact) + Fraction(1, 2))
-    return float(whole if exact >= 0 else -whole)
+    return float(_half_away_exact(Fraction(value)))
+
+
+def _half_away_exact(value: Fraction) -> Fraction:
+    """The nearest whole number to ``value``, ties away from zero."""
+    whole = _floor(abs(value) + Fraction(1, 2))
+    return Fraction(whole if value >= 0 else -whole)
 
 
 @builds(exp.Sign)
@@ -1190,9 +1203,9 @@ def _cast(node: exp.Cast, scope: Scope) -> Expr:
     interval = proven = None
     if target in NUMERIC and arg.type in (*NUMERIC, "bool"):
         interval, proven = arg.interval, arg.proven
-        if target == "int":
+        if target == "int":  # to the nearest, ties to even: monotone, so the ends bound it
             interval = None if interval is None else Interval(
-                Fraction(_floor(interval.lower)), Fraction(-_floor(-interval.upper)), True)
+                Fraction(round(interval.lower)), Fraction(round(interval.upper)), True)
             proven = int_result(None if proven is None else Interval(
                 Fraction(_floor(proven.lower)), Fraction(-_floor(-proven.upper)), True))
         elif interval is not None:
