@@ -147,6 +147,7 @@ _DISCARD = re.compile(r"^discard\s+(all|plans|sequences|temp|temporary)$", re.IG
 _SETTINGS = ("dpsql.epsilon", "dpsql.tune")
 _EXPLAIN = re.compile(r"^explain\s+(.+)$", re.IGNORECASE | re.DOTALL)
 _NAME = r'("(?:[^"]|"")+"|\w+)'
+MAX_CURSORS = 16  # DECLAREd cursors a session may hold open
 _DECLARE = re.compile(r"^declare\s+" + _NAME + r"\s+(?:(?:no\s+)?scroll\s+)?cursor\s+"
                       r"(?:with(?:out)?\s+hold\s+)?for\s+(.+)$", re.IGNORECASE | re.DOTALL)
 _FETCH = re.compile(r"^fetch\s+(?:(forward|next)\s+)?(all|\d+)?\s*(?:from|in)\s+" + _NAME +
@@ -352,6 +353,10 @@ class Session:
             return cursor
         match = _DECLARE.match(text)
         if match:  # a server-side cursor (psycopg's named cursors): one release, fetched here
+            if len(self.cursors) >= MAX_CURSORS and _cursor_name(match.group(1)) not in \
+                    self.cursors:  # each holds its rows; a stored answer is declared free
+                raise ServiceError("programming", f"a session holds at most {MAX_CURSORS} "
+                                   "open cursors", hint="CLOSE one, or COMMIT to close them all")
             result = await self._release(match.group(2), params)
             self.cursors[_cursor_name(match.group(1))] = result
             return _Result("DECLARE CURSOR", notice=result.notice)
@@ -426,6 +431,7 @@ class Session:
                 self.status = b"T"
                 return _Result("BEGIN")
             self.status = b"I"
+            self.cursors.clear()  # as PostgreSQL's: a cursor lives in its transaction
             return _Result("ROLLBACK" if word in ("rollback", "abort") else "COMMIT")
         match = _DEALLOCATE.match(text)
         if match:

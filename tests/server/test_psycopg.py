@@ -171,3 +171,23 @@ def test_psycopg_named_cursor_is_one_release_fetched_in_pieces(server):
     with psycopg.connect(server.dsn("walt"), autocommit=True) as con:
         budget = json.loads(con.execute("SHOW dpsql.budget").fetchone()[0])
     assert budget["visits"]["spent"]["epsilon"] == pytest.approx(0.25)  # one DECLARE
+
+
+def test_a_session_holds_few_cursors_and_a_transaction_end_closes_them(server):
+    """Cursors hold their rows and a stored answer is declared again for free: a session
+    could hold any number of them, past COMMIT, which PostgreSQL's own cursors do not
+    outlive."""
+    sql = "SELECT day, COUNT(*) AS n FROM visits GROUP BY day"
+    with psycopg.connect(server.dsn("xavier")) as con:
+        for i in range(16):
+            con.execute(f"DECLARE c{i} CURSOR FOR {sql}")
+        with pytest.raises(psycopg.Error) as info:
+            con.execute(f"DECLARE c16 CURSOR FOR {sql}")
+        assert "at most 16 open cursors" in info.value.diag.message_primary
+        con.rollback()
+        con.execute(f"DECLARE c16 CURSOR FOR {sql}")
+        assert len(con.execute("FETCH ALL FROM c16").fetchall()) == 7
+        con.commit()
+        with pytest.raises(psycopg.Error) as info:
+            con.execute("FETCH ALL FROM c16")
+        assert "does not exist" in info.value.diag.message_primary
