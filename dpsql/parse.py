@@ -15,6 +15,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel, ParseError, TokenError
+from sqlglot.tokens import TokenType
 
 from dpsql.errors import InterfaceError, ProgrammingError, SQLSyntaxError
 from dpsql.plan import Statement
@@ -135,6 +136,105 @@ def _read_weekdays(tree: exp.Expression, dialect: str) -> exp.Expression:
     return tree.transform(read, copy=False)
 
 
+# Date formats whose dialect spelling sqlglot reads into strftime's imperfectly (PostgreSQL's
+# 'FMDay' became 'FM%uay', Spark's 'MM' '%mstrict' and 'Y', its week-based year, '%Y'): the
+# functions that take one, the position of the format among their arguments, and the parts
+# read from the text as written (the compiler allows these parts only: ops.FORMAT_PARTS).
+_PG_FORMAT = ({"to_char"}, 1, {"YYYY": "%Y", "MM": "%m", "DD": "%d", "FMDay": "%A",
+                              "Dy": "%a", "FMMonth": "%B", "Mon": "%b"})
+_JAVA_FORMAT = ({"date_format"}, 1, {"yyyy": "%Y", "MM": "%m", "dd": "%d", "EEEE": "%A",
+                                     "EEE": "%a", "MMMM": "%B", "MMM": "%b"})
+_DATE_FORMATS = {
+    "postgres": _PG_FORMAT, "redshift": _PG_FORMAT, "spark": _JAVA_FORMAT,
+    "databricks": _JAVA_FORMAT,
+    "tsql": ({"format"}, 1, {"yyyy": "%Y", "MM": "%m", "dd": "%d", "dddd": "%A", "ddd": "%a",
+                             "MMMM": "%B", "MMM": "%b"}),
+    "snowflake": ({"to_char", "to_varchar"}, 1, {"YYYY": "%Y", "MM": "%m", "DD": "%d"})}
+# names whose format sqlglot writes itself, not read from the text (T-SQL's DATENAME)
+_NAMED_FORMATS = {"datename", "dayname", "monthname"}
+# T-SQL's week begins on @@DATEFIRST's day, Sunday by default; its ISO week is iso_week
+_TSQL_WEEKS = {"week", "wk", "ww"}
+
+
+def _read_dates(tree: exp.Expression, text: str, dialect: str) -> exp.Expression:
+    """The tree with the dialect's date names and formats as DuckDB's: Spark's DAYNAME and
+    MONTHNAME abbreviate ('Mon'), T-SQL's week starts on Sunday, and a format is read from
+    the text as written (``_DATE_FORMATS``) into strftime's parts, or made empty (refused
+    when compiled, naming it) where it holds anything else."""
+    if dialect in ("spark", "databricks"):
+        for node in tree.find_all(exp.Dayname, exp.Monthname):
+            node.set("abbreviated", True)
+    if dialect == "tsql":
+        for node in tree.find_all(exp.TimestampTrunc, exp.DateTrunc):
+            unit = node.args.get("unit")
+            if isinstance(unit, exp.Var) and unit.name.lower() in _TSQL_WEEKS:
+                node.set("unit", exp.WeekStart(this=exp.var("SUNDAY")))
+    if dialect not in _DATE_FORMATS:
+        return tree
+    names, position, parts = _DATE_FORMATS[dialect]
+    for node in tree.find_all(exp.TimeToStr, exp.ToChar):
+        written = str(node.meta.get("written", "")).lower()
+        if written in _NAMED_FORMATS:
+            continue
+        original = _string_argument(text, node, position, dialect) if written in names else None
+        read = None if original is None else _format_parts(original, parts)
+        literal = exp.Literal.string(read or "")
+        given = node.args.get("format")
+        literal.meta["written"] = original if original is not None else \
+            given.name if given is not None else ""
+        node.set("format", literal)
+    return tree
+
+
+def _string_argument(text: str, node: exp.Expression, position: int,
+                     dialect: str) -> str | None:
+    """The text of a function call's argument at ``position`` when it is one string
+    literal, read from the SQL as written (the call's name starts at node.meta['start'])."""
+    try:
+        tokens = sqlglot.Dialect.get_or_raise(dialect).tokenize(text)
+    except TokenError:
+        return None
+    start = next((i for i, t in enumerate(tokens) if t.start == node.meta.get("start")), None)
+    if start is None or start + 1 >= len(tokens) or \
+            tokens[start + 1].token_type != TokenType.L_PAREN:
+        return None
+    depth, arguments = 0, [[]]
+    for token in tokens[start + 2:]:  # after the call's '('
+        kind = token.token_type
+        if kind in (TokenType.L_PAREN, TokenType.L_BRACKET):
+            depth += 1
+        elif kind in (TokenType.R_PAREN, TokenType.R_BRACKET):
+            if depth == 0:
+                break
+            depth -= 1
+        elif kind == TokenType.COMMA and depth == 0:
+            arguments.append([])
+            continue
+        arguments[-1].append(token)
+    if position >= len(arguments) or len(arguments[position]) != 1:
+        return None
+    (token,) = arguments[position]
+    return token.text if token.token_type == TokenType.STRING else None
+
+
+def _format_parts(written: str, parts: dict[str, str]) -> str | None:
+    """A dialect's date format in strftime's parts (longest first), characters other than
+    letters and '%' as they are; None where a letter or '%' is not part of one."""
+    read, at = [], 0
+    spellings = sorted(parts, key=len, reverse=True)
+    while at < len(written):
+        found = next((s for s in spellings if written.startswith(s, at)), None)
+        if found is not None:
+            read.append(parts[found])
+            at += len(found)
+        elif written[at].isalnum() or written[at] == "%":
+            return None
+        else:
+            read.append(written[at])
+            at += 1
+    return "".join(read)
+
+
 @functools.lru_cache(maxsize=256)
 def _parsed(sql: str, dialect: str = DIALECT) -> tuple[exp.Expression, ...]:
     """sqlglot's trees for ``sql``; cached because analysts and evaluators repeat statements.
@@ -145,7 +245,8 @@ def _parsed(sql: str, dialect: str = DIALECT) -> tuple[exp.Expression, ...]:
                           sql)
     try:
         # a comment after the last ';' comes back as a Semicolon node: no statement
-        return tuple(_read_weekdays(_with_written_names(t, text, dialect), dialect)
+        return tuple(_read_dates(_read_weekdays(_with_written_names(t, text, dialect),
+                                                dialect), text, dialect)
                      for t in sqlglot.parse(text, read=dialect)
                      if t is not None and not isinstance(t, exp.Semicolon))
     except (ParseError, TokenError) as err:

@@ -152,8 +152,8 @@ def refusal(node: exp.Expression, scope: Scope) -> UnsupportedSQLError:
         hint="use arithmetic, comparisons, CASE/COALESCE/NULLIF/IF, CAST, LEAST/GREATEST, "
         "ABS/FLOOR/CEIL/ROUND/SIGN, SQRT/LN/LOG/EXP/POWER, LOWER/UPPER/LENGTH/TRIM/"
         "SUBSTRING/LEFT/RIGHT/REPLACE/POSITION/||, LIKE, IN (...), "
-        "BETWEEN, IS NULL, EXTRACT/DATE_TRUNC/DATE_DIFF and date arithmetic on the table's "
-        "columns")
+        "BETWEEN, IS NULL, EXTRACT/DATE_TRUNC/DATE_DIFF/DAYNAME/MONTHNAME/STRFTIME and date "
+        "arithmetic on the table's columns")
 
 
 # --- typing helpers ----------------------------------------------------------------------
@@ -531,10 +531,11 @@ def _date_diff_function(node: exp.DateDiff, scope: Scope) -> Expr:
                      _as_date(build(node.expression, scope), scope))
 
 
-@builds(exp.TimeStrToTime, exp.TsOrDsToDate, reads=("this", "default_date"))
+@builds(exp.TimeStrToTime, exp.TsOrDsToDate, exp.TsOrDsToTimestamp,
+        reads=("this", "default_date"))
 def _time_string(node: exp.Expression, scope: Scope) -> Expr:
-    """T-SQL's and Spark's DATEDIFF wrap their arguments in these; a date or timestamp
-    passes through."""
+    """T-SQL's and Spark's DATEDIFF, and MySQL's and SQLite's date formats, wrap their
+    arguments in these; a date or timestamp passes through."""
     inner = build(node.this, scope)
     if inner.type in ("date", "timestamp"):
         return inner
@@ -587,39 +588,192 @@ def _part_function(node: exp.Expression, scope: Scope) -> Expr:
     return extract(_PART_NODES[type(node)], build(node.this, scope), scope)
 
 
-_TRUNC_UNITS = ("year", "quarter", "month", "day")
+_TRUNC_UNITS = ("year", "quarter", "month", "week", "day")
+# spellings of the ISO week (from Monday, as DuckDB, PostgreSQL and Spark truncate 'week'):
+# BigQuery's ISOWEEK and WEEK(MONDAY), T-SQL's iso_week (its week starts on @@DATEFIRST's day,
+# which ``parse`` reads as WEEK(SUNDAY))
+_WEEK_SPELLINGS = {"weeks": "week", "isoweek": "week", "iso_week": "week", "isowk": "week",
+                   "isoww": "week"}
 
 
-@builds(exp.DateTrunc, exp.TimestampTrunc, reads=("this", "unit", "input_type_preserved"))
-def _date_trunc(node: exp.Expression, scope: Scope) -> Expr:
+def _trunc_unit(node: exp.Expression, scope: Scope) -> str:
+    """The unit DATE_TRUNC truncates to, or a refusal (a week starting on another day)."""
     unit_node = node.args.get("unit")
+    if isinstance(unit_node, exp.WeekStart):
+        start = unit_node.name.lower()
+        if start != "monday":
+            raise UnsupportedSQLError(
+                f"DATE_TRUNC to weeks starting on {start or '?'} is not supported",
+                sql=scope.sql, hint="truncate to ISO weeks, from Monday: DATE_TRUNC('week', d) "
+                "(BigQuery: DATE_TRUNC(d, ISOWEEK); T-SQL: DATETRUNC(iso_week, d))")
+        return "week"
     unit = (unit_node.name if unit_node is not None else "").lower()
+    unit = _WEEK_SPELLINGS.get(unit, unit)
     if unit not in _TRUNC_UNITS:
         raise UnsupportedSQLError(f"DATE_TRUNC to {unit or '?'} is not supported",
                                   sql=scope.sql,
                                   hint=f"truncate to one of {', '.join(_TRUNC_UNITS)}")
+    return unit
+
+
+@builds(exp.DateTrunc, exp.TimestampTrunc, reads=("this", "unit", "input_type_preserved"))
+def _date_trunc(node: exp.Expression, scope: Scope) -> Expr:
+    """DATE_TRUNC(unit, d): of the type of d, its values the truncated dates within
+    ``YEARS`` (a public domain for a bounded date), NULL outside them."""
+    unit = _trunc_unit(node, scope)
     arg = build(node.this, scope)
     if arg.type == "text" and arg.op == "lit":
         arg = coerce(arg, "date", scope)
     arg = _require(arg, ("date", "timestamp"), "DATE_TRUNC", scope)
-    domain, within = None, _in_years(arg.interval)
-    if arg.type == "date" and within is not None:
-        domain = _truncated_days(int(within.lower), int(within.upper), unit)
-    return Expr("date_trunc", (arg,), arg.type, unit, arg.interval, None, domain, True)
+    within = _in_years(arg.interval if arg.type == "date" else _days(arg.interval))
+    interval = domain = None
+    if within is not None:
+        first, last = (_truncated_day(int(end), unit) for end in (within.lower, within.upper))
+        unit_size = 1 if arg.type == "date" else 86400  # a timestamp's interval is in seconds
+        interval = Interval(Fraction(first * unit_size), Fraction(last * unit_size), True)
+        if arg.type == "date":
+            domain = _truncated_days(int(within.lower), int(within.upper), unit)
+    return Expr("date_trunc", (arg,), arg.type, unit, interval, None, domain, True)
+
+
+def _truncated_day(number: int, unit: str) -> int:
+    """The day number of a day's truncation to ``unit`` (a Monday for a week)."""
+    date = day(number)
+    if unit == "day":
+        return number
+    if unit == "week":
+        return number - date.weekday()
+    months = {"year": 12, "quarter": 3, "month": 1}[unit]
+    month = (date.month - 1) // months * months
+    return (datetime.date(date.year, month + 1, 1) - _EPOCH).days
 
 
 def _truncated_days(lower: int, upper: int, unit: str) -> tuple | None:
-    """Every truncated date between two day numbers (the domain of DATE_TRUNC)."""
+    """Every truncated date between two day numbers within ``YEARS`` (the domain of
+    DATE_TRUNC), None past ``MAX_DOMAIN_VALUES`` of them. Year 1 begins on a Monday, so a
+    truncated week stays within ``YEARS`` too."""
     first, last = day(lower), day(upper)
-    if unit == "day":
-        return tuple(day(d) for d in range(lower, upper + 1)) \
-            if upper - lower < MAX_DOMAIN_VALUES else None
+    if unit in ("day", "week"):
+        step = 1 if unit == "day" else 7
+        start, end = _truncated_day(lower, unit), _truncated_day(upper, unit)
+        return tuple(day(d) for d in range(start, end + 1, step)) \
+            if (end - start) // step < MAX_DOMAIN_VALUES else None
     months = {"year": 12, "quarter": 3, "month": 1}[unit]
     start = (first.year * 12 + first.month - 1) // months * months
     end = (last.year * 12 + last.month - 1) // months * months
     if (end - start) // months >= MAX_DOMAIN_VALUES:
         return None
     return tuple(datetime.date(m // 12, m % 12 + 1, 1) for m in range(start, end + 1, months))
+
+
+# --- day and month names, date formats ---------------------------------------------------
+# A date format is a sequence of these parts (as DuckDB's STRFTIME spells them; ``parse``
+# reads other dialects' spellings into them) and separators: each part renders alike on
+# every backend (``render.Dialect._op_strftime``) and its values are known, so a formatted
+# date has a public domain.
+DAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+MONTH_NAMES = ("January", "February", "March", "April", "May", "June", "July", "August",
+               "September", "October", "November", "December")
+FORMAT_PARTS: dict[str, Callable[[datetime.date], str]] = {
+    "%Y": lambda d: f"{d.year:04d}", "%m": lambda d: f"{d.month:02d}",
+    "%d": lambda d: f"{d.day:02d}", "%A": lambda d: DAY_NAMES[d.weekday()],
+    "%a": lambda d: DAY_NAMES[d.weekday()][:3], "%B": lambda d: MONTH_NAMES[d.month - 1],
+    "%b": lambda d: MONTH_NAMES[d.month - 1][:3]}
+FORMAT_SEPARATORS = "-/ .,:"
+_FORMAT_TOKEN = re.compile("|".join(map(re.escape, [*FORMAT_PARTS, *FORMAT_SEPARATORS])))
+MAX_FORMAT = 40  # characters of a format
+_WEEKDAY_PARTS, _DAY_PARTS, _MONTH_PARTS = {"%A", "%a"}, {"%d"}, {"%m", "%B", "%b"}
+
+
+def format_parts(fmt: str) -> list[str] | None:
+    """The parts and separators of an allowed date format, or None.
+
+    Example:
+        >>> format_parts("%Y-%m"), format_parts("%H:%M"), format_parts("%Y%m")
+        (['%Y', '-', '%m'], None, None)
+    """
+    if not 0 < len(fmt) <= MAX_FORMAT:
+        return None
+    parts = _FORMAT_TOKEN.findall(fmt)
+    if "".join(parts) != fmt or not set(parts) & FORMAT_PARTS.keys():
+        return None
+    # two parts side by side would run together in Spark's patterns ('MM' + 'MMM' is one)
+    if any(a in FORMAT_PARTS and b in FORMAT_PARTS for a, b in itertools.pairwise(parts)):
+        return None
+    return parts
+
+
+def format_date(date: datetime.date, parts: list[str]) -> str:
+    """A date formatted as the backends format it (years 1-9999 with four digits)."""
+    return "".join(FORMAT_PARTS[p](date) if p in FORMAT_PARTS else p for p in parts)
+
+
+def formatted(arg: Expr, fmt: str, scope: Scope, written: str | None = None) -> Expr:
+    """A date or timestamp formatted with an allowed format (``format_parts``): text with
+    a public domain, NULL outside ``YEARS``."""
+    parts = format_parts(fmt)
+    if parts is None:
+        raise UnsupportedSQLError(
+            f"the date format {fmt if written is None else written!r} is not supported",
+            sql=scope.sql,
+            hint="format with the year, month, day, day name and month name, separated by "
+            "one of - / . , : or a space, e.g. STRFTIME(d, '%Y-%m') (PostgreSQL: TO_CHAR(d, "
+            "'YYYY-MM')), DAYNAME(d) or MONTHNAME(d)")
+    if arg.type == "text" and arg.op == "lit":
+        arg = coerce(arg, "date", scope)
+    arg = _require(arg, ("date", "timestamp"), "a date format", scope)
+    return Expr("strftime", (arg,), "text", fmt, None, None, _formatted_domain(arg, parts),
+                True)
+
+
+def _formatted_domain(arg: Expr, parts: list[str]) -> tuple | None:
+    """The values of a date format: over the bounds' dates within ``YEARS`` when it shows
+    the year, else over the calendar (a week for day names, the leap year 2000 for months
+    and days); None for day names beside days or months without a year, whose values are
+    many, or past ``MAX_DOMAIN_VALUES`` dates."""
+    shown = set(parts)
+    unit = "day" if shown & (_WEEKDAY_PARTS | _DAY_PARTS) else \
+        "month" if shown & _MONTH_PARTS else "year"
+    if "%Y" in shown:
+        within = _in_years(arg.interval if arg.type == "date" else _days(arg.interval))
+        if within is None:
+            return None
+        dates = _truncated_days(int(within.lower), int(within.upper), unit)
+    elif shown & _WEEKDAY_PARTS:
+        monday = (datetime.date(2024, 1, 1) - _EPOCH).days
+        dates = None if shown & (_DAY_PARTS | _MONTH_PARTS) else \
+            _truncated_days(monday, monday + 6, "day")
+    else:
+        year = [(datetime.date(2000, m, d) - _EPOCH).days for m, d in ((1, 1), (12, 31))]
+        dates = _truncated_days(*year, unit)
+    return None if dates is None else tuple(format_date(d, parts) for d in dates)
+
+
+@builds(exp.Dayname, exp.Monthname, reads=("this", "abbreviated"))
+def _name_function(node: exp.Expression, scope: Scope) -> Expr:
+    """DAYNAME(d) and MONTHNAME(d): English names ('Monday', 'January'), abbreviated to
+    three letters where the dialect's are (Snowflake, Spark: 'Mon', 'Jan')."""
+    full, short = ("%A", "%a") if isinstance(node, exp.Dayname) else ("%B", "%b")
+    return formatted(build(node.this, scope), short if node.args.get("abbreviated") else full,
+                     scope)
+
+
+def _is_text(node: exp.Expression | None) -> bool:
+    return isinstance(node, exp.Literal) and node.is_string
+
+
+@builds(exp.TimeToStr, exp.ToChar, reads=("this", "format"))
+def _format_function(node: exp.Expression, scope: Scope) -> Expr:
+    """STRFTIME(d, format) and the dialects' TO_CHAR, DATE_FORMAT, FORMAT_DATE, FORMAT ...
+    with a literal format of ``FORMAT_PARTS`` (``parse`` reads theirs into it)."""
+    arg, fmt = node.this, node.args.get("format")
+    if _is_text(arg) and fmt is not None and not _is_text(fmt):
+        arg, fmt = fmt, arg  # DuckDB's STRFTIME(format, d)
+    if not _is_text(fmt):
+        raise UnsupportedSQLError(f"{construct_name(node)} needs a literal format",
+                                  sql=scope.sql, hint="write the format in quotes, e.g. "
+                                  "STRFTIME(d, '%Y-%m')")
+    return formatted(build(arg, scope), fmt.this, scope, fmt.meta.get("written"))
 
 
 @builds(exp.Anonymous, reads=("this", "expressions"))

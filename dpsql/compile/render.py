@@ -28,7 +28,7 @@ MAX_EXPRESSION_SQL = 1_000_000
 # the longest text REPLACE and || write (characters): they read a prefix of their operands
 # that fits, so one person's long value cannot grow into gigabytes on D′ alone
 MAX_TEXT = 1_000_000
-_DATED = {"extract", "date_diff", "date_trunc"}  # NULL outside ops.YEARS (``_within_years``)
+_DATED = {"extract", "date_diff", "date_trunc", "strftime"}  # NULL outside ops.YEARS (``_within_years``)
 # the first and last instants of a year, per temporal type
 _YEAR_ENDS = {"date": ("01-01", "12-31"),
               "timestamp": ("01-01 00:00:00", "12-31 23:59:59.999999")}
@@ -392,6 +392,17 @@ class Dialect:
         truncated = f"date_trunc({self.string(e.value)}, {self.expr(e.args[0])})"
         return f"CAST({truncated} AS DATE)" if e.type == "date" else truncated
 
+    # each part of an allowed date format (ops.FORMAT_PARTS) as this backend spells it
+    format_parts = {part: part for part in ops.FORMAT_PARTS}
+    format_function = "strftime({date}, {format})"
+
+    def _op_strftime(self, e: Expr) -> str:
+        """A date format: one call of the backend's own function, with its spelling of the
+        parts (English names on each)."""
+        spelled = "".join(self.format_parts.get(p, p) for p in ops.format_parts(e.value))
+        return self.format_function.format(date=self.expr(e.args[0]),
+                                           format=self.string(spelled))
+
     # --- relations -----------------------------------------------------------------------
     def relation(self, node, sources: dict[str, str]) -> str:
         """A FROM item (a parenthesised query) producing a relation's internal columns.
@@ -437,6 +448,11 @@ class PostgresDialect(Dialect):
     def _op_date_diff(self, e: Expr) -> str:
         later, earlier = self._args(e)
         return f"CAST(({later} - {earlier}) AS BIGINT)"
+
+    # FM: no padding of the names to nine characters
+    format_parts = {"%Y": "YYYY", "%m": "MM", "%d": "DD", "%A": "FMDay", "%a": "Dy",
+                    "%B": "FMMonth", "%b": "Mon"}
+    format_function = "to_char({date}, {format})"
 
     _LIMIT = "1e150"
     # (x + 2^-450) - 2^-450 is 0 for |x| below 2^-503 and else a multiple of 2^-502 ≈ 1.9e-151
@@ -700,6 +716,10 @@ class SparkDialect(Dialect):
     def _op_date_diff(self, e: Expr) -> str:
         later, earlier = self._args(e)
         return f"CAST(datediff({later}, {earlier}) AS BIGINT)"
+
+    format_parts = {"%Y": "yyyy", "%m": "MM", "%d": "dd", "%A": "EEEE", "%a": "EEE",
+                    "%B": "MMMM", "%b": "MMM"}
+    format_function = "date_format({date}, {format})"
 
     def add_days(self, date: str, days: str) -> str:
         return f"date_add({date}, {days})"
