@@ -22,6 +22,7 @@ from dpsql.compile.scope import (
     Scope,
     predicate,
 )
+from dpsql.compile.select import compile_window, refuse_misplaced_windows, window_sql, with_sql
 from dpsql.errors import ProgrammingError, UnsupportedSQLError
 from dpsql.plan import Statement
 
@@ -81,10 +82,10 @@ class _Render:
         self.d = d
 
     def __call__(self, e: Expr) -> str:
+        if e.op == "window":
+            return window_sql(e, self)
         if e.op != "agg":
-            if any(n.op == "agg" for n in e.walk()):
-                return self.d.expr(_substitute(e, self))
-            return self.d.expr(e)
+            return self.d.expr(with_sql(e, self))
         kind = e.value
         if kind == "count_star":
             return "COUNT(*)"
@@ -94,18 +95,12 @@ class _Render:
         return f"{kind.upper()}({arg})"
 
 
-def _substitute(e: Expr, render: _Render) -> Expr:
-    """``e`` with each aggregate replaced by a column holding its rendered SQL."""
-    if e.op == "agg":
-        return Expr("sql", (), e.type, render(e))
-    return Expr(e.op, tuple(_substitute(a, render) for a in e.args), e.type, e.value,
-                e.interval, e.proven, e.domain, e.nullable)
-
-
 class _PublicScope(Scope):
-    """Columns of public tables, and exact aggregates of them."""
+    """Columns of public tables, exact aggregates of them, and windows over either."""
 
     def intercept(self, node: exp.Expression) -> Expr | None:
+        if isinstance(node, exp.Window):  # public rows: their order reveals nothing
+            return compile_window(node, self, ())
         if not isinstance(node, exp.AggFunc):
             return None
         kind = _AGGREGATES.get(type(node))
@@ -133,9 +128,11 @@ def compile_public(select: exp.Select, relation: Relation, statement: Statement
                    ) -> PublicQuery:
     """The IR of a SELECT whose every table is public."""
     sql = statement.sql
-    for clause in ("qualify", "windows"):
-        if select.args.get(clause):
-            raise UnsupportedSQLError(f"{clause.upper()} is not supported", sql=sql)
+    if select.args.get("qualify"):  # PostgreSQL and Spark have no QUALIFY
+        raise UnsupportedSQLError("QUALIFY is not supported on public tables", sql=sql,
+                                  hint="select the window and filter its rows in the "
+                                  "client")
+    refuse_misplaced_windows(select, sql)
     scope = _PublicScope(relation, sql)
     outputs: list[tuple[str, Expr]] = []
     for item in select.expressions:

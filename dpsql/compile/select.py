@@ -4,8 +4,9 @@ change.
 Accepted: aggregates (COUNT(*), COUNT(x), COUNT(DISTINCT person), SUM, AVG, VAR/STDDEV,
 quantiles, MIN/MAX) with FILTER (WHERE ...), GROUP BY keys (a public domain, or private keys
 released above a noisy threshold with δ), a row-level WHERE, and arithmetic on aggregates,
-HAVING, ORDER BY, LIMIT and OFFSET, which become post-processing of the noisy result,
-compiled from the same allow-list and rendered to run over the noisy frame only.
+HAVING, ORDER BY, LIMIT and OFFSET, window functions over the outputs (RANK() OVER (ORDER
+BY COUNT(*) DESC), SUM(COUNT(*)) OVER ()) and QUALIFY, which become post-processing of the noisy
+result, compiled from the same allow-list and rendered to run over the noisy frame only.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from __future__ import annotations
 import datetime
 import math
 import operator
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from sqlglot import exp
 
 from dpsql.catalog import Catalog
 from dpsql.compile import ops
-from dpsql.compile.ir import NUMERIC, Expr, column
+from dpsql.compile.ir import NUMERIC, Expr, column, literal
 from dpsql.compile.render import dialect
 from dpsql.compile.scope import (
     COUNT_CLAUSES,
@@ -165,22 +167,21 @@ class _Compiler:
         if select.args.get("distinct"):
             raise UnsupportedSQLError("SELECT DISTINCT is not supported", sql=self.sql,
                                       hint="GROUP BY the columns instead")
-        for clause in ("qualify", "windows"):
-            if select.args.get(clause):
-                raise UnsupportedSQLError(f"{clause.upper()} is not supported", sql=self.sql)
-        outer = [*select.expressions, *(select.args[c] for c in ("having", "order", "group")
-                                        if select.args.get(c) is not None)]
-        for node in (n for clause in outer for n in clause.walk()):
-            if isinstance(node, exp.Window):
-                raise UnsupportedSQLError("window functions (OVER ...) are not supported",
-                                          sql=self.sql, hint="remove the OVER clause")
+        refuse_misplaced_windows(select, self.sql)
         if any(isinstance(e, exp.Star) for e in select.expressions):
             raise NonAggregateQueryError("SELECT * would return private rows", sql=self.sql,
                                          hint="select aggregates such as COUNT(*) and GROUP BY "
                                          "keys instead")
         key_only = select.args.get("group") is not None
-        if not key_only and not any(isinstance(n, exp.AggFunc) for item in select.expressions
-                                    for n in item.walk()):
+        if not key_only and not any(isinstance(n, exp.AggFunc) and not _is_window_function(n)
+                                    for item in select.expressions for n in item.walk()):
+            if select.find(exp.Window):
+                raise UnsupportedSQLError(
+                    "a window function over the table's rows is not supported: dpsql runs "
+                    "windows over a statement's released rows (its GROUP BY keys and "
+                    "aggregates), and this SELECT aggregates nothing", sql=self.sql,
+                    hint="aggregate first, e.g. SELECT key, COUNT(*) AS n, RANK() OVER "
+                    "(ORDER BY COUNT(*) DESC) AS r FROM t GROUP BY key")
             raise NonAggregateQueryError(
                 "the SELECT returns rows, not aggregates: it would release private data",
                 sql=self.sql,
@@ -200,6 +201,9 @@ class _Compiler:
             projections.append((name, expr))
         having = select.args.get("having")
         having_expr = post.condition(having.this, projections) if having is not None else None
+        qualify = select.args.get("qualify")
+        qualify_expr = post.condition(qualify.this, projections, "QUALIFY") \
+            if qualify is not None else None
         order = [post.ordering(o, projections) for o in
                  (select.args["order"].expressions if select.args.get("order") else [])]
         limit, offset = (self._count_clause(c) for c in ("limit", "offset"))
@@ -216,8 +220,20 @@ class _Compiler:
             raise ProgrammingError("two output columns have the same name", sql=self.sql,
                                    hint="give them distinct aliases with AS")
         projection = all(o.role in ("key", "aggregate") for o in outputs) and \
-            having is None and not order and limit is None and offset is None
-        post_sql = _post_sql(projections, outputs, having_expr, order, limit, offset)
+            having is None and qualify is None and not order and limit is None and \
+            offset is None
+        windowed = _has_window([*(e for _, e in projections), *(e for e, _, _ in order),
+                                *([qualify_expr] if qualify_expr is not None else [])])
+        if qualify_expr is not None and not windowed:
+            raise ProgrammingError("QUALIFY filters on window functions, and the statement "
+                                   "has none", sql=self.sql,
+                                   hint="filter on aggregates with HAVING")
+        if windowed:
+            # a window reorders the rows: they come in the keys' order, as without it, and
+            # rows that tie in ORDER BY keep that order (LIMIT keeps the same rows each time)
+            order += [(post.key(k), False, False) for k in self.keys]
+        post_sql = _post_sql(projections, outputs, having_expr, qualify_expr, order, limit,
+                             offset)
         return CheckedQuery(statement=self.statement, relation=self.relation,
                             table=self.relation.spec, where=self.where, keys=self.keys,
                             aggregates=tuple(self.aggregates.values()), outputs=tuple(outputs),
@@ -434,7 +450,7 @@ class _Compiler:
             aggregate = self._aggregate_names()[expr.value]
             return OutputColumn(name=name, aggregate=aggregate.name, type=_agg_type(aggregate),
                                 source=aggregate.name)
-        if not expr.columns():
+        if not expr.columns() and not _has_window([expr]):  # COUNT(*) OVER () is not one
             return OutputColumn(name=name, aggregate=None, type=expr.type, role="literal")
         return OutputColumn(name=name, aggregate=None,
                             type=expr.type if expr.type != "null" else "float", role="derived")
@@ -550,6 +566,7 @@ class _PostScope:
     def __init__(self, compiler: _Compiler) -> None:
         self.compiler, self.sql = compiler, compiler.sql
         self.aliases: dict[str, Expr] = {}
+        self.window: exp.Window | None = None  # the window whose parts are being built
 
     def output(self, node: exp.Expression, earlier) -> Expr:
         """An output expression. It may name an earlier output by its alias (DuckDB's
@@ -560,12 +577,16 @@ class _PostScope:
                         if name.lower() not in columns}
         return ops.build(node, self)
 
-    def condition(self, node: exp.Expression, projections) -> Expr:
+    def condition(self, node: exp.Expression, projections, clause: str = "HAVING") -> Expr:
         self.aliases = {name.lower(): expr for name, expr in projections}
         built = ops.build(node, self)
+        if clause == "HAVING" and _has_window([built]):  # through an output's alias
+            raise ProgrammingError(
+                "HAVING cannot filter on a window: it filters groups before windows run",
+                sql=self.sql, hint="filter on the window with QUALIFY, e.g. QUALIFY r <= 3")
         if built.type not in ("bool", "null"):
-            raise ProgrammingError("HAVING needs a condition", sql=self.sql,
-                                   hint="e.g. HAVING COUNT(*) > 10")
+            raise ProgrammingError(f"{clause} needs a condition", sql=self.sql,
+                                   hint=f"e.g. {clause} COUNT(*) > 10")
         return ops.coerce(built, "bool", self)
 
     def ordering(self, node: exp.Ordered, projections) -> tuple[Expr, bool, bool | None]:
@@ -582,14 +603,16 @@ class _PostScope:
         return expr, bool(node.args.get("desc")), node.args.get("nulls_first")
 
     def intercept(self, node: exp.Expression) -> Expr | None:
+        if isinstance(node, exp.Window):
+            return self._window(node)
         if isinstance(node, exp.AggFunc):
             aggregate = self.compiler.aggregate(node)
             return Expr("col", (), _agg_type(aggregate), aggregate.name)
         if isinstance(node, exp.Column) and self._aliased(node):
             return self.aliases[node.name.lower()]
-        if any(isinstance(n, exp.AggFunc) or isinstance(n, exp.Column) and self._aliased(n)
-               for n in node.walk()):
-            return None  # arithmetic on aggregates or output columns: built node by node
+        if any(isinstance(n, (exp.AggFunc, exp.Window)) or
+               isinstance(n, exp.Column) and self._aliased(n) for n in node.walk()):
+            return None  # arithmetic on aggregates, windows or outputs: built node by node
         if not any(isinstance(n, exp.Column) for n in node.walk()):
             return None  # a constant
         try:
@@ -601,12 +624,35 @@ class _PostScope:
         if key is None and isinstance(node, exp.Column) and not node.table:
             key = next((k for k in self.compiler.keys if k.name.lower() == node.name.lower()),
                        None)
+        if key is None and self.window is not None:
+            raise NonAggregateQueryError(
+                f"the window {self.window.sql(dialect='duckdb')} reads "
+                f"{node.sql(dialect='duckdb')!r}, which is neither a GROUP BY key nor an "
+                "aggregate: a window runs over the released rows, not the table's rows",
+                sql=self.sql, position=_position(node),
+                hint="partition, order and compute windows over GROUP BY keys and aggregates, "
+                "e.g. RANK() OVER (ORDER BY COUNT(*) DESC) or SUM(SUM(x)) OVER ()")
         if key is None:
             raise NonAggregateQueryError(
                 f"{node.sql(dialect='duckdb')!r} is neither a GROUP BY key nor an aggregate: "
                 "it would release row values", sql=self.sql,
                 hint="add it to GROUP BY (with a public domain) or aggregate it")
+        return self.key(key)
+
+    @staticmethod
+    def key(key: GroupKey) -> Expr:
+        """A GROUP BY key as a column of the noisy frame."""
         return Expr("col", (), key.type, key.name, domain=key.domain)
+
+    def _window(self, node: exp.Window) -> Expr:
+        """A window over the noisy frame; position-dependent functions break ties by the
+        GROUP BY keys, which are distinct on every released row, so which of two tied rows
+        comes first depends on released values only."""
+        self.window = node
+        try:
+            return compile_window(node, self, tuple(self.key(k) for k in self.compiler.keys))
+        finally:
+            self.window = None
 
     def _refuse_later_alias(self, node: exp.Expression) -> None:
         """An unknown column that names an output defined later in the SELECT list is
@@ -630,14 +676,298 @@ class _PostScope:
         raise InternalError("post-processing columns are resolved by intercept()")
 
 
-def _post_sql(projections, outputs, having, order, limit, offset) -> str:
+# --- window functions over the outputs -----------------------------------------------------
+# A window whose every part reads the statement's outputs (GROUP BY keys and noisy aggregates)
+# is post-processing of released values: it runs in the post-processing query over the noisy
+# frame and never reaches the exact query. Its SQL is written from this table and the IR of its
+# parts; frame bounds are whole-number literals.
+
+@dataclass(frozen=True, slots=True)
+class WindowFunction:
+    """A window function dpsql writes: its SQL name, the arguments sqlglot gives it that are
+    read, its result type (None: its first argument's), and how its value depends on the
+    order of rows that tie in ORDER BY: 'peers' (not at all: ranks), 'position' (a row's
+    position: ROW_NUMBER, NTILE, LAG, LEAD), 'frame' (the rows of its frame)."""
+
+    name: str
+    reads: frozenset[str]
+    result: str | None
+    ties: str
+
+
+def _function(name: str, reads: tuple[str, ...], result: str | None, ties: str):
+    return WindowFunction(name, frozenset(reads), result, ties)
+
+
+WINDOW_FUNCTIONS = {
+    exp.RowNumber: _function("ROW_NUMBER", (), "int", "position"),
+    exp.Rank: _function("RANK", (), "int", "peers"),
+    exp.DenseRank: _function("DENSE_RANK", (), "int", "peers"),
+    exp.PercentRank: _function("PERCENT_RANK", (), "float", "peers"),
+    exp.CumeDist: _function("CUME_DIST", (), "float", "peers"),
+    exp.Ntile: _function("NTILE", ("this",), "int", "position"),
+    exp.Lag: _function("LAG", ("this", "offset", "default"), None, "position"),
+    exp.Lead: _function("LEAD", ("this", "offset", "default"), None, "position"),
+    exp.FirstValue: _function("FIRST_VALUE", ("this",), None, "frame"),
+    exp.LastValue: _function("LAST_VALUE", ("this",), None, "frame"),
+    exp.Sum: _function("SUM", ("this",), None, "frame"),
+    exp.Avg: _function("AVG", ("this",), "float", "frame"),
+    exp.Min: _function("MIN", ("this",), None, "frame"),
+    exp.Max: _function("MAX", ("this",), None, "frame"),
+    exp.Count: _function("COUNT", ("this", "big_int"), "int", "frame"),
+}
+WINDOW_CLAUSES = frozenset({"this", "partition_by", "order", "spec", "over"})
+FRAME_CLAUSES = frozenset({"kind", "start", "start_side", "end", "end_side"})
+
+
+@dataclass(frozen=True, slots=True)
+class WindowCall:
+    """The fixed parts of a window (the ``value`` of an IR ``window`` node). The node's args
+    are, in order: the function's arguments, PARTITION BY, ORDER BY, and the ORDER BY inside
+    the call that orders a frame's tied rows (``FIRST_VALUE(x ORDER BY ...)``)."""
+
+    function: str
+    arguments: int
+    partition: int
+    order: tuple[tuple[bool, bool | None], ...]  # (DESC, NULLS FIRST) of each ORDER BY term
+    inner_order: tuple[tuple[bool, bool | None], ...]
+    frame: str = ""  # e.g. ROWS BETWEEN 1 PRECEDING AND CURRENT ROW: keywords and integers
+    star: bool = False  # COUNT(*)
+
+
+def _is_window_function(node: exp.Expression) -> bool:
+    """Whether ``node`` is the function of a window (SUM in SUM(x) OVER ()), not an aggregate."""
+    return isinstance(node.parent, exp.Window) and node.arg_key == "this"
+
+
+def _has_window(exprs) -> bool:
+    return any(n.op == "window" for e in exprs for n in e.walk())
+
+
+_PLACES = {"where": "WHERE", "group": "GROUP BY", "having": "HAVING", "joins": "a JOIN's ON"}
+
+
+def refuse_misplaced_windows(select: exp.Select, sql: str) -> None:
+    """Refuse a window where SQL does not compute one (WHERE, GROUP BY, HAVING, inside an
+    aggregate) or a named window; windows belong in the SELECT list, QUALIFY and ORDER BY."""
+    if select.args.get("windows"):
+        raise UnsupportedSQLError("named windows (WINDOW w AS (...)) are not supported",
+                                  sql=sql, hint="write the window in its OVER (...) clause")
+    for window in select.find_all(exp.Window):
+        text, node = window.sql(dialect="duckdb"), window
+        while node.parent is not select:
+            parent = node.parent
+            if isinstance(parent, (exp.Select, exp.Subquery)) or parent is None:
+                break  # in a subquery: refused where subqueries are
+            if isinstance(parent, exp.AggFunc) and not _is_window_function(parent):
+                raise ProgrammingError(
+                    f"the window {text} is inside the aggregate "
+                    f"{parent.sql(dialect='duckdb')}: aggregates read rows, windows read "
+                    "the aggregated result", sql=sql,
+                    hint="aggregate first and put the window outside, e.g. "
+                    "SUM(COUNT(*)) OVER ()")
+            node = parent
+        place = _PLACES.get(node.arg_key) if node.parent is select else None
+        if place is not None:
+            raise ProgrammingError(
+                f"the window {text} cannot be in {place}: windows run over the statement's "
+                "released rows, after grouping", sql=sql,
+                hint="compute it in the SELECT list and filter on it with QUALIFY, e.g. "
+                "QUALIFY RANK() OVER (ORDER BY COUNT(*) DESC) <= 3")
+
+
+def compile_window(node: exp.Window, scope: ops.Scope, ties: tuple[Expr, ...]) -> Expr:
+    """The IR of a window; its parts are built in ``scope`` (which decides what they may
+    read). Unless ``ties`` is empty, the order of rows that tie in its ORDER BY is theirs
+    wherever the value depends on it (ROW_NUMBER, NTILE, LAG, LEAD, a ROWS frame,
+    FIRST_VALUE and LAST_VALUE), so the answer does not depend on the order of the input.
+
+    Raises:
+        UnsupportedSQLError: a function, frame or clause that is not written here.
+        ProgrammingError: a nested window, or a part of the wrong type.
+    """
+    sql, text = scope.sql, node.sql(dialect="duckdb")
+    if node.args.get("alias"):
+        raise UnsupportedSQLError(f"the named window in {text} is not supported", sql=sql,
+                                  hint="write the window in its OVER (...) clause")
+    ops.refuse_unread(node, WINDOW_CLAUSES, sql)
+    call = node.this
+    if isinstance(call, (exp.IgnoreNulls, exp.RespectNulls)):
+        raise UnsupportedSQLError(f"IGNORE NULLS and RESPECT NULLS are not supported: {text}",
+                                  sql=sql, hint="remove it (NULLs are respected)")
+    function = WINDOW_FUNCTIONS.get(type(call))
+    if function is None:
+        raise UnsupportedSQLError(
+            f"{ops.construct_name(call)} is not supported as a window function", sql=sql,
+            hint="use ROW_NUMBER, RANK, DENSE_RANK, PERCENT_RANK, CUME_DIST, NTILE, LAG, "
+            "LEAD, FIRST_VALUE, LAST_VALUE, or SUM, AVG, MIN, MAX, COUNT OVER (...)")
+    ops.refuse_unread(call, function.reads, sql)
+    arguments, result = _window_arguments(call, function, scope, text)
+    partition = [ops.build(p, scope) for p in node.args.get("partition_by") or []]
+    order = [_window_ordering(o, scope) for o in
+             (node.args["order"].expressions if node.args.get("order") else [])]
+    frame, rows = _frame(node.args.get("spec"), function, scope, text)
+    tie_terms = [(t, False, False) for t in ties]
+    inner: list = []
+    if function.ties == "position" or rows:
+        order += tie_terms
+    elif function.name in ("FIRST_VALUE", "LAST_VALUE") and tie_terms:
+        inner = order + tie_terms  # the frame stays the OVER's (its peers); its rows are ordered
+    parts = [*arguments, *partition, *(e for e, _, _ in order), *(e for e, _, _ in inner)]
+    if _has_window(parts):
+        raise ProgrammingError(f"window functions cannot be nested: {text}", sql=sql,
+                               hint="compute one window over the keys and aggregates")
+    value = WindowCall(function.name, len(arguments), len(partition),
+                       tuple((d, n) for _, d, n in order), tuple((d, n) for _, d, n in inner),
+                       frame, isinstance(call.this, exp.Star))
+    return Expr("window", tuple(parts), result, value)
+
+
+def _window_arguments(call: exp.Expression, function: WindowFunction, scope: ops.Scope,
+                      text: str) -> tuple[list[Expr], str]:
+    """The IR of a window function's arguments, and its result type."""
+    sql = scope.sql
+    if function.name == "NTILE":
+        return [_whole_literal(call.this, scope, f"NTILE's bucket count in {text}", 1)], "int"
+    if function.name == "COUNT" and isinstance(call.this, exp.Star) or call.this is None:
+        return [], function.result
+    if isinstance(call.this, exp.Distinct):
+        raise UnsupportedSQLError(f"DISTINCT in the window {text} is not supported", sql=sql,
+                                  hint="remove DISTINCT")
+    value = ops.build(call.this, scope)
+    if function.name in ("SUM", "AVG") and value.type not in NUMERIC:
+        raise ProgrammingError(f"{function.name} in {text} needs a numeric input, got "
+                               f"{value.type}", sql=sql, hint="CAST it to a number")
+    kind = function.result or value.type
+    if function.name not in ("LAG", "LEAD"):
+        return [value], kind
+    offset, default = call.args.get("offset"), call.args.get("default")
+    if offset is None and default is None:
+        return [value], kind
+    offset = _whole_literal(offset, scope, f"the offset of {text}", 0) \
+        if offset is not None else literal(1, "int")
+    if default is None:
+        return [value, offset], kind
+    # as in DuckDB, the default takes the value's type (a double default of an integer value
+    # would be rounded to it, so it is refused)
+    what = f"{function.name}'s default"
+    default = ops.build(default, scope)
+    kind = ops.unify([value.type, default.type], what, scope)
+    kind = value.type if value.type != "null" else kind
+    default = ops.coerce(default, kind, scope)  # 2.0 for an int value is 2
+    if default.type == "float" and kind == "int":
+        raise ProgrammingError(f"{what} in {text} is a double, its value an int", sql=scope.sql,
+                               hint="CAST the value to DOUBLE, or give a whole-number default")
+    return [ops.coerce(value, kind, scope), offset, default], kind
+
+
+def _whole_literal(node: exp.Expression, scope: ops.Scope, what: str, least: int) -> Expr:
+    """A literal whole number ≥ ``least`` (NTILE's count, LAG's offset, a frame bound)."""
+    built = ops.build(node, scope) if node is not None else None
+    if built is None or built.op != "lit" or built.type != "int" or built.value is None or \
+            built.value < least or built.value > 2**31:
+        raise UnsupportedSQLError(f"{what} must be a literal whole number ≥ {least}",
+                                  sql=scope.sql, hint=f"write a number such as {least + 1}")
+    return literal(built.value, "int")
+
+
+def _window_ordering(node: exp.Expression, scope: ops.Scope) -> tuple[Expr, bool, bool | None]:
+    """An ORDER BY term of a window (a number is a constant here, not a position)."""
+    if not isinstance(node, exp.Ordered):
+        return ops.build(node, scope), False, None
+    ops.refuse_unread(node, ORDERED_CLAUSES, scope.sql)
+    return ops.build(node.this, scope), bool(node.args.get("desc")), node.args.get("nulls_first")
+
+
+def _frame(spec: exp.WindowSpec | None, function: WindowFunction, scope: ops.Scope,
+           text: str) -> tuple[str, bool]:
+    """A frame's SQL (keywords and whole numbers), and whether it counts rows (ROWS)."""
+    if spec is None:
+        return "", False
+    sql = scope.sql
+    if function.ties != "frame":
+        raise UnsupportedSQLError(f"{function.name} takes no frame: {text}", sql=sql,
+                                  hint="remove the ROWS/RANGE/GROUPS clause")
+    ops.refuse_unread(spec, FRAME_CLAUSES, sql)
+    kind = str(spec.args.get("kind") or "").upper()
+    if kind not in ("ROWS", "RANGE", "GROUPS"):
+        raise UnsupportedSQLError(f"the frame of {text} is not supported", sql=sql,
+                                  hint="use ROWS, RANGE or GROUPS BETWEEN ... AND ...")
+
+    def bound(value, side) -> str:
+        if isinstance(value, str) and value.upper() in ("UNBOUNDED", "CURRENT ROW"):
+            word = value.upper()
+        else:
+            word = str(_whole_literal(value, scope, f"a frame bound of {text}", 0).value)
+        if word == "CURRENT ROW":
+            return word
+        side = str(side or "").upper()
+        if side not in ("PRECEDING", "FOLLOWING"):
+            raise UnsupportedSQLError(f"a frame bound of {text} is not supported", sql=sql,
+                                      hint="write n PRECEDING, n FOLLOWING or CURRENT ROW")
+        return f"{word} {side}"
+
+    start = bound(spec.args.get("start"), spec.args.get("start_side"))
+    end = bound(spec.args.get("end") or "CURRENT ROW", spec.args.get("end_side"))
+    return f"{kind} BETWEEN {start} AND {end}", kind == "ROWS"
+
+
+def ordering_sql(sql: str, desc: bool, nulls_first: bool | None) -> str:
+    """An ORDER BY term."""
+    nulls = "" if nulls_first is None else (" NULLS FIRST" if nulls_first else " NULLS LAST")
+    return f"{sql}{' DESC' if desc else ''}{nulls}"
+
+
+def window_sql(e: Expr, render: Callable[[Expr], str]) -> str:
+    """The SQL of an IR ``window`` node, its parts written by ``render``."""
+    call: WindowCall = e.value
+    parts = [render(a) for a in e.args]
+    cuts = [call.arguments, call.partition, len(call.order), len(call.inner_order)]
+    groups = []
+    for size in cuts:
+        groups.append(parts[:size])
+        parts = parts[size:]
+    arguments, partition, order, inner = groups
+    inside = "*" if call.star else ", ".join(arguments)
+    if inner:
+        inside += " ORDER BY " + ", ".join(ordering_sql(t, *o) for t, o in
+                                           zip(inner, call.inner_order, strict=True))
+    over = [f"PARTITION BY {', '.join(partition)}"] if partition else []
+    if order:
+        over.append("ORDER BY " + ", ".join(ordering_sql(t, *o) for t, o in
+                                            zip(order, call.order, strict=True)))
+    over += [call.frame] if call.frame else []
+    return f"{call.function}({inside}) OVER ({' '.join(over)})"
+
+
+WRITTEN_HERE = ("agg", "window")  # IR nodes a Dialect does not render: their SQL is written
+
+
+def with_sql(e: Expr, render: Callable[[Expr], str]) -> Expr:
+    """``e`` with each aggregate or window node replaced by its SQL, as ``render`` writes it
+    (a Dialect renders the rest)."""
+    if e.op in WRITTEN_HERE:
+        return Expr("sql", (), e.type, render(e))
+    if not any(n.op in WRITTEN_HERE for n in e.walk()):
+        return e
+    return replace(e, args=tuple(with_sql(a, render) for a in e.args))
+
+
+def _post_expr(e: Expr) -> str:
+    """DuckDB's SQL of a post-processing expression."""
+    if e.op == "window":
+        return window_sql(e, _post_expr)
+    return dialect("duckdb").expr(with_sql(e, _post_expr))
+
+
+def _post_sql(projections, outputs, having, qualify, order, limit, offset) -> str:
     """The post-processing query over the noisy frame, rendered for DuckDB.
 
     Each output that is one aggregate as is also carries its interval bounds in two hidden
-    columns, so that HAVING, ORDER BY and LIMIT move them with their rows.
+    columns, so that HAVING, QUALIFY, ORDER BY and LIMIT move them with their rows.
     """
     duck = dialect("duckdb")
-    items = [f"{duck.expr(expr)} AS {duck.quote(name)}" for name, expr in projections]
+    items = [f"{_post_expr(expr)} AS {duck.quote(name)}" for name, expr in projections]
     for output in outputs:
         if output.aggregate is not None:
             for side in ("low", "high"):
@@ -645,18 +975,14 @@ def _post_sql(projections, outputs, having, order, limit, offset) -> str:
                              f"{duck.quote(ci_column(output.name, side))}")
     sql = f"SELECT {', '.join(items)} FROM {NOISY_FRAME}"
     if having is not None:
-        sql += f" WHERE {duck.expr(having)}"
+        sql += f" WHERE {_post_expr(having)}"
+    if qualify is not None:
+        sql += f" QUALIFY {_post_expr(qualify)}"
     if order:
-        terms = []
-        for expr, desc, nulls_first in order:
-            nulls = "" if nulls_first is None else (" NULLS FIRST" if nulls_first
-                                                    else " NULLS LAST")
-            terms.append(f"{duck.expr(expr)}{' DESC' if desc else ''}{nulls}")
-        sql += " ORDER BY " + ", ".join(terms)
+        sql += " ORDER BY " + ", ".join(ordering_sql(_post_expr(e), desc, nulls)
+                                        for e, desc, nulls in order)
     if limit is not None:
         sql += f" LIMIT {limit}"
     if offset is not None:
         sql += f" OFFSET {offset}"
     return sql
-
-
