@@ -34,10 +34,11 @@ def test_a_query_past_the_timeout_is_stopped_and_charged_once(meta):
         (charge,) = con.ledger.history()
         assert charge["statement"].startswith("-- failed on the data")
         assert con.budget_spent.epsilon == 1
-        # the connection is not left interrupted: the next query runs and is charged
-        rows = con.execute("SELECT day, COUNT(*) AS n FROM visits GROUP BY day",
+        # the connection is not left interrupted: the next query runs and is charged (on
+        # the one-row table: the 0.05 s still hold on a loaded machine)
+        rows = con.execute("SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex",
                            epsilon=1).fetchall()
-        assert len(rows) == 7 and con.budget_spent.epsilon == 2
+        assert len(rows) == 2 and con.budget_spent.epsilon == 2
 
 
 @pytest.mark.parametrize("timeout", [0, -1, float("nan"), "10"])
