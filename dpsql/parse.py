@@ -52,7 +52,13 @@ def parse_script(sql: str, params: Sequence[Any] | None = None,
     """
     if not isinstance(sql, str):
         raise InterfaceError(f"SQL must be a string, got {type(sql).__name__}")
-    trees = list(_parsed(sql, dialect))
+    marked = _marked(sql, dialect)
+    try:
+        trees = list(_parsed(marked, dialect))
+    except SQLSyntaxError:
+        if marked != sql:
+            _parsed(sql, dialect)  # the SQL's own error, at the analyst's positions
+        raise
     if not trees:
         raise ProgrammingError("the SQL text holds no statement", hint="write a SELECT statement")
     bound = _bind(trees, params, sql)
@@ -317,7 +323,8 @@ def _bind(trees: list[exp.Expression], params: Sequence[Any] | None, sql: str):
             raise _miscounted([], given, sql)
         return None
     trees = [t.copy() for t in trees]
-    found = [p for t in trees for p in _in_text_order(t)]
+    found = sorted((p for t in trees for p in t.find_all(exp.Placeholder, exp.Parameter)
+                    if _is_placeholder(p)), key=_qmark_index)
     spelled = [_spelling(p) for p in found]
     numbered = [int(text[1:]) for text in spelled if text.startswith("$")]
     if any(text.startswith(":") for text in spelled) or 0 < len(numbered) < len(found):
@@ -341,9 +348,9 @@ def _is_placeholder(node: exp.Expression) -> bool:
 def _spelling(node: exp.Expression) -> str:
     """A placeholder as the analyst wrote it: '?', '$1' or ':name'."""
     name = node.this.this if isinstance(node, exp.Parameter) else node.this
-    if name is None:
+    if name is None or _qmark_index(node) >= 0:
         return "?"
-    return f"${name}" if str(name).isdigit() else f":{name}"
+    return f"${name}" if str(name).isascii() and str(name).isdigit() else f":{name}"
 
 
 def _miscounted(spelled: list[str], given: list, sql: str,
@@ -355,28 +362,35 @@ def _miscounted(spelled: list[str], given: list, sql: str,
                             hint="pass one parameter per '?' (or one per number $1, $2 ...)")
 
 
-def _in_text_order(tree: exp.Expression) -> list[exp.Expression]:
-    """The placeholders of ``tree`` in the order its text writes them.
+# each '?' is read as the named placeholder :<_QMARK><i>: sqlglot's trees do not say where a
+# placeholder stood, and no walk of them follows the text (breadth first, `a > ? AND b = ?`
+# comes out b's first; spelt again, OFFSET ? LIMIT ? becomes LIMIT then OFFSET)
+_QMARK = f"dpsqlq{secrets.token_hex(4)}_"
 
-    sqlglot's walks do not visit a tree in text order (breadth first, ``a > ? AND b = ? AND
-    c < ?`` visits c's first; depth first, a WITH after its SELECT and LIMIT before WHERE),
-    so each placeholder is swapped for a marker and the markers are read from the SQL the
-    tree spells (in SQL's fixed clause order, which is the analyst's).
-    """
-    found = [p for p in tree.find_all(exp.Placeholder, exp.Parameter) if _is_placeholder(p)]
-    if len(found) < 2:
-        return found
-    nonce = secrets.token_hex(8)
-    markers = [exp.Placeholder(this=f"p{nonce}_{i}") for i in range(len(found))]
-    for node, marker in zip(found, markers, strict=True):
-        node.replace(marker)
-    text = tree.sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE)
-    for node, marker in zip(found, markers, strict=True):
-        marker.replace(node)
-    order = [int(i) for i in re.findall(f"p{nonce}_(\\d+)", text)]
-    # a part DuckDB cannot spell (refused when compiled) keeps sqlglot's order at the end
-    order = list(dict.fromkeys([*order, *range(len(found))]))
-    return [found[i] for i in order]
+
+def _marked(sql: str, dialect: str) -> str:
+    """``sql`` with its i-th '?' placeholder, as the dialect's tokenizer finds them (not in a
+    string or comment), written as :<_QMARK>i."""
+    if "?" not in sql:
+        return sql
+    try:
+        tokens = sqlglot.Dialect.get_or_raise(dialect).tokenize(sql)
+    except TokenError:
+        return sql  # parsing reports it
+    pieces, last = [], 0
+    marks = (t for t in tokens if t.token_type == TokenType.PLACEHOLDER and t.text == "?")
+    for i, token in enumerate(marks):
+        pieces += [sql[last:token.start], f":{_QMARK}{i}"]
+        last = token.end + 1
+    return "".join(pieces) + sql[last:]
+
+
+def _qmark_index(node: exp.Expression) -> int:
+    """Which '?' of the text a placeholder is (from 0), or −1 for any other placeholder."""
+    name = node.this if isinstance(node, exp.Placeholder) else None
+    if isinstance(name, str) and name.startswith(_QMARK):
+        return int(name[len(_QMARK):])
+    return -1
 
 
 def _literal(value: Any) -> exp.Expression:
@@ -390,9 +404,9 @@ def _literal(value: Any) -> exp.Expression:
     if isinstance(value, (int, float)):
         return exp.Literal.number(value)
     if isinstance(value, decimal.Decimal):
-        if not value.is_finite():
+        if not value.is_finite() or abs(value.adjusted()) > 400:  # beyond any double
             raise InterfaceError(f"cannot bind the parameter {value!r}: it is not a finite "
-                                 "number", hint="bind finite numbers")
+                                 "number within 1e±400", hint="bind finite numbers")
         return exp.Literal.number(format(value, "f"))  # exact: no float in between
     if isinstance(value, str):
         return exp.Literal.string(value)

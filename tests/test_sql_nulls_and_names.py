@@ -6,6 +6,7 @@ answer to the same SQL on the same rows (some ages are NULL), on DuckDB and on P
 from __future__ import annotations
 
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import duckdb
@@ -188,7 +189,7 @@ def test_a_narrowed_domain_is_the_same_on_neighbours(pairs):
     ("duckdb", "REGEXP_MATCHES(sex, 'M.*')", "REGEXP_MATCHES()", "REGEXP_LIKE"),
     ("duckdb", "to_timestamp(age) IS NULL", "to_timestamp()", "UNIX_TO_TIME"),
     ("duckdb", "epoch(CAST(age AS TIMESTAMP)) > 3", "epoch()", "TIME_TO_UNIX"),
-    ("duckdb", "strftime(DATE '2020-01-01', '%Y') = sex", "strftime()", "TIME_TO_STR"),
+    ("duckdb", "strptime(sex, '%Y') IS NULL", "strptime()", "STR_TO_TIME"),
     ("duckdb", "CURRENT_DATE > DATE '2020-01-01'", "CURRENT_DATE is", "CURRENT_DATE()"),
     ("postgres", "sex ~ 'M.*'", "sex ~ 'M.*'", "REGEXP_LIKE"),
 ])
@@ -205,6 +206,8 @@ def test_a_refusal_names_the_function_as_written(adult_with_nulls, dialect, cond
 @pytest.mark.parametrize("dialect,where,params", [
     # sqlglot's breadth-first walk bound the last conjunct's '?' first: age > 2, sex = 3 ...
     ("duckdb", "age > ? AND sex = ? AND hours < ?", [40, "Male", 30]),
+    # and spelt again, POSITION(? IN x || ?) is STRPOS(x || ?, ?)
+    ("duckdb", "POSITION(? IN sex || ?) = 1 AND hours < ?", ["M", "x", 30]),
     ("duckdb", "(age + ?) > 70 AND hours < ?", [5, 30]),
     ("postgres", "age > $2 AND hours < $1", [30, 40]),
     ("duckdb", "age > $2 AND hours < $1 AND age < $2 + 20", [30, 40]),
@@ -222,10 +225,30 @@ def test_parameters_bind_in_the_order_written(adult_with_nulls, dialect, where, 
             _duckdbs(adult_with_nulls, sql.format(duck))
 
 
+def test_offset_and_limit_parameters_bind_in_the_order_written(adult_with_nulls):
+    """The order was read from the statement spelt again, which writes LIMIT before OFFSET:
+    OFFSET ? LIMIT ? with [1, 2] ran as LIMIT 1 OFFSET 2."""
+    sql = "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex ORDER BY sex OFFSET {} LIMIT {}"
+    with dpsql.connect(metadata=catalogue(adult_with_nulls, budget=1e12), ledger=":memory:",
+                       insecure_seed=1) as con:
+        assert [r[0] for r in con.execute(sql.format("?", "?"), [1, 2], epsilon=1e9)] == \
+            [r[0] for r in con.execute(sql.format(1, 2), epsilon=2e9)]
+
+
+@pytest.mark.parametrize("where,params", [
+    ("age > $²", [1]),  # a superscript digit: int() refused what isdigit() let through
+    ("age > ?", [Decimal("1E+999999")]),  # a million digits were written out
+])
+def test_unbindable_parameters_are_refused_with_a_dpsql_error(adult_with_nulls, where, params):
+    with dpsql.connect(metadata=catalogue(adult_with_nulls), ledger=":memory:") as con, \
+            pytest.raises(dpsql.Error):
+        con.execute(f"SELECT COUNT(*) AS n FROM adult WHERE {where}", params, epsilon=1)
+
+
 @pytest.mark.parametrize("dialect,where,params,said", [
     ("postgres", "age > $1", None, r"up to \$1 \(\$1\) but 0 parameter"),
     ("duckdb", "age > :low", [3], r"names its placeholders \(:low\)"),
-    ("duckdb", "age > ? AND hours < $1", [3, 4], r"mixes .*\(\?, \$1\)"),
+    ("duckdb", "age > ? AND hours < $1", [3, 4], r"mixes .*\((\?, \$1|\$1, \?)\)"),
     ("duckdb", "age > ?", None, r"1 placeholder\(s\) \(\?\) but 0"),
 ])
 def test_a_placeholder_refusal_names_the_style_written(adult_with_nulls, dialect, where,
