@@ -10,6 +10,7 @@ operation needs a guard), its public domain, and whether it can be NULL.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -77,7 +78,8 @@ def distinct(values) -> tuple | None:
     NaN = NaN in SQL, where Python kept each NaN object apart, so a key whose domain held
     two NaNs released one cell twice, each with its own noise), or None past
     ``MAX_DOMAIN_VALUES``."""
-    kept = tuple(dict.fromkeys(_NAN if isinstance(v, float) and v != v else v for v in values))
+    kept = tuple(dict.fromkeys(_NAN if isinstance(v, float) and math.isnan(v) else v
+                               for v in values))
     return kept if len(kept) <= MAX_DOMAIN_VALUES else None
 
 

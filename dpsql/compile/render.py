@@ -26,9 +26,12 @@ _INTERNAL = re.compile(r"c\d+|__[a-z0-9_]+")  # names the compiler made: never q
 _COMBINE = {"add": ops._add, "sub": ops._sub, "mul": ops._mul}
 MAX_EXPRESSION_SQL = 1_000_000
 # the longest text REPLACE and || write (characters): they read a prefix of their operands
-# that fits, so one person's long value cannot grow into gigabytes on D′ alone
-MAX_TEXT = 1_000_000
-_DATED = {"extract", "date_diff", "date_trunc", "strftime"}  # NULL outside ops.YEARS (``_within_years``)
+# that fits, so one person's value cannot grow into gigabytes on D′ alone (at 1,000,000, 500
+# rows of 'rogue0', 'rogue1' ... grown by two REPLACEs into 1 MB keys of a GROUP BY failed
+# out of memory on D′ only; 4,096 is a vector of 8 MB, and what a key of that length costs)
+MAX_TEXT = 4_096
+# NULL outside ops.YEARS (``_within_years``)
+_DATED = {"extract", "date_diff", "date_trunc", "strftime"}
 # the first and last instants of a year, per temporal type
 _YEAR_ENDS = {"date": ("01-01", "12-31"),
               "timestamp": ("01-01 00:00:00", "12-31 23:59:59.999999")}
@@ -413,7 +416,8 @@ class Dialect:
             missing = dict(node.missing)
             columns = ", ".join(
                 f"COALESCE({self.quote(declared)}, {self.expr(literal(missing[internal], kind))})"
-                f" AS {internal}" if internal in missing else f"{self.quote(declared)} AS {internal}"
+                f" AS {internal}" if internal in missing else
+                f"{self.quote(declared)} AS {internal}"
                 for internal, declared, kind in node.columns)
             return f"(SELECT {columns} FROM {sources.get(node.table, self.quote(node.table))})"
         if isinstance(node, Number):

@@ -26,6 +26,7 @@ from neighbours import (  # noqa: E402
     TARGET,
     TEMPORAL_KEYS,
     VARIANTS,
+    Pair,
     adversary,
     base_tables,
     change_vector,
@@ -33,10 +34,12 @@ from neighbours import (  # noqa: E402
     every_neighbour,
     exact_cells,
     execute_both,
+    metadata,
     open_pair,
     plan_both,
     variant_of,
     with_rows,
+    write_database,
 )
 
 import dpsql  # noqa: E402
@@ -359,6 +362,29 @@ def test_text_functions_cannot_grow_one_persons_value_without_bound(pairs):
         f"SELECT SUM(LEAST(LENGTH({grow}), 2000000)) AS s FROM visits",
         f"SELECT COUNT(*) AS n FROM visits WHERE LENGTH({' || '.join(['day'] * 3000)}) > 5",
     ])
+
+
+def test_grown_text_keys_of_many_rows_keep_the_contract(tmp_path):
+    """At 1,000,000 characters a value, 500 rows of 'rogue0', 'rogue1' ... grown by two
+    REPLACEs made 500 keys of 1 MB: the GROUP BY ran out of 256 MB on D′ only."""
+    rows = 500
+    adversary = {"purchases": pd.DataFrame({
+        "uid": [str(TARGET)] * rows, "item": ["a"] * rows,
+        "shop": [f"rogue{i}" for i in range(rows)], "price": ["1"] * rows}, dtype=object)}
+    base = base_tables()
+    connections = []
+    for name, tables in (("d", base), ("d_prime", with_rows(base, adversary))):
+        write_database(tmp_path / name, tables)
+        connections.append(dpsql.connect(metadata=metadata(tmp_path / name),
+                                         ledger=tmp_path / f"{name}.sqlite", insecure_seed=11,
+                                         memory_limit="256MB"))
+    pair = Pair(*connections, folders=(tmp_path / "d", tmp_path / "d_prime"))
+    grown = f"REPLACE(REPLACE(shop, 'rogue', '{'x' * 1000}'), 'x', '{'y' * 1000}')"
+    try:
+        assert check_statement(pair, f"SELECT {grown} AS k, COUNT(*) AS n FROM purchases "
+                                     "GROUP BY k", delta=1e-6) == "released"
+    finally:
+        pair.close()
 
 
 def test_a_public_domain_holds_each_nan_once(pairs):
