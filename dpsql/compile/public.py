@@ -22,7 +22,8 @@ from dpsql.compile.scope import (
     Scope,
     predicate,
 )
-from dpsql.compile.select import compile_window, refuse_misplaced_windows, window_sql, with_sql
+from dpsql.compile.select import with_sql
+from dpsql.compile.window import compile_window, refuse_misplaced_windows, window_sql
 from dpsql.errors import ProgrammingError, UnsupportedSQLError
 from dpsql.plan import Statement
 

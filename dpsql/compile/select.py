@@ -11,18 +11,16 @@ result, compiled from the same allow-list and rendered to run over the noisy fra
 
 from __future__ import annotations
 
-import datetime
-import math
-import operator
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from fractions import Fraction
 
 from sqlglot import exp
 
 from dpsql.catalog import Catalog
 from dpsql.compile import ops
-from dpsql.compile.ir import NUMERIC, Expr, column, literal
+from dpsql.compile.ir import Expr, column
+from dpsql.compile.narrow import kept_by_where
 from dpsql.compile.render import dialect
 from dpsql.compile.scope import (
     COUNT_CLAUSES,
@@ -31,6 +29,14 @@ from dpsql.compile.scope import (
     Relation,
     Scope,
     predicate,
+)
+from dpsql.compile.window import (
+    compile_window,
+    has_window,
+    is_window_function,
+    ordering_sql,
+    refuse_misplaced_windows,
+    window_sql,
 )
 from dpsql.errors import (
     InternalError,
@@ -173,7 +179,7 @@ class _Compiler:
                                          hint="select aggregates such as COUNT(*) and GROUP BY "
                                          "keys instead")
         key_only = select.args.get("group") is not None
-        if not key_only and not any(isinstance(n, exp.AggFunc) and not _is_window_function(n)
+        if not key_only and not any(isinstance(n, exp.AggFunc) and not is_window_function(n)
                                     for item in select.expressions for n in item.walk()):
             if select.find(exp.Window):
                 raise UnsupportedSQLError(
@@ -222,7 +228,7 @@ class _Compiler:
         projection = all(o.role in ("key", "aggregate") for o in outputs) and \
             having is None and qualify is None and not order and limit is None and \
             offset is None
-        windowed = _has_window([*(e for _, e in projections), *(e for e, _, _ in order),
+        windowed = has_window([*(e for _, e in projections), *(e for e, _, _ in order),
                                 *([qualify_expr] if qualify_expr is not None else [])])
         if qualify_expr is not None and not windowed:
             raise ProgrammingError("QUALIFY filters on window functions, and the statement "
@@ -300,7 +306,7 @@ class _Compiler:
             if expr.domain is not None and expr.type == "null":
                 raise ProgrammingError("GROUP BY NULL is not a key", sql=self.sql)
             source = self._domain_source(expr)
-            kept = _kept_by_where(expr, self.where)
+            kept = kept_by_where(expr, self.where)
             if kept is not None:
                 expr, source = replace(expr, domain=kept), f"{source}, those WHERE keeps"
             keys.append(GroupKey(name=name, expr=expr, domain=expr.domain, type=expr.type,
@@ -450,7 +456,7 @@ class _Compiler:
             aggregate = self._aggregate_names()[expr.value]
             return OutputColumn(name=name, aggregate=aggregate.name, type=_agg_type(aggregate),
                                 source=aggregate.name)
-        if not expr.columns() and not _has_window([expr]):  # COUNT(*) OVER () is not one
+        if not expr.columns() and not has_window([expr]):  # COUNT(*) OVER () is not one
             return OutputColumn(name=name, aggregate=None, type=expr.type, role="literal")
         return OutputColumn(name=name, aggregate=None,
                             type=expr.type if expr.type != "null" else "float", role="derived")
@@ -464,94 +470,6 @@ class _Compiler:
     def key_for(self, expr: Expr) -> GroupKey | None:
         """The GROUP BY key whose expression equals ``expr``, if any."""
         return next((k for k in self.keys if k.expr == expr), None)
-
-
-# --- a key's domain narrowed by WHERE -----------------------------------------------------
-# A conjunct of WHERE that reads one key column alone (day <> 'Mon', region_id IN (1, 2))
-# drops every row of the key values it rejects, and whether it rejects a value depends on
-# the declared value and the query's literals only, never on the data: the cells of those
-# values are empty on every database, so they are not released. Only what Python computes
-# exactly as every backend does is evaluated here (comparisons of numbers, dates and
-# booleans, equality of texts, IN, IS NULL, NOT, AND, OR); text order follows collations,
-# which differ between backends, and anything else keeps the declared domain.
-
-class _Unsure(Exception):
-    """The conjunct holds an operation that is not evaluated here."""
-
-
-_ORDERS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge}
-_EQUALITIES = ("eq", "ne", "is_distinct", "is_not_distinct", "in")
-
-
-def _kept_by_where(key: Expr, where: Expr | None) -> tuple | None:
-    """The key's domain values that every conjunct of WHERE reading that key column alone
-    keeps (None: no such conjunct, or it would keep none, or one cannot be evaluated)."""
-    if key.op != "col" or key.domain is None or where is None:
-        return None
-    conjuncts = [c for c in _conjuncts(where) if c.columns() == {key.value}]
-    if not conjuncts:
-        return None
-    try:
-        kept = tuple(v for v in key.domain
-                     if all(_value(c, v) is True for c in conjuncts))
-    except _Unsure:
-        return None
-    return kept if kept and len(kept) < len(key.domain) else None
-
-
-def _conjuncts(where: Expr) -> list[Expr]:
-    if where.op == "and":
-        return [c for arg in where.args for c in _conjuncts(arg)]
-    return [where]
-
-
-def _plain(value, kind: str):
-    """A declared value or a literal as Python compares it as the backends do (a date as a
-    date, an int within 2^53, where doubles compare with it exactly; None is NULL)."""
-    if value is None:
-        return None
-    if kind == "date" and isinstance(value, str):
-        try:
-            value = datetime.date.fromisoformat(value)
-        except ValueError:
-            raise _Unsure from None
-    python = {"int": int, "float": float, "text": str, "bool": bool, "date": datetime.date}
-    if type(value) is not python.get(kind) or kind == "int" and abs(value) > 2**53 or \
-            kind == "float" and not math.isfinite(value):
-        raise _Unsure  # e.g. text values the YAML read as booleans
-    return value
-
-
-def _value(e: Expr, value):
-    """``e`` where its one column holds ``value``: True, False, None (NULL) or a value."""
-    if e.op in ("col", "lit"):
-        return _plain(value if e.op == "col" else e.value, e.type)
-    args = [_value(a, value) for a in e.args]
-    if e.op == "not":
-        return None if args[0] is None else not args[0]
-    if e.op in ("and", "or"):
-        decisive = e.op == "or"  # TRUE decides an OR, FALSE an AND
-        return decisive if decisive in args else (None if None in args else not decisive)
-    if e.op == "is_null":
-        return args[0] is None
-    types = {a.type for a in e.args}
-    if not (types <= set(NUMERIC) or len(types) == 1 and types <= {"bool", "date", "text"}) \
-            or "text" in types and e.op not in _EQUALITIES:
-        raise _Unsure
-    if e.op in ("is_distinct", "is_not_distinct"):
-        same = args[0] == args[1] if None not in args else args[0] is args[1]
-        return same == (e.op == "is_not_distinct")
-    if e.op == "in":
-        if args[0] is not None and args[0] in [a for a in args[1:] if a is not None]:
-            return True
-        return None if None in args else False
-    if e.op not in ("eq", "ne", *_ORDERS) or len(args) != 2:
-        raise _Unsure
-    if None in args:
-        return None
-    if e.op in ("eq", "ne"):
-        return (args[0] == args[1]) == (e.op == "eq")
-    return _ORDERS[e.op](*args)
 
 
 def _agg_type(aggregate: Aggregate) -> str:
@@ -580,7 +498,7 @@ class _PostScope:
     def condition(self, node: exp.Expression, projections, clause: str = "HAVING") -> Expr:
         self.aliases = {name.lower(): expr for name, expr in projections}
         built = ops.build(node, self)
-        if clause == "HAVING" and _has_window([built]):  # through an output's alias
+        if clause == "HAVING" and has_window([built]):  # through an output's alias
             raise ProgrammingError(
                 "HAVING cannot filter on a window: it filters groups before windows run",
                 sql=self.sql, hint="filter on the window with QUALIFY, e.g. QUALIFY r <= 3")
@@ -674,270 +592,6 @@ class _PostScope:
 
     def lookup(self, node: exp.Column) -> Expr:
         raise InternalError("post-processing columns are resolved by intercept()")
-
-
-# --- window functions over the outputs -----------------------------------------------------
-# A window whose every part reads the statement's outputs (GROUP BY keys and noisy aggregates)
-# is post-processing of released values: it runs in the post-processing query over the noisy
-# frame and never reaches the exact query. Its SQL is written from this table and the IR of its
-# parts; frame bounds are whole-number literals.
-
-@dataclass(frozen=True, slots=True)
-class WindowFunction:
-    """A window function dpsql writes: its SQL name, the arguments sqlglot gives it that are
-    read, its result type (None: its first argument's), and how its value depends on the
-    order of rows that tie in ORDER BY: 'peers' (not at all: ranks), 'position' (a row's
-    position: ROW_NUMBER, NTILE, LAG, LEAD), 'frame' (the rows of its frame)."""
-
-    name: str
-    reads: frozenset[str]
-    result: str | None
-    ties: str
-
-
-def _function(name: str, reads: tuple[str, ...], result: str | None, ties: str):
-    return WindowFunction(name, frozenset(reads), result, ties)
-
-
-WINDOW_FUNCTIONS = {
-    exp.RowNumber: _function("ROW_NUMBER", (), "int", "position"),
-    exp.Rank: _function("RANK", (), "int", "peers"),
-    exp.DenseRank: _function("DENSE_RANK", (), "int", "peers"),
-    exp.PercentRank: _function("PERCENT_RANK", (), "float", "peers"),
-    exp.CumeDist: _function("CUME_DIST", (), "float", "peers"),
-    exp.Ntile: _function("NTILE", ("this",), "int", "position"),
-    exp.Lag: _function("LAG", ("this", "offset", "default"), None, "position"),
-    exp.Lead: _function("LEAD", ("this", "offset", "default"), None, "position"),
-    exp.FirstValue: _function("FIRST_VALUE", ("this",), None, "frame"),
-    exp.LastValue: _function("LAST_VALUE", ("this",), None, "frame"),
-    exp.Sum: _function("SUM", ("this",), None, "frame"),
-    exp.Avg: _function("AVG", ("this",), "float", "frame"),
-    exp.Min: _function("MIN", ("this",), None, "frame"),
-    exp.Max: _function("MAX", ("this",), None, "frame"),
-    exp.Count: _function("COUNT", ("this", "big_int"), "int", "frame"),
-}
-WINDOW_CLAUSES = frozenset({"this", "partition_by", "order", "spec", "over"})
-FRAME_CLAUSES = frozenset({"kind", "start", "start_side", "end", "end_side"})
-
-
-@dataclass(frozen=True, slots=True)
-class WindowCall:
-    """The fixed parts of a window (the ``value`` of an IR ``window`` node). The node's args
-    are, in order: the function's arguments, PARTITION BY, ORDER BY, and the ORDER BY inside
-    the call that orders a frame's tied rows (``FIRST_VALUE(x ORDER BY ...)``)."""
-
-    function: str
-    arguments: int
-    partition: int
-    order: tuple[tuple[bool, bool | None], ...]  # (DESC, NULLS FIRST) of each ORDER BY term
-    inner_order: tuple[tuple[bool, bool | None], ...]
-    frame: str = ""  # e.g. ROWS BETWEEN 1 PRECEDING AND CURRENT ROW: keywords and integers
-    star: bool = False  # COUNT(*)
-
-
-def _is_window_function(node: exp.Expression) -> bool:
-    """Whether ``node`` is the function of a window (SUM in SUM(x) OVER ()), not an aggregate."""
-    return isinstance(node.parent, exp.Window) and node.arg_key == "this"
-
-
-def _has_window(exprs) -> bool:
-    return any(n.op == "window" for e in exprs for n in e.walk())
-
-
-_PLACES = {"where": "WHERE", "group": "GROUP BY", "having": "HAVING", "joins": "a JOIN's ON"}
-
-
-def refuse_misplaced_windows(select: exp.Select, sql: str) -> None:
-    """Refuse a window where SQL does not compute one (WHERE, GROUP BY, HAVING, inside an
-    aggregate) or a named window; windows belong in the SELECT list, QUALIFY and ORDER BY."""
-    if select.args.get("windows"):
-        raise UnsupportedSQLError("named windows (WINDOW w AS (...)) are not supported",
-                                  sql=sql, hint="write the window in its OVER (...) clause")
-    for window in select.find_all(exp.Window):
-        text, node = window.sql(dialect="duckdb"), window
-        while node.parent is not select:
-            parent = node.parent
-            if isinstance(parent, (exp.Select, exp.Subquery)) or parent is None:
-                break  # in a subquery: refused where subqueries are
-            if isinstance(parent, exp.AggFunc) and not _is_window_function(parent):
-                raise ProgrammingError(
-                    f"the window {text} is inside the aggregate "
-                    f"{parent.sql(dialect='duckdb')}: aggregates read rows, windows read "
-                    "the aggregated result", sql=sql,
-                    hint="aggregate first and put the window outside, e.g. "
-                    "SUM(COUNT(*)) OVER ()")
-            node = parent
-        place = _PLACES.get(node.arg_key) if node.parent is select else None
-        if place is not None:
-            raise ProgrammingError(
-                f"the window {text} cannot be in {place}: windows run over the statement's "
-                "released rows, after grouping", sql=sql,
-                hint="compute it in the SELECT list and filter on it with QUALIFY, e.g. "
-                "QUALIFY RANK() OVER (ORDER BY COUNT(*) DESC) <= 3")
-
-
-def compile_window(node: exp.Window, scope: ops.Scope, ties: tuple[Expr, ...]) -> Expr:
-    """The IR of a window; its parts are built in ``scope`` (which decides what they may
-    read). Unless ``ties`` is empty, the order of rows that tie in its ORDER BY is theirs
-    wherever the value depends on it (ROW_NUMBER, NTILE, LAG, LEAD, a ROWS frame,
-    FIRST_VALUE and LAST_VALUE), so the answer does not depend on the order of the input.
-
-    Raises:
-        UnsupportedSQLError: a function, frame or clause that is not written here.
-        ProgrammingError: a nested window, or a part of the wrong type.
-    """
-    sql, text = scope.sql, node.sql(dialect="duckdb")
-    if node.args.get("alias"):
-        raise UnsupportedSQLError(f"the named window in {text} is not supported", sql=sql,
-                                  hint="write the window in its OVER (...) clause")
-    ops.refuse_unread(node, WINDOW_CLAUSES, sql)
-    call = node.this
-    if isinstance(call, (exp.IgnoreNulls, exp.RespectNulls)):
-        raise UnsupportedSQLError(f"IGNORE NULLS and RESPECT NULLS are not supported: {text}",
-                                  sql=sql, hint="remove it (NULLs are respected)")
-    function = WINDOW_FUNCTIONS.get(type(call))
-    if function is None:
-        raise UnsupportedSQLError(
-            f"{ops.construct_name(call)} is not supported as a window function", sql=sql,
-            hint="use ROW_NUMBER, RANK, DENSE_RANK, PERCENT_RANK, CUME_DIST, NTILE, LAG, "
-            "LEAD, FIRST_VALUE, LAST_VALUE, or SUM, AVG, MIN, MAX, COUNT OVER (...)")
-    ops.refuse_unread(call, function.reads, sql)
-    arguments, result = _window_arguments(call, function, scope, text)
-    partition = [ops.build(p, scope) for p in node.args.get("partition_by") or []]
-    order = [_window_ordering(o, scope) for o in
-             (node.args["order"].expressions if node.args.get("order") else [])]
-    frame, rows = _frame(node.args.get("spec"), function, scope, text)
-    tie_terms = [(t, False, False) for t in ties]
-    inner: list = []
-    if function.ties == "position" or rows:
-        order += tie_terms
-    elif function.name in ("FIRST_VALUE", "LAST_VALUE") and tie_terms:
-        inner = order + tie_terms  # the frame stays the OVER's (its peers); its rows are ordered
-    parts = [*arguments, *partition, *(e for e, _, _ in order), *(e for e, _, _ in inner)]
-    if _has_window(parts):
-        raise ProgrammingError(f"window functions cannot be nested: {text}", sql=sql,
-                               hint="compute one window over the keys and aggregates")
-    value = WindowCall(function.name, len(arguments), len(partition),
-                       tuple((d, n) for _, d, n in order), tuple((d, n) for _, d, n in inner),
-                       frame, isinstance(call.this, exp.Star))
-    return Expr("window", tuple(parts), result, value)
-
-
-def _window_arguments(call: exp.Expression, function: WindowFunction, scope: ops.Scope,
-                      text: str) -> tuple[list[Expr], str]:
-    """The IR of a window function's arguments, and its result type."""
-    sql = scope.sql
-    if function.name == "NTILE":
-        return [_whole_literal(call.this, scope, f"NTILE's bucket count in {text}", 1)], "int"
-    if function.name == "COUNT" and isinstance(call.this, exp.Star) or call.this is None:
-        return [], function.result
-    if isinstance(call.this, exp.Distinct):
-        raise UnsupportedSQLError(f"DISTINCT in the window {text} is not supported", sql=sql,
-                                  hint="remove DISTINCT")
-    value = ops.build(call.this, scope)
-    if function.name in ("SUM", "AVG") and value.type not in NUMERIC:
-        raise ProgrammingError(f"{function.name} in {text} needs a numeric input, got "
-                               f"{value.type}", sql=sql, hint="CAST it to a number")
-    kind = function.result or value.type
-    if function.name not in ("LAG", "LEAD"):
-        return [value], kind
-    offset, default = call.args.get("offset"), call.args.get("default")
-    if offset is None and default is None:
-        return [value], kind
-    offset = _whole_literal(offset, scope, f"the offset of {text}", 0) \
-        if offset is not None else literal(1, "int")
-    if default is None:
-        return [value, offset], kind
-    # as in DuckDB, the default takes the value's type (a double default of an integer value
-    # would be rounded to it, so it is refused)
-    what = f"{function.name}'s default"
-    default = ops.build(default, scope)
-    kind = ops.unify([value.type, default.type], what, scope)
-    kind = value.type if value.type != "null" else kind
-    default = ops.coerce(default, kind, scope)  # 2.0 for an int value is 2
-    if default.type == "float" and kind == "int":
-        raise ProgrammingError(f"{what} in {text} is a double, its value an int", sql=scope.sql,
-                               hint="CAST the value to DOUBLE, or give a whole-number default")
-    return [ops.coerce(value, kind, scope), offset, default], kind
-
-
-def _whole_literal(node: exp.Expression, scope: ops.Scope, what: str, least: int) -> Expr:
-    """A literal whole number ≥ ``least`` (NTILE's count, LAG's offset, a frame bound)."""
-    built = ops.build(node, scope) if node is not None else None
-    if built is None or built.op != "lit" or built.type != "int" or built.value is None or \
-            built.value < least or built.value > 2**31:
-        raise UnsupportedSQLError(f"{what} must be a literal whole number ≥ {least}",
-                                  sql=scope.sql, hint=f"write a number such as {least + 1}")
-    return literal(built.value, "int")
-
-
-def _window_ordering(node: exp.Expression, scope: ops.Scope) -> tuple[Expr, bool, bool | None]:
-    """An ORDER BY term of a window (a number is a constant here, not a position)."""
-    if not isinstance(node, exp.Ordered):
-        return ops.build(node, scope), False, None
-    ops.refuse_unread(node, ORDERED_CLAUSES, scope.sql)
-    return ops.build(node.this, scope), bool(node.args.get("desc")), node.args.get("nulls_first")
-
-
-def _frame(spec: exp.WindowSpec | None, function: WindowFunction, scope: ops.Scope,
-           text: str) -> tuple[str, bool]:
-    """A frame's SQL (keywords and whole numbers), and whether it counts rows (ROWS)."""
-    if spec is None:
-        return "", False
-    sql = scope.sql
-    if function.ties != "frame":
-        raise UnsupportedSQLError(f"{function.name} takes no frame: {text}", sql=sql,
-                                  hint="remove the ROWS/RANGE/GROUPS clause")
-    ops.refuse_unread(spec, FRAME_CLAUSES, sql)
-    kind = str(spec.args.get("kind") or "").upper()
-    if kind not in ("ROWS", "RANGE", "GROUPS"):
-        raise UnsupportedSQLError(f"the frame of {text} is not supported", sql=sql,
-                                  hint="use ROWS, RANGE or GROUPS BETWEEN ... AND ...")
-
-    def bound(value, side) -> str:
-        if isinstance(value, str) and value.upper() in ("UNBOUNDED", "CURRENT ROW"):
-            word = value.upper()
-        else:
-            word = str(_whole_literal(value, scope, f"a frame bound of {text}", 0).value)
-        if word == "CURRENT ROW":
-            return word
-        side = str(side or "").upper()
-        if side not in ("PRECEDING", "FOLLOWING"):
-            raise UnsupportedSQLError(f"a frame bound of {text} is not supported", sql=sql,
-                                      hint="write n PRECEDING, n FOLLOWING or CURRENT ROW")
-        return f"{word} {side}"
-
-    start = bound(spec.args.get("start"), spec.args.get("start_side"))
-    end = bound(spec.args.get("end") or "CURRENT ROW", spec.args.get("end_side"))
-    return f"{kind} BETWEEN {start} AND {end}", kind == "ROWS"
-
-
-def ordering_sql(sql: str, desc: bool, nulls_first: bool | None) -> str:
-    """An ORDER BY term."""
-    nulls = "" if nulls_first is None else (" NULLS FIRST" if nulls_first else " NULLS LAST")
-    return f"{sql}{' DESC' if desc else ''}{nulls}"
-
-
-def window_sql(e: Expr, render: Callable[[Expr], str]) -> str:
-    """The SQL of an IR ``window`` node, its parts written by ``render``."""
-    call: WindowCall = e.value
-    parts = [render(a) for a in e.args]
-    cuts = [call.arguments, call.partition, len(call.order), len(call.inner_order)]
-    groups = []
-    for size in cuts:
-        groups.append(parts[:size])
-        parts = parts[size:]
-    arguments, partition, order, inner = groups
-    inside = "*" if call.star else ", ".join(arguments)
-    if inner:
-        inside += " ORDER BY " + ", ".join(ordering_sql(t, *o) for t, o in
-                                           zip(inner, call.inner_order, strict=True))
-    over = [f"PARTITION BY {', '.join(partition)}"] if partition else []
-    if order:
-        over.append("ORDER BY " + ", ".join(ordering_sql(t, *o) for t, o in
-                                            zip(order, call.order, strict=True)))
-    over += [call.frame] if call.frame else []
-    return f"{call.function}({inside}) OVER ({' '.join(over)})"
 
 
 WRITTEN_HERE = ("agg", "window")  # IR nodes a Dialect does not render: their SQL is written

@@ -1,0 +1,97 @@
+"""A GROUP BY key's public domain narrowed by the WHERE conjuncts that read it alone.
+
+A conjunct of WHERE that reads one key column alone (day <> 'Mon', region_id IN (1, 2))
+drops every row of the key values it rejects, and whether it rejects a value depends on
+the declared value and the query's literals only, never on the data: the cells of those
+values are empty on every database, so they are not released. Only what Python computes
+exactly as every backend does is evaluated here (comparisons of numbers, dates and
+booleans, equality of texts, IN, IS NULL, NOT, AND, OR); text order follows collations,
+which differ between backends, and anything else keeps the declared domain.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import operator
+
+from dpsql.compile.ir import NUMERIC, Expr
+
+
+class _Unsure(Exception):
+    """The conjunct holds an operation that is not evaluated here."""
+
+
+_ORDERS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge}
+_EQUALITIES = ("eq", "ne", "is_distinct", "is_not_distinct", "in")
+
+
+def kept_by_where(key: Expr, where: Expr | None) -> tuple | None:
+    """The key's domain values that every conjunct of WHERE reading that key column alone
+    keeps (None: no such conjunct, or it would keep none, or one cannot be evaluated)."""
+    if key.op != "col" or key.domain is None or where is None:
+        return None
+    conjuncts = [c for c in _conjuncts(where) if c.columns() == {key.value}]
+    if not conjuncts:
+        return None
+    try:
+        kept = tuple(v for v in key.domain
+                     if all(_value(c, v) is True for c in conjuncts))
+    except _Unsure:
+        return None
+    return kept if kept and len(kept) < len(key.domain) else None
+
+
+def _conjuncts(where: Expr) -> list[Expr]:
+    if where.op == "and":
+        return [c for arg in where.args for c in _conjuncts(arg)]
+    return [where]
+
+
+def _plain(value, kind: str):
+    """A declared value or a literal as Python compares it as the backends do (a date as a
+    date, an int within 2^53, where doubles compare with it exactly; None is NULL)."""
+    if value is None:
+        return None
+    if kind == "date" and isinstance(value, str):
+        try:
+            value = datetime.date.fromisoformat(value)
+        except ValueError:
+            raise _Unsure from None
+    python = {"int": int, "float": float, "text": str, "bool": bool, "date": datetime.date}
+    if type(value) is not python.get(kind) or kind == "int" and abs(value) > 2**53 or \
+            kind == "float" and not math.isfinite(value):
+        raise _Unsure  # e.g. text values the YAML read as booleans
+    return value
+
+
+def _value(e: Expr, value):
+    """``e`` where its one column holds ``value``: True, False, None (NULL) or a value."""
+    if e.op in ("col", "lit"):
+        return _plain(value if e.op == "col" else e.value, e.type)
+    args = [_value(a, value) for a in e.args]
+    if e.op == "not":
+        return None if args[0] is None else not args[0]
+    if e.op in ("and", "or"):
+        decisive = e.op == "or"  # TRUE decides an OR, FALSE an AND
+        return decisive if decisive in args else (None if None in args else not decisive)
+    if e.op == "is_null":
+        return args[0] is None
+    types = {a.type for a in e.args}
+    if not (types <= set(NUMERIC) or len(types) == 1 and types <= {"bool", "date", "text"}) \
+            or "text" in types and e.op not in _EQUALITIES:
+        raise _Unsure
+    if e.op in ("is_distinct", "is_not_distinct"):
+        same = args[0] == args[1] if None not in args else args[0] is args[1]
+        return same == (e.op == "is_not_distinct")
+    if e.op == "in":
+        if args[0] is not None and args[0] in [a for a in args[1:] if a is not None]:
+            return True
+        return None if None in args else False
+    if e.op not in ("eq", "ne", *_ORDERS) or len(args) != 2:
+        raise _Unsure
+    if None in args:
+        return None
+    if e.op in ("eq", "ne"):
+        return (args[0] == args[1]) == (e.op == "eq")
+    return _ORDERS[e.op](*args)
