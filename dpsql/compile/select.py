@@ -333,7 +333,7 @@ class _Compiler:
             info = self.relation.columns[expr.value]
             if info.source is None and info.origin is not None:
                 return f"public table {info.origin[0]}.{info.origin[1]}"
-            return info.source
+            return info.source or "a subquery's column, from the metadata"
         inner = sorted({self._domain_source(column(self.relation.columns[c])) or "its bounds"
                         for c in expr.columns()})
         if not inner:
@@ -341,6 +341,8 @@ class _Compiler:
         if expr.op == "case":
             return "literals of the query"
         if expr.op == "extract" and expr.value != "year":
+            return f"the calendar ({expr.value})"
+        if expr.op == "strftime" and "%Y" not in expr.value:  # names and months: every year's
             return f"the calendar ({expr.value})"
         return "computed from " + ", ".join(inner)
 
