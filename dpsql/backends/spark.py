@@ -19,6 +19,7 @@ from dpsql.backends import exact_rows
 from dpsql.catalog import Catalog, TableSpec
 from dpsql.errors import BackendError, DataError
 
+_JAVA_ENCODINGS = {"utf-8": "UTF-8", "utf-16": "UTF-16", "latin-1": "ISO-8859-1"}  # Java's
 _CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE", "text": "STRING",
           "timestamp": "TIMESTAMP"}
 
@@ -70,6 +71,7 @@ class SparkBackend:
             trim = bool(options.get("trim"))
             frame = reader.csv(table.source, header=options.get("header", True),
                                sep=options.get("delimiter", ","),
+                               encoding=_JAVA_ENCODINGS[options.get("encoding", "utf-8")],
                                ignoreLeadingWhiteSpace=trim, ignoreTrailingWhiteSpace=trim,
                                nullValue=_first(options.get("null")))
             if "names" in options:

@@ -228,6 +228,16 @@ def test_spark_connections_of_one_process_read_their_own_source_files(spark, tmp
     assert spark.table("visits").count() > 0  # the caller's session and views stay up
 
 
+def test_spark_reads_a_csv_in_its_declared_encoding(spark, tmp_path):
+    """csv: {encoding: latin-1} was read as UTF-8 by Spark's reader."""
+    (tmp_path / "items.csv").write_bytes("id,name\n1,Misérables\n".encode("latin-1"))
+    meta = {"name": "items", "budget": {"epsilon": 1}, "tables": {"items": {
+        "source": str(tmp_path / "items.csv"), "public": True, "csv": {"encoding": "latin-1"},
+        "columns": {"id": "int", "name": "text"}}}}
+    with dpsql.connect(spark, metadata=meta, ledger=":memory:") as con:
+        assert con.execute("SELECT name FROM items").fetchall() == [("Misérables",)]
+
+
 def test_backend_lists_tables_and_columns(connections):
     for backend in ("postgresql", "spark"):
         tables = connections[backend]._backend.tables()
