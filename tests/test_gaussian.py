@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 import dpsql
 from dpsql.budget import rho_from_epsilon_delta
+from dpsql.release import half_width
 
 from conftest import catalogue, make_adult
 
@@ -37,6 +39,25 @@ def test_noise_variance_and_coverage(gaussian, tmp_path):
     assert abs(np.var(errors) / sigma**2 - 1) < 0.08
     assert 0.94 <= np.mean(covered) <= 0.99  # discrete: P(|Z| ≤ 4) ≈ 0.976 at σ = 2
     assert con.budget_spent.rho == Fraction(60, 8)
+
+
+def test_a_centred_sums_interval_is_its_sums_own_quantile(gaussian, tmp_path):
+    """SUM(x) = S' + k·N from two discrete Gaussians: their widths were added (Bonferroni),
+    a half-width of 3.1 sd where 1.96 sd covers; its own normal quantile still covers."""
+    con = dpsql.connect(metadata=gaussian, ledger=tmp_path / "l.sqlite", insecure_seed=5)
+    sql = "SELECT education, COUNT(hours) AS n, SUM(hours) AS s FROM adult GROUP BY education"
+    plan = con._engine.plan(sql, rho=0.004).release.statements[0]
+    total = next(a for a in plan.checked.aggregates if a.kind == "sum")
+    own = {p.role: p for p in plan.parts if total.name in p.feeds}
+    sd = math.hypot(float(own["sum"].scale), float(own["sum"].center * own["count"].scale))
+    assert half_width(total, plan) < 2.1 * sd
+    truth = make_adult().dropna(subset=["hours"]).groupby("education").hours.sum()
+    covered = []
+    for _ in range(100):
+        frame = con.cursor().execute(sql, rho=0.004).intervals()
+        exact = truth.reindex(frame.education, fill_value=0).to_numpy()
+        covered.extend((frame.s_low <= exact) & (exact <= frame.s_high))
+    assert np.mean(covered) >= 0.94
 
 
 def test_l2_sensitivity_uses_the_groups_a_person_touches(gaussian, tmp_path):
