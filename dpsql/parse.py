@@ -19,6 +19,7 @@ from sqlglot.tokens import TokenType
 
 from dpsql.errors import InterfaceError, ProgrammingError, SQLSyntaxError
 from dpsql.plan import Statement
+from dpsql.sqltext import replace_qmarks
 
 DIALECT = "duckdb"  # the dialect statements are normalised to (ledger, fingerprints)
 DIALECTS = ("duckdb", "postgres", "bigquery", "snowflake", "spark", "databricks", "tsql",
@@ -371,18 +372,7 @@ _QMARK = f"dpsqlq{secrets.token_hex(4)}_"
 def _marked(sql: str, dialect: str) -> str:
     """``sql`` with its i-th '?' placeholder, as the dialect's tokenizer finds them (not in a
     string or comment), written as :<_QMARK>i."""
-    if "?" not in sql:
-        return sql
-    try:
-        tokens = sqlglot.Dialect.get_or_raise(dialect).tokenize(sql)
-    except TokenError:
-        return sql  # parsing reports it
-    pieces, last = [], 0
-    marks = (t for t in tokens if t.token_type == TokenType.PLACEHOLDER and t.text == "?")
-    for i, token in enumerate(marks):
-        pieces += [sql[last:token.start], f":{_QMARK}{i}"]
-        last = token.end + 1
-    return "".join(pieces) + sql[last:]
+    return replace_qmarks(sql, lambda i: f":{_QMARK}{i}", dialect) if "?" in sql else sql
 
 
 def _qmark_index(node: exp.Expression) -> int:

@@ -7,10 +7,11 @@ identifier or a comment; those must be left alone.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
-_DOLLAR = re.compile(r"\$(\d+)")
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import TokenError
+from sqlglot.tokens import TokenType
 
 
 def spans(sql: str) -> Iterator[tuple[str, bool]]:
@@ -67,27 +68,54 @@ def split_statements(sql: str) -> list[str]:
     return out
 
 
+def qmarks(sql: str, dialect: str = "duckdb") -> list[tuple[int, int]]:
+    """Where the ``?`` placeholders are (start, end), as the dialect's tokenizer (sqlglot's)
+    finds them: not in its strings, quoted names or comments, nested ones too."""
+    try:
+        tokens = Dialect.get_or_raise(dialect).tokenize(sql)
+    except TokenError:
+        return []  # parsing the statement reports it
+    return [(t.start, t.end) for t in tokens
+            if t.token_type == TokenType.PLACEHOLDER and t.text == "?"]
+
+
+def replace_qmarks(sql: str, spelling, dialect: str = "duckdb") -> str:
+    """``sql`` with its i-th ``?`` (from 0, found by ``qmarks``) written ``spelling(i)``."""
+    pieces, last = [], 0
+    for i, (start, end) in enumerate(qmarks(sql, dialect)):
+        pieces += [sql[last:start], spelling(i)]
+        last = end + 1
+    return "".join(pieces) + sql[last:]
+
+
 def qmark_to_dollar(sql: str) -> str:
-    """``?`` placeholders in code to PostgreSQL's ``$1``, ``$2`` ..."""
-    out, count = [], 0
-    for text, code in spans(sql):
-        if code:
-            pieces = text.split("?")
-            text = pieces[0]
-            for piece in pieces[1:]:
-                count += 1
-                text += f"${count}{piece}"
-        out.append(text)
-    return "".join(out)
+    """``?`` placeholders to PostgreSQL's ``$1``, ``$2`` ..."""
+    return replace_qmarks(sql, lambda i: f"${i + 1}")
 
 
 def dollar_to_qmark(sql: str) -> tuple[str, list[int]]:
-    """``$n`` placeholders in code to ``?``; returns the text and the order of the ``n``."""
+    """``$n`` placeholders to ``?``; returns the text and the order of the ``n``.
+
+    The placeholders are found by PostgreSQL's tokenizer (sqlglot's), which knows its
+    dollar-quoted and E'' strings and nested comments: ``spans`` does not, and rewrote a $1
+    inside $$x$1$$, so the values bound one place off.
+    """
+    tokenizer = Dialect.get_or_raise("postgres")
+    try:
+        tokens, skipped = tokenizer.tokenize(sql), 0
+        if tokens and tokens[0].token_type == TokenType.COMMAND:
+            # DECLARE c CURSOR FOR <select>: the tokenizer keeps a command's rest as one text
+            skipped = tokens[0].end + 1
+            tokens = tokenizer.tokenize(sql[skipped:])
+    except TokenError:
+        return sql, []  # parsing the statement reports it
     order: list[int] = []
-
-    def one(match: re.Match) -> str:
-        order.append(int(match.group(1)))
-        return "?"
-
-    return "".join(_DOLLAR.sub(one, text) if code else text for text, code in spans(sql)), \
-        order
+    pieces, last = [], 0
+    for sign, number in zip(tokens, tokens[1:]):
+        if sign.token_type == TokenType.PARAMETER and number.token_type == TokenType.NUMBER \
+                and number.start == sign.end + 1 and number.text.isascii() and \
+                number.text.isdigit():
+            order.append(int(number.text))
+            pieces += [sql[last:skipped + sign.start], "?"]
+            last = skipped + number.end + 1
+    return "".join(pieces) + sql[last:], order

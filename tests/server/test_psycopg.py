@@ -191,3 +191,15 @@ def test_a_session_holds_few_cursors_and_a_transaction_end_closes_them(server):
         with pytest.raises(psycopg.Error) as info:
             con.execute("FETCH ALL FROM c16")
         assert "does not exist" in info.value.diag.message_primary
+
+
+def test_dollar_placeholders_are_found_as_postgresql_reads_them(server):
+    """A $1 inside a nested comment was taken for a placeholder (the text's own lexer knew
+    no nested comments, dollar-quoted or E'' strings), so each value bound one place off."""
+    with psycopg.connect(server.dsn("xavier"), autocommit=True) as con:
+        cur = con.cursor()
+        cur.execute("SELECT COUNT(*) AS n FROM visits WHERE /* a /* b */ $1 */ day = %s "
+                    "AND region_id = %s", ["Mon", 1], prepare=True)
+        same = con.execute("SELECT COUNT(*) AS n FROM visits WHERE day = 'Mon' AND "
+                           "region_id = 1").fetchall()
+        assert cur.fetchall() == same  # the stored answer: the same statement
