@@ -32,6 +32,7 @@ from dpsql.compile.render import Dialect, dialect
 from dpsql.errors import (
     BackendError,
     CatalogError,
+    Error,
     InternalError,
     NotSupportedError,
     PrivacyParameterError,
@@ -312,8 +313,12 @@ class Engine:
         for kind, i in planned.order:
             if kind == "dp":
                 names, rows = exact[i]
-                results.append(release(planned.release.statements[i], names, rows, self.rng,
-                                       self.post, histograms[i], shared_values))
+                try:
+                    results.append(release(planned.release.statements[i], names, rows,
+                                           self.rng, self.post, histograms[i], shared_values))
+                except Error as err:  # after the charge: say that it was spent
+                    err.epsilon_spent = planned.release.loss.epsilon
+                    raise
             else:
                 names, rows = public[i]
                 types = [e.type for _, e in planned.public[i].outputs]

@@ -243,3 +243,14 @@ def test_ties_are_broken_by_the_keys_whatever_order_the_frame_is_read_in(folder)
         (e, 7, i + 1, i * 4 // len(education) + 1, education[i - 1] if i else None)
         for i, e in enumerate(education)]
     assert {r[5] for r in rows} == {education[-1]}
+
+
+def test_a_range_frame_cannot_overflow_after_the_charge(con):
+    """DuckDB adds a RANGE offset to the ORDER BY value outside any TRY: an integer within
+    1000 of 2^63 overflowed in post-processing, after the charge, where the pre-charge check
+    on a frame of zeros had passed. The ORDER BY is read as a double there."""
+    sql = ("SELECT day, COUNT(*) AS n, COUNT(*) OVER (ORDER BY CASE WHEN COUNT(*) > -100 "
+           "THEN 9223372036854775000 ELSE 0 END RANGE BETWEEN 1000 PRECEDING AND 1000 "
+           "FOLLOWING) AS c FROM visits GROUP BY day")
+    rows = con.execute(sql, epsilon=1).fetchall()
+    assert [c for _, _, c in rows] == [7] * 7

@@ -149,6 +149,11 @@ def compile_window(node: exp.Window, scope: ops.Scope, ties: tuple[Expr, ...]) -
     order = [_window_ordering(o, scope) for o in
              (node.args["order"].expressions if node.args.get("order") else [])]
     frame, rows = _frame(node.args.get("spec"), function, scope, text)
+    if frame.startswith("RANGE") and any(c.isdigit() for c in frame):
+        # DuckDB adds a RANGE offset to the ORDER BY value outside any TRY: near ±2^63 an
+        # integer overflowed, after the charge; a double cannot
+        order = [(Expr("cast", (e,), "float", "float", nullable=e.nullable)
+                  if e.type == "int" else e, d, n) for e, d, n in order]
     tie_terms = [(t, False, False) for t in ties]
     inner: list = []
     if function.ties == "position" or rows:
