@@ -360,8 +360,13 @@ class Engine:
         key = (table, column)
         if key not in self._domains:
             d = self._public_dialect()
-            name = d.quote(column)
-            sql = (f"SELECT DISTINCT {name} FROM {self.backend.sources[table]} WHERE {name} IS "
+            name = value = d.quote(column)
+            spec = self.catalog.table(table).columns.get(column)
+            if spec is not None and spec.type == "text":
+                # as the key is compared: a PostgreSQL CHAR(5)'s 'cd   ' matches the text 'cd'
+                # only, so a padded domain matched no row and every cell was released as 0
+                value = f"CAST({name} AS {d.types['text']})"
+            sql = (f"SELECT DISTINCT {value} FROM {self.backend.sources[table]} WHERE {name} IS "
                    f"NOT NULL ORDER BY 1 LIMIT {MAX_DOMAIN_CELLS + 1}")
             _, rows = self.backend.run_public(sql)
             values = tuple(row[0] for row in rows)

@@ -16,6 +16,7 @@ from servers import (  # noqa: F401 (fixtures)
     backend_metadata,
     copy_table,
     csv_dir,
+    databases,
     postgres_url,
     spark,
 )
@@ -365,3 +366,25 @@ def _agree_on_doubles(postgres_url, tmp_path, frame: pd.DataFrame, sql: str) -> 
         with dpsql.connect(target, metadata=catalog, ledger=":memory:", insecure_seed=1) as con:
             answers.append(_exact(con, sql))
     assert answers[0] == answers[1], sql
+
+
+def test_a_public_char_column_is_a_domain_of_its_trimmed_values(tmp_path):
+    """PostgreSQL reads CHAR(5)'s 'cd   ' for DISTINCT but compares it as the text 'cd': the
+    padded domain matched no row, and every cell of GROUP BY s.name was released as 0."""
+    import psycopg
+
+    meta = {"name": "n", "budget": {"epsilon": 1e15}, "tables": {
+        "shops": {"public": True, "columns": {"id": "int", "name": "text"}},
+        "buys": {"privacy_unit": "uid", "max_groups_per_unit": 10, "max_rows_per_group": 10,
+                 "columns": {"uid": "int", "id": "int"}}}}
+    with databases("dpsql_char") as create:
+        url = create()
+        with psycopg.connect(url, autocommit=True) as pg:
+            pg.execute("CREATE TABLE shops (id int, name char(5))")
+            pg.execute("INSERT INTO shops VALUES (1, 'ab'), (2, 'cd'), (3, 'ef')")
+            pg.execute("CREATE TABLE buys (uid bigint, id int)")
+            pg.execute("INSERT INTO buys SELECT g, 1 + g % 3 FROM generate_series(1, 60) g")
+        with dpsql.connect(url, metadata=meta, ledger=":memory:", insecure_seed=1) as con:
+            rows = con.execute("SELECT s.name AS name, COUNT(*) AS n FROM buys b JOIN shops s "
+                               "ON b.id = s.id GROUP BY s.name", epsilon=1e12).fetchall()
+    assert rows == [("ab", 20), ("cd", 20), ("ef", 20)]
