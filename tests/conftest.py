@@ -43,6 +43,16 @@ def make_adult(rows: int = 3000, seed: int = 1) -> pd.DataFrame:
     })
 
 
+def write_adult_with_nulls(folder: Path) -> Path:
+    """adult.csv with every seventh age NULL, and visits.csv, in ``folder``."""
+    frame = make_adult()
+    frame["age"] = frame["age"].astype("Int64")
+    frame.loc[np.arange(0, len(frame), 7), "age"] = pd.NA
+    frame.to_csv(folder / "adult.csv", index=False)
+    make_visits().to_csv(folder / "visits.csv", index=False)
+    return folder
+
+
 def make_visits(people: int = 300, seed: int = 2) -> pd.DataFrame:
     """A small visits table: several rows per uid."""
     rng = np.random.default_rng(seed)

@@ -5,10 +5,9 @@ of an expression dpsql does not read is refused by name, never dropped."""
 from __future__ import annotations
 
 import duckdb
-import numpy as np
 import pandas as pd
 import pytest
-from conftest import catalogue, make_adult, make_visits
+from conftest import catalogue, write_adult_with_nulls
 
 import dpsql
 
@@ -33,12 +32,7 @@ PREDICATES = [
 
 @pytest.fixture
 def adult_with_nulls(tmp_path):
-    frame = make_adult()
-    frame["age"] = frame["age"].astype("Int64")
-    frame.loc[np.arange(0, len(frame), 7), "age"] = pd.NA
-    frame.to_csv(tmp_path / "adult.csv", index=False)
-    make_visits().to_csv(tmp_path / "visits.csv", index=False)
-    return tmp_path
+    return write_adult_with_nulls(tmp_path)
 
 
 @pytest.mark.parametrize("dialect", ["duckdb", "postgres"])

@@ -10,10 +10,9 @@ from decimal import Decimal
 from pathlib import Path
 
 import duckdb
-import numpy as np
 import pandas as pd
 import pytest
-from conftest import EDUCATION, catalogue, make_adult, make_visits
+from conftest import EDUCATION, catalogue, write_adult_with_nulls
 
 import dpsql
 
@@ -49,13 +48,7 @@ NULL_STATEMENTS = [
 @pytest.fixture(scope="module")
 def adult_with_nulls(tmp_path_factory) -> Path:
     """adult.csv with every seventh age NULL, and visits.csv."""
-    folder = tmp_path_factory.mktemp("nulls")
-    frame = make_adult()
-    frame["age"] = frame["age"].astype("Int64")
-    frame.loc[np.arange(0, len(frame), 7), "age"] = pd.NA
-    frame.to_csv(folder / "adult.csv", index=False)
-    make_visits().to_csv(folder / "visits.csv", index=False)
-    return folder
+    return write_adult_with_nulls(tmp_path_factory.mktemp("nulls"))
 
 
 def _duckdbs(folder: Path, sql: str) -> list[tuple]:
