@@ -372,15 +372,15 @@ _QMARK = f"dpsqlq{secrets.token_hex(4)}_"
 def _marked(sql: str, dialect: str) -> str:
     """``sql`` with its i-th '?' placeholder, as the dialect's tokenizer finds them (not in a
     string or comment), written as :<_QMARK>i."""
-    return replace_qmarks(sql, lambda i: f":{_QMARK}{i}", dialect) if "?" in sql else sql
+    # the space keeps what followed the '?' its own token (?k1 would read as :<marker>0k1)
+    return replace_qmarks(sql, lambda i: f":{_QMARK}{i} ", dialect) if "?" in sql else sql
 
 
 def _qmark_index(node: exp.Expression) -> int:
     """Which '?' of the text a placeholder is (from 0), or −1 for any other placeholder."""
     name = node.this if isinstance(node, exp.Placeholder) else None
-    if isinstance(name, str) and name.startswith(_QMARK):
-        return int(name[len(_QMARK):])
-    return -1
+    index = name[len(_QMARK):] if isinstance(name, str) and name.startswith(_QMARK) else ""
+    return int(index) if index.isascii() and index.isdigit() else -1
 
 
 def _literal(value: Any) -> exp.Expression:

@@ -202,6 +202,7 @@ def test_a_refusal_names_the_function_as_written(adult_with_nulls, dialect, cond
     # and spelt again, POSITION(? IN x || ?) is STRPOS(x || ?, ?)
     ("duckdb", "POSITION(? IN sex || ?) = 1 AND hours < ?", ["M", "x", 30]),
     ("duckdb", "(age + ?) > 70 AND hours < ?", [5, 30]),
+    ("duckdb", "age>?AND hours<?", [40, 30]),  # a '?' against the word after it
     ("postgres", "age > $2 AND hours < $1", [30, 40]),
     ("duckdb", "age > $2 AND hours < $1 AND age < $2 + 20", [30, 40]),
 ])
@@ -231,6 +232,7 @@ def test_offset_and_limit_parameters_bind_in_the_order_written(adult_with_nulls)
 @pytest.mark.parametrize("where,params", [
     ("age > $²", [1]),  # a superscript digit: int() refused what isdigit() let through
     ("age > ?", [Decimal("1E+999999")]),  # a million digits were written out
+    ("age > ?k1", [1]),  # the marker ran into the name after it: a ValueError
 ])
 def test_unbindable_parameters_are_refused_with_a_dpsql_error(adult_with_nulls, where, params):
     with dpsql.connect(metadata=catalogue(adult_with_nulls), ledger=":memory:") as con, \
