@@ -62,6 +62,10 @@ ANSWERED = [
      "SELECT day, s, AVG(s) OVER (ORDER BY day ROWS BETWEEN 2 PRECEDING AND CURRENT ROW), "
      "MIN(s) OVER (), MAX(s) OVER (ORDER BY day GROUPS 1 PRECEDING), COUNT(*) OVER (), "
      "COUNT(s) OVER (ORDER BY s RANGE BETWEEN 500 PRECEDING AND 500 FOLLOWING) FROM released"),
+    # arithmetic on a window: DuckDB refused the window inside the TRY that guards it
+    ("SELECT day, COUNT(*) AS n, RANK() OVER (ORDER BY COUNT(*) DESC) - 1 AS r0 "
+     "FROM visits GROUP BY day",
+     "SELECT day, n, RANK() OVER (ORDER BY n DESC) - 1 FROM released"),
     ("SELECT education, COUNT(*) AS n, RANK() OVER (ORDER BY n DESC) AS r FROM adult "
      "GROUP BY education QUALIFY r <= 3 ORDER BY r",
      "SELECT education, n, RANK() OVER (ORDER BY n DESC) AS r FROM released"),
@@ -254,3 +258,11 @@ def test_a_range_frame_cannot_overflow_after_the_charge(con):
            "FOLLOWING) AS c FROM visits GROUP BY day")
     rows = con.execute(sql, epsilon=1).fetchall()
     assert [c for _, _, c in rows] == [7] * 7
+
+
+def test_windows_run_over_the_rows_having_keeps(con):
+    """SQL computes windows after HAVING: a share of the total is of the groups kept."""
+    rows = con.execute("SELECT day, COUNT(*) AS n, COUNT(*) * 100.0 / SUM(COUNT(*)) OVER () "
+                       "AS share FROM visits GROUP BY day HAVING COUNT(*) > 0", epsilon=1
+                       ).fetchall()
+    assert sum(share for _, _, share in rows) == pytest.approx(100)

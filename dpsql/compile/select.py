@@ -616,6 +616,15 @@ def _post_expr(e: Expr) -> str:
     return dialect("duckdb").expr(with_sql(e, _post_expr))
 
 
+def _windows_read(e: Expr, named: dict[Expr, str]) -> Expr:
+    """``e`` with each window read from the column ``named`` gives it."""
+    if e.op == "window":
+        return Expr("col", (), e.type, named[e])
+    if not any(n.op == "window" for n in e.walk()):
+        return e
+    return replace(e, args=tuple(_windows_read(a, named) for a in e.args))
+
+
 def _post_sql(projections, outputs, having, qualify, order, limit, offset) -> str:
     """The post-processing query over the noisy frame, rendered for DuckDB.
 
@@ -623,17 +632,32 @@ def _post_sql(projections, outputs, having, qualify, order, limit, offset) -> st
     columns, so that HAVING, QUALIFY, ORDER BY and LIMIT move them with their rows.
     """
     duck = dialect("duckdb")
+    windows = list(dict.fromkeys(n for e in [*(e for _, e in projections), qualify,
+                                             *(e for e, _, _ in order)]
+                                 if e is not None for n in e.walk() if n.op == "window"))
+    source = NOISY_FRAME
+    if windows:
+        # computed in a query of their own, over the rows HAVING keeps, as SQL orders it:
+        # DuckDB refuses a window inside the TRY that guards arithmetic (RANK() OVER () - 1)
+        named = {w: f"__w{i}" for i, w in enumerate(windows)}
+        computed = ", ".join(f"{window_sql(w, _post_expr)} AS {named[w]}" for w in windows)
+        filtered = "" if having is None else f" WHERE {_post_expr(having)}"
+        source = f"(SELECT *, {computed} FROM {NOISY_FRAME}{filtered}) AS __windows"
+        projections = [(name, _windows_read(e, named)) for name, e in projections]
+        qualify = None if qualify is None else _windows_read(qualify, named)
+        order = [(_windows_read(e, named), desc, nulls) for e, desc, nulls in order]
+        having = None
     items = [f"{_post_expr(expr)} AS {duck.quote(name)}" for name, expr in projections]
     for output in outputs:
         if output.aggregate is not None:
             for side in ("low", "high"):
                 items.append(f"{duck.quote(output.aggregate + '__' + side)} AS "
                              f"{duck.quote(ci_column(output.name, side))}")
-    sql = f"SELECT {', '.join(items)} FROM {NOISY_FRAME}"
+    sql = f"SELECT {', '.join(items)} FROM {source}"
     if having is not None:
         sql += f" WHERE {_post_expr(having)}"
     if qualify is not None:
-        sql += f" QUALIFY {_post_expr(qualify)}"
+        sql += f" WHERE {_post_expr(qualify)}"
     if order:
         sql += " ORDER BY " + ", ".join(ordering_sql(_post_expr(e), desc, nulls)
                                         for e, desc, nulls in order)
