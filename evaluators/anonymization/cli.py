@@ -73,12 +73,17 @@ def default_qids(metadata: str, table: str, hierarchies: Path, sensitive: str | 
 @click.option("--reference", type=click.Choice(["original", "input"]), default="original",
               show_default=True, help="t-closeness reference distribution in later passes.")
 @click.option("--no-prune", is_flag=True, help="Exhaustive search (to verify the pruned one).")
+@click.option("--dp-node", default=None,
+              help="Generalization levels of the ε-DP counts, one per QID (e.g. 0,1,2), chosen "
+                   "from public knowledge: then the whole release is ε-DP. Default: the node "
+                   "the search picked from the exact data (the counts are ε-DP given it, the "
+                   "release as a whole is not).")
 @click.option("--dp-epsilon", type=float, default=None, hidden=True,
               help="Former name of --epsilon.")
 def command(metadata, table, epsilon, output, insecure_seed, as_json, analyst, ledger,
             hierarchy_dir, check, qids, sensitive, k, l_value, l_variant, c_value, t_value,
             t_variant, objective, suppression_limit, rho, reference, no_prune,
-            dp_epsilon) -> None:
+            dp_node, dp_epsilon) -> None:
     """Anonymize TABLE by full-domain generalization with suppression (ARX-style), optionally
     with ρ-Gain passes; print the chosen node, classes, outliers, C_AVG, DM and risks."""
     dp_epsilon = epsilon if epsilon is not None else dp_epsilon
@@ -103,6 +108,7 @@ def command(metadata, table, epsilon, output, insecure_seed, as_json, analyst, l
         if sensitive_file is not None and sensitive_file.is_file() else None,
         suppression_limit=suppression_limit, prune=not no_prune,
     )
+    public_node = _public_node(dp_node, qids, hierarchies) if dp_node is not None else None
     custodian = open_custodian(metadata, analyst=analyst, ledger=ledger)
     try:
         source = create_source(custodian, table, config.columns)
@@ -115,7 +121,8 @@ def command(metadata, table, epsilon, output, insecure_seed, as_json, analyst, l
             payload["output"] = output
         if dp_epsilon is not None:
             payload["dp"] = _dp_alternative(metadata, table, config, result, dp_epsilon,
-                                            insecure_seed, analyst, ledger, custodian)
+                                            insecure_seed, analyst, ledger, custodian,
+                                            public_node)
             payload["epsilon_spent"] = payload["dp"]["epsilon_spent"]
     finally:
         custodian.close()
@@ -148,8 +155,27 @@ def _check_table(metadata, table, qids, sensitive, hierarchy_dir, analyst, ledge
             "sample_uniqueness": risk.sample_uniqueness, "epsilon_spent": 0.0}
 
 
-def _dp_alternative(metadata, table, config, result, epsilon, seed, analyst, ledger, custodian):
-    node = result.passes[0].node
+def _public_node(text: str, qids: list[str], hierarchies) -> tuple[int, ...]:
+    """The levels of ``--dp-node``, one per QID, each within its hierarchy."""
+    try:
+        node = tuple(int(level) for level in text.split(","))
+    except ValueError:
+        node = ()
+    if len(node) != len(qids) or any(not 0 <= level < hierarchies[q].levels
+                                      for q, level in zip(qids, node, strict=True)):
+        raise dpsql.ProgrammingError(
+            f"--dp-node {text!r} is not a level for each of the {len(qids)} QIDs "
+            f"({', '.join(qids)})", hint="give one level per QID, from 0 (as is) to its "
+            f"hierarchy's top: e.g. --dp-node {','.join('0' for _ in qids)}")
+    return node
+
+
+def _dp_alternative(metadata, table, config, result, epsilon, seed, analyst, ledger, custodian,
+                    public_node=None):
+    # the search picked its node from the exact data: counts at that node are ε-DP given
+    # it, and the node (with its SQL) is released beside them; a public node makes the whole
+    # release ε-DP
+    node = public_node if public_node is not None else result.passes[0].node
     sql, keys = dp_count_sql(table, config.qids, config.hierarchies, node)
     exact = custodian.execute(sql).fetchdf()
     con = dpsql.connect(None, metadata=metadata, analyst=analyst, ledger=ledger,
@@ -161,6 +187,9 @@ def _dp_alternative(metadata, table, config, result, epsilon, seed, analyst, led
     anonymous = exact.assign(n=exact["n"].where(exact["n"] >= config.model.k, 0))
     return {
         "node": list(node),
+        "node_from": "public (--dp-node): the release is ε-DP" if public_node is not None
+        else "the k-anonymity search over the exact data: the counts are ε-DP given the "
+        "node, the release as a whole is not (pass --dp-node for an ε-DP release)",
         "epsilon_spent": released.epsilon_spent,
         "sql": sql,
         "dp": compare_releases(exact, released.counts, keys, config.model.k),
@@ -184,5 +213,6 @@ def _print_summary(payload: dict) -> None:
     )
     if "dp" in payload:
         dp = payload["dp"]
-        click.echo(f"ε-DP counts (ε = {dp['epsilon_spent']:g}): {dp['dp']}")
+        click.echo(f"ε-DP counts (ε = {dp['epsilon_spent']:g}) at node {tuple(dp['node'])}, "
+                   f"from {dp['node_from']}: {dp['dp']}")
         click.echo(f"k-anonymous counts: {dp['k_anonymous']}")

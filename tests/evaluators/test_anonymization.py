@@ -520,3 +520,50 @@ def test_cli_check_reports_what_a_table_anonymized_elsewhere_achieves(tmp_path):
     payload = json.loads(result.output)
     assert (payload["k"], payload["distinct_l"], payload["classes"]) == (3, 2, 3)
     assert payload["max_prosecutor_risk"] == pytest.approx(1 / 3)
+
+
+def _neighbour_anonymize(tmp_path, extra: str, *options: str) -> dict:
+    """``anonymize --epsilon 1`` on ages 20-25 (ten each), plus ``extra`` rows, as JSON."""
+    folder = tmp_path / str(len(list(tmp_path.iterdir())))
+    (folder / "h").mkdir(parents=True)
+    (folder / "h" / "age.csv").write_text(
+        "".join(f"{a};{'20-24' if a < 25 else '25-29'};*\n" for a in range(20, 30)))
+    (folder / "t.csv").write_text("age\n" + "".join(f"{20 + i % 6}\n" for i in range(60)) + extra)
+    (folder / "t.yaml").write_text(
+        "name: t\nbudget: {epsilon: 10}\ntables:\n  t:\n    source: t.csv\n"
+        "    privacy_unit: null\n    columns:\n      age: {type: int, lower: 20, upper: 29}\n")
+    result = CliRunner().invoke(command, [
+        "--metadata", str(folder / "t.yaml"), "--table", "t", "--hierarchies",
+        str(folder / "h"), "--qid", "age", "--k", "2", "--suppression-limit", "0", "-e", "1",
+        "--ledger", str(folder / "l.sqlite"), "--json", *options])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)["dp"]
+
+
+def test_the_dp_counts_are_at_a_public_node_when_one_is_given(tmp_path):
+    """The search picks its node from the exact data: one person aged 26 moved it from
+    (0,) to (1,), so the 'ε-DP' release told D from D′ by its GROUP BY. With --dp-node the
+    query is the same on both; without, the output says the release is not ε-DP as a whole."""
+    searched = [_neighbour_anonymize(tmp_path, extra) for extra in ("", "26\n")]
+    assert searched[0]["node"] != searched[1]["node"]
+    assert all("not" in d["node_from"] for d in searched)
+    public = [_neighbour_anonymize(tmp_path, extra, "--dp-node", "1") for extra in ("", "26\n")]
+    assert public[0]["sql"] == public[1]["sql"] and public[0]["node"] == [1]
+    assert public[0]["node_from"].startswith("public")
+
+
+def test_a_dp_node_that_is_not_a_level_per_qid_is_refused_before_anything_runs(tmp_path):
+    args = ["--metadata", str(METADATA), "--table", "adult", "--hierarchies",
+            str(THESIS_HIERARCHIES), "--qid", "sex", "--qid", "age", "-e", "1",
+            "--dp-node", "0,99", "--ledger", str(tmp_path / "l.sqlite")]
+    result = CliRunner().invoke(command, args)
+    assert isinstance(result.exception, dpsql.ProgrammingError)
+    assert "--dp-node" in str(result.exception) and not (tmp_path / "l.sqlite").exists()
+
+
+def test_an_unknown_table_is_a_coded_error(tmp_path):
+    """It was DuckDB's CatalogException, a traceback, where other evaluators name the tables."""
+    args = ["--metadata", str(METADATA), "--table", "adult_arx", "--hierarchies",
+            str(THESIS_HIERARCHIES), "--qid", "sex", "--ledger", ":memory:"]
+    result = CliRunner().invoke(command, args)
+    assert isinstance(result.exception, dpsql.UnknownTableError), result.exception
