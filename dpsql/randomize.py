@@ -150,8 +150,9 @@ class ERRPH:
             (True, True)
         """
         domain = tuple(domain)
-        if not epsilon >= 0:
-            raise PrivacyParameterError(f"epsilon must be ≥ 0, got {epsilon!r}")
+        if not 0 <= epsilon < math.inf:  # ∞ asks to publish the true values, as p0 = 1 does
+            raise PrivacyParameterError(f"epsilon must be a finite number ≥ 0, got {epsilon!r}",
+                                        hint="pass a local ε such as 1")
         exp_low = Fraction(math.nextafter(math.nextafter(math.exp(min(epsilon, 700.0)), 0.0),
                                           0.0))
         p0 = max((exp_low - 1) / (exp_low + len(domain) - 1), Fraction(0))

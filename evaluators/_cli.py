@@ -103,9 +103,12 @@ def evaluator_options(*, metadata_default: str | None = None,
                          help=output_help),
         ]
         if seed:
-            options.append(click.option("--seed", type=int, default=None, help=seed_help))
+            # numpy's generators take seeds ≥ 0 (a negative one was a traceback)
+            options.append(click.option("--seed", type=click.IntRange(min=0), default=None,
+                                        help=seed_help))
         options += [
-            click.option("--insecure-seed", type=int, default=None, help=insecure_seed_help),
+            click.option("--insecure-seed", type=click.IntRange(min=0), default=None,
+                         help=insecure_seed_help),
             click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
             click.option("--analyst", default=None,
                          help="Who is charged and logged in the ledger (default: $USER)."),

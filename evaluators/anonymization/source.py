@@ -12,6 +12,7 @@ import os
 from sqlglot import exp
 
 import dpsql
+from evaluators import _catalog
 
 SOURCE = "anon_source"  # immutable working copy: rid + QIDs + sensitive attribute
 
@@ -35,6 +36,7 @@ def create_source(
     Raises:
         ProgrammingError: a column is not in the table.
     """
+    _catalog.table(custodian.catalog, table)  # an unknown table is a coded error, as elsewhere
     present = [row[0] for row in custodian.duckdb.execute(f"DESCRIBE {_quote(table)}").fetchall()]
     unknown = [c for c in columns if c not in present]
     if unknown:

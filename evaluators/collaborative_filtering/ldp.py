@@ -12,6 +12,7 @@ composition. Everything the server does after
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -33,8 +34,8 @@ def perturb_ratings(
     ratings: pd.DataFrame, epsilon: float, rng: dpsql.RandomSource
 ) -> pd.DataFrame:
     """Release ``(user_id, item_id, rating)`` as ``(user_id, item_id, noisy)``, ε per rating."""
-    if not epsilon > 0:
-        raise dpsql.PrivacyParameterError(f"epsilon must be > 0, got {epsilon}",
+    if not 0 < epsilon < math.inf:  # ∞ would publish the ratings (and has no ratio)
+        raise dpsql.PrivacyParameterError(f"epsilon must be a finite number > 0, got {epsilon}",
                                           hint="pass --epsilon 1 (or any positive value)")
     clipped = ratings["rating"].clip(RATING_LOWER, RATING_UPPER).to_numpy()
     # ε as the exact rational its float holds: the scale is exactly Δ/ε

@@ -196,10 +196,12 @@ def test_discrete_laplace_has_the_epsilon_likelihood_ratio():
     assert np.mean(low == 1) / np.mean(high == 1) == pytest.approx(np.exp(epsilon), rel=0.07)
 
 
-def test_local_dp_refuses_non_positive_epsilon():
+@pytest.mark.parametrize("epsilon", [0.0, -1.0, float("inf"), float("nan")])
+def test_local_dp_refuses_an_epsilon_that_is_not_finite_and_positive(epsilon):
+    """ε = inf passed the check and failed converting inf to a ratio (OverflowError)."""
     with pytest.raises(dpsql.PrivacyParameterError):
-        ldp.perturb_ratings(pd.DataFrame({"user_id": [1], "item_id": [1], "rating": [3]}), 0.0,
-                            dpsql.RandomSource(insecure_seed=0))
+        ldp.perturb_ratings(pd.DataFrame({"user_id": [1], "item_id": [1], "rating": [3]}),
+                            epsilon, dpsql.RandomSource(insecure_seed=0))
 
 
 # --- recommenders on the real data ----------------------------------------------------------
@@ -274,3 +276,8 @@ def test_rpt_disclosure_counts_real_cells_beyond_the_fake_range():
     got = rpt_disclosure(true_z, masked)
     assert got["real_cells_exposed"] == pytest.approx(0.5)  # 2.5 > 0.4, 0.2 is not; user 2 left out
     assert got["value_rmse"] == pytest.approx(np.sqrt((0.25 + 0.04 + 0.0) / 3))
+
+
+def test_a_negative_seed_is_a_usage_error_not_a_traceback():
+    result = CliRunner().invoke(command, ["--seed", "-3", "--ledger", ":memory:"])
+    assert result.exit_code == 2 and "--seed" in result.output

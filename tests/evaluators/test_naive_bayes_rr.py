@@ -203,7 +203,8 @@ def test_cli_epsilon_is_the_local_epsilon_per_record_under_randomized_response(c
 
 
 @pytest.mark.parametrize("extra", [["--p0", "1"], ["--p0", "0.6", "-e", "1"],
-                                   ["--mechanism", "laplace", "-e", "1", "--p0", "0.6"]])
+                                   ["--mechanism", "laplace", "-e", "1", "--p0", "0.6"],
+                                   ["-e", "inf"]])  # ran p0 = 1 − 2^-52: the true values
 def test_cli_refuses_p0_one_and_p0_beside_epsilon(car, tmp_path, extra):
     args = ["-m", _car_copy(tmp_path), "-t", "car", "--class", "class", "--seed", "4", *extra]
     result = CliRunner().invoke(command, list(map(str, args)))
