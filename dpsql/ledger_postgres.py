@@ -59,6 +59,10 @@ class PostgresLedger(SqlLedger):
         self.path = url
         try:
             self._db = psycopg.connect(url, autocommit=True)
+            # each statement of a charge must see what committed before it: under a database
+            # default of REPEATABLE READ the snapshot was taken at the row lock, before the
+            # wait, and 17 charges of 0.1 were all accepted against a budget of 1
+            self._db.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
             with self._db.transaction():
                 self._db.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
                 self._db.execute(_SCHEMA)
@@ -74,9 +78,9 @@ class PostgresLedger(SqlLedger):
             BudgetExhaustedError: the loss does not fit; nothing is recorded.
         """
         try:
-            self._db.execute("INSERT INTO dpsql_datasets (dataset) VALUES (%s) "
-                             "ON CONFLICT DO NOTHING", (dataset,))
-            with self._db.transaction():
+            with self._db.transaction():  # READ COMMITTED, whatever the database's default
+                self._db.execute("INSERT INTO dpsql_datasets (dataset) VALUES (%s) "
+                                 "ON CONFLICT DO NOTHING", (dataset,))
                 self._db.execute("SELECT dataset FROM dpsql_datasets WHERE dataset = %s "
                                  "FOR UPDATE", (dataset,))
                 self._check_fits(analyst, dataset, loss, budget)

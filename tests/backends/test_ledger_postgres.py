@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from servers import backend_metadata, csv_dir, postgres_url  # noqa: F401 (fixtures)
+from servers import backend_metadata, csv_dir, databases, postgres_url  # noqa: F401
 
 import dpsql
 from dpsql.budget import PrivacyLoss
@@ -175,3 +175,41 @@ def test_a_stored_answer_is_not_reused_after_the_table_changed(backend_metadata,
         with psycopg.connect(postgres_url, autocommit=True) as writer:
             writer.execute("DELETE FROM adult WHERE ctid IN (SELECT ctid FROM adult "
                            "OFFSET 3000)")
+
+
+def test_the_cap_holds_where_the_database_defaults_to_repeatable_read():
+    """A charge's snapshot was taken at its row lock, before the wait: on a database whose
+    default isolation is REPEATABLE READ, 17 racing charges of 0.1 were all accepted against
+    a budget of 1."""
+    import threading
+
+    import psycopg
+
+    with databases("dpsql_rr") as create:
+        url = create()
+        with psycopg.connect(url, autocommit=True) as con:
+            name = con.execute("SELECT current_database()").fetchone()[0]
+            con.execute(f"ALTER DATABASE {name} SET default_transaction_isolation "
+                        "= 'repeatable read'")
+        ledgers = [PostgresLedger(url) for _ in range(16)]
+        start, budget = threading.Barrier(16), _loss(1)
+
+        def charge(book: PostgresLedger, i: int) -> None:
+            start.wait()
+            try:
+                book.charge(analyst=f"a{i}", dataset="d", loss=_loss(Fraction(1, 10)),
+                            budget=budget, statement=f"q{i}")
+            except dpsql.BudgetExhaustedError:
+                pass
+
+        threads = [threading.Thread(target=charge, args=(book, i))
+                   for i, book in enumerate(ledgers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        try:
+            assert ledgers[0].spent("d").epsilon == 1
+        finally:
+            for book in ledgers:
+                book.close()
