@@ -170,13 +170,15 @@ class HttpApi:
         now = time.monotonic()
         if self._verified.get(key, 0) > now:
             return user
-        if self.limiter.locked(user, address):
+        mark = self.limiter.attempt(user, address)
+        if mark is None:
             raise ServiceError("auth_locked", f"too many failed logins for {user!r}; try later")
         loop = asyncio.get_running_loop()
         ok = await loop.run_in_executor(self.executor, self.service.check_login, user,
                                         password)
-        if not ok:
-            self.limiter.failed(user, address)
+        if ok:
+            self.limiter.succeeded(user, address, mark)
+        else:
             self.service.login_event(user[:100], "http", False, address)
             await asyncio.sleep(self.limiter.delay)
             raise ServiceError("auth_failed", "wrong user name or password")

@@ -255,7 +255,8 @@ class Session:
 
     async def authenticate(self) -> bool:
         limiter: LoginLimiter = self.server.limiter
-        if limiter.locked(self.user, self.address):
+        mark = limiter.attempt(self.user, self.address)
+        if mark is None:
             await self.send(_error(self._failure(
                 "auth_locked", f"too many failed logins for user {self.user!r}; try later"),
                 "FATAL"))
@@ -282,8 +283,9 @@ class Session:
         except (ValueError, KeyError, UnicodeDecodeError, struct.error, ServiceError):
             ok = False
         self.service.login_event(self.user, "pg", ok, self.address)
-        if not ok:
-            limiter.failed(self.user, self.address)
+        if ok:
+            limiter.succeeded(self.user, self.address, mark)
+        else:
             await asyncio.sleep(limiter.delay)
             await self.send(_error(self._failure(
                 "auth_failed", f"password authentication failed for user {self.user!r}"),

@@ -127,6 +127,20 @@ def test_failed_logins_are_rate_limited(server):
     assert r.status_code in (401, 429) and "visits" not in r.text
 
 
+def test_guesses_sent_together_are_counted_together(server):
+    """The lockout was checked before a guess and counted after its hash: of 100 guesses
+    sent at once, 45 were checked where 3 may fail, and the right one got in."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def guess(i: int) -> int:
+        return httpx.get(server.http + "/api/v1/budget", auth=("yara", f"guess{i}"),
+                         timeout=30).status_code
+
+    with ThreadPoolExecutor(50) as pool:
+        codes = list(pool.map(guess, range(100)))
+    assert codes.count(401) <= 3 and codes.count(429) >= 97, codes
+
+
 def test_every_request_is_logged_with_analyst_fingerprint_and_outcome(server):
     with httpx.Client(base_url=server.http, auth=("grace", password("grace"))) as http:
         assert http.post("/api/v1/datasets/visits/query", json=BODY).status_code == 200
