@@ -21,7 +21,6 @@ from dpsql.backends import Backend
 from dpsql.budget import (
     PrivacyLoss,
     budget_exhausted,
-    exact,
     positive,
     probability,
     rho_from_epsilon_delta,
@@ -42,7 +41,14 @@ from dpsql.errors import (
 from dpsql.ledger import Ledger
 from dpsql.mechanisms.calibrate import half_width_units, largest_scale_for_half_width
 from dpsql.mechanisms.samplers import RandomSource
-from dpsql.parse import check_dialect, dp_options, parse_one, parse_script, too_deep
+from dpsql.parse import (
+    check_dialect,
+    clause_parameters,
+    dp_options,
+    parse_one,
+    parse_script,
+    too_deep,
+)
 from dpsql.plan import CheckedQuery, ExactQuery, ScriptPlan, Statement, StatementPlan
 from dpsql.release import (
     ColumnInfo,
@@ -142,7 +148,7 @@ class Engine:
                 hint="drop epsilon= to let accuracy= choose it, or drop accuracy=")
         statements = parse_script(sql, params, self.dialect) if script else \
             [parse_one(sql, params, self.dialect)]
-        epsilon, delta = _clause_parameters(statements, epsilon, delta)
+        epsilon, delta = clause_parameters(statements, epsilon, delta)
         delta = self._delta(delta)
         gaussian = self.catalog.mechanism == "gaussian"
         if rho is not None and not gaussian:
@@ -520,29 +526,6 @@ def _three_digits_up(value: Fraction) -> Fraction:
     """``value`` rounded up to three significant digits."""
     digits = 2 - math.floor(math.log10(value))
     return Fraction(math.ceil(value * Fraction(10) ** digits)) / Fraction(10) ** digits
-
-
-def _clause_parameters(statements: list[Statement], epsilon, delta):
-    """ε and δ of a ``WITH DIFFERENTIAL_PRIVACY OPTIONS(...)`` clause, checked against the
-    ones the call passes: a script is one release, so its statements must agree."""
-    for name, given in (("epsilon", epsilon), ("delta", delta)):
-        stated = {dp_options(s)[name] for s in statements if name in dp_options(s)}
-        if len(stated) > 1:
-            raise PrivacyParameterError(
-                f"the statements of the script state different {name}s: {sorted(stated)}",
-                hint="a script is one release: state one value, or send the statements "
-                "separately")
-        if stated:
-            (value,) = stated
-            if given is not None and exact(given, name) != exact(value, name):
-                raise PrivacyParameterError(
-                    f"the query's DIFFERENTIAL_PRIVACY clause says {name}={value} but "
-                    f"{given} was passed", hint=f"pass the same {name}, or none")
-            if name == "epsilon":
-                epsilon = value
-            else:
-                delta = value
-    return epsilon, delta
 
 
 def _tightened(checked: CheckedQuery, options: dict[str, str]) -> CheckedQuery:

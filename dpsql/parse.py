@@ -17,7 +17,13 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel, ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from dpsql.errors import InterfaceError, ProgrammingError, SQLSyntaxError
+from dpsql.budget import exact
+from dpsql.errors import (
+    InterfaceError,
+    PrivacyParameterError,
+    ProgrammingError,
+    SQLSyntaxError,
+)
 from dpsql.plan import Statement
 from dpsql.sqltext import replace_qmarks
 
@@ -430,6 +436,29 @@ def dp_options(statement: Statement) -> dict[str, str]:
                 if name.strip():
                     found[name.strip().lower()] = value.strip().strip("'\"")
     return found
+
+
+def clause_parameters(statements: list[Statement], epsilon, delta):
+    """ε and δ of a ``WITH DIFFERENTIAL_PRIVACY OPTIONS(...)`` clause, checked against the
+    ones the call passes: a script is one release, so its statements must agree."""
+    for name, given in (("epsilon", epsilon), ("delta", delta)):
+        stated = {dp_options(s)[name] for s in statements if name in dp_options(s)}
+        if len(stated) > 1:
+            raise PrivacyParameterError(
+                f"the statements of the script state different {name}s: {sorted(stated)}",
+                hint="a script is one release: state one value, or send the statements "
+                "separately")
+        if stated:
+            (value,) = stated
+            if given is not None and exact(given, name) != exact(value, name):
+                raise PrivacyParameterError(
+                    f"the query's DIFFERENTIAL_PRIVACY clause says {name}={value} but "
+                    f"{given} was passed", hint=f"pass the same {name}, or none")
+            if name == "epsilon":
+                epsilon = value
+            else:
+                delta = value
+    return epsilon, delta
 
 
 def _hints(tree: exp.Expression) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ from dpsql import errors
 from dpsql.budget import PrivacyLoss
 from dpsql.cursor import Column
 from dpsql.dbapi20 import ConnectionBase, fetch_size
+from dpsql.parse import clause_parameters, parse_one
 from dpsql.sqltext import qmark_to_dollar, split_statements
 
 if TYPE_CHECKING:
@@ -103,6 +104,10 @@ class RemoteCursor:
         embedded use (a slice of ε spent on the table's contribution bounds first)."""
         self._check_open()
         _epsilon_only(delta=delta, accuracy=accuracy, rho=rho, weights=weights)
+        if epsilon is not None and "differential_privacy" in operation.lower():
+            # the server reads it as the session's default, which a statement's own clause
+            # overrides: a call's ε that the clause contradicts is refused, as embedded
+            clause_parameters([parse_one(operation, parameters)], epsilon, None)
         settings = {"dpsql.epsilon": epsilon, "dpsql.tune": tune}
         rows, release = self.connection._run(operation, parameters, settings)
         self._rows, self._pos, self._executed = rows, 0, True

@@ -123,3 +123,17 @@ def test_sqlalchemy_reflects_the_published_catalogue_and_executescript_is_refuse
     assert "execute() once per SELECT" in info.value.hint
     with dpsql.connect(server.url("tina")) as con:
         assert con.budget_remaining.epsilon == 1  # reflection read no data and spent nothing
+
+
+def test_a_calls_epsilon_that_the_statements_clause_contradicts_is_refused(server):
+    """The call's ε went to the server as the session's default, which the clause overrides:
+    execute(..., epsilon=0.02) on OPTIONS(epsilon=0.03) spent 0.03 where embedded use
+    refuses the contradiction."""
+    sql = ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=0.03) COUNT(*) AS n FROM visits "
+           "WHERE region_id = 3")
+    with dpsql.connect(server.url("zed")) as con:
+        left = con.budget_remaining.epsilon
+        with pytest.raises(dpsql.PrivacyParameterError, match="clause says epsilon=0.03"):
+            con.cursor().execute(sql, epsilon=0.02)
+        assert con.budget_remaining.epsilon == left
+        assert con.cursor().execute(sql, epsilon=0.03).epsilon_spent == Fraction(3, 100)
