@@ -801,14 +801,14 @@ def _binary_domain(left: Expr, right: Expr, apply, kind: str) -> tuple | None:
             if kind == "int" and not INT64[0] <= out <= INT64[1]:
                 return None
             values.append(out)
-        return tuple(dict.fromkeys(values))
+        return tuple(values)
     return None
 
 
 def _mapped(arg: Expr, func) -> tuple | None:
     if arg.domain is None:
         return None
-    return tuple(dict.fromkeys(func(v) for v in arg.domain))
+    return tuple(func(v) for v in arg.domain)
 
 
 @builds(exp.Div, reads=("this", "expression", "typed", "safe"))
@@ -1113,8 +1113,8 @@ def _clamp_domain(args: tuple[Expr, ...], least: bool, kind: str) -> tuple | Non
         return None
     pick = min if least else max
     cast = float if kind == "float" else (lambda v: v)
-    return tuple(dict.fromkeys(pick(cast(v) for v in values)
-                               for values in itertools.product(*(a.domain for a in args))))
+    return tuple(pick(cast(v) for v in values)
+                 for values in itertools.product(*(a.domain for a in args)))
 
 
 def _ends(expr: Expr, field: str) -> tuple[Fraction | None, Fraction | None]:
@@ -1268,10 +1268,7 @@ def case(branches: list[tuple[Expr, Expr]], default: Expr | None, scope: Scope) 
     proven = _hull([v.proven for v in non_null])
     domain = None
     if all(v.domain is not None for v in non_null) and non_null:
-        merged = tuple(dict.fromkeys(x for v in non_null for x in v.domain))
-        domain = merged if len(merged) <= MAX_DOMAIN_VALUES else None
-    if kind == "float" and domain is not None:
-        domain = tuple(dict.fromkeys(float(v) for v in domain))
+        domain = tuple(float(x) if kind == "float" else x for v in non_null for x in v.domain)
     args = tuple(x for c, v in branches for x in (c, v)) + (default,)
     return Expr("case", args, kind, None, interval, proven, domain,
                 any(v.nullable for v in values))
@@ -1308,7 +1305,7 @@ def _coalesce(node: exp.Coalesce, scope: Scope) -> Expr:
     proven = _hull([a.proven for a in args if not (a.op == "lit" and a.value is None)])
     domain = None
     if all(a.domain is not None or (a.op == "lit" and a.value is None) for a in args):
-        domain = tuple(dict.fromkeys(x for a in args for x in (a.domain or ())))
+        domain = tuple(x for a in args for x in (a.domain or ()))
     return Expr("coalesce", tuple(args), kind, None, interval, proven, domain,
                 all(a.nullable for a in args))
 
@@ -1368,13 +1365,12 @@ def _cast(node: exp.Cast, scope: Scope) -> Expr:
     domain = None
     if arg.domain is not None and arg.type in (*NUMERIC, "bool") and target == "text" and \
             arg.type != "float":
-        domain = tuple(dict.fromkeys(_text(v) for v in arg.domain))
+        domain = tuple(_text(v) for v in arg.domain)
     elif arg.domain is not None and arg.type in ("int", "bool") and target in NUMERIC:
-        domain = tuple(dict.fromkeys(float(v) if target == "float" else int(v)
-                                     for v in arg.domain))
+        domain = tuple(float(v) if target == "float" else int(v) for v in arg.domain)
     elif arg.domain is not None and arg.type == "float" and target == "int":
         # to the nearest, ties to even, as every backend casts (render.py)
-        domain = tuple(dict.fromkeys(round(v) for v in arg.domain if math.isfinite(v)))
+        domain = tuple(round(v) for v in arg.domain if math.isfinite(v))
     elif target == "int":
         domain = _domain_from_interval(interval, "int")
     return Expr("cast", (arg,), target, target, interval, proven, domain, True)
@@ -1388,7 +1384,7 @@ def _text_domain(arg: Expr, func: Callable[[str], str]) -> tuple | None:
     Python's), so GROUP BY LEFT(education, 1) is zero-filled over public values."""
     if arg.domain is None or not all(isinstance(v, str) and v.isascii() for v in arg.domain):
         return None
-    return tuple(dict.fromkeys(func(v) for v in arg.domain))
+    return tuple(func(v) for v in arg.domain)
 
 
 def _sliced(arg: Expr, start: int, length: int | None) -> Expr:
