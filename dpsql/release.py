@@ -19,7 +19,11 @@ import duckdb
 
 from dpsql.compile.select import NOISY_FRAME, ci_column
 from dpsql.errors import InternalError, ProgrammingError
-from dpsql.mechanisms.calibrate import half_width_units
+from dpsql.mechanisms.calibrate import (
+    half_width_units,
+    laplace_pair_half_width,
+    linf_pair_half_width,
+)
 from dpsql.mechanisms.exponential import exponential
 from dpsql.mechanisms.samplers import (
     RandomSource,
@@ -337,27 +341,46 @@ _SPLITS = tuple(Fraction(i, 40) for i in range(1, 40))
 def half_width(agg, plan: StatementPlan) -> float:
     """The 95% half-width of a COUNT's or SUM's interval as released (in value units): its
     measurement's, or, for SUM(x) = S' + k·N from a sum S' of x − k and the count N of x,
-    S''s width at 1 − a plus k times N's at 1 − b, a + b = 5% (Bonferroni: ≥ 95% jointly),
-    at the split of the 39 tried that gives the narrowest (an even split is the widest when
-    one part's noise dominates); for two wide discrete Gaussians, the normal 97.5% quantile
-    of their sum plus a grid step of each. Explain shows it and accuracy mode chooses ε by
-    it."""
+    the 95% quantile of |S' + k·N|'s noise: summed exactly for two coordinates of one ℓ∞
+    draw or two discrete Laplace draws (``calibrate.linf_pair_half_width`` and
+    ``laplace_pair_half_width``: ±273 where ±419 for Adult's SUM(age) at ε 1), the normal
+    quantile plus a grid step of each for two wide discrete Gaussians, and otherwise S''s
+    width at 1 − a plus k times N's at 1 − b, a + b = 5% (Bonferroni: ≥ 95% jointly), at
+    the narrowest of 39 splits, which also bounds the exact ones. Explain shows it and
+    accuracy mode chooses ε by it."""
     own = {p.role: p for p in plan.parts if agg.name in p.feeds}
     if agg.kind == "sum" and own["sum"].center:
-        total, count = own["sum"], own["count"]
-        miss, k = 1 - CONFIDENCE, abs(float(total.center))
-        if total.mechanism == count.mechanism == "gaussian" and \
-                min(total.sigma2_units, count.sigma2_units) >= _WIDE_SIGMA2:
-            # independent discrete Gaussians of σ ≥ 10 units: their sum is normal to within
-            # e^(−2π²σ²) (as discrete_gaussian_half_width reads them), so its own 97.5%
-            # quantile holds, a third narrower than the two widths added (426 -> about 270)
-            spread = math.hypot(float(total.scale), k * float(count.scale))
-            return NormalDist().inv_cdf(1 - miss / 2) * spread + float(total.grid) + \
-                k * float(count.grid)
-        return min(_half_width(total, 1 - miss * float(share))
-                   + k * _half_width(count, 1 - miss * float(1 - share))
-                   for share in _SPLITS)
+        return _centred_half_width(own["sum"], own["count"])
     return _half_width(own.get("sum") or own.get("count") or own["distinct"], CONFIDENCE)
+
+
+def _centred_half_width(total, count) -> float:
+    """``half_width`` of S' + k·N for the centred sum S' (``total``) and the count N."""
+    miss, k = 1 - CONFIDENCE, abs(float(total.center))
+    if total.mechanism == count.mechanism == "gaussian" and \
+            min(total.sigma2_units, count.sigma2_units) >= _WIDE_SIGMA2:
+        # independent discrete Gaussians of σ ≥ 10 units: their sum is normal to within
+        # e^(−2π²σ²) (as discrete_gaussian_half_width reads them), so its own 97.5%
+        # quantile holds, a third narrower than the two widths added (426 -> about 270)
+        spread = math.hypot(float(total.scale), k * float(count.scale))
+        return NormalDist().inv_cdf(1 - miss / 2) * spread + float(total.grid) + \
+            k * float(count.grid)
+    split = min(_half_width(total, 1 - miss * float(share))
+                + k * _half_width(count, 1 - miss * float(1 - share))
+                for share in _SPLITS)
+    steps = (float(total.grid), k * float(count.grid))
+    if total.mechanism == count.mechanism == "linf" and total.joint == count.joint:
+        joint = total.joint
+        exact = linf_pair_half_width(joint.radii, joint.noise_epsilon, joint.resolution,
+                                     (total.coordinate, count.coordinate), steps, split)
+    elif total.mechanism == count.mechanism == "laplace" and total.sensitivity and \
+            count.sensitivity:
+        exact = laplace_pair_half_width(
+            (float(total.scale / total.grid), float(count.scale / count.grid)), steps,
+            split)
+    else:
+        exact = None
+    return split if exact is None else exact
 
 
 def _half_width(part, confidence: float):

@@ -113,7 +113,8 @@ def test_noise_variance_and_interval_coverage(connect, data_dir):
     expected = linf_variance(block.radii, block.noise_epsilon, block.resolution, 0)
     assert abs(np.mean(errors["n"])) < 0.25
     assert np.var(errors["n"]) / expected == pytest.approx(1, abs=0.1)
-    assert np.mean(covered["n"]) >= 0.94 and np.mean(covered["s"]) >= 0.94
+    # the sum's interval is its noise's own 95% quantile (95.2% here): 4 standard errors
+    assert np.mean(covered["n"]) >= 0.94 and np.mean(covered["s"]) >= 0.93
 
 
 def test_a_heavy_count_is_drawn_alone_and_the_spread_together(connect):

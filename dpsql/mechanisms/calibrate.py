@@ -152,16 +152,23 @@ def linf_levels(radii: tuple[Fraction, ...], epsilon: Fraction, resolution: int)
 
 
 @lru_cache(maxsize=64)
-def _linf_layers(radii: tuple[Fraction, ...], epsilon: Fraction, resolution: int, index: int):
-    """Per level k: q^k·B(k) cumulated, q^k·B(k)/(2n_i + 1) summed from k on, and n_i(k)."""
+def _linf_boxes(radii: tuple[Fraction, ...], epsilon: Fraction, resolution: int):
+    """Per level k: each coordinate's half-width n_j(k) and the level's weight q^k·B(k)."""
     count = linf_levels(radii, epsilon, resolution)
     k = np.arange(count, dtype=np.int64)
     halves = [_floors(k, r / resolution) for r in radii]
     log_weight = -float(epsilon) / resolution * k.astype(np.float64)
-    boxes = np.exp(log_weight + sum(np.log(2 * n + 1) for n in halves))  # q^k·B(k)
-    others = boxes / (2 * halves[index] + 1)
-    squares = others * halves[index] * (halves[index] + 1) * (2 * halves[index] + 1) / 3
-    return (np.cumsum(boxes), np.cumsum(others[::-1])[::-1], halves[index],
+    return halves, np.exp(log_weight + sum(np.log(2 * n + 1) for n in halves))
+
+
+@lru_cache(maxsize=64)
+def _linf_layers(radii: tuple[Fraction, ...], epsilon: Fraction, resolution: int, index: int):
+    """Per level k: q^k·B(k) cumulated, q^k·B(k)/(2n_i + 1) summed from k on, and n_i(k)."""
+    all_halves, boxes = _linf_boxes(radii, epsilon, resolution)
+    halves = all_halves[index]
+    others = boxes / (2 * halves + 1)
+    squares = others * halves * (halves + 1) * (2 * halves + 1) / 3
+    return (np.cumsum(boxes), np.cumsum(others[::-1])[::-1], halves,
             float(squares.sum() / boxes.sum()))
 
 
@@ -214,3 +221,90 @@ def linf_variance(radii: tuple[Fraction, ...], epsilon: Fraction, resolution: in
         1.8413
     """
     return _linf_layers(radii, epsilon, resolution, index)[3]
+
+
+# A sum S + k·N of two noise coordinates (a centred SUM, ``release.half_width``) has a 95%
+# interval narrower than S's and k·N's widths added: its tail is summed exactly below.
+_WIDTH_STEPS = 40  # bisection steps: the width to within 2^-40 of the Bonferroni one
+
+
+def _narrowest(miss, alpha: float, upper: float) -> float | None:
+    """Smallest w in [0, upper] (to within upper·2^-40, rounded up) with miss(w) ≤ alpha, or
+    None when miss(upper) > alpha (the caller keeps its own width)."""
+    if miss(upper) > alpha:
+        return None
+    low, high = 0.0, upper
+    for _ in range(_WIDTH_STEPS):
+        middle = (low + high) / 2
+        low, high = (low, middle) if miss(middle) <= alpha else (middle, high)
+    return high
+
+
+def linf_pair_half_width(radii: tuple[Fraction, ...], epsilon: Fraction, resolution: int,
+                         coordinates: tuple[int, int], steps: tuple[float, float],
+                         upper: float, confidence: float = 0.95) -> float | None:
+    """Smallest w with P(|a·z_i + b·z_j| ≤ w) ≥ confidence for two coordinates (i, j) of one
+    ℓ∞ draw, ``steps`` = (a, b) their value units; None if above ``upper``.
+
+    Given its level k the draw is uniform on a box, so z_i and z_j are independent uniforms
+    on [−n_i(k), n_i(k)] and [−n_j(k), n_j(k)]. The coordinate of the finer step a is read as
+    a continuous uniform V on ±(n_i + 1/2), of which z_i is the rounding: |a·z_i − a·V| ≤ a/2,
+    so P(|a·z_i + b·z_j| > w) ≤ P(|a·V + b·z_j| > w − a/2), which sums over z_j in closed
+    form (a clipped linear function of z_j). The miss probability is then exact but for that
+    half step of the fine grid and the levels past ``linf_levels`` (below 1e-15).
+    """
+    (i, j), (a, b) = coordinates, (abs(steps[0]), abs(steps[1]))
+    if a > b:
+        (i, j), (a, b) = (j, i), (b, a)
+    halves, boxes = _linf_boxes(radii, epsilon, resolution)
+    weights = boxes / boxes.sum()
+    reach, n = a * (halves[i] + 0.5), halves[j]  # V's half-range in value units; z_j's
+
+    def miss(w: float) -> float:
+        # P(a·V > w' − b·z) = clip(α + β·z, 0, 1) with w' = w − a/2; the lower tail sums the
+        # same over the symmetric range of z, so the miss is twice Σ_z clip(α + β·z, 0, 1)
+        alpha = (reach - (w - a / 2)) / (2 * reach)
+        beta = b / (2 * reach)
+        first = np.clip(np.floor(-alpha / beta) + 1, -n, n + 1)  # first z above 0
+        ones = np.clip(np.ceil((1 - alpha) / beta), -n, n + 1)  # first z at 1
+        last = np.minimum(n, ones - 1)
+        inside = np.maximum(0, last - first + 1)
+        linear = inside * alpha + beta * (first + last) * inside / 2
+        return float(np.sum(weights * 2 * (linear + (n - ones + 1)) / (2 * n + 1)))
+
+    return _narrowest(miss, 1 - confidence, upper)
+
+
+_PAIR_TERMS = 200_000  # values of the narrower discrete Laplace summed over at most
+
+
+def laplace_pair_half_width(scales: tuple[float, float], steps: tuple[float, float],
+                            upper: float, confidence: float = 0.95) -> float | None:
+    """Smallest w with P(|a·X + b·Y| ≤ w) ≥ confidence for independent discrete Laplace X, Y
+    of ``scales`` (grid units), ``steps`` = (a, b) their value units; None if above
+    ``upper`` or when the narrower one has too many likely values to sum over.
+
+    Summed over the values y of the one of smaller scale (to where its tail is below 1e-13,
+    that tail counted as missed): P(Y = y)·P(|a·X + b·y| > w), X's tails in closed form.
+    """
+    (sx, sy), (a, b) = scales, (abs(steps[0]), abs(steps[1]))
+    if sy > sx:
+        (sx, sy), (a, b) = (sy, sx), (b, a)
+    reach = discrete_laplace_half_width(sy, 1 - 1e-13)
+    if reach > _PAIR_TERMS:
+        return None
+    y = np.arange(-reach, reach + 1, dtype=np.float64)
+    qy, qx = math.exp(-1.0 / sy), math.exp(-1.0 / sx)
+    pmf = (1 - qy) / (1 + qy) * qy ** np.abs(y)
+    beyond = discrete_laplace_tail(reach, sy)
+
+    def above(x):
+        """P(X > x) for real x: X ≥ m = ⌊x⌋ + 1, q^m/(1 + q) for m ≥ 1, by symmetry below."""
+        m = np.floor(x) + 1
+        return np.where(m >= 1, qx ** np.maximum(m, 1) / (1 + qx),
+                        1 - qx ** np.maximum(1 - m, 1) / (1 + qx))
+
+    def miss(w: float) -> float:
+        return float(np.sum(pmf * (above((w - b * y) / a) + above((w + b * y) / a)))) + beyond
+
+    return _narrowest(miss, 1 - confidence, upper)

@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 from scipy.stats import chi2
 
 from dpsql import joint
-from dpsql.mechanisms.calibrate import linf_half_width, linf_tail, linf_variance
+from dpsql.mechanisms.calibrate import (
+    laplace_pair_half_width,
+    linf_half_width,
+    linf_pair_half_width,
+    linf_tail,
+    linf_variance,
+)
 from dpsql.mechanisms.samplers import RandomSource, _box_bound, discrete_linf
 
 
@@ -175,3 +181,55 @@ def test_huge_epsilon_draws_finish_and_are_almost_exact():
     rng = _rng(False)
     draws = [discrete_linf(radii, Fraction(10**5), chosen, rng) for _ in range(200)]
     assert all(z[0] == 0 and abs(z[1]) < radii[1] / 1000 for z in draws)
+
+
+def _exact_width(probabilities: dict, value, alpha: float) -> float:
+    """The least w with P(|value(point)| > w) ≤ alpha, by enumeration."""
+    tails = sorted(((abs(value(point)), p) for point, p in probabilities.items()), reverse=True)
+    missed = 0.0
+    for size, p in tails:
+        if missed + p > alpha:
+            return size
+        missed += p
+    return 0.0
+
+
+@pytest.mark.parametrize("radii, epsilon, resolution", CASES)
+@pytest.mark.parametrize("steps", [(0.001, 3.0), (1.0, 2.5), (4.0, 1.0)])
+def test_a_pair_of_coordinates_has_its_own_quantile(radii, epsilon, resolution, steps):
+    """a·z_0 + b·z_1 of one draw: the width covers 95% exactly as enumerated, at most the
+    finer step above the least such width, and below the two widths added."""
+    probabilities = _box(radii, epsilon, resolution)
+    exact = _exact_width(probabilities, lambda z: steps[0] * z[0] + steps[1] * z[1], 0.05)
+    added = sum(s * linf_half_width(radii, epsilon, resolution, i, 0.975)
+                for i, s in enumerate(steps))
+    width = linf_pair_half_width(radii, epsilon, resolution, (0, 1), steps, added)
+    assert exact <= width <= exact + min(steps) + 1e-9
+    assert width < added
+
+
+def test_a_pair_of_laplace_draws_has_its_own_quantile():
+    """a·X + b·Y of independent discrete Laplace draws, against a double sum."""
+    scales, steps = (2.0, 0.7), (0.5, 3.0)
+    q = [math.exp(-1 / s) for s in scales]
+    reach = range(-120, 121)
+    probabilities = {(x, y): (1 - q[0]) / (1 + q[0]) * q[0] ** abs(x) *
+                     (1 - q[1]) / (1 + q[1]) * q[1] ** abs(y) for x in reach for y in reach}
+    exact = _exact_width(probabilities, lambda z: steps[0] * z[0] + steps[1] * z[1], 0.05)
+    width = laplace_pair_half_width(scales, steps, 100.0)
+    assert exact <= width <= exact + 1e-9
+    assert laplace_pair_half_width(scales, steps, exact / 2) is None  # above the caller's
+
+
+def test_a_pair_of_coordinates_misses_five_percent_of_draws():
+    """20,000 draws of a centred sum's two coordinates (S' on a fine grid, k·N): |S' + k·N|
+    exceeds the width in 5% of them, within 4 standard errors (the widths added: 0.9%)."""
+    radii, epsilon, resolution = (Fraction(1 << 20), Fraction(1)), Fraction(1), 16
+    steps = (2.0 ** -20 * 36.5, 53.5)
+    rng, n = _rng(False), 20_000
+    draws = [discrete_linf(radii, epsilon, resolution, rng) for _ in range(n)]
+    added = sum(s * linf_half_width(radii, epsilon, resolution, i, 0.975)
+                for i, s in enumerate(steps))
+    width = linf_pair_half_width(radii, epsilon, resolution, (0, 1), steps, added)
+    missed = sum(abs(steps[0] * a + steps[1] * b) > width for a, b in draws) / n
+    assert abs(missed - 0.05) <= 4 * math.sqrt(0.05 * 0.95 / n)
