@@ -4,6 +4,7 @@ also ``python -m dpsql.server serve|passwd``)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -31,12 +32,24 @@ def passwd() -> None:
     click.echo(hash_password(password))
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def _listen(host: str, port: int | None, key: str) -> socket.socket | None:
+    """A listening socket on ``host:port`` (None when the config turns ``listen.<key>`` off);
+    a port that cannot be bound is a usage error naming the config key to change."""
+    if port is None:
+        return None
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(512)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(512)
+    except OSError as err:
+        sock.close()
+        change = f"set another listen.{key} in the config" + (
+            ", or stop the process that holds the port" if err.errno == errno.EADDRINUSE
+            else " or check listen.host")
+        raise click.ClickException(f"cannot listen on {host}:{port} (listen.{key}): "
+                                   f"{err.strerror or err}; {change}") from err
     sock.setblocking(False)
     return sock
 
@@ -123,9 +136,8 @@ def serve(config_path: str, workers: int | None) -> None:
         Service(config).close()
     except Exception as err:  # noqa: BLE001 - shown to the data owner, who holds the paths
         raise click.ClickException(f"cannot serve: {err}") from err
-    pg_sock = _listen(config.host, config.pg_port) if config.pg_port is not None else None
-    http_sock = _listen(config.host, config.http_port) if config.http_port is not None \
-        else None
+    pg_sock = _listen(config.host, config.pg_port, "pg_port")
+    http_sock = _listen(config.host, config.http_port, "http_port")
     parts = []
     if pg_sock is not None:
         parts.append(f"pg={config.host}:{pg_sock.getsockname()[1]}")
