@@ -365,16 +365,25 @@ def _one_statement(sql: str) -> None:
                                       "release")
 
 
+# where the statement itself says what a call's keyword cannot carry to the server
+_IN_THE_SQL = {
+    "delta": "give δ in the statement: SELECT WITH DIFFERENTIAL_PRIVACY "
+             "OPTIONS(epsilon=0.5, delta=1e-6) ...",
+    "accuracy": "state the accuracy in the SQL: /* dpsql: ci95 <= 2 */ SELECT ...",
+    "weights": "weigh output columns in the SQL: /* dpsql: weights n=2 */ SELECT ...",
+}
+
+
 def _epsilon_only(**given: Any) -> None:
-    """Refuse privacy parameters the server does not take per query (it takes ε and tune):
-    ignored, they would change nothing the analyst asked for."""
+    """Refuse privacy parameters a call to the server does not carry (it carries ε and tune),
+    with where the statement can say them: ignored, they would change nothing asked for."""
     named = sorted(name for name, value in given.items() if value is not None)
     if named:
-        hint = "pass epsilon=, or none for your default"
-        if "weights" in named:
-            hint += "; weigh output columns in the SQL: /* dpsql: weights n=2 */ SELECT ..."
+        hints = dict.fromkeys(_IN_THE_SQL.get(name, "pass epsilon=, or none for your default")
+                              for name in named)
         raise errors.NotSupportedError(
-            f"the server takes ε per query only, not {', '.join(named)}", hint=hint)
+            f"a call to the server takes ε per query only (epsilon=, tune=), not "
+            f"{', '.join(named)}", hint="; ".join(hints))
 
 
 def connect_remote(url: str, **options: Any) -> RemoteConnection:
