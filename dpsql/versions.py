@@ -17,7 +17,12 @@ What identifies the data, per backend:
   connection over a changed file does not;
 - a DuckDB database file: the same, over the file and its write-ahead log;
 - PostgreSQL: per table, its file node (changed by TRUNCATE, VACUUM FULL, CLUSTER), its size
-  and the cumulative statistics' rows inserted, updated and deleted (``pg_stat_all_tables``).
+  and the cumulative statistics' rows inserted, updated and deleted (``pg_stat_all_tables``),
+  and the same for each of its partitions and inheriting tables, at any depth, by oid (a
+  SELECT from the parent reads theirs; the parent of partitions holds no rows itself). A
+  materialized view is versioned as a table (REFRESH gives it a new file node). Unknown
+  (None): views, foreign tables and any tree holding one (what they read is elsewhere), and
+  tables under row-level security (a policy may read other tables).
   The server's next transaction id was rejected: a ledger kept on the same server writes at
   every charge, so no answer would ever be reused. Caveat: the statistics are flushed by the
   writing session when it goes idle (at most about a second, PostgreSQL 15+; up to
@@ -102,20 +107,42 @@ def _stored_version(catalog: Catalog, backend) -> str | None:
     if backend.name == "postgresql":
         versions = []
         for table in stored:
-            relation = _pg_literal(backend.sources[table.name])
-            try:
-                backend.run_sql("SELECT pg_stat_clear_snapshot()")
-                _, rows = backend.run_sql(
-                    f"SELECT pg_relation_filenode({relation}::regclass), "
-                    f"pg_relation_size({relation}::regclass), s.n_tup_ins, s.n_tup_upd, "
-                    f"s.n_tup_del FROM pg_stat_all_tables s WHERE s.relid = {relation}::regclass")
-            except Exception:  # noqa: BLE001 - no version: no reuse
+            version = _pg_version(backend, backend.sources[table.name])
+            if version is None:
                 return None
-            if not rows:
-                return None
-            versions.append(f"{table.name}:" + ",".join(map(str, rows[0])))
+            versions.append(f"{table.name}:{version}")
         return "postgresql:" + ";".join(versions)
     return None  # Spark catalogue tables: their versions are not known here
+
+
+# the relation and every table that inherits from it or is its partition, at any depth; the
+# relation itself first, the others by oid
+_PG_TREE = """
+WITH RECURSIVE tree(relid, descendant) AS (
+    SELECT {relation}::regclass::oid, false
+    UNION SELECT i.inhrelid, true FROM pg_inherits i JOIN tree t ON i.inhparent = t.relid)
+SELECT c.oid, c.relkind IN ('r', 'p', 'm') AND NOT c.relrowsecurity AND s.relid IS NOT NULL,
+       pg_relation_filenode(c.oid), pg_relation_size(c.oid), s.n_tup_ins, s.n_tup_upd,
+       s.n_tup_del
+FROM tree t JOIN pg_class c ON c.oid = t.relid LEFT JOIN pg_stat_all_tables s ON s.relid = c.oid
+ORDER BY t.descendant, c.oid"""
+
+
+def _pg_version(backend, source: str) -> str | None:
+    """One PostgreSQL table's version: its figures, then each descendant's after its oid;
+    None when one of them is not a table whose writes the figures show."""
+    try:
+        backend.run_sql("SELECT pg_stat_clear_snapshot()")
+        _, rows = backend.run_sql(_PG_TREE.format(relation=_pg_literal(source)))
+    except Exception:  # noqa: BLE001 - no version: no reuse
+        return None
+    if not rows or not all(row[1] for row in rows):
+        return None
+    head, *descendants = [",".join(map(str, row[2:])) for row in rows]
+    # the relation's own figures unlabelled, as before descendants were counted: answers
+    # stored for a table without any keep their key
+    return "+".join([head] + [f"{row[0]}={figures}" for row, figures
+                              in zip(rows[1:], descendants, strict=True)])
 
 
 def _pg_literal(text: str) -> str:
