@@ -36,6 +36,7 @@ from dpsql.rewrite import SPREAD_KINDS
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 CONFIDENCE = 0.95
 
@@ -409,7 +410,7 @@ class PostProcessor:
     def __init__(self) -> None:
         self._connection: duckdb.DuckDBPyConnection | None = None
 
-    def run(self, sql: str, frame: pd.DataFrame) -> tuple[list[str], list[tuple]]:
+    def run(self, sql: str, frame: pd.DataFrame | pa.Table) -> tuple[list[str], list[tuple]]:
         """Execute ``sql`` with ``frame`` visible as the noisy table."""
         if self._connection is None:
             self._connection = duckdb.connect(":memory:", config={
@@ -443,30 +444,45 @@ class PostProcessor:
             self._connection.close()
 
 
-_DTYPES = {"int": "int64", "float": "float64", "bool": "bool", "text": "object",
-           "date": "datetime64[ns]", "timestamp": "datetime64[ns]"}
+def _frame_schema(checked):
+    """The noisy frame's columns with the types ``release`` gives them (a key's values as
+    the backend returns them: dates as DATE, not pandas' nanosecond timestamps)."""
+    import pyarrow as pa
 
-
-def _empty_frame(checked) -> pd.DataFrame:
-    """A one-row noisy frame with the columns (and types) ``release`` would give it.
-
-    One row of zeros (and each key's first domain value), so that constant mistakes such as
-    comparing a count with 'abc' fail here, where they cost nothing.
-    """
-    import pandas as pd
-
-    defaults = {"int": 0, "float": 0.0, "bool": False, "text": ""}
-    columns = {}
-    for key in checked.keys:
-        first = key.domain[0] if key.domain else defaults.get(key.type, "")
-        columns[key.name] = pd.Series([first], dtype=_DTYPES.get(key.type, "object"))
+    key_types = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(),
+                 "text": pa.string(), "date": pa.date32(), "timestamp": pa.timestamp("us")}
+    fields = [(key.name, key_types.get(key.type, pa.string())) for key in checked.keys]
     for agg in checked.aggregates:
-        kind = "int64" if agg.kind in ("count_star", "count", "count_distinct_unit") or (
-            agg.kind == "sum" and agg.integral) else "float64"
-        columns[agg.name] = pd.Series([0], dtype=kind)
-        columns[agg.name + "__low"] = pd.Series([0.0], dtype="float64")
-        columns[agg.name + "__high"] = pd.Series([0.0], dtype="float64")
-    return pd.DataFrame(columns)
+        integral = agg.kind in ("count_star", "count", "count_distinct_unit") or (
+            agg.kind == "sum" and agg.integral)
+        fields += [(agg.name, pa.int64() if integral else pa.float64()),
+                   (agg.name + "__low", pa.float64()), (agg.name + "__high", pa.float64())]
+    return pa.schema(fields)
+
+
+def _empty_frame(checked, rows: int = 1):
+    """A noisy frame of ``rows`` rows (0 or 1) with the columns and types ``release`` gives.
+
+    Its one row holds zeros and each key's first domain value, so that constant mistakes
+    such as comparing a count with 'abc' fail here, where they cost nothing. With no rows it
+    is the frame of a release where no private key cleared its threshold, typed all the
+    same (an untyped empty column would be read as DOUBLE, and UPPER(key) fail).
+    """
+    import pyarrow as pa
+
+    schema = _frame_schema(checked)
+    domains = {key.name: key.domain for key in checked.keys}
+    columns = []
+    for column in schema:
+        first = (domains.get(column.name) or (None,))[0] if rows else None
+        try:
+            columns.append(pa.array([first] * rows, type=column.type))
+        except (pa.ArrowException, OverflowError, TypeError, ValueError):
+            columns.append(pa.nulls(rows, type=column.type))  # a value the type cannot hold
+    if rows:  # zeros in the aggregates, but never NULL keys the domain does not hold
+        columns = [c if f.name in domains else pa.array([0] * rows, type=f.type)
+                   for c, f in zip(columns, schema, strict=True)]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _post_process(plan: StatementPlan, frame: dict[str, list], post: PostProcessor):
@@ -483,7 +499,9 @@ def _post_process(plan: StatementPlan, frame: dict[str, list], post: PostProcess
     import pandas as pd
 
     try:
-        names, rows = post.run(checked.post_sql, pd.DataFrame(frame))
+        released = len(next(iter(frame.values()), ()))
+        table = pd.DataFrame(frame) if released else _empty_frame(checked, rows=0)
+        names, rows = post.run(checked.post_sql, table)
     except duckdb.Error as err:
         # the charge is made: whatever fails here fails on noisy values only, which the
         # check before the charge could not foresee (an engine bug: every step is total)

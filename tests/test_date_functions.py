@@ -239,3 +239,19 @@ def test_spark_answers_alike(dated, spark, tmp_path):
                            insecure_seed=1) as con:
             answers[name] = [_answers(con, sql) for sql in PARITY]
     assert answers["spark"] == answers["duckdb"]
+
+
+@pytest.mark.parametrize("sql", [
+    # a domain of years before 1677: pandas' nanosecond timestamps cannot hold them, and the
+    # check before the charge raised OutOfBoundsDatetime
+    "SELECT DATE_TRUNC('year', d - 100000 - 100000) AS y, COUNT(*) AS n FROM dated GROUP BY y "
+    "ORDER BY n",
+    # a DATE key was checked as a TIMESTAMP, where date arithmetic is refused
+    "SELECT d AS k, COUNT(*) AS n FROM dated WHERE d < DATE '2024-01-10' GROUP BY k "
+    "ORDER BY k + 1",
+])
+def test_post_processing_sees_date_keys_as_released(dated, sql):
+    """The check before the charge runs the post-processing on a frame typed as the release
+    gives it: dates as DATE, any year 1-9999."""
+    with dpsql.connect(metadata=_metadata(dated), ledger=":memory:", insecure_seed=1) as con:
+        assert con.execute(sql, epsilon=1e12).fetchall()

@@ -84,3 +84,13 @@ def test_row_privacy_thresholds_on_its_own_noisy_count(data_dir, tmp_path):
     rows = con.execute("SELECT education, COUNT(*) AS n FROM adult GROUP BY education",
                        epsilon=1, delta=1e-6).fetchall()
     assert all(n >= part["threshold"] for _, n in rows)  # the released count is the one tested
+
+
+def test_a_release_with_no_key_above_the_threshold_runs_its_post_processing(keyed, tmp_path):
+    """No key clears the threshold: the empty noisy frame had untyped columns, read as
+    DOUBLE, so UPPER(key) failed after the charge (InternalError, ε spent, no answer) where
+    a release with one key answered. The empty frame is typed as the checked one."""
+    con = dpsql.connect(metadata=keyed, ledger=tmp_path / "l.sqlite", insecure_seed=3)
+    sql = ("SELECT CAST(amount AS VARCHAR) AS a, COUNT(*) AS n FROM visits WHERE amount > 1000 "
+           "GROUP BY a ORDER BY UPPER(a)")
+    assert con.execute(sql, epsilon=1, delta=1e-6).fetchall() == []
