@@ -12,8 +12,10 @@ person's bounded rows when one person is added, removed or replaced.
 
 The cost is in the semantics: a person's groups and rows are chosen before the query's WHERE,
 not after it, so a WHERE that drops a person's chosen group does not give them another one
-(docs/sensitivity.md). Statements that need persons (COUNT(DISTINCT unit), private GROUP BY
-keys) are bounded per query as usual.
+(docs/sensitivity.md). A statement whose WHERE on a key alone leaves at most L0 cells needs
+no choice of groups: it reads a snapshot of its own made without one (``snapshot``).
+Statements that need persons (COUNT(DISTINCT unit), private GROUP BY keys) are bounded per
+query as usual.
 """
 
 from __future__ import annotations
@@ -37,25 +39,35 @@ def snapshot(checked: CheckedQuery, cells: int | None, salt: int, d: Dialect,
              from_item: str) -> tuple[str, str]:
     """(name, SQL creating it if absent) of the statement's bounded snapshot.
 
-    The name is a digest of the relation, the keys and the bounds, so the statements that
-    share them share one snapshot; the first to run creates it with its own salt.
+    The name is a digest of that SQL with the salt left out: the relation, the keys, the
+    bounds and whether the L0 pass runs (not when ``cells``, which a WHERE on a key alone can
+    narrow, is at most L0), so only statements that would make the same rows share one; the
+    first to run creates it with its own salt.
     """
+    identity = _bounded(checked, cells, 0, d, from_item)
+    name = d.quote("__dpsql_bounded_" + hashlib.sha256(identity.encode()).hexdigest()[:16])
+    return name, (f"CREATE TEMP TABLE IF NOT EXISTS {name} AS "
+                  f"{_bounded(checked, cells, salt, d, from_item)}")
+
+
+def _bounded(checked: CheckedQuery, cells: int | None, salt: int, d: Dialect,
+             from_item: str) -> str:
+    """The query of the relation's rows with every person bounded."""
     table = checked.table
     unit = table.privacy_unit
     keys = [d.key(k.expr) for k in checked.keys]
     marks = [f"__snap_k{i}" for i in range(len(keys))]
-    l0, linf, total = table.max_groups_per_unit, table.max_rows_per_group, \
-        table.max_rows_per_unit
-    identity = "\n".join([from_item, *keys, f"{l0} {linf} {total}"])
-    name = d.quote("__dpsql_bounded_" + hashlib.sha256(identity.encode()).hexdigest()[:16])
     filters = [f"{unit} IS NOT NULL", *(f"({k}) IS NOT NULL" for k in keys)]
     with_marks = "".join(f", {k} AS {m}" for k, m in zip(keys, marks, strict=True))
     rows = (f"__rows AS {d.rows_cte}(SELECT *{with_marks} FROM {from_item} "
             f"WHERE {' AND '.join(filters)})")
     payload = sorted(checked.relation.columns)
+    l0 = table.max_groups_per_unit
+    # a snapshot without the L0 pass is read only by statements with at most L0 cells (the
+    # name tells it apart), whose WHERE leaves each person at most L0 groups
     grouped = bool(keys) and (cells is None or l0 < cells)
-    bounded = bound_rows(d, "__rows", unit, marks, payload, l0 if grouped else None, linf,
-                         total, salt)
+    bounded = bound_rows(d, "__rows", unit, marks, payload, l0 if grouped else None,
+                         table.max_rows_per_group, table.max_rows_per_unit, salt)
     hidden = [*marks, *bounded.hidden]
-    return name, (f"CREATE TEMP TABLE IF NOT EXISTS {name} AS WITH {rows}, {bounded.ctes} "
-                  f"SELECT * EXCLUDE ({', '.join(hidden)}) FROM {bounded.last}")
+    return (f"WITH {rows}, {bounded.ctes} "
+            f"SELECT * EXCLUDE ({', '.join(hidden)}) FROM {bounded.last}")

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import sys
+from dataclasses import replace
+from pathlib import Path
+
 import pandas as pd
 import pytest
 from conftest import DAYS, catalogue, make_visits
 
 import dpsql
+from dpsql import snapshot
+from dpsql.compile.render import dialect
+
+sys.path.insert(0, str(Path(__file__).parent / "fuzz"))  # the neighbour harness
+
+from neighbours import check_parts, exact_cells
 
 HEAVY = 10**6  # the uid of one person with 10,000 rows on every day
 
@@ -104,9 +114,13 @@ def test_where_filters_the_snapshot_rows_after_bounding(visits_dir):
         (table,) = _snapshots(snap)
         chosen = _per_person(snap, table, "day").set_index("uid").day[HEAVY]
         other = next(d for d in DAYS if d != chosen)
+        where = f"{HEAVY} AND day <> '{chosen}'"
+        assert sum(r[1] for r in _exact(snap, sql.format(uid=where)).values()) == 0
+        assert sum(r[1] for r in _exact(per_query, sql.format(uid=where)).values()) == 2
+        # a WHERE that leaves one day (L0 cells) needs no choice: a snapshot made without one
         where = f"{HEAVY} AND day = '{other}'"
-        assert _exact(snap, sql.format(uid=where))[other][1] == 0
-        assert _exact(per_query, sql.format(uid=where))[other][1] == 2
+        assert _exact(snap, sql.format(uid=where))[other][1] == 2
+        assert len(_snapshots(snap)) == 2
 
 
 def test_statements_that_count_persons_are_bounded_per_query(visits_dir):
@@ -131,3 +145,50 @@ def test_snapshot_answers_carry_the_per_query_sensitivity(visits_dir):
 def test_an_unknown_bounding_mode_is_refused_with_the_choices(visits_dir):
     with pytest.raises(dpsql.ProgrammingError, match="per_query, snapshot"):
         _connect(visits_dir, bounding="cached")
+
+
+def _every_day(folder: Path, people: list[int]) -> Path:
+    """visits with one row on each day for each of ``people``."""
+    folder.mkdir()
+    pd.DataFrame({"uid": [u for u in people for _ in DAYS], "day": DAYS * len(people),
+                  "amount": 1.0, "region_id": 0}).to_csv(folder / "visits.csv", index=False)
+    pd.DataFrame({"age": [30], "hours": [40], "education": ["9th"], "sex": ["Male"],
+                  "salary": ["<=50K"]}).to_csv(folder / "adult.csv", index=False)
+    return folder
+
+
+@pytest.mark.parametrize("first", [
+    "SELECT day, COUNT(*) AS n FROM visits WHERE day = 'Mon' GROUP BY day",
+    "SELECT day, SUM(amount) AS s FROM visits WHERE day IN ('Mon', 'Tue') GROUP BY day"])
+def test_a_snapshot_made_without_l0_for_a_narrowing_where_is_not_read_by_the_whole_domain(
+        tmp_path, first):
+    """A WHERE that narrows the days to at most L0 skips the L0 pass: that snapshot once had
+    the whole domain's name, and the whole domain then read 7 groups a person with L0 = 2."""
+    sql = "SELECT day, COUNT(*) AS n, SUM(amount) AS s FROM visits GROUP BY day"
+    people = list(range(10))
+    sides = []
+    for name, persons in (("d", people), ("d_prime", [*people, 42])):
+        with _connect(_every_day(tmp_path / name, persons), max_groups_per_unit=2,
+                      max_rows_per_group=1) as con:
+            con.execute(first, epsilon=1)
+            statement = con._engine.plan(sql, epsilon=1).release.statements[0]
+            cells = exact_cells(con, statement)
+            sides.append((statement, cells))
+            count = next(p.column for p in statement.parts if p.role == "count")
+            assert sum(cells[0][count].values()) == 2 * len(persons)  # L0 days a person
+            assert len(_snapshots(con)) == 2
+    (statement, on_d), (_, on_d_prime) = sides
+    check_parts(statement, on_d, on_d_prime, sql)
+
+
+def test_the_name_changes_with_everything_that_shapes_the_rows_but_the_salt(visits_dir):
+    with _connect(visits_dir, max_groups_per_unit=2) as con:
+        sql = "SELECT day, COUNT(*) AS n FROM visits GROUP BY day"
+        checked = con._engine.plan(sql, epsilon=1).release.statements[0].checked
+    capped = replace(checked, table=replace(checked.table, max_rows_per_unit=3))
+
+    def name(cells=7, salt=1, query=checked, relation="visits"):
+        return snapshot.snapshot(query, cells, salt, dialect("duckdb"), relation)[0]
+
+    assert name(salt=2) == name()  # the first statement's salt serves the others
+    assert len({name(), name(cells=2), name(query=capped), name(relation="other")}) == 4
