@@ -67,7 +67,8 @@ class Holdout:
 
     Attributes:
         table: the table's declared columns after restriction (binned numeric columns are
-            declared as text with their bin labels as values).
+            declared as text with their bin labels as values), with its privacy unit column
+            (never modelled) and contribution bounds.
         class_column: the label.
         train, test: the rows.
     """
@@ -80,7 +81,14 @@ class Holdout:
     @property
     def attributes(self) -> list[str]:
         """The modelled attributes, in declaration order."""
-        return [c for c in self.table.columns if c != self.class_column]
+        return [c for c in self.table.columns
+                if c != self.class_column and not _is_unit(self.table, c)]
+
+    @property
+    def modelled(self) -> TableSpec:
+        """The table without its privacy unit column: what randomized response publishes."""
+        return dataclasses.replace(self.table, columns={
+            n: c for n, c in self.table.columns.items() if not _is_unit(self.table, n)})
 
     @property
     def numeric_attributes(self) -> list[str]:
@@ -109,7 +117,14 @@ def load_holdout(metadata: str | Path, table: str, class_column: str, *,
         raise dpsql.ProgrammingError(f"numeric handling must be one of {NUMERIC_HANDLING}")
     spec = _catalog.table(metadata, table)
     target = _catalog.class_column(spec, class_column)
-    names = attributes or [c for c in spec.columns if c != target.name]
+    names = attributes or [c for c in spec.columns
+                           if c != target.name and not _is_unit(spec, c)]
+    modelled_units = [n for n in (*names, target.name) if _is_unit(spec, n)]
+    if modelled_units:
+        raise dpsql.ProgrammingError(
+            f"{modelled_units[0]!r} is the privacy unit of table {spec.name!r}: it names "
+            "people, so it is neither an attribute nor the class",
+            hint="leave it out of --attributes and --class")
     frame = read_source(metadata, table, analyst=analyst, ledger=ledger)
     columns = {name: _attribute_spec(spec, name) for name in names}
     if numeric == "drop":
@@ -120,6 +135,10 @@ def load_holdout(metadata: str | Path, table: str, class_column: str, *,
             frame[binned.name] = binned.encode(frame[binned.name]).astype(object)
             columns[binned.name] = categorical_column(columns[binned.name], binned.domain)
     columns[target.name] = target
+    if spec.privacy_unit is not None:
+        # the central counts bound each person's rows by this column
+        unit = spec.column(spec.privacy_unit)
+        columns[unit.name] = unit
     frame = frame[list(columns)]
     order = rng.permutation(len(frame))
     cut = int(round(len(frame) * (1 - test_fraction)))
@@ -132,6 +151,29 @@ def _raw_budget(metadata: str | Path) -> Any:
     """The ``budget`` entry of a metadata file, as written (exact, not through floats)."""
     raw = yaml.safe_load(Path(metadata).read_text())
     return raw.get("budget") if isinstance(raw, dict) else None
+
+
+def _is_unit(table: TableSpec, name: str) -> bool:
+    unit = table.privacy_unit
+    return unit is not None and name.lower() == unit.lower()
+
+
+def table_document(table: TableSpec, source: str | Path) -> dict[str, Any]:
+    """``table`` as the catalogue YAML mapping of a copy of its rows at ``source``.
+
+    The privacy declaration (public, privacy unit, contribution bounds) is carried with the
+    columns: a copy declared row-private would give each count a sensitivity of one row while
+    one person may hold many.
+    """
+    doc: dict[str, Any] = {"source": str(source), "public": table.public,
+                           "privacy_unit": table.privacy_unit}
+    if table.privacy_unit is not None:
+        doc.update(max_groups_per_unit=table.max_groups_per_unit,
+                   max_rows_per_group=table.max_rows_per_group)
+        if table.max_rows_per_unit is not None:
+            doc["max_rows_per_unit"] = table.max_rows_per_unit
+    doc["columns"] = {n: column_document(c) for n, c in table.columns.items()}
+    return doc
 
 
 def categorical_column(column: ColumnSpec, values: tuple[str, ...]) -> ColumnSpec:
@@ -176,9 +218,10 @@ def fit_randomized(holdout: Holdout, spec: RandomizationSpec, rng: dpsql.RandomS
                                                                       RandomizedTable]:
     """Randomize the train rows (class kept clear) and fit PPNB through a dpsql connection."""
     spec = dataclasses.replace(spec, keep=(holdout.class_column,))
-    randomizers = spec.build(holdout.table, rng)
+    table = holdout.modelled
+    randomizers = spec.build(table, rng)
     randomized = write_randomized(randomize_frame(holdout.train, randomizers, rng),
-                                  holdout.table, randomizers,
+                                  table, randomizers,
                                   Path(workdir) / f"{holdout.table.name}_randomized.parquet")
     # the randomized table is public: its exact queries are charged nothing
     connection = dpsql.connect(None, metadata=str(randomized.metadata_path), ledger=":memory:")
@@ -190,6 +233,24 @@ def fit_randomized(holdout: Holdout, spec: RandomizationSpec, rng: dpsql.RandomS
     return model, randomized
 
 
+def train_metadata(holdout: Holdout, source: str | Path, epsilon: float,
+                   dataset: str | Path | None = None) -> dict[str, Any]:
+    """The catalogue of the train rows written at ``source``, for ``fit_central``.
+
+    With ``dataset`` it has the dataset's name, budget, neighbouring and mechanism (the train
+    rows are the same people); without, a throw-away budget of exactly ``epsilon``. The table
+    keeps its privacy unit and contribution bounds (``table_document``).
+    """
+    metadata: dict[str, Any] = {"name": f"{holdout.table.name}_train",
+                                "budget": {"epsilon": float(epsilon)}}
+    if dataset is not None:
+        catalog = load_catalog(dataset)
+        metadata.update(name=catalog.name, budget=_raw_budget(dataset),
+                        neighbouring=catalog.neighbouring, mechanism=catalog.mechanism)
+    metadata["tables"] = {holdout.table.name: table_document(holdout.table, source)}
+    return metadata
+
+
 def fit_central(holdout: Holdout, epsilon: float, workdir: str | Path, *,
                 insecure_seed: int | None = None, alpha: float = 1.0,
                 dataset: str | Path | None = None, analyst: str | None = None,
@@ -199,9 +260,10 @@ def fit_central(holdout: Holdout, epsilon: float, workdir: str | Path, *,
     Numeric attributes must have been binned or dropped (``load_holdout(numeric=...)``).
     With ``dataset`` (the metadata file the rows come from) the release is charged to
     ``analyst`` in that dataset's ledger (``ledger``, default the dataset's own) and budget,
-    under its name, like every other evaluator: the train rows are the same people. Without
-    it (reproductions on throw-away copies) the ledger is a throw-away one with a budget of
-    exactly ε.
+    under its name and neighbouring, like every other evaluator: the train rows are the same
+    people. Without it (reproductions on throw-away copies) the ledger is a throw-away one with
+    a budget of exactly ε. Either way the train copy keeps the table's privacy unit and
+    contribution bounds (``train_metadata``), so each count's sensitivity is per person.
     """
     if holdout.numeric_attributes:
         raise dpsql.ProgrammingError(
@@ -210,17 +272,8 @@ def fit_central(holdout: Holdout, epsilon: float, workdir: str | Path, *,
             hint="use --numeric bins (public bins) or --numeric drop")
     source = Path(workdir) / f"{holdout.table.name}_train.parquet"
     write_data(holdout.train, source)
-    name, budget, book = f"{holdout.table.name}_train", {"epsilon": float(epsilon)}, ":memory:"
-    if dataset is not None:
-        book = dataset_ledger(dataset, ledger)
-        name, budget = load_catalog(dataset).name, _raw_budget(dataset)
-    metadata = {
-        "name": name,
-        "budget": budget,
-        "tables": {holdout.table.name: {
-            "source": str(source), "privacy_unit": None,
-            "columns": {n: column_document(c) for n, c in holdout.table.columns.items()}}},
-    }
+    metadata = train_metadata(holdout, source, epsilon, dataset)
+    book = ":memory:" if dataset is None else dataset_ledger(dataset, ledger)
     connection = dpsql.connect(None, metadata=metadata, analyst=analyst, ledger=book,
                                insecure_seed=insecure_seed)
     try:

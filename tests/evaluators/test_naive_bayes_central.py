@@ -1,0 +1,110 @@
+"""Central and local Naive Bayes on a table whose person (uid) holds many rows: the train copy
+keeps the privacy unit, its contribution bounds and the dataset's neighbouring."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from conftest import catalogue, make_visits
+
+import dpsql
+from dpsql.randomize import RandomizationSpec, write_data
+from evaluators.attribute_selection.contingency import catalog_attributes, contingency_statements
+from evaluators.naive_bayes.cli import (
+    fit_central,
+    fit_randomized,
+    load_holdout,
+    train_metadata,
+)
+
+ATTRIBUTES = ["day", "region_id"]
+HEAVY_ROWS = 300
+
+
+def _dataset(folder, frame: pd.DataFrame, *, row_privacy: bool = False) -> str:
+    """A one-table dataset: visits (uid, L0 = 3, L∞ = 2) with a class ``member`` per person;
+    with ``row_privacy`` the same rows, one person each, under replace neighbours."""
+    frame.to_csv(folder / "visits.csv", index=False)
+    raw = catalogue(folder, neighbouring="replace" if row_privacy else "add_remove")
+    visits = raw["tables"]["visits"]
+    visits["columns"]["member"] = {"type": "text", "values": ["yes", "no"]}
+    if row_privacy:
+        for key in ("max_groups_per_unit", "max_rows_per_group"):
+            del visits[key]
+        visits["privacy_unit"] = None
+    raw["tables"] = {"visits": visits}
+    path = folder / "visits.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+def _visits() -> pd.DataFrame:
+    frame = make_visits()
+    frame["member"] = np.where(frame["uid"] % 3 == 0, "yes", "no")
+    return frame
+
+
+def _holdout(metadata: str):
+    return load_holdout(metadata, "visits", "member", test_fraction=0.3, attributes=ATTRIBUTES,
+                        rng=np.random.default_rng(0), ledger=":memory:")
+
+
+def _sensitivity(metadata, script: str) -> tuple[str, float]:
+    connection = dpsql.connect(None, metadata=metadata, ledger=":memory:")
+    try:
+        plan = connection.explain(script, epsilon=1.0)
+    finally:
+        connection.close()
+    return plan["neighbouring"], float(plan["total_sensitivity"])
+
+
+@pytest.mark.parametrize("row_privacy", [False, True], ids=["uid add_remove", "rows replace"])
+def test_train_copy_plans_the_datasets_sensitivity(tmp_path, row_privacy) -> None:
+    metadata = _dataset(tmp_path, _visits(), row_privacy=row_privacy)
+    holdout = _holdout(metadata)
+    source = tmp_path / "train.parquet"
+    write_data(holdout.train, source)
+    copy = train_metadata(holdout, source, 1.0, metadata)
+    candidates, _ = catalog_attributes(copy, "visits", "member", ATTRIBUTES, 5)
+    script = ";\n".join(contingency_statements("visits", "member", candidates,
+                                               with_class_count=True))
+    # uid: day and region (3 cells of 2 rows each) and the class count (2 cells of 2 rows);
+    # rows under replace: one row moves 2 cells of each of the 3 counts
+    expected = ("replace", 6.0) if row_privacy else ("add_remove", 16.0)
+    assert _sensitivity(metadata, script) == expected
+    assert _sensitivity(copy, script) == expected
+
+
+def test_one_heavy_person_moves_the_central_model_by_their_bounded_rows(tmp_path) -> None:
+    holdout = _holdout(_dataset(tmp_path, _visits()))
+    heavy = pd.DataFrame({"uid": 10**6, "day": "Mon", "region_id": 0, "member": "yes"},
+                         index=range(HEAVY_ROWS))
+    neighbour = dataclasses.replace(holdout, train=pd.concat([holdout.train, heavy],
+                                                             ignore_index=True))
+    # ε 10^6: the noise is far below one count, so the priors are those of the bounded counts
+    priors = [np.exp(fit_central(h, 1e6, tmp_path, insecure_seed=3)[0].class_log_prior)
+              for h in (holdout, neighbour)]
+    counted = holdout.train.groupby(["uid", "member"]).size().clip(upper=2).sum()
+    # the heavy person adds at most L∞ = 2 rows to the class counts (row privacy: 300)
+    assert np.abs(priors[1] - priors[0]).max() <= 2 / counted
+
+
+def test_privacy_unit_is_kept_for_bounding_but_never_modelled(tmp_path) -> None:
+    metadata = _dataset(tmp_path, _visits())
+    holdout = load_holdout(metadata, "visits", "member", test_fraction=0.3, numeric="drop",
+                           rng=np.random.default_rng(0), ledger=":memory:")
+    assert holdout.attributes == ["day", "region_id"] and "uid" in holdout.train
+    with pytest.raises(dpsql.ProgrammingError, match="privacy unit"):
+        load_holdout(metadata, "visits", "member", test_fraction=0.3, attributes=["uid", "day"],
+                     rng=np.random.default_rng(0), ledger=":memory:")
+
+
+def test_randomized_response_does_not_publish_the_privacy_unit(tmp_path) -> None:
+    holdout = _holdout(_dataset(tmp_path, _visits()))
+    _, randomized = fit_randomized(holdout, RandomizationSpec(p=0.5),
+                                   dpsql.RandomSource(insecure_seed=1), tmp_path)
+    assert "uid" not in pd.read_parquet(randomized.data_path).columns
