@@ -447,11 +447,7 @@ def _column(table: str, name: str, raw: Any) -> ColumnSpec:
                                hint="swap the bounds")
     values = raw.get("values")
     if values is not None:
-        if not isinstance(values, list) or not values:
-            raise CatalogError(f"{where}: values must be a non-empty list (the public domain)")
-        if len(set(map(repr, values))) != len(values):
-            raise CatalogError(f"{where}: values has duplicates")
-        values = tuple(values)
+        values = _values(where, values, col_type)
     missing = raw.get("missing_value")
     if missing is not None:
         missing = _missing_value(where, missing, col_type, lower, upper, values)
@@ -460,6 +456,28 @@ def _column(table: str, name: str, raw: Any) -> ColumnSpec:
 
 
 _EXAMPLES = {"int": "0", "float": "0.0", "text": "'unknown'", "bool": "false"}
+
+
+def _values(where: str, values: Any, kind: str) -> tuple:
+    """A column's public domain: a non-empty list without duplicates or NULL, numbers on an
+    int or float column (``values: ["a", "b"]`` on an int column was taken, and tune charged
+    its ε before failing to read them as numbers)."""
+    if not isinstance(values, list) or not values:
+        raise CatalogError(f"{where}: values must be a non-empty list (the public domain)")
+    if len(set(map(repr, values))) != len(values):
+        raise CatalogError(f"{where}: values has duplicates")
+    if any(v is None for v in values):
+        raise CatalogError(f"{where}: values lists null, which no row equals",
+                           hint="drop it, and declare missing_value to read NULLs as a value")
+    if kind in ("int", "float"):
+        number = int if kind == "int" else (int, float)
+        wrong = [v for v in values if isinstance(v, bool) or not isinstance(v, number)
+                 or not math.isfinite(v)]
+        if wrong:
+            raise CatalogError(f"{where}: values must be {kind} numbers, got {wrong[0]!r}",
+                               hint=f"write values such as [{_EXAMPLES[kind]}, 1], or declare "
+                               "the column as text")
+    return tuple(values)
 
 
 def _missing_value(where: str, value: Any, kind: str, lower, upper, values) -> Any:

@@ -22,6 +22,13 @@ def _meta(**table):
     (_meta(columns={"x": {"type": "blob"}}), "type must be one of"),
     (_meta(columns={"x": {"type": "text", "values": []}}), "non-empty"),
     (_meta(columns={"x": {"type": "text", "values": ["a", "a"]}}), "duplicates"),
+    # tune charged its ε, then failed to read these as numbers (a ValueError, or no candidate)
+    (_meta(columns={"x": {"type": "int", "values": ["a", "b"]}}), "int numbers, got 'a'"),
+    (_meta(columns={"x": {"type": "int", "values": [1, 2.5]}}), "int numbers, got 2.5"),
+    (_meta(columns={"x": {"type": "float", "values": [1, float("inf")]}}), "float numbers"),
+    (_meta(columns={"x": {"type": "int", "values": [True, 2]}}), "int numbers, got True"),
+    (_meta(columns={"x": {"type": "int", "values": [None]}}), "null, which no row equals"),
+    (_meta(columns={"x": {"type": "text", "values": ["a", None]}}), "null, which no row"),
     (_meta(max_groups_per_unit=3), "row privacy"),
     (_meta(privacy_unit="u", max_rows_per_group=0), "whole number"),
     (_meta(public=True, privacy_unit="u"), "public but names"),
