@@ -84,7 +84,8 @@ def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilo
     proposal = tune(catalog=engine.catalog, backend=engine.backend, ledger=engine.ledger,
                     analyst=engine.analyst, rng=engine.rng, table=table, epsilon=part,
                     columns=(), group_by=keys, query_epsilon=float(rest),
-                    count_noise=planned_count_noise(planned.release.statements[0]))
+                    count_noise=planned_count_noise(planned.release.statements[0]),
+                    timeout=engine.timeout)
     tuned = engine.under(with_bounds(engine.catalog, proposal))
     try:
         results = tuned.execute(sql, params, epsilon=rest, delta=delta, weights=weights)

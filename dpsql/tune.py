@@ -86,7 +86,17 @@ from dpsql.budget import PrivacyLoss, budget_exhausted, positive
 from dpsql.catalog import Catalog, TableSpec
 from dpsql.cli_params import METADATA_FILE
 from dpsql.compile.scope import declared
-from dpsql.errors import CatalogError, PrivacyParameterError, ProgrammingError, UnknownTableError
+from dpsql.engine import LARGEST_EPSILON
+from dpsql.errors import (
+    BackendError,
+    CatalogError,
+    Error,
+    InternalError,
+    PrivacyParameterError,
+    ProgrammingError,
+    QueryTimeoutError,
+    UnknownTableError,
+)
 from dpsql.mechanisms.samplers import RandomSource
 from dpsql.plan import StatementPlan
 from dpsql.spread import (
@@ -200,8 +210,10 @@ def per_person_sql(table: TableSpec, source: str, dialect: str, keys: tuple[str,
 
 
 def per_person_values(backend, table: TableSpec, keys: tuple[str, ...],
-                      columns: tuple[str, ...]) -> dict[str, list[tuple[float, int]]]:
-    """The exact distributions (value, persons) the mechanism reads, each sorted by value.
+                      columns: tuple[str, ...], timeout: float | None = None
+                      ) -> dict[str, list[tuple[float, int]]]:
+    """The exact distributions (value, persons) the mechanism reads, each sorted by value,
+    each statement stopped after ``timeout`` seconds (DuckDB; None: no limit).
 
     Each person contributes exactly one value to each distribution, so one person added
     or removed moves each #{x ≤ c} by at most 1.
@@ -215,7 +227,7 @@ def per_person_values(backend, table: TableSpec, keys: tuple[str, ...],
         for part, sql in per_person_sql(table, source, backend.dialect, keys, column).items():
             queries[f"{column}.{part}"] = sql
     for name, sql in queries.items():
-        _, rows = backend.run_sql(sql)
+        _, rows = backend.run_sql(sql, timeout)
         found[name] = sorted((_ordered(float(v)), int(n)) for v, n in rows if v is not None)
     return found
 
@@ -259,7 +271,7 @@ def group_keys(table: TableSpec, query: str | None, group_by) -> tuple[str, ...]
         if spec.name == table.privacy_unit:
             raise ProgrammingError("grouping by the privacy unit is not a query shape")
         keys.append(spec.name)
-    return tuple(keys)
+    return tuple(dict.fromkeys(keys))  # day, day is one key (its cells were counted twice)
 
 
 def _cells(table: TableSpec, keys: tuple[str, ...]) -> tuple[int, bool]:
@@ -347,15 +359,19 @@ def choose_contribution(spreads: dict[str, Spread], persons: int, cells: int,
 
 def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, table: str,
          epsilon, columns=None, query: str | None = None, group_by=None,
-         query_epsilon: float = 1.0, count_noise: float | None = None) -> TuningResult:
+         query_epsilon: float = 1.0, count_noise: float | None = None,
+         timeout: float | None = None) -> TuningResult:
     """Estimate the data's spread privately and propose bounds; charges ``epsilon`` once.
 
     ``count_noise`` is the planned query's count noise per unit of sensitivity
     (``planned_count_noise``); without it a count is taken to get Laplace noise at the whole
-    ``query_epsilon``.
+    ``query_epsilon``. ``timeout`` stops each exact read after that many seconds (the
+    connection's, on DuckDB).
 
     Raises:
         BudgetExhaustedError: ε does not fit the remaining budget; nothing was run.
+        BackendError: a read failed on the data (ran out of time or memory): like a query
+            that fails on the data it is charged, and ``epsilon_spent`` says so.
     """
     spec = catalog.table(table)
     if spec is None:
@@ -364,32 +380,31 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
     if spec.public:
         raise ProgrammingError(f"table {spec.name!r} is public: it needs no bounds")
     epsilon = positive(epsilon, "epsilon")
-    if not (isinstance(query_epsilon, (int, float)) and query_epsilon > 0):
-        raise PrivacyParameterError("query_epsilon must be a number > 0")
+    eq = _query_epsilon(query_epsilon)
     if catalog.budget is None:
         raise CatalogError(f"the metadata of dataset {catalog.name!r} declares no budget",
                            hint="add 'budget: {epsilon: ..., delta: ...}' to the metadata")
-    if isinstance(columns, str):
-        columns = (columns,)
+    columns, group_by = _names(columns, "columns"), _names(group_by, "group_by")
     shape = group_keys(spec, query, group_by)
     keys = shape if spec.privacy_unit is not None else ()
     # bounds on a key the queries group by would drop its groups outside them
     grouped = shape if query is not None or group_by is not None else ()
     names = tuple(n for n, c in spec.columns.items() if c.is_numeric
                   and n != spec.privacy_unit and n not in grouped) \
-        if columns is None else tuple(columns)
+        if columns is None else columns
     for name in names:
         c = spec.column(name)
         if c is None or not c.is_numeric or c.name == spec.privacy_unit:
             raise ProgrammingError(f"column {name!r} of {spec.name!r} is not a numeric column",
                                    hint="tune the bounds of int or float columns")
-    names = tuple(spec.column(n).name for n in names)
+    names = tuple(dict.fromkeys(spec.column(n).name for n in names))
     if spec.privacy_unit is None and not names:
         raise ProgrammingError(
             f"nothing to tune in {spec.name!r}: it has row privacy (no contribution bounds) "
             "and no numeric column to bound" + (" outside the GROUP BY" if grouped else ""),
             hint="tune a table with a privacy unit, or one with int or float columns; "
             "nothing was charged")
+    bound_grids = {name: _value_grid(spec, name) for name in names}
     draws = 1 + 6 * len(names) + (9 if spec.privacy_unit is not None else 0)
     share = epsilon / draws
     loss = PrivacyLoss(epsilon) if catalog.mechanism != "gaussian" else \
@@ -397,23 +412,25 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
     remaining = catalog.budget.minus(ledger.spent(catalog.name))
     if not remaining.covers(loss):
         raise budget_exhausted(analyst, catalog.name, loss, remaining)
-    values = per_person_values(backend, spec, keys, names)
-    persons_exact = sum(n for _, n in values["r"]) if spec.privacy_unit is not None else \
-        None
-    if persons_exact is None:  # row privacy: every row is a person
-        _, rows = backend.run_sql(f"SELECT COUNT(*) FROM {backend.sources[spec.name]}")
-        persons_exact = int(rows[0][0])
+    statement = (f"-- dpsql tune {spec.name}: per-person rows, keys ({', '.join(keys) or 'none'})"
+                 f" and ranges of {', '.join(names) or 'none'}; {draws} draws of ε/{draws}")
+    try:
+        values = per_person_values(backend, spec, keys, names, timeout)
+        persons_exact = _persons(backend, spec, values, timeout)
+    except BackendError as failure:
+        # whether the reads fail (or how long they run) can depend on one person's rows: the
+        # failure is charged like an answer, as the engine charges its exact query's
+        ledger.charge(analyst=analyst, dataset=catalog.name, loss=loss, budget=catalog.budget,
+                      statement="-- failed on the data\n" + statement)
+        raise _charged_failure(failure, loss, timeout) from None
     ledger.charge(analyst=analyst, dataset=catalog.name, loss=loss, budget=catalog.budget,
-                  statement=f"-- dpsql tune {spec.name}: per-person rows, keys "
-                  f"({', '.join(keys) or 'none'}) and ranges of {', '.join(names) or 'none'}; "
-                  f"{draws} draws of ε/{draws}")
+                  statement=statement)
     # charged: only now is anything drawn
     persons = max(1, persons_exact + rng.discrete_laplace(1 / share))
     uppers = quantile_levels(persons, share)  # post-processing of the noisy count
     lowers = tuple(sorted(1 - q for q in uppers))
     gaussian = catalog.mechanism == "gaussian"
     replaced = 2 if catalog.neighbouring == "replace" and keys else 1
-    eq = float(query_epsilon)
     choices: list[Choice] = []
     shown: dict[str, dict[str, float]] = {}
 
@@ -442,7 +459,7 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
         if best.total is not None:
             choices.append(Choice("max_rows_per_unit", best.total, bias, sd, shown["r"]))
     for name in names:
-        grid = value_grid(spec.columns[name])
+        grid = bound_grids[name]
         lows = draw_levels(values[f"{name}.lo"], grid, lowers, share, rng)
         highs = draw_levels(values[f"{name}.hi"], grid, uppers, share, rng)
         # the lower tail, mirrored: E[max(0, L − X)] = E[max(0, (−X) − (−L))]
@@ -469,6 +486,76 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
         shown |= {f"{name}.lo": _shown(lows), f"{name}.hi": _shown(highs)}
     return TuningResult(table=spec.name, epsilon=epsilon, query_epsilon=eq, group_by=keys,
                         persons=persons, choices=tuple(choices), draws=draws, quantiles=shown)
+
+
+def _query_epsilon(value) -> float:
+    """``query_epsilon`` checked as a statement's ε is (``Engine.epsilon_of``): a number,
+    not a bool, in [1e-12, 1e12] (inf and 1e-300 were taken, and 1e-300 overflowed the
+    noise after the charge)."""
+    checked = positive(value, "query_epsilon")
+    if checked > LARGEST_EPSILON:
+        raise PrivacyParameterError(
+            f"query_epsilon above {LARGEST_EPSILON:.0e} is refused: no query is asked at it",
+            hint="pass the ε the queries will be asked at (typical values are 0.01 to 10)")
+    return float(checked)
+
+
+def _names(value, label: str) -> tuple[str, ...] | None:
+    """``columns`` or ``group_by`` as a tuple of names (one may be given as a string)."""
+    if value is None:
+        return None
+    names = (value,) if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise ProgrammingError(f"{label} must be a column name or a list of names, got "
+                               f"{value!r}", hint=f"e.g. {label}=['amount']")
+    return tuple(names)
+
+
+def _value_grid(table: TableSpec, name: str) -> tuple[float, ...]:
+    """The public candidates of a column's bounds, checked before anything is charged."""
+    try:
+        grid = value_grid(table.columns[name])
+    except (TypeError, ValueError):  # a catalogue built without catalog._column's checks
+        grid = ()
+    if not grid or not all(map(math.isfinite, grid)):
+        raise CatalogError(f"column {name!r} of {table.name!r}: its declared values are not "
+                           "finite numbers, so there is no candidate bound",
+                           hint="declare values of the column's type, or lower and upper; "
+                           "nothing was charged")
+    return grid
+
+
+def _persons(backend, table: TableSpec, values: dict, timeout: float | None) -> int:
+    """The exact number of persons: those with rows, or the table's rows (row privacy)."""
+    if table.privacy_unit is not None:
+        return sum(n for _, n in values["r"])
+    _, rows = backend.run_sql(f"SELECT COUNT(*) FROM {backend.sources[table.name]}", timeout)
+    return int(rows[0][0])
+
+
+def _charged_failure(failure: BackendError, loss: PrivacyLoss, timeout: float | None
+                     ) -> Error:
+    """The coded error of a read that failed on the data, saying what was charged (the
+    database's message, which can quote private values, is not passed on)."""
+    charged = (f"nothing was released and the tuning's {loss.describe()} was charged, "
+               "because whether they")
+    if isinstance(failure, QueryTimeoutError):
+        error: Error = QueryTimeoutError(
+            f"tune's exact reads ran longer than the timeout of {timeout:g} s; {charged} "
+            "finish in time can depend on a person's rows",
+            hint="raise timeout=, or tune fewer columns")
+    elif failure.resource:
+        error = BackendError(
+            f"tune's exact reads ran out of {failure.resource}; {charged} fit can depend on "
+            "a person's rows", resource=failure.resource, hint="tune fewer columns or keys, "
+            "or give the backend more (its time limit, or resources: {memory_limit, "
+            "max_temp_size} in the metadata)")
+    else:
+        # the reads are MIN, MAX and COUNT of declared columns: a failure is a bug (charged)
+        error = InternalError(f"tune's exact reads failed; {charged} fail might depend on "
+                              "the data")
+    error.epsilon_spent = loss.epsilon
+    return error
 
 
 def _shown(quantiles: dict[Fraction, float]) -> dict[str, float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from fractions import Fraction
 
@@ -14,7 +15,7 @@ from conftest import DAYS, catalogue, make_adult, make_visits
 
 import dpsql
 from dpsql.spread import COUNT_GRID, quantile_levels, quantile_utilities, value_grid
-from dpsql.tune import _cells, command, per_person_values
+from dpsql.tune import _cells, command, per_person_values, tune
 
 
 def _write(folder, visits: pd.DataFrame) -> dict:
@@ -307,3 +308,94 @@ def test_nothing_to_tune_is_refused_before_any_charge(tmp_path):
         with pytest.raises(dpsql.ProgrammingError, match="nothing to tune"):
             con.tune("plain", epsilon=0.1)
         assert con.budget_spent.epsilon == 0
+
+
+@pytest.mark.parametrize(("options", "error", "match"), [
+    ({"query_epsilon": float("inf")}, dpsql.PrivacyParameterError, "finite"),
+    ({"query_epsilon": True}, dpsql.PrivacyParameterError, "must be a number"),
+    ({"query_epsilon": 1e-300}, dpsql.PrivacyParameterError, "too small"),  # OverflowError
+    ({"query_epsilon": 1e308}, dpsql.PrivacyParameterError, "above 1e"),
+    ({"columns": [1]}, dpsql.ProgrammingError, "list of names"),  # AttributeError
+    ({"columns": [None]}, dpsql.ProgrammingError, "list of names"),
+    ({"group_by": 5}, dpsql.ProgrammingError, "list of names"),  # TypeError
+])
+def test_bad_arguments_are_refused_before_any_charge(tmp_path, options, error, match):
+    """They were charged and then crashed (1e-300 overflowed the noise), were taken (inf,
+    True), or crashed uncoded before the charge."""
+    meta = _write(tmp_path, make_visits(50))
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite") as con:
+        with pytest.raises(error, match=match) as caught:
+            con.tune("visits", epsilon=0.5, **options)
+        assert caught.value.hint and con.budget_spent.epsilon == 0
+
+
+def test_a_value_grid_without_numbers_is_refused_before_any_charge(tmp_path):
+    """The catalogue refuses such values (tests/unit/test_catalog.py); a catalogue built
+    past it had tune charge, then raise InternalError 'no candidates' (values [None]) or a
+    bare ValueError (values ['a', 'b'])."""
+    meta = _write(tmp_path, make_visits(50))
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite") as con:
+        spec = con.catalog.table("visits")
+        for values in ((None,), ("a", "b")):
+            column = dataclasses.replace(spec.columns["region_id"], values=values)
+            table = dataclasses.replace(spec, columns={**spec.columns, "region_id": column})
+            catalog = dataclasses.replace(con.catalog, tables={**con.catalog.tables,
+                                                               "visits": table})
+            with pytest.raises(dpsql.CatalogError, match="not finite numbers"):
+                tune(catalog=catalog, backend=con._backend, ledger=con.ledger,
+                     analyst=con.analyst, rng=con._engine.rng, table="visits", epsilon=0.5,
+                     columns=["region_id"])
+        assert con.budget_spent.epsilon == 0 and not con.ledger.history()
+
+
+def test_repeated_names_are_tuned_once(tmp_path):
+    """columns ['amount', 'AMOUNT'] raised a KeyError after the charge; GROUP BY day, day
+    counted 49 cells."""
+    meta = _write(tmp_path, make_visits(50))
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=1) as con:
+        result = con.tune("visits", epsilon=0.5, columns=["amount", "AMOUNT"],
+                          group_by=["day", "day"])
+    assert result.group_by == ("day",) and result.draws == 1 + 9 + 6
+
+
+def test_a_read_that_fails_on_the_data_is_charged_on_postgresql(tmp_path):
+    """With the warehouse's statement_timeout, D′ (D plus one person with 2·10⁶ rows) made
+    tune's reads fail uncharged while D answered and was charged: whether tune answered told
+    D from D′. The failure is now charged like the engine's exact query."""
+    import psycopg
+    from backends.servers import databases
+
+    with databases("dpsql_tune") as create:
+        url = create()
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("CREATE TABLE t (uid int, x double precision)")
+            admin.execute("INSERT INTO t SELECT g % 2000, g % 97 FROM generate_series(1, 20000) g")
+            admin.execute("INSERT INTO t SELECT 424242, 1 FROM generate_series(1, 2000000)")
+            admin.execute("ANALYZE t")
+        meta = {"name": "pg_tune", "budget": {"epsilon": 10, "delta": 1e-6},
+                "tables": {"t": {"privacy_unit": "uid", "max_groups_per_unit": 1,
+                                 "max_rows_per_group": 1,
+                                 "columns": {"uid": "int", "x": {"type": "float", "lower": 0,
+                                                                 "upper": 100}}}}}
+        limited = url + "?options=-c%20statement_timeout%3D100"
+        with dpsql.connect(limited, metadata=meta, ledger=tmp_path / "l.sqlite") as con:
+            with pytest.raises(dpsql.BackendError, match="was charged") as caught:
+                con.tune("t", epsilon=0.5)
+            history = con.ledger.history(con.catalog.name)
+            spent = con.budget_spent.epsilon
+    assert caught.value.epsilon_spent == Fraction(1, 2) and spent == Fraction(1, 2)
+    assert caught.value.resource == "time" and "PostgreSQL" not in str(caught.value)
+    assert len(history) == 1 and history[0]["statement"].startswith("-- failed on the data")
+
+
+def test_tune_reads_stop_at_the_connections_timeout(tmp_path):
+    """execute(tune=) read the data without the connection's DuckDB timeout= (10⁶ rows of
+    one person ran to the end); now the read stops, and the tuning's slice is charged."""
+    visits = pd.DataFrame({"uid": np.arange(10**6) % 1000, "day": "Mon", "amount": 1.0,
+                           "region_id": 0})
+    meta = _write(tmp_path, visits)
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", timeout=0.02) as con:
+        with pytest.raises(dpsql.QueryTimeoutError, match="was charged") as caught:
+            con.execute("SELECT day, COUNT(*) FROM visits GROUP BY day", epsilon=1, tune=0.25)
+        assert caught.value.epsilon_spent == Fraction(1, 4)
+        assert con.budget_spent.epsilon == Fraction(1, 4)
