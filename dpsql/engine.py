@@ -194,6 +194,7 @@ class Engine:
                     "interval), or drop the ci95 hint")
             return Planned(tuple(order), self._gaussian_plan(
                 private, rho, epsilon, delta, weights, salt, shared, labels), tuple(public))
+        refuse_epsilon_with_hint(statements, epsilon)
         if epsilon is None and target is None:
             target = self.accuracy
         thresholded = sum(c.has_private_keys for c in private)
@@ -627,6 +628,17 @@ def hinted_accuracy(statements: list[Statement]) -> float | None:
             if match:
                 return float(match.group(1))
     return None
+
+
+def refuse_epsilon_with_hint(statements: list[Statement], epsilon) -> None:
+    """Refuse an explicit ε (a call's or the clause's) beside a ``ci95 <= X`` hint, as
+    ``accuracy=`` with ``epsilon=`` is: either one would be ignored. A connection's or a
+    session's default ε is no explicit ε, and the hint wins over it."""
+    if epsilon is not None and hinted_accuracy(statements) is not None:
+        raise PrivacyParameterError(
+            "the statement's /* dpsql: ci95 <= ... */ hint picks ε itself, and an explicit ε "
+            "was given too", hint="drop epsilon= (or the clause's OPTIONS(epsilon=...)) to let "
+            "the hint choose ε, or drop the hint")
 
 
 def _explain_quantile(plan: StatementPlan, part) -> dict:

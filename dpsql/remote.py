@@ -25,6 +25,7 @@ from dpsql import errors
 from dpsql.budget import PrivacyLoss
 from dpsql.cursor import Column
 from dpsql.dbapi20 import ConnectionBase, fetch_size
+from dpsql.engine import refuse_epsilon_with_hint
 from dpsql.parse import clause_parameters, parse_one
 from dpsql.sqltext import qmark_to_dollar, split_statements
 
@@ -104,10 +105,7 @@ class RemoteCursor:
         embedded use (a slice of ε spent on the table's contribution bounds first)."""
         self._check_open()
         _epsilon_only(delta=delta, accuracy=accuracy, rho=rho, weights=weights)
-        if epsilon is not None and "differential_privacy" in operation.lower():
-            # the server reads it as the session's default, which a statement's own clause
-            # overrides: a call's ε that the clause contradicts is refused, as embedded
-            clause_parameters([parse_one(operation, parameters)], epsilon, None)
+        _check_call_epsilon(operation, parameters, epsilon)
         settings = {"dpsql.epsilon": epsilon, "dpsql.tune": tune}
         rows, release = self.connection._run(operation, parameters, settings)
         self._rows, self._pos, self._executed = rows, 0, True
@@ -325,6 +323,7 @@ class RemoteConnection(ConnectionBase):
         self._check_open()
         _epsilon_only(**unsupported)
         _one_statement(sql)
+        _check_call_epsilon(sql, None, epsilon)
         if epsilon is not None:
             self._simple(f"SET dpsql.epsilon = {float(epsilon)!r}")
         try:
@@ -363,6 +362,17 @@ def _one_statement(sql: str) -> None:
         raise errors.ProgrammingError(f"expected one statement, got {statements}",
                                       hint="call execute() once per SELECT; each is one "
                                       "release")
+
+
+def _check_call_epsilon(sql: str, parameters, epsilon) -> None:
+    """The server reads a call's ε as the session's default, which the statement's own
+    OPTIONS(epsilon=...) or ci95 hint overrides: a call's ε beside either is refused before
+    anything is sent, as embedded."""
+    lowered = sql.lower()
+    if epsilon is not None and ("differential_privacy" in lowered or "ci95" in lowered):
+        statements = [parse_one(sql, parameters)]
+        clause_parameters(statements, epsilon, None)
+        refuse_epsilon_with_hint(statements, epsilon)
 
 
 # where the statement itself says what a call's keyword cannot carry to the server

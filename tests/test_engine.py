@@ -496,3 +496,24 @@ def test_nearby_epsilons_are_different_releases(connect):
     sql = "SELECT COUNT(*) FROM adult"
     con.cursor().execute(sql, epsilon=1.000001)
     assert con.cursor().execute(sql, epsilon=1.000002).epsilon_spent == Fraction("1.000002")
+
+
+def test_a_ci95_hint_beside_an_explicit_epsilon_is_refused_before_anything_is_charged(connect):
+    """The hint was ignored beside epsilon= (±75 answered where ci95 <= 50 was asked), while
+    accuracy= beside epsilon= is refused; a connection's default ε is no explicit ε."""
+    con = connect(budget=1e6)
+    sql = "/* dpsql: ci95 <= 50 */ SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex"
+    clause = sql.replace("SELECT", "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=1)")
+    for call in (lambda: con.cursor().execute(sql, epsilon=1),
+                 lambda: con.explain(sql, epsilon=1),
+                 lambda: con.cursor().execute(clause),
+                 lambda: con.cursor().executescript(sql + "; SELECT COUNT(*) FROM adult",
+                                                    epsilon=1)):
+        with pytest.raises(dpsql.PrivacyParameterError, match="explicit ε") as refused:
+            call()
+        assert "drop epsilon=" in refused.value.hint
+    assert con.budget_spent.epsilon == 0 and not con.ledger.history()
+    defaulted = connect(budget=1e6, epsilon_per_query=1)
+    cur = defaulted.cursor().execute(sql)
+    frame = cur.intervals()
+    assert ((frame.n_high - frame.n) <= 50).all() and cur.epsilon_spent != 1

@@ -168,3 +168,29 @@ def test_a_calls_delta_is_refused_with_where_the_statement_gives_it(tmp_path):
             assert con.budget_remaining.delta == Fraction(9, 10**7)
     finally:
         running.stop()
+
+
+def test_a_ci95_hint_wins_over_the_session_epsilon_but_not_a_calls(server):
+    """docs/server.md: the hint wins over SET dpsql.epsilon (a default). A call's ε is no
+    default: the client sent execute(..., epsilon=0.1) as the session's, so the hint ran at
+    the ε it picked; HTTP's "epsilon" reached the engine, which ignored the hint."""
+    import httpx
+    import psycopg
+    from server_harness import password
+
+    sql = "/* dpsql: ci95 <= 100 */ SELECT COUNT(*) AS n FROM visits WHERE member"
+    with dpsql.connect(server.url("sam")) as con:
+        for call in (lambda: con.cursor().execute(sql, epsilon=0.1),
+                     lambda: con.explain(sql, epsilon=0.1)):
+            with pytest.raises(dpsql.PrivacyParameterError, match="explicit ε"):
+                call()
+        with httpx.Client(base_url=server.http, auth=("sam", password("sam"))) as http:
+            r = http.post("/api/v1/datasets/visits/query", json={"sql": sql, "epsilon": 0.1})
+            assert r.status_code == 400 and "explicit ε" in r.json()["error"], r.json()
+        assert con.budget_remaining.epsilon == 1
+        hinted = con.explain(sql)["epsilon"]
+        assert 0.1 < hinted < 1
+        with psycopg.connect(server.dsn("sam"), autocommit=True) as pg:
+            pg.execute("SET dpsql.epsilon = 0.1")
+            assert pg.execute(sql).fetchall()
+        assert con.budget_remaining.epsilon == pytest.approx(1 - hinted)
