@@ -304,6 +304,16 @@ def _epsilon_or_none(epsilon: float) -> float | None:
     return None if math.isinf(epsilon) else epsilon
 
 
+def _epsilon_per_unit(holdout: Holdout, per_record: float) -> float | None:
+    """The local ε of the person with the most train rows: each of their rows is randomized
+    independently, so the losses add up (None without a privacy unit, or if infinite)."""
+    unit = holdout.table.privacy_unit
+    if unit is None:
+        return None
+    rows = holdout.train.groupby(holdout.table.column(unit).name, dropna=True).size()
+    return _epsilon_or_none(int(rows.max()) * per_record) if len(rows) else None
+
+
 def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *,
              p0: float | None, epsilon: float | None, test_fraction: float, seed: int | None,
              attributes: list[str] | None, numeric: str, bins: int,
@@ -365,6 +375,7 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *,
         p0_per_attribute={a: r.p0 for a, r in randomized.randomizers.items()
                           if isinstance(r, ERRPH)},
         local_epsilon=_epsilon_or_none(randomized.local_epsilon_per_record),
+        local_epsilon_per_unit=_epsilon_per_unit(holdout, randomized.local_epsilon_per_record),
         local_epsilon_categorical=_epsilon_or_none(randomized.local_epsilon_categorical),
         local_epsilon_per_attribute={a: _epsilon_or_none(e) for a, e in per_attribute.items()},
         unprotected_columns=list(randomized.clear_columns),
@@ -426,3 +437,6 @@ def _print(mechanism: str, table: str, result: dict) -> None:
             f"{result['local_epsilon_categorical']:.4f})")
         click.echo(f"local ε per record: {shown}; unprotected: "
                    f"{', '.join(result['unprotected_columns'])}")
+        if result["local_epsilon_per_unit"] is not None:
+            click.echo(f"local ε of the person with the most rows: "
+                       f"{result['local_epsilon_per_unit']:.4f}")

@@ -4,17 +4,20 @@ keeps the privacy unit, its contribution bounds and the dataset's neighbouring."
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from click.testing import CliRunner
 from conftest import catalogue, make_visits
 
 import dpsql
 from dpsql.randomize import RandomizationSpec, write_data
 from evaluators.attribute_selection.contingency import catalog_attributes, contingency_statements
 from evaluators.naive_bayes.cli import (
+    command,
     fit_central,
     fit_randomized,
     load_holdout,
@@ -103,8 +106,16 @@ def test_privacy_unit_is_kept_for_bounding_but_never_modelled(tmp_path) -> None:
                      rng=np.random.default_rng(0), ledger=":memory:")
 
 
-def test_randomized_response_does_not_publish_the_privacy_unit(tmp_path) -> None:
-    holdout = _holdout(_dataset(tmp_path, _visits()))
+def test_randomized_response_publishes_no_uid_and_reports_the_heaviest_persons_epsilon(
+        tmp_path) -> None:
+    metadata = _dataset(tmp_path, _visits())
+    holdout = _holdout(metadata)
     _, randomized = fit_randomized(holdout, RandomizationSpec(p=0.5),
                                    dpsql.RandomSource(insecure_seed=1), tmp_path)
     assert "uid" not in pd.read_parquet(randomized.data_path).columns
+    args = ["-m", metadata, "-t", "visits", "--class", "member", "--attributes", "day,region_id",
+            "--p0", "0.5", "--seed", "4", "--json", "--ledger", str(tmp_path / "l.sqlite")]
+    out = json.loads(CliRunner().invoke(command, args, catch_exceptions=False).output)
+    most = load_holdout(metadata, "visits", "member", test_fraction=0.3, attributes=ATTRIBUTES,
+                        rng=np.random.default_rng(4), ledger=":memory:").train["uid"].value_counts()
+    assert out["local_epsilon_per_unit"] == pytest.approx(most.max() * out["local_epsilon"])
