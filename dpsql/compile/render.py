@@ -30,6 +30,9 @@ MAX_EXPRESSION_SQL = 1_000_000
 # rows of 'rogue0', 'rogue1' ... grown by two REPLACEs into 1 MB keys of a GROUP BY failed
 # out of memory on D′ only; 4,096 is a vector of 8 MB, and what a key of that length costs)
 MAX_TEXT = 4_096
+# the whitespace PostgreSQL's int8in and float8in skip around a number (C's isspace): its
+# regexes' \s also matches Unicode spaces (U+2003 under C.UTF-8), on which the cast failed
+_C_SPACE = r"[ \t\n\r\f\v]"
 # NULL outside ops.YEARS (``_within_years``)
 _DATED = {"extract", "date_diff", "date_trunc", "strftime"}
 # the first and last instants of a year, per temporal type
@@ -590,11 +593,11 @@ class PostgresDialect(Dialect):
         if target == "date" and source == "timestamp":  # every timestamp has a date
             return f"CAST({arg} AS DATE)"
         if target == "int" and source == "text":
-            return (f"(CASE WHEN {arg} ~ '^\\s*[-+]?[0-9]{{1,18}}\\s*$' THEN "
+            return (f"(CASE WHEN {arg} ~ '^{_C_SPACE}*[-+]?[0-9]{{1,18}}{_C_SPACE}*$' THEN "
                     f"CAST({arg} AS BIGINT) END)")
         if target == "float" and source == "text":
-            return (f"(CASE WHEN {arg} ~ '^\\s*[-+]?([0-9]{{1,15}}(\\.[0-9]{{0,15}})?|"
-                    f"\\.[0-9]{{1,15}})([eE][-+]?[0-9]{{1,2}})?\\s*$' THEN "
+            return (f"(CASE WHEN {arg} ~ '^{_C_SPACE}*[-+]?([0-9]{{1,15}}(\\.[0-9]{{0,15}})?|"
+                    f"\\.[0-9]{{1,15}})([eE][-+]?[0-9]{{1,2}})?{_C_SPACE}*$' THEN "
                     f"CAST({arg} AS DOUBLE PRECISION) END)")
         if target == "bool" and source == "text":
             return (f"(CASE WHEN LOWER(TRIM({arg})) IN ('true', 't', '1') THEN TRUE "

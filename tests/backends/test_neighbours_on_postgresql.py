@@ -106,3 +106,15 @@ def test_private_date_and_timestamp_keys_keep_the_contract_on_postgresql(pairs):
     for sql in nb.TEMPORAL_KEYS:
         for pair in pairs:
             nb.check_statement(pair, sql, delta=1e-6)
+
+
+@pytest.mark.parametrize("target", ["INT", "DOUBLE"])
+def test_casts_of_numbers_beside_unicode_spaces_keep_the_contract_on_postgresql(pairs, target):
+    """PostgreSQL's number input skips ASCII whitespace only, where the cast's guard (its
+    regex's \\s) let Unicode spaces through: one person's shop '\\u2003' '5' made CAST(shop AS
+    INT) fail on D′ (invalid input syntax for type bigint) where D was answered."""
+    assert set(nb.SPACED_NUMBERS) <= set(nb.adversary(1)["purchases"]["shop"])
+    sql = f"SELECT COUNT(*) AS n FROM purchases WHERE CAST(shop AS {target}) IS NULL"
+    for pair in pairs:
+        assert nb.check_statement(pair, sql) == "released"
+

@@ -41,7 +41,10 @@ LONG_TEXT = "adversary-" + "x" * 3000  # a public answer must never show it
 NULL = "NULL"  # the CSV spelling of NULL ('' stays an empty string)
 FLOATS = ["1e20", "-1e20", "inf", "-inf", "nan", None]
 INTS = [str(BIG), str(SMALL), None]
-TEXTS = ["abc", "", LONG_TEXT, None]
+# numbers after or before a Unicode space, which a regex's \s skips and PostgreSQL's number
+# input does not: a cast guard that read "\u2003" "5" as a number failed on D′ only
+SPACED_NUMBERS = ["\u2003" "5", "5" "\u3000", "\u00a0" "5", "\u1680" "5", "\ufeff" "5"]
+TEXTS = ["abc", "", LONG_TEXT, *SPACED_NUMBERS, None]
 ITEMS = ["a", "b", "c"]
 # dates the backends store but their date functions fail on or answer with sentinels
 DATES = ["infinity", "-infinity", "294247-01-10", "5877642-06-25 (BC)", "0001-01-01",
