@@ -35,6 +35,12 @@ _HINT = re.compile(r"dpsql\s*:\s*(.+)", re.IGNORECASE)
 # hint comment that the engine reads (``dp_options``)
 _DP_CLAUSE = re.compile(r"\bSELECT\s+WITH\s+DIFFERENTIAL_PRIVACY\s+OPTIONS\s*\(([^()]*)\)",
                         re.IGNORECASE)
+# characters no text column or ledger stores: NUL (PostgreSQL's text refuses it) and lone
+# surrogates (no UTF-8 encoding). Refused before anything runs: the ledger's write of the
+# statement failed after its exact query had run, so it was never charged
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_STORABLE_HINT = "remove the character: text must be valid Unicode (encodable as UTF-8) " \
+    "without NUL"
 
 
 def check_dialect(dialect: str) -> str:
@@ -59,6 +65,7 @@ def parse_script(sql: str, params: Sequence[Any] | None = None,
     """
     if not isinstance(sql, str):
         raise InterfaceError(f"SQL must be a string, got {type(sql).__name__}")
+    _check_storable(sql)
     marked = _marked(sql, dialect)
     try:
         trees = list(_parsed(marked, dialect))
@@ -80,10 +87,43 @@ def _statements(sql: str, dialect: str) -> tuple[Statement, ...]:
     return tuple(_statement(t) for t in _parsed(sql, dialect))
 
 
+def _check_storable(sql: str) -> None:
+    """Refuse SQL text holding a character that no database stores (``_UNSTORABLE``)."""
+    found = _UNSTORABLE.search(sql)
+    if found:
+        line = sql.count("\n", 0, found.start()) + 1
+        column = found.start() - sql.rfind("\n", 0, found.start())
+        raise ProgrammingError(f"the SQL holds {_unstorable(found.group())} at line {line}, "
+                               f"column {column}", hint=_STORABLE_HINT)
+
+
+def _check_escapes(tree: exp.Expression, text: str) -> None:
+    """Refuse a statement whose strings or names hold a character that no database stores,
+    spelt by the dialect's escapes (PostgreSQL's E'\\x00', Spark's '\\u0000'): in the tree,
+    which the compiler reads, or in its text, which the ledger stores."""
+    strings = (v for node in tree.walk() for v in node.args.values() if isinstance(v, str))
+    for value in (text, *strings):
+        found = _UNSTORABLE.search(value)
+        if found:
+            raise ProgrammingError(f"a string or name of the SQL holds "
+                                   f"{_unstorable(found.group())}", hint=_STORABLE_HINT)
+
+
+def _unstorable(char: str) -> str:
+    """What an ``_UNSTORABLE`` character is, for a person."""
+    kind = "a NUL character" if char == "\x00" else "a lone surrogate"
+    return f"U+{ord(char):04X} ({kind}, which no database stores as text)"
+
+
 def _statement(tree: exp.Expression) -> Statement:
-    # what DuckDB cannot spell is refused when the statement is compiled, so sqlglot's
-    # warning about it here would only be noise
-    text = tree.sql(dialect=DIALECT, comments=False, unsupported_level=ErrorLevel.IGNORE)
+    try:
+        # what DuckDB cannot spell is refused when the statement is compiled, so sqlglot's
+        # warning about it here would only be noise
+        text = tree.sql(dialect=DIALECT, comments=False, unsupported_level=ErrorLevel.IGNORE)
+    except UnicodeDecodeError:  # sqlglot decoding PostgreSQL's U&'\\D800'
+        raise ProgrammingError("a string or name of the SQL escapes a lone surrogate, which "
+                               "no database stores as text", hint=_STORABLE_HINT) from None
+    _check_escapes(tree, text)
     hints = _hints(tree)
     return Statement(tree=tree, sql=text, hints=hints, identity=identity(tree, hints, text))
 
@@ -405,6 +445,11 @@ def _literal(value: Any) -> exp.Expression:
                                  "number within 1e±400", hint="bind finite numbers")
         return exp.Literal.number(format(value, "f"))  # exact: no float in between
     if isinstance(value, str):
+        found = _UNSTORABLE.search(value)
+        if found:
+            raise InterfaceError(f"cannot bind the text parameter: it holds "
+                                 f"{_unstorable(found.group())} at character {found.start() + 1}",
+                                 hint=_STORABLE_HINT)
         return exp.Literal.string(value)
     # typed literals, as the analyst would write them (datetime before date: it is one)
     if isinstance(value, datetime.datetime):

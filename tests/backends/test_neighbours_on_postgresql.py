@@ -118,3 +118,17 @@ def test_casts_of_numbers_beside_unicode_spaces_keep_the_contract_on_postgresql(
     for pair in pairs:
         assert nb.check_statement(pair, sql) == "released"
 
+
+@pytest.mark.parametrize(("sql", "params"), [
+    ("SELECT COUNT(*) AS n FROM purchases WHERE shop = 'a\x00b'", None),
+    ("SELECT COUNT(*) AS n FROM purchases WHERE shop = ?", ["a\x00b"]),
+    ("SELECT COUNT(*) AS n FROM purchases WHERE shop = E'a\\x00b'", None),
+])
+def test_a_nul_in_text_is_refused_before_postgresql_reads_it(pairs, sql, params):
+    """PostgreSQL's text holds no NUL: a statement comparing with one failed on the data as
+    an InternalError with its ε charged; it is refused before anything runs or is spent."""
+    con = pairs[0].d
+    spent = con.budget_spent
+    with pytest.raises((dpsql.ProgrammingError, dpsql.InterfaceError)) as caught:
+        con.cursor().execute(sql, params, epsilon=1)
+    assert caught.value.epsilon_spent == 0 and con.budget_spent == spent

@@ -505,6 +505,34 @@ def test_crashes_are_refusals_or_answers(pairs):
     ])
 
 
+@pytest.mark.parametrize(("sql", "params"), [
+    ('SELECT day, SUM(amount) AS "s\ud800" FROM visits GROUP BY day', None),
+    ('SELECT day, SUM(amount) AS "s\x00" FROM visits GROUP BY day', None),
+    ("SELECT COUNT(*) FROM purchases WHERE shop = 'a\x00b'", None),
+    ("SELECT COUNT(*) FROM purchases WHERE shop = E'a\\x00b'", None),
+    ("SELECT COUNT(*) FROM visits -- \udfff", None),
+    ("SELECT COUNT(*) FROM purchases WHERE shop = ?", ["a\x00b"]),
+    ("SELECT COUNT(*) FROM purchases WHERE shop = ?", ["a\udc80b"]),
+])
+def test_text_no_database_holds_is_refused_before_anything_runs(pairs, monkeypatch, sql,
+                                                                 params):
+    """A NUL or a lone surrogate (no UTF-8 encoding) in the SQL or a parameter is refused
+    with a dpsql.Error before the exact query runs: a statement text the ledger could not
+    store ran on the data and was then never charged (UnicodeEncodeError from SQLite's
+    ledger, LedgerError from PostgreSQL's)."""
+    con = pairs[1].d_prime
+
+    def ran(*args, **kwargs):
+        raise AssertionError(f"the exact query ran: {sql!a}")
+
+    monkeypatch.setattr(con._engine.backend, "run_sql", ran)
+    spent = con.budget_spent
+    with pytest.raises((dpsql.ProgrammingError, dpsql.InterfaceError)) as caught:
+        con.cursor().execute(sql, params, epsilon=1)
+    str(caught.value).encode("utf-8")  # the message itself is text a log can store
+    assert caught.value.epsilon_spent == 0 and con.budget_spent == spent
+
+
 @pytest.mark.parametrize("key", ["age * 0.1", "hours * 0.01", "CAST(age AS DOUBLE) / 10",
                                  "age * 0.1 + 0"])
 def test_decimal_keys_count_every_row(pairs, key):
