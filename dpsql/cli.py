@@ -13,6 +13,7 @@ import decimal
 import json
 import math
 import os
+import re
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -46,6 +47,21 @@ def _plugin_help(entry, limit: int) -> str:
     except Exception:  # noqa: BLE001 - help text only; the command still loads on use
         return ""
     return click.utils.make_default_short_help(" ".join(text.split("\n\n")[0].split()), limit)
+
+
+# a hint's API keyword (epsilon=1.0) as the flag of the command line (--epsilon 1.0); the
+# keywords of a WITH DIFFERENTIAL_PRIVACY OPTIONS(...) clause are SQL and stay as written
+_KEYWORD = re.compile(r"OPTIONS\([^()]*\)|\b(epsilon|delta|tune)=(\.\.\.|\d(?:[\w.+-]*\d)?)?")
+
+
+def _flag_syntax(hint: str) -> str:
+    """``hint`` with the keywords that are also flags of ``dpsql run`` spelt as the flags."""
+    def flag(match: re.Match) -> str:
+        name, value = match.groups()
+        if name is None:
+            return match.group()
+        return f"--{name}" + (f" {value}" if value else "")
+    return _KEYWORD.sub(flag, hint)
 
 
 def _error_payload(err: dpsql.Error) -> dict:
@@ -103,6 +119,8 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except dpsql.Error as err:
+            if err.hint:
+                err.hint = _flag_syntax(err.hint)
             wants_json = "--json" in sys.argv[1:]
             message = json.dumps(_error_payload(err)) if wants_json else f"Error: {err}"
             click.echo(message, err=True)

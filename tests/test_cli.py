@@ -333,3 +333,21 @@ def test_a_refused_tune_is_hinted_relative_to_the_statements_epsilon(monkeypatch
     assert result.exit_code == 1, result.output
     error = json.loads(result.stderr)
     assert error["code"] == "bad_privacy_parameter" and "e.g. --tune 0.005" in error["hint"]
+
+
+def test_hints_name_the_command_lines_flags(tmp_path):
+    """The API's hints printed "e.g. epsilon=1.0" and "delta=1e-6" where the flags are
+    --epsilon and --delta; an OPTIONS(...) clause in a hint is SQL and stays as written."""
+    def hint(sql, *args):
+        script = tmp_path / "q.sql"
+        script.write_text(sql)
+        out = _dpsql("run", script, "--metadata", "data/visits.yaml", "--ledger",
+                     tmp_path / "l.sqlite", "--json", *args)
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+        return json.loads(out.stderr)["hint"]
+
+    keys = "SELECT amount, COUNT(*) AS n FROM visits GROUP BY amount"
+    assert "(e.g. --delta 1e-6)" in hint(keys, "--epsilon", "1")
+    assert "e.g. --epsilon 1.0" in hint("SELECT COUNT(*) AS n FROM visits", "--epsilon", "0")
+    hinted = hint("/* dpsql: ci95 <= 50 */ " + keys.replace("amount", "day"), "--epsilon", "1")
+    assert hinted.startswith("drop --epsilon (or the clause's OPTIONS(epsilon=...))")
