@@ -41,6 +41,8 @@ _DP_CLAUSE = re.compile(r"\bSELECT\s+WITH\s+DIFFERENTIAL_PRIVACY\s+OPTIONS\s*\((
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _STORABLE_HINT = "remove the character: text must be valid Unicode (encodable as UTF-8) " \
     "without NUL"
+# the largest magnitude a bound number may have: beyond any double (1.8e308)
+_BOUND_MAGNITUDE = 10**400
 
 
 def check_dialect(dialect: str) -> str:
@@ -437,6 +439,10 @@ def _literal(value: Any) -> exp.Expression:
     if isinstance(value, float) and not math.isfinite(value):
         raise InterfaceError(f"cannot bind the parameter {value!r}: it is not a finite number",
                              hint="bind finite numbers, or write the condition without it")
+    if isinstance(value, int) and abs(value) > _BOUND_MAGNITUDE:
+        # its digits would exceed Python's limit on converting an int to text (a ValueError)
+        raise InterfaceError("cannot bind the parameter: it is an integer beyond ±1e400",
+                             hint="bind a number within ±1e400")
     if isinstance(value, (int, float)):
         return exp.Literal.number(value)
     if isinstance(value, decimal.Decimal):

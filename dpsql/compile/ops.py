@@ -337,8 +337,10 @@ def _literal(node: exp.Literal, scope: Scope) -> Expr:
 def number_literal(text: str, scope: Scope, negative: bool = False) -> Expr:
     """A numeric literal: an int when it is whole and fits 64 bits, else a finite double."""
     sign = "-" if negative else ""
-    if re.fullmatch(r"\d+", text):
-        value = int(sign + text)
+    digits = text.lstrip("0") or "0"
+    # no 64-bit integer has more than 19 digits, and int() of over 4,300 is a ValueError
+    if re.fullmatch(r"\d+", text) and len(digits) <= 19:
+        value = int(sign + digits)
         if INT64[0] <= value <= INT64[1]:
             return literal(value, "int")
     try:

@@ -502,6 +502,10 @@ def test_crashes_are_refusals_or_answers(pairs):
         "SELECT COUNT(*) FROM adult WHERE age > 1e400",
         "SELECT SUM(age * 1e400) FROM adult",
         "SELECT COUNT(*) FROM adult WHERE age < -1e400 OR hours > 1e400",
+        # int() of over 4,300 digits is Python's ValueError
+        "SELECT COUNT(*) FROM adult WHERE age > 1" + "0" * 5000,
+        "SELECT COUNT(*) FROM adult WHERE age > -1" + "0" * 5000,
+        "SELECT COUNT(*) FROM adult WHERE age > " + "0" * 5000 + "1",
     ])
 
 
@@ -513,13 +517,15 @@ def test_crashes_are_refusals_or_answers(pairs):
     ("SELECT COUNT(*) FROM visits -- \udfff", None),
     ("SELECT COUNT(*) FROM purchases WHERE shop = ?", ["a\x00b"]),
     ("SELECT COUNT(*) FROM purchases WHERE shop = ?", ["a\udc80b"]),
+    ("SELECT COUNT(*) FROM visits WHERE amount > ?", [10**5000]),
+    ("SELECT COUNT(*) FROM visits WHERE amount > ?", [-10**401]),
 ])
-def test_text_no_database_holds_is_refused_before_anything_runs(pairs, monkeypatch, sql,
-                                                                 params):
-    """A NUL or a lone surrogate (no UTF-8 encoding) in the SQL or a parameter is refused
-    with a dpsql.Error before the exact query runs: a statement text the ledger could not
-    store ran on the data and was then never charged (UnicodeEncodeError from SQLite's
-    ledger, LedgerError from PostgreSQL's)."""
+def test_text_and_numbers_no_database_holds_are_refused_before_anything_runs(
+        pairs, monkeypatch, sql, params):
+    """A NUL or a lone surrogate (no UTF-8 encoding) in the SQL or a parameter, and an
+    integer of 5,000 digits, are refused with a dpsql.Error before the exact query runs: a
+    statement text the ledger could not store ran on the data and was then never charged
+    (UnicodeEncodeError from SQLite's ledger, LedgerError from PostgreSQL's)."""
     con = pairs[1].d_prime
 
     def ran(*args, **kwargs):
