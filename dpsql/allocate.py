@@ -7,7 +7,7 @@ dollars, dollars²), so each is measured against its own variance under the even
 
     minimise  Σ_o w_o · Var_o(ε) / Var_o(even)   subject to  Σ_i ε_i = E,
 
-with analyst weights w_o (default 1). This is Σ_i A_i / ε_i² with
+with analyst weights w_o (default 1; only their ratios count). This is Σ_i A_i / ε_i² with
 A_i = Σ_o w_o c_oi² Δ_i² / Var_o(even) (up to a constant), and the Lagrange condition
 2·A_i/ε_i³ = λ gives the closed form ε_i = E · A_i^(1/3) / Σ_j A_j^(1/3). Equal A_i give the
 even split back; an aggregate's error never grows by more than its weight allows.
@@ -34,6 +34,7 @@ dwarfs the others'.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from fractions import Fraction
 
@@ -137,22 +138,42 @@ def jointly(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction,
     by one ℓ∞ draw per cell (``joint.split``), and those blocks. A block's members come from
     one statement, or from statements that read the same rows the same way (``share.py``'s
     context, bounded alike under ``bounding``). A measurement other statements show takes its
-    drawing statement's new share."""
+    drawing statement's new share. A family whose blocks hold a member that cannot be drawn
+    at its new share (``_drawable``) keeps the Laplace shares."""
     shared = shared or [[None] * len(measures(c)) for c in statements]
     drafts = _drafts(statements, catalog)
     demand = _demand(statements, catalog, drafts, weights, False, shared)
-    shares = _split(statements, epsilon, drafts, demand, False, shared)
-    blocks = []
+    laplace = _split(statements, epsilon, drafts, demand, False, shared)
+    splits = []  # each family's measurements, their shares re-split and its blocks
     for family, cells in _families(statements, catalog, bounding):
         links = [(i, j) for i in family for j in range(len(drafts[i]))]
         # the family's parts at their shares, named apart (each statement has a p0)
-        parts = _priced(links, drafts, shares, shared)
+        parts = _priced(links, drafts, laplace, shared)
         epsilons, groups = joint.split(parts, {p.column: demand.get(link, 0.0) for p, link
                                                in zip(parts, links, strict=True)}, cells)
-        for (i, j), e in zip(links, epsilons, strict=True):
-            shares[i][j] = e
-        blocks += [joint.Block(tuple(links[k] for k in group), cells) for group in groups]
-    return _shown_as_drawn(shares, shared), blocks
+        splits.append((links, epsilons,
+                       [joint.Block(tuple(links[k] for k in group), cells) for group in groups]))
+    while True:
+        shares = [list(mine) for mine in laplace]
+        for links, epsilons, _ in splits:
+            for (i, j), e in zip(links, epsilons, strict=True):
+                shares[i][j] = e
+        shares = _shown_as_drawn(shares, shared)
+        drawable = [_drawable(blocks, statements, catalog, shares) for _, _, blocks in splits]
+        if all(drawable):
+            return shares, [block for _, _, blocks in splits for block in blocks]
+        splits = [s for s, ok in zip(splits, drawable, strict=True) if ok]
+
+
+def _drawable(blocks: list[joint.Block], statements: list[CheckedQuery], catalog: Catalog,
+              shares: list[list[Fraction]]) -> bool:
+    """Whether each member of the blocks keeps a sensitivity > 0 at its share, as ``rewrite``
+    will price it: at a share near 2^-40 a sum's grid can be coarser than its bounds, every
+    value rounds to 0, and ``joint.joined`` refuses the block (a VAR weighed 1e-20 of its
+    COUNT's weight, bounds ±1e6, raised an InternalError)."""
+    priced = {i: noise_parts(statements[i], catalog, shares[i], domain_size(statements[i]))[0]
+              for block in blocks for i, _ in block.members}
+    return all(priced[i][j].sensitivity > 0 for block in blocks for i, j in block.members)
 
 
 def _priced(links: list[share.Link], drafts, shares, shared) -> list[NoisePart]:
@@ -216,27 +237,43 @@ def _drafts(statements: list[CheckedQuery], catalog: Catalog) -> list[list[Noise
 def _demand(statements: list[CheckedQuery], catalog: Catalog, drafts, weights, gaussian: bool,
             shared: list[list[share.Link | None]]) -> dict[share.Link, float]:
     """A_i of each measurement, keyed by the statement and position that draws it."""
-    weights = {name.lower(): float(w) for name, w in (weights or {}).items()}
 
     def drawn_at(index: int, j: int) -> share.Link:  # the statement that draws (and pays for) it
         return shared[index][j] or (index, j)
 
     demand: dict[share.Link, float] = {}
-    for index, (checked, parts) in enumerate(zip(statements, drafts, strict=True)):
+    for index, (checked, parts, weighed) in enumerate(zip(
+            statements, drafts, _relative(statements, weights), strict=True)):
         position = {p.column: j for j, p in enumerate(parts)}
         # the sensitivity the noise is scaled to: Δ₁ for Laplace, Δ₂ = Δ₁/sqrt(cells) for the
         # discrete Gaussian
         cells = {p.column: as_gaussian(p, checked, catalog, Fraction(1), domain_size(checked))
                  .cells if gaussian else 1 for p in parts}
         sensitivity = {p.column: float(p.sensitivity) / cells[p.column] ** 0.5 for p in parts}
-        named = {o.aggregate: o.name.lower() for o in checked.outputs if o.aggregate}
         for aggregate, terms in coefficients(checked, parts).items():
-            weight = weights.get(named.get(aggregate, ""), 1.0)
             baseline = sum(c * sensitivity[col] ** 2 for col, c in terms.items())
-            if baseline == 0 or weight <= 0:
+            if baseline == 0 or weighed[aggregate] <= 0:
                 continue
             for column, c in terms.items():
-                key = drawn_at(index, position[column])
-                demand[key] = demand.get(key, 0.0) + weight * c * sensitivity[column] ** 2 \
-                    / baseline
+                term = c * sensitivity[column] ** 2 / baseline
+                if term > 0:  # weighed, however little: an underflow to 0 would read as unweighed
+                    key = drawn_at(index, position[column])
+                    demand[key] = demand.get(key, 0.0) + max(weighed[aggregate] * term,
+                                                             math.ulp(0.0))
     return demand
+
+
+def _relative(statements: list[CheckedQuery], weights: dict[str, float] | None
+              ) -> list[dict[str, float]]:
+    """Each statement's weight of each aggregate but quantiles (its output column's, default
+    1), over the largest of them. The objective is the same up to a factor, and each aggregate
+    then adds at most 1 to a demand: a weight of 1e307 times a coefficient overflowed to inf,
+    and inf/inf split ε as NaN."""
+    given = {name.lower(): float(w) for name, w in (weights or {}).items()}
+    found = []
+    for checked in statements:
+        named = {o.aggregate: o.name.lower() for o in checked.outputs if o.aggregate}
+        found.append({a.name: given.get(named.get(a.name, ""), 1.0) for a in checked.aggregates
+                      if a.kind != "quantile"})
+    top = max((w for mine in found for w in mine.values()), default=1.0)
+    return [{name: w / top for name, w in mine.items()} for mine in found]
