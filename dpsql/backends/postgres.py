@@ -34,6 +34,10 @@ class PostgresBackend:
         self.sources = {name: ".".join(map(_quote, name.split("."))) for name in catalog.tables}
         try:
             self.connection = psycopg.connect(url, autocommit=True)
+            # the rendered SQL writes literals the standard way ('a\' is a, backslash):
+            # a database or role may turn this off, and a backslash would then end no literal
+            # where the renderer ended it, and the analyst's text after it be read as SQL
+            self.connection.execute("SET standard_conforming_strings = on")
             if read_only:
                 self.connection.execute("SET default_transaction_read_only = on")
         except psycopg.Error as err:

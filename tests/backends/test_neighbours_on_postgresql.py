@@ -132,3 +132,25 @@ def test_a_nul_in_text_is_refused_before_postgresql_reads_it(pairs, sql, params)
     with pytest.raises((dpsql.ProgrammingError, dpsql.InterfaceError)) as caught:
         con.cursor().execute(sql, params, epsilon=1)
     assert caught.value.epsilon_spent == 0 and con.budget_spent == spent
+
+
+def test_literals_stay_literals_where_the_database_reads_backslashes_as_escapes():
+    """A database may set standard_conforming_strings = off; then 'a\\' did not end where
+    the renderer ended it, so s = 'a\\' failed after the charge, and the analyst's text after
+    a backslash was read as SQL. The backend sets it on for its session."""
+    import psycopg
+
+    with databases("dpsql_escapes") as create:
+        url = create()
+        with psycopg.connect(url, autocommit=True) as con:
+            copy_table(con, "t", pd.DataFrame({"uid": [1, 2, 3], "s": ["a\\", "b", "'"]}),
+                       {"uid": "bigint", "s": "text"})
+            con.execute(f"ALTER DATABASE {url.rsplit('/', 1)[1]} "
+                        "SET standard_conforming_strings = off")
+        meta = {"name": "escapes", "budget": {"epsilon": 1e9}, "tables": {"t": {
+            "privacy_unit": None, "columns": {"uid": {"type": "int", "lower": 0, "upper": 9},
+                                              "s": {"type": "text"}}}}}
+        with dpsql.connect(url, metadata=meta, ledger=":memory:", insecure_seed=1) as con:
+            for sql in ["SELECT COUNT(*) AS n FROM t WHERE s = 'a\\'",
+                        "SELECT COUNT(*) AS n FROM t WHERE s = 'a\\' OR s = ' OR TRUE --'"]:
+                assert con.execute(sql, epsilon=1e6).fetchall() == [(1,)], sql
