@@ -153,7 +153,8 @@ class Connection(_Base):
         return tune(catalog=self.catalog, backend=self._backend, ledger=self.ledger,
                     analyst=self.analyst, rng=self._engine.rng, table=table, epsilon=epsilon,
                     columns=columns, query=query, group_by=group_by,
-                    query_epsilon=query_epsilon, count_noise=count_noise)
+                    query_epsilon=query_epsilon, count_noise=count_noise,
+                    timeout=self._engine.timeout)
 
     def _repr_html_(self) -> str:
         """Notebook view: dataset, analyst, backend, budget spent and remaining."""

@@ -399,6 +399,9 @@ def test_tune_reads_stop_at_the_connections_timeout(tmp_path):
             con.execute("SELECT day, COUNT(*) FROM visits GROUP BY day", epsilon=1, tune=0.25)
         assert caught.value.epsilon_spent == Fraction(1, 4)
         assert con.budget_spent.epsilon == Fraction(1, 4)
+        with pytest.raises(dpsql.QueryTimeoutError, match="was charged"):  # and connection.tune
+            con.tune("visits", epsilon=0.25)
+        assert con.budget_spent.epsilon == Fraction(1, 2)
 
 
 def test_a_value_bound_weighs_every_row_it_clamps(tmp_path):
