@@ -9,11 +9,11 @@ crosses the wire), and the HTTP API recomputes it from a Basic credential over T
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
 import secrets
-import threading
 import time
 from dataclasses import dataclass
 
@@ -49,9 +49,10 @@ class Verifier:
                    base64.b64decode(server))
 
     @classmethod
-    def dummy(cls) -> Verifier:
-        """A verifier no password matches (unknown users get the same exchange)."""
-        return cls(ITERATIONS, secrets.token_bytes(16), secrets.token_bytes(32),
+    def dummy(cls, salt: bytes | None = None) -> Verifier:
+        """A verifier no password matches (unknown users get the same exchange). ``salt``:
+        the user's mock salt (``mock_salt``), the same on every try as a real user's."""
+        return cls(ITERATIONS, salt or secrets.token_bytes(16), secrets.token_bytes(32),
                    secrets.token_bytes(32))
 
     def __str__(self) -> str:
@@ -74,6 +75,12 @@ def hash_password(password: str, *, iterations: int = ITERATIONS) -> str:
                         _hmac(salted, b"Server Key")))
 
 
+def mock_salt(secret: bytes, user: str) -> bytes:
+    """The salt an unknown ``user`` is shown, derived from the server's secret as PostgreSQL
+    does (a random one on every try told unknown names from real ones, whose salt is fixed)."""
+    return _hmac(secret, user.encode("utf-8", "surrogatepass"))[:16]
+
+
 def check_password(verifier: str | Verifier | None, password: str) -> bool:
     """Whether ``password`` matches the verifier (constant time in the comparison)."""
     v = Verifier.dummy() if verifier is None else (
@@ -86,9 +93,10 @@ def check_password(verifier: str | Verifier | None, password: str) -> bool:
 class ScramExchange:
     """The server side of one SCRAM-SHA-256 exchange (no channel binding)."""
 
-    def __init__(self, verifier: Verifier | None) -> None:
+    def __init__(self, verifier: Verifier | None, salt: bytes | None = None) -> None:
+        """``salt``: the unknown user's mock salt (``mock_salt``), unused for a real one."""
         self.known = verifier is not None
-        self.verifier = verifier or Verifier.dummy()
+        self.verifier = verifier or Verifier.dummy(salt)
         self._client_first_bare = ""
         self._server_first = ""
         self._gs2 = ""
@@ -133,46 +141,79 @@ class ScramExchange:
 
 
 class LoginLimiter:
-    """Refuses logins for a (user, address) after too many recent failures.
+    """Refuses logins after too many recent failures, and lets a login wait while earlier
+    ones that could still fail are being checked.
 
-    ``max_failures`` failures within ``window`` seconds lock that pair out until the oldest
-    failure leaves the window; every failure also costs the client ``delay`` seconds. A try
-    counts as a failure from the moment it starts (``attempt``) until it succeeds: guesses
-    sent together were all let in before the first of them was counted (45 of 100 checked
-    where 3 may fail).
+    Failures within ``window`` seconds are counted per (user, address) (``max_failures``),
+    per user from every address and, for existing accounts only, per address (20 times as
+    many each): a name that exists is never told apart from a made-up one, and failures
+    under made-up names cannot lock out the real users behind a shared (proxy) address.
+    Every failure also costs the client ``delay`` seconds. A login in progress counts as a
+    failure until it is over: guesses sent together were all let in before the first of them
+    was counted (45 of 100 checked where 3 may fail); the ones past the limit now wait for
+    the earlier ones' outcome instead of being refused, so correct logins sent together all
+    get in (8 in parallel: 1 or 2 were refused).
     """
 
     def __init__(self, max_failures: int = 5, window: float = 60.0, delay: float = 0.2) -> None:
         self.max_failures, self.window, self.delay = max_failures, window, delay
         self._failures: dict[tuple[str, str], list[float]] = {}
-        self._lock = threading.Lock()
+        self._pending: dict[tuple[str, str], int] = {}
+        self._waiters: list[asyncio.Future] = []
 
-    def _recent(self, key: tuple[str, str], now: float) -> list[float]:
+    def _keys(self, user: str, address: str) -> tuple[tuple, ...]:
+        """(key, limit) of each count a login of ``user`` from ``address`` is held to."""
+        many = 20 * self.max_failures
+        return (((user, address), self.max_failures), ((user, "*"), many),
+                (("*", address), many))
+
+    def _recent(self, key: tuple[str, str], now: float) -> int:
         kept = [t for t in self._failures.get(key, []) if now - t < self.window]
         if kept:
             self._failures[key] = kept
         else:
             self._failures.pop(key, None)
-        return kept
+        return len(kept)
 
-    def attempt(self, user: str, address: str) -> float | None:
-        """Start a login: None when this user may not try again from this address yet, else
-        the try's mark, counted as a failure until ``succeeded`` takes it back."""
-        with self._lock:
-            now = time.monotonic()
-            if len(self._recent((user, address), now)) >= self.max_failures or \
-                    len(self._recent(("*", address), now)) >= 20 * self.max_failures:
-                return None
-            if len(self._failures) > 100_000:  # bound the memory an attacker can make us hold
-                self._failures.clear()
-            for key in ((user, address), ("*", address)):
-                self._failures[key] = [*self._recent(key, now), now]
-            return now
+    def _admit(self, user: str, address: str) -> bool | None:
+        """True: the login may start; None: locked out; False: wait for those in progress."""
+        now = time.monotonic()
+        counts = [(self._recent(key, now), self._pending.get(key, 0), limit)
+                  for key, limit in self._keys(user, address)]
+        if any(failed >= limit for failed, _, limit in counts):
+            return None
+        return all(failed + pending < limit for failed, pending, limit in counts)
 
-    def succeeded(self, user: str, address: str, mark: float) -> None:
-        """The login of ``mark`` succeeded: it is no failure."""
-        with self._lock:
-            for key in ((user, address), ("*", address)):
-                marks = self._failures.get(key, [])
-                if mark in marks:
-                    marks.remove(mark)
+    async def attempt(self, user: str, address: str) -> bool:
+        """Start a login: False when this user may not try again from this address yet; else
+        True, and ``finish`` must follow. Waits while the logins in progress could still
+        reach the limit."""
+        while True:
+            admitted = self._admit(user, address)
+            if admitted is None:
+                return False
+            if admitted:
+                for key, _ in self._keys(user, address):
+                    self._pending[key] = self._pending.get(key, 0) + 1
+                return True
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+
+    def finish(self, user: str, address: str, *, ok: bool, known: bool) -> None:
+        """A login ``attempt`` let in is over; ``known``: the user name is an account's."""
+        now = time.monotonic()
+        if len(self._failures) > 100_000:  # bound the memory an attacker can make us hold
+            self._failures.clear()
+        for key, _ in self._keys(user, address):
+            left = self._pending.get(key, 0) - 1
+            if left > 0:
+                self._pending[key] = left
+            else:
+                self._pending.pop(key, None)
+            if not ok and (known or key[0] != "*"):
+                self._failures.setdefault(key, []).append(now)
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)

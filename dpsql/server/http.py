@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -111,6 +112,9 @@ class HttpApi:
 
     def __init__(self, service: Service, executor) -> None:
         self.service, self.executor = service, executor
+        # passwords are hashed on threads of their own: logins waited behind the engine's
+        # threads while one analyst's slow queries held them all
+        self.hashing = ThreadPoolExecutor(2, thread_name_prefix="dpsql-login")
         config = service.config
         self.limiter = LoginLimiter(config.max_failed_logins, config.lockout_seconds)
         self._verified: dict[tuple[str, str], float] = {}
@@ -170,15 +174,15 @@ class HttpApi:
         now = time.monotonic()
         if self._verified.get(key, 0) > now:
             return user
-        mark = self.limiter.attempt(user, address)
-        if mark is None:
+        if not await self.limiter.attempt(user, address):
             raise ServiceError("auth_locked", f"too many failed logins for {user!r}; try later")
-        loop = asyncio.get_running_loop()
-        ok = await loop.run_in_executor(self.executor, self.service.check_login, user,
-                                        password)
-        if ok:
-            self.limiter.succeeded(user, address, mark)
-        else:
+        ok = False
+        try:
+            ok = await asyncio.get_running_loop().run_in_executor(
+                self.hashing, self.service.check_login, user, password)
+        finally:
+            self.limiter.finish(user, address, ok=ok, known=self.service.role(user) is not None)
+        if not ok:
             self.service.login_event(user[:100], "http", False, address)
             await asyncio.sleep(self.limiter.delay)
             raise ServiceError("auth_failed", "wrong user name or password")
@@ -302,5 +306,5 @@ class HttpApi:
     async def explain(self, request: Request) -> JSONResponse:
         dataset = request.path_params["dataset"]
         return await self._call(request, lambda user, body: self.service.explain(
-            user, dataset, body["sql"], epsilon=body.get("epsilon"), interface="http"),
-            body=True)
+            user, dataset, body["sql"], body.get("params"), epsilon=body.get("epsilon"),
+            interface="http"), body=True)

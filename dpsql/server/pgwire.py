@@ -28,7 +28,7 @@ import struct
 from dataclasses import dataclass, field
 
 from dpsql.server import pgcatalog
-from dpsql.server.auth import LoginLimiter, ScramExchange
+from dpsql.server.auth import LoginLimiter
 from dpsql.server.balance import Acceptor, Sessions
 from dpsql.server.service import Answer, Failure, Service, ServiceError
 from dpsql.sqltext import dollar_to_qmark, split_statements
@@ -38,6 +38,10 @@ log = logging.getLogger("dpsql.server")
 SSL_REQUEST, GSS_REQUEST, CANCEL_REQUEST = 80877103, 80877104, 80877102
 PROTOCOL_3 = 196608
 MAX_MESSAGE = 1 << 20  # no analyst message needs more than 1 MiB
+# prepared statements and portals a session may hold, and their bytes (SQL and parameters):
+# 1,000 Parses of 1 MB each grew the server by 1 GB
+MAX_PREPARED, MAX_PREPARED_BYTES = 1000, 8 << 20
+INLINE_SQL = 2048  # longer SQL is tokenized on a worker thread (16 KiB: 0.15 s of the loop)
 IDLE_TIMEOUT = 600.0
 _OIDS = {"BIGINT": 20, "INTEGER": 23, "DOUBLE": 701, "FLOAT": 701, "REAL": 700,
          "BOOLEAN": 16, "DATE": 1082, "TIMESTAMP": 1114, "VARCHAR": 25, "TEXT": 25}
@@ -150,8 +154,9 @@ _NAME = r'("(?:[^"]|"")+"|\w+)'
 MAX_CURSORS = 16  # DECLAREd cursors a session may hold open
 _DECLARE = re.compile(r"^declare\s+" + _NAME + r"\s+(?:(?:no\s+)?scroll\s+)?cursor\s+"
                       r"(?:with(?:out)?\s+hold\s+)?for\s+(.+)$", re.IGNORECASE | re.DOTALL)
-_FETCH = re.compile(r"^fetch\s+(?:(forward|next)\s+)?(all|\d+)?\s*(?:from|in)\s+" + _NAME +
-                    "$", re.IGNORECASE)
+# a count of at most 18 digits: Python refuses to read an int of more than 4,300
+_FETCH = re.compile(r"^fetch\s+(?:(forward|next)\s+)?(all|\d{1,18})?\s*(?:from|in)\s+" +
+                    _NAME + "$", re.IGNORECASE)
 _CLOSE = re.compile(r"^close\s+" + _NAME + "$", re.IGNORECASE)
 
 
@@ -181,7 +186,7 @@ class Session:
         self.last_release: dict | None = None
         self.status = b"I"
         self.statements: dict[str, tuple[str, list[int], list[int]]] = {}
-        self.portals: dict[str, tuple[str, list, list[int]]] = {}
+        self.portals: dict[str, tuple[str, list, list[int], int]] = {}  # ..., Bind's size
         self.portal_results: dict[str, _Result] = {}
         self.cursors: dict[str, _Result] = {}  # DECLAREd cursors: released rows, fetched
         self._out: list[bytes] = []
@@ -255,15 +260,33 @@ class Session:
 
     async def authenticate(self) -> bool:
         limiter: LoginLimiter = self.server.limiter
-        mark = limiter.attempt(self.user, self.address)
-        if mark is None:
+        if not await limiter.attempt(self.user, self.address):
             await self.send(_error(self._failure(
                 "auth_locked", f"too many failed logins for user {self.user!r}; try later"),
                 "FATAL"))
             return False
-        exchange = ScramExchange(self.service.verifier(self.user))
-        await self.send(_message(b"R", struct.pack("!I", 10) + b"SCRAM-SHA-256\0\0"))
         ok = False
+        try:
+            ok, final = await self._exchange()
+        finally:  # a client gone or timed out mid-exchange is a failure too
+            limiter.finish(self.user, self.address, ok=ok,
+                           known=self.service.role(self.user) is not None)
+        self.service.login_event(self.user, "pg", ok, self.address)
+        if not ok:
+            await asyncio.sleep(limiter.delay)
+            await self.send(_error(self._failure(
+                "auth_failed", f"password authentication failed for user {self.user!r}"),
+                "FATAL"))
+            return False
+        await self.send(_message(b"R", struct.pack("!I", 12) + final.encode()) +
+                        _message(b"R", struct.pack("!I", 0)))
+        return True
+
+    async def _exchange(self) -> tuple[bool, str | None]:
+        """SCRAM-SHA-256 with the client: whether it proved the password, and the
+        server-final-message."""
+        exchange = self.service.scram(self.user)
+        await self.send(_message(b"R", struct.pack("!I", 10) + b"SCRAM-SHA-256\0\0"))
         try:
             kind, data = await self.read_message()
             if kind != b"p":
@@ -279,21 +302,9 @@ class Session:
             if kind != b"p":
                 raise ProtocolError("expected SASLResponse")
             final = exchange.final(data.decode())
-            ok = final is not None
         except (ValueError, KeyError, UnicodeDecodeError, struct.error, ServiceError):
-            ok = False
-        self.service.login_event(self.user, "pg", ok, self.address)
-        if ok:
-            limiter.succeeded(self.user, self.address, mark)
-        else:
-            await asyncio.sleep(limiter.delay)
-            await self.send(_error(self._failure(
-                "auth_failed", f"password authentication failed for user {self.user!r}"),
-                "FATAL"))
-            return False
-        await self.send(_message(b"R", struct.pack("!I", 12) + final.encode()) +
-                        _message(b"R", struct.pack("!I", 0)))
-        return True
+            return False, None
+        return final is not None, final
 
     async def finish_startup(self, params: dict) -> bool:
         try:
@@ -322,15 +333,28 @@ class Session:
         return self.service.failure(ServiceError(code, message, hint))
 
     # --- statements ----------------------------------------------------------------------
+    async def _tokenized(self, function, sql: str):
+        """``function(sql)`` (sqlglot's tokenizer), on a worker thread unless ``sql`` is
+        short, so that a long text does not stop every other session."""
+        if len(sql) <= INLINE_SQL:
+            return function(sql)
+        return await asyncio.get_running_loop().run_in_executor(self.server.executor,
+                                                                function, sql)
+
     async def run(self, sql: str, params: list | None = None) -> _Result:
         """One statement, through the service in a worker thread."""
-        pieces = split_statements(sql)
+        pieces = await self._tokenized(split_statements, sql)
         if not pieces:  # only whitespace and comments
             return _Result("EMPTY")
         if len(pieces) > 1:
             raise ServiceError("syntax", "cannot insert multiple commands into a prepared "
                                "statement", hint="prepare one statement at a time")
         text = pieces[0]
+        if self.status == b"E" and not _TX.match(text):
+            # as PostgreSQL, whichever protocol sent it (Execute ran and charged before)
+            raise ServiceError("in_failed_transaction", "current transaction is aborted, "
+                               "commands ignored until end of transaction block",
+                               hint="ROLLBACK (nothing released can be taken back)")
         control = self._control(text)
         if control is not None:
             return control
@@ -544,25 +568,25 @@ class Session:
     async def simple_query(self, data: bytes) -> None:
         try:
             sql, end = _cstr(data, 0)
-            if end != len(data):  # ignoring the rest would run other SQL than was sent
-                raise ServiceError("protocol", "the query message holds text after its end "
-                                   "(a NUL byte)", hint="send SQL without NUL characters")
         except ValueError:
             raise ProtocolError("the query message has no terminating NUL") from None
         except ServiceError as err:
             await self.send(self._fail(err) + self._ready())
             return
-        statements = split_statements(sql)
+        try:
+            if end != len(data):  # ignoring the rest would run other SQL than was sent
+                raise ServiceError("protocol", "the query message holds text after its end "
+                                   "(a NUL byte)", hint="send SQL without NUL characters")
+            # the whole message, before it is tokenized: 1 MB took the loop for 3-6 s
+            self.service.check_size(self.user, sql)
+            statements = await self._tokenized(split_statements, sql)
+        except ServiceError as err:
+            await self.send(self._fail(err) + self._ready())
+            return
         if not statements:
             await self.send(_message(b"I") + self._ready())
             return
         for statement in statements:
-            if self.status == b"E" and not _TX.match(statement):
-                await self.send(_error(self._failure(
-                    "in_failed_transaction", "current transaction is aborted, commands "
-                    "ignored until end of transaction block",
-                    hint="ROLLBACK (nothing released can be taken back)")), flush=False)
-                break
             try:
                 result = await self.run(statement)
             except (ServiceError, Exception) as err:  # noqa: BLE001 - every error is shown
@@ -578,7 +602,10 @@ class Session:
             sql, pos = _cstr(data, pos)
             count = struct.unpack("!H", data[pos:pos + 2])[0]
             types = list(struct.unpack(f"!{count}I", data[pos + 2:pos + 2 + 4 * count]))
-            text, order = dollar_to_qmark(sql)
+            # before it is tokenized: one Parse of 1 MB took the loop for 3-6 s
+            self.service.check_size(self.user, sql)
+            self._check_held(self.statements, name, len(sql))
+            text, order = await self._tokenized(dollar_to_qmark, sql)
             self.statements[name] = (text, order, types)
             await self.send(flush=False, data=_message(b"1"))
         elif kind == b"B":
@@ -606,7 +633,8 @@ class Session:
                 raise ServiceError("protocol", f"bind message supplies {count} parameters, "
                                    f"but prepared statement {name!r} requires {needed}")
             params = [values[n - 1] for n in order]
-            self.portals[portal] = (text, params, list(order))
+            self._check_held(self.portals, portal, len(data))
+            self.portals[portal] = (text, params, list(order), len(data))
             self.portal_results.pop(portal, None)
             await self.send(flush=False, data=_message(b"2"))
         elif kind == b"D":
@@ -646,7 +674,7 @@ class Session:
         """The columns a prepared SELECT will answer with, planned with its parameters NULL
         (clients such as asyncpg and JDBC read them before they bind); None for a statement
         that is not a query or cannot be planned so (NoData, as before)."""
-        pieces = split_statements(text)
+        pieces = await self._tokenized(split_statements, text)
         if len(pieces) != 1:
             return None
         fixed = self._fixed(pieces[0], None)
@@ -657,12 +685,26 @@ class Session:
             self.user, self.dataset, pieces[0], [None] * placeholders or None,
             default_epsilon=self.epsilon))
 
+    def _check_held(self, kept: dict, name: str, size: int) -> None:
+        """Make room for a statement or portal of ``size`` bytes in ``kept`` under ``name``
+        (the one it replaces is dropped), refused past the session's ``MAX_PREPARED`` or
+        ``MAX_PREPARED_BYTES``."""
+        kept.pop(name, None)
+        sizes = [len(entry[0]) for entry in self.statements.values()] + \
+            [entry[3] for entry in self.portals.values()]
+        if len(sizes) >= MAX_PREPARED or sum(sizes) + size > MAX_PREPARED_BYTES:
+            raise ServiceError("too_large", f"a session holds at most {MAX_PREPARED} prepared "
+                               f"statements and portals, of {MAX_PREPARED_BYTES >> 20} MiB in "
+                               "all; this one was not kept",
+                               hint="Close (or DEALLOCATE) the statements and portals you no "
+                               "longer need")
+
     async def _portal_result(self, name: str) -> _Result:
         """The portal's statement runs once (at Describe or Execute) and is kept until sent."""
         if name not in self.portal_results:
             if name not in self.portals:
                 raise ServiceError("protocol", f"unknown portal {name!r}")
-            text, params, _ = self.portals[name]
+            text, params, _, _ = self.portals[name]
             self.portal_results[name] = await self.run(text, params or None)
         return self.portal_results[name]
 

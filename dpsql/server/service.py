@@ -21,6 +21,7 @@ import sqlite3
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
@@ -30,7 +31,7 @@ from typing import Any
 import dpsql
 from dpsql import frames
 from dpsql.budget import PrivacyLoss, budget_exhausted, positive
-from dpsql.server.auth import check_password
+from dpsql.server.auth import ScramExchange, check_password, mock_salt
 from dpsql.server.config import Analyst, ConfigError, ServerConfig
 from dpsql.sqltext import split_statements
 
@@ -63,16 +64,18 @@ ERROR_CODES: dict[str, tuple[str, int]] = {
     "protocol": ("08P01", 400),
     "bad_encoding": ("22021", 400),
     "in_failed_transaction": ("25P02", 400),
+    "interface": ("22023", 400),
     "media_type": ("08P01", 415),
     "cross_site": ("42501", 403),
     "server": ("XX000", 500),
 }
-# engine errors whose message is written for the analyst; every other one (ledger, data,
-# interface ...) is replaced by a reference number and logged for the owner only
+# engine errors whose message is written for the analyst (interface: a parameter that cannot
+# be bound, such as NaN); every other one (ledger, data ...) is replaced by a reference number
+# and logged for the owner only
 _ANALYST_FACING = {"syntax", "unknown_table", "unknown_column", "missing_bounds",
                    "non_aggregate", "private_keys", "bad_privacy_parameter", "unsupported_sql",
                    "not_supported", "programming", "catalog", "budget_exhausted", "timeout",
-                   "backend", "internal"}
+                   "backend", "internal", "interface"}
 
 _AUDIT_SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -226,6 +229,10 @@ class Service:
         config.state_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._rate = _RateLimiter()
+        self._running: dict[str, int] = {}  # requests each analyst has in the engine now
+        # a quarter of the engine threads: one analyst's slow queries cannot hold them all
+        self.running_per_analyst = max(1, config.threads // 4)
+        self._secret = _login_secret(config.state_dir)
         self._audit = sqlite3.connect(config.state_dir / "audit.sqlite", timeout=60,
                                       isolation_level=None, check_same_thread=False)
         self._audit.execute("PRAGMA journal_mode=WAL")
@@ -331,6 +338,11 @@ class Service:
         account = self.config.analysts.get(user)
         return account.verifier if account else self.config.owners.get(user)
 
+    def scram(self, user: str) -> ScramExchange:
+        """The SCRAM exchange of a login as ``user``: an unknown user is shown a salt of
+        their own, the same on every try, as a real user is."""
+        return ScramExchange(self.verifier(user), mock_salt(self._secret, user))
+
     def check_login(self, user: str, password: str) -> bool:
         """Whether the password is the account's."""
         return check_password(self.verifier(user), password)
@@ -355,17 +367,9 @@ class Service:
         started = time.perf_counter()
         try:
             account = self._admit(user, dataset, sql)
-            con = self._borrow(account, dataset, default_epsilon)
-            try:
-                self._check_cost(con, account, dataset, sql, params, epsilon)
-                cur = con.cursor().execute(sql, params, epsilon=epsilon, tune=tune)
-                answer = self._answer(cur, account, dataset)
-            except dpsql.BudgetExhaustedError as err:  # the ledger's own checks, in a race
-                refusal = self._refusal(err.requested, account, dataset)
-                refusal.epsilon_spent = err.epsilon_spent  # e.g. a tuning slice charged first
-                raise refusal from None
-            finally:
-                self._give_back(account, dataset, con)
+            with self._slot(user):
+                answer = self._run(account, dataset, sql, params, epsilon, default_epsilon,
+                                   tune)
         except (dpsql.Error, ServiceError) as err:
             failure = self.failure(err)
             self._record(user, dataset, interface, "query", sql, failure.epsilon_spent,
@@ -383,11 +387,52 @@ class Service:
                  1000 * (time.perf_counter() - started))
         return answer
 
+    def _run(self, account: Analyst, dataset: str, sql: str, params, epsilon, default_epsilon,
+             tune) -> Answer:
+        con = self._borrow(account, dataset, default_epsilon)
+        try:
+            self._check_cost(con, account, dataset, sql, params, epsilon)
+            cur = con.cursor().execute(sql, params, epsilon=epsilon, tune=tune)
+            return self._answer(cur, account, dataset)
+        except dpsql.BudgetExhaustedError as err:  # the ledger's own checks, in a race
+            refusal = self._refusal(err.requested, account, dataset)
+            refusal.epsilon_spent = err.epsilon_spent  # e.g. a tuning slice charged first
+            raise refusal from None
+        finally:
+            self._give_back(account, dataset, con)
+
+    @contextmanager
+    def _slot(self, user: str):
+        """One of the analyst's ``running_per_analyst`` requests in the engine at once: ten
+        slow queries of one analyst held all 8 threads for the whole timeout, and every
+        other analyst's requests waited (18 s)."""
+        most = self.running_per_analyst
+        with self._lock:
+            running = self._running.get(user, 0)
+            if running >= most:
+                raise ServiceError("rate_limited", f"you have {running} requests running; "
+                                   f"at most {most} run at once, nothing was run or released",
+                                   hint="wait for a running query to finish, then send this "
+                                   "one again")
+            self._running[user] = running + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running[user] -= 1
+                if not self._running[user]:
+                    del self._running[user]
+
+    def check_size(self, user: str, sql: str) -> None:
+        """Refuse SQL longer than the analyst's ``max_sql_bytes`` (before it is read)."""
+        limit = self.analyst(user).limits.max_sql_bytes
+        if len(sql.encode("utf-8", "replace")) > limit:
+            raise ServiceError("too_large", f"the statement is longer than {limit} bytes",
+                               hint="send a shorter statement (limits.max_sql_bytes)")
+
     def _admit(self, user: str, dataset: str, sql: str) -> Analyst:
         account = self.analyst(user, dataset)
-        if len(sql.encode("utf-8", "replace")) > account.limits.max_sql_bytes:
-            raise ServiceError("too_large", f"the statement is longer than "
-                               f"{account.limits.max_sql_bytes} bytes")
+        self.check_size(user, sql)
         if not self._rate.allow(user, account.limits.queries_per_minute):
             raise ServiceError("rate_limited", f"more than "
                                f"{account.limits.queries_per_minute:g} requests per minute",
@@ -475,24 +520,28 @@ class Service:
         included), planned with its parameters as given (NULL where not bound yet): nothing
         is run or spent. None when it cannot be planned so: its refusal comes at execution."""
         account = self._admit(user, dataset, sql)
-        con = self._borrow(account, dataset, default_epsilon)
-        try:
-            return _columns(con.describe(sql, params))
-        except dpsql.Error:  # not a query (SET, BEGIN, SHOW ...) or refused: at execution
-            return None
-        finally:
-            self._give_back(account, dataset, con)
-
-    def explain(self, user: str, dataset: str, sql: str, *, epsilon=None,
-                default_epsilon=None, interface: str = "http") -> dict:
-        """The DP plan of a statement or script: cost, mechanisms, errors; spends nothing."""
-        try:
-            account = self._admit(user, dataset, sql)
+        with self._slot(user):
             con = self._borrow(account, dataset, default_epsilon)
             try:
-                plan = con.explain(sql, epsilon=epsilon)
+                return _columns(con.describe(sql, params))
+            except dpsql.Error:  # not a query (SET, BEGIN, SHOW ...) or refused: at execution
+                return None
             finally:
                 self._give_back(account, dataset, con)
+
+    def explain(self, user: str, dataset: str, sql: str, params=None, *, epsilon=None,
+                default_epsilon=None, interface: str = "http") -> dict:
+        """The DP plan of a statement or script with its parameters bound: cost, mechanisms,
+        errors; spends nothing."""
+        try:
+            account = self._admit(user, dataset, sql)
+            with self._slot(user):
+                con = self._borrow(account, dataset, default_epsilon)
+                try:
+                    # connection.py's explain takes no parameters; the engine's does
+                    plan = con._engine.explain(sql, params, epsilon=epsilon)
+                finally:
+                    self._give_back(account, dataset, con)
         except (dpsql.Error, ServiceError) as err:
             self._record(user, dataset, interface, "explain", sql, 0, "refused",
                          self.failure(err).code)
@@ -624,6 +673,24 @@ class Service:
         for path in self._paths:
             text = text.replace(path, "<server>")
         return text
+
+
+def _login_secret(state_dir) -> bytes:
+    """The server's secret for unknown users' salts, kept in ``state_dir`` so that a restart
+    (or another worker) shows the same salt; made once, readable by the server only."""
+    path = state_dir / "login.secret"
+    if not path.exists():
+        draft = state_dir / f"login.secret.{os.getpid()}"
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(os.urandom(32))
+        try:
+            os.link(draft, path)  # whole or not at all; the first of two racing servers wins
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
+    return path.read_bytes()
 
 
 def _check_servable(name: str, catalog) -> None:

@@ -1,0 +1,204 @@
+"""What one analyst (or anybody who can connect) must not do to the server: freeze it, fill
+its memory or threads, tell which user names exist, or lock real users out."""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import struct
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import psycopg
+import pytest
+from raw_pg import _read, bind, connect, error_fields, execute, msg, parse, until_ready
+from server_harness import password, server, start_server, write_config  # noqa: F401
+
+SLOW = "SELECT COUNT(*) AS n FROM visits" + "".join(
+    f" JOIN regions r{i} ON r{i}.region_id >= 0" for i in range(8))
+
+
+def spent(server, user: str) -> float:
+    body = httpx.get(server.http + "/api/v1/budget", auth=(user, password(user))).json()
+    return body["visits"]["spent"]["epsilon"]
+
+
+def errors(messages) -> list[dict]:
+    return [error_fields(data) for kind, data in messages if kind == b"E"]
+
+
+def test_a_parse_over_max_sql_bytes_is_refused_before_it_is_read(server):
+    """One Parse of 1 MB of '$1 ' was tokenized on the event loop: every session and the HTTP
+    API stopped for 3-6 s."""
+    sock = connect(server.pg_port, "alice", password("alice"))
+    try:
+        sock.sendall(parse("big", "$1 " * 333_000))
+        started = time.monotonic()
+        r = httpx.get(server.http + "/api/v1/budget", auth=("bob", password("bob")), timeout=30)
+        assert r.status_code == 200 and time.monotonic() - started < 1.5
+        sock.sendall(msg(b"S"))
+        refused = errors(until_ready(sock))
+        assert [e["C"] for e in refused] == ["54000"], refused
+        assert "16384 bytes" in refused[0]["M"]
+    finally:
+        sock.close()
+
+
+def test_a_simple_query_over_max_sql_bytes_is_refused_whole(server):
+    sock = connect(server.pg_port, "alice", password("alice"))
+    try:
+        sock.sendall(msg(b"Q", b"SELECT 1; " * 2000 + b"\0"))
+        assert [e["C"] for e in errors(until_ready(sock))] == ["54000"]
+    finally:
+        sock.close()
+
+
+def test_prepared_statements_and_portals_are_bounded_per_session(server):
+    """1,000 Parses of 1 MB each grew the server from 149 MiB to 1.1 GB."""
+    sock = connect(server.pg_port, "carol", password("carol"))
+    try:
+        sock.sendall(b"".join(parse(f"p{i}", "SELECT 1") for i in range(1001)) + msg(b"S"))
+        refused = errors(until_ready(sock))
+        assert [e["C"] for e in refused] == ["54000"] and "1000 prepared" in refused[0]["M"]
+        sock.sendall(msg(b"Q", b"DEALLOCATE ALL\0"))
+        until_ready(sock)
+        # parameters held by portals count too: 8 MiB in all
+        value = b"x" * 1_000_000
+        sock.sendall(parse("q", "SELECT COUNT(*) AS n FROM visits WHERE day = $1") +
+                     b"".join(bind(f"b{i}", "q", [value]) for i in range(9)) + msg(b"S"))
+        replies = until_ready(sock)
+        assert [kind for kind, _ in replies].count(b"2") == 8
+        assert [e["C"] for e in errors(replies)] == ["54000"]
+        # closing one makes room again
+        sock.sendall(msg(b"C", b"Pb0\0") + bind("b9", "q", [value]) + msg(b"S"))
+        assert errors(until_ready(sock)) == []
+    finally:
+        sock.close()
+
+
+def test_a_failed_transaction_refuses_the_extended_protocol_too(server):
+    """After BEGIN and an error, Parse/Bind/Execute ran and charged ε 0.25."""
+    sock = connect(server.pg_port, "dave", password("dave"))
+    try:
+        sock.sendall(msg(b"Q", b"BEGIN; SELECT COUNT(*) AS n FROM no_such_table\0"))
+        assert until_ready(sock)[-1] == (b"Z", b"E")
+        before = spent(server, "dave")
+        sock.sendall(parse("", "SELECT COUNT(*) AS n FROM visits WHERE amount > $1") +
+                     bind("", "", [b"3"]) + execute("") + msg(b"S"))
+        replies = until_ready(sock)
+        assert [e["C"] for e in errors(replies)] == ["25P02"] and replies[-1] == (b"Z", b"E")
+        assert spent(server, "dave") == before
+        sock.sendall(msg(b"Q", b"ROLLBACK\0"))
+        assert until_ready(sock)[-1] == (b"Z", b"I")
+    finally:
+        sock.close()
+
+
+def _salt(server, user: str) -> str:
+    with socket.create_connection(("127.0.0.1", server.pg_port), timeout=10) as sock:
+        startup = struct.pack("!I", 196608) + b"user\0" + user.encode() + \
+            b"\0database\0visits\0\0"
+        sock.sendall(struct.pack("!I", len(startup) + 4) + startup)
+        _read(sock)
+        first = ("n,,n=,r=" + base64.b64encode(os.urandom(18)).decode()).encode()
+        sock.sendall(msg(b"p", b"SCRAM-SHA-256\0" + struct.pack("!i", len(first)) + first))
+        attrs = dict(x.split("=", 1) for x in _read(sock)[1][4:].decode().split(","))
+        return attrs["s"]
+
+
+def test_an_unknown_user_has_a_salt_as_stable_as_a_real_one(server):
+    """An unknown user's salt was random on every try, a real user's fixed: which names
+    exist could be read from two tries."""
+    assert _salt(server, "erin") == _salt(server, "erin")
+    assert _salt(server, "nosuchuser") == _salt(server, "nosuchuser")
+    assert _salt(server, "nosuchuser") != _salt(server, "admin")
+
+
+def test_correct_logins_sent_together_all_get_in(server):
+    """8 parallel logins with the right password: 1 or 2 were refused as failures."""
+    def pg(_):
+        psycopg.connect(server.dsn("frank")).close()
+        return "ok"
+
+    def http(_):
+        return httpx.get(server.http + "/api/v1/me", auth=("grace", password("grace")),
+                         timeout=30).status_code
+
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(pg, range(8))) == ["ok"] * 8
+        assert list(pool.map(http, range(8))) == [200] * 8
+
+
+def test_failures_under_made_up_names_do_not_lock_out_real_users(server):
+    """Behind a proxy every client has its address: 60 failures under made-up names locked
+    out every analyst, right password or not."""
+    def guess(i):
+        return httpx.get(server.http + "/api/v1/me", auth=(f"nobody{i}", "x"),
+                         timeout=30).status_code
+
+    with ThreadPoolExecutor(32) as pool:
+        assert set(pool.map(guess, range(70))) == {401}
+    r = httpx.get(server.http + "/api/v1/me", auth=("heidi", password("heidi")))
+    assert r.status_code == 200
+
+
+def test_analyst_mistakes_are_coded_errors(server):
+    """NaN parameters, a FETCH count of 5,000 digits: 'the server could not answer'
+    (XX000); explain ignored "params"."""
+    with httpx.Client(base_url=server.http, auth=("ivan", password("ivan"))) as http:
+        r = http.post("/api/v1/datasets/visits/query", content=(
+            b'{"sql": "SELECT COUNT(*) AS n FROM visits WHERE amount > ?", "params": [NaN],'
+            b' "epsilon": 0.01}'), headers={"Content-Type": "application/json"})
+        assert r.status_code == 400 and r.json()["code"] == "interface", r.json()
+        body = {"sql": "SELECT COUNT(*) AS n FROM visits WHERE amount > ?", "params": [3]}
+        r = http.post("/api/v1/datasets/visits/explain", json=body)
+        assert r.status_code == 200 and r.json()["ok"], r.json()
+    with psycopg.connect(server.dsn("ivan"), autocommit=True) as con:
+        with pytest.raises(psycopg.Error) as info:
+            con.execute("SELECT COUNT(*) AS n FROM visits WHERE amount > %s", [float("inf")])
+        assert info.value.sqlstate == "22023"
+        con.execute("DECLARE c CURSOR FOR SELECT * FROM regions")
+        with pytest.raises(psycopg.Error) as info:
+            con.execute("FETCH " + "9" * 5000 + " FROM c")
+        assert info.value.sqlstate != "XX000"
+
+
+def test_one_analyst_cannot_hold_every_engine_thread(tmp_path):
+    """Ten slow queries of one analyst held all the engine threads until the timeout: other
+    analysts' queries waited 18 s, and HTTP logins (hashed on the same threads) too."""
+    config = write_config(tmp_path, analysts=["mallory", "dave", "erin"], extra={
+        "threads": 2, "limits": {"max_epsilon_per_query": 1.0, "timeout": 3,
+                                 "max_rows": 1000, "queries_per_minute": 100000}})
+    server = start_server(tmp_path, config)
+    outcomes = []
+
+    def slow(user: str) -> None:
+        with psycopg.connect(server.dsn(user), autocommit=True) as con:
+            con.execute("SET dpsql.epsilon = 1e-9")
+            started = time.monotonic()
+            try:
+                con.execute(SLOW)
+                outcomes.append((user, "answered", 0))
+            except psycopg.Error as err:
+                outcomes.append((user, err.sqlstate, time.monotonic() - started))
+
+    try:
+        threads = [threading.Thread(target=slow, args=(user,))
+                   for user in ("mallory", "mallory", "dave")]
+        for t in threads:
+            t.start()
+            time.sleep(0.3)
+        started = time.monotonic()  # both engine threads are busy now
+        r = httpx.get(server.http + "/api/v1/me", auth=("erin", "wrong"), timeout=30)
+        assert r.status_code == 401 and time.monotonic() - started < 1.0
+        for t in threads:
+            t.join(30)
+        refused = [o for o in outcomes if o[1] == "53300"]
+        assert len(refused) == 1 and refused[0][0] == "mallory" and refused[0][2] < 1.0, \
+            outcomes
+        assert {o[1] for o in outcomes} == {"53300", "57014"}, outcomes
+    finally:
+        server.stop()
