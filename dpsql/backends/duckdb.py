@@ -294,8 +294,10 @@ class DuckDBBackend:
         except duckdb.Error as err:
             raise BackendError(f"DuckDB failed to run the exact query: {err}") from err
         finally:
-            if deadline is not None:
-                WATCHDOG.cancel(deadline)  # no interrupt reaches the connection's next query
+            # no interrupt reaches the connection's next query
+            overran = deadline is not None and WATCHDOG.cancel(deadline)
+        if overran:  # finished past its deadline: an interrupt sent too early was lost
+            raise QueryTimeoutError(f"the exact query ran longer than {timeout:g} s")
         return [d[0] for d in cursor.description], rows
 
     def tables(self) -> dict[str, list[str]]:

@@ -44,10 +44,13 @@ class Watchdog:
                 self._changed.notify()  # (a later deadline than the one awaited needs no wake)
             return token
 
-    def cancel(self, token: int) -> None:
-        """The statement ended: its interrupt is not called after this returns."""
+    def cancel(self, token: int) -> bool:
+        """The statement ended: its interrupt is not called after this returns. True when its
+        deadline had passed (its interrupt called, or due): an interrupt that reached the
+        connection before the statement started was lost, and the statement ran on."""
         with self._lock:
-            self._due.pop(token, None)
+            due = self._due.pop(token, None)
+            return due is None or due[0] <= time.monotonic()
 
     def _run(self) -> None:
         with self._lock:

@@ -69,3 +69,14 @@ def test_a_forked_child_gets_a_working_deadline_thread():
         os.kill(child, signal.SIGKILL)
     os.waitpid(child, 0)
     assert answer == b"1"
+
+
+def test_cancel_tells_whether_the_deadline_passed():
+    """An interrupt that reaches a DuckDB connection before its statement starts is lost,
+    and the statement runs to its end: the caller learns from ``cancel`` that the deadline
+    passed, and treats the statement as timed out."""
+    watchdog = Watchdog()
+    assert watchdog.cancel(watchdog.watch(30, lambda: None)) is False
+    overdue = watchdog.watch(0.001, lambda: None)
+    time.sleep(0.05)
+    assert watchdog.cancel(overdue) is True
