@@ -32,6 +32,14 @@ class BoundsDefaultWarning(Warning):
     __module__ = "dpsql"
 
 
+class EmptyFilterWarning(Warning):
+    """No declared value of a column passes a WHERE conjunct that reads it alone (a typo
+    such as sex = 'male' where the values are Female and Male): the answer counts only rows
+    outside the metadata's values, so it is likely noise alone."""
+
+    __module__ = "dpsql"
+
+
 class Error(Exception):
     """Base of every error dpsql raises."""
 

@@ -6,6 +6,7 @@ answer to the same SQL on the same rows (some ages are NULL), on DuckDB and on P
 from __future__ import annotations
 
 import sys
+import warnings
 from decimal import Decimal
 from pathlib import Path
 
@@ -151,6 +152,26 @@ def test_a_where_on_a_key_alone_releases_only_the_keys_it_keeps(adult_with_nulls
 def test_other_conditions_keep_the_declared_domain(adult_with_nulls, where):
     sql = f"SELECT education, COUNT(*) AS n FROM adult WHERE {where} GROUP BY education"
     assert len(_released(adult_with_nulls, sql)) == len(EDUCATION)
+
+
+@pytest.mark.parametrize("where,warned", [
+    ("sex = 'male'", True),  # the declared values are Female and Male
+    ("sex IN ('male', 'female') AND age > 30", True),
+    ("education = 'none of them'", True),
+    ("sex = 'Male'", False),
+    ("LOWER(sex) = 'male'", False),  # a function is not evaluated on the domain
+    ("sex = 'male' OR age > 30", False),  # reads a column besides sex
+])
+def test_a_where_that_no_declared_value_passes_is_warned(adult_with_nulls, where, warned):
+    """WHERE sex = 'male' answered a noise-only count with nothing said: no declared value
+    passes it, which the metadata and the literal alone tell, so the analyst is warned."""
+    with dpsql.connect(metadata=catalogue(adult_with_nulls, budget=1e12), ledger=":memory:",
+                       insecure_seed=1) as con, warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        con.explain(f"SELECT COUNT(*) AS n FROM adult WHERE {where}", epsilon=1)
+    said = [str(w.message) for w in seen if w.category is dpsql.EmptyFilterWarning]
+    assert bool(said) == warned, said
+    assert not warned or "check the spelling and case" in said[0]
 
 
 NARROWING = [

@@ -6,7 +6,9 @@ the declared value and the query's literals only, never on the data: the cells o
 values are empty on every database, so they are not released. Only what Python computes
 exactly as every backend does is evaluated here (comparisons of numbers, dates and
 booleans, equality of texts, IN, IS NULL, NOT, AND, OR); text order follows collations,
-which differ between backends, and anything else keeps the declared domain.
+which differ between backends, and anything else keeps the declared domain. The same
+evaluation finds conditions that no declared value passes (``unmatched_columns``), which the
+compiler warns of.
 """
 
 from __future__ import annotations
@@ -40,6 +42,33 @@ def kept_by_where(key: Expr, where: Expr | None) -> tuple | None:
     except _Unsure:
         return None
     return kept if kept and len(kept) < len(key.domain) else None
+
+
+def unmatched_columns(where: Expr | None) -> list[Expr]:
+    """The columns (with public domains) of the WHERE conjuncts that read one such column
+    alone and keep none of its declared values: a typo such as sex = 'male' where the values
+    are Female and Male, which only rows outside the declared values can pass. Decided, like
+    ``kept_by_where``, on the declared values and the literals only."""
+    found = []
+    for conjunct in _conjuncts(where) if where is not None else []:
+        column = _only_column(conjunct)
+        if column is None or column.domain is None or not column.domain:
+            continue
+        try:
+            if not any(_value(conjunct, v) is True for v in column.domain):
+                found.append(column)
+        except _Unsure:
+            continue
+    return found
+
+
+def _only_column(e: Expr) -> Expr | None:
+    """The column ``e`` reads, when it reads exactly one."""
+    if len(e.columns()) != 1:
+        return None
+    while e.op != "col":
+        e = next(a for a in e.args if a.columns())
+    return e
 
 
 def _conjuncts(where: Expr) -> list[Expr]:

@@ -11,6 +11,7 @@ result, compiled from the same allow-list and rendered to run over the noisy fra
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from fractions import Fraction
@@ -20,7 +21,7 @@ from sqlglot import exp
 from dpsql.catalog import Catalog
 from dpsql.compile import ops
 from dpsql.compile.ir import Expr, column
-from dpsql.compile.narrow import kept_by_where
+from dpsql.compile.narrow import kept_by_where, unmatched_columns
 from dpsql.compile.render import dialect
 from dpsql.compile.scope import (
     COUNT_CLAUSES,
@@ -39,6 +40,7 @@ from dpsql.compile.window import (
     window_sql,
 )
 from dpsql.errors import (
+    EmptyFilterWarning,
     InternalError,
     MissingBoundsError,
     NonAggregateQueryError,
@@ -195,6 +197,7 @@ class _Compiler:
         self.scope = Scope(self.relation, self.sql)
         where = select.args.get("where")
         self.where = predicate(where.this, self.scope) if where is not None else None
+        self._warn_unmatched()
         self.keys = self._group_keys()
         post = _PostScope(self)
         outputs, projections = [], []
@@ -316,6 +319,20 @@ class _Compiler:
             raise ProgrammingError("two GROUP BY keys have the same name", sql=self.sql,
                                    hint="give the keys distinct aliases")
         return tuple(keys)
+
+    def _warn_unmatched(self) -> None:
+        """Warn of a WHERE that no declared value of a column passes (``sex = 'male'`` for
+        Female and Male): the answer then counts only rows the metadata does not expect."""
+        for col in unmatched_columns(self.where):
+            info = self.relation.columns[col.value]
+            if info.source != "values in the metadata":  # rows beyond bounds are only clamped
+                continue
+            name = info.label or col.value
+            shown = ", ".join(map(str, col.domain[:8])) + (", ..." if len(col.domain) > 8 else "")
+            warnings.warn(EmptyFilterWarning(
+                f"no declared value of {name} ({shown}) passes the WHERE clause, so the answer "
+                f"counts only rows outside the metadata's values: it is likely noise alone; "
+                f"check the spelling and case of the value compared with {name}"), stacklevel=2)
 
     def _with_public_domain(self, expr: Expr) -> Expr:
         """A column of a public table takes the table's distinct values as its domain."""
