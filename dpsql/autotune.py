@@ -51,10 +51,10 @@ def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilo
         part = positive(tune_epsilon, "tune")
     except PrivacyParameterError as err:  # its own hint, tune=1.0, would leave nothing
         raise PrivacyParameterError(err.message, hint=hint) from None
-    if part >= whole:
+    if part >= whole:  # (no float of part: tune=10**400 overflowed a float in this message)
         raise PrivacyParameterError(
-            f"tune={float(part):g} leaves nothing of the statement's ε = {float(whole):g}",
-            hint=hint)
+            f"tune is not below the statement's ε = {float(whole):g}: it would leave "
+            "nothing to answer with", hint=hint)
     if engine.catalog.mechanism == "gaussian":
         raise NotSupportedError("tune= is for pure ε-DP datasets; this one uses Gaussian noise",
                                 hint="run dpsql tune once and declare the bounds it proposes")

@@ -60,9 +60,10 @@ def test_refused_statements_spend_nothing(tmp_path, meta, sql, options, error):
         assert con.budget_spent.epsilon == 0 and not con.ledger.history()
 
 
-@pytest.mark.parametrize("tune", [0, 0.5])
+@pytest.mark.parametrize("tune", [0, 0.5, 10**400])
 def test_a_refused_slice_is_hinted_as_a_tenth_of_the_statements_epsilon(tmp_path, meta, tune):
-    """positive()'s own hint, tune=1.0, is refused again at ε 0.5."""
+    """positive()'s own hint, tune=1.0, is refused again at ε 0.5; tune=10**400 raised
+    OverflowError (a float of it in the message), a 500 on the server."""
     with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=1) as con:
         with pytest.raises(dpsql.PrivacyParameterError, match="tune") as refused:
             con.execute(QUERY, epsilon=0.5, tune=tune)
