@@ -21,7 +21,8 @@ from dpsql.server.auth import hash_password
 ROOT = Path(__file__).resolve().parents[2]
 ANALYSTS = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan",
             "judy", "mallory", "webby", "olivia", "kim", "leo", "mia", "ned", "oscar", "pat",
-            "quinn", "rita", "sam", "tina", "uma", "vera", "walt", "xavier", "yara", "zed"]
+            "quinn", "rita", "sam", "tina", "uma", "vera", "walt", "xavier", "yara", "zed",
+            "yves"]
 
 
 def password(user: str) -> str:

@@ -175,3 +175,12 @@ def test_idle_engine_connections_are_bounded(tmp_path):
     finally:
         service_module.IDLE_CONNECTIONS = old
         service.close()
+
+
+def test_a_forwarded_for_header_does_not_make_a_new_address(server):
+    """uvicorn trusted X-Forwarded-For from 127.0.0.1 by default: a fresh one per guess was
+    a fresh address, and 12 wrong passwords never locked the user out."""
+    codes = [httpx.get(server.http + "/api/v1/budget", auth=("yves", f"guess{i}"),
+                       headers={"X-Forwarded-For": f"10.0.0.{i}"}, timeout=30).status_code
+             for i in range(12)]
+    assert codes.count(401) <= 3 and codes[-1] == 429, codes
