@@ -347,7 +347,8 @@ def test_hints_name_the_command_lines_flags(tmp_path):
         return json.loads(out.stderr)["hint"]
 
     keys = "SELECT amount, COUNT(*) AS n FROM visits GROUP BY amount"
-    assert "(e.g. --delta 1e-6)" in hint(keys, "--epsilon", "1")
+    assert "(e.g. --delta 1e-6, or SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(delta=1e-6)" in \
+        hint(keys, "--epsilon", "1")
     assert "e.g. --epsilon 1.0" in hint("SELECT COUNT(*) AS n FROM visits", "--epsilon", "0")
     hinted = hint("/* dpsql: ci95 <= 50 */ " + keys.replace("amount", "day"), "--epsilon", "1")
     assert hinted.startswith("drop --epsilon (or the clause's OPTIONS(epsilon=...))")

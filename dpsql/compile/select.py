@@ -304,8 +304,10 @@ class _Compiler:
                     sql=self.sql, position=_position(node),
                     hint="either declare the column's public values (values: [...]) or int "
                     "bounds in the metadata (or group by a CASE expression with literal "
-                    "results), or pass a δ > 0 (e.g. delta=1e-6) so that only keys whose "
-                    "noisy count of distinct persons clears a threshold are released")
+                    "results), or give a δ > 0 (e.g. delta=1e-6, or SELECT WITH "
+                    "DIFFERENTIAL_PRIVACY OPTIONS(delta=1e-6) ... in the SQL) so that only "
+                    "keys whose noisy count of distinct persons clears a threshold are "
+                    "released")
             if expr.domain is not None and expr.type == "null":
                 raise ProgrammingError("GROUP BY NULL is not a key", sql=self.sql)
             source = self._domain_source(expr)

@@ -220,7 +220,8 @@ class HttpApi:
             raise ServiceError(
                 "protocol", f"unknown key(s) {unknown} in the body",
                 hint=f"the body takes {', '.join(sorted(BODY_KEYS))}; weigh output columns "
-                     "in the SQL: /* dpsql: weights n=2 */ SELECT ...")
+                     "and give δ in the SQL: /* dpsql: weights n=2 */ SELECT ..., "
+                     "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(delta=1e-6) ...")
         for name in ("epsilon", "tune"):
             # an explicit null is refused, not read as "the default": the page sent NaN as
             # null, and the default ε was spent
