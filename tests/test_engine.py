@@ -429,49 +429,32 @@ def test_an_accuracy_target_holds_for_a_sum_of_a_centred_sum_and_a_count(connect
     assert ((frame.s_high - frame.s_low) > 2 * 400).any()  # and not far below it
 
 
-def test_a_centred_sums_interval_is_its_own_quantile(connect, data_dir):
-    """SUM(x) = S' + k·N: the width is the 95% quantile of |S' + k·N|'s noise, not S''s and
-    k·N's 97.5% widths added (0.84 of them here), and the intervals still cover (16 cells ×
-    100 releases at an ε where N's share of the width is largest: 96.3%)."""
+@pytest.mark.parametrize(("epsilon", "weights", "mechanism", "ratio", "low", "high"), [
+    (8, None, "linf", 0.9, 0.94, 1),  # N's share of the width largest: 0.84, 96.3% covered
+    (1, {"n": 100}, "laplace", 0.8, 0.93, 0.97),  # two Laplace draws: 0.71, 95.6% covered
+])
+def test_a_centred_sums_interval_is_its_own_quantile(connect, data_dir, epsilon, weights,
+                                                     mechanism, ratio, low, high):
+    """SUM(x) = S' + k·N: the width is the 95% quantile of |S' + k·N|'s noise (one ℓ∞ draw,
+    or with the count weighed 100× two discrete Laplace draws), not S''s and k·N's 97.5%
+    widths added, and the intervals still cover (16 cells × 100 releases)."""
     con = connect(budget=1e6)
     sql = "SELECT education, COUNT(hours) AS n, SUM(hours) AS s FROM adult GROUP BY education"
-    plan = con._engine.plan(sql, epsilon=8).release.statements[0]
+    plan = con._engine.plan(sql, epsilon=epsilon, weights=weights).release.statements[0]
     total = next(a for a in plan.checked.aggregates if a.kind == "sum")
     own = {p.role: p for p in plan.parts if total.name in p.feeds}
+    assert {p.mechanism for p in own.values()} == {mechanism}
     even = half_width_units(own["sum"], 0.975) * float(own["sum"].grid) + \
         float(own["sum"].center) * half_width_units(own["count"], 0.975)
-    assert half_width(total, plan) < 0.9 * even
+    assert half_width(total, plan) < ratio * even
     exact = dict(_exact(data_dir, "SELECT education, SUM(LEAST(GREATEST(hours, 1), 99)) FROM "
                                   "adult WHERE hours IS NOT NULL GROUP BY education"))
     covered = []
     for _ in range(100):
-        frame = con.cursor().execute(sql, epsilon=8).intervals()
+        frame = con.cursor().execute(sql, epsilon=epsilon, weights=weights).intervals()
         truth = np.array([exact.get(e, 0) for e in frame.education])
         covered.extend((frame.s_low <= truth) & (truth <= frame.s_high))
-    assert np.mean(covered) >= 0.94
-
-
-def test_a_centred_sum_of_two_laplace_draws_has_its_own_quantile(connect, data_dir):
-    """With the count weighed 100×, S' and N are separate discrete Laplace draws: the width
-    is the quantile of their sum (0.71 of the 97.5% widths added) and covers (95.6% of
-    1,600 cells)."""
-    con = connect(budget=1e6)
-    sql = "SELECT education, COUNT(hours) AS n, SUM(hours) AS s FROM adult GROUP BY education"
-    plan = con._engine.plan(sql, epsilon=1, weights={"n": 100}).release.statements[0]
-    total = next(a for a in plan.checked.aggregates if a.kind == "sum")
-    own = {p.role: p for p in plan.parts if total.name in p.feeds}
-    assert {p.mechanism for p in own.values()} == {"laplace"}
-    even = half_width_units(own["sum"], 0.975) * float(own["sum"].grid) + \
-        float(own["sum"].center) * half_width_units(own["count"], 0.975)
-    assert half_width(total, plan) < 0.8 * even
-    exact = dict(_exact(data_dir, "SELECT education, SUM(LEAST(GREATEST(hours, 1), 99)) FROM "
-                                  "adult WHERE hours IS NOT NULL GROUP BY education"))
-    covered = []
-    for _ in range(100):
-        frame = con.cursor().execute(sql, epsilon=1, weights={"n": 100}).intervals()
-        truth = np.array([exact.get(e, 0) for e in frame.education])
-        covered.extend((frame.s_low <= truth) & (truth <= frame.s_high))
-    assert 0.93 <= np.mean(covered) <= 0.97
+    assert low <= np.mean(covered) <= high
 
 
 def test_a_whole_number_centred_sums_interval_counts_its_rounding(tmp_path):
