@@ -32,12 +32,11 @@ from dpsql.errors import (
     BackendError,
     CatalogError,
     Error,
-    InternalError,
     NotSupportedError,
     PrivacyParameterError,
     ProgrammingError,
-    QueryTimeoutError,
 )
+from dpsql.failed import FAILED, charged_failure
 from dpsql.ledger import Ledger
 from dpsql.mechanisms.calibrate import half_width_units, largest_scale_for_half_width
 from dpsql.mechanisms.samplers import RandomSource
@@ -286,28 +285,15 @@ class Engine:
             loss = planned.release.loss
             self.ledger.charge(analyst=self.analyst, dataset=self.catalog.name, loss=loss,
                                budget=budget,
-                               statement="-- failed on the data\n" + ";\n".join(
+                               statement=FAILED + ";\n".join(
                                    p.checked.statement.sql for p in planned.release.statements))
-            charged = (f"nothing was released and the request's {loss.describe()} was "
-                       "charged, because whether it")
-            if isinstance(failure, QueryTimeoutError):
-                error = QueryTimeoutError(
-                    f"the exact query ran longer than the timeout of {self.timeout:g} s; "
-                    f"{charged} finishes in time can depend on a person's rows",
-                    hint="raise timeout=, or ask a narrower query (fewer joins, a WHERE)")
-            elif failure.resource:
-                error = BackendError(
-                    f"the exact query ran out of {failure.resource}; {charged} fits can "
-                    "depend on a person's rows", hint="ask a narrower query, or give the "
-                    "backend more: resources: {memory_limit, max_temp_size} in the metadata, "
-                    "or connect(memory_limit=...) / dpsql run --memory-limit")
-            else:
-                # compiled expressions are total: no value of a declared type can make the
-                # exact query fail, so a failure here is an engine bug (still charged)
-                error = InternalError(
-                    f"the exact query failed; {charged} fails might depend on the data")
-            error.epsilon_spent = loss.epsilon
-            raise error from None
+            raise charged_failure(
+                failure, loss, subject="the exact query", payer="the request", plural=False,
+                timeout=self.timeout, hints=(
+                    "raise timeout=, or ask a narrower query (fewer joins, a WHERE)",
+                    "ask a narrower query, or give the backend more: resources: "
+                    "{memory_limit, max_temp_size} in the metadata, or "
+                    "connect(memory_limit=...) / dpsql run --memory-limit")) from None
         public = [self.backend.run_public(q.sql(self._public_dialect(), self.backend.sources))
                   for q in planned.public]
         release_id = None

@@ -94,13 +94,11 @@ from dpsql.engine import LARGEST_EPSILON
 from dpsql.errors import (
     BackendError,
     CatalogError,
-    Error,
-    InternalError,
     PrivacyParameterError,
     ProgrammingError,
-    QueryTimeoutError,
     UnknownTableError,
 )
+from dpsql.failed import FAILED, charged_failure
 from dpsql.mechanisms.samplers import RandomSource
 from dpsql.plan import StatementPlan
 from dpsql.spread import (
@@ -426,8 +424,13 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
         # whether the reads fail (or how long they run) can depend on one person's rows: the
         # failure is charged like an answer, as the engine charges its exact query's
         ledger.charge(analyst=analyst, dataset=catalog.name, loss=loss, budget=catalog.budget,
-                      statement="-- failed on the data\n" + statement)
-        raise _charged_failure(failure, loss, timeout) from None
+                      statement=FAILED + statement)
+        raise charged_failure(
+            failure, loss, subject="tune's exact reads", payer="the tuning", plural=True,
+            timeout=timeout, hints=(
+                "raise timeout=, or tune fewer columns",
+                "tune fewer columns or keys, or give the backend more (its time limit, or "
+                "resources: {memory_limit, max_temp_size} in the metadata)")) from None
     ledger.charge(analyst=analyst, dataset=catalog.name, loss=loss, budget=catalog.budget,
                   statement=statement)
     # charged: only now is anything drawn
@@ -563,31 +566,6 @@ def _persons(backend, table: TableSpec, values: dict, timeout: float | None) -> 
         return sum(n for _, n in values["r"])
     _, rows = backend.run_sql(f"SELECT COUNT(*) FROM {backend.sources[table.name]}", timeout)
     return int(rows[0][0])
-
-
-def _charged_failure(failure: BackendError, loss: PrivacyLoss, timeout: float | None
-                     ) -> Error:
-    """The coded error of a read that failed on the data, saying what was charged (the
-    database's message, which can quote private values, is not passed on)."""
-    charged = (f"nothing was released and the tuning's {loss.describe()} was charged, "
-               "because whether they")
-    if isinstance(failure, QueryTimeoutError):
-        error: Error = QueryTimeoutError(
-            f"tune's exact reads ran longer than the timeout of {timeout:g} s; {charged} "
-            "finish in time can depend on a person's rows",
-            hint="raise timeout=, or tune fewer columns")
-    elif failure.resource:
-        error = BackendError(
-            f"tune's exact reads ran out of {failure.resource}; {charged} fit can depend on "
-            "a person's rows", resource=failure.resource, hint="tune fewer columns or keys, "
-            "or give the backend more (its time limit, or resources: {memory_limit, "
-            "max_temp_size} in the metadata)")
-    else:
-        # the reads are MIN, MAX and COUNT of declared columns: a failure is a bug (charged)
-        error = InternalError(f"tune's exact reads failed; {charged} fail might depend on "
-                              "the data")
-    error.epsilon_spent = loss.epsilon
-    return error
 
 
 def _shown(quantiles: dict[Fraction, float]) -> dict[str, float]:
