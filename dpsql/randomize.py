@@ -430,8 +430,8 @@ class RandomizationSpec:
         kept = {c.lower() for c in self.keep}
         randomizers: dict[str, Randomizer] = {}
         for name, spec in table.columns.items():
-            if name.lower() in kept:
-                continue
+            if name.lower() in kept or name == table.privacy_unit:
+                continue  # the person's id is published only if kept (``published``)
             if spec.categories is not None:
                 p = self.column_p.get(name, self.p)
                 randomizer = CATEGORICAL[self.categorical](spec.categories, p)
@@ -448,6 +448,22 @@ class RandomizationSpec:
                     f"table {table.name!r}, column {name!r} has no public domain to randomize over",
                     hint="declare its values: in the metadata, or keep it in the clear with --keep")
         return randomizers
+
+    def published(self, table: TableSpec) -> list[str]:
+        """The columns written: all but the privacy unit, unless it is kept in the clear (a
+        person's records are then linked, which their local ε per person already counts)."""
+        kept = {c.lower() for c in self.keep}
+        return [c for c in table.columns
+                if c != table.privacy_unit or c.lower() in kept]
+
+
+def busiest_unit_rows(frame: pd.DataFrame, unit: str | None) -> int | None:
+    """The most rows one person has in ``frame`` (None without a privacy unit): each row is
+    randomized independently, so that person's local ε is this many times a record's."""
+    if unit is None:
+        return None
+    rows = frame.groupby(unit, dropna=True).size()
+    return int(rows.max()) if len(rows) else 0
 
 
 def _publishes_true_values(column: str, mechanism: str, p: float) -> PrivacyParameterError:
@@ -507,6 +523,15 @@ class RandomizedTable:
     randomizers: Mapping[str, Randomizer]
     clear_columns: tuple[str, ...]
     rows: int
+    records_per_unit: int | None = None  # the busiest person's rows (None: row privacy)
+
+    @property
+    def local_epsilon_per_unit(self) -> float | None:
+        """The busiest person's local ε: their records' losses add up (None: row privacy)."""
+        if self.records_per_unit is None:
+            return None
+        return self.records_per_unit * self.local_epsilon_per_record if \
+            self.records_per_unit else 0.0
 
     @property
     def local_epsilon_per_attribute(self) -> dict[str, float]:
@@ -526,8 +551,10 @@ class RandomizedTable:
 
 
 def write_randomized(frame: pd.DataFrame, table: TableSpec, randomizers: Mapping[str, Randomizer],
-                     output: str | Path) -> RandomizedTable:
-    """Write randomized data, a public catalogue YAML and the parameters sidecar JSON.
+                     output: str | Path, records_per_unit: int | None = None) -> RandomizedTable:
+    """Write randomized data (the columns of ``table`` that ``frame`` holds), a public
+    catalogue YAML and the parameters sidecar JSON; ``records_per_unit`` is the busiest
+    person's rows (``busiest_unit_rows``), for their local ε.
 
     The YAML is ``<output stem>.yaml`` and the sidecar ``<output stem>.randomization.json``,
     both beside ``output`` (``.parquet`` or ``.csv``).
@@ -536,14 +563,15 @@ def write_randomized(frame: pd.DataFrame, table: TableSpec, randomizers: Mapping
     if output.suffix.lower() not in OUTPUT_SUFFIXES:
         raise ProgrammingError(f"cannot write {output.name!r}: unknown format",
                                hint=f"end the output name with one of {OUTPUT_SUFFIXES}")
-    clear = tuple(c for c in table.columns if c not in randomizers)
-    columns = list(table.columns)
+    columns = [c for c in table.columns if c in frame.columns]
+    clear = tuple(c for c in columns if c not in randomizers)
     output.parent.mkdir(parents=True, exist_ok=True)
     write_data(frame[columns], output)
     result = RandomizedTable(
         table=table.name, data_path=output, metadata_path=output.with_suffix(".yaml"),
         parameters_path=output.with_suffix(".randomization.json"),
-        randomizers=dict(randomizers), clear_columns=clear, rows=len(frame))
+        randomizers=dict(randomizers), clear_columns=clear, rows=len(frame),
+        records_per_unit=records_per_unit)
     result.parameters_path.write_text(json.dumps(_parameters_document(result), indent=2) + "\n")
     result.metadata_path.write_text(yaml.safe_dump(_catalogue_document(result, table),
                                                    sort_keys=False, allow_unicode=True))
@@ -575,6 +603,9 @@ def _parameters_document(result: RandomizedTable) -> dict[str, Any]:
         "local_epsilon": {
             "per_record": _json_epsilon(per_record),
             "per_record_categorical": _json_epsilon(result.local_epsilon_categorical),
+            "records_per_unit": result.records_per_unit,
+            "per_unit": None if result.local_epsilon_per_unit is None else
+            _json_epsilon(result.local_epsilon_per_unit),
             "note": "sums over randomized columns; null means infinite (TRR columns, or p0 = 1); "
                     "clear columns are not protected",
         },
@@ -583,7 +614,10 @@ def _parameters_document(result: RandomizedTable) -> dict[str, Any]:
 
 def _catalogue_document(result: RandomizedTable, table: TableSpec) -> dict[str, Any]:
     columns: dict[str, Any] = {}
+    written = {*result.randomizers, *result.clear_columns}
     for name, spec in table.columns.items():
+        if name not in written:
+            continue
         if isinstance(result.randomizers.get(name), TRR):
             columns[name] = {"type": "float"}  # a·x + b leaves the declared bounds
         else:
@@ -674,8 +708,10 @@ def randomize_table(metadata: str | Path | Mapping, table: str, output: str | Pa
     table_spec = _table(catalog, table)
     randomizers = spec.build(table_spec, rng)  # refused parameters read no true row
     frame = read_source(catalog, table, database=database, source=source, ledger=ledger)
+    records = busiest_unit_rows(frame, table_spec.privacy_unit)
+    frame = frame[spec.published(table_spec)]
     return write_randomized(randomize_frame(frame, randomizers, rng), table_spec, randomizers,
-                            output)
+                            output, records)
 
 
 def read_source(metadata: str | Path | Mapping | Catalog, table: str, *,
@@ -790,6 +826,9 @@ def command(metadata: str, table: str, output: str, database: str | None, ledger
         "local_epsilon_per_attribute": {c: _json_epsilon(e) for c, e in
                                         result.local_epsilon_per_attribute.items()},
         "local_epsilon": _json_epsilon(result.local_epsilon_per_record),
+        "records_per_unit": result.records_per_unit,
+        "local_epsilon_per_unit": None if result.local_epsilon_per_unit is None else
+        _json_epsilon(result.local_epsilon_per_unit),
         "epsilon_spent": 0,  # no central budget: the output is a local-DP release
     }
     if as_json:
@@ -801,3 +840,6 @@ def command(metadata: str, table: str, output: str, database: str | None, ledger
         click.echo(f"  {column}: local ε = {epsilon:.4f}")
     click.echo(f"local ε per record: {result.local_epsilon_per_record:.4f} "
                f"(clear, unprotected: {', '.join(result.clear_columns) or 'none'})")
+    if result.local_epsilon_per_unit is not None:
+        click.echo(f"local ε per person: {result.local_epsilon_per_unit:.4f} (the busiest has "
+                   f"{result.records_per_unit} records, each randomized independently)")

@@ -37,6 +37,7 @@ from dpsql.randomize import (
     ERRPH,
     RandomizationSpec,
     RandomizedTable,
+    busiest_unit_rows,
     column_document,
     csprng,
     load_randomization,
@@ -308,10 +309,9 @@ def _epsilon_per_unit(holdout: Holdout, per_record: float) -> float | None:
     """The local ε of the person with the most train rows: each of their rows is randomized
     independently, so the losses add up (None without a privacy unit, or if infinite)."""
     unit = holdout.table.privacy_unit
-    if unit is None:
-        return None
-    rows = holdout.train.groupby(holdout.table.column(unit).name, dropna=True).size()
-    return _epsilon_or_none(int(rows.max()) * per_record) if len(rows) else None
+    rows = busiest_unit_rows(holdout.train, None if unit is None else
+                             holdout.table.column(unit).name)
+    return _epsilon_or_none(rows * per_record) if rows else None
 
 
 def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *,

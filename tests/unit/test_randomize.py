@@ -240,3 +240,29 @@ def test_cli_reads_an_input_file_instead_of_the_declared_source(tmp_path) -> Non
     randomized = pd.read_csv(output, dtype=str)
     assert list(randomized.columns) == list(load_catalog(CAR_YAML).table("car").columns)
     assert randomized["class"].tolist() == pd.read_csv(subset, dtype=str)["class"].tolist()
+
+
+def test_a_table_with_a_privacy_unit_drops_it_and_reports_each_persons_epsilon(tmp_path):
+    """The visits' uid was randomized as a number (TRR, no finite ε) and only the ε per
+    record was reported, though the busiest customer has many records, each randomized
+    independently. Now the id is not published unless kept, and their ε is reported."""
+    visits = pd.DataFrame({"uid": [1, 1, 1, 2], "day": ["Mon", "Tue", "Mon", "Sun"]})
+    visits.to_csv(tmp_path / "v.csv", index=False)
+    meta = {"name": "v", "tables": {"v": {
+        "source": str(tmp_path / "v.csv"), "privacy_unit": "uid", "max_groups_per_unit": 7,
+        "max_rows_per_group": 1, "columns": {"uid": "int", "day": {
+            "type": "text", "values": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]}}}}}
+    (tmp_path / "v.yaml").write_text(json.dumps(meta))
+    args = ["--metadata", str(tmp_path / "v.yaml"), "--table", "v", "--ledger", ":memory:",
+            "--json", "--output"]
+    summary = json.loads(CliRunner().invoke(command, [*args, str(tmp_path / "o.csv")],
+                                            catch_exceptions=False).output)
+    per_record = math.log(0.5 * 7 / 0.5 + 1)  # ERRPH at p0 = 1/2 over 7 days
+    assert summary["local_epsilon"] == pytest.approx(per_record)
+    assert summary["records_per_unit"] == 3
+    assert summary["local_epsilon_per_unit"] == pytest.approx(3 * per_record)
+    assert list(pd.read_csv(tmp_path / "o.csv").columns) == ["day"]
+    kept = json.loads(CliRunner().invoke(command, [*args, str(tmp_path / "k.csv"), "--keep",
+                                                   "uid"], catch_exceptions=False).output)
+    assert kept["clear_columns"] == ["uid"]
+    assert pd.read_csv(tmp_path / "k.csv").uid.tolist() == [1, 1, 1, 2]
