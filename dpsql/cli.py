@@ -15,6 +15,7 @@ import math
 import os
 import re
 import sys
+import warnings
 from fractions import Fraction
 from pathlib import Path
 
@@ -69,6 +70,16 @@ def _error_payload(err: dpsql.Error) -> dict:
             "hint": err.hint, "epsilon_spent": float(err.epsilon_spent)}
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """dpsql's warnings as one line on stderr, in flag syntax (Python's format showed the
+    file and source line of the library that warned); any other warning as Python shows it."""
+    if issubclass(category, dpsql.Warning):
+        click.echo(f"Warning: {_flag_syntax(str(message))}", err=True)
+    else:
+        click.echo(warnings.formatwarning(message, category, filename, lineno, line).rstrip(),
+                   err=True)
+
+
 class _Group(click.Group):
     """A group that turns dpsql errors into clean messages and loads plugin commands."""
 
@@ -116,6 +127,11 @@ class _Group(click.Group):
             raise click.ClickException(f"command {name!r} is not available: {err}") from err
 
     def invoke(self, ctx: click.Context):
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return self._invoke(ctx)
+
+    def _invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except dpsql.Error as err:

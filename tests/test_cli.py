@@ -153,6 +153,17 @@ def test_errors_go_to_stderr_without_traceback(data_dir):
         assert "does not exist" in out.stderr and "stdin" in out.stderr
 
 
+def test_warnings_are_one_line_each_on_stderr(data_dir):
+    """Python's format printed the library's file, line and source line under each warning
+    (`dpsql/connection.py:41: BoundsDefaultWarning: ...` then `self.catalog: Catalog = ...`)."""
+    out = _dpsql("run", "-", "-m", _meta(data_dir), "-e", "1",
+                 stdin="SELECT COUNT(*) AS n FROM adult WHERE sex = 'male'")
+    assert out.returncode == 0, out.stderr
+    warned = [line for line in out.stderr.splitlines() if line]
+    assert len(warned) == 1 and warned[0].startswith("Warning: no declared value of sex"), \
+        out.stderr
+
+
 def test_budget_command(data_dir):
     meta = _meta(data_dir, budget=2.0)
     ledger = data_dir / "b.sqlite"
