@@ -70,6 +70,16 @@ def _error_payload(err: dpsql.Error) -> dict:
             "hint": err.hint, "epsilon_spent": float(err.epsilon_spent)}
 
 
+def _kept(bounds: dict, groups: int) -> str:
+    """What one person's rows count for in a statement, in words (explain)."""
+    total = bounds["max_rows_per_unit"]
+    return (f"each person counts with at most {min(bounds['max_groups_per_unit'], groups)} "
+            f"group(s) × {bounds['max_rows_per_group']} row(s)"
+            + (f", {total} rows in all" if total is not None else "")
+            + ": rows beyond are dropped before the noise, a bias the intervals do not cover "
+            "(dpsql tune proposes bounds)")
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """dpsql's warnings as one line on stderr, in flag syntax (Python's format showed the
     file and source line of the library that warned); any other warning as Python shows it."""
@@ -385,6 +395,8 @@ def explain(script, metadata, db, analyst, ledger, epsilon, delta, dialect, boun
             continue
         click.echo(f"   sensitivity {statement['sensitivity']}, ε {statement['epsilon']:g}, "
                    f"{statement['groups']} group(s)")
+        if statement.get("contribution"):
+            click.echo("   " + _kept(statement["contribution"], statement["groups"]))
         # each block of measurements drawn together, in order, as (its label, its joint)
         blocks = list({tuple(p["joint"]["measurements"]): p["joint"]
                        for p in statement["aggregates"] if p.get("joint")}.items())

@@ -671,6 +671,13 @@ def _explain_statement(plan: StatementPlan) -> dict:
         "bounding": "snapshot" if setup else (
             "rows" if plan.checked.table.privacy_unit is None else "per_query"),
         **({"snapshot": setup[0]} if setup else {}),
+        # what a person keeps: their rows beyond are dropped before the noise (a bias the
+        # intervals do not cover)
+        **({"contribution": {
+            "max_groups_per_unit": plan.checked.table.max_groups_per_unit,
+            "max_rows_per_group": plan.checked.table.max_rows_per_group,
+            "max_rows_per_unit": plan.checked.table.max_rows_per_unit}}
+           if plan.checked.table.privacy_unit is not None else {}),
         "rewritten": plan.exact_query.sql,
         "sensitivity": _number(plan.sensitivity),
         "scale": scales.pop() if len(scales) == 1 else max((p["scale"] for p in parts),

@@ -83,6 +83,22 @@ def test_explain_json_contract(data_dir):
     assert all(s["scale"] == 4.0 for s in plan["statements"])
 
 
+def test_explain_says_what_a_person_counts_with(data_dir):
+    """Nothing said that bounding drops a heavy person's rows (a MovieLens COUNT(*) of
+    4,703 against 100,000 with an interval of ±15): explain states the bounds and the bias."""
+    meta = _meta(data_dir)
+    out = _dpsql("explain", "-", "-m", meta, "-e", "1",
+                 stdin="SELECT day, COUNT(*) AS n FROM visits GROUP BY day")
+    assert "each person counts with at most 3 group(s) × 2 row(s)" in out.stdout, out.stdout
+    assert "a bias the intervals do not cover" in out.stdout
+    plan = json.loads(_dpsql("explain", "-", "-m", meta, "-e", "1", "--json",
+                             stdin="SELECT COUNT(*) AS n FROM visits").stdout)
+    assert plan["statements"][0]["contribution"]["max_rows_per_group"] == 2
+    rows = json.loads(_dpsql("explain", "-", "-m", meta, "-e", "1", "--json",
+                             stdin="SELECT COUNT(*) AS n FROM adult").stdout)
+    assert "contribution" not in rows["statements"][0]  # row privacy: a row is a person
+
+
 def test_explain_text_shows_shared_parts_and_quantiles(data_dir):
     script = data_dir / "s.sql"
     script.write_text("SELECT day, COUNT(amount) AS n FROM visits GROUP BY day;\n"
