@@ -95,7 +95,9 @@ def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilo
     finally:
         tuned.close()
     # the statement's cost is the whole ε: the tuning is part of it
-    return [dataclasses.replace(results[0], epsilon=results[0].epsilon + part)]
+    chosen = proposal.metadata["tables"][proposal.table]
+    return [dataclasses.replace(results[0], epsilon=results[0].epsilon + part, tuned_bounds={
+        key: chosen[key] for key in BOUND_KEYS if chosen.get(key) is not None})]
 
 
 def tuned_shape(checked: CheckedQuery, catalog: Catalog) -> tuple[str, tuple[str, ...]]:

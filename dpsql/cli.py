@@ -280,9 +280,11 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
             if not cursor.nextset():
                 break
         remaining = con.budget_remaining
+        tuned = cursor.tuned_bounds
     if as_json:
         click.echo(json.dumps({
             "ok": True, "epsilon_spent": float(cursor.epsilon_spent),
+            **({"tuned_bounds": tuned} if tuned else {}),
             "total_sensitivity": _plain(cursor.sensitivity),
             "budget_remaining": None if remaining is None else float(remaining.epsilon),
             "statements": [{"sql": s, "columns": list(f),
@@ -295,6 +297,8 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
             click.echo(f"-- statement {index}")
         click.echo(_format(frame))
         click.echo()
+    if tuned:
+        click.echo("bounds chosen by --tune: " + ", ".join(f"{k} {v}" for k, v in tuned.items()))
     click.echo(f"ε spent: {float(cursor.epsilon_spent):g}"
                + ("" if remaining is None else f"; remaining: {float(remaining.epsilon):g}"))
 

@@ -160,6 +160,13 @@ class Cursor:
         return described(current.columns)
 
     @property
+    def tuned_bounds(self) -> dict | None:
+        """The contribution bounds ``execute(..., tune=)`` chose for the current result (a
+        DP output of its slice of ε); None without tune=."""
+        current = self._current
+        return None if current is None else current.tuned_bounds
+
+    @property
     def rowcount(self) -> int:
         """Rows in the current result set (-1 before execute)."""
         return -1 if self._current is None else len(self._current.rows)

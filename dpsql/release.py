@@ -62,6 +62,7 @@ class NoisyResult:
     epsilon: Fraction = Fraction(0)
     sensitivity: Fraction = Fraction(0)
     reused: bool = False  # an earlier identical release, returned again at no cost
+    tuned_bounds: dict | None = None  # tune=: the contribution bounds chosen (a DP output)
 
 
 def dump_results(results: list[NoisyResult]) -> str:

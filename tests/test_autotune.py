@@ -34,6 +34,9 @@ def test_the_tuning_is_part_of_the_statements_epsilon(tmp_path, meta):
     count = cursor.description[1]
     assert count.epsilon == 0.75 and 8 / 0.75 <= count.noise_scale <= 32 / 0.75
     assert len(rows) == 7 and sum(r[1] for r in rows) > 0.9 * 2000 * 6
+    # the bounds the answer was noised for are shown (they were not): all 7 days kept
+    assert cursor.tuned_bounds["max_groups_per_unit"] == 7, cursor.tuned_bounds
+    assert {"max_rows_per_group"} <= set(cursor.tuned_bounds)
 
 
 @pytest.mark.parametrize(("sql", "options", "error"), [

@@ -281,6 +281,9 @@ def test_run_tunes_its_bounds_inside_its_epsilon(tmp_path):
                  "--ledger", ledger, stdin=sql)
     assert out.returncode == 0, out.stderr
     assert "n 95% CI" in out.stdout and "ε spent: 1; remaining: 9" in out.stdout
+    # the bounds it chose were not shown, though they decide what the answer counts
+    assert re.search(r"bounds chosen by --tune: max_groups_per_unit \d+, max_rows_per_group "
+                     r"\d+", out.stdout), out.stdout
     with sqlite3.connect(ledger) as db:
         charged = sorted(Fraction(e) for (e,) in db.execute("SELECT epsilon FROM releases"))
     assert charged == [Fraction(1, 10), Fraction(9, 10)]
