@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 import dpsql
-from evaluators._cli import emit, evaluator_options
+from evaluators._cli import dataset_ledger, emit, evaluator_options
 from evaluators.attribute_selection.contingency import DEFAULT_BINS
 from evaluators.attribute_selection.selection import METHODS, select_attributes
 
@@ -15,7 +15,8 @@ from evaluators.attribute_selection.selection import METHODS, select_attributes
                    seed=False)
 @click.option("--class", "class_column", required=True, help="The class attribute.")
 @click.option("--method", type=click.Choice(METHODS), default="chi2", show_default=True)
-@click.option("--top", "top", type=int, default=None, help="Keep the best N attributes.")
+@click.option("--top", "top", type=click.IntRange(min=0), default=None,
+              help="Keep the best N attributes.")
 @click.option("--threshold", type=float, default=None,
               help="Keep attributes scoring above this (chi-squared, or gain in bits).")
 @click.option("--attribute", "attributes", multiple=True,
@@ -28,7 +29,9 @@ def command(metadata: str, table: str, epsilon: float, output: str | None,
             class_column: str, method: str, top: int | None, threshold: float | None,
             attributes: tuple[str, ...], bins: int, db: str | None) -> None:
     """Rank the attributes of TABLE by their DP relevance to the class (Var & İnan)."""
-    connection = dpsql.connect(db, metadata=metadata, analyst=analyst, ledger=ledger,
+    # a --db copy holds the dataset's people: charged in the dataset's ledger, not beside it
+    connection = dpsql.connect(db, metadata=metadata, analyst=analyst,
+                               ledger=dataset_ledger(metadata, ledger),
                                insecure_seed=insecure_seed)
     try:
         selection = select_attributes(

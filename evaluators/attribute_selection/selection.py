@@ -70,10 +70,14 @@ def filter_ranking(ranking: Sequence[str], scores: dict[str, float], *,
         >>> filter_ranking(["a", "b", "c"], {"a": 3, "b": 2, "c": 1}, n=2, threshold=1.5)
         ['a', 'b']
     """
-    if n is not None and n < 0:
-        raise dpsql.ProgrammingError(f"n must be >= 0, got {n}", hint="pass --top N with N >= 0")
+    _check_top(n)
     kept = [a for a in ranking if threshold is None or scores[a] > threshold]
     return kept if n is None else kept[:n]
+
+
+def _check_top(n: int | None) -> None:
+    if n is not None and n < 0:
+        raise dpsql.ProgrammingError(f"n must be >= 0, got {n}", hint="pass --top N with N >= 0")
 
 
 def _check_method(method: str) -> None:
@@ -121,10 +125,11 @@ def select_attributes(
         bins: public equal-width bins per numeric attribute.
 
     Raises:
-        dpsql.ProgrammingError: bad method, n, class or attribute; the engine's own errors
-            (budget exhausted, ...) pass through.
+        dpsql.ProgrammingError: bad method, n, class or attribute, before anything is
+            charged; the engine's own errors (budget exhausted, ...) pass through.
     """
     _check_method(method)
+    _check_top(n)
     candidates, classes = catalog_attributes(metadata or connection.catalog, table,
                                              class_column, attributes, bins)
     release = release_tables(connection, table, class_column, candidates, classes, epsilon)

@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pytest
@@ -220,3 +221,37 @@ def test_cli_run_twice_reuses_the_answer_and_says_so(car, tmp_path: Path) -> Non
     one, two = json.loads(first.output), json.loads(again.output)
     assert one["epsilon_spent"] == pytest.approx(5) and two["epsilon_spent"] == 0
     assert two["ranking"] == one["ranking"]
+
+
+def test_a_negative_top_is_refused_before_anything_is_charged(tmp_path: Path) -> None:
+    """--top -1 charged ε 1 and then failed with a ProgrammingError saying 0 was spent."""
+    metadata = tmp_path / "car.yaml"
+    shutil.copy(META / "car.yaml", metadata)
+    connection = dpsql.connect(None, metadata=str(metadata))
+    try:
+        with pytest.raises(dpsql.ProgrammingError, match="n must be >= 0"):
+            select_attributes(connection, "car", "class", epsilon=1, n=-1)
+        assert connection.budget_spent.epsilon == 0
+    finally:
+        connection.close()
+
+
+def test_cli_on_a_duckdb_copy_charges_the_datasets_ledger(car, tmp_path: Path) -> None:
+    """--db charged a ledger beside the DuckDB file, so the dataset's stayed at 0 and the same
+    people were charged against two budgets."""
+    metadata = tmp_path / "car.yaml"
+    shutil.copy(META / "car.yaml", metadata)
+    database = tmp_path / "car.duckdb"
+    with duckdb.connect(str(database)) as out:
+        out.register("frame", car)
+        out.execute("CREATE TABLE car AS SELECT * FROM frame")
+    result = CliRunner().invoke(command, [
+        "--metadata", str(metadata), "--table", "car", "--class", "class", "--epsilon", "2",
+        "--db", str(database), "--json"])
+    assert json.loads(result.output)["epsilon_spent"] == pytest.approx(2)
+    connection = dpsql.connect(None, metadata=str(metadata))
+    try:
+        assert connection.budget_spent.epsilon == 2
+    finally:
+        connection.close()
+    assert not Path(f"{database}.dpsql-ledger.sqlite").exists()
