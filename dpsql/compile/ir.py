@@ -98,6 +98,7 @@ class ColumnInfo:
     label: str = ""  # the name the analyst knows it by, for messages
     source: str | None = None  # where its public domain comes from (explain shows it)
     origin: tuple[str, str] | None = None  # (public table, column) it is read from, if any
+    per_person: str | None = None  # the aggregate of one person's rows it holds (SUM, ...)
 
 
 # --- relations ---------------------------------------------------------------------------
@@ -138,6 +139,21 @@ class Project:
 
 
 @dataclass(frozen=True, slots=True)
+class Group:
+    """One row per distinct value of ``keys`` among ``input``'s rows, with the ``aggregates``
+    of its rows: (name, function, argument), the function one of ``GROUP_FUNCTIONS`` and the
+    argument None for COUNT(*). The keys include the privacy unit, so each row is a function
+    of one person's rows."""
+
+    input: Any
+    keys: tuple[tuple[str, Expr], ...]
+    aggregates: tuple[tuple[str, str, Expr | None], ...]
+
+
+GROUP_FUNCTIONS = ("count_star", "count", "count_distinct", "sum", "avg", "min", "max")
+
+
+@dataclass(frozen=True, slots=True)
 class Join:
     """``left`` joined to ``right`` (inner or left) on a row-level condition."""
 
@@ -147,7 +163,7 @@ class Join:
     on: Expr
 
 
-Relation = Scan | Number | Filter | Project | Join
+Relation = Scan | Number | Filter | Project | Group | Join
 
 
 def column(info: ColumnInfo) -> Expr:

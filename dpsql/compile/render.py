@@ -17,7 +17,7 @@ import re
 from fractions import Fraction
 
 from dpsql.compile import ops
-from dpsql.compile.ir import INT64, Expr, Filter, Join, Number, Project, Scan, literal
+from dpsql.compile.ir import INT64, Expr, Filter, Group, Join, Number, Project, Scan, literal
 from dpsql.errors import InternalError, UnsupportedSQLError
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "=", "ne": "<>", "lt": "<", "le": "<=",
@@ -432,11 +432,30 @@ class Dialect:
         if isinstance(node, Project):
             columns = ", ".join(f"{self.expr(e)} AS {name}" for name, e in node.columns)
             return f"(SELECT {columns} FROM {self.relation(node.input, sources)} AS __r)"
+        if isinstance(node, Group):
+            keys = [self.expr(e) for _, e in node.keys]
+            items = [f"{sql} AS {name}" for (name, _), sql in zip(node.keys, keys, strict=True)]
+            items += [f"{self.group_function(function, arg)} AS {name}"
+                      for name, function, arg in node.aggregates]
+            return (f"(SELECT {', '.join(items)} FROM {self.relation(node.input, sources)} "
+                    f"AS __r GROUP BY {', '.join(keys)})")
         if isinstance(node, Join):
             kind = "LEFT JOIN" if node.kind == "left" else "JOIN"
             return (f"(SELECT * FROM {self.relation(node.left, sources)} AS __l {kind} "
                     f"{self.relation(node.right, sources)} AS __rr ON {self.expr(node.on)})")
         raise InternalError(f"no rendering of the relation {type(node).__name__}")
+
+    def group_function(self, function: str, arg: Expr | None) -> str:
+        """An aggregate of a ``Group`` (``ir.GROUP_FUNCTIONS``): SUM and AVG add DOUBLEs, whose
+        argument the compiler clamped to declared bounds, so no person's sum overflows."""
+        if function == "count_star":
+            return "COUNT(*)"
+        x = self.expr(arg)
+        if function in ("sum", "avg"):
+            return f"{function.upper()}(CAST({x} AS {self.types['float']}))"
+        if function == "count_distinct":
+            return f"COUNT(DISTINCT {x})"
+        return f"{function.upper()}({x})"
 
 
 class PostgresDialect(Dialect):
