@@ -28,6 +28,7 @@ from typing import Any
 
 import click
 
+import dpsql
 from dpsql.cli_params import METADATA_FILE
 
 #: Where reproductions write unless ``--output`` says otherwise; ``docs/reports/<name>`` holds
@@ -53,8 +54,6 @@ def insecure_warning_once() -> Iterator[None]:
     filter changes (every ``catch_warnings`` block, and importing scikit-learn, do that), so
     the repeats are dropped here, by message, at display time.
     """
-    import dpsql
-
     seen: set[str] = set()
     show = warnings.showwarning
 
@@ -100,7 +99,7 @@ def evaluator_options(*, metadata_default: str | None = None,
                          default=epsilon_default, show_default=epsilon_default is not None,
                          help=epsilon_help),
             click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
-                         help=output_help),
+                         callback=_writable_output, help=output_help),
         ]
         if seed:
             # numpy's generators take seeds ≥ 0 (a negative one was a traceback)
@@ -121,6 +120,27 @@ def evaluator_options(*, metadata_default: str | None = None,
     return decorate
 
 
+def _writable_output(ctx: click.Context, param: click.Parameter,
+                     value: str | None) -> str | None:
+    """``--output``, refused before the evaluator spends anything if it cannot be created: an
+    unwritable path lost a charged result to a traceback. A file made for the check is
+    removed again."""
+    if value is None:
+        return None
+    path = Path(value)
+    existed = path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a"):
+            pass
+    except OSError as err:
+        raise click.BadParameter(f"cannot write {value!r}: {err.strerror or err}",
+                                 ctx=ctx, param=param) from err
+    if not existed:
+        path.unlink()
+    return value
+
+
 def dataset_ledger(metadata: str | Path, ledger: str | None) -> str:
     """``ledger``, else the dataset's own, where ``dpsql.connect(metadata=<that file>)`` keeps it.
 
@@ -132,15 +152,28 @@ def dataset_ledger(metadata: str | Path, ledger: str | None) -> str:
 
 def emit(result: dict, *, as_json: bool, output: str | None,
          text: Callable[[dict], None]) -> None:
-    """Write ``result`` to ``--output`` (JSON) if given; print it as JSON or as text."""
-    if output is not None:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        Path(output).write_text(json.dumps(result, indent=2) + "\n")
+    """Print ``result`` as JSON or as text, then write it to ``--output`` (JSON) if given.
+
+    Raises:
+        dpsql.OperationalError: the file could not be written (a full disk); the result was
+            printed, and the error carries the run's ``epsilon_spent``.
+    """
     if as_json:
         click.echo(json.dumps(result))
+    else:
+        text(result)
+    if output is None:
         return
-    text(result)
-    if output is not None:
+    try:
+        Path(output).write_text(json.dumps(result, indent=2) + "\n")
+    except OSError as err:
+        error = dpsql.OperationalError(
+            f"the result printed above could not be written to {output!r}: "
+            f"{err.strerror or err}", hint="keep the printed result, or free the disk or pick "
+            "another --output for the next run")
+        error.epsilon_spent = result.get("epsilon_spent", 0)
+        raise error from err
+    if not as_json:
         click.echo(f"wrote {output}")
 
 

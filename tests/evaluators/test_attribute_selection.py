@@ -255,3 +255,29 @@ def test_cli_on_a_duckdb_copy_charges_the_datasets_ledger(car, tmp_path: Path) -
     finally:
         connection.close()
     assert not Path(f"{database}.dpsql-ledger.sqlite").exists()
+
+
+def test_cli_output_that_cannot_be_written_loses_neither_result_nor_budget(tmp_path: Path):
+    """An --output under /proc was a traceback after ε 1 was charged; /dev/full too, and the
+    result was lost. Now the first is refused before the release and the second prints the
+    result and fails with the ε it spent."""
+    if not Path("/dev/full").exists():
+        pytest.skip("needs /dev/full")
+    metadata = tmp_path / "car.yaml"
+    shutil.copy(META / "car.yaml", metadata)
+    args = ["--metadata", str(metadata), "--table", "car", "--class", "class", "--epsilon", "1",
+            "--json", "--output"]
+    refused = CliRunner().invoke(command, [*args, "/proc/nope/x.json"])
+    assert refused.exit_code == 2 and "cannot write" in refused.output
+    full = CliRunner().invoke(command, [*args, "/dev/full"])
+    assert isinstance(full.exception, dpsql.OperationalError)
+    assert full.exception.epsilon_spent == pytest.approx(1)
+    assert json.loads(full.stdout)["epsilon_spent"] == pytest.approx(1)
+    connection = dpsql.connect(None, metadata=str(metadata))
+    try:
+        assert connection.budget_spent.epsilon == 1
+    finally:
+        connection.close()
+    written = tmp_path / "out" / "r.json"
+    CliRunner().invoke(command, [*args, str(written)])
+    assert json.loads(written.read_text())["selected"]
