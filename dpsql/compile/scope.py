@@ -3,8 +3,9 @@
 Every table reference resolves to a CTE in scope (a CTE shadows a name only inside its own
 WITH) or to a catalogue entry, else it is refused: no schema the catalogue does not declare,
 no table function, no file path. Derived tables and CTEs are row-level (filters and computed
-columns: no aggregates, DISTINCT, LIMIT or windows, which would let one person's rows change
-other rows). Joins: a private relation with public ones (INNER or LEFT), or private relations
+columns), or grouped by keys that include the privacy unit, so that each of their rows is a
+function of one person's rows (``GroupScope``); no DISTINCT, LIMIT, windows or other
+GROUP BY, which would let one person's rows change other rows. Joins: a private relation with public ones (INNER or LEFT), or private relations
 INNER joined with a conjunct that equates their privacy units. Contribution bounding runs on
 the joined rows:
 
@@ -24,17 +25,23 @@ from sqlglot import exp
 from dpsql.catalog import TEMPORAL, Catalog, ColumnSpec, TableSpec, exact_bound, temporal_number
 from dpsql.compile import ops
 from dpsql.compile.ir import (
+    NUMERIC,
     ColumnInfo,
     Expr,
     Filter,
+    Group,
     Interval,
     Join,
     Number,
     Project,
     Scan,
     column,
+    literal,
 )
 from dpsql.errors import (
+    InternalError,
+    MissingBoundsError,
+    NonAggregateQueryError,
     ProgrammingError,
     UnknownColumnError,
     UnknownTableError,
@@ -153,6 +160,139 @@ class Scope:
                                   hint=f"columns in FROM: {known}")
 
 
+class GroupScope:
+    """The SELECT list and HAVING of a subquery grouped by the privacy unit: GROUP BY keys,
+    and aggregates of one person's rows, each a column of a ``Group`` relation with the
+    interval the metadata alone gives it.
+
+    A person's rows are all read, not a bounded number of them: a COUNT or SUM per person
+    has no bound (an outer SUM or AVG of it must clamp it), while AVG, MIN and MAX stay in
+    the bounds of their argument, which the outer query enforces as for a declared column.
+    SUM and AVG add their argument clamped to its declared bounds, so that one person's sum
+    is finite and never overflows.
+    """
+
+    def __init__(self, rows: Relation, scope: Scope, keys: list[tuple[str, Expr]],
+                 units: set[str], names: Names) -> None:
+        self.rows, self.scope, self.sql, self.names = rows, scope, scope.sql, names
+        self.keys, self.units = keys, units
+        self.aggregates: list[tuple[str, str, Expr | None]] = []
+        self.having: Expr | None = None
+        self.columns: dict[str, ColumnInfo] = {}
+        for name, expr in keys:
+            self.columns[name] = replace(rows.columns[expr.value], name=name) \
+                if expr.op == "col" else ColumnInfo(name, expr.type, expr.interval,
+                                                    expr.domain, expr.nullable, name)
+
+    def relation(self) -> Relation:
+        """The grouped rows (filtered by HAVING) as a relation of one person each: the unit
+        alone as key gives one row a person (L0 = L∞ = 1); more keys keep the bounds of the
+        rows, which the outer query enforces on the grouped rows."""
+        node = Group(self.rows.node, tuple(self.keys), tuple(self.aggregates))
+        if self.having is not None:
+            node = Filter(node, self.having)
+        one = len(self.units) == len(self.keys)
+        rows = self.rows
+        return Relation(node=node, columns=self.columns, names={}, unit=min(self.units),
+                        public=False, l0=1 if one else rows.l0, linf=1 if one else rows.linf,
+                        total=None if one else rows.total, unit_columns=set(self.units))
+
+    def intercept(self, node: exp.Expression) -> Expr | None:
+        """Aggregates and GROUP BY keys; any other column is refused, and other nodes are
+        built node by node."""
+        if isinstance(node, exp.AggFunc):
+            return self.aggregate(node)
+        walked = list(node.walk())
+        if not any(isinstance(n, exp.Column) for n in walked) or \
+                any(isinstance(n, exp.AggFunc) for n in walked):
+            return None
+        row_level = build(node, self.scope)
+        key = next((name for name, e in self.keys if e == row_level), None)
+        if key is not None:
+            return column(self.columns[key])
+        if isinstance(node, exp.Column):
+            raise NonAggregateQueryError(
+                f"{node.sql(dialect='duckdb')!r} is neither a GROUP BY key nor an aggregate of "
+                "the subquery", sql=self.sql,
+                hint="add it to the subquery's GROUP BY or aggregate it, e.g. AVG(x)")
+        return None
+
+    def lookup(self, node: exp.Column) -> Expr:
+        raise InternalError("a grouped subquery's columns are resolved by intercept()")
+
+    def aggregate(self, node: exp.AggFunc) -> Expr:
+        """The column of an aggregate of one person's rows (equal ones shared)."""
+        function, arg, info = self._aggregate(node)
+        name = next((n for n, f, a in self.aggregates if (f, a) == (function, arg)), None)
+        if name is None:
+            name = self.names()
+            self.aggregates.append((name, function, arg))
+            self.columns[name] = replace(info, name=name, per_person=node.key.upper())
+        return column(self.columns[name])
+
+    def _aggregate(self, node: exp.AggFunc) -> tuple[str, Expr | None, ColumnInfo]:
+        text = node.sql(dialect="duckdb")
+        if not isinstance(node, (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)):
+            raise UnsupportedSQLError(
+                f"{ops.construct_name(node)} of a person's rows is not supported in a "
+                "subquery", sql=self.sql, hint="use COUNT, SUM, AVG, MIN or MAX per person")
+        if any(inner is not node for inner in node.find_all(exp.AggFunc)):
+            raise ProgrammingError("aggregates cannot be nested", sql=self.sql,
+                                   hint="aggregate each person's rows in the subquery and "
+                                   "those values in the outer query")
+        reads = frozenset({"this", "big_int"}) if isinstance(node, exp.Count) else \
+            frozenset({"this"})
+        ops.refuse_unread(node, reads, self.sql)
+        arg = node.this
+        count = ColumnInfo("", "int", nullable=False, label=text)
+        if isinstance(node, exp.Count) and isinstance(arg, exp.Star):
+            return "count_star", None, count
+        if isinstance(arg, exp.Distinct):
+            if not isinstance(node, exp.Count) or len(arg.expressions) != 1:
+                raise UnsupportedSQLError(f"{text} is not supported", sql=self.sql,
+                                          hint="write COUNT(DISTINCT x) or remove DISTINCT")
+            return "count_distinct", build(arg.expressions[0], self.scope), count
+        x = build(arg, self.scope)
+        if isinstance(node, exp.Count):
+            return "count", x, count
+        if isinstance(node, (exp.Min, exp.Max)):
+            if x.type in ("bool", "null"):
+                raise ProgrammingError(f"{text} needs a number, text or date, got {x.type}",
+                                       sql=self.sql, hint="CAST it, e.g. CAST(x AS INT)")
+            return node.key, x, ColumnInfo("", x.type, x.interval, x.domain, x.nullable, text)
+        if x.type not in NUMERIC:
+            raise ProgrammingError(f"{text} needs a numeric input, got {x.type}",
+                                   sql=self.sql, hint="aggregate a number, or CAST it")
+        if x.interval is None:
+            raise MissingBoundsError(
+                f"{text} of a person's rows needs bounds on its input", sql=self.sql,
+                hint="declare lower and upper for the column in the metadata, or clamp it in "
+                "the subquery with LEAST(GREATEST(x, low), high)")
+        clamped = _clamp(x, x.interval, self)
+        if isinstance(node, exp.Sum):
+            return "sum", clamped, ColumnInfo("", "float", None, None, x.nullable, text)
+        bounds = Interval(x.interval.lower, x.interval.upper, False)
+        return "avg", clamped, ColumnInfo("", "float", bounds, None, x.nullable, text)
+
+
+def _aggregates(select: exp.Select) -> bool:
+    """Whether a SELECT list or HAVING holds an aggregate (not a window)."""
+    parts = [*select.expressions, select.args.get("having")]
+    return any(isinstance(n, exp.AggFunc) and not isinstance(n.parent, exp.Window)
+               for part in parts if part is not None for n in part.walk())
+
+
+def _clamp(x: Expr, bounds: Interval, scope) -> Expr:
+    """``x`` as a double clamped to ``bounds`` by a CASE, which keeps NULL (LEAST and
+    GREATEST would make it a bound) and takes NaN to the upper bound, as the outer query's
+    clamp does."""
+    x = ops.coerce(x, "float", scope)
+    low, high = (literal(float(b), "float") for b in (bounds.lower, bounds.upper))
+    below = ops._bool("lt", (x, low), x.nullable)
+    above = ops._bool("gt", (x, high), x.nullable)
+    return ops.case([(below, low), (above, high)], x, scope)
+
+
 def build(node: exp.Expression, scope) -> Expr:
     """``ops.build`` with the scope's interception of aggregates."""
     return ops.build(node, scope)
@@ -254,25 +394,29 @@ class Resolver:
                         unit_columns={unit} if unit else set())
 
     def derived(self, body: exp.Expression, alias: str, ctes: dict) -> Relation:
-        """A row-level subquery or CTE: each input row gives at most one output row."""
+        """A subquery or CTE: row-level (each input row gives at most one output row), or
+        grouped by the privacy unit (each output row is a function of one person's rows)."""
         if not isinstance(body, exp.Select):
             raise UnsupportedSQLError(f"{body.key.upper()} is not supported in a subquery or "
                                       "CTE", sql=self.sql, hint="use one row-level SELECT")
-        for clause, what in (("group", "GROUP BY"), ("having", "HAVING"), ("limit", "LIMIT"),
-                             ("offset", "OFFSET"), ("distinct", "DISTINCT"),
+        for clause, what in (("limit", "LIMIT"), ("offset", "OFFSET"), ("distinct", "DISTINCT"),
                              ("order", "ORDER BY"), ("qualify", "QUALIFY")):
             if body.args.get(clause) is not None:
                 raise UnsupportedSQLError(
                     f"{what} in a subquery is not supported: it lets one person's rows change "
                     "which other rows are kept", sql=self.sql,
-                    hint="subqueries may filter and compute columns row by row; aggregate in "
+                    hint="subqueries may filter and compute columns row by row, or aggregate "
+                    "each person's rows with GROUP BY the privacy unit; aggregate the rest in "
                     "the outer query")
         inner = self.from_clause(body, ctes)
         scope = Scope(inner, self.sql)
         where = body.args.get("where")
-        node = inner.node
         if where is not None:
-            node = Filter(node, predicate(where.this, scope))
+            inner = replace(inner, node=Filter(inner.node, predicate(where.this, scope)))
+        if body.args.get("group") is not None or body.args.get("having") is not None or \
+                _aggregates(body):
+            scope = self.grouped(body, inner, scope)
+            inner = scope.relation()  # its columns grow as the SELECT list names aggregates
         projected: list[tuple[str, Expr]] = []
         columns: dict[str, ColumnInfo] = {}
         names: dict[tuple[str, str], str] = {}
@@ -297,6 +441,12 @@ class Resolver:
         for projection in body.expressions:
             if isinstance(projection, exp.Star) or (isinstance(projection, exp.Column)
                                                     and isinstance(projection.this, exp.Star)):
+                if isinstance(scope, GroupScope):
+                    raise ProgrammingError(
+                        "SELECT * in a subquery with GROUP BY would select columns that are "
+                        "neither keys nor aggregates", sql=self.sql,
+                        hint="name the GROUP BY keys and aggregates, e.g. SELECT user_id, "
+                        "COUNT(*) AS n ... GROUP BY user_id")
                 qualifier = projection.table.lower() if isinstance(projection, exp.Column) \
                     and projection.table else None
                 for (q, n), internal in inner.names.items():
@@ -311,6 +461,8 @@ class Resolver:
                 raise ProgrammingError(f"the derived column {body_expr.sql(dialect='duckdb')!r} "
                                        "needs an alias", sql=self.sql, hint="add AS <name>")
             add(name, build(body_expr, scope))
+        if isinstance(scope, GroupScope):
+            inner = scope.relation()
         unit = None
         if inner.unit is not None:
             # the person travels with the rows, visible or not
@@ -320,9 +472,58 @@ class Resolver:
                 projected.append((unit, column(inner.columns[inner.unit])))
                 columns[unit] = replace(inner.columns[inner.unit], name=unit)
                 units.add(unit)
-        return Relation(node=Project(node, tuple(projected)), columns=columns, names=names,
-                        unit=unit, public=inner.public, l0=inner.l0, linf=inner.linf,
-                        total=inner.total, unit_columns=units)
+        return Relation(node=Project(inner.node, tuple(projected)), columns=columns,
+                        names=names, unit=unit, public=inner.public, l0=inner.l0,
+                        linf=inner.linf, total=inner.total, unit_columns=units)
+
+    def grouped(self, body: exp.Select, rows: Relation, scope: Scope) -> GroupScope:
+        """A subquery's GROUP BY, which must include the privacy unit, and its HAVING: the
+        scope that builds the SELECT list over its keys and aggregates."""
+        group = body.args.get("group")
+        if group is None:
+            raise UnsupportedSQLError(
+                "an aggregate over all rows in a subquery is not supported: it mixes every "
+                "person's rows", sql=self.sql,
+                hint="GROUP BY the privacy unit in the subquery to aggregate each person's "
+                "rows, or aggregate in the outer query")
+        ops.refuse_unread(group, GROUP_CLAUSES, self.sql)
+        keys: list[tuple[str, Expr]] = []
+        for item in group.expressions:
+            expr = build(self._group_item(item, body, scope), scope)
+            if all(expr != e for _, e in keys):
+                keys.append((self.names(), expr))
+        units = {name for name, e in keys if e.op == "col" and e.value in rows.unit_columns}
+        if not units:
+            unit = rows.columns[rows.unit].label if rows.unit in rows.columns else None
+            raise UnsupportedSQLError(
+                "GROUP BY in a subquery is supported only when its keys include the privacy "
+                "unit: other groups mix several persons' rows, and an aggregate over them "
+                "lets one person change what others' rows add up to", sql=self.sql,
+                hint=f"add the privacy unit to the subquery's GROUP BY (GROUP BY {unit}, ...)"
+                if unit else "this relation has no privacy unit: aggregate in the outer query")
+        grouped = GroupScope(rows, scope, keys, units, self.names)
+        having = body.args.get("having")
+        if having is not None:
+            grouped.having = predicate(having.this, grouped)
+        return grouped
+
+    def _group_item(self, item: exp.Expression, body: exp.Select,
+                    scope: Scope) -> exp.Expression:
+        """A GROUP BY item as an expression of the rows: an ordinal or an output's alias
+        (that no column of FROM has) names that output's expression."""
+        outputs = body.expressions
+        if isinstance(item, exp.Literal) and not item.is_string:
+            position = int(item.this) if item.this.isdigit() else 0
+            if not 1 <= position <= len(outputs):
+                raise ProgrammingError(f"GROUP BY {item.this} is out of range", sql=self.sql)
+            return outputs[position - 1].unalias()
+        if isinstance(item, exp.Column) and not item.table:
+            known = {n for _, n in scope.relation.names}
+            for output in outputs:
+                if output.alias and output.alias.lower() == item.name.lower() and \
+                        item.name.lower() not in known:
+                    return output.unalias()
+        return item
 
     def _joined(self, base: Relation, joins: list[exp.Join], ctes: dict) -> Relation:
         parts = [base] + [self.item(j.this, ctes) for j in joins]

@@ -424,9 +424,18 @@ class _Compiler:
                                    sql=self.sql, hint="aggregate a number, or CAST it")
         interval = built.interval
         if interval is None:
-            columns = sorted({self.relation.columns[c].label for c in built.columns()
-                              if self.relation.columns[c].interval is None
-                              and self.relation.columns[c].type in ("int", "float")})
+            unbounded = [self.relation.columns[c] for c in sorted(built.columns())
+                         if self.relation.columns[c].interval is None
+                         and self.relation.columns[c].type in ("int", "float")]
+            per_person = next((c for c in unbounded if c.per_person), None)
+            if per_person is not None:
+                raise MissingBoundsError(
+                    f"{text} needs bounds on {per_person.label!r}, a {per_person.per_person} "
+                    "of each person's rows in a subquery: it has no bound, since a person may "
+                    "have any number of rows", sql=self.sql, position=_position(arg),
+                    hint=f"clamp it, e.g. LEAST(GREATEST({per_person.label}, 0), 100) with "
+                    "bounds that fit your data")
+            columns = sorted({c.label for c in unbounded})
             if not columns:  # bounded inputs, unbounded function: LN near 0, a text position
                 raise MissingBoundsError(
                     f"{text} needs bounds: nothing bounds {arg.sql(dialect='duckdb')} (declared "

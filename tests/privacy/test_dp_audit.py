@@ -80,6 +80,9 @@ SHAPES = [
     Shape("subquery_filter",
           "SELECT COUNT(*) AS n FROM (SELECT age FROM adult WHERE hours > 40) t",
           add_extreme_adult),
+    # a subquery grouped by the unit: one row a person, whatever the table's L0 and L∞
+    Shape("grouped_subquery", "SELECT COUNT(*) AS n FROM (SELECT uid, COUNT(*) AS c FROM visits "
+          "GROUP BY uid) t", add_heavy_visitor),
     Shape("private_keys_threshold", "SELECT amount, COUNT(*) AS n FROM visits GROUP BY amount",
           add_visitor_on_the_edge, delta=1e-6, base=threshold_edge_visitors),
     Shape("gaussian_zcdp_sum", "SELECT day, SUM(amount) AS s FROM visits GROUP BY day",
@@ -97,12 +100,13 @@ SHAPES = [
 REFUSED = [
     Shape("join_not_on_unit", "SELECT COUNT(*) AS n FROM visits v JOIN adult a ON v.uid = a.age",
           add_heavy_visitor),
-    Shape("grouped_subquery", "SELECT COUNT(*) AS n FROM (SELECT uid, COUNT(*) AS c FROM visits "
-          "GROUP BY uid) t", add_heavy_visitor),
+    Shape("grouped_subquery_not_on_unit", "SELECT COUNT(*) AS n FROM (SELECT day, COUNT(*) AS c "
+          "FROM visits GROUP BY day) t", add_heavy_visitor),
 ]
 
 # shapes whose neighbours differ by exactly the sensitivity, so the bound must come close to ε
-TIGHT = {"count_row_privacy", "count_rows_per_person", "count_distinct_unit", "snapshot_count"}
+TIGHT = {"count_row_privacy", "count_rows_per_person", "count_distinct_unit", "snapshot_count",
+         "grouped_subquery"}
 # CI runs catch gross violations (a missing clamp or bound moves outputs by far more than the
 # noise); the broken-mechanism tests show a factor-2 error in ε is caught; --slow has power.
 CI_RUNS, SLOW_RUNS = 80, 1500
