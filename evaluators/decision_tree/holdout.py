@@ -24,6 +24,7 @@ import pandas as pd
 import yaml
 
 import dpsql
+from evaluators._holdout import check_test_fraction, test_rows
 from evaluators.decision_tree.attributes import quote_identifier
 from evaluators.decision_tree.forest import PARTITION_COLUMN
 
@@ -66,12 +67,10 @@ def split_holdout(metadata: str | Path | Mapping, table: str, target: str, *,
         ledger: ledger of the custodian's read (default: the engine's default).
 
     Raises:
-        dpsql.ProgrammingError: test_fraction is outside (0, 1), or the table or the class
-            column is unknown.
+        dpsql.ProgrammingError: test_fraction is outside (0, 1) or leaves one side empty, or
+            the table or the class column is unknown.
     """
-    if not 0 < test_fraction < 1:
-        raise dpsql.ProgrammingError(f"test_fraction must be in (0, 1), got {test_fraction}",
-                                     hint="use e.g. --test-fraction 0.3")
+    check_test_fraction(test_fraction)
     raw = load_metadata(metadata)
     spec = next((s for name, s in raw.get("tables", {}).items() if name.lower() == table.lower()),
                 None)
@@ -84,7 +83,7 @@ def split_holdout(metadata: str | Path | Mapping, table: str, target: str, *,
     rows = _read_as_custodian(metadata, table, ledger)
     rng = np.random.default_rng(seed if seed is not None else secrets.randbits(128))
     order = rng.permutation(len(rows))
-    n_test = round(test_fraction * len(rows))
+    n_test = test_rows(len(rows), test_fraction)
     test = rows.iloc[order[:n_test]].reset_index(drop=True)
     train = rows.iloc[order[n_test:]].reset_index(drop=True)
     columns = copy.deepcopy(spec.get("columns", {}))

@@ -48,6 +48,7 @@ from dpsql.randomize import (
 )
 from evaluators import _catalog
 from evaluators._cli import dataset_ledger, emit, evaluator_options
+from evaluators._holdout import check_test_fraction, test_rows
 from evaluators.attribute_selection.contingency import catalog_attributes
 from evaluators.naive_bayes.central import train_central
 from evaluators.naive_bayes.model import NaiveBayesModel
@@ -111,9 +112,7 @@ def load_holdout(metadata: str | Path, table: str, class_column: str, *,
         analyst, ledger: who reads the true rows, and where that read is logged as exact
             (default: the OS user, in the dataset's ledger beside the metadata).
     """
-    if not 0 < test_fraction < 1:
-        raise dpsql.ProgrammingError(f"test fraction must be in (0, 1), got {test_fraction}",
-                                     hint="use e.g. --test-fraction 0.3")
+    check_test_fraction(test_fraction)
     if numeric not in NUMERIC_HANDLING:
         raise dpsql.ProgrammingError(f"numeric handling must be one of {NUMERIC_HANDLING}")
     spec = _catalog.table(metadata, table)
@@ -142,7 +141,7 @@ def load_holdout(metadata: str | Path, table: str, class_column: str, *,
         columns[unit.name] = unit
     frame = frame[list(columns)]
     order = rng.permutation(len(frame))
-    cut = int(round(len(frame) * (1 - test_fraction)))
+    cut = len(frame) - test_rows(len(frame), test_fraction)
     restricted = dataclasses.replace(spec, columns=columns)
     return Holdout(restricted, target.name, frame.iloc[order[:cut]].reset_index(drop=True),
                    frame.iloc[order[cut:]].reset_index(drop=True))

@@ -343,3 +343,22 @@ def test_cli_refuses_an_unknown_excluded_column_and_lists_the_columns(car, tmp_p
     error = json.loads(result.stderr)
     assert error["code"] == "unknown_column" and "'nope'" in error["error"]
     assert "safety" in error["hint"]
+
+
+@pytest.mark.parametrize("fraction, side", [("0.0000001", "test"), ("0.9999999", "training")])
+def test_cli_refuses_an_empty_split_before_anything_is_charged(car, tmp_path, fraction, side):
+    """--test-fraction 1e-7 was charged ε 1 and scored NaN (not JSON); 0.9999999 crashed with
+    an IndexError."""
+    metadata = tmp_path / "car.yaml"
+    metadata.write_text(yaml.safe_dump(car))
+    ledger = str(tmp_path / "ledger.sqlite")
+    result = CliRunner().invoke(command, [
+        "--metadata", str(metadata), "--table", "car", "--class", "class", "--epsilon", "1",
+        "--test-fraction", fraction, "--ledger", ledger, "--json"])
+    assert isinstance(result.exception, dpsql.ProgrammingError), result.output
+    assert f"leaves no {side} rows" in str(result.exception)
+    connection = dpsql.connect(None, metadata=str(metadata), ledger=ledger)
+    try:
+        assert connection.budget_spent.epsilon == 0
+    finally:
+        connection.close()

@@ -119,3 +119,20 @@ def test_randomized_response_publishes_no_uid_and_reports_the_heaviest_persons_e
     most = load_holdout(metadata, "visits", "member", test_fraction=0.3, attributes=ATTRIBUTES,
                         rng=np.random.default_rng(4), ledger=":memory:").train["uid"].value_counts()
     assert out["local_epsilon_per_unit"] == pytest.approx(most.max() * out["local_epsilon"])
+
+
+def test_an_empty_test_split_is_refused_before_the_central_release(tmp_path) -> None:
+    """--test-fraction 1e-7 was charged ε 1 and answered test_accuracy NaN (not JSON)."""
+    metadata = _dataset(tmp_path, _visits())
+    ledger = str(tmp_path / "l.sqlite")
+    args = ["-m", metadata, "-t", "visits", "--class", "member", "--attributes", "day,region_id",
+            "--mechanism", "laplace", "-e", "1", "--test-fraction", "1e-7", "--json",
+            "--ledger", ledger]
+    result = CliRunner().invoke(command, args)
+    assert isinstance(result.exception, dpsql.ProgrammingError), result.output
+    assert "leaves no test rows" in str(result.exception)
+    connection = dpsql.connect(None, metadata=metadata, ledger=ledger)
+    try:
+        assert connection.budget_spent.epsilon == 0
+    finally:
+        connection.close()
