@@ -333,9 +333,7 @@ class TRR:
         The numbers are ``RandomSource.normal`` draws (Box-Muller on the source's uniforms):
         TRR has no finite ε, so float rounding here weakens no guarantee.
         """
-        if a_variance < 0 or b_variance < 0:
-            raise PrivacyParameterError("TRR variances must be ≥ 0",
-                                        hint="pass --trr-a-variance and --trr-b-variance ≥ 0")
+        check_trr(a_mean, a_variance, b_variance)
         if set_size < 1:
             raise PrivacyParameterError(f"TRR set size must be ≥ 1, got {set_size}")
         a_sd, b_sd = math.sqrt(a_variance), math.sqrt(b_variance)
@@ -368,6 +366,22 @@ class TRR:
         a = self.a_set[_below_array(len(self.a_set), rng, values.shape)]
         b = self.b_set[_below_array(len(self.b_set), rng, values.shape)]
         return a * values + b
+
+
+def check_trr(a_mean: float, a_variance: float, b_variance: float) -> None:
+    """Refuse TRR parameters that publish the values: variances of 0 made every a the mean
+    and every b 0, so y = x was written as a public table; NaN and ∞ hide nothing either.
+
+    Raises:
+        PrivacyParameterError: a variance is not a finite number > 0, or the mean is not finite.
+    """
+    for name, value, low in (("a-mean", a_mean, -math.inf), ("a-variance", a_variance, 0.0),
+                             ("b-variance", b_variance, 0.0)):
+        if not (math.isfinite(value) and value > low):
+            bound = "finite" if low == -math.inf else "a finite number > 0"
+            raise PrivacyParameterError(
+                f"TRR's {name.replace('-', ' ')} must be {bound}, got {value!r}",
+                hint=f"pass --trr-{name} as {bound}, e.g. 1 (the paper's)")
 
 
 def _draw_array(table: Categorical, rng: RandomSource, shape: tuple[int, ...]) -> np.ndarray:
@@ -417,6 +431,10 @@ class RandomizationSpec:
     trr_a_variance: float = 1.0
     trr_b_variance: float = 1.0
     trr_set_size: int = 1000
+
+    def __post_init__(self) -> None:
+        # checked when the spec is made, before any true row is read
+        check_trr(self.trr_a_mean, self.trr_a_variance, self.trr_b_variance)
 
     def build(self, table: TableSpec, rng: RandomSource) -> dict[str, Randomizer]:
         """One randomizer per non-kept column of ``table``: categorical if it has ``values``."""

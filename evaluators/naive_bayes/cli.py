@@ -344,6 +344,10 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *,
         insecure_seed = seed
     noise = (csprng() if insecure_seed is None
              else dpsql.RandomSource(insecure_seed=insecure_seed))
+    # made before the rows are read: TRR parameters that would publish them are refused first
+    spec = None if epsilon is not None or mechanism == "laplace" else RandomizationSpec(
+        p=DEFAULT_P0 if p0 is None else p0, trr_a_mean=trr["a_mean"],
+        trr_a_variance=trr["a_variance"], trr_b_variance=trr["b_variance"])
     if epsilon is not None and numeric == "trr":
         # central counts need public domains for every attribute, and TRR has no finite ε
         numeric = "bins"
@@ -363,9 +367,7 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *,
                                        ledger=ledger)
             result.update(test_accuracy=accuracy(model, holdout), epsilon_spent=spent)
             return result
-        spec = equal_split_spec(holdout, epsilon) if epsilon is not None else RandomizationSpec(
-            p=DEFAULT_P0 if p0 is None else p0, trr_a_mean=trr["a_mean"],
-            trr_a_variance=trr["a_variance"], trr_b_variance=trr["b_variance"])
+        spec = spec or equal_split_spec(holdout, epsilon)
         model, randomized = fit_randomized(holdout, spec, noise, workdir, alpha)
     per_attribute = randomized.local_epsilon_per_attribute
     result.update(

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from conftest import require_dataset
 
 import dpsql
-from dpsql.connection import ledger_for
 from dpsql.catalog import load_catalog
+from dpsql.connection import ledger_for
 from dpsql.randomize import (
     ERRPH,
     RandomizationSpec,
@@ -122,9 +122,9 @@ def test_p0_near_one_gives_the_non_private_classifier_on_adult(tmp_path) -> None
     require_dataset("adult.csv")
     holdout = load_holdout(ADULT_YAML, "adult", "salary-class", test_fraction=0.3,
                            rng=np.random.default_rng(1), ledger=":memory:")
-    # p0 = 1 − 2⁻⁴⁰ (1 itself is refused) and TRR with a ≡ 1, b ≡ 0: the released table is
-    # the true one but for a hidden value once in 2⁴⁰
-    spec = RandomizationSpec(p=1 - 2**-40, trr_a_variance=0.0, trr_b_variance=0.0)
+    # p0 = 1 − 2⁻⁴⁰ and TRR with a ≈ 1, b ≈ 0 (1 and variances 0 are refused): the released
+    # table is the true one but for a hidden value once in 2⁴⁰ and rounding
+    spec = RandomizationSpec(p=1 - 2**-40, trr_a_variance=1e-30, trr_b_variance=1e-30)
     private, _ = fit_randomized(holdout, spec, dpsql.RandomSource(insecure_seed=2), tmp_path)
     exact = fit_exact(holdout)
     test = holdout.test[holdout.attributes]
