@@ -23,6 +23,8 @@ Randomizers (Zhang et al. 2007, "Privacy Preserving Naive Bayes Classification",
 it public, and a sidecar JSON (``<output>.randomization.json``) with the machine-readable
 parameters and the local ε per attribute and per record (basic composition: the sum). Columns
 passed as ``keep`` (the class label in the paper) are copied in the clear and are NOT protected.
+On a table with a privacy unit each person publishes at most the declared contribution bound
+of records (``bound_units``), so the local ε per person is that public bound times a record's.
 """
 
 from __future__ import annotations
@@ -475,13 +477,34 @@ class RandomizationSpec:
                 if c != table.privacy_unit or c.lower() in kept]
 
 
-def busiest_unit_rows(frame: pd.DataFrame, unit: str | None) -> int | None:
-    """The most rows one person has in ``frame`` (None without a privacy unit): each row is
-    randomized independently, so that person's local ε is this many times a record's."""
-    if unit is None:
+def unit_bound(table: TableSpec) -> int | None:
+    """The most records one person publishes, from the table's declared (public) contribution
+    bounds: ``max_rows_per_unit`` if declared and smaller, else max_groups_per_unit ×
+    max_rows_per_group (None without a privacy unit: each record is a person)."""
+    if table.privacy_unit is None:
         return None
-    rows = frame.groupby(unit, dropna=True).size()
-    return int(rows.max()) if len(rows) else 0
+    bound = table.max_groups_per_unit * table.max_rows_per_group
+    return bound if table.max_rows_per_unit is None else min(bound, table.max_rows_per_unit)
+
+
+def bound_units(frame: pd.DataFrame, table: TableSpec,
+                rng: RandomSource | None = None) -> tuple[pd.DataFrame, int]:
+    """``frame`` with at most ``unit_bound(table)`` records per person, kept uniformly at
+    random, and how many were dropped (an exact count, the custodian's only).
+
+    Each record is randomized independently, so a person's local ε is their records times a
+    record's; publishing at most the declared bound makes that a public number. Records without
+    a person are dropped, as every answer of the engine drops them.
+    """
+    bound = unit_bound(table)
+    if bound is None:
+        return frame, 0
+    rng = rng if rng is not None else csprng()
+    unit = frame[table.column(table.privacy_unit).name]
+    shuffled = unit.iloc[rng.sample(len(frame), len(frame))]
+    rank = shuffled[shuffled.notna()].groupby(shuffled, sort=False).cumcount()
+    kept = frame.loc[rank.index[rank.to_numpy() < bound]].sort_index()
+    return kept, len(frame) - len(kept)
 
 
 def _publishes_true_values(column: str, mechanism: str, p: float) -> PrivacyParameterError:
@@ -541,15 +564,16 @@ class RandomizedTable:
     randomizers: Mapping[str, Randomizer]
     clear_columns: tuple[str, ...]
     rows: int
-    records_per_unit: int | None = None  # the busiest person's rows (None: row privacy)
+    rows_per_unit: int | None = None  # the public bound on a person's records (None: rows)
+    rows_dropped: int = 0  # beyond the bound: exact, for the custodian, never published
 
     @property
     def local_epsilon_per_unit(self) -> float | None:
-        """The busiest person's local ε: their records' losses add up (None: row privacy)."""
-        if self.records_per_unit is None:
+        """A person's local ε: their at most ``rows_per_unit`` records' losses add up (None:
+        row privacy)."""
+        if self.rows_per_unit is None:
             return None
-        return self.records_per_unit * self.local_epsilon_per_record if \
-            self.records_per_unit else 0.0
+        return self.rows_per_unit * self.local_epsilon_per_record
 
     @property
     def local_epsilon_per_attribute(self) -> dict[str, float]:
@@ -569,10 +593,11 @@ class RandomizedTable:
 
 
 def write_randomized(frame: pd.DataFrame, table: TableSpec, randomizers: Mapping[str, Randomizer],
-                     output: str | Path, records_per_unit: int | None = None) -> RandomizedTable:
+                     output: str | Path, rows_dropped: int = 0) -> RandomizedTable:
     """Write randomized data (the columns of ``table`` that ``frame`` holds), a public
-    catalogue YAML and the parameters sidecar JSON; ``records_per_unit`` is the busiest
-    person's rows (``busiest_unit_rows``), for their local ε.
+    catalogue YAML and the parameters sidecar JSON. ``frame`` holds at most
+    ``unit_bound(table)`` records per person (``bound_units``, which counts ``rows_dropped``),
+    so a person's local ε is that public bound times a record's.
 
     The YAML is ``<output stem>.yaml`` and the sidecar ``<output stem>.randomization.json``,
     both beside ``output`` (``.parquet`` or ``.csv``).
@@ -589,7 +614,7 @@ def write_randomized(frame: pd.DataFrame, table: TableSpec, randomizers: Mapping
         table=table.name, data_path=output, metadata_path=output.with_suffix(".yaml"),
         parameters_path=output.with_suffix(".randomization.json"),
         randomizers=dict(randomizers), clear_columns=clear, rows=len(frame),
-        records_per_unit=records_per_unit)
+        rows_per_unit=unit_bound(table), rows_dropped=rows_dropped)
     result.parameters_path.write_text(json.dumps(_parameters_document(result), indent=2) + "\n")
     result.metadata_path.write_text(yaml.safe_dump(_catalogue_document(result, table),
                                                    sort_keys=False, allow_unicode=True))
@@ -621,11 +646,12 @@ def _parameters_document(result: RandomizedTable) -> dict[str, Any]:
         "local_epsilon": {
             "per_record": _json_epsilon(per_record),
             "per_record_categorical": _json_epsilon(result.local_epsilon_categorical),
-            "records_per_unit": result.records_per_unit,
+            "records_per_unit_bound": result.rows_per_unit,
             "per_unit": None if result.local_epsilon_per_unit is None else
             _json_epsilon(result.local_epsilon_per_unit),
             "note": "sums over randomized columns; null means infinite (TRR columns, or p0 = 1); "
-                    "clear columns are not protected",
+                    "clear columns are not protected; per_unit is per_record times the "
+                    "declared bound on a person's records, beyond which they were dropped",
         },
     }
 
@@ -726,10 +752,10 @@ def randomize_table(metadata: str | Path | Mapping, table: str, output: str | Pa
     table_spec = _table(catalog, table)
     randomizers = spec.build(table_spec, rng)  # refused parameters read no true row
     frame = read_source(catalog, table, database=database, source=source, ledger=ledger)
-    records = busiest_unit_rows(frame, table_spec.privacy_unit)
+    frame, dropped = bound_units(frame, table_spec, rng)
     frame = frame[spec.published(table_spec)]
     return write_randomized(randomize_frame(frame, randomizers, rng), table_spec, randomizers,
-                            output, records)
+                            output, dropped)
 
 
 def read_source(metadata: str | Path | Mapping | Catalog, table: str, *,
@@ -844,10 +870,11 @@ def command(metadata: str, table: str, output: str, database: str | None, ledger
         "local_epsilon_per_attribute": {c: _json_epsilon(e) for c, e in
                                         result.local_epsilon_per_attribute.items()},
         "local_epsilon": _json_epsilon(result.local_epsilon_per_record),
-        "records_per_unit": result.records_per_unit,
+        "records_per_unit_bound": result.rows_per_unit,
         "local_epsilon_per_unit": None if result.local_epsilon_per_unit is None else
         _json_epsilon(result.local_epsilon_per_unit),
         "epsilon_spent": 0,  # no central budget: the output is a local-DP release
+        "exact (non-private, for the custodian)": {"rows_dropped": result.rows_dropped},
     }
     if as_json:
         click.echo(json.dumps(summary))
@@ -859,5 +886,8 @@ def command(metadata: str, table: str, output: str, database: str | None, ledger
     click.echo(f"local ε per record: {result.local_epsilon_per_record:.4f} "
                f"(clear, unprotected: {', '.join(result.clear_columns) or 'none'})")
     if result.local_epsilon_per_unit is not None:
-        click.echo(f"local ε per person: {result.local_epsilon_per_unit:.4f} (the busiest has "
-                   f"{result.records_per_unit} records, each randomized independently)")
+        click.echo(f"local ε per person: {result.local_epsilon_per_unit:.4f} (at most "
+                   f"{result.rows_per_unit} records each, the declared bound, each randomized "
+                   "independently)")
+        click.echo(f"rows dropped beyond that bound: {result.rows_dropped} (exact, for the "
+                   "custodian: not published)")

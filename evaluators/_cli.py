@@ -36,6 +36,12 @@ from dpsql.cli_params import METADATA_FILE
 DEFAULT_EXPERIMENT_ROOT = Path("build") / "reports"
 
 
+#: The key under which an evaluator's JSON groups its exact figures of the private data (row
+#: counts, accuracies scored on the custodian's true test rows): they are not DP and are for
+#: the custodian who ran it, never to be published with the release.
+EXACT = "exact (non-private)"
+
+
 def _warning_once(func: Callable) -> Callable:
     """``func`` run with the insecure-seed warning shown once per run."""
     @functools.wraps(func)

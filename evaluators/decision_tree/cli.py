@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 import dpsql
-from evaluators._cli import dataset_ledger, emit, evaluator_options
+from evaluators._cli import EXACT, dataset_ledger, emit, evaluator_options
 from evaluators.decision_tree.forest import DPRandomForest
 from evaluators.decision_tree.holdout import split_holdout, temporary_directory
 from evaluators.decision_tree.split import CRITERIA, SELECTIONS
@@ -66,16 +66,18 @@ def command(metadata: str, table: str, epsilon: float, output: str | None, seed:
             connection.close()
     truth = holdout.test[target].astype(str).str.strip().to_numpy()
     result = {
-        "test_accuracy": float((model.predict(holdout.test).astype(str) == truth).mean()),
-        "majority_accuracy": float((truth == str(holdout.train_majority)).mean()),
+        EXACT: {
+            "test_accuracy": float((model.predict(holdout.test).astype(str) == truth).mean()),
+            "majority_accuracy": float((truth == str(holdout.train_majority)).mean()),
+            "train_rows": holdout.train_rows,
+            "test_rows": len(holdout.test),
+        },
         "depth": model.depth,
         "max_depth": depth,
         "epsilon_spent": float(model.epsilon_spent),
         "criterion": criterion,
         "selection": selection,
         "trees": trees,
-        "train_rows": holdout.train_rows,
-        "test_rows": len(holdout.test),
         "fit_seconds": round(fit_seconds, 3),
         "noise": "insecure (seeded, NOT private)" if insecure_seed is not None else "cryptographic",
         "queries": [{"sql": level.sql, "epsilon": float(level.epsilon),
@@ -85,8 +87,10 @@ def command(metadata: str, table: str, epsilon: float, output: str | None, seed:
     }
 
     def text(result: dict) -> None:
-        click.echo(f"test accuracy {result['test_accuracy']:.4f} (majority class "
-                   f"{result['majority_accuracy']:.4f}); depth {result['depth']}; "
+        exact = result[EXACT]
+        click.echo(f"test accuracy {exact['test_accuracy']:.4f} (majority class "
+                   f"{exact['majority_accuracy']:.4f}; both exact, non-private, on the "
+                   f"custodian's test rows); depth {result['depth']}; "
                    f"ε spent {result['epsilon_spent']:g} in {len(model.levels)} scripts; "
                    f"fit {fit_seconds:.2f} s")
         if show_tree:

@@ -37,17 +37,18 @@ from dpsql.randomize import (
     ERRPH,
     RandomizationSpec,
     RandomizedTable,
-    busiest_unit_rows,
+    bound_units,
     column_document,
     csprng,
     load_randomization,
     randomize_frame,
     read_source,
+    unit_bound,
     write_data,
     write_randomized,
 )
 from evaluators import _catalog
-from evaluators._cli import dataset_ledger, emit, evaluator_options
+from evaluators._cli import EXACT, dataset_ledger, emit, evaluator_options
 from evaluators._holdout import check_test_fraction, test_rows
 from evaluators.attribute_selection.contingency import catalog_attributes
 from evaluators.naive_bayes.central import train_central
@@ -216,13 +217,15 @@ def fit_exact(holdout: Holdout, alpha: float = 1.0) -> NaiveBayesModel:
 def fit_randomized(holdout: Holdout, spec: RandomizationSpec, rng: dpsql.RandomSource,
                    workdir: str | Path, alpha: float = 1.0) -> tuple[NaiveBayesModel,
                                                                       RandomizedTable]:
-    """Randomize the train rows (class kept clear) and fit PPNB through a dpsql connection."""
+    """Randomize the train rows (class kept clear), at most the declared bound per person
+    (``bound_units``), and fit PPNB through a dpsql connection."""
     spec = dataclasses.replace(spec, keep=(holdout.class_column,))
     table = holdout.modelled
     randomizers = spec.build(table, rng)
-    randomized = write_randomized(randomize_frame(holdout.train, randomizers, rng),
-                                  table, randomizers,
-                                  Path(workdir) / f"{holdout.table.name}_randomized.parquet")
+    train, dropped = bound_units(holdout.train, holdout.table, rng)
+    randomized = write_randomized(randomize_frame(train, randomizers, rng), table, randomizers,
+                                  Path(workdir) / f"{holdout.table.name}_randomized.parquet",
+                                  dropped)
     # the randomized table is public: its exact queries are charged nothing
     connection = dpsql.connect(None, metadata=str(randomized.metadata_path), ledger=":memory:")
     try:
@@ -305,12 +308,11 @@ def _epsilon_or_none(epsilon: float) -> float | None:
 
 
 def _epsilon_per_unit(holdout: Holdout, per_record: float) -> float | None:
-    """The local ε of the person with the most train rows: each of their rows is randomized
-    independently, so the losses add up (None without a privacy unit, or if infinite)."""
-    unit = holdout.table.privacy_unit
-    rows = busiest_unit_rows(holdout.train, None if unit is None else
-                             holdout.table.column(unit).name)
-    return _epsilon_or_none(rows * per_record) if rows else None
+    """A person's local ε: each publishes at most the table's declared bound of records
+    (``unit_bound``), each randomized independently, so the losses add up (None without a
+    privacy unit, or if infinite)."""
+    bound = unit_bound(holdout.table)
+    return None if bound is None else _epsilon_or_none(bound * per_record)
 
 
 def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *,
@@ -354,24 +356,26 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *,
     holdout = load_holdout(metadata, table, class_column, test_fraction=test_fraction, rng=split,
                            attributes=attributes, numeric=numeric, bins=bins, analyst=analyst,
                            ledger=ledger)
+    exact = {"train_rows": len(holdout.train), "test_rows": len(holdout.test),
+             "non_private_accuracy": accuracy(fit_exact(holdout, alpha), holdout)}
     result: dict[str, Any] = {
         "table": table, "class": holdout.class_column, "mechanism": mechanism,
-        "attributes": holdout.attributes, "numeric": numeric,
-        "train_rows": len(holdout.train), "test_rows": len(holdout.test),
-        "non_private_accuracy": accuracy(fit_exact(holdout, alpha), holdout),
+        "attributes": holdout.attributes, "numeric": numeric, EXACT: exact,
     }
     with tempfile.TemporaryDirectory(prefix="dpsql-nb-") as workdir:
         if mechanism == "laplace":
             model, spent = fit_central(holdout, epsilon, workdir, insecure_seed=insecure_seed,
                                        alpha=alpha, dataset=metadata, analyst=analyst,
                                        ledger=ledger)
-            result.update(test_accuracy=accuracy(model, holdout), epsilon_spent=spent)
+            exact["test_accuracy"] = accuracy(model, holdout)
+            result["epsilon_spent"] = spent
             return result
         spec = spec or equal_split_spec(holdout, epsilon)
         model, randomized = fit_randomized(holdout, spec, noise, workdir, alpha)
     per_attribute = randomized.local_epsilon_per_attribute
+    exact.update(test_accuracy=accuracy(model, holdout),
+                 train_rows_dropped=randomized.rows_dropped)
     result.update(
-        test_accuracy=accuracy(model, holdout),
         p0=None if epsilon is not None else spec.p,
         p0_per_attribute={a: r.p0 for a, r in randomized.randomizers.items()
                           if isinstance(r, ERRPH)},
@@ -424,10 +428,11 @@ def command(metadata: str, table: str, epsilon: float | None, output: str | None
 
 
 def _print(mechanism: str, table: str, result: dict) -> None:
-    click.echo(f"{mechanism} Naive Bayes on {table!r} ({result['train_rows']} train, "
-               f"{result['test_rows']} test rows)")
-    click.echo(f"test accuracy: {result['test_accuracy']:.4f} "
-               f"(non-private: {result['non_private_accuracy']:.4f})")
+    exact = result[EXACT]
+    click.echo(f"{mechanism} Naive Bayes on {table!r} ({exact['train_rows']} train, "
+               f"{exact['test_rows']} test rows: exact, non-private)")
+    click.echo(f"test accuracy: {exact['test_accuracy']:.4f} (non-private model: "
+               f"{exact['non_private_accuracy']:.4f}; both exact, on the true test rows)")
     if mechanism == "laplace":
         click.echo(f"ε spent: {result['epsilon_spent']:g}")
     else:
@@ -439,5 +444,6 @@ def _print(mechanism: str, table: str, result: dict) -> None:
         click.echo(f"local ε per record: {shown}; unprotected: "
                    f"{', '.join(result['unprotected_columns'])}")
         if result["local_epsilon_per_unit"] is not None:
-            click.echo(f"local ε of the person with the most rows: "
+            click.echo(f"local ε per person (at most the declared bound of rows each; "
+                       f"{exact['train_rows_dropped']} train rows beyond it dropped, exact): "
                        f"{result['local_epsilon_per_unit']:.4f}")

@@ -116,9 +116,15 @@ def test_randomized_response_publishes_no_uid_and_reports_the_heaviest_persons_e
     args = ["-m", metadata, "-t", "visits", "--class", "member", "--attributes", "day,region_id",
             "--p0", "0.5", "--seed", "4", "--json", "--ledger", str(tmp_path / "l.sqlite")]
     out = json.loads(CliRunner().invoke(command, args, catch_exceptions=False).output)
-    most = load_holdout(metadata, "visits", "member", test_fraction=0.3, attributes=ATTRIBUTES,
-                        rng=np.random.default_rng(4), ledger=":memory:").train["uid"].value_counts()
-    assert out["local_epsilon_per_unit"] == pytest.approx(most.max() * out["local_epsilon"])
+    train = load_holdout(metadata, "visits", "member", test_fraction=0.3, attributes=ATTRIBUTES,
+                         rng=np.random.default_rng(4), ledger=":memory:").train
+    # a person's ε comes from the declared bound (L0 = 3 × L∞ = 2), not from the busiest
+    # person's exact rows, which were published through it; the rows beyond it are dropped
+    assert out["local_epsilon_per_unit"] == pytest.approx(6 * out["local_epsilon"])
+    dropped = (train["uid"].value_counts() - 6).clip(lower=0).sum()
+    assert dropped > 0 and out["exact (non-private)"]["train_rows_dropped"] == dropped
+    assert pd.read_parquet(randomized.data_path).shape[0] == len(holdout.train) - (
+        holdout.train["uid"].value_counts() - 6).clip(lower=0).sum()
 
 
 def test_an_empty_test_split_is_refused_before_the_central_release(tmp_path) -> None:

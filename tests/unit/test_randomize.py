@@ -19,6 +19,7 @@ from dpsql.randomize import (
     TRR,
     RandomizationSpec,
     Warner,
+    bound_units,
     command,
     load_randomization,
     randomize_frame,
@@ -263,7 +264,8 @@ def test_cli_reads_an_input_file_instead_of_the_declared_source(tmp_path) -> Non
 def test_a_table_with_a_privacy_unit_drops_it_and_reports_each_persons_epsilon(tmp_path):
     """The visits' uid was randomized as a number (TRR, no finite ε) and only the ε per
     record was reported, though the busiest customer has many records, each randomized
-    independently. Now the id is not published unless kept, and their ε is reported."""
+    independently. Now the id is not published unless kept, and a person's ε is the declared
+    bound (7 × 1 records) times a record's."""
     visits = pd.DataFrame({"uid": [1, 1, 1, 2], "day": ["Mon", "Tue", "Mon", "Sun"]})
     visits.to_csv(tmp_path / "v.csv", index=False)
     meta = {"name": "v", "tables": {"v": {
@@ -277,10 +279,38 @@ def test_a_table_with_a_privacy_unit_drops_it_and_reports_each_persons_epsilon(t
                                             catch_exceptions=False).output)
     per_record = math.log(0.5 * 7 / 0.5 + 1)  # ERRPH at p0 = 1/2 over 7 days
     assert summary["local_epsilon"] == pytest.approx(per_record)
-    assert summary["records_per_unit"] == 3
-    assert summary["local_epsilon_per_unit"] == pytest.approx(3 * per_record)
+    assert summary["records_per_unit_bound"] == 7
+    assert summary["local_epsilon_per_unit"] == pytest.approx(7 * per_record)
     assert list(pd.read_csv(tmp_path / "o.csv").columns) == ["day"]
     kept = json.loads(CliRunner().invoke(command, [*args, str(tmp_path / "k.csv"), "--keep",
                                                    "uid"], catch_exceptions=False).output)
     assert kept["clear_columns"] == ["uid"]
     assert pd.read_csv(tmp_path / "k.csv").uid.tolist() == [1, 1, 1, 2]
+
+
+def test_a_person_publishes_at_most_the_declared_bound_of_records(tmp_path):
+    """The busiest person's exact record count (737 for MovieLens) was written into the
+    published sidecar as records_per_unit, and their local ε was that count times a record's.
+    Now each person publishes at most the declared bound, chosen at random, and only the
+    bound is published; how many rows were dropped is the custodian's exact figure."""
+    visits = pd.DataFrame({"uid": [1] * 50 + [2, 2, None],
+                           "day": ["Mon"] * 25 + ["Tue"] * 25 + ["Sun", "Sat", "Fri"]})
+    visits.to_csv(tmp_path / "v.csv", index=False)
+    meta = {"name": "v", "tables": {"v": {
+        "source": str(tmp_path / "v.csv"), "privacy_unit": "uid", "max_groups_per_unit": 3,
+        "max_rows_per_group": 2, "max_rows_per_unit": 4, "columns": {"uid": "int", "day": {
+            "type": "text", "values": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]}}}}}
+    (tmp_path / "v.yaml").write_text(json.dumps(meta))
+    summary = json.loads(CliRunner().invoke(command, [
+        "--metadata", str(tmp_path / "v.yaml"), "--table", "v", "--ledger", ":memory:", "--json",
+        "--keep", "uid", "--keep", "day", "--output", str(tmp_path / "o.csv")],
+        catch_exceptions=False).output)
+    written = pd.read_csv(tmp_path / "o.csv")
+    assert written.uid.value_counts().to_dict() == {1: 4, 2: 2}  # the row without a person too
+    assert set(written.day[written.uid == 1]) <= {"Mon", "Tue"}
+    assert summary["records_per_unit_bound"] == 4 and summary["rows"] == 6
+    assert summary["exact (non-private, for the custodian)"] == {"rows_dropped": 47}
+    sidecar = json.loads((tmp_path / "o.randomization.json").read_text())
+    assert "50" not in json.dumps(sidecar) and sidecar["local_epsilon"]["records_per_unit_bound"] == 4
+    kept = [bound_units(visits, load_catalog(tmp_path / "v.yaml").table("v"))[0] for _ in range(40)]
+    assert len({tuple(frame.index) for frame in kept}) > 1  # a uniform choice, not the first 4
