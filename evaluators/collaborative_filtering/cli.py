@@ -11,11 +11,11 @@ import time
 
 import click
 
-from evaluators._cli import emit, evaluator_options
+from evaluators._cli import EXACT, emit, evaluator_options
 from evaluators.collaborative_filtering import ldp
 from evaluators.collaborative_filtering.data import (
     DEFAULT_METADATA,
-    fetch_long,
+    item_range,
     open_ratings,
     split_users,
 )
@@ -97,30 +97,35 @@ def command(metadata: str, table: str, epsilon: float | None, output: str | None
         values = filled.table
         report.update(levels=levels, min_overlap=min_overlap, fill_passes=filled.passes,
                       filled_cells=filled.filled, fill_ratio=filled.fill_ratio)
-    report.update(evaluate(con, method, values).as_dict())
-    report.update(_privacy(release, fetch_long(con, "cf_ratings", "rating")))
+    # scored against the true ratings of the test users: exact, for the custodian
+    report[EXACT] = evaluate(con, method, values).as_dict()
+    lower, upper = item_range(metadata, table)
+    report.update(_privacy(release, upper - lower + 1))
     report["seconds"] = round(time.perf_counter() - started, 2)
     cust.close()
 
     def text(report: dict) -> None:
-        click.echo(f"{method}-based CF, {perturbation}, fill={fill}: MAE {report['mae']:.4f}  "
-                   f"RMSE {report['rmse']:.4f}  coverage {report['coverage']:.4f} "
-                   f"({report['n_predicted']}/{report['n_required']})")
+        exact = report[EXACT]
+        click.echo(f"{method}-based CF, {perturbation}, fill={fill}: MAE {exact['mae']:.4f}  "
+                   f"RMSE {exact['rmse']:.4f}  coverage {exact['coverage']:.4f} "
+                   f"({exact['n_predicted']}/{exact['n_required']}; exact, non-private)")
         click.echo(f"privacy: {report['guarantee']}")
 
     emit(report, as_json=as_json, output=output, text=text)
 
 
-def _privacy(release: Perturbation, ratings) -> dict:
+def _privacy(release: Perturbation, items: int) -> dict:
     # No central budget is charged: the perturbation happens on the clients. Only the LDP
-    # release has an ε; epsilon_spent is then the worst user's composed loss.
+    # release has an ε, per rating and per user from the public item domain, never from a
+    # user's exact rating count
     if release.kind != "ldp":
         guarantee = ("none (non-private baseline)" if release.kind == "none" else
                      "RPT masking: no ε-DP guarantee (bounded noise on unbounded z-scores)")
         return {"epsilon_spent": None, "guarantee": guarantee}
-    per_user = ldp.epsilon_per_user(ratings, release.epsilon)
-    return {"epsilon_spent": per_user["max"], "epsilon_per_rating": release.epsilon,
-            "epsilon_per_user_median": per_user["median"],
-            "guarantee": f"local DP: ε={release.epsilon:g} per rating value, d·ε per user "
-                         f"(median {per_user['median']:g}, max {per_user['max']:g}); "
-                         "which items were rated is not protected"}
+    per_user = ldp.epsilon_per_user(items, release.epsilon)
+    return {"epsilon_spent": 0.0, "local_epsilon_per_rating": release.epsilon,
+            "local_epsilon_per_user": per_user,
+            "guarantee": f"local DP: ε={release.epsilon:g} per rating value; at most one "
+                         f"rating per item of the declared {items}, so {per_user:g} per user; "
+                         "which items were rated is not protected; no central budget is "
+                         "charged"}

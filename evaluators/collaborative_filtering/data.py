@@ -46,6 +46,7 @@ def open_ratings(
             f"metadata {str(metadata)!r} has no {table!r} table",
             hint="pass --metadata data/datasets/movielens.yaml (or a copy of it)",
         )
+    lower, upper = item_range(metadata, table)
     cust = dpsql.connect_custodian(None, metadata=metadata, analyst=analyst or _ANALYST,
                                  ledger=ledger)
     # DuckDB's progress bar would interleave with --json output on the terminal.
@@ -53,9 +54,24 @@ def open_ratings(
     cust.execute(
         'CREATE OR REPLACE TEMP TABLE cf_ratings AS '
         'SELECT "user"::INTEGER AS user_id, item::INTEGER AS item_id, rating::DOUBLE AS rating '
-        f'FROM "{table}"'
+        f'FROM "{table}" WHERE item::INTEGER BETWEEN {lower} AND {upper}'
     )
     return cust
+
+
+def item_range(metadata: str | Path, table: str = "ratings") -> tuple[int, int]:
+    """The declared (public) [lower, upper] of the table's ``item`` column: a user rates at
+    most its items, once each, which bounds their local ε without reading a rating.
+
+    Raises:
+        dpsql.ProgrammingError: the column declares no bounds.
+    """
+    column = dpsql.catalog.load_catalog(metadata).table(table).column("item")
+    if column is None or not column.is_bounded:
+        raise dpsql.ProgrammingError(
+            f"the {table!r} table declares no bounds for its 'item' column",
+            hint="declare 'item: {type: int, lower: 1, upper: <largest item id>}'")
+    return int(column.lower), int(column.upper)
 
 
 def split_users(con: duckdb.DuckDBPyConnection, n_train: int, rng: np.random.Generator) -> Split:
@@ -69,9 +85,10 @@ def split_users(con: duckdb.DuckDBPyConnection, n_train: int, rng: np.random.Gen
     users = con.execute("SELECT DISTINCT user_id FROM cf_ratings ORDER BY 1").fetchnumpy()
     users = users["user_id"]
     if not 0 < n_train < len(users):
+        # the number of users is exact: it is not named
         raise dpsql.ProgrammingError(
-            f"n_train={n_train} must leave at least one user on each side of {len(users)} users",
-            hint=f"choose a training size between 1 and {len(users) - 1}",
+            f"n_train={n_train} must leave at least one user on each side",
+            hint="choose a training size of at least 1 and below the number of users",
         )
     shuffled = rng.permutation(users)
     split = Split(train=np.sort(shuffled[:n_train]), test=np.sort(shuffled[n_train:]))

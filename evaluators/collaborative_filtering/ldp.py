@@ -5,8 +5,8 @@ Each user releases every rated cell as ``rating + L`` with L two-sided geometric
 moves it by at most 4 and each released cell is ``epsilon``-DP for its value (integer noise,
 drawn exactly from a ``dpsql.RandomSource``, so no floating-point leak). Which items a user
 rated is released as is (like RPT with beta = 0), so the guarantee covers rating values, not
-item presence. A user's whole profile of d ratings is ``d * epsilon``-DP by basic
-composition. Everything the server does after
+item presence. A user releases at most one rating per item of the declared item domain (m
+items), so their whole profile is ``m * epsilon``-DP by basic composition. Everything the server does after
 (z-scores, discretization, ROUSTIDA, kNN) is post-processing.
 """
 
@@ -33,10 +33,13 @@ def discrete_laplace(scale: Fraction, size: int, rng: dpsql.RandomSource) -> np.
 def perturb_ratings(
     ratings: pd.DataFrame, epsilon: float, rng: dpsql.RandomSource
 ) -> pd.DataFrame:
-    """Release ``(user_id, item_id, rating)`` as ``(user_id, item_id, noisy)``, ε per rating."""
+    """Release ``(user_id, item_id, rating)`` as ``(user_id, item_id, noisy)``, ε per rating:
+    one rating per (user, item), so a user releases at most one per item (``epsilon_per_user``).
+    """
     if not 0 < epsilon < math.inf:  # ∞ would publish the ratings (and has no ratio)
         raise dpsql.PrivacyParameterError(f"epsilon must be a finite number > 0, got {epsilon}",
                                           hint="pass --epsilon 1 (or any positive value)")
+    ratings = ratings.drop_duplicates(["user_id", "item_id"])
     clipped = ratings["rating"].clip(RATING_LOWER, RATING_UPPER).to_numpy()
     # ε as the exact rational its float holds: the scale is exactly Δ/ε
     noise = discrete_laplace(Fraction(RATING_SENSITIVITY) / Fraction(epsilon), len(clipped), rng)
@@ -45,7 +48,7 @@ def perturb_ratings(
                          "noisy": (clipped + noise).astype(np.float64)})
 
 
-def epsilon_per_user(ratings: pd.DataFrame, epsilon: float) -> dict[str, float]:
-    """Median and maximum per-user ε (d_u ratings, each ε-DP, composed)."""
-    counts = ratings.groupby("user_id").size().to_numpy()
-    return {"median": float(np.median(counts) * epsilon), "max": float(counts.max() * epsilon)}
+def epsilon_per_user(items: int, epsilon: float) -> float:
+    """A user's local ε: at most one rating per item of the public domain of ``items``, each
+    ε-DP, composed. No user's rating count is read: that is an exact statistic."""
+    return items * epsilon

@@ -186,7 +186,8 @@ def test_masking_refuses_bad_parameters():
 def test_discrete_laplace_has_the_epsilon_likelihood_ratio():
     epsilon = 1.0
     rng = dpsql.RandomSource(insecure_seed=5)
-    ratings = pd.DataFrame({"user_id": 1, "item_id": 1, "rating": np.repeat([1, 5], 200_000)})
+    ratings = pd.DataFrame({"user_id": 1, "item_id": np.arange(400_000),  # one cell each
+                            "rating": np.repeat([1, 5], 200_000)})
     noisy = ldp.perturb_ratings(ratings, epsilon, rng)["noisy"].to_numpy()
     low, high = noisy[:200_000], noisy[200_000:]
     assert abs(low.mean() - 1) < 0.05 and abs(high.mean() - 5) < 0.05  # unbiased
@@ -255,10 +256,34 @@ def test_cli_json_reports_the_contract_fields():
         "--beta", "50", "--fill", "roustida", "--seed", "3", "--train-users", "880", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert {"mae", "rmse", "coverage", "epsilon_spent", "fill_ratio"} <= set(report)
-    assert 0.6 < report["mae"] < 1.0 and report["rmse"] > report["mae"]
-    assert 0.9 < report["coverage"] <= 1.0 and report["fill_ratio"] > 0
+    assert {"exact (non-private)", "epsilon_spent", "fill_ratio"} <= set(report)
+    exact = report["exact (non-private)"]  # scored on the true ratings
+    assert 0.6 < exact["mae"] < 1.0 and exact["rmse"] > exact["mae"]
+    assert 0.9 < exact["coverage"] <= 1.0 and report["fill_ratio"] > 0
     assert report["epsilon_spent"] is None  # RPT gives no ε
+
+
+def test_cli_local_dp_reports_epsilon_from_the_public_item_domain_and_spends_none():
+    """epsilon_spent was the busiest user's exact rating count × ε (737) and the median
+    user's (65) was printed, while the ledger grew by 0; an out-of-range --train-users named
+    the exact number of users (943)."""
+    require_dataset("ml-100k/u.data")
+    result = CliRunner().invoke(command, ["--metadata", METADATA, "--ledger", ":memory:",
+                                          "--epsilon", "1", "--train-users", "880", "--json"])
+    report = json.loads(result.output)
+    assert report["epsilon_spent"] == 0 and report["local_epsilon_per_rating"] == 1
+    assert report["local_epsilon_per_user"] == 1682  # one rating per declared item, at most
+    assert "737" not in result.output and "65" not in report["guarantee"]
+    refused = CliRunner().invoke(command, ["--metadata", METADATA, "--ledger", ":memory:",
+                                           "--perturbation", "none", "--train-users", "5000"])
+    assert isinstance(refused.exception, dpsql.ProgrammingError)
+    assert "943" not in str(refused.exception) and "942" not in str(refused.exception)
+
+
+def test_local_dp_releases_one_rating_per_user_and_item():
+    ratings = pd.DataFrame({"user_id": [1, 1, 1], "item_id": [5, 5, 6], "rating": [1.0, 5, 3]})
+    released = ldp.perturb_ratings(ratings, 1.0, dpsql.RandomSource(insecure_seed=0))
+    assert released[["user_id", "item_id"]].values.tolist() == [[1, 5], [1, 6]]
 
 
 def test_cli_refuses_local_dp_without_epsilon():
