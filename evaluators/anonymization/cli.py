@@ -11,7 +11,7 @@ import click
 
 import dpsql
 from evaluators import _catalog
-from evaluators._cli import evaluator_options
+from evaluators._cli import EXACT, evaluator_options
 from evaluators.anonymization.anonymizer import AnonymizationConfig, write_release
 from evaluators.anonymization.criteria import (
     L_VARIANTS,
@@ -20,7 +20,7 @@ from evaluators.anonymization.criteria import (
     achieved_privacy,
     sensitive_domain,
 )
-from evaluators.anonymization.dp_release import compare_releases, dp_count_sql, release_counts
+from evaluators.anonymization.dp_release import compare_releases, release_counts
 from evaluators.anonymization.hierarchies import load_hierarchies, read_arx_hierarchy
 from evaluators.anonymization.objectives import OBJECTIVES
 from evaluators.anonymization.rho_gain import result_payload, rho_gain
@@ -75,9 +75,9 @@ def default_qids(metadata: str, table: str, hierarchies: Path, sensitive: str | 
 @click.option("--no-prune", is_flag=True, help="Exhaustive search (to verify the pruned one).")
 @click.option("--dp-node", default=None,
               help="Generalization levels of the ε-DP counts, one per QID (e.g. 0,1,2), chosen "
-                   "from public knowledge: then the whole release is ε-DP. Default: the node "
-                   "the search picked from the exact data (the counts are ε-DP given it, the "
-                   "release as a whole is not).")
+                   "from public knowledge: then only these ε-DP counts are released, with no "
+                   "exact search before them. Default: the node the search picked from the "
+                   "exact data (the counts are ε-DP given it, the release as a whole is not).")
 @click.option("--dp-epsilon", type=float, default=None, hidden=True,
               help="Former name of --epsilon.")
 def command(metadata, table, epsilon, output, insecure_seed, as_json, analyst, ledger,
@@ -109,6 +109,10 @@ def command(metadata, table, epsilon, output, insecure_seed, as_json, analyst, l
         suppression_limit=suppression_limit, prune=not no_prune,
     )
     public_node = _public_node(dp_node, qids, hierarchies) if dp_node is not None else None
+    if public_node is not None and dp_epsilon is not None:
+        _dp_only(metadata, table, config, public_node, dp_epsilon, insecure_seed, analyst,
+                 ledger, output, as_json)
+        return
     custodian = open_custodian(metadata, analyst=analyst, ledger=ledger)
     try:
         source = create_source(custodian, table, config.columns)
@@ -170,30 +174,60 @@ def _public_node(text: str, qids: list[str], hierarchies) -> tuple[int, ...]:
     return node
 
 
+def _dp_only(metadata, table, config, node, epsilon, seed, analyst, ledger, output,
+             as_json) -> None:
+    """The ε-DP counts at a public ``--dp-node``, released on their own: the exact k-anonymity
+    search (and its check that every value is in a hierarchy) does not run, so it cannot gate
+    the release (a person whose sex was in no hierarchy made it a DataError on D′ only);
+    values outside a hierarchy are counted under NULL."""
+    if output is not None:
+        raise dpsql.ProgrammingError(
+            "--output writes the k-anonymous release, which --dp-node does not make",
+            hint="leave out --output (the noisy counts are printed), or --dp-node")
+    custodian = open_custodian(metadata, analyst=analyst, ledger=ledger)
+    try:
+        dp = _dp_alternative(metadata, table, config, None, epsilon, seed, analyst, ledger,
+                             custodian, node)
+    finally:
+        custodian.close()
+    payload = {"qids": list(config.qids), "dp": dp, "epsilon_spent": dp["epsilon_spent"]}
+    if as_json:
+        click.echo(json.dumps(payload))
+        return
+    click.echo(f"ε-DP counts (ε = {dp['epsilon_spent']:g}) at node {tuple(dp['node'])}, "
+               f"from {dp['node_from']}:")
+    for cell in dp["counts"]:
+        click.echo("  " + ", ".join(f"{key} {value}" for key, value in cell.items()))
+    click.echo(f"{EXACT}, compared with the true counts: {dp[EXACT]}")
+
+
 def _dp_alternative(metadata, table, config, result, epsilon, seed, analyst, ledger, custodian,
                     public_node=None):
     # the search picked its node from the exact data: counts at that node are ε-DP given
     # it, and the node (with its SQL) is released beside them; a public node makes the whole
     # release ε-DP
     node = public_node if public_node is not None else result.passes[0].node
-    sql, keys = dp_count_sql(table, config.qids, config.hierarchies, node)
-    exact = custodian.execute(sql).fetchdf()
     con = dpsql.connect(None, metadata=metadata, analyst=analyst, ledger=ledger,
                         insecure_seed=seed)
     try:
         released = release_counts(con, table, config.qids, config.hierarchies, node, epsilon)
     finally:
         con.close()
+    exact = custodian.execute(released.sql).fetchdf()
     anonymous = exact.assign(n=exact["n"].where(exact["n"] >= config.model.k, 0))
     return {
         "node": list(node),
-        "node_from": "public (--dp-node): the release is ε-DP" if public_node is not None
+        "node_from": "public (--dp-node): the counts are ε-DP" if public_node is not None
         else "the k-anonymity search over the exact data: the counts are ε-DP given the "
         "node, the release as a whole is not (pass --dp-node for an ε-DP release)",
         "epsilon_spent": released.epsilon_spent,
-        "sql": sql,
-        "dp": compare_releases(exact, released.counts, keys, config.model.k),
-        "k_anonymous": compare_releases(exact, anonymous, keys, config.model.k),
+        "sql": released.sql,
+        "counts": json.loads(released.counts.to_json(orient="records")),
+        # scored against the true counts: for the custodian, not DP
+        EXACT: {"dp_vs_exact": compare_releases(exact, released.counts, released.keys,
+                                                config.model.k),
+                "k_anonymous_vs_exact": compare_releases(exact, anonymous, released.keys,
+                                                         config.model.k)},
     }
 
 
@@ -214,5 +248,5 @@ def _print_summary(payload: dict) -> None:
     if "dp" in payload:
         dp = payload["dp"]
         click.echo(f"ε-DP counts (ε = {dp['epsilon_spent']:g}) at node {tuple(dp['node'])}, "
-                   f"from {dp['node_from']}: {dp['dp']}")
-        click.echo(f"k-anonymous counts: {dp['k_anonymous']}")
+                   f"from {dp['node_from']}; {EXACT}, compared with the true counts: "
+                   f"{dp[EXACT]}")

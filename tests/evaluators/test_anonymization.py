@@ -567,3 +567,17 @@ def test_an_unknown_table_is_a_coded_error(tmp_path):
             str(THESIS_HIERARCHIES), "--qid", "sex", "--ledger", ":memory:"]
     result = CliRunner().invoke(command, args)
     assert isinstance(result.exception, dpsql.UnknownTableError), result.exception
+
+
+def test_a_dp_node_release_is_not_gated_by_the_exact_search(tmp_path):
+    """--dp-node said the release was ε-DP, but the exact k-anonymity search and its check
+    that every value is in a hierarchy ran first: D′ = D + one person aged 31 (in no
+    hierarchy) was a DataError where D was answered. Now the noisy counts are released on
+    their own (31 counts under NULL) and printed; the comparison with the true counts is
+    labelled exact."""
+    released = [_neighbour_anonymize(tmp_path, extra, "--dp-node", "0") for extra in ("", "31\n")]
+    assert released[0]["sql"] == released[1]["sql"]
+    for dp in released:
+        assert dp["epsilon_spent"] == 1 and {cell["age"] for cell in dp["counts"]} >= {20, 25}
+        assert set(dp["exact (non-private)"]) == {"dp_vs_exact", "k_anonymous_vs_exact"}
+        assert "dp" not in dp and "k_anonymous" not in dp
