@@ -594,8 +594,9 @@ def _checked_weights(weights, private: list[CheckedQuery]) -> dict[str, float] |
                 f"the weight of {name!r} names no aggregate column of the release",
                 hint="weigh the aggregate columns by their output names: "
                      + (", ".join(sorted(columns.values())) or "there are none"))
+        # (an int past a double's range, 10**400, made math.isfinite raise OverflowError)
         if isinstance(value, bool) or not isinstance(value, numbers.Real) \
-                or not math.isfinite(value) or value <= 0:
+                or not -1e308 < value < 1e308 or not math.isfinite(value) or value <= 0:
             raise PrivacyParameterError(
                 f"the weight of {name!r} must be a finite number > 0, got {value!r}",
                 hint="a column that matters less gets a smaller positive weight, e.g. 0.1")

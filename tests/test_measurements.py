@@ -97,7 +97,8 @@ def test_weights_move_epsilon_to_the_weighted_column(connect):
 
 
 @pytest.mark.parametrize("weights", [{"hours": 2}, {"h": 0}, {"h": -1}, {"h": float("nan")},
-                                     {"h": float("inf")}, {"h": True}, [("h", 2)]])
+                                     {"h": float("inf")}, {"h": True}, [("h", 2)],
+                                     {"h": 10**400}])  # an int past a double: OverflowError
 def test_weights_that_would_weigh_nothing_are_refused(connect, weights):
     """A misspelt column, or a weight that is not a finite number > 0, is refused before
     anything is charged, naming the columns that can be weighed."""
