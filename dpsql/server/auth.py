@@ -184,16 +184,22 @@ class LoginLimiter:
             return None
         return all(failed + pending < limit for failed, pending, limit in counts)
 
-    async def attempt(self, user: str, address: str) -> bool:
-        """Start a login: False when this user may not try again from this address yet; else
-        True, and ``finish`` must follow. Waits while the logins in progress could still
-        reach the limit."""
+    def _held(self, user: str, address: str, known: bool) -> list[tuple[str, str]]:
+        """The counts a login in progress holds: an unknown name's, whose failure the
+        address's count of accounts will not hold either, not that one (100 stalled logins
+        under made-up names held up the real users behind their address)."""
+        return [key for key, _ in self._keys(user, address) if known or key[0] != "*"]
+
+    async def attempt(self, user: str, address: str, *, known: bool) -> bool:
+        """Start a login (``known``: the user name is an account's): False when this user may
+        not try again from this address yet; else True, and ``finish`` must follow. Waits
+        while the logins in progress could still reach the limit."""
         while True:
             admitted = self._admit(user, address)
             if admitted is None:
                 return False
             if admitted:
-                for key, _ in self._keys(user, address):
+                for key in self._held(user, address, known):
                     self._pending[key] = self._pending.get(key, 0) + 1
                 return True
             waiter = asyncio.get_running_loop().create_future()
@@ -205,13 +211,13 @@ class LoginLimiter:
         now = time.monotonic()
         if len(self._failures) > 100_000:  # bound the memory an attacker can make us hold
             self._failures.clear()
-        for key, _ in self._keys(user, address):
+        for key in self._held(user, address, known):
             left = self._pending.get(key, 0) - 1
             if left > 0:
                 self._pending[key] = left
             else:
                 self._pending.pop(key, None)
-            if not ok and (known or key[0] != "*"):
+            if not ok:
                 self._failures.setdefault(key, []).append(now)
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:

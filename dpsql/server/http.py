@@ -174,14 +174,15 @@ class HttpApi:
         now = time.monotonic()
         if self._verified.get(key, 0) > now:
             return user
-        if not await self.limiter.attempt(user, address):
+        known = self.service.role(user) is not None
+        if not await self.limiter.attempt(user, address, known=known):
             raise ServiceError("auth_locked", f"too many failed logins for {user!r}; try later")
         ok = False
         try:
             ok = await asyncio.get_running_loop().run_in_executor(
                 self.hashing, self.service.check_login, user, password)
         finally:
-            self.limiter.finish(user, address, ok=ok, known=self.service.role(user) is not None)
+            self.limiter.finish(user, address, ok=ok, known=known)
         if not ok:
             self.service.login_event(user[:100], "http", False, address)
             await asyncio.sleep(self.limiter.delay)

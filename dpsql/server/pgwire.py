@@ -260,7 +260,8 @@ class Session:
 
     async def authenticate(self) -> bool:
         limiter: LoginLimiter = self.server.limiter
-        if not await limiter.attempt(self.user, self.address):
+        known = self.service.role(self.user) is not None
+        if not await limiter.attempt(self.user, self.address, known=known):
             await self.send(_error(self._failure(
                 "auth_locked", f"too many failed logins for user {self.user!r}; try later"),
                 "FATAL"))
@@ -269,8 +270,7 @@ class Session:
         try:
             ok, final = await self._exchange()
         finally:  # a client gone or timed out mid-exchange is a failure too
-            limiter.finish(self.user, self.address, ok=ok,
-                           known=self.service.role(self.user) is not None)
+            limiter.finish(self.user, self.address, ok=ok, known=known)
         self.service.login_event(self.user, "pg", ok, self.address)
         if not ok:
             await asyncio.sleep(limiter.delay)

@@ -1,5 +1,6 @@
 """What one analyst (or anybody who can connect) must not do to the server: freeze it, fill
 its memory or threads, tell which user names exist, or lock real users out."""
+# ruff: noqa: F811 (the imported server fixture is requested by name as a parameter)
 
 from __future__ import annotations
 
@@ -202,3 +203,20 @@ def test_one_analyst_cannot_hold_every_engine_thread(tmp_path):
         assert {o[1] for o in outcomes} == {"53300", "57014"}, outcomes
     finally:
         server.stop()
+
+
+def test_stalled_logins_under_made_up_names_do_not_hold_up_real_users():
+    """100 logins under made-up names from one (proxy) address, never finished: a real
+    user's login from that address waited until they failed (up to the startup timeout,
+    again and again); an unknown name's login holds no count of the address's accounts."""
+    import asyncio
+
+    from dpsql.server.auth import LoginLimiter
+
+    async def main() -> bool:
+        limiter = LoginLimiter(max_failures=5, window=60)
+        for i in range(100):
+            assert await limiter.attempt(f"nobody{i}", "10.0.0.1", known=False)
+        return await asyncio.wait_for(limiter.attempt("alice", "10.0.0.1", known=True), 2)
+
+    assert asyncio.run(main()) is True
