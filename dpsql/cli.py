@@ -80,14 +80,15 @@ def _kept(bounds: dict, groups: int) -> str:
             "(dpsql tune proposes bounds)")
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """dpsql's warnings as one line on stderr, in flag syntax (Python's format showed the
-    file and source line of the library that warned); any other warning as Python shows it."""
+_FORMAT_WARNING = warnings.formatwarning
+
+
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    """dpsql's warnings as one line, in flag syntax (Python's format showed the file and
+    source line of the library that warned); any other warning as Python formats it."""
     if issubclass(category, dpsql.Warning):
-        click.echo(f"Warning: {_flag_syntax(str(message))}", err=True)
-    else:
-        click.echo(warnings.formatwarning(message, category, filename, lineno, line).rstrip(),
-                   err=True)
+        return f"Warning: {_flag_syntax(str(message))}\n"
+    return _FORMAT_WARNING(message, category, filename, lineno, line)
 
 
 class _Group(click.Group):
@@ -138,7 +139,7 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context):
         with warnings.catch_warnings():
-            warnings.showwarning = _show_warning
+            warnings.formatwarning = _format_warning
             return self._invoke(ctx)
 
     def _invoke(self, ctx: click.Context):
