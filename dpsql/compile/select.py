@@ -408,12 +408,16 @@ class _Compiler:
                         built.value in self.relation.unit_columns:
                     return Aggregate(name=name, kind="count_distinct_unit", arg=None, sql=text)
                 unit = self.relation.unit
+                # the analyst asking for a column's distinct values was told only about persons
+                values = (f"; for the distinct values of {inner[0].sql(dialect='duckdb')}, "
+                          "group by it: SELECT x, COUNT(*) ... GROUP BY x releases each "
+                          "value's noisy count (its declared values, or δ for the rest)")
                 raise UnsupportedSQLError(
                     f"{text} is not supported: only COUNT(DISTINCT <privacy unit>) is",
                     sql=self.sql,
-                    hint="count distinct persons with COUNT(DISTINCT <the privacy unit "
-                    "column>)" if unit else "on a row-privacy table COUNT(*) already counts "
-                    "distinct persons")
+                    hint=("count distinct persons with COUNT(DISTINCT <the privacy unit "
+                          "column>)" if unit else "on a row-privacy table COUNT(*) already "
+                          "counts distinct persons") + values)
             return Aggregate(name=name, kind="count", arg=ops.build(arg, self.scope), sql=text)
         if isinstance(arg, exp.Distinct):
             raise UnsupportedSQLError(f"{text} is not supported", sql=self.sql,

@@ -31,6 +31,16 @@ def test_refused_with_code_and_nothing_spent(connect, code, sql):
     assert con.budget_spent.epsilon == 0
 
 
+@pytest.mark.parametrize("table", ["adult", "visits"])
+def test_count_distinct_of_a_column_says_how_to_count_its_values(connect, table):
+    """COUNT(DISTINCT education) was answered with a hint about counting persons only; the
+    analyst wanted the column's distinct values, which a GROUP BY releases."""
+    column = "education" if table == "adult" else "day"
+    with pytest.raises(dpsql.UnsupportedSQLError) as info:
+        connect().cursor().execute(f"SELECT COUNT(DISTINCT {column}) FROM {table}", epsilon=1)
+    assert f"for the distinct values of {column}, group by it" in info.value.hint
+
+
 def test_syntax_error_reports_position(connect):
     with pytest.raises(dpsql.SQLSyntaxError) as info:
         connect().cursor().execute("SELECT COUNT(*) FROM adult WHERE age >", epsilon=1)
