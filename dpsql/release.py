@@ -478,14 +478,11 @@ def _empty_frame(checked, rows: int = 1):
     domains = {key.name: key.domain for key in checked.keys}
     columns = []
     for column in schema:
-        first = (domains.get(column.name) or (None,))[0] if rows else None
+        first = (domains[column.name] or (None,))[0] if column.name in domains else 0
         try:
             columns.append(pa.array([first] * rows, type=column.type))
         except (pa.ArrowException, OverflowError, TypeError, ValueError):
             columns.append(pa.nulls(rows, type=column.type))  # a value the type cannot hold
-    if rows:  # zeros in the aggregates, but never NULL keys the domain does not hold
-        columns = [c if f.name in domains else pa.array([0] * rows, type=f.type)
-                   for c, f in zip(columns, schema, strict=True)]
     return pa.Table.from_arrays(columns, schema=schema)
 
 

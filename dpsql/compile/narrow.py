@@ -52,7 +52,7 @@ def unmatched_columns(where: Expr | None) -> list[Expr]:
     found = []
     for conjunct in _conjuncts(where) if where is not None else []:
         column = _only_column(conjunct)
-        if column is None or column.domain is None or not column.domain:
+        if column is None or not column.domain:
             continue
         try:
             if not any(_value(conjunct, v) is True for v in column.domain):
