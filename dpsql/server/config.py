@@ -70,6 +70,7 @@ class ServerConfig:
     tls_required: bool = True
     workers: int = 1
     threads: int = 8
+    threads_per_analyst: int = 2  # requests one analyst may run at once per worker process
     max_failed_logins: int = 5
     lockout_seconds: float = 60.0
     startup_timeout: float = 10.0
@@ -187,6 +188,13 @@ def load_config(path: str | Path) -> ServerConfig:
     if bool(tls.get("cert")) != bool(tls.get("key")):
         raise ConfigError("tls needs both cert and key")
     security = _mapping(raw.get("security"), "security")
+    threads = _number(raw.get("threads", 8), "threads", integer=True)
+    # a quarter of the engine threads by default: one analyst's slow queries cannot hold them
+    per_analyst = _number(raw.get("threads_per_analyst", max(1, threads // 4)),
+                          "threads_per_analyst", integer=True)
+    if per_analyst > threads:
+        raise ConfigError(f"threads_per_analyst ({per_analyst}) must be at most threads "
+                          f"({threads}): an analyst runs on the engine's threads")
     state_dir = resolve(raw.get("state_dir", "dpsql-state"))
     config = ServerConfig(
         host=str(listen.get("host", "127.0.0.1")), pg_port=ports["pg_port"],
@@ -196,7 +204,7 @@ def load_config(path: str | Path) -> ServerConfig:
         tls_key=resolve(tls["key"]) if tls.get("key") else None,
         tls_required=bool(tls.get("require", True)),
         workers=_number(raw.get("workers", 1), "workers", integer=True),
-        threads=_number(raw.get("threads", 8), "threads", integer=True),
+        threads=threads, threads_per_analyst=per_analyst,
         max_failed_logins=_number(security.get("max_failed_logins", 5),
                                   "security.max_failed_logins", integer=True),
         lockout_seconds=_number(security.get("lockout_seconds", 60), "security.lockout_seconds"),

@@ -230,8 +230,7 @@ class Service:
         self._lock = threading.Lock()
         self._rate = _RateLimiter()
         self._running: dict[str, int] = {}  # requests each analyst has in the engine now
-        # a quarter of the engine threads: one analyst's slow queries cannot hold them all
-        self.running_per_analyst = max(1, config.threads // 4)
+        self.running_per_analyst = config.threads_per_analyst
         self._secret = _login_secret(config.state_dir)
         self._audit = sqlite3.connect(config.state_dir / "audit.sqlite", timeout=60,
                                       isolation_level=None, check_same_thread=False)
