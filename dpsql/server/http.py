@@ -29,7 +29,7 @@ from dpsql.server.service import Service, ServiceError
 
 log = logging.getLogger("dpsql.server")
 MAX_BODY = 64 * 1024
-BODY_KEYS = frozenset({"sql", "epsilon", "params", "tune"})
+BODY_KEYS = frozenset({"sql", "epsilon", "delta", "params", "tune"})
 _SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
@@ -51,6 +51,9 @@ def openapi() -> dict:
         "type": "object", "required": ["sql"], "additionalProperties": False,
         "properties": {"sql": {"type": "string", "maxLength": 16384},
                        "epsilon": {"type": "number", "exclusiveMinimum": 0},
+                       "delta": {"type": "number", "minimum": 0, "exclusiveMaximum": 1,
+                                 "description": "δ of a release whose GROUP BY keys have "
+                                 "no public values (default 0: refused)"},
                        "tune": {"type": "number", "exclusiveMinimum": 0,
                                 "description": "slice of epsilon spent on choosing the "
                                 "table's contribution bounds first (query only)"},
@@ -221,9 +224,8 @@ class HttpApi:
             raise ServiceError(
                 "protocol", f"unknown key(s) {unknown} in the body",
                 hint=f"the body takes {', '.join(sorted(BODY_KEYS))}; weigh output columns "
-                     "and give δ in the SQL: /* dpsql: weights n=2 */ SELECT ..., "
-                     "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(delta=1e-6) ...")
-        for name in ("epsilon", "tune"):
+                     "in the SQL: /* dpsql: weights n=2 */ SELECT ...")
+        for name in ("epsilon", "delta", "tune"):
             # an explicit null is refused, not read as "the default": the page sent NaN as
             # null, and the default ε was spent
             value = body.get(name)
@@ -303,10 +305,11 @@ class HttpApi:
         dataset = request.path_params["dataset"]
         return await self._call(request, lambda user, body: self.service.query(
             user, dataset, body["sql"], body.get("params"), epsilon=body.get("epsilon"),
-            tune=body.get("tune"), interface="http").to_json(), body=True)
+            delta=body.get("delta"), tune=body.get("tune"), interface="http").to_json(),
+            body=True)
 
     async def explain(self, request: Request) -> JSONResponse:
         dataset = request.path_params["dataset"]
         return await self._call(request, lambda user, body: self.service.explain(
             user, dataset, body["sql"], body.get("params"), epsilon=body.get("epsilon"),
-            interface="http"), body=True)
+            delta=body.get("delta"), interface="http"), body=True)

@@ -8,7 +8,7 @@ Flush), text-format results, ErrorResponse with SQLSTATE, message and hint, and 
 Statements: a SELECT is one DP release (its noisy columns followed by ``<col>_low`` and
 ``<col>_high``); ``EXPLAIN <select>`` returns the plan without spending;
 ``SET dpsql.epsilon = 0.5`` / ``RESET dpsql.epsilon`` / ``SHOW dpsql.epsilon`` set the ε of
-the following queries; ``SHOW dpsql.budget`` and ``SHOW dpsql.last_release`` return JSON;
+the following queries (``dpsql.delta`` their δ, ``dpsql.tune`` their tuning slice); ``SHOW dpsql.budget`` and ``SHOW dpsql.last_release`` return JSON;
 ``DECLARE name CURSOR FOR <select>`` is one release whose rows ``FETCH`` returns;
 BEGIN/COMMIT/ROLLBACK and other SETs are accepted and do nothing (a release cannot be taken
 back); drivers' session queries and psql's table lists are answered by ``pgcatalog.py``.
@@ -26,6 +26,7 @@ import socket
 import ssl
 import struct
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from dpsql.server import pgcatalog
 from dpsql.server.auth import LoginLimiter
@@ -148,7 +149,7 @@ _SAVEPOINT = re.compile(r"^(savepoint|release|rollback(?:\s+(?:work|transaction)
 _DEALLOCATE = re.compile(r'^deallocate\s+(?:prepare\s+)?(?:(all)|"((?:[^"]|"")+)"|(\w+))$',
                          re.IGNORECASE)
 _DISCARD = re.compile(r"^discard\s+(all|plans|sequences|temp|temporary)$", re.IGNORECASE)
-_SETTINGS = ("dpsql.epsilon", "dpsql.tune")
+_SETTINGS = ("dpsql.epsilon", "dpsql.delta", "dpsql.tune")
 _EXPLAIN = re.compile(r"^explain\s+(.+)$", re.IGNORECASE | re.DOTALL)
 _NAME = r'("(?:[^"]|"")+"|\w+)'
 MAX_CURSORS = 16  # DECLAREd cursors a session may hold open
@@ -182,6 +183,7 @@ class Session:
         self.user = ""
         self.dataset = ""
         self.epsilon: float | None = None
+        self.delta: Fraction | None = None  # SET dpsql.delta: δ of the following queries
         self.tune: float | None = None  # SET dpsql.tune: a slice of ε spent on the bounds
         self.last_release: dict | None = None
         self.status = b"I"
@@ -370,7 +372,7 @@ class Session:
             plan = await loop.run_in_executor(
                 self.server.executor, lambda: self.service.explain(
                     self.user, self.dataset, match.group(1), default_epsilon=self.epsilon,
-                    interface="pg"))
+                    default_delta=self.delta, interface="pg"))
             lines = json.dumps(plan, indent=2, ensure_ascii=False).splitlines()
             return _Result("EXPLAIN", [{"name": "QUERY PLAN", "type": "TEXT"}],
                            [[line] for line in lines])
@@ -394,7 +396,7 @@ class Session:
         answer: Answer = await loop.run_in_executor(
             self.server.executor, lambda: self.service.query(
                 self.user, self.dataset, text, params, default_epsilon=self.epsilon,
-                tune=self.tune, interface="pg"))
+                default_delta=self.delta, tune=self.tune, interface="pg"))
         self.last_release = {"epsilon_spent": answer.epsilon_spent, "reused": answer.reused,
                              "truncated": answer.truncated, "columns": answer.columns,
                              "budget_remaining": answer.remaining}
@@ -473,7 +475,7 @@ class Session:
                 self.portals.clear()
                 self.portal_results.clear()
                 self.cursors.clear()
-                self.epsilon = self.tune = None
+                self.epsilon = self.delta = self.tune = None
             return _Result(f"DISCARD {match.group(1).upper()}")
         if _SET_ANY.match(text):
             self._set(text)
@@ -485,20 +487,25 @@ class Session:
         return None
 
     def _set(self, text: str) -> None:
-        """``SET dpsql.epsilon | dpsql.tune = value | DEFAULT``; other settings are ignored
-        (docs/server.md), but a misspelt dpsql setting is refused rather than ignored."""
+        """``SET dpsql.epsilon | dpsql.delta | dpsql.tune = value | DEFAULT``; other settings
+        are ignored (docs/server.md), but a misspelt dpsql setting is refused rather than
+        ignored. A refused value leaves the setting as it was."""
         match = _SET.match(text)
         name = match.group(1).lower() if match else ""
         if name not in _SETTINGS:
             if name.startswith("dpsql.") or (not match and "dpsql." in text.lower()):
                 raise ServiceError("not_supported", f"unknown dpsql setting in {text[:80]!r}",
-                                   hint="SET dpsql.epsilon = 0.5 or SET dpsql.tune = 0.05")
+                                   hint="SET dpsql.epsilon = 0.5, SET dpsql.delta = '1e-6' "
+                                   "or SET dpsql.tune = 0.05")
             return
         value = match.group(2).strip()
         if value.lower() == "default":
             self._reset(name)
             return
         value = value.strip("'\"")
+        if name == "dpsql.delta":  # exact, as the embedded API reads it: 0 ≤ δ < 1
+            self.delta = self.service.session_delta(value)
+            return
         try:
             number = float(value)
         except ValueError:
@@ -515,12 +522,15 @@ class Session:
     def _reset(self, name: str) -> None:
         if name in ("dpsql.epsilon", "all"):
             self.epsilon = None
+        if name in ("dpsql.delta", "all"):
+            self.delta = None
         if name in ("dpsql.tune", "all"):
             self.tune = None
 
     def _show(self, name: str) -> _Result:
         values = {
             "dpsql.epsilon": lambda: "default" if self.epsilon is None else f"{self.epsilon:g}",
+            "dpsql.delta": lambda: "default" if self.delta is None else f"{float(self.delta):g}",
             "dpsql.tune": lambda: "off" if self.tune is None else f"{self.tune:g}",
             "dpsql.budget": lambda: json.dumps(self.service.budget(self.user)),
             "dpsql.last_release": lambda: json.dumps(self.last_release),
@@ -534,7 +544,7 @@ class Session:
         }
         if name not in values:
             raise ServiceError("not_supported", f"unknown setting {name!r}",
-                               hint="dpsql.epsilon, dpsql.tune, dpsql.budget, "
+                               hint="dpsql.epsilon, dpsql.delta, dpsql.tune, dpsql.budget, "
                                "dpsql.last_release, dpsql.catalogue")
         return _Result("SHOW", [{"name": name, "type": "TEXT"}], [[values[name]()]])
 
@@ -683,7 +693,7 @@ class Session:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.server.executor, lambda: self.service.describe(
             self.user, self.dataset, pieces[0], [None] * placeholders or None,
-            default_epsilon=self.epsilon))
+            default_epsilon=self.epsilon, default_delta=self.delta))
 
     def _check_held(self, kept: dict, name: str, size: int) -> None:
         """Make room for a statement or portal of ``size`` bytes in ``kept`` under ``name``

@@ -30,7 +30,7 @@ from typing import Any
 
 import dpsql
 from dpsql import frames
-from dpsql.budget import PrivacyLoss, budget_exhausted, positive
+from dpsql.budget import PrivacyLoss, budget_exhausted, positive, probability
 from dpsql.server.auth import ScramExchange, check_password, mock_salt
 from dpsql.server.config import Analyst, ConfigError, ServerConfig
 from dpsql.sqltext import split_statements
@@ -98,6 +98,10 @@ CREATE INDEX IF NOT EXISTS requests_analyst ON requests (analyst, id);
 
 
 IDLE_CONNECTIONS = 64  # pooled engine connections kept per process (each holds a DuckDB)
+# a number as SQL or Python writes one (or a fraction a/b, as the embedded API takes), its
+# exponent at most 4 digits: Fraction('1e-30000000') holds the interpreter for 40 s
+_NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d{1,4})?|\d+/\d+)",
+                     re.IGNORECASE)
 
 
 class ServiceError(Exception):
@@ -283,10 +287,13 @@ class Service:
                     Fraction(str(limits.max_epsilon_per_query)), Fraction(1))
         return con
 
-    def _borrow(self, account: Analyst, dataset: str, default_epsilon=None):
+    def _borrow(self, account: Analyst, dataset: str, default_epsilon=None,
+                default_delta: Fraction | None = None):
         """A connection of the analyst's whose default ε is the session's (``SET
-        dpsql.epsilon``), else the account's: a default, so that a statement's own
-        ``OPTIONS(epsilon=...)`` wins over it, as over ``epsilon_per_query`` embedded."""
+        dpsql.epsilon``), else the account's, and whose default δ is the session's (``SET
+        dpsql.delta``, else 0): defaults, so that a statement's own ``OPTIONS(epsilon=...,
+        delta=...)`` wins over them, as over ``epsilon_per_query`` and ``delta_per_query``
+        embedded."""
         default = account.epsilon_per_query if default_epsilon is None else default_epsilon
         default = None if default is None else positive(default, "epsilon")
         state = self._datasets[dataset]
@@ -296,8 +303,9 @@ class Service:
             if con is not None:
                 self._idle = [entry for entry in self._idle if entry[2] is not con]
         con = con or self._open(dataset, account.name, account)
-        # borrowed by this request alone; connection.py has no setter for the default
+        # borrowed by this request alone; connection.py has no setter for the defaults
         con._engine.epsilon_per_query = default
+        con._engine.delta_per_query = default_delta
         return con
 
     def _give_back(self, account: Analyst, dataset: str, con) -> None:
@@ -359,16 +367,18 @@ class Service:
 
     # --- requests ------------------------------------------------------------------------
     def query(self, user: str, dataset: str, sql: str, params=None, *, epsilon=None,
-              default_epsilon=None, tune=None, interface: str = "http") -> Answer:
-        """Run one DP SELECT for an analyst; every outcome is audited. ``epsilon`` is the
-        request's own, ``default_epsilon`` the session's (see ``_borrow``). ``tune`` spends
-        that slice of its ε on choosing the table's contribution bounds first (``autotune``)."""
+              delta=None, default_epsilon=None, default_delta: Fraction | None = None,
+              tune=None, interface: str = "http") -> Answer:
+        """Run one DP SELECT for an analyst; every outcome is audited. ``epsilon`` and
+        ``delta`` are the request's own, ``default_epsilon`` and ``default_delta`` the
+        session's (see ``_borrow``). ``tune`` spends that slice of its ε on choosing the
+        table's contribution bounds first (``autotune``)."""
         started = time.perf_counter()
         try:
             account = self._admit(user, dataset, sql)
             with self._slot(user):
-                answer = self._run(account, dataset, sql, params, epsilon, default_epsilon,
-                                   tune)
+                answer = self._run(account, dataset, sql, params, (epsilon, delta),
+                                   (default_epsilon, default_delta), tune)
         except (dpsql.Error, ServiceError) as err:
             failure = self.failure(err)
             self._record(user, dataset, interface, "query", sql, failure.epsilon_spent,
@@ -386,12 +396,14 @@ class Service:
                  1000 * (time.perf_counter() - started))
         return answer
 
-    def _run(self, account: Analyst, dataset: str, sql: str, params, epsilon, default_epsilon,
-             tune) -> Answer:
-        con = self._borrow(account, dataset, default_epsilon)
+    def _run(self, account: Analyst, dataset: str, sql: str, params, loss: tuple,
+             defaults: tuple, tune) -> Answer:
+        """The release at the request's (ε, δ), each None for the session's ``defaults``."""
+        epsilon, delta = loss
+        con = self._borrow(account, dataset, *defaults)
         try:
-            self._check_cost(con, account, dataset, sql, params, epsilon)
-            cur = con.cursor().execute(sql, params, epsilon=epsilon, tune=tune)
+            self._check_cost(con, account, dataset, sql, params, epsilon, delta)
+            cur = con.cursor().execute(sql, params, epsilon=epsilon, delta=delta, tune=tune)
             return self._answer(cur, account, dataset)
         except dpsql.BudgetExhaustedError as err:  # the ledger's own checks, in a race
             refusal = self._refusal(err.requested, account, dataset)
@@ -444,16 +456,28 @@ class Service:
         return account
 
     def _check_cost(self, con, account: Analyst, dataset: str, sql: str, params,
-                    epsilon) -> None:
+                    epsilon, delta) -> None:
         """Refuse a query over the per-query cap or the analyst's remaining share, at the
-        ε it will really spend (an accuracy hint or OPTIONS(epsilon=...) can pick it), before
-        anything runs: planning spends nothing. A stored answer is refused too (docs)."""
+        (ε, δ) it will really spend (an accuracy hint or OPTIONS(epsilon=...) can pick ε),
+        before anything runs: planning spends nothing. A stored answer is refused too."""
         if epsilon is not None:
             positive(epsilon, "epsilon")  # NaN, ∞ and ≤ 0 refused before the checks
+        if delta is not None:
+            _delta(delta)  # NaN, ∞, < 0 and ≥ 1 likewise
         # connection.py offers no public plan with parameters; the engine's spends nothing
-        release = con._engine.plan(sql, params, epsilon=epsilon).release
+        release = con._engine.plan(sql, params, epsilon=epsilon, delta=delta).release
         if release is not None and release.loss != PrivacyLoss.zero():
             self._check_fits(release.loss, account, dataset)
+
+    @staticmethod
+    def session_delta(text: str) -> Fraction:
+        """The exact δ of ``SET dpsql.delta = text``, in [0, 1) as the embedded API takes it
+        (``delta_per_query``); anything else is refused, and nothing is set."""
+        if not _NUMBER.fullmatch(text.strip()):
+            raise ServiceError("bad_privacy_parameter", f"dpsql.delta must be a number in "
+                               f"[0, 1), got {text[:40]!r}; it was not set",
+                               hint="SET dpsql.delta = '1e-6' (or 0 for pure ε-DP)")
+        return _delta(text.strip())
 
     def check_default(self, user: str, epsilon: float) -> None:
         """Refuse a session ε (``SET dpsql.epsilon``) above the analyst's per-query cap when
@@ -514,13 +538,13 @@ class Service:
                       reused=spent == 0 and bool(noisy), dataset=dataset)
 
     def describe(self, user: str, dataset: str, sql: str, params=None, *,
-                 default_epsilon=None) -> list[dict] | None:
+                 default_epsilon=None, default_delta=None) -> list[dict] | None:
         """The columns a statement would answer with (those of ``query``, interval columns
         included), planned with its parameters as given (NULL where not bound yet): nothing
         is run or spent. None when it cannot be planned so: its refusal comes at execution."""
         account = self._admit(user, dataset, sql)
         with self._slot(user):
-            con = self._borrow(account, dataset, default_epsilon)
+            con = self._borrow(account, dataset, default_epsilon, default_delta)
             try:
                 return _columns(con.describe(sql, params))
             except dpsql.Error:  # not a query (SET, BEGIN, SHOW ...) or refused: at execution
@@ -529,16 +553,18 @@ class Service:
                 self._give_back(account, dataset, con)
 
     def explain(self, user: str, dataset: str, sql: str, params=None, *, epsilon=None,
-                default_epsilon=None, interface: str = "http") -> dict:
+                delta=None, default_epsilon=None, default_delta=None,
+                interface: str = "http") -> dict:
         """The DP plan of a statement or script with its parameters bound: cost, mechanisms,
         errors; spends nothing."""
         try:
             account = self._admit(user, dataset, sql)
             with self._slot(user):
-                con = self._borrow(account, dataset, default_epsilon)
+                con = self._borrow(account, dataset, default_epsilon, default_delta)
                 try:
                     # connection.py's explain takes no parameters; the engine's does
-                    plan = con._engine.explain(sql, params, epsilon=epsilon)
+                    plan = con._engine.explain(sql, params, epsilon=epsilon,
+                                               delta=None if delta is None else _delta(delta))
                 finally:
                     self._give_back(account, dataset, con)
         except (dpsql.Error, ServiceError) as err:
@@ -672,6 +698,17 @@ class Service:
         for path in self._paths:
             text = text.replace(path, "<server>")
         return text
+
+
+def _delta(value) -> Fraction:
+    """``probability(value, "delta")``, whose refusal shows float(δ): past a double's range
+    (the text '1e400', the JSON integer 10**400) that raised OverflowError, a 500."""
+    try:
+        return probability(value, "delta")
+    except OverflowError:
+        raise dpsql.PrivacyParameterError(
+            "delta must be in [0, 1), got a number past 1e308",
+            hint="use a small delta such as 1e-6, or 0 for pure ε-DP") from None
 
 
 def _login_secret(state_dir) -> bytes:
