@@ -152,8 +152,8 @@ def refusal(node: exp.Expression, scope: Scope) -> UnsupportedSQLError:
         hint="use arithmetic, comparisons, CASE/COALESCE/NULLIF/IF, CAST, LEAST/GREATEST, "
         "ABS/FLOOR/CEIL/ROUND/SIGN, SQRT/LN/LOG/EXP/POWER, LOWER/UPPER/LENGTH/TRIM/"
         "SUBSTRING/LEFT/RIGHT/REPLACE/POSITION/||, LIKE, IN (...), "
-        "BETWEEN, IS NULL, EXTRACT/DATE_TRUNC/DATE_DIFF/DAYNAME/MONTHNAME/STRFTIME and date "
-        "arithmetic on the table's columns")
+        "BETWEEN, IS NULL, EXTRACT/DATE_TRUNC/DATE_DIFF/DAYNAME/MONTHNAME/STRFTIME/"
+        "TO_TIMESTAMP and date arithmetic on the table's columns")
 
 
 # --- typing helpers ----------------------------------------------------------------------
@@ -533,6 +533,55 @@ def _date_diff_function(node: exp.DateDiff, scope: Scope) -> Expr:
                      _as_date(build(node.expression, scope), scope))
 
 
+# digits of a second an epoch number counts in: TO_TIMESTAMP (seconds), EPOCH_MS, MAKE_TIMESTAMP
+EPOCH_DIGITS = (0, 3, 6)
+
+
+def epoch_bounds(digits: int) -> tuple[int, int]:
+    """The epoch numbers, in units of 10^-digits s, of ``YEARS``' first instant and of the
+    instant just past them: a number outside [first, past) is NULL, so no backend's timestamp
+    range is left."""
+    first = (datetime.date(YEARS[0], 1, 1) - _EPOCH).days * 86400
+    past = ((datetime.date(YEARS[1], 12, 31) - _EPOCH).days + 1) * 86400
+    return first * 10 ** digits, past * 10 ** digits
+
+
+def epoch_time(number: Expr, digits: int, scope: Scope) -> Expr:
+    """The timestamp (UTC wall clock, to the microsecond below) ``number`` units of
+    10^-digits s after 1970-01-01 00:00:00; NULL outside ``YEARS``."""
+    number = _require(coerce(number, "int", scope) if number.type == "null" else number,
+                      NUMERIC, "an epoch number", scope)
+    first, past = epoch_bounds(digits)
+    scale = Fraction(10) ** -digits
+    proven = Interval(first * scale, past * scale - Fraction(1, 10 ** 6), False)
+    interval = None
+    if number.interval is not None:
+        low, high = max(number.interval.lower * scale, proven.lower), \
+            min(number.interval.upper * scale, proven.upper)
+        interval = Interval(low, high, False) if low <= high else None
+    return Expr("epoch", (number,), "timestamp", digits, interval, proven, None, True)
+
+
+@builds(exp.UnixToTime, reads=("this", "scale", "target_type"))
+def _unix_to_time(node: exp.UnixToTime, scope: Scope) -> Expr:
+    """TO_TIMESTAMP(seconds), EPOCH_MS(ms), MAKE_TIMESTAMP(µs), FROM_UNIXTIME(seconds)."""
+    target = node.args.get("target_type")  # Snowflake's TO_TIMESTAMP: without a time zone
+    if target is not None and not target.is_type(exp.DataType.Type.TIMESTAMP):
+        raise UnsupportedSQLError(
+            f"{construct_name(node)}: a {target.sql()} result is not supported",
+            sql=scope.sql, hint="convert to a timestamp without time zone (TO_TIMESTAMP): "
+            "the UTC wall clock")
+    scale = node.args.get("scale")  # a literal: the function's name, or Snowflake's argument
+    digits = 0 if scale is None else int(scale.name) if scale.is_int else None
+    if digits not in EPOCH_DIGITS:
+        raise UnsupportedSQLError(
+            f"{construct_name(node)} in units of 10^-{scale.sql()} s is not supported",
+            sql=scope.sql,
+            hint="give seconds (TO_TIMESTAMP), milliseconds (EPOCH_MS) or microseconds "
+            "(MAKE_TIMESTAMP)")
+    return epoch_time(build(node.this, scope), digits, scope)
+
+
 @builds(exp.TimeStrToTime, exp.TsOrDsToDate, exp.TsOrDsToTimestamp,
         reads=("this", "default_date"))
 def _time_string(node: exp.Expression, scope: Scope) -> Expr:
@@ -633,8 +682,9 @@ def _date_trunc(node: exp.Expression, scope: Scope) -> Expr:
         first, last = (_truncated_day(int(end), unit) for end in (within.lower, within.upper))
         unit_size = 1 if arg.type == "date" else 86400  # a timestamp's interval is in seconds
         interval = Interval(Fraction(first * unit_size), Fraction(last * unit_size), True)
-        if arg.type == "date":
-            domain = _truncated_days(int(within.lower), int(within.upper), unit)
+        domain = _truncated_days(int(within.lower), int(within.upper), unit)
+        if domain is not None and arg.type == "timestamp":  # each at midnight
+            domain = tuple(datetime.datetime.combine(d, datetime.time()) for d in domain)
     return Expr("date_trunc", (arg,), arg.type, unit, interval, None, domain, True)
 
 
@@ -1353,6 +1403,10 @@ def _cast(node: exp.Cast, scope: Scope) -> Expr:
         # DATE '2000-01-01' (read as a cast) is a constant with its day number, as
         # '2000-01-01' compared with a date is
         return coerce(arg, target, scope)
+    if target == "timestamp" and arg.type in NUMERIC:  # Spark's seconds since the epoch
+        return epoch_time(arg, 0, scope)
+    if target == "date" and arg.type == "timestamp":
+        return _as_date(arg, scope)
     interval = proven = None
     if target in NUMERIC and arg.type in (*NUMERIC, "bool"):
         interval, proven = arg.interval, arg.proven

@@ -390,6 +390,20 @@ class Dialect:
         """A date plus a number of days."""
         return f"({date} + {days})"
 
+    def _op_epoch(self, e: Expr) -> str:
+        """A timestamp from an epoch number; NULL outside ``ops.epoch_bounds`` (NaN and ±inf
+        too), so the conversion never leaves a backend's range."""
+        (number,) = e.args
+        sql = self.expr(number)
+        first, past = ops.epoch_bounds(e.value)
+        micros = f"FLOOR({self._as_double(sql, number)} * {10 ** (6 - e.value)})"
+        return (f"(CASE WHEN {sql} >= {self.number(first)} AND {sql} < {self.number(past)} "
+                f"THEN {self.epoch_micros(micros)} END)")
+
+    def epoch_micros(self, micros: str) -> str:
+        """The timestamp a whole number of microseconds after 1970-01-01 00:00:00."""
+        return f"make_timestamp(CAST({micros} AS BIGINT))"
+
     def _op_extract(self, e: Expr) -> str:
         part = e.value.upper()
         return f"CAST(EXTRACT({part} FROM {self.expr(e.args[0])}) AS {self.types['int']})"
@@ -474,6 +488,10 @@ class PostgresDialect(Dialect):
     def _op_date_diff(self, e: Expr) -> str:
         later, earlier = self._args(e)
         return f"CAST(({later} - {earlier}) AS BIGINT)"
+
+    def epoch_micros(self, micros: str) -> str:
+        # not TO_TIMESTAMP: its TIMESTAMPTZ reads as the session's time zone's wall clock
+        return f"(TIMESTAMP '1970-01-01 00:00:00' + {micros} * INTERVAL '1 microsecond')"
 
     # FM: no padding of the names to nine characters
     format_parts = {"%Y": "YYYY", "%m": "MM", "%d": "DD", "%A": "FMDay", "%a": "Dy",
@@ -749,6 +767,9 @@ class SparkDialect(Dialect):
 
     def add_days(self, date: str, days: str) -> str:
         return f"date_add({date}, {days})"
+
+    def epoch_micros(self, micros: str) -> str:
+        return f"timestamp_micros(CAST({micros} AS BIGINT))"
 
     def _op_extract(self, e: Expr) -> str:
         arg = self.expr(e.args[0])
