@@ -41,6 +41,11 @@ EXACT = [
     "SELECT COUNT(DISTINCT uid) AS n FROM (SELECT uid, item FROM r GROUP BY 1, item) t",
     "SELECT COUNT(*) AS n FROM (SELECT uid AS u, MIN(rating) AS low, COUNT(DISTINCT item) AS k "
     "FROM r GROUP BY u) t WHERE low >= 2 AND k >= 3",
+    # HAVING read an output's alias as an unknown column
+    "SELECT COUNT(*) AS n FROM (SELECT uid, COUNT(*) AS c FROM r GROUP BY uid HAVING c > 10) t",
+    # joined to one row a person, the table kept L0 = L∞ = 1: one row of each person
+    "SELECT item, COUNT(*) AS n FROM (SELECT uid, COUNT(*) AS c FROM r GROUP BY uid) t "
+    "JOIN r ON t.uid = r.uid WHERE t.c > 4 GROUP BY item",
 ]
 
 ANSWERED = [
@@ -76,6 +81,12 @@ ANSWERED = [
     "SELECT COUNT(*) FROM (SELECT uid, MAX(shop) AS s FROM purchases GROUP BY uid) t "
     "WHERE s > 'm'",
     "SELECT COUNT(*) FROM (SELECT uid FROM visits GROUP BY uid HAVING uid = 42) t",
+    "SELECT day, COUNT(*), AVG(amount) FROM (SELECT uid, COUNT(*) AS c FROM visits GROUP BY uid "
+    "HAVING c > 2) t JOIN visits v ON t.uid = v.uid GROUP BY day",
+    # constant keys (as the outer GROUP BY -1 reads them) were rendered bare in GROUP BY,
+    # where the backend read them as positions: a Binder Error
+    "SELECT COUNT(*) FROM (SELECT uid, COUNT(*) AS c FROM visits GROUP BY uid, -1, "
+    "CAST(3 AS INT)) t WHERE c > 1",
 ]
 
 PRIVATE_KEYS = [  # keys without a public domain: released above a threshold, with δ
@@ -123,6 +134,10 @@ REFUSED = [
      dpsql.ProgrammingError, ""),
     ("SELECT uid, COUNT(*) FROM (SELECT uid FROM visits GROUP BY uid) t GROUP BY uid",
      dpsql.PrivateGroupKeysError, ""),
+    # an aggregate without its argument was an AttributeError
+    ("SELECT COUNT() FROM visits", dpsql.ProgrammingError, "COUNT(*)"),
+    ("SELECT COUNT(*) FROM (SELECT uid, MIN() AS m FROM visits GROUP BY uid) t",
+     dpsql.ProgrammingError, "MIN(x)"),
 ]
 
 

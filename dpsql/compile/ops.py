@@ -70,6 +70,10 @@ def build(node: exp.Expression, scope: Scope) -> Expr:
         >>> (e.type, e.interval.lower, e.interval.upper)
         ('int', Fraction(0, 1), Fraction(43, 1))
     """
+    if node is None:  # sqlglot reads COUNT() and MIN() without their argument
+        raise ProgrammingError("a function is missing its argument", sql=scope.sql,
+                               hint="count rows with COUNT(*), or give the function its "
+                               "argument, e.g. MIN(x)")
     intercept = getattr(scope, "intercept", None)
     found = intercept(node) if intercept is not None else None
     if found is not None:

@@ -451,8 +451,11 @@ class Dialect:
             items = [f"{sql} AS {name}" for (name, _), sql in zip(node.keys, keys, strict=True)]
             items += [f"{self.group_function(function, arg)} AS {name}"
                       for name, function, arg in node.aggregates]
+            # a key of no column is the same on every row: left out of GROUP BY, where a
+            # bare integer would be read as a position in the SELECT list
+            grouped = [sql for (_, e), sql in zip(node.keys, keys, strict=True) if e.columns()]
             return (f"(SELECT {', '.join(items)} FROM {self.relation(node.input, sources)} "
-                    f"AS __r GROUP BY {', '.join(keys)})")
+                    f"AS __r GROUP BY {', '.join(grouped)})")
         if isinstance(node, Join):
             kind = "LEFT JOIN" if node.kind == "left" else "JOIN"
             return (f"(SELECT * FROM {self.relation(node.left, sources)} AS __l {kind} "

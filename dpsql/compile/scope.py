@@ -5,12 +5,12 @@ WITH) or to a catalogue entry, else it is refused: no schema the catalogue does 
 no table function, no file path. Derived tables and CTEs are row-level (filters and computed
 columns), or grouped by keys that include the privacy unit, so that each of their rows is a
 function of one person's rows (``GroupScope``); no DISTINCT, LIMIT, windows or other
-GROUP BY, which would let one person's rows change other rows. Joins: a private relation with public ones (INNER or LEFT), or private relations
-INNER joined with a conjunct that equates their privacy units. Contribution bounding runs on
-the joined rows:
+GROUP BY, which would let one person's rows change other rows. Joins: a private relation
+with public ones (INNER or LEFT), or private relations INNER joined with a conjunct that
+equates their privacy units. Contribution bounding runs on the joined rows:
 
 - a privacy-unit table keeps its unit; private tables joined on the unit use the smaller
-  L0, L∞ and R of the two;
+  L0, L∞ and R of the two, or, beside one row a person, the other's (``_joined_bounds``);
 - a row-privacy table that is joined gets a synthetic unit, its row number, with
   L0 = L∞ = 1, so a row that meets several partners still counts once.
 """
@@ -504,7 +504,9 @@ class Resolver:
         grouped = GroupScope(rows, scope, keys, units, self.names)
         having = body.args.get("having")
         if having is not None:
-            grouped.having = predicate(having.this, grouped)
+            named = having.this.transform(
+                lambda n: self._output_named(n, body, scope) or n, copy=True)
+            grouped.having = predicate(named, grouped)
         return grouped
 
     def _group_item(self, item: exp.Expression, body: exp.Select,
@@ -517,13 +519,20 @@ class Resolver:
             if not 1 <= position <= len(outputs):
                 raise ProgrammingError(f"GROUP BY {item.this} is out of range", sql=self.sql)
             return outputs[position - 1].unalias()
+        return self._output_named(item, body, scope) or item
+
+    @staticmethod
+    def _output_named(item: exp.Expression, body: exp.Select,
+                      scope: Scope) -> exp.Expression | None:
+        """The expression of the output whose alias ``item`` names, if no column of FROM
+        has that name (as GROUP BY and HAVING read an alias)."""
         if isinstance(item, exp.Column) and not item.table:
             known = {n for _, n in scope.relation.names}
-            for output in outputs:
+            for output in body.expressions:
                 if output.alias and output.alias.lower() == item.name.lower() and \
                         item.name.lower() not in known:
-                    return output.unalias()
-        return item
+                    return output.unalias().copy()
+        return None
 
     def _joined(self, base: Relation, joins: list[exp.Join], ctes: dict) -> Relation:
         parts = [base] + [self.item(j.this, ctes) for j in joins]
@@ -616,11 +625,28 @@ class Resolver:
                 "person's rows could multiply another's without bound)", sql=self.sql,
                 hint="join ON a.<unit> = b.<unit>, as a condition of its own (AND other "
                 "conditions if you like, never OR or NOT)")
-        totals = [t for t in (left.total, right.total) if t is not None]
-        return replace(combined, node=node, unit=left.unit, public=False,
-                       l0=min(left.l0, right.l0), linf=min(left.linf, right.linf),
-                       total=min(totals) if totals else None,
-                       unit_columns=left.unit_columns | right.unit_columns)
+        l0, linf, total = _joined_bounds(left, right)
+        return replace(combined, node=node, unit=left.unit, public=False, l0=l0, linf=linf,
+                       total=total, unit_columns=left.unit_columns | right.unit_columns)
+
+
+def _one_row_a_person(relation: Relation) -> bool:
+    return relation.l0 == relation.linf == 1 and relation.total in (None, 1)
+
+
+def _joined_bounds(left: Relation, right: Relation) -> tuple[int, int, int | None]:
+    """L0, L∞ and R, which the per-person pass enforces, of two private relations joined on
+    their unit.
+
+    Beside a relation of one row a person (a table of persons, a subquery grouped by the
+    unit) each joined row is one of the other side's rows, so the other side's bounds keep
+    its rows (the smaller ones kept one row of each person: 40 where the SQL meant 120).
+    Otherwise the smaller L0, L∞ and R. Either way they are enforced on the joined rows."""
+    for one, other in ((right, left), (left, right)):
+        if _one_row_a_person(one):
+            return other.l0, other.linf, other.total
+    totals = [t for t in (left.total, right.total) if t is not None]
+    return min(left.l0, right.l0), min(left.linf, right.linf), min(totals) if totals else None
 
 
 def _equates_units(on: Expr, left: set[str], right: set[str]) -> bool:
