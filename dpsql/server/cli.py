@@ -97,10 +97,11 @@ def _worker(config: ServerConfig, pg_sock, http_sock, balance=None) -> None:
                                 require_tls=tls is not None and config.tls_required,
                                 ).start(config.host, 0, sock=pg_sock, balance=balance)
         if http_sock is not None:
+            api = HttpApi(service, executor)
             http = uvicorn.Server(uvicorn.Config(
                 # proxy_headers: uvicorn trusts X-Forwarded-For from 127.0.0.1 by default,
                 # and a fresh one per guess escaped the login lockout kept per address
-                HttpApi(service, executor).app, log_level="warning", access_log=False,
+                api.app, http=api.protocol, log_level="warning", access_log=False,
                 proxy_headers=False,
                 timeout_keep_alive=5, limit_concurrency=1000, server_header=False,
                 h11_max_incomplete_event_size=16 * 1024,

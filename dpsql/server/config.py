@@ -74,6 +74,11 @@ class ServerConfig:
     max_failed_logins: int = 5
     lockout_seconds: float = 60.0
     startup_timeout: float = 10.0
+    # HTTP: seconds a request's headers, then its body, may take to arrive; connections of one
+    # address waiting for their headers at once (the oldest is closed past it)
+    http_header_timeout: float = 10.0
+    http_body_timeout: float = 30.0
+    http_waiting_per_address: int = 64
     log_file: Path | None = None
     private_paths: tuple[str, ...] = field(default=())
 
@@ -210,6 +215,12 @@ def load_config(path: str | Path) -> ServerConfig:
         lockout_seconds=_number(security.get("lockout_seconds", 60), "security.lockout_seconds"),
         startup_timeout=_number(security.get("startup_timeout", 10),
                                 "security.startup_timeout"),
+        http_header_timeout=_number(security.get("http_header_timeout", 10),
+                                    "security.http_header_timeout"),
+        http_body_timeout=_number(security.get("http_body_timeout", 30),
+                                  "security.http_body_timeout"),
+        http_waiting_per_address=_number(security.get("http_waiting_per_address", 64),
+                                         "security.http_waiting_per_address", integer=True),
         log_file=resolve(raw["log_file"]) if raw.get("log_file") else None,
         private_paths=tuple(sorted({str(home), str(state_dir), str(path),
                                     *(str(d.metadata.parent) for d in datasets.values()),

@@ -12,16 +12,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import hashlib
 import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import h11
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from dpsql.server.auth import LoginLimiter
 from dpsql.server.page import APP_JS, PAGE_HTML
@@ -110,8 +113,92 @@ def openapi() -> dict:
     }
 
 
+class Deadlines:
+    """The HTTP port's limits on slow clients, shared by its connections: a request's headers
+    must arrive within ``header`` seconds of the connection (or of the previous response),
+    its body within ``body`` seconds of its headers, and an address has at most
+    ``per_address`` connections waiting for headers at once (one more closes the oldest).
+    ``late`` is the 408 response sent when a deadline passes."""
+
+    def __init__(self, header: float, body: float, per_address: int, late: bytes) -> None:
+        self.header, self.body, self.per_address, self.late = header, body, per_address, late
+        self.waiting: dict[str, dict[TimedH11Protocol, None]] = {}  # oldest first
+
+
+class TimedH11Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 connection with ``Deadlines``: uvicorn times out only idle
+    keep-alive connections, so a client sending its headers or its body a byte at a time held
+    its connection for ever, and 1,000 of them made the port answer 503 to everyone."""
+
+    def __init__(self, *args, deadlines: Deadlines, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.deadlines = deadlines
+        self._phase: str | None = None  # "headers", "body" or None (nothing awaited)
+        self._timer: asyncio.TimerHandle | None = None
+        self._begun = False  # bytes of the awaited request have arrived
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._follow(restart=True)
+
+    def data_received(self, data: bytes) -> None:
+        self._begun = True
+        super().data_received(data)
+        self._follow()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._follow(restart=True)  # the next request's headers are due from now
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._enter(None)
+        super().connection_lost(exc)
+
+    def _follow(self, restart: bool = False) -> None:
+        """Arm the deadline of what the client owes now; a phase's deadline is not moved by
+        the bytes that arrive within it."""
+        state = self.conn.their_state
+        phase = None if self.transport.is_closing() else \
+            "headers" if state is h11.IDLE else "body" if state is h11.SEND_BODY else None
+        if phase != self._phase or restart:
+            self._enter(phase)
+
+    def _enter(self, phase: str | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        address = self.client[0] if self.client else ""
+        waiting = self.deadlines.waiting.get(address, {})
+        waiting.pop(self, None)
+        self._phase = phase
+        if phase == "headers":
+            self._begun = False
+            waiting[self] = None
+            self.deadlines.waiting[address] = waiting
+            if len(waiting) > self.deadlines.per_address:
+                next(iter(waiting))._expire()
+        elif not waiting:
+            self.deadlines.waiting.pop(address, None)
+        if phase is not None:
+            self._timer = self.loop.call_later(
+                self.deadlines.header if phase == "headers" else self.deadlines.body,
+                self._expire)
+
+    def _expire(self) -> None:
+        """Close the connection, with a 408 while a request is under way and unanswered (a
+        401 is sent before the body is read); an idle one closes without (a client would
+        read the 408 as the answer to the next request it sends on it)."""
+        answered = self.cycle is not None and self.cycle.response_started
+        late = self._begun if self._phase == "headers" else not answered
+        self._enter(None)
+        if not self.transport.is_closing():
+            if late:
+                self.transport.write(self.deadlines.late)
+            self.transport.close()
+
+
 class HttpApi:
-    """The Starlette app over a service."""
+    """The Starlette app over a service; ``protocol`` is the connection class for uvicorn."""
 
     def __init__(self, service: Service, executor) -> None:
         self.service, self.executor = service, executor
@@ -136,6 +223,14 @@ class HttpApi:
         ]
         self.app = Starlette(routes=routes, exception_handlers={
             Exception: self._crash, 404: self._not_found, 405: self._wrong_method})
+        late = json.dumps(service.failure(ServiceError(
+            "request_timeout", "the request's headers or body did not arrive in time",
+            hint="send the whole request at once")).to_json()).encode()
+        self.protocol = functools.partial(TimedH11Protocol, deadlines=Deadlines(
+            config.http_header_timeout, config.http_body_timeout,
+            config.http_waiting_per_address,
+            b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+            b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(late), late)))
 
     # --- plumbing ------------------------------------------------------------------------
     async def _crash(self, request: Request, exc: Exception) -> JSONResponse:
@@ -207,12 +302,16 @@ class HttpApi:
         if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
             raise ServiceError("too_large", f"request bodies are limited to {MAX_BODY} bytes")
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_BODY:
-                raise ServiceError("too_large", f"request bodies are limited to {MAX_BODY} "
-                                   "bytes")
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > MAX_BODY:
+                    raise ServiceError("too_large", f"request bodies are limited to "
+                                       f"{MAX_BODY} bytes")
+                chunks.append(chunk)
+        except ClientDisconnect:  # gone, or closed past http_body_timeout: nobody reads this
+            raise ServiceError("request_timeout", "the connection closed before the body "
+                               "ended") from None
         try:
             body = json.loads(b"".join(chunks) or b"{}")
         except (ValueError, UnicodeDecodeError):

@@ -55,6 +55,7 @@ ERROR_CODES: dict[str, tuple[str, int]] = {
     "rate_limited": ("53300", 429),
     "too_large": ("54000", 413),
     "timeout": ("57014", 408),
+    "request_timeout": ("57014", 408),  # HTTP: headers or body sent too slowly
     "backend": ("58000", 500),
     "internal": ("XX000", 500),
     "unknown_dataset": ("3D000", 404),

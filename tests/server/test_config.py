@@ -109,3 +109,19 @@ def test_threads_per_analyst_lets_one_analyst_run_that_many_at_once(tmp_path):
         assert sorted(outcomes) == ["53300", "57014", "57014"], outcomes
     finally:
         server.stop()
+
+
+def test_the_http_deadlines_default_to_10_s_30_s_and_64_waiting(tmp_path):
+    loaded = load_config(write_config(tmp_path, analysts=["alice"]))
+    assert (loaded.http_header_timeout, loaded.http_body_timeout,
+            loaded.http_waiting_per_address) == (10, 30, 64)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("http_header_timeout", 0), ("http_body_timeout", -1), ("http_body_timeout", float("inf")),
+    ("http_waiting_per_address", 0.5), ("http_header_timeout", "10")])
+def test_the_http_deadlines_are_checked(tmp_path, key, value):
+    config = write_config(tmp_path, analysts=["alice"])
+    _edit(config, lambda raw: raw["security"].update({key: value}))
+    with pytest.raises(ConfigError, match=f"security.{key} must be a positive"):
+        load_config(config)
