@@ -466,9 +466,12 @@ def _grid_for(agg: Aggregate, center: Fraction, table, epsilon: Fraction, common
     if squares:  # squared grid values must fit 64 bits: at most 2**26 grid units a value
         return grid_exponent(sum_sensitivity(table, low, high, **common) / epsilon,
                              magnitude, max_units_exp=26)
-    if agg.integral and low.denominator == 1 and high.denominator == 1:
-        return 0
     rough = sum_sensitivity(table, low, high, **common) / epsilon
+    if agg.integral and low.denominator == 1 and high.denominator == 1:
+        # whole numbers sit on the grid of 1, but a person's sum scaled to L∞ (or R) of their
+        # rows is truncated to it: MovieLens' AVG(rating) at L∞ = 1 took each person's mean
+        # 3.6 to 3 (3.08 released where 3.59); the finer grid of a real value keeps it
+        return 0 if table.is_row_privacy else min(grid_exponent(rough, magnitude), 0)
     # the finer grid a centre of half a unit needs costs nothing: sums are exact either way
     return min(grid_exponent(rough, magnitude), 0 if center.denominator == 1 else -1)
 

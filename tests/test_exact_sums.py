@@ -60,3 +60,20 @@ def test_rows_with_a_null_key_are_in_no_released_group(tmp_path):
                                  epsilon=1).release.statements[0].exact_query
         _, rows = con._engine._run_exact(query)
     assert [row[:3] for row in rows] == [("a", 2, 3), ("b", 0, 0)]
+
+
+def test_a_persons_scaled_sum_of_whole_numbers_keeps_its_mean(tmp_path):
+    """A person with more rows than L∞ counts with their mean: on the grid of 1 their scaled
+    sum was truncated, 3.6 to 3, so AVG(rating) of MovieLens came out 3.08 where 3.59."""
+    ratings = [3, 4, 4, 3, 4]  # each person's mean: 3.6
+    frame = pd.DataFrame({"uid": [u for u in range(50) for _ in ratings],
+                          "rating": ratings * 50})
+    frame.to_csv(tmp_path / "r.csv", index=False)
+    meta = {"name": "r", "budget": {"epsilon": 1e15}, "tables": {"r": {
+        "source": str(tmp_path / "r.csv"), "privacy_unit": "uid", "max_groups_per_unit": 1,
+        "max_rows_per_group": 1, "columns": {
+            "uid": "int", "rating": {"type": "int", "lower": 1, "upper": 5}}}}}
+    with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=1) as con:
+        cur = con.execute("SELECT AVG(rating) AS a, SUM(rating) AS s FROM r", epsilon=1e12)
+        average, total = cur.fetchall()[0]
+    assert abs(average - 3.6) < 1e-6 and total == 180
