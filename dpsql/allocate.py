@@ -41,7 +41,7 @@ from fractions import Fraction
 from dpsql import joint, share, snapshot
 from dpsql.budget import proportional
 from dpsql.catalog import Catalog
-from dpsql.plan import CheckedQuery, NoisePart
+from dpsql.plan import COUNT_KINDS, CheckedQuery, NoisePart, shown_part
 from dpsql.rewrite import (
     SPREAD_KINDS,
     as_gaussian,
@@ -61,9 +61,8 @@ def coefficients(checked: CheckedQuery, parts: list[NoisePart]) -> dict[str, dic
         own = {p.role: p for p in parts if agg.name in p.feeds}
         if agg.kind == "quantile":
             continue
-        if agg.kind in ("count_star", "count", "count_distinct_unit"):
-            part = own.get("count") or own["distinct"]
-            found[agg.name] = {part.column: 1.0}
+        if agg.kind in COUNT_KINDS:
+            found[agg.name] = {shown_part(own).column: 1.0}
             continue
         h = float(agg.upper - agg.lower) / 2
         total = own["sum"]

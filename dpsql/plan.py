@@ -20,6 +20,8 @@ from dpsql.catalog import TableSpec
 from dpsql.mechanisms.calibrate import linf_variance
 
 TERMS = "__terms"  # exact-query column: how many rows a group's DOUBLE sums add up
+# aggregates released as one noisy integer count each
+COUNT_KINDS = ("count_star", "count", "count_distinct_unit", "count_distinct")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +53,9 @@ class GroupKey:
 class Aggregate:
     """One aggregate call of the query and what it needs from the data.
 
-    ``kind`` is one of count_star, count, count_distinct_unit, sum, avg, the VAR/STDDEV
-    kinds and quantile. ``arg`` is the row-level IR input (None for COUNT(*));
+    ``kind`` is one of count_star, count, count_distinct_unit (persons), count_distinct (the
+    distinct values of ``arg``), sum, avg, the VAR/STDDEV kinds and quantile. ``arg`` is the
+    row-level IR input (None for COUNT(*) and COUNT(DISTINCT person));
     ``lower``/``upper`` its declared or derived bounds; ``sql`` how the analyst wrote it.
     """
 
@@ -132,7 +135,8 @@ class NoisePart:
 
     column: str
     aggregate: str
-    role: str  # 'count' or 'sum'
+    # count, sum, sumsq, distinct (persons), distinct_values (of ``value``), quantile, select
+    role: str
     sensitivity: Fraction
     epsilon: Fraction
     grid_exp: int = 0
@@ -175,6 +179,12 @@ class NoisePart:
     def grid(self) -> Fraction:
         """Resolution of the fixed-point grid."""
         return Fraction(2) ** self.grid_exp
+
+
+def shown_part(own: dict[str, NoisePart]) -> NoisePart:
+    """Of an aggregate's measurements by role, the one a COUNT or an uncentred SUM shows."""
+    return next(own[role] for role in ("sum", "count", "distinct", "distinct_values")
+                if role in own)
 
 
 class ExactQuery:

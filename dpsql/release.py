@@ -31,7 +31,7 @@ from dpsql.mechanisms.samplers import (
     discrete_laplace,
     discrete_linf,
 )
-from dpsql.plan import Joint, StatementPlan
+from dpsql.plan import COUNT_KINDS, Joint, StatementPlan, shown_part
 from dpsql.rewrite import SPREAD_KINDS
 
 if TYPE_CHECKING:
@@ -171,7 +171,7 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
                                                  strict=True)]
             values = [round(v) if agg.integral else float(v) for v in values]
         else:
-            part = own.get("sum") or own.get("count") or own["distinct"]
+            part = shown_part(own)
             values = noisy[part.column]
         low, high = _feasible(agg)
         frame[agg.name] = [_clamp(v, low, high) for v in values]
@@ -191,7 +191,7 @@ def _feasible(agg) -> tuple[float, float]:
     """The values an answer can take whatever the data: counts are never negative, and a sum
     of values of one sign keeps that sign (clamping a noisy answer to it is post-processing,
     and only moves it closer to the truth)."""
-    if agg.kind in ("count_star", "count", "count_distinct_unit"):
+    if agg.kind in COUNT_KINDS:
         return 0, math.inf
     if agg.kind == "sum" and agg.lower >= 0:
         return 0, math.inf
@@ -356,7 +356,7 @@ def half_width(agg, plan: StatementPlan) -> float:
         # a whole-number SUM is released as round(S' + k·N), up to half a unit further off
         # (at ε 20 on [0, 9] the interval without it covered 88.6%)
         return _centred_half_width(own["sum"], own["count"]) + (0.5 if agg.integral else 0)
-    return _half_width(own.get("sum") or own.get("count") or own["distinct"], CONFIDENCE)
+    return _half_width(shown_part(own), CONFIDENCE)
 
 
 def _centred_half_width(total, count) -> float:
@@ -457,7 +457,7 @@ def _frame_schema(checked):
                  "text": pa.string(), "date": pa.date32(), "timestamp": pa.timestamp("us")}
     fields = [(key.name, key_types.get(key.type, pa.string())) for key in checked.keys]
     for agg in checked.aggregates:
-        integral = agg.kind in ("count_star", "count", "count_distinct_unit") or (
+        integral = agg.kind in COUNT_KINDS or (
             agg.kind == "sum" and agg.integral)
         fields += [(agg.name, pa.int64() if integral else pa.float64()),
                    (agg.name + "__low", pa.float64()), (agg.name + "__high", pa.float64())]

@@ -32,7 +32,7 @@ from dpsql.budget import SHARE_QUANTUM, PrivacyLoss
 from dpsql.catalog import Catalog
 from dpsql.compile.bound import bound_rows
 from dpsql.compile.ir import Filter, Join, Number, Project
-from dpsql.compile.per_person import centred, per_person_ctes
+from dpsql.compile.per_person import centred, distinct_values, per_person_ctes
 from dpsql.compile.render import Dialect, dialect
 from dpsql.errors import InternalError, ProgrammingError
 from dpsql.mechanisms.calibrate import grid_exponent, private_key_threshold
@@ -41,6 +41,7 @@ from dpsql.sensitivity import (
     contribution_bounds,
     count_sensitivity,
     distinct_unit_sensitivity,
+    distinct_values_sensitivity,
     sum_sensitivity,
 )
 
@@ -297,7 +298,7 @@ class Measure:
     VAR(x) one sum of squares.
     """
 
-    role: str  # count, distinct, sum, sumsq, quantile
+    role: str  # count, distinct, distinct_values, sum, sumsq, quantile
     feeds: tuple[str, ...]
     arg: object = None  # the IR input (sum, sumsq, count of a value)
     centred: bool = False
@@ -339,13 +340,15 @@ def measures(checked: CheckedQuery) -> list[Measure]:
             need(("count", None), agg.name, role="count")
         elif agg.kind == "count_distinct_unit":
             need(("distinct",), agg.name, role="distinct")
+        elif agg.kind == "count_distinct":  # its own count: never COUNT(*)'s or the persons'
+            need(("distinct_values", agg.arg), agg.name, role="distinct_values", arg=agg.arg)
         elif agg.kind == "quantile":
             need(("quantile", agg.name), agg.name, role="quantile")
         elif agg.kind == "count":
             count_of(agg.arg, agg.name)
         else:
             same = [a for a in aggregates if a.arg == agg.arg and a.kind not in
-                    ("count_star", "count_distinct_unit", "quantile")
+                    ("count_star", "count_distinct_unit", "count_distinct", "quantile")
                     and (a.kind == "count" or (a.lower, a.upper) == (agg.lower, agg.upper))]
             squares = any(a.kind in SPREAD_KINDS for a in same)
             centred = squares or any(a.kind in ("avg", "count") for a in same) or (
@@ -388,6 +391,9 @@ def noise_parts(checked: CheckedQuery, catalog: Catalog, epsilons: list[Fraction
         elif measure.role == "distinct":
             parts.append(NoisePart(role="distinct", **base,
                                    sensitivity=distinct_unit_sensitivity(table, **common)))
+        elif measure.role == "distinct_values":  # an integer count: no grid
+            parts.append(NoisePart(role="distinct_values", value=f"__x{column}", **base,
+                                   sensitivity=distinct_values_sensitivity(table, **common)))
         elif measure.role == "quantile":
             # exponential mechanism: the utility of a bin moves by ≤ 1 per row, so it has the
             # sensitivity of a count (L∞ rows in each of L0 groups, twice under replace)
@@ -538,36 +544,55 @@ def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: b
     src_cols += [f"{d.dialect.key(k.expr)} AS {name}"
                  for k, name in zip(checked.keys, keys, strict=True)]
     src_cols += [f"{v.sql(wide, d)} AS {name}" for name, v in values.columns.items()]
+    by_name = {a.name: a for a in checked.aggregates}
+    valued = [p for p in parts if p.role == "distinct_values"]
+    src_cols += [f"{d.expr(by_name[p.aggregate].arg)} AS {p.value}" for p in valued]
     ctes = [_source_rows(checked, source, d, unit, src_cols, [])]
     key_list = ", ".join(keys)
     group_by = f" GROUP BY {key_list}" if keys else ""
     terms = [] if wide else [TERMS]
+    measured = ["__exact"]  # the CTEs holding the parts' exact values per group
     if unit is None:
         select_parts = [_row_part(p, values, d, wide) for p in parts]
         select_parts += [f"COUNT(*) AS {TERMS}"] if terms else []
         ctes.append(f"__exact AS (SELECT {', '.join(keys + select_parts)} FROM __src{group_by})")
     else:
-        ctes += per_person_ctes(checked, parts, values, keys, domain_size(checked), salt,
-                                wide, d)
+        # a person's distinct values are bounded on their own (per_person.distinct_values)
+        summed = [p for p in parts if p.role != "distinct_values"]
+        if summed or not valued:
+            ctes += per_person_ctes(checked, summed, values, keys, domain_size(checked), salt,
+                                    wide, d)
+        else:
+            measured = []
+        for part in valued:
+            ctes += distinct_values(checked, part, keys, domain_size(checked), salt, d)
+            measured.append(f"__{part.column}")
     body = ", ".join(ctes)
-    part_names = [p.column for p in parts] + terms
+    part_names = [p.column for p in parts] + (terms if "__exact" in measured else [])
     if not keys and not part_names:  # only quantiles, which read their histograms
         return "SELECT 1 AS __one"
-    if not keys:
+    if not keys:  # one row each
         outs = ", ".join(f"COALESCE({p}, 0) AS {p}" for p in part_names)
-        return f"WITH {body} SELECT {outs} FROM __exact"
+        return f"WITH {body} SELECT {outs} FROM {' CROSS JOIN '.join(measured)}"
     if checked.has_private_keys:  # only keys present in the data; release() thresholds them
-        outs = ", ".join(keys + [f"COALESCE({p}, 0) AS {p}" for p in part_names])
-        return f"WITH {body} SELECT {outs} FROM __exact ORDER BY {key_list}"
+        # (the selection count is a part of __exact, so every key it can release is there)
+        base, *others = measured
+        joins = "".join(f" LEFT JOIN {m} ON " + " AND ".join(f"{base}.{k} = {m}.{k}"
+                                                             for k in keys) for m in others)
+        outs = ", ".join([f"{base}.{k}" for k in keys] +
+                         [f"COALESCE({p}, 0) AS {p}" for p in part_names])
+        return (f"WITH {body} SELECT {outs} FROM {base}{joins} "
+                f"ORDER BY {', '.join(f'{base}.{k}' for k in keys)}")
     domain = " CROSS JOIN ".join(
         d.dialect.values([f"({d.dialect.literal(v, k.type)})" for v in k.domain], f"__d{i}",
                          [keys[i]])
         for i, k in enumerate(checked.keys))
-    on = " AND ".join(f"__d.{k} = __exact.{k}" for k in keys)
+    joins = "".join(f" LEFT JOIN {m} ON " + " AND ".join(f"__d.{k} = {m}.{k}" for k in keys)
+                    for m in measured)
     outs = ", ".join([f"__d.{k}" for k in keys] +
-                     [f"COALESCE(__exact.{p}, 0) AS {p}" for p in part_names])
+                     [f"COALESCE({p}, 0) AS {p}" for p in part_names])
     return (f"WITH {body}, __domain AS (SELECT * FROM {domain}) "
-            f"SELECT {outs} FROM __domain AS __d LEFT JOIN __exact ON {on} "
+            f"SELECT {outs} FROM __domain AS __d{joins} "
             f"ORDER BY {', '.join(f'__d.{k}' for k in keys)}")
 
 
@@ -623,6 +648,8 @@ def _row_part(part: NoisePart, values: _Values, d: _Writer, wide: bool) -> str:
     value = part.value
     if part.role == "select":  # one row is one person
         return f"COUNT(*) AS {part.column}"
+    if part.role == "distinct_values":  # one row is one person: one value
+        return f"COUNT(DISTINCT {value}) AS {part.column}"
     if part.role == "sumsq":
         return f"{d.dialect.sum_int(f'{value} * {value}')} AS {part.column}"
     if part.role == "sum":

@@ -53,6 +53,32 @@ def distinct_unit_sensitivity(table: TableSpec, *, grouped: bool, domain_size: i
     return Fraction((2 if neighbouring == "replace" else 1) * l0)
 
 
+def distinct_values_sensitivity(table: TableSpec, *, grouped: bool, domain_size: int | None,
+                                neighbouring: str) -> Fraction:
+    """COUNT(DISTINCT x) of a row-level x: add/remove min(R, L0·L∞) (scalar min(R, L∞));
+    replace twice that grouped, min(R, L∞) scalar; row privacy 1 (grouped replace 2).
+
+    The exact value of a group is the number of distinct non-NULL values of x among the
+    values the persons keep there: each person keeps at most L∞ of their distinct values of x
+    per group (the least keyed hashes, under the release's secret salt), in at most L0 groups
+    (keyed hash too), and with R at most R values in all (``compile.per_person.
+    distinct_values``). What a person keeps depends on their own rows only. So adding a person
+    with kept values V_g in group g turns the group's set of classes S into S ∪ V_g, whose
+    count grows by at most |V_g| ≤ L∞ (and never shrinks); summed over the groups the change
+    is at most Σ_g |V_g| ≤ min(R, L0·L∞). This holds for whatever equality the backend's
+    DISTINCT uses (NaN, −0.0, collations): each kept value adds at most one class.
+    Replacing p by q removes p's values (each group loses between 0 and |V_g(p)| classes)
+    and adds q's (gains between 0 and |V_g(q)|): grouped, the ℓ1 change is at most
+    |V(p)| + |V(q)| ≤ 2·min(R, L0·L∞); scalar, the count moves by at most
+    max(|V(p)|, |V(q)|) ≤ min(R, L∞), since the loss and the gain have opposite signs.
+    Under row privacy a person is one row, one value: 1 (grouped replace 2). A per-person
+    subquery has one row per person: L∞ = 1. These are the COUNT(*) formulas, with L∞
+    distinct values for L∞ rows.
+    """
+    return count_sensitivity(table, grouped=grouped, domain_size=domain_size,
+                             neighbouring=neighbouring)
+
+
 def sum_sensitivity(table: TableSpec, lower: Fraction, upper: Fraction, *, grouped: bool,
                     domain_size: int | None, neighbouring: str,
                     droppable: bool = True) -> Fraction:

@@ -3,8 +3,9 @@
 Two statements of a script measure the same quantity when they read the same rows the same
 way (relation, WHERE, GROUP BY keys with their public domains, contribution bounds) and need
 the same count (of every row, or of the same input), the same sum of the same clamped input,
-centred alike, or the same count of persons. The engine gives a release one salt, so the
-bounding keeps the same rows for both and their exact values are equal. The first statement
+centred alike, the same count of persons, or the same count of distinct values of one input.
+The engine gives a release one salt, so the bounding keeps the same rows (and values) for
+both and their exact values are equal. The first statement
 draws the noise and pays for it; the later ones show the same noisy values, which is
 post-processing and spends nothing (the release's ε is split over distinct measurements only).
 
@@ -83,6 +84,8 @@ def _quantity(measure, checked: CheckedQuery) -> tuple | None:
     """What a measurement adds up in each group, or None for one that is never shared."""
     if measure.role == "distinct":
         return ("distinct",)
+    if measure.role == "distinct_values":
+        return ("distinct_values", measure.arg)
     if measure.role == "count":  # COUNT(x) of a never-NULL x counts every row
         arg = measure.arg
         return ("count", None if arg is None or not arg.nullable else arg)

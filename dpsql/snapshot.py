@@ -6,7 +6,9 @@ person keeps at most L0 groups (chosen by a keyed hash among the groups they hav
 L∞ rows in each (chosen by a keyed hash of the row) and, with ``max_rows_per_unit``, at most
 R rows in all (``compile.bound.bound_rows``, the same bounding quantile histograms use).
 Every subset of those rows meets the same bounds, so each later query, with any WHERE, runs
-on the snapshot as plain rows and its sensitivity is the one the metadata gives. The snapshot
+on the snapshot as plain rows and its sensitivity is the one the metadata gives; a
+COUNT(DISTINCT x) there counts the distinct values of a person's kept rows, at most L∞ a
+group (one a row), in L0 groups and R in all, as its sensitivity assumes. The snapshot
 depends on each person's own rows only, so it is a stable transformation: it changes by one
 person's bounded rows when one person is added, removed or replaced.
 

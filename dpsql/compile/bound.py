@@ -1,7 +1,8 @@
 """Contribution bounding on rows, written once: at most L0 groups per person, at most L∞ rows
 per (person, group), at most R rows per person, each chosen by a keyed hash.
 
-Used where rows themselves must be kept (quantile histograms, bounded snapshots); sums and
+Used where rows themselves must be kept (quantile histograms, bounded snapshots, a person's
+distinct values for COUNT(DISTINCT x)); sums and
 counts are bounded on per-person pre-aggregates instead (``compile/per_person.py``). The hash is
 keyed with a fresh secret salt per release (a query, or a script's statements together) or
 snapshot, so which rows are kept is uniform and depends on the person's own rows only, never
@@ -157,9 +158,14 @@ def partition_total(d: Dialect, name: str, source: str, partition: list[str], va
 
 
 def bound_rows(d: Dialect, source: str, unit: str, keys: list[str], payload: list[str],
-               l0: int | None, linf: int, total: int | None, salt: int) -> BoundedRows:
+               l0: int | None, linf: int, total: int | None, salt: int, *,
+               order: str | None = None, prefix: str = "__") -> BoundedRows:
     """Keep each person's rows of ``source`` within L0 groups (None: no group bound), L∞ rows
     per group and R (``total``) rows in all.
+
+    Rows are kept in ``order`` (SQL over ``source``'s columns; by default the keyed hash of
+    the person, keys and ``payload``), which must depend on the person's own rows only.
+    The CTEs' names start with ``prefix``, so that several bounded sources fit one query.
 
     Example:
         >>> from dpsql.compile.render import dialect
@@ -173,34 +179,35 @@ def bound_rows(d: Dialect, source: str, unit: str, keys: list[str], payload: lis
         pairs = ", ".join([unit, *keys])
         prefilter = prefilters(d, l0, linf)
         if prefilter:
-            ctes += least_hash_rows(d, "__least_rows", source, unit, keys, salt)
-            source = "__least_rows"
-        ctes.append(f"__unit_groups AS (SELECT {pairs} FROM {source} GROUP BY {pairs})")
-        order = [d.hash([unit, *keys, salted]), *keys]
+            ctes += least_hash_rows(d, f"{prefix}least_rows", source, unit, keys, salt)
+            source = f"{prefix}least_rows"
+        ctes.append(f"{prefix}unit_groups AS (SELECT {pairs} FROM {source} GROUP BY {pairs})")
+        group_order = [d.hash([unit, *keys, salted]), *keys]
         if l0 == 1:
-            ctes += least_per_partition(d, "__chosen_groups", "__unit_groups", [unit], order,
-                                        keys, mostly_one=prefilter)
+            ctes += least_per_partition(d, f"{prefix}chosen_groups", f"{prefix}unit_groups",
+                                        [unit], group_order, keys, mostly_one=prefilter)
         else:
-            steps, _ = ranked(d, "__ranked_groups", "__unit_groups", [unit], order,
-                              "__group_rank")
+            steps, _ = ranked(d, f"{prefix}ranked_groups", f"{prefix}unit_groups", [unit],
+                              group_order, "__group_rank")
             ctes += steps
-            ctes.append(f"__chosen_groups AS (SELECT {pairs} FROM __ranked_groups "
+            ctes.append(f"{prefix}chosen_groups AS (SELECT {pairs} FROM {prefix}ranked_groups "
                         f"WHERE __group_rank <= {l0})")
         on = " AND ".join(f"__s.{c} = __c.{c}" for c in [unit, *keys])
-        ctes.append(f"__in_groups AS (SELECT __s.* FROM {source} AS __s JOIN __chosen_groups "
-                    f"AS __c ON {on})")
-        rows = "__in_groups"
-    row_hash = d.hash([unit, *keys, *payload, salted])
-    steps, extra = ranked(d, "__ranked_rows", rows, [unit, *keys], [row_hash], "__row_rank")
+        ctes.append(f"{prefix}in_groups AS (SELECT __s.* FROM {source} AS __s JOIN "
+                    f"{prefix}chosen_groups AS __c ON {on})")
+        rows = f"{prefix}in_groups"
+    row_order = order or d.hash([unit, *keys, *payload, salted])
+    steps, extra = ranked(d, f"{prefix}ranked_rows", rows, [unit, *keys], [row_order],
+                          "__row_rank")
     ctes += steps
     hidden += ["__row_rank", *extra]
-    kept = "__kept_rows" if total is None else "__capped_rows"
-    ctes.append(f"{kept} AS (SELECT * FROM __ranked_rows WHERE __row_rank <= {linf})")
+    kept = f"{prefix}kept_rows" if total is None else f"{prefix}capped_rows"
+    ctes.append(f"{kept} AS (SELECT * FROM {prefix}ranked_rows WHERE __row_rank <= {linf})")
     if total is not None:
-        steps, extra = ranked(d, "__totalled_rows", "__capped_rows", [unit], [row_hash],
-                              "__total_rank")
+        steps, extra = ranked(d, f"{prefix}totalled_rows", f"{prefix}capped_rows", [unit],
+                              [row_order], "__total_rank")
         ctes += steps
         hidden += ["__total_rank", *extra]
-        ctes.append(f"__kept_rows AS (SELECT * FROM __totalled_rows "
+        ctes.append(f"{prefix}kept_rows AS (SELECT * FROM {prefix}totalled_rows "
                     f"WHERE __total_rank <= {total})")
-    return BoundedRows(", ".join(ctes), "__kept_rows", tuple(hidden))
+    return BoundedRows(", ".join(ctes), f"{prefix}kept_rows", tuple(hidden))

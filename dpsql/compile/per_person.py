@@ -28,6 +28,9 @@ Two plans compute exactly this:
 
 Both return CTEs whose last, ``__exact``, has the key columns, one column per noise part and
 (unless ``wide``) ``__terms``, the uncapped rows of the kept partials.
+
+COUNT(DISTINCT x) cannot be summed from partials: ``distinct_values`` bounds a person's
+distinct values themselves, one CTE chain per measurement beside either plan.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import itertools
 from collections.abc import Callable
 
 from dpsql.compile.bound import (
+    bound_rows,
     least_hash_rows,
     least_per_partition,
     partition_total,
@@ -60,6 +64,35 @@ def per_person_ctes(checked: CheckedQuery, parts: list[NoisePart], values, keys:
             not d.dialect.pivots_per_person:
         return _paired(checked, parts, values, keys, cells, salt, wide, d)
     return _pivoted(checked, parts, values, keys, salt, wide, d)
+
+
+def distinct_values(checked: CheckedQuery, part: NoisePart, keys: list[str], cells: int | None,
+                    salt: int, d) -> list[str]:
+    """CTEs over ``__src`` whose last, ``__{part.column}``, holds per group (``keys``) the
+    number of distinct non-NULL values of the column ``part.value`` among those the persons
+    keep: at most L∞ distinct values per person and group, in at most L0 groups, and with R
+    at most R values in all (``sensitivity.distinct_values_sensitivity``).
+
+    A person's value is one row per (person, group, value) as the backend's GROUP BY compares
+    values, ranked by the least keyed hash of the rows holding it: equal values written
+    differently (−0.0 and 0.0, whose text and hashes differ) rank alike whichever of them
+    the GROUP BY shows. The groups are chosen by the hash the paired plan ranks them by,
+    among the groups where the person has a value.
+    """
+    table, name, value = checked.table, f"__{part.column}", part.value
+    triple = ", ".join(["__unit", *keys, value])
+    hashed = d.dialect.hash(["__unit", *keys, value, str(salt)])
+    ctes = [f"{name}_values AS (SELECT {triple}, MIN({hashed}) AS __value_hash FROM __src "
+            f"WHERE {value} IS NOT NULL GROUP BY {triple})"]
+    choose = bool(keys) and (cells is None or table.max_groups_per_unit < cells)
+    total = table.max_rows_per_unit if _needs_rows_cap(checked, cells) else None
+    bounded = bound_rows(d.dialect, f"{name}_values", "__unit", keys, [],
+                         table.max_groups_per_unit if choose else None,
+                         table.max_rows_per_group, total, salt, order="__value_hash",
+                         prefix=f"{name}_")
+    group_by = f" GROUP BY {', '.join(keys)}" if keys else ""
+    counted = ", ".join([*keys, f"COUNT(DISTINCT {value}) AS {part.column}"])
+    return [*ctes, bounded.ctes, f"{name} AS (SELECT {counted} FROM {bounded.last}{group_by})"]
 
 
 def centred(total: str, count: str, offset: int | None) -> str:

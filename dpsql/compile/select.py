@@ -1,12 +1,13 @@
 """A SELECT over private data -> its checked, compiled form, or a refusal that says what to
 change.
 
-Accepted: aggregates (COUNT(*), COUNT(x), COUNT(DISTINCT person), SUM, AVG, VAR/STDDEV,
-quantiles, MIN/MAX) with FILTER (WHERE ...), GROUP BY keys (a public domain, or private keys
-released above a noisy threshold with δ), a row-level WHERE, and arithmetic on aggregates,
-HAVING, ORDER BY, LIMIT and OFFSET, window functions over the outputs (RANK() OVER (ORDER
-BY COUNT(*) DESC), SUM(COUNT(*)) OVER ()) and QUALIFY, which become post-processing of the noisy
-result, compiled from the same allow-list and rendered to run over the noisy frame only.
+Accepted: aggregates (COUNT(*), COUNT(x), COUNT(DISTINCT person), COUNT(DISTINCT x), SUM,
+AVG, VAR/STDDEV, quantiles, MIN/MAX) with FILTER (WHERE ...), GROUP BY keys (a public domain,
+or private keys released above a noisy threshold with δ), a row-level WHERE, and arithmetic
+on aggregates, HAVING, ORDER BY, LIMIT and OFFSET, window functions over the outputs
+(RANK() OVER (ORDER BY COUNT(*) DESC), SUM(COUNT(*)) OVER ()) and QUALIFY, which become
+post-processing of the noisy result, compiled from the same allow-list and rendered to run
+over the noisy frame only.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from dpsql.errors import (
     UnknownColumnError,
     UnsupportedSQLError,
 )
-from dpsql.plan import Aggregate, CheckedQuery, GroupKey, OutputColumn, Statement
+from dpsql.plan import COUNT_KINDS, Aggregate, CheckedQuery, GroupKey, OutputColumn, Statement
 
 NOISY_FRAME = "__noisy"
 MAX_BOUND = 10**15
@@ -63,7 +64,6 @@ AGGREGATE_READS = {exp.Count: frozenset({"this", "big_int"}),
                    exp.PercentileCont: frozenset({"this", "expression"}),
                    exp.PercentileDisc: frozenset({"this", "expression"}),
                    exp.Quantile: frozenset({"this", "quantile"})}
-COUNT_KINDS = ("count_star", "count", "count_distinct_unit")
 
 
 def ci_column(output: str, side: str) -> str:
@@ -124,8 +124,12 @@ def _unfilter(node: exp.Expression) -> exp.Expression:
     aggregate, condition = node.this.copy(), node.expression.this
     arg = aggregate.this
     value = exp.Literal.number(1) if isinstance(arg, exp.Star) else arg
-    if isinstance(value, exp.Distinct):
-        return node
+    if isinstance(value, exp.Distinct):  # COUNT(DISTINCT x) FILTER (WHERE c)
+        if len(value.expressions) != 1:
+            return node
+        value.set("expressions", [exp.Case(ifs=[exp.If(this=condition.copy(),
+                                                        true=value.expressions[0].copy())])])
+        return aggregate
     aggregate.set("this", exp.Case(ifs=[exp.If(this=condition.copy(), true=value.copy())]))
     return aggregate
 
@@ -402,22 +406,7 @@ class _Compiler:
             if isinstance(arg, exp.Star):
                 return Aggregate(name=name, kind="count_star", arg=None, sql=text)
             if isinstance(arg, exp.Distinct):
-                inner = arg.expressions
-                built = ops.build(inner[0], self.scope) if len(inner) == 1 else None
-                if built is not None and built.op == "col" and \
-                        built.value in self.relation.unit_columns:
-                    return Aggregate(name=name, kind="count_distinct_unit", arg=None, sql=text)
-                unit = self.relation.unit
-                # the analyst asking for a column's distinct values was told only about persons
-                values = (f"; for the distinct values of {inner[0].sql(dialect='duckdb')}, "
-                          "group by it: SELECT x, COUNT(*) ... GROUP BY x releases each "
-                          "value's noisy count (its declared values, or δ for the rest)")
-                raise UnsupportedSQLError(
-                    f"{text} is not supported: only COUNT(DISTINCT <privacy unit>) is",
-                    sql=self.sql,
-                    hint=("count distinct persons with COUNT(DISTINCT <the privacy unit "
-                          "column>)" if unit else "on a row-privacy table COUNT(*) already "
-                          "counts distinct persons") + values)
+                return self._count_distinct(arg, name, text)
             return Aggregate(name=name, kind="count", arg=ops.build(arg, self.scope), sql=text)
         if isinstance(arg, exp.Distinct):
             raise UnsupportedSQLError(f"{text} is not supported", sql=self.sql,
@@ -465,6 +454,25 @@ class _Compiler:
         kind = "sum" if isinstance(node, exp.Sum) else "avg" if isinstance(node, exp.Avg) else \
             SPREADS[type(node)]
         return Aggregate(kind=kind, **common)
+
+    def _count_distinct(self, arg: exp.Distinct, name: str, text: str) -> Aggregate:
+        """COUNT(DISTINCT person) counts persons; COUNT(DISTINCT x) of any other row-level
+        expression counts x's distinct non-NULL values among the rows each person keeps
+        (``sensitivity.distinct_values_sensitivity``)."""
+        if len(arg.expressions) != 1:
+            raise UnsupportedSQLError(
+                f"{text} is not supported: COUNT(DISTINCT ...) takes one expression",
+                sql=self.sql, hint="count one expression, e.g. COUNT(DISTINCT a || '/' || b)")
+        built = ops.build(arg.expressions[0], self.scope)
+        if built.op == "col" and built.value in self.relation.unit_columns:
+            return Aggregate(name=name, kind="count_distinct_unit", arg=None, sql=text)
+        if built.type == "null":
+            raise ProgrammingError(
+                f"{text} counts the values of an expression without a type (NULL): it is "
+                "always 0", sql=self.sql, position=_position(arg.expressions[0]),
+                hint="count the distinct values of a column or of a typed expression, e.g. "
+                "COUNT(DISTINCT product) or COUNT(DISTINCT DATE_TRUNC('month', ts))")
+        return Aggregate(name=name, kind="count_distinct", arg=built, sql=text)
 
     def _quantile_of(self, node: exp.Expression) -> Fraction:
         if isinstance(node, (exp.Min, exp.Max, exp.Median)):

@@ -32,13 +32,12 @@ def test_refused_with_code_and_nothing_spent(connect, code, sql):
 
 
 @pytest.mark.parametrize("table", ["adult", "visits"])
-def test_count_distinct_of_a_column_says_how_to_count_its_values(connect, table):
-    """COUNT(DISTINCT education) was answered with a hint about counting persons only; the
-    analyst wanted the column's distinct values, which a GROUP BY releases."""
-    column = "education" if table == "adult" else "day"
-    with pytest.raises(dpsql.UnsupportedSQLError) as info:
-        connect().cursor().execute(f"SELECT COUNT(DISTINCT {column}) FROM {table}", epsilon=1)
-    assert f"for the distinct values of {column}, group by it" in info.value.hint
+def test_count_distinct_of_an_untyped_null_says_what_to_count(connect, table):
+    """COUNT(DISTINCT x) is answered for a typed x; NULL has no values to count."""
+    with pytest.raises(dpsql.ProgrammingError) as info:
+        connect().cursor().execute(f"SELECT COUNT(DISTINCT NULL) FROM {table}", epsilon=1)
+    assert "without a type" in str(info.value) and "COUNT(DISTINCT product)" in info.value.hint
+    assert info.value.epsilon_spent == 0
 
 
 def test_syntax_error_reports_position(connect):
