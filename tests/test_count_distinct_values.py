@@ -239,3 +239,17 @@ def test_intervals_weights_and_accuracy(tmp_path):
             assert "COUNT(DISTINCT x)" in str(refused) and refused.epsilon_spent == 0
         else:
             assert ((answered["n_high"] - answered["n_low"]) / 2 <= 50.5).all()
+
+
+def test_it_is_drawn_alone_beside_counts_and_sums_drawn_together(tmp_path):
+    """The ℓ∞ blocks' argument covers counts and sums a row moves by D_j/(F·R); a distinct
+    count is kept out of them, and never shares COUNT(*)'s or the persons' measurement."""
+    with dpsql.connect(duckdb_file(tmp_path, ROWS), metadata=metadata(),
+                       ledger=":memory:") as con:
+        sql = ("SELECT g, COUNT(DISTINCT x) AS n, COUNT(*) AS c, COUNT(DISTINCT uid) AS u, "
+               "SUM(LEAST(GREATEST(x, 0), 9)) AS s FROM t GROUP BY g")
+        parts = con._engine.plan(sql, epsilon=1).release.statements[0].parts
+    roles = {p.role: p for p in parts}
+    assert roles["distinct_values"].joint is None and roles["count"].joint is not None
+    assert roles["distinct_values"].mechanism == "laplace"
+    assert len({p.column for p in parts}) == len(parts) == 4
