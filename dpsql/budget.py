@@ -8,6 +8,7 @@ not 0.9999999999999999 or 1.0000000000000002. Floats are for display only.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -33,6 +34,11 @@ def exact(value: float | int | str | Fraction, name: str = "epsilon") -> Fractio
         raise PrivacyParameterError(
             f"{name} must be finite, got {value!r}", hint=f"pass {name} as a positive number"
         )
+    if isinstance(value, str) and (len(value) > MAX_NUMBER_TEXT or _LONG_EXPONENT.search(value)):
+        # Fraction('1e-99999999') computes 10**99999999: minutes of one thread
+        raise PrivacyParameterError(
+            f"{name} must be a number of at most {MAX_NUMBER_TEXT} characters and an exponent "
+            f"of at most 4 digits, got {value[:40]!r}", hint=f"pass {name} as e.g. 1e-6")
     try:
         return Fraction(repr(value) if isinstance(value, float) else value)
     except (ValueError, ZeroDivisionError) as err:
@@ -41,7 +47,20 @@ def exact(value: float | int | str | Fraction, name: str = "epsilon") -> Fractio
         ) from err
 
 
+MAX_NUMBER_TEXT = 400
+_LONG_EXPONENT = re.compile(r"[eE][+-]?0*\d{5}")
+
+
+def shown(value: Fraction) -> str:
+    """A parameter in an error message (float(10**400) would raise OverflowError)."""
+    if abs(value) >= Fraction(10) ** 300:
+        return "a number past 1e300"
+    return "a number below 1e-300" if 0 < abs(value) < Fraction(1, 10**300) else \
+        f"{float(value):g}"
+
+
 SMALLEST = Fraction(1, 10**12)
+SMALLEST_DELTA = Fraction(1, 10**100)
 # shares of a release's ε (or ρ) are multiples of 2^-40: exact, and small fractions for the
 # samplers' rational Bernoulli trials
 SHARE_QUANTUM = 2**40
@@ -76,12 +95,12 @@ def positive(value: float | int | str | Fraction, name: str = "epsilon") -> Frac
     result = exact(value, name)
     if result <= 0:
         raise PrivacyParameterError(
-            f"{name} must be greater than 0, got {float(result):g}",
+            f"{name} must be greater than 0, got {shown(result)}",
             hint=f"use a positive {name}, e.g. {name}=1.0",
         )
     if result < SMALLEST:
         raise PrivacyParameterError(
-            f"{name} = {float(result):g} is too small to answer anything (below 1e-12): the "
+            f"{name} = {shown(result)} is too small to answer anything (below 1e-12): the "
             "noise would be astronomically larger than any answer",
             hint=f"use a {name} of at least 1e-12; typical values are 0.01 to 10")
     return result
@@ -92,9 +111,14 @@ def probability(value: float | int | str | Fraction, name: str = "delta") -> Fra
     result = exact(value, name)
     if not 0 <= result < 1:
         raise PrivacyParameterError(
-            f"{name} must be in [0, 1), got {float(result):g}",
+            f"{name} must be in [0, 1), got {shown(result)}",
             hint=f"use a small {name} such as 1e-6, or 0 for pure ε-DP",
         )
+    if 0 < result < SMALLEST_DELTA:
+        # δ = 1e-4400 failed as a ValueError: its denominator has too many digits to store
+        raise PrivacyParameterError(
+            f"{name} = {shown(result)} is below 1e-100, the least dpsql takes",
+            hint=f"use {name} = 0 for pure ε-DP, or e.g. 1e-9")
     return result
 
 

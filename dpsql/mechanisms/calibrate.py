@@ -68,14 +68,17 @@ def private_key_threshold(scale: Fraction, delta: Fraction, groups_per_person: i
         >>> private_key_threshold(Fraction(1), Fraction(1, 10**6), 1)
         15
     """
-    q = math.exp(-1.0 / float(scale))
+    log_q = -1.0 / float(scale)
+    q = math.exp(log_q)
     if q == 0:  # a scale below 1/745: P[Z ≥ 1] underflows, and the least τ (2) holds
         return 2
-    target = float(delta) / groups_per_person
-    k = math.ceil(math.log(target * (1 + q)) / math.log(q))
-    while k > 1 and q ** (k - 1) / (1 + q) <= target:
+    # k·ln q ≤ ln(δ/L0) + ln(1 + q), in logs: a δ below 1e-308 is 0 as a double
+    target = math.log(delta.numerator) - math.log(delta.denominator) \
+        - math.log(groups_per_person) + math.log1p(q)
+    k = math.ceil(target / log_q)
+    while k > 1 and (k - 1) * log_q <= target:
         k -= 1
-    while q ** k / (1 + q) > target:
+    while k * log_q > target:
         k += 1
     return 1 + max(k, 1)
 

@@ -464,7 +464,7 @@ class Service:
         if epsilon is not None:
             positive(epsilon, "epsilon")  # NaN, ∞ and ≤ 0 refused before the checks
         if delta is not None:
-            _delta(delta)  # NaN, ∞, < 0 and ≥ 1 likewise
+            probability(delta, "delta")  # NaN, ∞, < 0 and ≥ 1 likewise
         # connection.py offers no public plan with parameters; the engine's spends nothing
         release = con._engine.plan(sql, params, epsilon=epsilon, delta=delta).release
         if release is not None and release.loss != PrivacyLoss.zero():
@@ -478,7 +478,7 @@ class Service:
             raise ServiceError("bad_privacy_parameter", f"dpsql.delta must be a number in "
                                f"[0, 1), got {text[:40]!r}; it was not set",
                                hint="SET dpsql.delta = '1e-6' (or 0 for pure ε-DP)")
-        return _delta(text.strip())
+        return probability(text.strip(), "delta")
 
     def check_default(self, user: str, epsilon: float) -> None:
         """Refuse a session ε (``SET dpsql.epsilon``) above the analyst's per-query cap when
@@ -564,8 +564,8 @@ class Service:
                 con = self._borrow(account, dataset, default_epsilon, default_delta)
                 try:
                     # connection.py's explain takes no parameters; the engine's does
-                    plan = con._engine.explain(sql, params, epsilon=epsilon,
-                                               delta=None if delta is None else _delta(delta))
+                    exact_delta = None if delta is None else probability(delta, "delta")
+                    plan = con._engine.explain(sql, params, epsilon=epsilon, delta=exact_delta)
                 finally:
                     self._give_back(account, dataset, con)
         except (dpsql.Error, ServiceError) as err:
@@ -699,17 +699,6 @@ class Service:
         for path in self._paths:
             text = text.replace(path, "<server>")
         return text
-
-
-def _delta(value) -> Fraction:
-    """``probability(value, "delta")``, whose refusal shows float(δ): past a double's range
-    (the text '1e400', the JSON integer 10**400) that raised OverflowError, a 500."""
-    try:
-        return probability(value, "delta")
-    except OverflowError:
-        raise dpsql.PrivacyParameterError(
-            "delta must be in [0, 1), got a number past 1e308",
-            hint="use a small delta such as 1e-6, or 0 for pure ε-DP") from None
 
 
 def _login_secret(state_dir) -> bytes:
