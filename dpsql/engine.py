@@ -48,7 +48,7 @@ from dpsql.parse import (
     parse_script,
     too_deep,
 )
-from dpsql.plan import CheckedQuery, ExactQuery, ScriptPlan, Statement, StatementPlan
+from dpsql.plan import COUNT_KINDS, CheckedQuery, ExactQuery, ScriptPlan, Statement, StatementPlan
 from dpsql.release import (
     ColumnInfo,
     NoisyResult,
@@ -454,7 +454,7 @@ class Engine:
         smallest ε is bisected below that (each step plans the release, a few ms), then
         rounded up and checked."""
         fixed = [a.sql for c in private for a in c.aggregates
-                 if a.kind not in ("count_star", "count", "count_distinct_unit", "sum")]
+                 if a.kind not in (*COUNT_KINDS, "sum")]
         if fixed or any(c.has_private_keys for c in private):
             raise PrivacyParameterError(
                 "an accuracy target fixes the interval of COUNT and SUM answers only; "
@@ -714,7 +714,7 @@ def _explain_outputs(plan: StatementPlan) -> list[dict]:
         entry = {"aggregate": agg.sql, "measurements": [p.column for p in own.values()]}
         if agg.kind == "quantile":
             entry["ci95_half_width"] = None
-        elif agg.kind in ("count_star", "count", "count_distinct_unit", "sum"):
+        elif agg.kind in (*COUNT_KINDS, "sum"):
             entry["ci95_half_width"] = half_width(agg, plan)  # the interval released
         else:
             h = float(agg.upper - agg.lower) / 2

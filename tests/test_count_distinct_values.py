@@ -208,9 +208,6 @@ def test_noise_spread_matches_the_sensitivity(tmp_path):
     assert 0.85 < noise.var() / variance < 1.15, noise.var()
 
 
-@pytest.mark.xfail(raises=TypeError, reason="dpsql/engine.py's _explain_outputs and "
-                   "_epsilon_for_accuracy list the COUNT kinds by hand: they need "
-                   "plan.COUNT_KINDS (reported to the lead)")
 def test_explain_shows_the_measurement_its_sensitivity_and_interval(tmp_path):
     with dpsql.connect(duckdb_file(tmp_path, ROWS), metadata=metadata(),
                        ledger=":memory:") as con:
@@ -233,12 +230,8 @@ def test_intervals_weights_and_accuracy(tmp_path):
         widths = (frame["n_high"] - frame["n_low"]).iloc[0]
         weighted = con.execute(sql, epsilon=1, weights={"n": 10}).intervals()
         assert (weighted["n_high"] - weighted["n_low"]).iloc[0] < widths
-        try:
-            answered = con.execute(sql, accuracy=50).intervals()
-        except dpsql.PrivacyParameterError as refused:  # accuracy fixes COUNT/SUM only
-            assert "COUNT(DISTINCT x)" in str(refused) and refused.epsilon_spent == 0
-        else:
-            assert ((answered["n_high"] - answered["n_low"]) / 2 <= 50.5).all()
+        answered = con.execute(sql, accuracy=50).intervals()
+        assert ((answered["n_high"] - answered["n_low"]) / 2 <= 50.5).all()
 
 
 def test_it_is_drawn_alone_beside_counts_and_sums_drawn_together(tmp_path):
