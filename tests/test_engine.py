@@ -137,6 +137,20 @@ def test_having_and_order_by_name_output_columns_inside_expressions(connect):
     assert [n for _, n in rows] == sorted((n for _, n in rows), reverse=True)
 
 
+def test_a_function_of_keys_in_the_select_list_is_post_processing(connect):
+    """UPPER(education) of the key education was refused as 'row values' (ORDER BY took it);
+    a column that is no key is still refused, named."""
+    con = connect(budget=1e6)
+    rows = con.execute("SELECT UPPER(education) AS e, LENGTH(sex) + age_band AS k, COUNT(*) "
+                       "AS n FROM (SELECT *, age // 10 AS age_band FROM adult) a "
+                       "GROUP BY education, sex, age_band", epsilon=1).fetchall()
+    assert rows and all(e == e.upper() for e, _, _ in rows)
+    with pytest.raises(dpsql.NonAggregateQueryError, match="'age'"):
+        con.execute("SELECT UPPER(education) || CAST(age AS TEXT) AS e, COUNT(*) AS n FROM adult "
+                    "GROUP BY education", epsilon=1)
+    assert float(con.budget_spent.epsilon) == 1
+
+
 def test_case_bins_as_public_domain(connect):
     con = connect()
     frame = con.cursor().execute(

@@ -584,6 +584,8 @@ class _PostScope:
         if key is None and isinstance(node, exp.Column) and not node.table:
             key = next((k for k in self.compiler.keys if k.name.lower() == node.name.lower()),
                        None)
+        if key is None and not isinstance(node, exp.Column):
+            return None  # a function of keys (UPPER(day)): each column it reads must be one
         if key is None and self.window is not None:
             raise NonAggregateQueryError(
                 f"the window {self.window.sql(dialect='duckdb')} reads "
