@@ -17,6 +17,7 @@ Everything else is refused with a PostgreSQL error.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import json
 import logging
@@ -27,6 +28,7 @@ import ssl
 import struct
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 
 from dpsql.server import pgcatalog
 from dpsql.server.auth import LoginLimiter
@@ -39,9 +41,11 @@ log = logging.getLogger("dpsql.server")
 SSL_REQUEST, GSS_REQUEST, CANCEL_REQUEST = 80877103, 80877104, 80877102
 PROTOCOL_3 = 196608
 MAX_MESSAGE = 1 << 20  # no analyst message needs more than 1 MiB
-# prepared statements and portals a session may hold, and their bytes (SQL and parameters):
-# 1,000 Parses of 1 MB each grew the server by 1 GB
+# prepared statements and portals a session may hold, and their bytes (SQL, parameter types,
+# parameters and the results of suspended portals): 1,000 Parses of 1 MB each grew the server
+# by 1 GB, and 1,000 of 'SELECT 1' declaring 65,535 parameter types each by 2.6 GB
 MAX_PREPARED, MAX_PREPARED_BYTES = 1000, 8 << 20
+HELD_CELL = 32  # bytes a held result's value costs besides its text (its object and slot)
 INLINE_SQL = 2048  # longer SQL is tokenized on a worker thread (16 KiB: 0.15 s of the loop)
 IDLE_TIMEOUT = 600.0
 _OIDS = {"BIGINT": 20, "INTEGER": 23, "DOUBLE": 701, "FLOAT": 701, "REAL": 700,
@@ -171,6 +175,11 @@ class _Result:
     notice: str | None = None
     sent: int = 0  # rows already sent by Executes with a row limit
 
+    @cached_property
+    def size(self) -> int:
+        """About the bytes its rows hold (a suspended portal keeps them after Sync)."""
+        return sum(HELD_CELL + len(_text(value) or b"") for row in self.rows for value in row)
+
 
 class Session:
     """One client connection."""
@@ -187,7 +196,7 @@ class Session:
         self.tune: float | None = None  # SET dpsql.tune: a slice of ε spent on the bounds
         self.last_release: dict | None = None
         self.status = b"I"
-        self.statements: dict[str, tuple[str, list[int], list[int]]] = {}
+        self.statements: dict[str, tuple[str, list[int], array.array, int]] = {}  # ..., size
         self.portals: dict[str, tuple[str, list, list[int], int]] = {}  # ..., Bind's size
         self.portal_results: dict[str, _Result] = {}
         self.cursors: dict[str, _Result] = {}  # DECLAREd cursors: released rows, fetched
@@ -611,19 +620,23 @@ class Session:
             name, pos = _cstr(data, 0)
             sql, pos = _cstr(data, pos)
             count = struct.unpack("!H", data[pos:pos + 2])[0]
-            types = list(struct.unpack(f"!{count}I", data[pos + 2:pos + 2 + 4 * count]))
+            declared = struct.unpack(f"!{count}I", data[pos + 2:pos + 2 + 4 * count])
             # before it is tokenized: one Parse of 1 MB took the loop for 3-6 s
             self.service.check_size(self.user, sql)
-            self._check_held(self.statements, name, len(sql))
             text, order = await self._tokenized(dollar_to_qmark, sql)
-            self.statements[name] = (text, order, types)
+            # only the types of parameters the text has: 65,535 declared for 'SELECT 1' were
+            # all kept, 262 kB a statement outside the session's cap
+            types = array.array("I", declared[:max(order, default=0)])
+            size = len(text) + 8 * len(order) + types.itemsize * len(types)
+            self._check_held(self.statements, name, size)
+            self.statements[name] = (text, order, types, size)
             await self.send(flush=False, data=_message(b"1"))
         elif kind == b"B":
             portal, pos = _cstr(data, 0)
             name, pos = _cstr(data, pos)
             if name not in self.statements:
                 raise ServiceError("protocol", f"unknown prepared statement {name!r}")
-            text, order, types = self.statements[name]
+            text, order, types, _ = self.statements[name]
             nformats = struct.unpack("!H", data[pos:pos + 2])[0]
             formats = struct.unpack(f"!{nformats}h", data[pos + 2:pos + 2 + 2 * nformats])
             pos += 2 + 2 * nformats
@@ -643,14 +656,14 @@ class Session:
                 raise ServiceError("protocol", f"bind message supplies {count} parameters, "
                                    f"but prepared statement {name!r} requires {needed}")
             params = [values[n - 1] for n in order]
+            self.portal_results.pop(portal, None)
             self._check_held(self.portals, portal, len(data))
             self.portals[portal] = (text, params, list(order), len(data))
-            self.portal_results.pop(portal, None)
             await self.send(flush=False, data=_message(b"2"))
         elif kind == b"D":
             target, (name, _) = data[:1], _cstr(data, 1)
             if target == b"S":
-                text, order, types = self.statements.get(name, ("", [], []))
+                text, order, types, _ = self.statements.get(name, ("", [], [], 0))
                 n = max(order, default=0)
                 oids = [types[i] if i < len(types) and types[i] else 25 for i in range(n)]
                 columns = await self._described(text, len(order))
@@ -698,14 +711,17 @@ class Session:
     def _check_held(self, kept: dict, name: str, size: int) -> None:
         """Make room for a statement or portal of ``size`` bytes in ``kept`` under ``name``
         (the one it replaces is dropped), refused past the session's ``MAX_PREPARED`` or
-        ``MAX_PREPARED_BYTES``."""
+        ``MAX_PREPARED_BYTES``; the results portals hold count too (500 portals suspended
+        after their first row held 218 MB)."""
         kept.pop(name, None)
-        sizes = [len(entry[0]) for entry in self.statements.values()] + \
+        sizes = [entry[3] for entry in self.statements.values()] + \
             [entry[3] for entry in self.portals.values()]
-        if len(sizes) >= MAX_PREPARED or sum(sizes) + size > MAX_PREPARED_BYTES:
+        held = sum(sizes) + sum(result.size for result in self.portal_results.values())
+        if len(sizes) >= MAX_PREPARED or held + size > MAX_PREPARED_BYTES:
             raise ServiceError("too_large", f"a session holds at most {MAX_PREPARED} prepared "
                                f"statements and portals, of {MAX_PREPARED_BYTES >> 20} MiB in "
-                               "all; this one was not kept",
+                               "all (their SQL, parameters and suspended results); this one "
+                               "was not kept",
                                hint="Close (or DEALLOCATE) the statements and portals you no "
                                "longer need")
 

@@ -80,6 +80,60 @@ def test_prepared_statements_and_portals_are_bounded_per_session(server):
         sock.close()
 
 
+def _rss_mb(server) -> float:
+    with open(f"/proc/{server.process.pid}/status") as status:
+        return int(status.read().split("VmRSS:")[1].split()[0]) / 1024
+
+
+def test_parameter_types_are_kept_for_the_placeholders_only_and_counted(server):
+    """A Parse may declare 65,535 parameter types: 1,000 Parses of 'SELECT 1' so grew the
+    server from 127 MB to 2.7 GB, each kept and none counted in the session's 8 MiB."""
+    types = struct.pack("!H65535I", 65535, *range(1_000_000, 1_065_535))
+
+    def parses(sql: bytes, names: range) -> bytes:
+        return b"".join(msg(b"P", f"s{i}\0".encode() + sql + b"\0" + types) for i in names)
+
+    sock = connect(server.pg_port, "oscar", password("oscar"))
+    try:
+        before = _rss_mb(server)
+        for start in range(0, 200, 50):
+            sock.sendall(parses(b"SELECT 1", range(start, start + 50)) + msg(b"S"))
+            assert errors(until_ready(sock)) == []
+        assert _rss_mb(server) - before < 100
+        sock.sendall(msg(b"Q", b"DEALLOCATE ALL\0"))
+        until_ready(sock)
+        # a placeholder $60000 keeps 60,000 types (240 kB), which count toward the 8 MiB
+        sql = b"SELECT COUNT(*) AS n FROM visits WHERE amount > $60000"
+        sock.sendall(parses(sql, range(40)) + msg(b"S"))
+        replies = until_ready(sock)
+        assert [e["C"] for e in errors(replies)] == ["54000"]
+        assert 30 <= [kind for kind, _ in replies].count(b"1") < 36
+    finally:
+        sock.close()
+
+
+def test_results_of_suspended_portals_count_toward_the_session_cap(server):
+    """500 named portals suspended after their first row kept their 1,000 rows each after
+    Sync (218 MB), counted as their Bind messages' few bytes."""
+    wide = "SELECT * FROM regions r0 " + " ".join(
+        f"JOIN regions r{i} ON r{i}.region_id >= 0" for i in range(1, 6))
+    sock = connect(server.pg_port, "walt", password("walt"))
+    try:
+        sock.sendall(parse("s", wide) + msg(b"S"))
+        assert errors(until_ready(sock)) == []
+        sock.sendall(b"".join(bind(f"p{i}", "s", []) + execute(f"p{i}", 1)
+                              for i in range(60)) + msg(b"S"))
+        replies = until_ready(sock)
+        assert [e["C"] for e in errors(replies)] == ["54000"]
+        assert 10 <= [kind for kind, _ in replies].count(b"s") < 30
+        # closing portals makes room again
+        sock.sendall(b"".join(msg(b"C", f"Pp{i}\0".encode()) for i in range(10)) +
+                     bind("q", "s", []) + msg(b"S"))
+        assert errors(until_ready(sock)) == []
+    finally:
+        sock.close()
+
+
 def test_a_failed_transaction_refuses_the_extended_protocol_too(server):
     """After BEGIN and an error, Parse/Bind/Execute ran and charged ε 0.25."""
     sock = connect(server.pg_port, "dave", password("dave"))
