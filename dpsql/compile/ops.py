@@ -401,6 +401,9 @@ def _arithmetic(node: exp.Expression, scope: Scope) -> Expr:
     right = _require(right, NUMERIC, f"'{node.key}'", scope)
     kind = "float" if "float" in (left.type, right.type) else "int"
     left, right = coerce(left, kind, scope), coerce(right, kind, scope)
+    folded = _folded(left, right, apply, kind)
+    if folded is not None:
+        return folded
     interval = combine(left.interval, right.interval)
     proven = combine(left.proven, right.proven)
     nullable = _nullable(left, right)
@@ -412,6 +415,19 @@ def _arithmetic(node: exp.Expression, scope: Scope) -> Expr:
         interval = _rounded(interval)
     domain = _binary_domain(left, right, apply, kind) or _domain_from_interval(interval, kind)
     return Expr(op, (left, right), kind, None, interval, proven, domain, nullable)
+
+
+def _folded(left: Expr, right: Expr, apply, kind: str) -> Expr | None:
+    """Two constants' sum, difference or product as one constant (86400 * 30 divides as
+    2592000 does, giving a quotient bounds and a domain), where every backend computes the
+    same value: an int within 64 bits, a finite double."""
+    if left.op != "lit" or right.op != "lit" or left.value is None or right.value is None:
+        return None
+    value = apply(left.value, right.value)
+    if kind == "int" and not INT64[0] <= value <= INT64[1] or \
+            kind == "float" and not math.isfinite(value):
+        return None
+    return literal(value, kind)
 
 
 def _temporal_arithmetic(op: str, left: Expr, right: Expr, scope: Scope) -> Expr:
@@ -1566,6 +1582,24 @@ def _concat(node: exp.Expression, scope: Scope) -> Expr:
         _require(arg, ("text",), "||", scope)
     if node.args.get("coalesce"):  # DuckDB's and PostgreSQL's CONCAT read NULL as ''
         empty = literal("", "text")
-        args = tuple(Expr("coalesce", (a, empty), "text", None, None, None, None, False)
-                     for a in args)
-    return Expr("concat", args, "text", None, None, None, None, _nullable(*args))
+        args = tuple(Expr("coalesce", (a, empty), "text", None, None, None,
+                          None if a.domain is None else (*a.domain, *([""] * a.nullable)),
+                          False) for a in args)
+    return Expr("concat", args, "text", None, None, None, _concat_domain(args),
+                _nullable(*args))
+
+
+# the longest text a concatenation's domain holds: far below render.MAX_TEXT, past which the
+# backends would cut it
+_CONCAT_TEXT = 1_000
+
+
+def _concat_domain(args: tuple[Expr, ...]) -> tuple | None:
+    """Every concatenation of the arguments' domain values (gender || '-' || occupation),
+    while there are at most ``MAX_DOMAIN_VALUES`` of them."""
+    domains = [a.domain for a in args]
+    if any(d is None or None in d for d in domains) or \
+            math.prod(len(d) for d in domains) > MAX_DOMAIN_VALUES:
+        return None
+    values = ["".join(parts) for parts in itertools.product(*domains)]
+    return tuple(values) if all(len(v) <= _CONCAT_TEXT for v in values) else None

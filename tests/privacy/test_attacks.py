@@ -270,20 +270,23 @@ def test_private_keys_with_all_null_sums_answer(null_shop_pairs):
     assert all(outcome == "released" for row in outcomes for outcome in row), outcomes
 
 
+PRIVATE_KEY = "education || CAST(hours / 7 AS TEXT)"  # no public domain: a double's text
+
+
 def test_private_keys_are_thresholded_on_the_person_count_whatever_comes_first(pairs):
     """Under row privacy COUNT(*) counts persons and private keys are thresholded on it; a
     never-NULL COUNT(x) or AVG(x) before it shares that measurement, which then fed the
     first aggregate: no part carried the threshold, and the adversary's one-person key was
     released. The harness checks that one part carries it and counts 1 on that key."""
     contract(pairs, [
-        "SELECT education || sex AS k, COUNT(1) AS one, COUNT(*) AS n FROM adult GROUP BY k",
-        "SELECT education || sex AS k, AVG(COALESCE(hours, 0)) AS h, COUNT(*) AS n "
-        "FROM adult GROUP BY k",
-        "SELECT education || sex AS k, COUNT(*) AS n, SUM(hours) AS h FROM adult GROUP BY k",
+        f"SELECT {PRIVATE_KEY} AS k, COUNT(1) AS one, COUNT(*) AS n FROM adult GROUP BY k",
+        f"SELECT {PRIVATE_KEY} AS k, AVG(COALESCE(hours, 0)) AS h, COUNT(*) AS n FROM adult "
+        "GROUP BY k",
+        f"SELECT {PRIVATE_KEY} AS k, COUNT(*) AS n, SUM(hours) AS h FROM adult GROUP BY k",
         "SELECT shop AS k, COUNT(*) AS n, SUM(price) AS s FROM purchases GROUP BY k",
     ], delta=DELTA)
-    # the keys are private (no public domain): that is what is thresholded
-    checked = plan_both(pairs[0], "SELECT education || sex AS k, COUNT(*) AS n FROM adult "
+    # the keys are private: that is what is thresholded
+    checked = plan_both(pairs[0], f"SELECT {PRIVATE_KEY} AS k, COUNT(*) AS n FROM adult "
                         "GROUP BY k", epsilon=1, delta=DELTA)[0].release.statements[0].checked
     assert checked.has_private_keys
 
