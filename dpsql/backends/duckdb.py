@@ -14,7 +14,8 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,7 @@ class DuckDBBackend:
         self._frames = dict(frames or {})  # in-memory sources (backends/sources.py)
         self.sources = {name: _quote(name) for name in catalog.tables}
         self._public: DuckDBBackend | None = None
+        self._public_limits: tuple[float | None, int | None] = (None, None)
         self.loaded_versions: dict[str, str | None] = {}  # CSV sources, as read at opening
         self._config = self._resource_config(catalog.resources)
         try:
@@ -182,8 +184,24 @@ class DuckDBBackend:
         self.connection.execute("SET enable_external_access = false")
         self.connection.execute("SET lock_configuration = true")
 
-    def run_public(self, sql: str) -> tuple[list[str], list[tuple]]:
-        """Run a statement over public tables on a database that holds only those."""
+    @contextmanager
+    def public_limits(self, timeout: float | None, max_rows: int | None) -> Iterator[None]:
+        """Within the block, statements over public tables stop after ``timeout`` seconds and
+        read at most ``max_rows`` rows (where ``run_public`` is given none): a join of a
+        5-row public table with itself 10 times ran free of any timeout and built its 9.8
+        million rows (2.4 GB) for a server that answers 1,000 of them."""
+        saved, self._public_limits = self._public_limits, (timeout, max_rows)
+        try:
+            yield
+        finally:
+            self._public_limits = saved
+
+    def run_public(self, sql: str, timeout: float | None = None, max_rows: int | None = None
+                   ) -> tuple[list[str], list[tuple]]:
+        """Run a statement over public tables on a database that holds only those, stopped
+        after ``timeout`` seconds and reading at most its first ``max_rows`` rows (DuckDB
+        streams a result: the rows after them are not computed); each None for the
+        ``public_limits`` in force."""
         if self._public is None:
             public = [t for t in self.catalog.tables.values() if t.public]
             self._public = DuckDBBackend.__new__(DuckDBBackend)
@@ -195,8 +213,12 @@ class DuckDBBackend:
             self._public._catalogued(self.database, public)
             self._public._lock([t.source for t in public if t.source is not None
                                 and t.source.lower().endswith(".parquet")])
+        default_timeout, default_rows = self._public_limits
         try:
-            return self._public.run_sql(sql)
+            return self._public.run_sql(sql, default_timeout if timeout is None else timeout,
+                                        default_rows if max_rows is None else max_rows)
+        except QueryTimeoutError:
+            raise
         except (BackendError, ProgrammingError) as err:
             raise ProgrammingError(f"the statement over public tables cannot run: "
                                    f"{err.message}", hint="check the SQL") from None
@@ -263,9 +285,10 @@ class DuckDBBackend:
         """Execute a query tree (the custodian's statements)."""
         return self.run_sql(tree.sql(dialect=self.dialect))
 
-    def run_sql(self, sql: str, timeout: float | None = None
+    def run_sql(self, sql: str, timeout: float | None = None, max_rows: int | None = None
                 ) -> tuple[list[str], list[tuple]]:
-        """Execute exact SQL already written in DuckDB's dialect (no re-generation).
+        """Execute exact SQL already written in DuckDB's dialect (no re-generation); with
+        ``max_rows``, read only the first rows of its result.
 
         DuckDB parses and binds a statement before it reads a row, so a parser, catalog or
         binder error (an unknown function, a wrong type) says nothing about the data: it is
@@ -277,7 +300,7 @@ class DuckDBBackend:
             if timeout is not None else None
         try:
             cursor = self.connection.execute(sql)
-            rows = cursor.fetchall()
+            rows = cursor.fetchall() if max_rows is None else cursor.fetchmany(max_rows)
         except _PLANNING_ERRORS as err:
             raise ProgrammingError(f"the query cannot be planned: {str(err).splitlines()[0]}",
                                    hint="use functions on the table's own columns "

@@ -21,7 +21,7 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
@@ -403,8 +403,14 @@ class Service:
         epsilon, delta = loss
         con = self._borrow(account, dataset, *defaults)
         try:
-            self._check_cost(con, account, dataset, sql, params, epsilon, delta)
-            cur = con.cursor().execute(sql, params, epsilon=epsilon, delta=delta, tune=tune)
+            public = self._check_cost(con, account, dataset, sql, params, epsilon, delta)
+            # the engine gives a statement over public tables neither the timeout nor a row
+            # limit (engine.py); the backend reads them from here
+            limits = account.limits
+            with con._engine.backend.public_limits(limits.timeout, limits.max_rows + 1) \
+                    if public else nullcontext():
+                cur = con.cursor().execute(sql, params, epsilon=epsilon, delta=delta,
+                                           tune=tune)
             return self._answer(cur, account, dataset)
         except dpsql.BudgetExhaustedError as err:  # the ledger's own checks, in a race
             refusal = self._refusal(err.requested, account, dataset)
@@ -457,10 +463,11 @@ class Service:
         return account
 
     def _check_cost(self, con, account: Analyst, dataset: str, sql: str, params,
-                    epsilon, delta) -> None:
+                    epsilon, delta) -> bool:
         """Refuse a query over the per-query cap or the analyst's remaining share, at the
         (ε, δ) it will really spend (an accuracy hint or OPTIONS(epsilon=...) can pick ε),
-        before anything runs: planning spends nothing. A stored answer is refused too."""
+        before anything runs: planning spends nothing. A stored answer is refused too.
+        True when the statement reads public tables only (it releases nothing)."""
         if epsilon is not None:
             positive(epsilon, "epsilon")  # NaN, ∞ and ≤ 0 refused before the checks
         if delta is not None:
@@ -469,6 +476,7 @@ class Service:
         release = con._engine.plan(sql, params, epsilon=epsilon, delta=delta).release
         if release is not None and release.loss != PrivacyLoss.zero():
             self._check_fits(release.loss, account, dataset)
+        return release is None
 
     @staticmethod
     def session_delta(text: str) -> Fraction:
@@ -519,7 +527,10 @@ class Service:
 
     def _answer(self, cur, account: Analyst, dataset: str) -> Answer:
         description = cur.description or []
-        rows = [list(map(_plain, row)) for row in cur.fetchall()]
+        limit = account.limits.max_rows
+        rows = [list(map(_plain, row)) for row in cur.fetchmany(limit + 1)]
+        truncated = len(rows) > limit
+        del rows[limit:]
         columns = _columns(description)
         noisy = [c for c in description if c.ci_columns]
         if noisy and rows:
@@ -528,14 +539,12 @@ class Service:
             frame = frames.columns(cur._require(), intervals=True)
             for c in noisy:
                 for name in c.ci_columns:
-                    for row, value in zip(rows, frame[name], strict=True):
+                    for row, value in zip(rows, frame[name][:limit], strict=True):
                         row.append(_plain(value))
-        limit = account.limits.max_rows
-        truncated = len(rows) > limit
         spent = float(cur.epsilon_spent)
         remaining = _loss_json(account.budgets[dataset].minus(self._spent(dataset,
                                                                             account.name)))
-        return Answer(columns, rows[:limit], spent, remaining, truncated,
+        return Answer(columns, rows, spent, remaining, truncated,
                       reused=spent == 0 and bool(noisy), dataset=dataset)
 
     def describe(self, user: str, dataset: str, sql: str, params=None, *,
