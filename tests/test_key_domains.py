@@ -1,7 +1,9 @@
-"""GROUP BY keys whose public domain the compiler derives from the metadata and the query's
-constants alone: a concatenation of columns with declared values (every combination), and
-arithmetic on constants folded into one constant (86400 * 30 divides as 2592000 does).
-Both were private keys (refused without δ); the neighbour contract holds for them."""
+"""GROUP BY keys whose public domain the compiler derives from the metadata, the query's
+constants and public tables alone: a concatenation of columns with declared values (every
+combination), arithmetic on constants folded into one constant (86400 * 30 divides as
+2592000 does), and expressions of a public table's columns (their distinct values), through
+a CAST of plain digits to INT too. All were private keys (refused without δ); the neighbour
+contract holds for them."""
 
 from __future__ import annotations
 
@@ -20,6 +22,11 @@ STATEMENTS = [
      "FROM visits GROUP BY k", 48),  # 8 × 6: CONCAT reads a NULL as ''
     ("SELECT FLOOR(amount / (10 * 2)) AS k, COUNT(*) AS n FROM visits GROUP BY k", 6),
     ("SELECT age // (5 + 5) - 2 * 1 AS k, AVG(hours) AS h FROM adult GROUP BY k", 9),
+    # regions is public; its region_id declares no values: the table's distinct values
+    ("SELECT r.region_id * 10 AS k, COUNT(*) AS n FROM visits v JOIN regions r "
+     "ON v.region_id = r.region_id GROUP BY k", 5),
+    ("SELECT CAST(RIGHT(CAST(r.region_id + 1990 AS TEXT), 2) AS INT) AS k, SUM(amount) AS s "
+     "FROM visits v JOIN regions r ON v.region_id = r.region_id GROUP BY k", 5),
 ]
 
 

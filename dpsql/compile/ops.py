@@ -1411,6 +1411,9 @@ def cast_target(data_type: exp.DataType, scope: Scope) -> str:
                               sql=scope.sql, hint="cast to INT, DOUBLE, TEXT, BOOLEAN or DATE")
 
 
+_PLAIN_INT = re.compile(r"-?[0-9]{1,18}")
+
+
 @builds(exp.Cast, exp.TryCast, reads=("this", "to", "safe", "requires_string"))
 def _cast(node: exp.Cast, scope: Scope) -> Expr:
     """Every cast is rendered as a cast that yields NULL where the value does not convert,
@@ -1447,6 +1450,10 @@ def _cast(node: exp.Cast, scope: Scope) -> Expr:
     elif arg.domain is not None and arg.type == "float" and target == "int":
         # to the nearest, ties to even, as every backend casts (render.py)
         domain = tuple(round(v) for v in arg.domain if math.isfinite(v))
+    elif arg.domain is not None and arg.type == "text" and target == "int" and \
+            all(_PLAIN_INT.fullmatch(v) for v in arg.domain):
+        # plain digits convert alike everywhere; of any other text no domain is claimed
+        domain = tuple(int(v) for v in arg.domain)
     elif target == "int":
         domain = _domain_from_interval(interval, "int")
     return Expr("cast", (arg,), target, target, interval, proven, domain, True)

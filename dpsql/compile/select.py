@@ -294,7 +294,7 @@ class _Compiler:
             elif isinstance(item, exp.Column) and not item.table and \
                     item.name.lower() in aliased and item.name.lower() not in columns:
                 node, name = aliased[item.name.lower()], item.name
-            expr = self._with_public_domain(ops.build(node, self.scope))
+            expr = self._with_public_domain(ops.build(node, _PublicDomains(self)))
             self._refuse_unit_key(expr, node)
             if name is None:
                 name = next((e.alias for e in self.select.expressions if isinstance(e, exp.Alias)
@@ -518,6 +518,21 @@ def _agg_type(aggregate: Aggregate) -> str:
     if aggregate.kind in COUNT_KINDS or (aggregate.kind == "sum" and aggregate.integral):
         return "int"
     return "float"
+
+
+class _PublicDomains:
+    """The row scope where a public table's column carries its distinct values as a domain, so
+    that a GROUP BY key computed from it (RIGHT(release_date, 4)) has a public domain as one
+    computed from declared values does."""
+
+    def __init__(self, compiler: _Compiler) -> None:
+        self.compiler, self.sql = compiler, compiler.scope.sql
+
+    def intercept(self, node: exp.Expression) -> Expr | None:
+        return self.compiler.scope.intercept(node)
+
+    def lookup(self, node: exp.Column) -> Expr:
+        return self.compiler._with_public_domain(self.compiler.scope.lookup(node))
 
 
 class _PostScope:
