@@ -137,6 +137,22 @@ def test_numbers_outside_years_1_to_9999_are_null(tmp_path):
             assert con.execute(sql.format(odd), epsilon=1e12).fetchall() == [(3,)]
 
 
+# whole numbers past 2^53 µs (after 2255): multiplied as doubles they rounded, and the last
+# microsecond of year 9999 became 10000-01-01 (a double epoch still rounds there)
+EXACT_INSTANTS = [
+    ("MAKE_TIMESTAMP(253402300799999999 + s - s)", "9999-12-31 23:59:59.999999"),
+    ("MAKE_TIMESTAMP(9007199254740993 + s - s)", "2255-06-05 23:47:34.740993"),
+    ("EPOCH_MS(253402300799999 + s - s)", "9999-12-31 23:59:59.999"),
+]
+
+
+@pytest.mark.parametrize(("instant", "expected"), EXACT_INSTANTS)
+def test_large_whole_epochs_convert_to_the_microsecond(rated, instant, expected):
+    sql = f"SELECT COUNT(*) AS n FROM rated WHERE {instant} = TIMESTAMP '{expected}'"
+    with dpsql.connect(metadata=_metadata(rated), ledger=":memory:", insecure_seed=1) as con:
+        assert _answers(con, sql) == [(len(SECONDS),)]
+
+
 # the harness's x is in [0, 10]; its adversaries add 1e308, NaN, ±inf and NULL
 CONTRACT = [
     "SELECT EXTRACT(year FROM TO_TIMESTAMP(x * 1e9)) AS y, COUNT(*) AS n FROM events GROUP BY y",
@@ -170,6 +186,8 @@ PARITY = [
     "SELECT EXTRACT(minute FROM EPOCH_MS(ms)) AS k, COUNT(*) AS n FROM rated GROUP BY k",
     "SELECT COUNT(*) AS n FROM rated WHERE TO_TIMESTAMP(s) IS NULL",
     "SELECT COUNT(*) AS n FROM rated WHERE EPOCH_MS(ms) < TIMESTAMP '0001-01-01 00:00:01'",
+    *(f"SELECT COUNT(*) AS n FROM rated WHERE {instant} = TIMESTAMP '{expected}'"
+      for instant, expected in EXACT_INSTANTS),
 ]
 
 

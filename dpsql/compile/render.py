@@ -396,13 +396,18 @@ class Dialect:
         (number,) = e.args
         sql = self.expr(number)
         first, past = ops.epoch_bounds(e.value)
-        micros = f"FLOOR({self._as_double(sql, number)} * {10 ** (6 - e.value)})"
+        factor = 10 ** (6 - e.value)
+        if number.type == "int":  # exact: within the bounds the product fits 64 bits
+            micros = f"(CAST({sql} AS {self.types['int']}) * {factor})"
+        else:  # the double product can round up to year 10000: the last microsecond before
+            micros = (f"LEAST(CAST(FLOOR({sql} * {factor}) AS {self.types['int']}), "
+                      f"{past * factor - 1})")
         return (f"(CASE WHEN {sql} >= {self.number(first)} AND {sql} < {self.number(past)} "
                 f"THEN {self.epoch_micros(micros)} END)")
 
     def epoch_micros(self, micros: str) -> str:
-        """The timestamp a whole number of microseconds after 1970-01-01 00:00:00."""
-        return f"make_timestamp(CAST({micros} AS BIGINT))"
+        """The timestamp ``micros`` (a BIGINT) microseconds after 1970-01-01 00:00:00."""
+        return f"make_timestamp({micros})"
 
     def _op_extract(self, e: Expr) -> str:
         part = e.value.upper()
@@ -493,8 +498,11 @@ class PostgresDialect(Dialect):
         return f"CAST(({later} - {earlier}) AS BIGINT)"
 
     def epoch_micros(self, micros: str) -> str:
-        # not TO_TIMESTAMP: its TIMESTAMPTZ reads as the session's time zone's wall clock
-        return f"(TIMESTAMP '1970-01-01 00:00:00' + {micros} * INTERVAL '1 microsecond')"
+        # not TO_TIMESTAMP: its TIMESTAMPTZ reads as the session's time zone's wall clock; an
+        # interval times a number multiplies a double, exact below 2^53: whole seconds, then
+        # the microseconds left (both truncate toward zero, so they add up to micros)
+        return (f"(TIMESTAMP '1970-01-01 00:00:00' + ({micros} / 1000000) * INTERVAL '1 second'"
+                f" + ({micros} % 1000000) * INTERVAL '1 microsecond')")
 
     # FM: no padding of the names to nine characters
     format_parts = {"%Y": "YYYY", "%m": "MM", "%d": "DD", "%A": "FMDay", "%a": "Dy",
@@ -772,7 +780,7 @@ class SparkDialect(Dialect):
         return f"date_add({date}, {days})"
 
     def epoch_micros(self, micros: str) -> str:
-        return f"timestamp_micros(CAST({micros} AS BIGINT))"
+        return f"timestamp_micros({micros})"
 
     def _op_extract(self, e: Expr) -> str:
         arg = self.expr(e.args[0])
