@@ -299,7 +299,9 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
         click.echo(_format(frame))
         click.echo()
     if tuned:
-        click.echo("bounds chosen by --tune: " + ", ".join(f"{k} {v}" for k, v in tuned.items()))
+        bounds = ", ".join(f"{k} {v}" for k, v in tuned.items() if k != "rows_kept")
+        click.echo(f"bounds chosen by --tune: {bounds} (est. {tuned['rows_kept']:.0%} of the rows "
+                   "kept; see dpsql tune for its biases)")
     click.echo(f"ε spent: {float(cursor.epsilon_spent):g}"
                + ("" if remaining is None else f"; remaining: {float(remaining.epsilon):g}"))
 

@@ -84,11 +84,20 @@ def dp_quantile(values, grid, q: Fraction, epsilon: Fraction, rng: RandomSource,
 
 
 def draw_levels(values, grid, levels: tuple[Fraction, ...], epsilon: Fraction,
-                rng: RandomSource) -> dict[Fraction, float]:
+                rng: RandomSource, anchor: float | None = None) -> dict[Fraction, float]:
     """The quantiles at ``levels`` (each drawn at ``epsilon``), from the median outwards,
-    each anchored at the one drawn before it (``dp_quantile``)."""
+    the first anchored at ``anchor`` (a public guess of the quantity, at its nearest grid
+    point; None: ``dp_quantile``'s ends), each other at the one drawn before it.
+
+    Where the data are too few for the draws (n·ε per draw near 2·ln(len(grid))), the
+    prior decides them: anchored at the grid's first point, MovieLens' 943 users (median 65
+    ratings, the fewest 20) had their median rows drawn at 1-3 in 7 of 10 seeds at ε 0.0125,
+    and R = 5 was proposed. Anchored at the declared bound, weak data leave the proposal
+    near it rather than near nothing.
+    """
     out: dict[Fraction, float] = {}
-    anchor = None
+    if anchor is not None:
+        anchor = min(grid, key=lambda c: (abs(c - anchor), c))
     for q in sorted(levels, key=lambda q: abs(q - Fraction(1, 2))):
         out[q] = anchor = dp_quantile(values, grid, q, epsilon, rng, anchor)
     return out
@@ -138,7 +147,8 @@ class Spread:
 
     The CDF is piecewise linear from ``floor`` (F = 0) through the quantiles; above the top
     quantile x_t (level q_t) the tail is exponential, P(X > x) = (1 − q_t)·e^(−(x − x_t)/θ),
-    with θ the heaviest any lower quantile implies, (x_t − x_a)/ln((1 − q_a)/(1 − q_t)), and
+    with θ the heaviest any lower quantile or the floor (level 0) implies,
+    (x_t − x_a)/ln((1 − q_a)/(1 − q_t)), and
     at least ``resolution`` (the grid cannot see finer): nothing above x_t is seen, so the
     tail is assumed no lighter than the data below it. A light tail (a Poisson count)
     then costs a slightly loose bound, not a bias. (θ from the top two quantiles alone is
@@ -153,9 +163,10 @@ class Spread:
 
     @classmethod
     def fit(cls, quantiles: dict[Fraction, float], floor: float,
-            resolution: float, ceiling: float = math.inf) -> Spread:
-        """The spread through ``quantiles`` ({level: noisy value}), X ≥ ``floor``, and X
-        read as at most ``ceiling``: a value beyond its declared bound is clamped to it by
+            resolution: float, ceiling: float = math.inf, *, counts: bool = False) -> Spread:
+        """The spread through ``quantiles`` ({level: noisy value}), X ≥ ``floor`` (of a
+        count, ``counts``: its least value, else a grid's end), and X read as at most
+        ``ceiling``: a value beyond its declared bound is clamped to it by
         every query, so what a tighter bound costs is measured up to the declared one (the
         exponential tail had put a bias of 493 on region_id ≥ 0 for data declared in
         [0, 4])."""
@@ -163,8 +174,17 @@ class Spread:
         xs = [floor] + [min(max(x, floor), ceiling) for x in sorted(quantiles.values())]
         ps = [0.0] + sorted(float(q) for q in quantiles)
         top_x, top_p = xs[-1], ps[-1]
-        theta = max([resolution] + [(top_x - x) / math.log((1 - p) / (1 - top_p))
-                                    for x, p in zip(xs[1:-1], ps[1:-1]) if p < top_p])
+        implied = [(top_x - x) / math.log((1 - p) / (1 - top_p))
+                   for x, p in zip(xs[:-1], ps[:-1]) if p < top_p]
+        # implied[0] is the floor's, a quantile of level 0. Draws of a count that coincide
+        # say nothing of its tail (the prior, anchored at the draw before, pulls them
+        # together where the data are weak): MovieLens' rows per user drawn at 64 for the
+        # levels 0.5..0.75 gave θ one grid step and a bias 127× too small. The tail is then
+        # an exponential from the floor, 1; otherwise the floor's is too heavy for a light
+        # tail (10⁴ users with 1 + Poisson(9) rows at ε 0.1 were proposed R = 38 for an
+        # optimum of 19). A value grid's floor is its end (−2^40 for an undeclared int).
+        seen = max(implied[1:], default=0.0)
+        theta = max(resolution, seen if seen > resolution or not counts else implied[0])
         return cls(tuple(zip(xs, ps)), theta, ceiling)
 
     def survival(self, b: float) -> float:

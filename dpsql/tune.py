@@ -11,8 +11,9 @@ What is measured (exactly, on the backend, from catalogued names only):
 
 - per person: R = rows in the table, G = distinct GROUP BY keys, M = the most rows in one
   key. Each person contributes one value to each distribution;
-- per numeric column: each person's smallest value (for ``lower``) and largest (for
-  ``upper``): one value per person again, so clamping bounds are chosen from people, not
+- per numeric column the query sums (``summed_columns``) or ``columns`` names: each
+  person's smallest value (for ``lower``) and largest (for ``upper``): one value per person
+  again, so clamping bounds are chosen from people, not
   rows (with row privacy every row is a person and its value is used as is);
 - n, the number of persons (for turning per-person shares into rows).
 
@@ -32,8 +33,9 @@ Which quantiles: per distribution three levels, the median, a top level and one 
 (``spread.quantile_levels``): the top level leaves 8 temperatures (8·2/ε_q persons) above
 it, so it is as high as the mechanism can still tell from the empty grid above the data (0.984
 for 10⁵ persons at ε_q = 0.01), within [0.75, 0.9999]. The levels are a function of the
-released n̂ only, and each draw's prior is anchored at the quantile drawn before it: both
-are post-processing of released values, so each draw is still ε_q-DP whatever was chosen
+released n̂ only, and each draw's prior is anchored at the quantile drawn before it (the
+median's at the declared bound: L0·L∞ or R, L0, L∞, a column's declared lower or upper): all
+are public or post-processing of released values, so each draw is still ε_q-DP whatever was chosen
 (adaptive basic composition). Lower bounds of values use the levels 1 − q.
 
 How the slice is split: evenly over every released quantity. With a privacy unit that is
@@ -46,7 +48,7 @@ composition the whole tuning is ε-DP; a dataset with ``mechanism: gaussian`` is
 How a bound is proposed (post-processing: no further access to the data). Through the
 noisy quantiles of each distribution a CDF is drawn (``spread.Spread``): piecewise linear
 from the grid's first point to the top quantile, then an exponential tail as heavy as the quantiles
-below imply, giving the expected excess e(b) = E[max(0, X − b)] and the share above b,
+below imply (a count's draws that coincide imply none: its tail is then drawn from 1), giving the expected excess e(b) = E[max(0, X − b)] and the share above b,
 S(b). For a query shape of COUNT per key over K cells at the planned ε (``query_epsilon``;
 ``replace`` doubles a grouped count's sensitivity), the compile stage's sensitivity is
 Δ₁ = min(L0·L∞, R) rows (``sensitivity.person_rows``), so two shapes are compared, each
@@ -120,6 +122,10 @@ class Choice:
     bias: float  # estimated rows (or value units) lost to truncation or clamping
     noise_sd: float  # standard deviation of the noise at the planned ε
     quantiles: dict[str, float] = field(default_factory=dict)  # the noisy quantiles used
+    # estimated shares the bound keeps: of the rows (contribution bounds), and of the persons
+    # it leaves untouched (none of their rows dropped, or no value beyond it); None: not known
+    rows_kept: float | None = None
+    persons_kept: float | None = None
 
 
 @dataclass(frozen=True)
@@ -168,7 +174,8 @@ class TuningResult:
                 "persons": self.persons, "draws": self.draws, "metadata": self.metadata,
                 "quantiles": self.quantiles, "notes": list(self.notes),
                 "choices": [{"key": c.key, "value": c.value, "bias": c.bias,
-                             "noise_sd": c.noise_sd, "quantiles": c.quantiles}
+                             "noise_sd": c.noise_sd, "rows_kept": c.rows_kept,
+                             "persons_kept": c.persons_kept, "quantiles": c.quantiles}
                             for c in self.choices]}
 
 
@@ -250,11 +257,7 @@ def group_keys(table: TableSpec, query: str | None, group_by) -> tuple[str, ...]
     if group_by is not None:
         names = (group_by,) if isinstance(group_by, str) else tuple(group_by)
     elif query is not None:
-        try:
-            tree = sqlglot.parse_one(query)
-        except sqlglot.errors.ParseError as err:
-            raise ProgrammingError(f"the query does not parse: {err}") from None
-        group = tree.find(exp.Group)
+        group = _parsed(query).find(exp.Group)
         items = group.expressions if group else []
         shaped = [item for item in items if not isinstance(item, exp.Column)]
         if shaped:  # its columns are not its keys: CASE WHEN amount > 50 has two, not amount's
@@ -275,6 +278,29 @@ def group_keys(table: TableSpec, query: str | None, group_by) -> tuple[str, ...]
             raise ProgrammingError("grouping by the privacy unit is not a query shape")
         keys.append(spec.name)
     return tuple(dict.fromkeys(keys))  # day, day is one key (its cells were counted twice)
+
+
+def _parsed(query: str) -> exp.Expression:
+    try:
+        return sqlglot.parse_one(query)
+    except sqlglot.errors.ParseError as err:
+        raise ProgrammingError(f"the query does not parse: {err}") from None
+
+
+def summed_columns(table: TableSpec, query: str | None, keys: tuple[str, ...]
+                   ) -> tuple[str, ...]:
+    """The numeric columns of ``table`` a query reads in an aggregate other than COUNT (SUM,
+    AVG, a quantile...): the ones whose value bounds its answer depends on. None without a
+    query: an id's or a timestamp's bounds (MovieLens' item_id.upper 27, ts.upper = ts.lower)
+    break every query of them, so bounds are proposed for measures only. Keys are left out,
+    since bounds on a key would drop its groups outside them."""
+    if query is None:
+        return ()
+    read = (column.name for aggregate in _parsed(query).find_all(exp.AggFunc)
+            if not isinstance(aggregate, exp.Count) for column in aggregate.find_all(exp.Column))
+    specs = (table.column(name) for name in read)
+    return tuple(dict.fromkeys(c.name for c in specs if c is not None and c.is_numeric
+                               and c.name != table.privacy_unit and c.name not in keys))
 
 
 def _cells(table: TableSpec, keys: tuple[str, ...]) -> tuple[int, bool]:
@@ -323,6 +349,7 @@ class Contribution:
     total: int | None
     dropped: float
     count_sd: float
+    beyond: float = 0.0  # share of persons losing rows to them (the union bound for L0, L∞)
 
     def error(self, cells: int) -> float:
         """Expected squared error summed over the cells: bias spread evenly, plus noise."""
@@ -348,14 +375,15 @@ def choose_contribution(spreads: dict[str, Spread], persons: int, cells: int,
     partial_loss = max(g.mean - 1, 0) / 2
     options = [Contribution(min(b, cells) if public_cells else b, b, b,
                             persons * (r.excess(b) + r.survival(b) * partial_loss),
-                            count_sd(b, b))
+                            count_sd(b, b), r.survival(b))
                for b in COUNT_GRID]
     per_group = r.mean / max(g.mean, 1)
     beyond_groups = {a: persons * per_group * g.excess(a) for a in COUNT_GRID
                      if a <= cells or not public_cells}
     beyond_rows = {b: persons * m.excess(b) for b in COUNT_GRID}
     options += [Contribution(a, b, None, lost + beyond_rows[b],
-                             count_sd(a * b, math.sqrt(a) * b))
+                             count_sd(a * b, math.sqrt(a) * b),
+                             min(1.0, g.survival(a) + m.survival(b)))
                 for a, lost in beyond_groups.items() for b in COUNT_GRID]
     return min(options, key=lambda c: c.error(cells))
 
@@ -390,11 +418,7 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
     columns, group_by = _names(columns, "columns"), _names(group_by, "group_by")
     shape = group_keys(spec, query, group_by)
     keys = shape if spec.privacy_unit is not None else ()
-    # bounds on a key the queries group by would drop its groups outside them
-    grouped = shape if query is not None or group_by is not None else ()
-    names = tuple(n for n, c in spec.columns.items() if c.is_numeric
-                  and n != spec.privacy_unit and n not in grouped) \
-        if columns is None else columns
+    names = summed_columns(spec, query, shape) if columns is None else columns
     for name in names:
         c = spec.column(name)
         if c is None or not c.is_numeric or c.name == spec.privacy_unit:
@@ -404,9 +428,9 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
     if spec.privacy_unit is None and not names:
         raise ProgrammingError(
             f"nothing to tune in {spec.name!r}: it has row privacy (no contribution bounds) "
-            "and no numeric column to bound" + (" outside the GROUP BY" if grouped else ""),
-            hint="tune a table with a privacy unit, or one with int or float columns; "
-            "nothing was charged")
+            "and no column to bound was named or summed by the query",
+            hint="name the numeric columns to bound (columns=[...], --columns), or give the "
+            "query that sums them; nothing was charged")
     bound_grids = {name: _value_grid(spec, name) for name in names}
     draws = 1 + 6 * len(names) + (9 if spec.privacy_unit is not None else 0)
     share = epsilon / draws
@@ -453,28 +477,41 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
         cells, public_cells = _cells(spec, keys)
         grids = {"r": COUNT_GRID, "m": COUNT_GRID,  # nobody touches more cells than exist
                  "g": tuple(c for c in COUNT_GRID if c <= cells) if public_cells else COUNT_GRID}
-        quantiles = {part: draw_levels(values[part], grids[part], uppers, share, rng)
-                     for part in ("r", "g", "m")}
+        # each median's prior is anchored at the declared bound: a public guess (weak data
+        # then leave the proposal near it, not near 1)
+        l0, linf = spec.max_groups_per_unit, spec.max_rows_per_group
+        anchors = {"r": min(spec.max_rows_per_unit or l0 * linf, l0 * linf), "g": l0, "m": linf}
+        quantiles = {part: draw_levels(values[part], grids[part], uppers, share, rng,
+                                       anchors[part]) for part in ("r", "g", "m")}
         spreads = {part: Spread.fit(quantiles[part], 1,
                                     resolution(grids[part], max(quantiles[part].values())),
-                                    ceiling=cells if part == "g" and public_cells else math.inf)
+                                    ceiling=cells if part == "g" and public_cells else math.inf,
+                                    counts=True)
                    for part in quantiles}
         best = choose_contribution(spreads, persons, cells, public_cells, count_sd)
         row_sd = best.count_sd
         rows_kept = max(spreads["r"].mean - best.dropped / persons, 1.0)
         shown = {p: _shown(quantiles[p]) for p in quantiles}
         bias, sd = best.dropped / cells, best.count_sd
-        choices.append(Choice("max_groups_per_unit", best.l0, bias, sd, shown["g"]))
-        choices.append(Choice("max_rows_per_group", best.linf, bias, sd, shown["m"]))
+        kept = {"rows_kept": min(1.0, max(0.0, 1 - best.dropped / persons / spreads["r"].mean)),
+                "persons_kept": 1 - best.beyond}
+        choices.append(Choice("max_groups_per_unit", best.l0, bias, sd, shown["g"], **kept))
+        choices.append(Choice("max_rows_per_group", best.linf, bias, sd, shown["m"], **kept))
         if best.total is not None:
-            choices.append(Choice("max_rows_per_unit", best.total, bias, sd, shown["r"]))
+            choices.append(Choice("max_rows_per_unit", best.total, bias, sd, shown["r"],
+                                  **kept))
     # what a value bound clamps off a SUM per cell, per unit of the per-person excess: every
     # row a person keeps is at most their largest value (at least their smallest)
     per_cell = persons * rows_kept / _cells(spec, shape)[0]
     for name in names:
         grid = bound_grids[name]
-        lows = draw_levels(values[f"{name}.lo"], grid, lowers, share, rng)
-        highs = draw_levels(values[f"{name}.hi"], grid, uppers, share, rng)
+        # a declared bound costs no bias (every query clamps there): the medians' priors are
+        # anchored at it (at the grid's start, MovieLens' ts.upper was drawn at ts.lower)
+        declared_bounds = spec.columns[name].is_bounded or spec.columns[name].values is not None
+        lows = draw_levels(values[f"{name}.lo"], grid, lowers, share, rng,
+                           min(grid) if declared_bounds else None)
+        highs = draw_levels(values[f"{name}.hi"], grid, uppers, share, rng,
+                            max(grid) if declared_bounds else None)
         # the lower tail, mirrored: E[max(0, L − X)] = E[max(0, (−X) − (−L))]
         mirror = tuple(sorted(-c for c in grid))
         low = Spread.fit({1 - q: -v for q, v in lows.items()}, -max(grid),
@@ -484,13 +521,17 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
         lower, upper = choose_value_bounds(grid, low, high, row_sd, per_cell)
         sd = row_sd * max(abs(lower), abs(upper))  # a sum's noise: a count's times the larger
         choices.append(Choice(f"columns.{name}.lower", _number(lower, spec.columns[name]),
-                              per_cell * low.excess(-lower), sd, _shown(lows)))
+                              per_cell * low.excess(-lower), sd, _shown(lows),
+                              persons_kept=1 - low.survival(-lower)))
         choices.append(Choice(f"columns.{name}.upper", _number(upper, spec.columns[name]),
-                              per_cell * high.excess(upper), sd, _shown(highs)))
+                              per_cell * high.excess(upper), sd, _shown(highs),
+                              persons_kept=1 - high.survival(upper)))
         shown |= {f"{name}.lo": _shown(lows), f"{name}.hi": _shown(highs)}
     return TuningResult(table=spec.name, epsilon=epsilon, query_epsilon=eq, group_by=keys,
                         persons=persons, choices=tuple(choices), draws=draws, quantiles=shown,
-                        notes=tuple(_undeclared(spec, names)))
+                        notes=tuple(_coarse(share, persons, [COUNT_GRID, *bound_grids.values()])
+                                    + _undeclared(spec, names)
+                                    + _unbounded(spec, names, columns, query)))
 
 
 def choose_value_bounds(grid: tuple[float, ...], low: Spread, high: Spread, count_sd: float,
@@ -500,14 +541,17 @@ def choose_value_bounds(grid: tuple[float, ...], low: Spread, high: Spread, coun
     (``low``, mirrored) or largest (``high``) value beyond the bound, squared, plus the noise,
     ``count_sd``·max(|L|, |U|), squared.
 
-    The clamped value is an upper bound on what clamping takes: it charges each of a person's
+    ``upper`` is above ``lower`` wherever the grid allows: equal, they clamp every value to
+    one (MovieLens' ts was proposed ts.upper = ts.lower). The clamped value is an upper bound
+    on what clamping takes: it charges each of a person's
     kept rows their extreme value's excess. Counted per person instead (one row each), a
     SUM of ratings 1..5 over 943 persons with 106 rows each was clamped at upper 1 or 2 for
     1.6·10³ of bias where 1.6·10⁵ were lost, against noise of 861 per unit of the bound.
     """
     lower = max((c for c in grid if c <= high.points[-1][0]),
                 key=lambda c: -((per_cell * low.excess(-c)) ** 2 + (count_sd * c) ** 2))
-    upper = min((c for c in grid if c >= lower),
+    above = [c for c in grid if c > lower] or [lower]  # lower == upper clamps every value
+    upper = min(above,
                 key=lambda c: (per_cell * high.excess(c)) ** 2
                 + (count_sd * max(abs(lower), abs(c))) ** 2)
     return lower, upper
@@ -521,6 +565,30 @@ def _undeclared(table: TableSpec, names: tuple[str, ...]) -> list[str]:
             "places them); declare public bounds (e.g. an id's range) to search 64 points "
             "between them" for name in names
             if not table.columns[name].is_bounded and table.columns[name].values is None]
+
+
+def _coarse(share: Fraction, persons: int, grids: list[tuple[float, ...]]) -> list[str]:
+    """A note when one draw's rank can be off by more than a fifth of the persons (the
+    exponential mechanism's 95% bound, 2/ε·ln(20·candidates)): there the priors, anchored at
+    the declared bounds, weigh as much as the data, and the biases are guesses (MovieLens'
+    943 users at ε 0.0125 a draw: 68%, and R = 5 was proposed for a median of 65 rows)."""
+    off = 2 / float(share) * math.log(20 * max(map(len, grids))) / persons
+    if off <= 0.2:
+        return []
+    return [(f"each quantile is one draw at ε {float(share):.3g} among ~{persons} persons: "
+             f"its rank can be off by {min(off, 1):.0%} of them (95% bound), so the proposal "
+             "leans on the declared bounds the draws are anchored at and its biases are rough; "
+             "a larger ε (or fewer columns) reads the data better")]
+
+
+def _unbounded(table: TableSpec, names: tuple[str, ...], columns, query) -> list[str]:
+    """A note that value bounds were left as declared, when nothing asked for them."""
+    if columns is not None or names or not any(
+            c.is_numeric and n != table.privacy_unit for n, c in table.columns.items()):
+        return []
+    return ["no value bounds proposed: " + ("the query sums no column" if query else
+            "no query given") + "; name the measures to bound with --columns (columns=[...]); "
+            "ids and timestamps keep their declared bounds"]
 
 
 def _query_epsilon(value) -> float:
@@ -584,8 +652,8 @@ def _number(value: float, spec) -> float | int:
               help="ε slice charged for the tuning (one ledger charge).")
 @click.option("--db", default=None, help="Database (DuckDB file, postgresql:// URL, ...).")
 @click.option("--ledger", default=None, help="Budget ledger (default: the engine's).")
-@click.option("--columns", default=None, help="Comma-separated numeric columns (default: all "
-              "but the GROUP BY keys of --group-by or --query).")
+@click.option("--columns", default=None, help="Comma-separated numeric columns to bound "
+              "(default: those --query sums; none without it).")
 @click.option("--group-by", default=None, help="Comma-separated GROUP BY key of the queries.")
 @click.option("--query", default=None, help="A query whose GROUP BY is the shape to tune for.")
 @click.option("--query-epsilon", type=float, default=1.0, show_default=True,
@@ -612,8 +680,10 @@ def command(metadata: str, table: str, epsilon: float, db: str | None, ledger: s
                f"({result.draws} draws); ~{result.persons} persons; queries at ε = "
                f"{result.query_epsilon:g}, GROUP BY {', '.join(result.group_by) or '-'}")
     for c in result.choices:
+        kept = ", ".join(f"{share:.0%} of the {what}" for what, share in
+                         (("rows", c.rows_kept), ("persons", c.persons_kept)) if share is not None)
         click.echo(f"#   {c.key} = {c.value}: est. bias {c.bias:.3g}, noise sd {c.noise_sd:.3g}"
-                   " per cell")
+                   f" per cell; keeps ~{kept}")
     for note in result.notes:
         click.echo(f"# note: {note}")
     top = max((float(q) for part in result.quantiles.values() for q in part), default=None)
