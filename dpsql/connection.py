@@ -116,15 +116,16 @@ class Connection(_Base):
         return self.cursor().execute(operation, parameters, epsilon=epsilon, delta=delta,
                                      accuracy=accuracy, rho=rho, weights=weights, tune=tune)
 
-    def explain(self, sql: str, *, epsilon=None, delta=None, accuracy=None, rho=None,
-                weights=None) -> dict:
-        """Sensitivity, mechanism, scale and expected error of a statement or script.
+    def explain(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None,
+                rho=None, weights=None) -> dict:
+        """Sensitivity, mechanism, scale and expected error of a statement or script (with
+        its ``?`` parameters, as ``execute`` takes them).
 
         Nothing is run and nothing is spent.
         """
         self._check_open()
-        return self._engine.explain(sql, epsilon=epsilon, delta=delta, accuracy=accuracy,
-                                    rho=rho, weights=weights)
+        return self._engine.explain(sql, params, epsilon=epsilon, delta=delta,
+                                    accuracy=accuracy, rho=rho, weights=weights)
 
     def describe(self, sql: str, params=None, *, epsilon=None, delta=None) -> list:
         """The ``cursor.description`` that executing one statement would give (names, type

@@ -323,8 +323,11 @@ class Engine:
 
     def describe(self, sql: str, params=None, *, epsilon=None, delta=None
                  ) -> list[ColumnInfo]:
-        """The columns ``execute`` would release for one statement: planned, never run."""
-        planned = self.plan(sql, params, epsilon=epsilon, delta=delta)
+        """The columns ``execute`` would release for one statement: planned, never run (at
+        ε = 1 when none is given: the columns do not depend on it)."""
+        epsilon, rho = self._nominal(parse_script(sql, params, self.dialect), epsilon, None,
+                                     None)
+        planned = self.plan(sql, params, epsilon=epsilon, delta=delta, rho=rho)
         kind, i = planned.order[0]
         if kind == "dp":
             return describe(planned.release.statements[i])
@@ -373,19 +376,23 @@ class Engine:
         """Release the post-processing database."""
         self.post.close()
 
+    def _nominal(self, statements, epsilon, accuracy, rho) -> tuple:
+        """(ε, ρ) to plan at when nothing sets them (an argument, the connection, a hint or
+        OPTIONS): 1 and, under the Gaussian mechanism, ρ = 1, for plans that run nothing."""
+        if epsilon is None and self.epsilon_per_query is None and accuracy is None and \
+                self.accuracy is None and hinted_accuracy(statements) is None and \
+                rho is None and not any("epsilon" in dp_options(s) for s in statements):
+            return 1, 1 if self.catalog.mechanism == "gaussian" else rho
+        return epsilon, rho
+
     def explain(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None,
                 rho=None, weights: dict | None = None) -> dict:
         """What a script would cost and how it would be noised; runs and spends nothing.
 
         Without an ε (and no epsilon_per_query) the scales are shown for ε = 1.
         """
-        statements = parse_script(sql, params, self.dialect)
-        if epsilon is None and self.epsilon_per_query is None and accuracy is None and \
-                self.accuracy is None and hinted_accuracy(statements) is None and \
-                rho is None and not any("epsilon" in dp_options(s) for s in statements):
-            epsilon = 1
-            if self.catalog.mechanism == "gaussian":
-                rho = 1
+        epsilon, rho = self._nominal(parse_script(sql, params, self.dialect), epsilon,
+                                     accuracy, rho)
         planned = self.plan(sql, params, epsilon=epsilon, delta=delta, accuracy=accuracy,
                             rho=rho, script=True, weights=weights)
         statements = []

@@ -170,3 +170,14 @@ def test_describe_plans_the_description_without_a_charge():
     assert [(c.name, c.type_code, c.noise, c.ci_columns) for c in described] == \
         [(c.name, c.type_code, c.noise, c.ci_columns) for c in ran]
     assert [c.type_code for c in con.describe("SELECT name FROM regions")] == [dpsql.STRING]
+
+
+def test_describe_and_explain_plan_without_an_epsilon_and_with_parameters():
+    """Without epsilon_per_query describe raised 'no ε was given' (it runs nothing), and
+    explain took no parameters: a statement with ? could not be explained."""
+    con = dpsql.connect(metadata="data/visits.yaml", ledger=":memory:")
+    sql = "SELECT day, COUNT(*) AS n FROM visits WHERE amount > ? GROUP BY day"
+    assert [c.name for c in con.describe(sql, [10])] == ["day", "n"]
+    plan = con.explain(sql, [10])
+    assert plan["epsilon"] == 1 and "10" in plan["statements"][0]["sql"]
+    assert con.budget_spent.epsilon == 0
