@@ -47,10 +47,11 @@ composition the whole tuning is ε-DP; a dataset with ``mechanism: gaussian`` is
 
 How a bound is proposed (post-processing: no further access to the data). Through the
 noisy quantiles of each distribution a CDF is drawn (``spread.Spread``): piecewise linear
-from the grid's first point to the top quantile, then an exponential tail as heavy as the quantiles
-below imply (a count's draws that coincide imply none: its tail is then drawn from 1), giving the expected excess e(b) = E[max(0, X − b)] and the share above b,
-S(b). For a query shape of COUNT per key over K cells at the planned ε (``query_epsilon``;
-``replace`` doubles a grouped count's sensitivity), the compile stage's sensitivity is
+from the grid's first point to the top quantile, then an exponential tail as heavy as the
+quantiles below imply (a count's draws that coincide imply none: its tail is then drawn from
+1), giving the expected excess e(b) = E[max(0, X − b)] and the share above b, S(b). For a
+query shape of COUNT per key over K cells at the planned ε (``query_epsilon``; ``replace``
+doubles a grouped count's sensitivity), the compile stage's sensitivity is
 Δ₁ = min(L0·L∞, R) rows (``sensitivity.person_rows``), so two shapes are compared, each
 minimising bias²/K + K·var with var = 2·(Δ₁/ε_q)² (Laplace) or (Δ₂/ε_q)² (Gaussian). Given
 the query itself, var is its count's as planned instead (``planned_count_noise``: the count's
