@@ -274,10 +274,13 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
         statements = [s["sql"] for s in
                       con.explain(sql, epsilon=epsilon, delta=delta)["statements"]] \
             if as_json else None
-        frames = []  # each set as column -> values
+        frames, notes = [], []  # each set as column -> values, and what its dashes mean
         while True:
             noisy = bool(cursor.description) and any(c.noise for c in cursor.description)
             frames.append(result_columns(cursor._require(), intervals=noisy))
+            notes.append([f"{c.name}: a DP quantile, its rank within ±{c.rank_error:,.0f} rows "
+                          "of the true one's (95%); no interval in values"
+                          for c in cursor.description or () if c.rank_error is not None])
             if not cursor.nextset():
                 break
         remaining = con.budget_remaining
@@ -293,10 +296,12 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
                            for s, f in zip(statements, frames, strict=True)],
         }, default=str))
         return
-    for index, frame in enumerate(frames, 1):
+    for index, (frame, noted) in enumerate(zip(frames, notes, strict=True), 1):
         if len(frames) > 1:
             click.echo(f"-- statement {index}")
         click.echo(_format(frame))
+        for note in noted:
+            click.echo(note)
         click.echo()
     if tuned:
         bounds = ", ".join(f"{k} {v}" for k, v in tuned.items() if k != "rows_kept")

@@ -30,7 +30,8 @@ _TYPE_CODES = {"int": "BIGINT", "float": "DOUBLE", "text": "VARCHAR", "bool": "B
 def described(columns) -> list[Column]:
     """PEP 249 description items of released columns (``release.ColumnInfo``)."""
     return [Column(c.name, _TYPE_CODES.get(c.type, c.type), noise=c.noise,
-                   noise_scale=c.scale, epsilon=c.epsilon) for c in columns]
+                   noise_scale=c.scale, epsilon=c.epsilon, rank_error=c.rank_error)
+            for c in columns]
 
 
 class Column(tuple):
@@ -41,14 +42,18 @@ class Column(tuple):
     sum plus k times a count, √(b_S² + k²·b_N²); None for AVG, VAR and STDDEV, which are
     ratios of noisy parts: their intervals say how far they may be) and ``epsilon`` the share
     of ε spent on it; ``ci_columns`` name its interval columns in ``Cursor.intervals()``.
+    A quantile (MEDIAN, MIN, MAX ...; noise "exponential") has no interval in values:
+    ``rank_error`` is how many rows its rank may miss the target's by (95%).
     """
 
     __module__ = "dpsql"
 
     def __new__(cls, name: str, type_code: str, *, noise: str | None = None,
-                noise_scale: float | None = None, epsilon: float | None = None) -> Column:
+                noise_scale: float | None = None, epsilon: float | None = None,
+                rank_error: float | None = None) -> Column:
         self = super().__new__(cls, (name, type_code, None, None, None, None, True))
         self.noise, self.noise_scale, self.epsilon = noise, noise_scale, epsilon
+        self.rank_error = rank_error
         self.ci_columns = (f"{name}_low", f"{name}_high") if noise and noise.startswith(
             "discrete") else ()
         return self

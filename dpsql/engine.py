@@ -38,7 +38,11 @@ from dpsql.errors import (
 )
 from dpsql.failed import FAILED, charged_failure
 from dpsql.ledger import Ledger
-from dpsql.mechanisms.calibrate import half_width_units, largest_scale_for_half_width
+from dpsql.mechanisms.calibrate import (
+    half_width_units,
+    largest_scale_for_half_width,
+    quantile_rank_error,
+)
 from dpsql.mechanisms.samplers import RandomSource
 from dpsql.parse import (
     check_dialect,
@@ -637,13 +641,12 @@ def refuse_epsilon_with_hint(statements: list[Statement], epsilon) -> None:
 
 def _explain_quantile(plan: StatementPlan, part) -> dict:
     """A quantile's plan: with probability ≥ 95% its rank error is at most
-    (2Δ/ε)·ln(bins/0.05) rows (the exponential mechanism's utility bound)."""
+    ``quantile_rank_error`` rows."""
     agg = next(a for a in plan.checked.aggregates if a.name == part.aggregate)
-    rank_error = 2 * float(part.sensitivity) / float(part.epsilon) * math.log(part.bins / 0.05)
     return {"aggregate": agg.sql, "part": "quantile", "sensitivity": _number(part.sensitivity),
             "epsilon": float(part.epsilon), "scale": 2 * float(part.sensitivity / part.epsilon),
             "mechanism": "exponential", "bins": part.bins, "ci95_half_width": None,
-            "rank_error_95": rank_error}
+            "rank_error_95": quantile_rank_error(part)}
 
 
 def _number(value: Fraction) -> float | int:

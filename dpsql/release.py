@@ -23,6 +23,7 @@ from dpsql.mechanisms.calibrate import (
     half_width_units,
     laplace_pair_half_width,
     linf_pair_half_width,
+    quantile_rank_error,
 )
 from dpsql.mechanisms.exponential import exponential
 from dpsql.mechanisms.samplers import (
@@ -50,6 +51,7 @@ class ColumnInfo:
     noise: str | None = None
     scale: float | None = None
     epsilon: float | None = None
+    rank_error: float | None = None  # a quantile's: rows its rank may miss by (95%)
 
 
 @dataclass
@@ -531,7 +533,8 @@ def _describe(out, plan: StatementPlan) -> ColumnInfo:
                  "linf": "discrete_linf"}[
         parts[0].mechanism] if parts[0].role != "quantile" else "exponential"
     return ColumnInfo(out.name, out.type, mechanism, _column_scale(out.aggregate, plan),
-                      float(sum(p.epsilon for p in parts if p.paid)))
+                      float(sum(p.epsilon for p in parts if p.paid)),
+                      quantile_rank_error(parts[0]) if parts[0].role == "quantile" else None)
 
 
 def _column_scale(name: str, plan: StatementPlan) -> float | None:

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+import dpsql
+
 from conftest import catalogue, require_dataset
 
 ROOT = Path(__file__).parents[1]
@@ -201,11 +203,18 @@ def test_budget_command(data_dir):
     assert "ε=None" not in text and "budget    none: every query" in text
 
 
-def test_run_shows_no_interval_for_a_quantile(data_dir):
+def test_run_shows_no_interval_for_a_quantile_but_its_rank_error(data_dir):
+    """The dash in a quantile's interval column was all a reader saw: explain alone gave its
+    rank error; the description carries it too."""
+    sql = "SELECT MEDIAN(amount) AS m, COUNT(*) AS n FROM visits"
     out = _dpsql("run", "-", "-m", _meta(data_dir), "-e", "1", "--ledger", data_dir / "q.sqlite",
-                 stdin="SELECT MEDIAN(amount) AS m, COUNT(*) AS n FROM visits")
+                 stdin=sql)
     assert out.returncode == 0, out.stderr
     assert "NULL" not in out.stdout and "—" in out.stdout
+    with dpsql.connect(metadata=_meta(data_dir), ledger=":memory:") as con:
+        error = con.explain(sql)["statements"][0]["aggregates"][0]["rank_error_95"]
+        assert [c.rank_error for c in con.describe(sql)] == [error, None]
+    assert f"m: a DP quantile, its rank within ±{error:,.0f} rows" in out.stdout
 
 
 def test_run_without_epsilon_gives_the_command_line_hint(data_dir):

@@ -83,6 +83,13 @@ def private_key_threshold(scale: Fraction, delta: Fraction, groups_per_person: i
     return 1 + max(k, 1)
 
 
+def quantile_rank_error(part, confidence: float = 0.95) -> float:
+    """Rows by which a quantile's rank misses its target with probability ≤ 1 − confidence:
+    (2Δ/ε)·ln(bins/(1 − confidence)), the exponential mechanism's utility bound."""
+    return 2 * float(part.sensitivity) / float(part.epsilon) * \
+        math.log(part.bins / (1 - confidence))
+
+
 def largest_scale_for_half_width(target: float, grid: float = 1.0,
                                  confidence: float = 0.95) -> float:
     """Largest discrete Laplace scale (value units) whose CI half-width is ≤ ``target``.
