@@ -351,13 +351,20 @@ def _syntax_error(err: Exception, sql: str) -> SQLSyntaxError:
     description = first.get("description") or str(err).splitlines()[0]
     if " <Token" in description:  # sqlglot appends the token's repr; keep what a person reads
         description = description.split(" <Token")[0] + f" {first.get('highlight', '')!r}"
+    if description.startswith("Required keyword"):  # names a sqlglot class, not the SQL
+        description = "an operator or function lacks an operand"
     where = f" at line {line}, column {col}" if line else ""
     return SQLSyntaxError(
         f"the SQL does not parse{where}: {description}",
         sql=sql,
         position=(line, col) if line else None,
-        hint="check the SQL near the caret",
+        # pandas' read_sql and psycopg-style code write %s and %(name)s placeholders
+        hint="write parameters as ? (or $1, $2 ...), not %s or %(name)s" if
+        _PYFORMAT.search(sql) else "check the SQL near the caret",
     )
+
+
+_PYFORMAT = re.compile(r"%(?:s|\([A-Za-z_]\w*\)s)")
 
 
 def _bind(trees: list[exp.Expression], params: Sequence[Any] | None, sql: str):

@@ -181,3 +181,14 @@ def test_describe_and_explain_plan_without_an_epsilon_and_with_parameters():
     plan = con.explain(sql, [10])
     assert plan["epsilon"] == 1 and "10" in plan["statements"][0]["sql"]
     assert con.budget_spent.epsilon == 0
+
+
+@pytest.mark.parametrize("placeholder", ["%s", "%(a)s"])
+def test_pyformat_placeholders_are_named_in_the_refusal(placeholder):
+    """pandas' read_sql with %(a)s gave sqlglot's 'Required keyword: 'this' missing for <class
+    'sqlglot.expressions.core.Mod'>' and no word of dpsql's ? placeholders."""
+    con = dpsql.connect(metadata="data/visits.yaml", ledger=":memory:")
+    with pytest.raises(dpsql.SQLSyntaxError) as refused:
+        con.execute(f"SELECT COUNT(*) AS n FROM visits WHERE amount > {placeholder}",
+                    epsilon=1)
+    assert "sqlglot" not in refused.value.message and "?" in refused.value.hint
