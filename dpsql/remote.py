@@ -262,7 +262,12 @@ class RemoteConnection(ConnectionBase):
         try:
             self._db = psycopg.connect(**options)
         except psycopg.Error as err:
-            raise _translate(err) from None
+            translated = _translate(err)
+            if "SSL negotiation" in str(err) or "received invalid response" in str(err):
+                # libpq's words for an HTTP server answering its first message
+                translated.hint = ("is this dpsql serve's PostgreSQL port? A dpsql:// URL "
+                                   "names that port, not the HTTP one")
+            raise translated from None
         self._closed = False
         # the session's ε, restored after a call with its own epsilon=
         self._session = {"dpsql.epsilon": epsilon_per_query, "dpsql.tune": None}
