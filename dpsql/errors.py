@@ -40,6 +40,14 @@ class EmptyFilterWarning(Warning):
     __module__ = "dpsql"
 
 
+class NoisyRankingWarning(Warning):
+    """ORDER BY an aggregate ... LIMIT k: the 95% intervals of the last row kept and the
+    first left out overlap, so noise decides which rows make the cut (and the rows kept are
+    those whose noise came out high). Decided on the released values only."""
+
+    __module__ = "dpsql"
+
+
 class Error(Exception):
     """Base of every error dpsql raises."""
 

@@ -98,6 +98,8 @@ class CheckedQuery:
     outputs: tuple[OutputColumn, ...]
     post_sql: str
     post_is_projection: bool
+    # ORDER BY an aggregate ... LIMIT k with nothing between: (its name, descending, k)
+    ranked: tuple[str, bool, int] | None = None
 
     @property
     def has_private_keys(self) -> bool:

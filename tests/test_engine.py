@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -149,6 +150,18 @@ def test_a_function_of_keys_in_the_select_list_is_post_processing(connect):
         con.execute("SELECT UPPER(education) || CAST(age AS TEXT) AS e, COUNT(*) AS n FROM adult "
                     "GROUP BY education", epsilon=1)
     assert float(con.budget_spent.epsilon) == 1
+
+
+def test_a_top_k_whose_cut_is_within_the_noise_warns(connect):
+    """ORDER BY n DESC LIMIT k kept MovieLens' ten noisiest obscure films with nothing said;
+    the warning reads the released values only (their intervals at the cut)."""
+    con = connect(budget=1e6)
+    sql = "SELECT education, COUNT(*) AS n FROM adult GROUP BY education ORDER BY n DESC LIMIT 2"
+    with pytest.warns(dpsql.NoisyRankingWarning, match="LIMIT 2: the last row kept"):
+        con.execute(sql, epsilon=0.001)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dpsql.NoisyRankingWarning)
+        assert len(con.execute(sql, epsilon=1000).fetchall()) == 2
 
 
 def test_case_bins_as_public_domain(connect):

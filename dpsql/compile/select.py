@@ -247,10 +247,16 @@ class _Compiler:
             order += [(post.key(k), False, False) for k in self.keys]
         post_sql = _post_sql(projections, outputs, having_expr, qualify_expr, order, limit,
                              offset)
+        # which rows make the cut of a top k is decided by their noisy values: release warns
+        # when the noise is as large as the gap at the cut
+        first = order[0][0] if order else None
+        ranked = (first.value, order[0][1], limit) if limit and first is not None and \
+            first.op == "col" and first.value in {a.name for a in self.aggregates.values()} \
+            and having is None and qualify is None and offset is None else None
         return CheckedQuery(statement=self.statement, relation=self.relation,
                             table=self.relation.spec, where=self.where, keys=self.keys,
                             aggregates=tuple(self.aggregates.values()), outputs=tuple(outputs),
-                            post_sql=post_sql, post_is_projection=projection)
+                            post_sql=post_sql, post_is_projection=projection, ranked=ranked)
 
     def _count_clause(self, clause: str) -> int | None:
         node = self.select.args.get(clause)
