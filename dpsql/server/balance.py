@@ -14,10 +14,15 @@ waits for long.
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
 import multiprocessing
 import socket
 from collections.abc import Awaitable, Callable
 
+log = logging.getLogger("dpsql.server")
+
+OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 DEFER = 0.02  # seconds per session of difference
 LONGEST = 0.1  # the longest a worker lets a connection wait for a less busy sibling
 
@@ -63,7 +68,15 @@ async def _accept(sock: socket.socket, handle: Callable[..., Awaitable[None]],
             excess = sessions.excess(worker)
             if excess > 0:
                 await asyncio.sleep(min(DEFER * excess, LONGEST))
-            connection, _ = await loop.sock_accept(sock)  # (retried when a sibling wins)
+            try:
+                connection, _ = await loop.sock_accept(sock)  # (retried when a sibling wins)
+            except OSError as err:
+                if err.errno not in OUT_OF_RESOURCES:
+                    raise
+                # as asyncio's own accept loop: one line, then a pause, never the end of it
+                log.warning("socket.accept() out of system resource: %s", err)
+                await asyncio.sleep(1.0)
+                continue
             sessions.counts[worker] += 1
             task = asyncio.create_task(session(connection))
             running.add(task)

@@ -74,6 +74,23 @@ def _logging(config: ServerConfig) -> None:
     logger.propagate = False
 
 
+_refused = {"next": 0.0, "count": 0}  # refused accepts: when the next line is due, how many
+
+
+def _loop_error(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    """asyncio's report of an error; refused connections (out of file descriptors) in one line
+    a second at most: every refused accept logged a traceback, 77 MB of log in 13 s."""
+    error = context.get("exception")
+    if not (isinstance(error, OSError) and "accept" in context.get("message", "")):
+        loop.default_exception_handler(context)
+        return
+    _refused["count"] += 1
+    if loop.time() >= _refused["next"]:
+        logging.getLogger("dpsql.server").warning("%s: %s (%d refused since the last line)",
+                                                  context["message"], error, _refused["count"])
+        _refused.update(next=loop.time() + 1.0, count=0)
+
+
 def _worker(config: ServerConfig, pg_sock, http_sock, balance=None) -> None:
     """One serving process: the service, the PostgreSQL front end and the HTTP API.
     ``balance``: the workers' shared session counts and this worker's index."""
@@ -91,6 +108,7 @@ def _worker(config: ServerConfig, pg_sock, http_sock, balance=None) -> None:
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(_loop_error)
         pg = None
         if pg_sock is not None:
             pg = await PgServer(service, executor, tls,

@@ -31,6 +31,9 @@ class Limits:
     max_rows: int = 10_000
     queries_per_minute: float = 600.0
     max_sql_bytes: int = 16_384
+    # PostgreSQL sessions open at once per worker process: one analyst held 1,010 idle ones
+    # and the server had no file descriptor left for anybody else
+    max_sessions: int = 64
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ def _limits(raw: Any, where: str, base: Limits) -> Limits:
             values[key] = None
             continue
         values[key] = _number(value, f"{where}.{key}",
-                              integer=key in ("max_rows", "max_sql_bytes"))
+                              integer=key in ("max_rows", "max_sql_bytes", "max_sessions"))
     return Limits(**{**base.__dict__, **values})
 
 

@@ -33,6 +33,7 @@ from functools import cached_property
 from dpsql.server import pgcatalog
 from dpsql.server.auth import LoginLimiter
 from dpsql.server.balance import Acceptor, Sessions
+from dpsql.server.config import Analyst
 from dpsql.server.service import Answer, Failure, Service, ServiceError
 from dpsql.sqltext import dollar_to_qmark, split_statements
 
@@ -195,6 +196,7 @@ class Session:
         self.delta: Fraction | None = None  # SET dpsql.delta: δ of the following queries
         self.tune: float | None = None  # SET dpsql.tune: a slice of ε spent on the bounds
         self.last_release: dict | None = None
+        self.counted = False  # among its analyst's open sessions (PgServer.open_session)
         self.status = b"I"
         self.statements: dict[str, tuple[str, list[int], array.array, int]] = {}  # ..., size
         self.portals: dict[str, tuple[str, list, list[int], int]] = {}  # ..., Bind's size
@@ -319,7 +321,9 @@ class Session:
 
     async def finish_startup(self, params: dict) -> bool:
         try:
-            self.service.analyst(self.user, self.dataset)
+            account = self.service.analyst(self.user, self.dataset)
+            self.server.open_session(account)
+            self.counted = True
         except ServiceError as err:
             await self.send(_error(self.service.failure(err), "FATAL"))
             return False
@@ -775,6 +779,8 @@ class Session:
                 ProtocolError, ssl.SSLError):
             return
         finally:
+            if self.counted:
+                self.server.close_session(self.user)
             self.writer.close()
 
 
@@ -821,6 +827,26 @@ class PgServer:
         self.require_tls = require_tls
         config = service.config
         self.limiter = LoginLimiter(config.max_failed_logins, config.lockout_seconds)
+        self.sessions: dict[str, int] = {}  # each analyst's open sessions
+
+    def open_session(self, account: Analyst) -> None:
+        """Count a session of the analyst's, refused past their ``max_sessions`` (as
+        PostgreSQL's per-role connection limit)."""
+        most = account.limits.max_sessions
+        open_now = self.sessions.get(account.name, 0)
+        if open_now >= most:
+            raise ServiceError("too_many_sessions", f"too many connections for role "
+                               f"{account.name!r}: {open_now} are open, at most {most}",
+                               hint="close the sessions you no longer use (limits.max_sessions)")
+        self.sessions[account.name] = open_now + 1
+
+    def close_session(self, user: str) -> None:
+        """One of the analyst's sessions ended."""
+        left = self.sessions[user] - 1
+        if left:
+            self.sessions[user] = left
+        else:
+            del self.sessions[user]
 
     async def handle(self, reader, writer) -> None:
         """One client connection."""

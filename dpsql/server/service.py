@@ -53,6 +53,7 @@ ERROR_CODES: dict[str, tuple[str, int]] = {
     "budget_exhausted": ("53400", 403),
     "epsilon_limit": ("53400", 403),
     "rate_limited": ("53300", 429),
+    "too_many_sessions": ("53300", 429),
     "too_large": ("54000", 413),
     "timeout": ("57014", 408),
     "request_timeout": ("57014", 408),  # HTTP: headers or body sent too slowly

@@ -290,6 +290,43 @@ def test_statements_over_public_tables_have_the_timeout_and_the_row_limit(tmp_pa
         server.stop()
 
 
+def test_an_analyst_holds_at_most_max_sessions(tmp_path):
+    """One analyst held 1,010 idle sessions: another analyst's login and HTTP request then
+    timed out (no file descriptor left), and asyncio logged a traceback per refused accept
+    (77 MB of log in 13 s)."""
+    import resource
+
+    config = write_config(tmp_path, analysts=["leo", "mia"], extra={
+        "limits": {"max_epsilon_per_query": 1.0, "timeout": 20, "max_rows": 1000,
+                   "queries_per_minute": 100000, "max_sessions": 3}})
+    server = start_server(tmp_path, config)
+    held = []
+    try:
+        held = [psycopg.connect(server.dsn("leo")) for _ in range(3)]
+        with pytest.raises(psycopg.OperationalError, match="too many connections"):
+            psycopg.connect(server.dsn("leo"))
+        psycopg.connect(server.dsn("mia")).close()
+        held.pop().close()
+        time.sleep(0.2)
+        held.append(psycopg.connect(server.dsn("leo")))
+        # out of file descriptors, a refused accept is one line of the log
+        pid = server.process.pid
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (len(os.listdir(f"/proc/{pid}/fd")) + 2,
+                                                       4096))
+        sockets = [socket.create_connection(("127.0.0.1", server.pg_port)) for _ in range(8)]
+        time.sleep(2.5)
+        for sock in sockets:
+            sock.close()
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (4096, 4096))
+        log = server.log.read_text()
+        assert 1 <= log.count("out of system resource") <= 4 and log.count("Traceback") == 0
+        psycopg.connect(server.dsn("mia")).close()
+    finally:
+        for con in held:
+            con.close()
+        server.stop()
+
+
 def test_stalled_logins_under_made_up_names_do_not_hold_up_real_users():
     """100 logins under made-up names from one (proxy) address, never finished: a real
     user's login from that address waited until they failed (up to the startup timeout,
