@@ -442,6 +442,12 @@ class Service:
                 if not self._running[user]:
                     del self._running[user]
 
+    def in_slot(self, user: str, function, *args):
+        """``function(*args)`` in one of the analyst's slots (``rate_limited`` when none is
+        free, nothing run)."""
+        with self._slot(user):
+            return function(*args)
+
     def check_size(self, user: str, sql: str) -> None:
         """Refuse SQL longer than the analyst's ``max_sql_bytes`` (before it is read)."""
         limit = self.analyst(user).limits.max_sql_bytes
