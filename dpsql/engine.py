@@ -35,6 +35,7 @@ from dpsql.errors import (
     NotSupportedError,
     PrivacyParameterError,
     ProgrammingError,
+    QueryTimeoutError,
 )
 from dpsql.failed import FAILED, charged_failure
 from dpsql.ledger import Ledger
@@ -298,8 +299,17 @@ class Engine:
                     "ask a narrower query, or give the backend more: resources: "
                     "{memory_limit, max_temp_size} in the metadata, or "
                     "connect(memory_limit=...) / dpsql run --memory-limit")) from None
-        public = [self.backend.run_public(q.sql(self._public_dialect(), self.backend.sources))
-                  for q in planned.public]
+        try:
+            public = [self.backend.run_public(
+                q.sql(self._public_dialect(), self.backend.sources), self.timeout)
+                for q in planned.public]
+        except QueryTimeoutError:  # public data only: nothing to charge
+            # (a server sets its analysts' limit on the backend: this connection may have none)
+            limit = "its time limit" if self.timeout is None else f"{self.timeout:g} s"
+            raise QueryTimeoutError(
+                f"a statement over public tables ran longer than {limit}; nothing was charged "
+                "or released", hint="raise timeout=, or ask a narrower query (fewer joins, a "
+                "WHERE, a LIMIT)") from None
         release_id = None
         if planned.release is not None and planned.release.loss != PrivacyLoss.zero():
             release_id = self.ledger.charge(

@@ -29,8 +29,9 @@ class Backend(Protocol):
                 ) -> tuple[list[str], list[tuple]]:
         """Execute SQL rendered in this backend's dialect; return (column names, rows)."""
 
-    def run_public(self, sql: str) -> tuple[list[str], list[tuple]]:
-        """Execute a statement over public tables only."""
+    def run_public(self, sql: str, timeout: float | None = None
+                   ) -> tuple[list[str], list[tuple]]:
+        """Execute a statement over public tables only, stopped after ``timeout`` seconds."""
 
     def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
         """Execute a custodian's query tree in this backend's dialect."""
