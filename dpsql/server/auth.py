@@ -140,6 +140,9 @@ class ScramExchange:
         return "v=" + _b64(_hmac(self.verifier.server_key, auth_message))
 
 
+MAX_COUNTS = 100_000  # failure counts a LoginLimiter holds before it drops the oldest
+
+
 class LoginLimiter:
     """Refuses logins after too many recent failures, and lets a login wait while earlier
     ones that could still fail are being checked.
@@ -190,6 +193,20 @@ class LoginLimiter:
         under made-up names held up the real users behind their address)."""
         return [key for key, _ in self._keys(user, address) if known or key[0] != "*"]
 
+    def _evict(self, now: float) -> None:
+        """Bound the memory failures under made-up names hold: drop the expired counts, then
+        the oldest below their limit, down to half of ``MAX_COUNTS``; a lockout in force is
+        kept (every count was dropped at 100,000, and 51,000 made-up names unlocked a real
+        user's ten-minute lockout)."""
+        for key in list(self._failures):
+            self._recent(key, now)
+        many = 20 * self.max_failures
+        open_counts = [key for key, times in self._failures.items()
+                       if len(times) < (many if "*" in key else self.max_failures)]
+        open_counts.sort(key=lambda key: self._failures[key][-1])
+        for key in open_counts[:max(0, len(self._failures) - MAX_COUNTS // 2)]:
+            del self._failures[key]
+
     async def attempt(self, user: str, address: str, *, known: bool) -> bool:
         """Start a login (``known``: the user name is an account's): False when this user may
         not try again from this address yet; else True, and ``finish`` must follow. Waits
@@ -209,8 +226,8 @@ class LoginLimiter:
     def finish(self, user: str, address: str, *, ok: bool, known: bool) -> None:
         """A login ``attempt`` let in is over; ``known``: the user name is an account's."""
         now = time.monotonic()
-        if len(self._failures) > 100_000:  # bound the memory an attacker can make us hold
-            self._failures.clear()
+        if len(self._failures) > MAX_COUNTS:
+            self._evict(now)
         for key in self._held(user, address, known):
             left = self._pending.get(key, 0) - 1
             if left > 0:

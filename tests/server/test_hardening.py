@@ -377,3 +377,26 @@ def test_stalled_logins_under_made_up_names_do_not_hold_up_real_users():
         return await asyncio.wait_for(limiter.attempt("alice", "10.0.0.1", known=True), 2)
 
     assert asyncio.run(main()) is True
+
+
+def test_failures_under_made_up_names_do_not_unlock_a_locked_user():
+    """Every failure count was dropped once 100,000 were held: 51,000 failed logins under
+    made-up names gave a locked-out user's password 3 more guesses."""
+    import asyncio
+
+    from dpsql.server.auth import MAX_COUNTS, LoginLimiter
+
+    async def main() -> tuple[bool, bool]:
+        limiter = LoginLimiter(max_failures=3, window=600)
+        for _ in range(3):
+            assert await limiter.attempt("bob", "10.0.0.2", known=True)
+            limiter.finish("bob", "10.0.0.2", ok=False, known=True)
+        for i in range(MAX_COUNTS // 2 + 1_000):  # two counts each: (name, address), (name, *)
+            assert await limiter.attempt(f"nobody{i}", f"10.1.{i % 250}.{i // 250 % 250}",
+                                         known=False)
+            limiter.finish(f"nobody{i}", f"10.1.{i % 250}.{i // 250 % 250}", ok=False,
+                           known=False)
+        held = len(limiter._failures)
+        return await limiter.attempt("bob", "10.0.0.2", known=True), held <= MAX_COUNTS + 2
+
+    assert asyncio.run(main()) == (False, True)
