@@ -240,6 +240,10 @@ class Session:
                     await self.send(b"N")
                     continue
                 await self.send(b"S")
+                if self.reader._buffer:  # StreamReader has no public peek
+                    # sent before the handshake, in plaintext: a man in the middle's to read
+                    # as if it came over TLS (CVE-2021-23214, as PostgreSQL refuses it)
+                    raise ProtocolError("received unencrypted data after SSL request")
                 await self.writer.start_tls(self.server.tls)
                 continue
             if code == GSS_REQUEST:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import ssl
+import struct
 import subprocess
 
 import httpx
@@ -57,3 +60,21 @@ def test_https_api(tls_server):
     assert r.status_code == 200 and "visits" in r.json()
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://127.0.0.1:{tls_server.http_port}/api/v1/budget", timeout=5)
+
+
+def test_plaintext_sent_before_the_handshake_is_refused(tls_server):
+    """A StartupMessage sent in plaintext with the SSLRequest was answered over TLS once the
+    handshake was done (CVE-2021-23214): a man in the middle's bytes read as the client's."""
+    startup = struct.pack("!I", 196608) + b"user\0alice\0database\0visits\0\0"
+    with socket.create_connection(("127.0.0.1", tls_server.pg_port), timeout=5) as sock:
+        sock.sendall(struct.pack("!II", 8, 80877103) + struct.pack("!I", len(startup) + 4) +
+                     startup)
+        assert sock.recv(1) == b"S"
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        try:
+            with context.wrap_socket(sock) as tls:
+                answer = tls.recv(100)
+        except OSError:  # ssl.SSLError too: closed before or in the handshake
+            answer = b""
+        assert answer == b""
