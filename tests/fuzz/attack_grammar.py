@@ -163,6 +163,8 @@ def aggregate(draw, scope) -> str:
         st.just("COUNT(*)"), st.just("COUNT(*)"),
         _pick(scope).map(lambda c: f"COUNT({c})"),
         st.just(f"COUNT(DISTINCT {person[0]})" if person else "COUNT(DISTINCT 1)"),
+        _pick(scope).map(lambda c: f"COUNT(DISTINCT {c})"),
+        arg.map(lambda v: f"COUNT(DISTINCT {v})"),
         arg.map(lambda v: f"SUM({v})"), arg.map(lambda v: f"SUM({v})"),
         arg.map(lambda v: f"AVG({v})"),
         st.tuples(st.sampled_from(["VAR_POP", "STDDEV", "VARIANCE", "MEDIAN", "MIN", "MAX"]),
@@ -324,7 +326,7 @@ def plain_select(draw) -> tuple[str, bool]:
     keys += ["p.shop"] if private else []
     bounded = [f"{alias}.{c}" for alias, t in scope for c in BOUNDED[t]]
     person = [f"{alias}.uid" for alias, t in scope if "uid" in COLUMNS[t]]
-    calls = ["COUNT(*)", *(f"COUNT(DISTINCT {c})" for c in person[:1]),
+    calls = ["COUNT(*)", *(f"COUNT(DISTINCT {c})" for c in person[:1] + bounded[:2]),
              *(f"{f}({c})" for c in bounded for f in ("SUM", "AVG", "SUM", "VAR_POP", "MEDIAN",
                                                        "MIN", "MAX", "COUNT"))]
     aggregates = draw(st.lists(st.sampled_from(calls), min_size=1, max_size=3))
