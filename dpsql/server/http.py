@@ -28,7 +28,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from dpsql.server.auth import LoginLimiter
 from dpsql.server.page import APP_JS, PAGE_HTML
-from dpsql.server.service import Service, ServiceError
+from dpsql.server.service import Service, ServiceError, loggable
 
 log = logging.getLogger("dpsql.server")
 MAX_BODY = 64 * 1024
@@ -360,10 +360,10 @@ class HttpApi:
             result = await loop.run_in_executor(self.executor, work, user, payload)
         except Exception as err:  # noqa: BLE001 - every refusal has one JSON shape
             response = self._refuse(err, web)
-            log.info("http user=%s path=%s status=%d", user[:100], request.url.path[:200],
-                     response.status_code)
+            log.info("http user=%s path=%s status=%d", loggable(user),
+                     loggable(request.url.path, 200), response.status_code)
             return response
-        log.info("http user=%s path=%s status=200", user, request.url.path[:200])
+        log.info("http user=%s path=%s status=200", user, loggable(request.url.path, 200))
         return _json(result)
 
     # --- endpoints -----------------------------------------------------------------------

@@ -158,6 +158,21 @@ class Answer:
                 + (" (result truncated to the row limit)" if self.truncated else ""))
 
 
+_UNPRINTABLE = re.compile(r"[\\\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def loggable(text: str, limit: int = 100) -> str:
+    """Client text (a user name, a dataset, a path) for one log line: its first ``limit``
+    characters, with backslashes and control characters escaped as in Python, so that a
+    user name holding a newline cannot write a line of its own.
+
+    Example:
+        >>> loggable("eve\\nquery analyst=alice outcome=ok")
+        'eve\\\\nquery analyst=alice outcome=ok'
+    """
+    return _UNPRINTABLE.sub(lambda m: ascii(m.group())[1:-1], text[:limit])
+
+
 def fingerprint(sql: str) -> str:
     """A short hash of the statement with whitespace and case of keywords normalised."""
     normal = re.sub(r"\s+", " ", sql.strip()).rstrip(";").lower()
@@ -386,7 +401,7 @@ class Service:
             self._record(user, dataset, interface, "query", sql, failure.epsilon_spent,
                          "refused", failure.code)
             log.info("query analyst=%s dataset=%s fp=%s eps=%g outcome=refused code=%s "
-                     "ms=%.1f", user, dataset, fingerprint(sql), failure.epsilon_spent,
+                     "ms=%.1f", user, loggable(dataset), fingerprint(sql), failure.epsilon_spent,
                      failure.code, 1000 * (time.perf_counter() - started))
             raise
         self._record(user, dataset, interface, "query", sql, answer.epsilon_spent, "ok", None,
@@ -670,8 +685,8 @@ class Service:
         """Audit a login (failed ones show in the owner's refusals)."""
         self._record(user, None, interface, "login", None, 0, "ok" if ok else "refused",
                      None if ok else "auth_failed")
-        log.info("login user=%s interface=%s address=%s outcome=%s", user, interface, address,
-                 "ok" if ok else "refused")
+        log.info("login user=%s interface=%s address=%s outcome=%s", loggable(user), interface,
+                 loggable(address), "ok" if ok else "refused")
 
     def _record(self, analyst: str, dataset: str | None, interface: str, action: str,
                 sql: str | None, epsilon: float, outcome: str, code: str | None,

@@ -184,3 +184,17 @@ def test_a_forwarded_for_header_does_not_make_a_new_address(server):
                        headers={"X-Forwarded-For": f"10.0.0.{i}"}, timeout=30).status_code
              for i in range(12)]
     assert codes.count(401) <= 3 and codes[-1] == 429, codes
+
+
+def test_client_text_cannot_forge_log_lines(server):
+    """A user name holding a newline wrote a whole line of its own to the owner's log (a
+    made-up 'query analyst=alice ... outcome=ok'), on the PostgreSQL port and over HTTP."""
+    forged = "query analyst=alice dataset=visits fp=0 eps=1 outcome=ok rows=1 ms=1"
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(host="127.0.0.1", port=server.pg_port, user=f"eve\n{forged}",
+                        dbname=f"visits\n{forged}", password="x", connect_timeout=10)
+    r = httpx.get(server.http + "/api/v1/me", auth=(f"eve\n{forged}", "x"))
+    assert r.status_code == 401
+    lines = server.log.read_text().splitlines()
+    assert not [line for line in lines if line.startswith(forged)]
+    assert any(f"user=eve\\n{forged}" in line for line in lines)
