@@ -39,7 +39,17 @@ DEFAULT_EXPERIMENT_ROOT = Path("build") / "reports"
 #: The key under which an evaluator's JSON groups its exact figures of the private data (row
 #: counts, accuracies scored on the custodian's true test rows): they are not DP and are for
 #: the custodian who ran it, never to be published with the release.
-EXACT = "exact (non-private)"
+EXACT = "scored on the true rows (not DP)"
+
+
+def reuse_note(spent: float, asked: float | None) -> str | None:
+    """What to tell a user whose release came back at ε 0 though ε was asked: the engine
+    returned the stored answer of an identical earlier release (the same noise, nothing
+    spent), which a researcher repeating a run to average over noise must know."""
+    if spent or not asked:
+        return None
+    return ("(the stored answer of an identical earlier release: the same noise, nothing "
+            "spent; for fresh draws give --ledger :memory: or another ε)")
 
 
 def _warning_once(func: Callable) -> Callable:

@@ -11,7 +11,7 @@ import click
 
 import dpsql
 from evaluators import _catalog
-from evaluators._cli import EXACT, evaluator_options
+from evaluators._cli import EXACT, evaluator_options, reuse_note
 from evaluators.anonymization.anonymizer import AnonymizationConfig, write_release
 from evaluators.anonymization.criteria import (
     L_VARIANTS,
@@ -194,11 +194,10 @@ def _dp_only(metadata, table, config, node, epsilon, seed, analyst, ledger, outp
     if as_json:
         click.echo(json.dumps(payload))
         return
-    click.echo(f"ε-DP counts (ε = {dp['epsilon_spent']:g}) at node {tuple(dp['node'])}, "
-               f"from {dp['node_from']}:")
+    click.echo("\n".join(_dp_lines(dp)) + ":")
     for cell in dp["counts"]:
         click.echo("  " + ", ".join(f"{key} {value}" for key, value in cell.items()))
-    click.echo(f"{EXACT}, compared with the true counts: {dp[EXACT]}")
+    click.echo(_compared(dp[EXACT]))
 
 
 def _dp_alternative(metadata, table, config, result, epsilon, seed, analyst, ledger, custodian,
@@ -220,6 +219,7 @@ def _dp_alternative(metadata, table, config, result, epsilon, seed, analyst, led
         "node_from": "public (--dp-node): the counts are ε-DP" if public_node is not None
         else "the k-anonymity search over the exact data: the counts are ε-DP given the "
         "node, the release as a whole is not (pass --dp-node for an ε-DP release)",
+        "epsilon": epsilon,
         "epsilon_spent": released.epsilon_spent,
         "sql": released.sql,
         "counts": json.loads(released.counts.to_json(orient="records")),
@@ -247,6 +247,24 @@ def _print_summary(payload: dict) -> None:
     )
     if "dp" in payload:
         dp = payload["dp"]
-        click.echo(f"ε-DP counts (ε = {dp['epsilon_spent']:g}) at node {tuple(dp['node'])}, "
-                   f"from {dp['node_from']}; {EXACT}, compared with the true counts: "
-                   f"{dp[EXACT]}")
+        click.echo("\n".join(_dp_lines(dp)))
+        click.echo(_compared(dp[EXACT]))
+
+
+def _dp_lines(dp: dict) -> list[str]:
+    """The DP release's header, a note if it was the stored answer of an earlier one, and
+    its comparison with the truth."""
+    lines = [f"ε-DP counts (ε = {dp['epsilon_spent']:g}) at node {tuple(dp['node'])}, "
+             f"from {dp['node_from']}"]
+    note = reuse_note(dp["epsilon_spent"], dp["epsilon"])
+    return lines + ([note] if note else [])
+
+
+def _compared(comparisons: dict) -> str:
+    """The DP release measured against the true counts, one line per comparison (these
+    figures read the private data exactly: they are for the custodian, not to publish)."""
+    lines = [f"compared with the true counts ({EXACT}):"]
+    for name, figures in comparisons.items():
+        shown = ", ".join(f"{key.replace('_', ' ')} {value:.4g}" for key, value in figures.items())
+        lines.append(f"  {name.replace('_', ' ')}: {shown}")
+    return "\n".join(lines)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 import dpsql
-from evaluators._cli import dataset_ledger, emit, evaluator_options
+from evaluators._cli import dataset_ledger, emit, evaluator_options, reuse_note
 from evaluators.attribute_selection.contingency import DEFAULT_BINS
 from evaluators.attribute_selection.selection import METHODS, select_attributes
 
@@ -47,5 +47,8 @@ def command(metadata: str, table: str, epsilon: float, output: str | None,
             mark = "*" if name in result["selected"] else " "
             click.echo(f" {mark} {position:>2}. {name:<24} {result['scores'][name]:.4f}")
         click.echo(f"selected: {', '.join(result['selected'])}")
+        note = reuse_note(result["epsilon_spent"], epsilon)
+        if note:
+            click.echo(note)
 
     emit(selection.to_json(), as_json=as_json, output=output, text=text)

@@ -579,5 +579,5 @@ def test_a_dp_node_release_is_not_gated_by_the_exact_search(tmp_path):
     assert released[0]["sql"] == released[1]["sql"]
     for dp in released:
         assert dp["epsilon_spent"] == 1 and {cell["age"] for cell in dp["counts"]} >= {20, 25}
-        assert set(dp["exact (non-private)"]) == {"dp_vs_exact", "k_anonymous_vs_exact"}
+        assert set(dp["scored on the true rows (not DP)"]) == {"dp_vs_exact", "k_anonymous_vs_exact"}
         assert "dp" not in dp and "k_anonymous" not in dp

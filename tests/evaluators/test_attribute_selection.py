@@ -221,6 +221,11 @@ def test_cli_run_twice_reuses_the_answer_and_says_so(car, tmp_path: Path) -> Non
     one, two = json.loads(first.output), json.loads(again.output)
     assert one["epsilon_spent"] == pytest.approx(5) and two["epsilon_spent"] == 0
     assert two["ranking"] == one["ranking"]
+    # the text said only "ε = 0": a researcher averaging runs got the same noise each time
+    text = CliRunner().invoke(command, args[:-1]).output
+    assert "the stored answer of an identical earlier release" in text
+    fresh = CliRunner().invoke(command, [*args[:9], "4", *args[10:-1]])  # ε 4: new noise
+    assert fresh.exit_code == 0 and "stored answer" not in fresh.output
 
 
 def test_a_negative_top_is_refused_before_anything_is_charged(tmp_path: Path) -> None:

@@ -256,8 +256,8 @@ def test_cli_json_reports_the_contract_fields():
         "--beta", "50", "--fill", "roustida", "--seed", "3", "--train-users", "880", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert {"exact (non-private)", "epsilon_spent", "fill_ratio"} <= set(report)
-    exact = report["exact (non-private)"]  # scored on the true ratings
+    assert {"scored on the true rows (not DP)", "epsilon_spent", "fill_ratio"} <= set(report)
+    exact = report["scored on the true rows (not DP)"]  # scored on the true ratings
     assert 0.6 < exact["mae"] < 1.0 and exact["rmse"] > exact["mae"]
     assert 0.9 < exact["coverage"] <= 1.0 and report["fill_ratio"] > 0
     assert report["epsilon_spent"] is None  # RPT gives no ε

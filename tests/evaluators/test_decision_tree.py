@@ -181,9 +181,9 @@ def test_cli_json_contract(car, tmp_path):
         "--ledger", str(tmp_path / "ledger.sqlite"), "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
-    assert {"exact (non-private)", "depth", "epsilon_spent", "queries"} <= set(out)
+    assert {"scored on the true rows (not DP)", "depth", "epsilon_spent", "queries"} <= set(out)
     # the row counts and accuracies on the true test rows are labelled exact, not DP
-    exact = out["exact (non-private)"]
+    exact = out["scored on the true rows (not DP)"]
     assert {"test_accuracy", "majority_accuracy", "train_rows"} <= set(exact)
     assert out["epsilon_spent"] == 2.0 and exact["test_rows"] == 518
     assert 0.6 < exact["majority_accuracy"] < 0.8 and exact["test_accuracy"] >= 0.6

@@ -122,7 +122,7 @@ def test_randomized_response_publishes_no_uid_and_reports_the_heaviest_persons_e
     # person's exact rows, which were published through it; the rows beyond it are dropped
     assert out["local_epsilon_per_unit"] == pytest.approx(6 * out["local_epsilon"])
     dropped = (train["uid"].value_counts() - 6).clip(lower=0).sum()
-    assert dropped > 0 and out["exact (non-private)"]["train_rows_dropped"] == dropped
+    assert dropped > 0 and out["scored on the true rows (not DP)"]["train_rows_dropped"] == dropped
     assert pd.read_parquet(randomized.data_path).shape[0] == len(holdout.train) - (
         holdout.train["uid"].value_counts() - 6).clip(lower=0).sum()
 
