@@ -513,8 +513,8 @@ def _publishes_true_values(column: str, mechanism: str, p: float) -> PrivacyPara
     return PrivacyParameterError(
         f"{mechanism} with {parameter} = {p:g} on column {column!r} has an infinite local ε: "
         "it publishes the true values (or their mirror image) as a public table",
-        hint=f"use a {parameter} strictly between 0 and 1 (e.g. 0.5), or copy the column in "
-        "the clear on purpose with --keep COLUMN (keep=)")
+        hint=f"use a {parameter} strictly between 0 and 1 (e.g. 0.5); to publish a column in "
+        "the clear on purpose, dpsql randomize takes --keep COLUMN (keep=)")
 
 
 def randomize_frame(frame: pd.DataFrame, randomizers: Mapping[str, Randomizer],

@@ -32,6 +32,7 @@ import pandas as pd
 import yaml
 
 import dpsql
+from dpsql.budget import positive
 from dpsql.catalog import load_catalog
 from dpsql.randomize import (
     ERRPH,
@@ -333,6 +334,8 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *,
     if mechanism == "laplace" and epsilon is None:
         raise dpsql.PrivacyParameterError("--mechanism laplace needs --epsilon",
                                           hint="pass e.g. --epsilon 1.0")
+    if epsilon is not None:  # before it is split: -1 was refused as its share, -0.1667
+        positive(epsilon, "epsilon")
     if p0 is not None and (epsilon is not None or mechanism == "laplace"):
         raise dpsql.PrivacyParameterError(
             "--p0 is randomized response's parameter; with --epsilon it would be ignored",

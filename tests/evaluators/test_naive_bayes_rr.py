@@ -144,6 +144,15 @@ def test_class_column_must_stay_clear(car, tmp_path) -> None:
     con.close()
 
 
+@pytest.mark.parametrize("mechanism", ["randomized-response", "laplace"])
+def test_a_negative_epsilon_is_refused_as_given(car, mechanism) -> None:
+    """-e -1 was refused as its share of six attributes, 'got -0.16666666666666666'."""
+    out = CliRunner().invoke(command, ["--metadata", CAR_YAML, "--table", "car", "--class",
+                                       "class", "--mechanism", mechanism, "-e", "-1",
+                                       "--ledger", ":memory:"])
+    assert out.exit_code == 1 and "got -1\n" in out.output, out.output
+
+
 def test_cli_randomized_response_json_contract(car) -> None:
     args = ["--metadata", CAR_YAML, "--table", "car", "--class", "class", "--mechanism",
             "randomized-response", "--p0", "0.6", "--test-fraction", "0.3", "--seed", "4",
