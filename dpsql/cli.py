@@ -280,7 +280,10 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
             frames.append(result_columns(cursor._require(), intervals=noisy))
             notes.append([f"{c.name}: a DP quantile, its rank within ±{c.rank_error:,.0f} rows "
                           "of the true one's (95%); no interval in values"
-                          for c in cursor.description or () if c.rank_error is not None])
+                          for c in cursor.description or () if c.rank_error is not None] +
+                         [f"{c.name}: no interval (—) where a divisor's interval holds 0"
+                          for c in cursor.description or () if c.noise == "derived" and
+                          None in frames[-1].get(f"{c.name}_low", ())])
             if not cursor.nextset():
                 break
         remaining = con.budget_remaining

@@ -30,8 +30,8 @@ _TYPE_CODES = {"int": "BIGINT", "float": "DOUBLE", "text": "VARCHAR", "bool": "B
 def described(columns) -> list[Column]:
     """PEP 249 description items of released columns (``release.ColumnInfo``)."""
     return [Column(c.name, _TYPE_CODES.get(c.type, c.type), noise=c.noise,
-                   noise_scale=c.scale, epsilon=c.epsilon, rank_error=c.rank_error)
-            for c in columns]
+                   noise_scale=c.scale, epsilon=c.epsilon, rank_error=c.rank_error,
+                   interval=c.interval) for c in columns]
 
 
 class Column(tuple):
@@ -42,20 +42,22 @@ class Column(tuple):
     sum plus k times a count, √(b_S² + k²·b_N²); None for AVG, VAR and STDDEV, which are
     ratios of noisy parts: their intervals say how far they may be) and ``epsilon`` the share
     of ε spent on it; ``ci_columns`` name its interval columns in ``Cursor.intervals()``.
-    A quantile (MEDIAN, MIN, MAX ...; noise "exponential") has no interval in values:
-    ``rank_error`` is how many rows its rank may miss the target's by (95%).
+    Arithmetic on aggregates (noise "derived") has them when ``interval`` is set: + − × ÷ of
+    COUNT, SUM, AVG, VAR and STDDEV and numbers (docs/python-api.md). A quantile (MEDIAN,
+    MIN, MAX ...; noise "exponential") has no interval in values: ``rank_error`` is how many
+    rows its rank may miss the target's by (95%).
     """
 
     __module__ = "dpsql"
 
     def __new__(cls, name: str, type_code: str, *, noise: str | None = None,
                 noise_scale: float | None = None, epsilon: float | None = None,
-                rank_error: float | None = None) -> Column:
+                rank_error: float | None = None, interval: bool = False) -> Column:
         self = super().__new__(cls, (name, type_code, None, None, None, None, True))
         self.noise, self.noise_scale, self.epsilon = noise, noise_scale, epsilon
         self.rank_error = rank_error
-        self.ci_columns = (f"{name}_low", f"{name}_high") if noise and noise.startswith(
-            "discrete") else ()
+        self.ci_columns = (f"{name}_low", f"{name}_high") if noise and (
+            noise.startswith("discrete") or interval) else ()
         return self
 
     @property
@@ -214,8 +216,9 @@ class Cursor:
 
     def intervals(self, confidence: float = 0.95) -> pd.DataFrame:
         """Current set with a 95% CI (``<col>_low``, ``<col>_high``) for each noisy aggregate
-        (None for quantiles and MIN/MAX, whose exponential-mechanism draw has no interval:
-        ``explain`` gives its rank error)."""
+        and each column of arithmetic on them (+ − × ÷ of COUNT, SUM, AVG, VAR, STDDEV and
+        numbers; None where a divisor's interval holds 0). None for quantiles and MIN/MAX,
+        whose exponential-mechanism draw has no interval: ``explain`` gives its rank error."""
         if confidence != 0.95:
             raise NotSupportedError("only 95% intervals are computed", hint="use 0.95")
         current = self._require()

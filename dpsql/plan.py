@@ -78,6 +78,9 @@ class OutputColumn:
     type: str
     role: str = "aggregate"  # 'key', 'aggregate', 'derived' (arithmetic on aggregates), 'literal'
     source: str | None = None  # column of the noisy frame it shows (a key's or aggregate's name)
+    # a derived column's IR when it is + − × ÷ of aggregates with intervals and numbers, whose
+    # interval release computes by interval arithmetic (``release.derived_bounds``)
+    arithmetic: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from dpsql.compile.select import NOISY_FRAME, ci_column
+from dpsql.compile.select import NOISY_FRAME, ci_column, interval_source
 from dpsql.errors import InternalError, NoisyRankingWarning, ProgrammingError
 from dpsql.mechanisms.calibrate import (
     half_width_units,
@@ -53,11 +53,13 @@ class ColumnInfo:
     scale: float | None = None
     epsilon: float | None = None
     rank_error: float | None = None  # a quantile's: rows its rank may miss by (95%)
+    interval: bool = False  # a derived column's: whether it has one (``derived_bounds``)
 
 
 @dataclass
 class NoisyResult:
-    """The released rows of one statement, with the 95% CI of each plain aggregate cell."""
+    """The released rows of one statement, with the 95% CI of each aggregate cell and of
+    each cell of arithmetic on aggregates that has one."""
 
     columns: list[ColumnInfo]
     rows: list[tuple]
@@ -141,47 +143,19 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
         noisy[p.column] = _noisy([r[index[p.column]] for r in rows], p, rng)
         if p.shared is not None:
             shared[p.shared] = dict(zip(groups, noisy[p.column], strict=True))
-    pair_widths = {p.column: _half_width(p, 1 - (1 - CONFIDENCE) / 2) for p in parts}
     for agg in checked.aggregates:
-        own = {p.role: p for p in plan.parts if agg.name in p.feeds}
-        if agg.kind in SPREAD_KINDS:
-            _spread(agg, [own["sum"], own["sumsq"], own["count"]], noisy, frame)
-            continue
         if agg.kind == "quantile":
             keys = [tuple(r[i] for i in range(len(checked.keys))) for r in rows]
-            part = own["quantile"]
+            part = {p.role: p for p in plan.parts if agg.name in p.feeds}["quantile"]
             frame[agg.name] = _quantiles(agg, part, keys, histograms[part.column], rng)
             frame[agg.name + "__low"] = frame[agg.name + "__high"] = [None] * len(rows)
             continue
-        if agg.kind == "avg":
-            total, count = own["sum"], own["count"]
-            sums, counts = noisy[total.column], noisy[count.column]
-            low, high, center = float(agg.lower), float(agg.upper), float(total.center)
-            frame[agg.name] = [_clamp(center + s / max(c, 1), low, high)
-                               for s, c in zip(sums, counts, strict=True)]
-            bounds = [_ratio_interval(s, c, pair_widths[total.column],
-                                      pair_widths[count.column], center, low, high)
-                      for s, c in zip(sums, counts, strict=True)]
-            frame[agg.name + "__low"] = [b[0] for b in bounds]
-            frame[agg.name + "__high"] = [b[1] for b in bounds]
-            continue
-        width = half_width(agg, plan)
-        if agg.kind == "sum" and own["sum"].center:
-            # a centred sum S' of x − k and the count N of x: SUM(x) = S' + k·N
-            total, count = own["sum"], own["count"]
-            k = total.center  # exact: a sum of integers stays an exact integer
-            values = [s + k * c for s, c in zip(noisy[total.column], noisy[count.column],
-                                                 strict=True)]
-            values = [round(v) if agg.integral else float(v) for v in values]
-        else:
-            part = shown_part(own)
-            values = noisy[part.column]
-        low, high = _feasible(agg)
-        frame[agg.name] = [_clamp(v, low, high) for v in values]
-        # clamping is monotone: [clamp(v − w), clamp(v + w)] holds clamp(v), and the truth
-        # wherever [v − w, v + w] did, even when v + w is below the feasible range
-        frame[agg.name + "__low"] = [_clamp(v - width, low, high) for v in values]
-        frame[agg.name + "__high"] = [_clamp(v + width, low, high) for v in values]
+        frame[agg.name], frame[agg.name + "__low"], frame[agg.name + "__high"] = \
+            _aggregate_bounds(agg, plan, noisy)
+    for out in checked.outputs:
+        if out.arithmetic is not None:
+            lows, highs = derived_bounds(out.arithmetic, plan, noisy, frame)
+            frame[interval_source(out, "low")], frame[interval_source(out, "high")] = lows, highs
     if checked.ranked is not None:
         _warn_noisy_ranking(checked, frame)
     result_names, result_rows, intervals = _post_process(plan, frame, post)
@@ -190,6 +164,142 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
         raise InternalError("post-processing changed the output columns")
     return NoisyResult(columns=columns, rows=result_rows, intervals=intervals,
                        epsilon=plan.loss.epsilon, sensitivity=plan.sensitivity)
+
+
+def _aggregate_bounds(agg, plan: StatementPlan, noisy: dict[str, list],
+                      confidence: float = CONFIDENCE) -> tuple[list, list, list]:
+    """An aggregate's released values (not a quantile's) and the ends of their intervals at
+    ``confidence``, from the noisy values of its parts."""
+    own = {p.role: p for p in plan.parts if agg.name in p.feeds}
+    if agg.kind in SPREAD_KINDS:
+        return _spread(agg, [own["sum"], own["sumsq"], own["count"]], noisy, confidence)
+    if agg.kind == "avg":
+        total, count = own["sum"], own["count"]
+        sums, counts = noisy[total.column], noisy[count.column]
+        low, high, center = float(agg.lower), float(agg.upper), float(total.center)
+        values = [_clamp(center + s / max(c, 1), low, high)
+                  for s, c in zip(sums, counts, strict=True)]
+        pair = 1 - (1 - confidence) / 2  # two intervals, each missing half (Bonferroni)
+        widths = _half_width(total, pair), _half_width(count, pair)
+        bounds = [_ratio_interval(s, c, *widths, center, low, high)
+                  for s, c in zip(sums, counts, strict=True)]
+        return values, [b[0] for b in bounds], [b[1] for b in bounds]
+    width = half_width(agg, plan, confidence)
+    if agg.kind == "sum" and own["sum"].center:
+        # a centred sum S' of x − k and the count N of x: SUM(x) = S' + k·N
+        total, count = own["sum"], own["count"]
+        k = total.center  # exact: a sum of integers stays an exact integer
+        values = [s + k * c for s, c in zip(noisy[total.column], noisy[count.column],
+                                             strict=True)]
+        values = [round(v) if agg.integral else float(v) for v in values]
+    else:
+        values = noisy[shown_part(own).column]
+    low, high = _feasible(agg)
+    # clamping is monotone: [clamp(v − w), clamp(v + w)] holds clamp(v), and the truth
+    # wherever [v − w, v + w] did, even when v + w is below the feasible range
+    return ([_clamp(v, low, high) for v in values],
+            [_clamp(v - width, low, high) for v in values],
+            [_clamp(v + width, low, high) for v in values])
+
+
+def derived_bounds(arithmetic, plan: StatementPlan, noisy: dict[str, list],
+                   frame: dict[str, list]) -> tuple[list, list]:
+    """The 95% interval of arithmetic on aggregates (``OutputColumn.arithmetic``) per row:
+    its image of the box of its m distinct aggregates' intervals, each at 1 − 0.05/m
+    (Bonferroni: the box holds all m truths with probability ≥ 95%, and then its image holds
+    the expression's truth). Post-processing of released values; (None, None) where a
+    divisor's interval holds 0."""
+    names = sorted({n.value for n in arithmetic.walk() if n.op == "col"})
+    confidence = 1 - (1 - CONFIDENCE) / len(names)
+    ends = {}
+    for agg in plan.checked.aggregates:
+        if agg.name not in names:
+            continue
+        if len(names) == 1:  # at 95%, as the frame holds them
+            lows, highs = frame[agg.name + "__low"], frame[agg.name + "__high"]
+        else:
+            _, lows, highs = _aggregate_bounds(agg, plan, noisy, confidence)
+        ends[agg.name] = list(zip(lows, highs, strict=True))
+    rows = len(next(iter(ends.values())))
+    images = [image(arithmetic, {name: ends[name][i] for name in names}) for i in range(rows)]
+    return ([None if b is None else b[0] for b in images],
+            [None if b is None else b[1] for b in images])
+
+
+def image(arithmetic, box: dict[str, tuple]) -> tuple[float, float] | None:
+    """The interval [low, high] that holds ``arithmetic`` (IR of ``INTERVAL_OPS`` over
+    aggregates and numbers) wherever each aggregate ``name`` lies in ``box[name]``, or None
+    where a divisor's interval holds 0 (the quotient is then unbounded, or NULL).
+
+    Computed in exact fractions, each end then rounded outward to a double, so that
+    rounding never narrows it.
+
+    Example:
+        >>> from dpsql.compile.ir import Expr
+        >>> a, b = Expr("col", (), "int", "a"), Expr("col", (), "int", "b")
+        >>> image(Expr("sub", (a, b), "int"), {"a": (10, 12), "b": (3, 5)})
+        (5.0, 9.0)
+        >>> image(Expr("div", (a, b), "float"), {"a": (10, 12), "b": (-1, 5)}) is None
+        True
+    """
+    if not all(math.isfinite(end) for ends in box.values() for end in ends):
+        return None
+    ends = _exact_image(arithmetic, {name: tuple(map(Fraction, ends))
+                                     for name, ends in box.items()})
+    if ends is None:
+        return None
+    try:
+        low, high = float(ends[0]), float(ends[1])
+    except OverflowError:  # beyond the doubles
+        return None
+    return (low if low <= ends[0] else math.nextafter(low, -math.inf),
+            high if high >= ends[1] else math.nextafter(high, math.inf))
+
+
+def _exact_image(arithmetic, box: dict[str, tuple[Fraction, Fraction]]) -> tuple | None:
+    """``image`` in fractions."""
+    if arithmetic.op == "col":
+        return box[arithmetic.value]
+    if arithmetic.op == "lit":
+        return (Fraction(arithmetic.value),) * 2
+    args = [_exact_image(a, box) for a in arithmetic.args]
+    if None in args:
+        return None
+    return _IMAGES[arithmetic.op](arithmetic, *args)
+
+
+def _products(a: tuple, b: tuple, combine) -> tuple:
+    """The least and greatest of ``combine`` over the four corners of a and b."""
+    corners = [combine(x, y) for x in a for y in b]
+    return min(corners), max(corners)
+
+
+def _quotients(a: tuple, b: tuple) -> tuple | None:
+    """a / b over the intervals, None when b holds 0."""
+    if b[0] <= 0 <= b[1]:
+        return None
+    return _products(a, b, lambda x, y: x / y)
+
+
+def _whole(ends: tuple | None) -> tuple | None:
+    """The whole numbers a monotone rounding (truncation, or a cast's nearest) of the
+    interval's values can give: within [⌊low⌋, ⌈high⌉]."""
+    return None if ends is None else (math.floor(ends[0]), math.ceil(ends[1]))
+
+
+# per operation of compile.select.INTERVAL_OPS: its image of its operands' intervals
+_IMAGES = {
+    "add": lambda e, a, b: (a[0] + b[0], a[1] + b[1]),
+    "sub": lambda e, a, b: (a[0] - b[1], a[1] - b[0]),
+    "mul": lambda e, a, b: _products(a, b, lambda x, y: x * y),
+    "div": lambda e, a, b: _quotients(a, b),
+    "intdiv": lambda e, a, b: _whole(_quotients(a, b)),
+    "neg": lambda e, a: (-a[1], -a[0]),
+    "abs": lambda e, a: (max(a[0], -a[1], 0), max(-a[0], a[1])),
+    "least": lambda e, *args: (min(a[0] for a in args), min(a[1] for a in args)),
+    "greatest": lambda e, *args: (max(a[0] for a in args), max(a[1] for a in args)),
+    "cast": lambda e, a: _whole(a) if e.type == "int" else a,
+}
 
 
 def _warn_noisy_ranking(checked, frame: dict[str, list]) -> None:
@@ -306,13 +416,13 @@ def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: Random
 _INSIDE_BIN = 2 ** 52  # grid points inside a quantile's bin
 
 
-def _spread(agg, parts, noisy: dict, frame: dict) -> None:
+def _spread(agg, parts, noisy: dict, confidence: float) -> tuple[list, list, list]:
     """VAR/STDDEV from a noisy centred sum S, sum of squares Q and count N, with an interval.
 
     var_pop = Q/N − (S/N)², clamped to [0, ((U − L)/2)²]; the sample variance multiplies by
     N/(N − 1) (so it reaches ((U − L)/2)²·N/(N − 1), which a small group's can: {L, U} has
     twice ((U − L)/2)²). The interval is the range of that formula over the three parts' intervals
-    at 1 − 0.05/3 each (Bonferroni: ≥ 95% jointly). The formula falls with S², rises with Q
+    at 1 − (1 − confidence)/3 each (Bonferroni: ≥ ``confidence`` jointly). The formula falls with S², rises with Q
     and can peak inside N's interval, so the range is over the ends of each interval, S = 0
     when it is inside, and the N where the derivative in N is 0.
     """
@@ -320,8 +430,7 @@ def _spread(agg, parts, noisy: dict, frame: dict) -> None:
     top = float((agg.upper - agg.lower) / 2) ** 2
     sample = agg.kind.endswith("samp")
     root = agg.kind.startswith("stddev")
-    confidence = 1 - (1 - CONFIDENCE) / 3
-    widths = [_half_width(p, confidence) for p in parts]
+    widths = [_half_width(p, 1 - (1 - confidence) / 3) for p in parts]
 
     def value(s, q, n):
         n = max(n, 1)
@@ -358,7 +467,7 @@ def _spread(agg, parts, noisy: dict, frame: dict) -> None:
         # the released value is inside the range; min/max keep it there through rounding
         lows.append(min(*corners, values[-1]))
         highs.append(max(*corners, values[-1]))
-    frame[agg.name], frame[agg.name + "__low"], frame[agg.name + "__high"] = values, lows, highs
+    return values, lows, highs
 
 
 _WIDE_SIGMA2 = 100  # a discrete Gaussian's variance (units²) from which it is read as normal
@@ -366,8 +475,8 @@ _WIDE_SIGMA2 = 100  # a discrete Gaussian's variance (units²) from which it is 
 _SPLITS = tuple(Fraction(i, 40) for i in range(1, 40))
 
 
-def half_width(agg, plan: StatementPlan) -> float:
-    """The 95% half-width of a COUNT's or SUM's interval as released (in value units): its
+def half_width(agg, plan: StatementPlan, confidence: float = CONFIDENCE) -> float:
+    """The 95% (or ``confidence``) half-width of a COUNT's or SUM's interval as released (in value units): its
     measurement's, or, for SUM(x) = S' + k·N from a sum S' of x − k and the count N of x,
     the 95% quantile of |S' + k·N|'s noise: summed exactly for two coordinates of one ℓ∞
     draw or two discrete Laplace draws (``calibrate.linf_pair_half_width`` and
@@ -381,13 +490,14 @@ def half_width(agg, plan: StatementPlan) -> float:
     if agg.kind == "sum" and own["sum"].center:
         # a whole-number SUM is released as round(S' + k·N), up to half a unit further off
         # (at ε 20 on [0, 9] the interval without it covered 88.6%)
-        return _centred_half_width(own["sum"], own["count"]) + (0.5 if agg.integral else 0)
-    return _half_width(shown_part(own), CONFIDENCE)
+        return _centred_half_width(own["sum"], own["count"], confidence) + \
+            (0.5 if agg.integral else 0)
+    return _half_width(shown_part(own), confidence)
 
 
-def _centred_half_width(total, count) -> float:
+def _centred_half_width(total, count, confidence: float) -> float:
     """``half_width`` of S' + k·N for the centred sum S' (``total``) and the count N."""
-    miss, k = 1 - CONFIDENCE, abs(float(total.center))
+    miss, k = 1 - confidence, abs(float(total.center))
     if total.mechanism == count.mechanism == "gaussian" and \
             min(total.sigma2_units, count.sigma2_units) >= _WIDE_SIGMA2:
         # independent discrete Gaussians of σ ≥ 10 units: their sum is normal to within
@@ -403,12 +513,13 @@ def _centred_half_width(total, count) -> float:
     if total.mechanism == count.mechanism == "linf" and total.joint == count.joint:
         joint = total.joint
         exact = linf_pair_half_width(joint.radii, joint.noise_epsilon, joint.resolution,
-                                     (total.coordinate, count.coordinate), steps, split)
+                                     (total.coordinate, count.coordinate), steps, split,
+                                     confidence)
     elif total.mechanism == count.mechanism == "laplace" and total.sensitivity and \
             count.sensitivity:
         exact = laplace_pair_half_width(
             (float(total.scale / total.grid), float(count.scale / count.grid)), steps,
-            split)
+            split, confidence)
     else:
         exact = None
     return split if exact is None else exact
@@ -421,7 +532,8 @@ def _half_width(part, confidence: float):
 
 
 def _ratio_interval(total, count, total_width, count_width, center, low, high):
-    """Interval for center + SUM/COUNT from two 97.5% intervals (Bonferroni: ≥ 95% jointly)."""
+    """Interval for center + SUM/COUNT from the intervals of SUM and COUNT, each at
+    1 − (1 − c)/2 (Bonferroni: ≥ c jointly; 97.5% each for the 95% interval)."""
     count_low, count_high = count - count_width, count + count_width
     if count_low <= 0:
         return low, high
@@ -487,6 +599,8 @@ def _frame_schema(checked):
             agg.kind == "sum" and agg.integral)
         fields += [(agg.name, pa.int64() if integral else pa.float64()),
                    (agg.name + "__low", pa.float64()), (agg.name + "__high", pa.float64())]
+    fields += [(interval_source(out, side), pa.float64()) for out in checked.outputs
+               if out.arithmetic is not None for side in ("low", "high")]
     return pa.schema(fields)
 
 
@@ -514,13 +628,13 @@ def _empty_frame(checked, rows: int = 1):
 
 def _post_process(plan: StatementPlan, frame: dict[str, list], post: PostProcessor):
     checked = plan.checked
-    ci_outputs = [o for o in checked.outputs if o.aggregate is not None]
+    ci_outputs = [o for o in checked.outputs if interval_source(o, "low") is not None]
     if checked.post_is_projection:
         # a plain selection of keys and aggregates: no SQL needed
         names = [o.name for o in checked.outputs]
         rows = list(zip(*(frame[o.source] for o in checked.outputs), strict=True))
-        intervals = {o.name: list(zip(frame[o.aggregate + "__low"],
-                                           frame[o.aggregate + "__high"], strict=True))
+        intervals = {o.name: list(zip(frame[interval_source(o, "low")],
+                                      frame[interval_source(o, "high")], strict=True))
                      for o in ci_outputs}
         return names, rows, intervals
     import pandas as pd
@@ -551,7 +665,8 @@ def describe(plan: StatementPlan) -> list[ColumnInfo]:
 
 def _describe(out, plan: StatementPlan) -> ColumnInfo:
     if out.aggregate is None:
-        return ColumnInfo(out.name, out.type, "derived" if out.role == "derived" else None)
+        return ColumnInfo(out.name, out.type, "derived" if out.role == "derived" else None,
+                          interval=out.arithmetic is not None)
     parts = [p for p in plan.parts if out.aggregate in p.feeds]
     mechanism = {"laplace": "discrete_laplace", "gaussian": "discrete_gaussian",
                  "linf": "discrete_linf"}[

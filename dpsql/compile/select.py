@@ -21,7 +21,7 @@ from sqlglot import exp
 
 from dpsql.catalog import Catalog
 from dpsql.compile import ops
-from dpsql.compile.ir import Expr, column
+from dpsql.compile.ir import NUMERIC, Expr, column
 from dpsql.compile.narrow import kept_by_where, unmatched_columns
 from dpsql.compile.render import dialect
 from dpsql.compile.scope import (
@@ -66,9 +66,26 @@ AGGREGATE_READS = {exp.Count: frozenset({"this", "big_int"}),
                    exp.Quantile: frozenset({"this", "quantile"})}
 
 
+# the operations whose image of a box of intervals release computes (interval arithmetic)
+INTERVAL_OPS = frozenset({"add", "sub", "mul", "div", "intdiv", "neg", "abs", "least",
+                          "greatest", "cast"})
+
+
 def ci_column(output: str, side: str) -> str:
     """Name of the hidden interval column of an output in the post-processing query."""
     return f"\x00ci_{side}_{output}"
+
+
+def interval_source(output: OutputColumn, side: str) -> str | None:
+    """The noisy frame's column that holds one end (``side``: low or high) of an output's
+    interval: an aggregate's own, or the one release computes for arithmetic on aggregates;
+    None when the output has no interval."""
+    if output.aggregate is not None:
+        return f"{output.aggregate}__{side}"
+    if output.arithmetic is not None:
+        # not ci_column's name (DuckDB reads a SELECT's aliases) and no NUL (nor Arrow's)
+        return f"__derived_{side}__{output.name}"
+    return None
 
 
 def compile_select(select: exp.Select, relation: Relation, catalog: Catalog,
@@ -507,7 +524,24 @@ class _Compiler:
         if not expr.columns() and not has_window([expr]):  # COUNT(*) OVER () is not one
             return OutputColumn(name=name, aggregate=None, type=expr.type, role="literal")
         return OutputColumn(name=name, aggregate=None,
-                            type=expr.type if expr.type != "null" else "float", role="derived")
+                            type=expr.type if expr.type != "null" else "float", role="derived",
+                            arithmetic=expr if self._has_interval(expr) else None)
+
+    def _has_interval(self, expr: Expr) -> bool:
+        """Whether an output is built only from aggregates that have an interval (not
+        quantiles), numbers and ``INTERVAL_OPS``: then the image of its aggregates'
+        intervals under it is an interval of its own."""
+        aggregates = self._aggregate_names()
+
+        def bounded(node: Expr) -> bool:
+            if node.op == "col":  # not a key, nor a quantile (no interval in values)
+                return node.value in aggregates and aggregates[node.value].kind != "quantile"
+            if node.op == "lit":
+                return node.type in NUMERIC and node.value is not None
+            return node.op in INTERVAL_OPS and node.type in NUMERIC and \
+                all(a.type in NUMERIC for a in node.args)
+
+        return all(bounded(node) for node in expr.walk())
 
     def _key_names(self) -> dict:
         return {k.name: k for k in self.keys}
@@ -691,8 +725,9 @@ def _windows_read(e: Expr, named: dict[Expr, str]) -> Expr:
 def _post_sql(projections, outputs, having, qualify, order, limit, offset) -> str:
     """The post-processing query over the noisy frame, rendered for DuckDB.
 
-    Each output that is one aggregate as is also carries its interval bounds in two hidden
-    columns, so that HAVING, QUALIFY, ORDER BY and LIMIT move them with their rows.
+    Each output that has an interval (one aggregate as is, or arithmetic on aggregates:
+    ``interval_source``) also carries its bounds in two hidden columns, so that HAVING,
+    QUALIFY, ORDER BY and LIMIT move them with their rows.
     """
     duck = dialect("duckdb")
     windows = list(dict.fromkeys(n for e in [*(e for _, e in projections), qualify,
@@ -712,9 +747,9 @@ def _post_sql(projections, outputs, having, qualify, order, limit, offset) -> st
         having = None
     items = [f"{_post_expr(expr)} AS {duck.quote(name)}" for name, expr in projections]
     for output in outputs:
-        if output.aggregate is not None:
-            for side in ("low", "high"):
-                items.append(f"{duck.quote(output.aggregate + '__' + side)} AS "
+        for side in ("low", "high"):
+            if interval_source(output, side) is not None:
+                items.append(f"{duck.quote(interval_source(output, side))} AS "
                              f"{duck.quote(ci_column(output.name, side))}")
     sql = f"SELECT {', '.join(items)} FROM {source}"
     if having is not None:
