@@ -150,7 +150,8 @@ def test_a_negative_epsilon_is_refused_as_given(car, mechanism) -> None:
     out = CliRunner().invoke(command, ["--metadata", CAR_YAML, "--table", "car", "--class",
                                        "class", "--mechanism", mechanism, "-e", "-1",
                                        "--ledger", ":memory:"])
-    assert out.exit_code == 1 and "got -1\n" in out.output, out.output
+    assert isinstance(out.exception, dpsql.PrivacyParameterError)
+    assert str(out.exception).startswith("epsilon must be greater than 0, got -1\n")
 
 
 def test_cli_randomized_response_json_contract(car) -> None:
