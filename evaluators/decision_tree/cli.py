@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 import warnings
+from fractions import Fraction
 from pathlib import Path
 
 import click
 
 import dpsql
+from evaluators._budget import require_budget
 from evaluators._cli import EXACT, dataset_ledger, emit, evaluator_options
 from evaluators.decision_tree.forest import DPRandomForest
 from evaluators.decision_tree.holdout import split_holdout, temporary_directory
@@ -48,6 +50,10 @@ def command(metadata: str, table: str, epsilon: float, output: str | None, seed:
                "exclude": exclude, "random_state": seed}
     model = (DPRandomForest(epsilon, n_trees=trees, max_depth=depth, **options) if trees > 1
              else DPDecisionTree(epsilon, max_depth=depth, **options))
+    # before the custodian reads the rows to split them: a run the budget cannot cover
+    # logged that read, then said nothing was run
+    with dpsql.connect(None, metadata=metadata, analyst=analyst, ledger=ledger) as dataset:
+        require_budget(dataset, Fraction(str(epsilon)))
     with temporary_directory() as directory:
         holdout = split_holdout(metadata, table, target, test_fraction=test_fraction,
                                 directory=Path(directory), seed=seed, parts=trees,

@@ -201,6 +201,20 @@ def test_cli_refuses_an_unknown_class_column(car, tmp_path):
     assert isinstance(result.exception, dpsql.ProgrammingError)
 
 
+def test_cli_refused_for_budget_reads_nothing(car, tmp_path):
+    """A run the budget could not cover logged the custodian's read of the table (to split
+    it), then said that nothing was run."""
+    metadata = tmp_path / "car.yaml"
+    metadata.write_text(yaml.safe_dump({**car, "budget": {"epsilon": 1}}))
+    ledger = tmp_path / "ledger.sqlite"
+    result = CliRunner().invoke(command, [
+        "--metadata", str(metadata), "--table", "car", "--class", "class", "--epsilon", "2",
+        "--ledger", str(ledger), "--json"])
+    assert isinstance(result.exception, dpsql.BudgetExhaustedError)
+    with dpsql.connect(None, metadata=str(metadata), ledger=str(ledger)) as con:
+        assert con.ledger.history(con.catalog.name) == []
+
+
 # --- pure parts -------------------------------------------------------------------------
 
 
