@@ -194,12 +194,24 @@ def _aggregate_bounds(agg, plan: StatementPlan, noisy: dict[str, list],
         values = [round(v) if agg.integral else float(v) for v in values]
     else:
         values = noisy[shown_part(own).column]
+        if _rounded_sum(agg, own):
+            values = [round(v) for v in values]
     low, high = _feasible(agg)
+    # a whole-number aggregate's column is typed BIGINT: its interval is whole numbers too,
+    # rounded outward (a PostgreSQL client failed on the bound '9488.3046875')
+    down, up = (math.floor, math.ceil) if agg.kind in COUNT_KINDS or (
+        agg.kind == "sum" and agg.integral) else (float, float)
     # clamping is monotone: [clamp(v − w), clamp(v + w)] holds clamp(v), and the truth
     # wherever [v − w, v + w] did, even when v + w is below the feasible range
     return ([_clamp(v, low, high) for v in values],
-            [_clamp(v - width, low, high) for v in values],
-            [_clamp(v + width, low, high) for v in values])
+            [_clamp(down(v - width), low, high) for v in values],
+            [_clamp(up(v + width), low, high) for v in values])
+
+
+def _rounded_sum(agg, own: dict) -> bool:
+    """Whether a SUM of whole numbers measured alone is released rounded: on a grid finer
+    than 1 (a person's sum scaled to L∞ of their rows) its noisy value has a fraction."""
+    return agg.kind == "sum" and agg.integral and shown_part(own).grid_exp < 0
 
 
 def derived_bounds(arithmetic, plan: StatementPlan, noisy: dict[str, list],
@@ -231,14 +243,15 @@ def image(arithmetic, box: dict[str, tuple]) -> tuple[float, float] | None:
     aggregates and numbers) wherever each aggregate ``name`` lies in ``box[name]``, or None
     where a divisor's interval holds 0 (the quotient is then unbounded, or NULL).
 
-    Computed in exact fractions, each end then rounded outward to a double, so that
-    rounding never narrows it.
+    Computed in exact fractions, each end then rounded outward to a double (to a whole
+    number for a whole-number output, as its column is typed: a PostgreSQL client read the
+    bound '0.0' of a BIGINT column as a failure), so that rounding never narrows it.
 
     Example:
         >>> from dpsql.compile.ir import Expr
         >>> a, b = Expr("col", (), "int", "a"), Expr("col", (), "int", "b")
         >>> image(Expr("sub", (a, b), "int"), {"a": (10, 12), "b": (3, 5)})
-        (5.0, 9.0)
+        (5, 9)
         >>> image(Expr("div", (a, b), "float"), {"a": (10, 12), "b": (-1, 5)}) is None
         True
     """
@@ -248,6 +261,8 @@ def image(arithmetic, box: dict[str, tuple]) -> tuple[float, float] | None:
                                      for name, ends in box.items()})
     if ends is None:
         return None
+    if arithmetic.type == "int":
+        return _whole(ends)
     try:
         low, high = float(ends[0]), float(ends[1])
     except OverflowError:  # beyond the doubles
@@ -421,10 +436,11 @@ def _spread(agg, parts, noisy: dict, confidence: float) -> tuple[list, list, lis
 
     var_pop = Q/N − (S/N)², clamped to [0, ((U − L)/2)²]; the sample variance multiplies by
     N/(N − 1) (so it reaches ((U − L)/2)²·N/(N − 1), which a small group's can: {L, U} has
-    twice ((U − L)/2)²). The interval is the range of that formula over the three parts' intervals
-    at 1 − (1 − confidence)/3 each (Bonferroni: ≥ ``confidence`` jointly). The formula falls with S², rises with Q
-    and can peak inside N's interval, so the range is over the ends of each interval, S = 0
-    when it is inside, and the N where the derivative in N is 0.
+    twice ((U − L)/2)²). The interval is the range of that formula over the three parts'
+    intervals at 1 − (1 − confidence)/3 each (Bonferroni: ≥ ``confidence`` jointly). The
+    formula falls with S², rises with Q and can peak inside N's interval, so the range is over
+    the ends of each interval, S = 0 when it is inside, and the N where the derivative in N
+    is 0.
     """
     total, squares, count = parts
     top = float((agg.upper - agg.lower) / 2) ** 2
@@ -476,8 +492,9 @@ _SPLITS = tuple(Fraction(i, 40) for i in range(1, 40))
 
 
 def half_width(agg, plan: StatementPlan, confidence: float = CONFIDENCE) -> float:
-    """The 95% (or ``confidence``) half-width of a COUNT's or SUM's interval as released (in value units): its
-    measurement's, or, for SUM(x) = S' + k·N from a sum S' of x − k and the count N of x,
+    """The 95% (or ``confidence``) half-width of a COUNT's or SUM's interval as released (in
+    value units): its measurement's, or, for SUM(x) = S' + k·N from a sum S' of x − k and
+    the count N of x,
     the 95% quantile of |S' + k·N|'s noise: summed exactly for two coordinates of one ℓ∞
     draw or two discrete Laplace draws (``calibrate.linf_pair_half_width`` and
     ``laplace_pair_half_width``: ±273 where ±419 for Adult's SUM(age) at ε 1), the normal
@@ -492,7 +509,7 @@ def half_width(agg, plan: StatementPlan, confidence: float = CONFIDENCE) -> floa
         # (at ε 20 on [0, 9] the interval without it covered 88.6%)
         return _centred_half_width(own["sum"], own["count"], confidence) + \
             (0.5 if agg.integral else 0)
-    return _half_width(shown_part(own), confidence)
+    return _half_width(shown_part(own), confidence) + (0.5 if _rounded_sum(agg, own) else 0)
 
 
 def _centred_half_width(total, count, confidence: float) -> float:

@@ -143,7 +143,10 @@ class RemoteCursor:
         return [Column(self._columns[i]["name"], self._columns[i]["type"],
                        noise=self._columns[i].get("noise"),
                        noise_scale=self._columns[i].get("noise_scale"),
-                       epsilon=self._columns[i].get("epsilon")) for i in self._main()]
+                       epsilon=self._columns[i].get("epsilon"),
+                       rank_error=self._columns[i].get("rank_error"),
+                       interval=bool(self._columns[i].get("ci_columns")))
+                for i in self._main()]
 
     @property
     def rowcount(self) -> int:

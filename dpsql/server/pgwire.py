@@ -8,7 +8,8 @@ Flush), text-format results, ErrorResponse with SQLSTATE, message and hint, and 
 Statements: a SELECT is one DP release (its noisy columns followed by ``<col>_low`` and
 ``<col>_high``); ``EXPLAIN <select>`` returns the plan without spending;
 ``SET dpsql.epsilon = 0.5`` / ``RESET dpsql.epsilon`` / ``SHOW dpsql.epsilon`` set the ε of
-the following queries (``dpsql.delta`` their δ, ``dpsql.tune`` their tuning slice); ``SHOW dpsql.budget`` and ``SHOW dpsql.last_release`` return JSON;
+the following queries (``dpsql.delta`` their δ, ``dpsql.tune`` their tuning slice);
+``SHOW dpsql.budget`` and ``SHOW dpsql.last_release`` return JSON;
 ``DECLARE name CURSOR FOR <select>`` is one release whose rows ``FETCH`` returns;
 BEGIN/COMMIT/ROLLBACK and other SETs are accepted and do nothing (a release cannot be taken
 back); drivers' session queries and psql's table lists are answered by ``pgcatalog.py``.

@@ -202,7 +202,8 @@ def _columns(description) -> list[dict]:
     (in the order ``_answer`` appends their values)."""
     columns = [{"name": c.name, "type": c.type_code, "noise": c.noise,
                 "noise_scale": c.noise_scale, "epsilon": c.epsilon,
-                "ci_columns": list(c.ci_columns)} for c in description]
+                "rank_error": c.rank_error, "ci_columns": list(c.ci_columns)}
+               for c in description]
     for c in description:
         for name in c.ci_columns:
             columns.append({"name": name, "type": c.type_code, "noise": None,

@@ -194,3 +194,15 @@ def test_a_ci95_hint_wins_over_the_session_epsilon_but_not_a_calls(server):
             pg.execute("SET dpsql.epsilon = 0.1")
             assert pg.execute(sql).fetchall()
         assert con.budget_remaining.epsilon == pytest.approx(1 - hinted)
+
+
+def test_client_description_carries_derived_intervals_and_rank_errors(server):
+    """The server sent a derived column's interval and a quantile's rank error, and the
+    client's description dropped both (ci_columns () and no rank_error)."""
+    with dpsql.connect(server.url("dave"), epsilon_per_query=0.1) as con:
+        cur = con.cursor().execute("SELECT day, COUNT(*) * 2 AS twice, MEDIAN(amount) AS m, "
+                                   "SUM(region_id) AS s FROM visits GROUP BY day")
+        twice, median = cur.description[1], cur.description[2]
+        assert twice.ci_columns == ("twice_low", "twice_high")
+        assert median.rank_error is not None and median.rank_error > 0
+        assert {"twice_low", "twice_high", "s_low"} <= set(cur.intervals().columns)
