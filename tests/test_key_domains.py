@@ -59,3 +59,26 @@ def test_the_neighbour_contract_holds(pairs):
             except AssertionError as err:
                 broken.append(f"[adversary {variant}] {err}")
     assert not broken, "\n".join(broken)
+
+
+def test_a_key_with_too_many_declared_values_says_so(tmp_path):
+    """capital-gain declares int bounds [0, 99999], and the refusal told the analyst to
+    declare int bounds; the cap on a domain's size was named nowhere."""
+    import pandas as pd
+
+    import dpsql
+
+    pd.DataFrame({"gain": [0, 10, 99999], "hours-per-week": [40, 20, 60]}).to_csv(
+        tmp_path / "t.csv", index=False)
+    meta = {"name": "t", "budget": {"epsilon": 10}, "tables": {"t": {
+        "source": str(tmp_path / "t.csv"), "privacy_unit": None, "columns": {
+            "gain": {"type": "int", "lower": 0, "upper": 99999},
+            "hours-per-week": {"type": "int", "lower": 1, "upper": 99}}}}}
+    with dpsql.connect(metadata=meta, ledger=":memory:") as con:
+        with pytest.raises(dpsql.PrivateGroupKeysError, match="100,000 values, more than"):
+            con.execute("SELECT gain, COUNT(*) AS n FROM t GROUP BY gain", epsilon=1)
+        # unquoted, hours-per-week is hours - per - week
+        with pytest.raises(dpsql.UnknownColumnError) as unknown:
+            con.execute("SELECT AVG(hours-per-week) AS h FROM t", epsilon=1)
+        assert unknown.value.hint.startswith('write "hours-per-week" in double quotes')
+        assert con.budget_spent.epsilon == 0

@@ -17,6 +17,7 @@ equates their privacy units. Contribution bounding runs on the joined rows:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
@@ -155,9 +156,15 @@ class Scope:
         return matches.pop()
 
     def _unknown(self, node: exp.Column) -> UnknownColumnError:
-        known = ", ".join(sorted({n for _, n in self.relation.names}))
-        return UnknownColumnError(f"unknown column {node.name!r}", sql=self.sql,
-                                  hint=f"columns in FROM: {known}")
+        names = sorted({n for _, n in self.relation.names})
+        hint = f"columns in FROM: {', '.join(names)}"
+        # hours-per-week unquoted parses as hours - per - week
+        spelled = [n for n in names if re.search(r"\W", n) and
+                   n.lower().startswith(node.name.lower())]
+        if spelled:
+            hint = f'write "{spelled[0]}" in double quotes (unquoted, SQL reads its ' \
+                f"characters as operators); {hint}"
+        return UnknownColumnError(f"unknown column {node.name!r}", sql=self.sql, hint=hint)
 
 
 class GroupScope:

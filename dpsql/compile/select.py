@@ -326,15 +326,16 @@ class _Compiler:
                 name = node.name if isinstance(node, exp.Column) else f"key_{index}"
             if expr.domain is None and not self.private_keys:
                 raise PrivateGroupKeysError(
-                    f"the GROUP BY key {node.sql(dialect='duckdb')!r} has no public domain, so "
-                    "releasing its values could reveal a person",
+                    f"the GROUP BY key {node.sql(dialect='duckdb')!r} has no public domain"
+                    f"{_too_many(expr)}, so releasing its values could reveal a person",
                     sql=self.sql, position=_position(node),
                     hint="either declare the column's public values (values: [...]) or int "
                     "bounds in the metadata (or group by a CASE expression with literal "
-                    "results), or give a δ > 0 (e.g. delta=1e-6, or SELECT WITH "
-                    "DIFFERENTIAL_PRIVACY OPTIONS(delta=1e-6) ... in the SQL) so that only "
-                    "keys whose noisy count of distinct persons clears a threshold are "
-                    "released")
+                    "results, or buckets such as FLOOR(x / 1000)), or give a δ > 0 (e.g. "
+                    "delta=1e-6, dpsql run --delta 1e-6, SET dpsql.delta on a server, or "
+                    "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(delta=1e-6) ... in the SQL) so "
+                    "that only keys whose noisy count of distinct persons clears a threshold "
+                    "are released")
             if expr.domain is not None and expr.type == "null":
                 raise ProgrammingError("GROUP BY NULL is not a key", sql=self.sql)
             source = self._domain_source(expr)
@@ -552,6 +553,15 @@ class _Compiler:
     def key_for(self, expr: Expr) -> GroupKey | None:
         """The GROUP BY key whose expression equals ``expr``, if any."""
         return next((k for k in self.keys if k.expr == expr), None)
+
+
+def _too_many(expr: Expr) -> str:
+    """Why a whole-number key with bounds has no domain: more values than a domain holds."""
+    interval = expr.interval
+    if expr.type != "int" or interval is None or not interval.integral:
+        return ""
+    return (f" (its bounds hold {int(interval.upper - interval.lower) + 1:,} values, more than the "
+            f"{ops.MAX_INT_DOMAIN:,} a public domain may have)")
 
 
 def _agg_type(aggregate: Aggregate) -> str:
