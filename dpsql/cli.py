@@ -368,7 +368,8 @@ def _cell(value, numeric: bool = False) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "NULL"
-        return f"{value:,.2f}"
+        # below 1 two decimals hid the noise: a share read 0.11 [0.11, 0.11]
+        return f"{value:,.2f}" if abs(value) >= 1 or value == 0 else f"{value:#.3g}"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     return str(value)

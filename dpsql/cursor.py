@@ -121,12 +121,15 @@ class Cursor:
 
     def executescript(self, script: str, *, epsilon: float | None = None,
                       delta: float | None = None, accuracy: float | None = None,
-                      rho: float | None = None) -> Cursor:
-        """Run several SELECTs as ONE release: one ε, total sensitivity = their sum."""
+                      rho: float | None = None,
+                      weights: dict[str, float] | None = None) -> Cursor:
+        """Run several SELECTs as ONE release: one ε, total sensitivity = their sum;
+        ``weights`` as ``execute``'s, over the script's output columns (explain's)."""
         self._check_open()
         self._load([])
         self._load(self.connection._engine.execute(script, epsilon=epsilon, delta=delta,
-                                                   accuracy=accuracy, rho=rho, script=True))
+                                                   accuracy=accuracy, rho=rho, script=True,
+                                                   weights=weights))
         return self
 
     def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[Any]],

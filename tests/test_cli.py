@@ -203,6 +203,15 @@ def test_budget_command(data_dir):
     assert "ε=None" not in text and "budget    none: every query" in text
 
 
+def test_run_shows_three_digits_of_a_value_below_one(data_dir):
+    """Two decimals printed a share as 0.11 [0.11, 0.11]: its noise was invisible."""
+    out = _dpsql("run", "-", "-m", _meta(data_dir), "-e", "1", "--ledger",
+                 data_dir / "s.sqlite", stdin="SELECT AVG(CASE WHEN amount > 50 THEN 1.0 "
+                 "ELSE 0.0 END) AS share FROM visits")
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"0\.\d{3} +\[0\.\d{3}, 0\.\d{3}\]", out.stdout), out.stdout
+
+
 def test_run_shows_no_interval_for_a_quantile_but_its_rank_error(data_dir):
     """The dash in a quantile's interval column was all a reader saw: explain alone gave its
     rank error; the description carries it too."""

@@ -192,3 +192,15 @@ def test_pyformat_placeholders_are_named_in_the_refusal(placeholder):
         con.execute(f"SELECT COUNT(*) AS n FROM visits WHERE amount > {placeholder}",
                     epsilon=1)
     assert "sqlglot" not in refused.value.message and "?" in refused.value.hint
+
+
+def test_executescript_takes_weights_as_explain_splits_them():
+    """executescript(weights=...) was a TypeError though explain and execute take them."""
+    con = dpsql.connect(metadata="data/visits.yaml", ledger=":memory:")
+    script = ("SELECT day, COUNT(*) AS n FROM visits GROUP BY day; "
+              "SELECT SUM(amount) AS total FROM visits")
+    planned = con.explain(script, epsilon=1, weights={"total": 4})["statements"][1]
+    cur = con.cursor().executescript(script, epsilon=1, weights={"total": 4})
+    assert cur.nextset()
+    assert cur.description[0].epsilon == pytest.approx(planned["aggregates"][0]["epsilon"])
+    assert cur.description[0].epsilon > 0.5 and con.budget_spent.epsilon == 1

@@ -332,10 +332,9 @@ class _Compiler:
                     hint="either declare the column's public values (values: [...]) or int "
                     "bounds in the metadata (or group by a CASE expression with literal "
                     "results, or buckets such as FLOOR(x / 1000)), or give a δ > 0 (e.g. "
-                    "delta=1e-6, dpsql run --delta 1e-6, SET dpsql.delta on a server, or "
-                    "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(delta=1e-6) ... in the SQL) so "
-                    "that only keys whose noisy count of distinct persons clears a threshold "
-                    "are released")
+                    "delta=1e-6, or SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(delta=1e-6) ... "
+                    "in the SQL; SET dpsql.delta on a server) so that only keys whose noisy "
+                    "count of distinct persons clears a threshold are released")
             if expr.domain is not None and expr.type == "null":
                 raise ProgrammingError("GROUP BY NULL is not a key", sql=self.sql)
             source = self._domain_source(expr)
