@@ -16,7 +16,9 @@ import pandas as pd
 import dpsql
 import dpsql.catalog
 
-DEFAULT_METADATA = "data/datasets/movielens.yaml"
+# the repository's, wherever the command runs (a relative path failed outside the checkout)
+DEFAULT_METADATA = str(Path(__file__).resolve().parents[2] / "data" / "datasets" /
+                       "movielens.yaml")
 _ANALYST = "cf-evaluator"
 RATING_LOWER, RATING_UPPER = 1, 5
 

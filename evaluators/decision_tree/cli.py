@@ -57,7 +57,7 @@ def command(metadata: str, table: str, epsilon: float, output: str | None, seed:
     with temporary_directory() as directory:
         holdout = split_holdout(metadata, table, target, test_fraction=test_fraction,
                                 directory=Path(directory), seed=seed, parts=trees,
-                                ledger=ledger)
+                                ledger=ledger, analyst=analyst)
         with warnings.catch_warnings():
             if as_json:  # keep stdout one JSON object; the seed's warning is in the output
                 warnings.simplefilter("ignore", dpsql.InsecureRandomnessWarning)

@@ -51,7 +51,7 @@ def load_metadata(metadata: str | Path | Mapping) -> dict:
 def split_holdout(metadata: str | Path | Mapping, table: str, target: str, *,
                   test_fraction: float, directory: Path, seed: int | None = None,
                   parts: int = 1, budget: float | None = None,
-                  ledger: str | None = None) -> Holdout:
+                  ledger: str | None = None, analyst: str | None = None) -> Holdout:
     """Split ``table`` into training and test rows as its custodian.
 
     Args:
@@ -65,6 +65,7 @@ def split_holdout(metadata: str | Path | Mapping, table: str, target: str, *,
             random to one of ``parts`` disjoint parts (for a forest).
         budget: replace the metadata's ε budget (experiments use a large one).
         ledger: ledger of the custodian's read (default: the engine's default).
+        analyst: who the read is logged under (default: decision-tree-holdout).
 
     Raises:
         dpsql.ProgrammingError: test_fraction is outside (0, 1) or leaves one side empty, or
@@ -80,7 +81,7 @@ def split_holdout(metadata: str | Path | Mapping, table: str, target: str, *,
     if target not in spec.get("columns", {}):
         raise dpsql.ProgrammingError(f"table {table!r} has no column {target!r}",
                                      hint=f"use one of {sorted(spec.get('columns', {}))}")
-    rows = _read_as_custodian(metadata, table, ledger)
+    rows = _read_as_custodian(metadata, table, ledger, analyst)
     rng = np.random.default_rng(seed if seed is not None else secrets.randbits(128))
     order = rng.permutation(len(rows))
     n_test = test_rows(len(rows), test_fraction)
@@ -107,9 +108,11 @@ def split_holdout(metadata: str | Path | Mapping, table: str, target: str, *,
                    train_majority=train[target].mode().iloc[0], directory=Path(directory))
 
 
-def _read_as_custodian(metadata: str | Path | Mapping, table: str,
-                       ledger: str | None) -> pd.DataFrame:
-    custodian = dpsql.connect_custodian(None, metadata=metadata, analyst="decision-tree-holdout",
+def _read_as_custodian(metadata: str | Path | Mapping, table: str, ledger: str | None,
+                       analyst: str | None) -> pd.DataFrame:
+    # logged under the run's analyst (it was always "decision-tree-holdout")
+    custodian = dpsql.connect_custodian(None, metadata=metadata,
+                                        analyst=analyst or "decision-tree-holdout",
                                         ledger=ledger)
     try:
         return custodian.cursor().execute(f"SELECT * FROM {quote_identifier(table)}").fetchdf()

@@ -213,6 +213,13 @@ def test_cli_refused_for_budget_reads_nothing(car, tmp_path):
     assert isinstance(result.exception, dpsql.BudgetExhaustedError)
     with dpsql.connect(None, metadata=str(metadata), ledger=str(ledger)) as con:
         assert con.ledger.history(con.catalog.name) == []
+    # a run that fits logs the custodian's read under its analyst
+    result = CliRunner().invoke(command, [
+        "--metadata", str(metadata), "--table", "car", "--class", "class", "--epsilon", "1",
+        "--analyst", "bob", "--ledger", str(ledger), "--json"])
+    assert result.exit_code == 0, result.output
+    with dpsql.connect(None, metadata=str(metadata), ledger=str(ledger)) as con:
+        assert {row["analyst"] for row in con.ledger.history(con.catalog.name)} == {"bob"}
 
 
 # --- pure parts -------------------------------------------------------------------------
