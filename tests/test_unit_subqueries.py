@@ -134,6 +134,11 @@ REFUSED = [
      dpsql.ProgrammingError, ""),
     ("SELECT uid, COUNT(*) FROM (SELECT uid FROM visits GROUP BY uid) t GROUP BY uid",
      dpsql.PrivateGroupKeysError, ""),
+    # the person's id through a subquery's column was released as keys above the threshold
+    ("SELECT f, COUNT(*) FROM (SELECT uid, MAX(uid) AS f FROM visits GROUP BY uid) t "
+     "GROUP BY f", dpsql.PrivateGroupKeysError, "group by a public attribute"),
+    ("SELECT f, COUNT(*) FROM (SELECT uid + 0 AS f FROM visits) t GROUP BY f",
+     dpsql.PrivateGroupKeysError, "group by a public attribute"),
     # an aggregate without its argument was an AttributeError
     ("SELECT COUNT() FROM visits", dpsql.ProgrammingError, "COUNT(*)"),
     ("SELECT COUNT(*) FROM (SELECT uid, MIN() AS m FROM visits GROUP BY uid) t",

@@ -99,6 +99,7 @@ class ColumnInfo:
     source: str | None = None  # where its public domain comes from (explain shows it)
     origin: tuple[str, str] | None = None  # (public table, column) it is read from, if any
     per_person: str | None = None  # the aggregate of one person's rows it holds (SUM, ...)
+    identifies: bool = False  # computed from the privacy unit (uid + 0, MAX(uid)): names persons
 
 
 # --- relations ---------------------------------------------------------------------------

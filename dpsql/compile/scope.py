@@ -98,6 +98,11 @@ class Relation:
     merged: dict[str, str] = field(default_factory=dict)  # USING columns: name -> column
 
     @property
+    def identifying(self) -> set[str]:
+        """The columns whose values name persons: the unit's, and those computed from it."""
+        return self.unit_columns | {n for n, c in self.columns.items() if c.identifies}
+
+    @property
     def spec(self) -> TableSpec:
         """The relation as a virtual table (what the sensitivity formulas read)."""
         return TableSpec(name="__relation", columns={}, public=self.public,
@@ -234,7 +239,11 @@ class GroupScope:
         if name is None:
             name = self.names()
             self.aggregates.append((name, function, arg))
-            self.columns[name] = replace(info, name=name, per_person=node.key.upper())
+            # one person's MIN/MAX/SUM/AVG of their id is their id (a count of it is not)
+            names_person = function not in ("count_star", "count", "count_distinct") and \
+                bool(arg.columns() & self.rows.identifying)
+            self.columns[name] = replace(info, name=name, per_person=node.key.upper(),
+                                         identifies=names_person)
         return column(self.columns[name])
 
     def _aggregate(self, node: exp.AggFunc) -> tuple[str, Expr | None, ColumnInfo]:
@@ -440,7 +449,9 @@ class Resolver:
                 columns[internal] = replace(inner.columns[expr.value], name=internal, label=name)
             else:
                 columns[internal] = ColumnInfo(internal, expr.type, expr.interval, expr.domain,
-                                               expr.nullable, name)
+                                               expr.nullable, name,
+                                               identifies=bool(expr.columns() &
+                                                               inner.identifying))
             names[(alias_key, name.lower())] = internal
             if expr.op == "col" and expr.value in inner.unit_columns:
                 units.add(internal)

@@ -394,7 +394,7 @@ class _Compiler:
 
     def _refuse_unit_key(self, expr: Expr, node: exp.Expression) -> None:
         # a key computed from the person's id without a public domain can only release ids
-        if expr.domain is None and expr.columns() & self.relation.unit_columns:
+        if expr.domain is None and expr.columns() & self.relation.identifying:
             raise PrivateGroupKeysError(
                 f"GROUP BY {node.sql(dialect='duckdb')!r} groups by the privacy unit: every "
                 "group is one person, whose identifier would be the released key",
