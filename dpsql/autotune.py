@@ -96,12 +96,8 @@ def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilo
         tuned.close()
     # the statement's cost is the whole ε: the tuning is part of it
     chosen = proposal.metadata["tables"][proposal.table]
-    # with the share of rows they are estimated to keep (a DP output of the same draws): R = 5
-    # was shown alone where it kept 5% of MovieLens' ratings
-    kept = round(proposal.choice("max_rows_per_group").rows_kept, 3)
     return [dataclasses.replace(results[0], epsilon=results[0].epsilon + part, tuned_bounds={
-        **{key: chosen[key] for key in BOUND_KEYS if chosen.get(key) is not None},
-        "rows_kept": kept})]
+        key: chosen[key] for key in BOUND_KEYS if chosen.get(key) is not None})]
 
 
 def tuned_shape(checked: CheckedQuery, catalog: Catalog) -> tuple[str, tuple[str, ...]]:

@@ -307,9 +307,8 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
             click.echo(note)
         click.echo()
     if tuned:
-        bounds = ", ".join(f"{k} {v}" for k, v in tuned.items() if k != "rows_kept")
-        click.echo(f"bounds chosen by --tune: {bounds} (est. {tuned['rows_kept']:.0%} of the rows "
-                   "kept; see dpsql tune for its biases)")
+        bounds = ", ".join(f"{k} {v}" for k, v in tuned.items())
+        click.echo(f"bounds chosen by --tune: {bounds} (dpsql tune shows what they may drop)")
     click.echo(f"ε spent: {float(cursor.epsilon_spent):g}"
                + ("" if remaining is None else f"; remaining: {float(remaining.epsilon):g}"))
 

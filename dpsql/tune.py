@@ -123,8 +123,10 @@ class Choice:
     bias: float  # estimated rows (or value units) lost to truncation or clamping
     noise_sd: float  # standard deviation of the noise at the planned ε
     quantiles: dict[str, float] = field(default_factory=dict)  # the noisy quantiles used
-    # estimated shares the bound keeps: of the rows (contribution bounds), and of the persons
-    # it leaves untouched (none of their rows dropped, or no value beyond it); None: not known
+    # estimated shares the bound keeps: of the rows (contribution bounds; an upper estimate:
+    # rows over L∞ are counted in each person's busiest group only, and weak draws stay near
+    # the declared bounds: on MovieLens at tune=0.1 it read 99% where 16-80% were kept), and
+    # of the persons it leaves untouched (none of their rows dropped, or no value beyond it)
     rows_kept: float | None = None
     persons_kept: float | None = None
 
@@ -681,10 +683,11 @@ def command(metadata: str, table: str, epsilon: float, db: str | None, ledger: s
                f"({result.draws} draws); ~{result.persons} persons; queries at ε = "
                f"{result.query_epsilon:g}, GROUP BY {', '.join(result.group_by) or '-'}")
     for c in result.choices:
-        kept = ", ".join(f"{share:.0%} of the {what}" for what, share in
-                         (("rows", c.rows_kept), ("persons", c.persons_kept)) if share is not None)
+        kept = ", ".join(f"{prefix}{share:.0%} of the {what}" for prefix, what, share in
+                         (("at most ", "rows", c.rows_kept), ("~", "persons", c.persons_kept))
+                         if share is not None)
         click.echo(f"#   {c.key} = {c.value}: est. bias {c.bias:.3g}, noise sd {c.noise_sd:.3g}"
-                   f" per cell; keeps ~{kept}")
+                   f" per cell; keeps {kept}")
     for note in result.notes:
         click.echo(f"# note: {note}")
     top = max((float(q) for part in result.quantiles.values() for q in part), default=None)
