@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
-from neighbours import check_statement, every_neighbour
+from neighbours import contract, every_neighbour
 
 STATEMENTS = [
     ("SELECT sex || '/' || salary AS k, COUNT(*) AS n FROM adult GROUP BY k", 4),
@@ -51,14 +51,7 @@ def test_the_domain_comes_from_the_metadata_and_the_answer_is_duckdbs(pairs, sql
 
 
 def test_the_neighbour_contract_holds(pairs):
-    broken = []
-    for sql, _ in STATEMENTS:
-        for variant, pair in enumerate(pairs):
-            try:
-                check_statement(pair, sql)
-            except AssertionError as err:
-                broken.append(f"[adversary {variant}] {err}")
-    assert not broken, "\n".join(broken)
+    contract(pairs, [sql for sql, _ in STATEMENTS])
 
 
 def test_a_key_with_too_many_declared_values_says_so(tmp_path):

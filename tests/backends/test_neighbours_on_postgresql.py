@@ -59,6 +59,23 @@ def _load(url: str, tables: dict[str, pd.DataFrame], meta: dict) -> None:
                        lambda v, column: _value(reader, v, kinds[column]))
 
 
+def open_postgres_pair(create, root: Path, d_tables: dict, d_prime_tables: dict) -> nb.Pair:
+    """Analyst connections on two fresh PostgreSQL databases (``create()`` makes each) holding
+    D's and D′'s tables, with ``nb.open_pair``'s catalogue and seed."""
+    connections = []
+    for side, tables in (("d", d_tables), ("d_prime", d_prime_tables)):
+        url, folder = create(), root / side
+        folder.mkdir(parents=True)
+        meta = nb.metadata(folder)
+        for table in meta["tables"].values():
+            table.pop("source", None)
+            table.pop("csv", None)
+        _load(url, tables, meta)
+        connections.append(dpsql.connect(url, metadata=meta, insecure_seed=11,
+                                         ledger=folder / "ledger.sqlite"))
+    return nb.Pair(*connections, folders=(root / "d", root / "d_prime"))
+
+
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
     """One (D, D′) pair of PostgreSQL databases per adversarial person."""
@@ -67,21 +84,8 @@ def pairs(tmp_path_factory):
     with databases("dpsql_neighbours") as create:
         try:
             for variant in range(nb.VARIANTS):
-                connections = []
-                for side, tables in (("d", base),
-                                     ("d_prime", nb.with_rows(base, nb.adversary(variant)))):
-                    url = create()
-                    folder = root / f"v{variant}" / side
-                    folder.mkdir(parents=True)
-                    meta = nb.metadata(folder)
-                    for table in meta["tables"].values():
-                        table.pop("source", None)
-                        table.pop("csv", None)
-                    _load(url, tables, meta)
-                    connections.append(dpsql.connect(url, metadata=meta, insecure_seed=11,
-                                                     ledger=folder / "ledger.sqlite"))
-                opened.append(nb.Pair(*connections, folders=(root / f"v{variant}" / "d",
-                                                             root / f"v{variant}" / "d_prime")))
+                opened.append(open_postgres_pair(create, root / f"v{variant}", base,
+                                                 nb.with_rows(base, nb.adversary(variant))))
             yield opened
         finally:
             for pair in opened:

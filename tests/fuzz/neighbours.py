@@ -353,6 +353,24 @@ def check_statement(pair: Pair, sql: str, *, script: bool = False, delta=None,
     return "public" if planned[0].release is None else "released"
 
 
+def contract(pairs: list[Pair], statements: list[str], *, delta=None,
+             **options) -> list[list[str]]:
+    """``check_statement`` for every statement on every pair; fail once, listing every
+    broken statement. Returns the outcomes, by statement then pair."""
+    broken, outcomes = [], []
+    for sql in statements:
+        row = []
+        for variant, pair in enumerate(pairs):
+            try:
+                row.append(check_statement(pair, sql, delta=delta, **options))
+            except AssertionError as err:
+                broken.append(f"[adversary {variant}] {err}")
+                row.append("broken")
+        outcomes.append(row)
+    assert not broken, f"{len(broken)} broken:\n" + "\n".join(broken)
+    return outcomes
+
+
 def _check_public_sets(planned, answers: list[Answer], sql: str) -> None:
     """Result sets of public statements: equal on D and D′, and no private value shown."""
     for position, (kind, _) in enumerate(planned.order):

@@ -31,6 +31,7 @@ from neighbours import (  # noqa: E402
     base_tables,
     change_vector,
     check_statement,
+    contract,
     every_neighbour,
     exact_cells,
     execute_both,
@@ -51,25 +52,6 @@ DELTA = 1e-6
 def pairs(tmp_path_factory):
     """One (D, D′) pair per adversarial person."""
     yield from every_neighbour(tmp_path_factory.mktemp("attacks"))
-
-
-def contract(pairs, statements: list[str], *, delta=None, **options) -> list[list[str]]:
-    """Check every statement on every pair; fail once, listing every broken statement.
-
-    Returns the outcomes, by statement then pair.
-    """
-    broken, outcomes = [], []
-    for sql in statements:
-        row = []
-        for variant, pair in enumerate(pairs):
-            try:
-                row.append(check_statement(pair, sql, delta=delta, **options))
-            except AssertionError as err:
-                broken.append(f"[adversary {variant}] {err}")
-                row.append("broken")
-        outcomes.append(row)
-    assert not broken, f"{len(broken)} broken:\n" + "\n".join(broken)
-    return outcomes
 
 
 def test_public_path_shows_no_private_rows(pairs):
@@ -392,9 +374,9 @@ def test_grown_text_keys_of_many_rows_keep_the_contract(tmp_path):
 
 def test_a_public_domain_holds_each_nan_once(pairs):
     """±inf × 0 made a new NaN object for each value, and Python kept NaNs apart, so the
-    domain of (region_id - 2) * 1e308 * 0.0 held two: the domain join returned the NaN cell twice, each
-    with fresh noise, and a COALESCE of 1,000 copies released it 2,000 times (averaging told
-    D from D′ by 10 standard errors at ε = 1)."""
+    domain of (region_id - 2) * 1e308 * 0.0 held two: the domain join returned the NaN cell
+    twice, each with fresh noise, and a COALESCE of 1,000 copies released it 2,000 times
+    (averaging told D from D′ by 10 standard errors at ε = 1)."""
     nan = "(region_id - 2) * 1e308 * 0.0"
     outcomes = contract(pairs, [
         f"SELECT {nan} AS k, COUNT(*) AS n FROM visits GROUP BY k",

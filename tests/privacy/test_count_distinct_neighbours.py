@@ -21,9 +21,7 @@ sys.path[:0] = [str(Path(__file__).parents[1] / "fuzz"),
 
 import neighbours as nb  # noqa: E402
 from servers import databases  # noqa: E402
-from test_neighbours_on_postgresql import _load, pairs  # noqa: E402, F401
-
-import dpsql  # noqa: E402
+from test_neighbours_on_postgresql import open_postgres_pair, pairs  # noqa: E402, F401
 
 SHAPES = [
     "SELECT COUNT(DISTINCT amount) AS n FROM visits",
@@ -81,20 +79,10 @@ def duck_pairs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def many_on_postgres(tmp_path_factory):
     """PostgreSQL's (D, D′) pair for ``many_values``."""
-    root, connections = tmp_path_factory.mktemp("pg-count-distinct"), []
     base = nb.base_tables()
     with databases("dpsql_count_distinct") as create:
-        for side, tables in (("d", base), ("d_prime", nb.with_rows(base, many_values()))):
-            url, folder = create(), root / side
-            folder.mkdir()
-            meta = nb.metadata(folder)
-            for table in meta["tables"].values():
-                table.pop("source", None)
-                table.pop("csv", None)
-            _load(url, tables, meta)
-            connections.append(dpsql.connect(url, metadata=meta, insecure_seed=11,
-                                             ledger=folder / "ledger.sqlite"))
-        pair = nb.Pair(*connections, folders=(root / "d", root / "d_prime"))
+        pair = open_postgres_pair(create, tmp_path_factory.mktemp("pg-count-distinct"), base,
+                                  nb.with_rows(base, many_values()))
         yield pair
         pair.close()
 
