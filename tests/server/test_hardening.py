@@ -334,9 +334,8 @@ def test_long_parses_of_one_analyst_do_not_slow_the_others(server):
 
     parses = msg(b"P", b"\0" + ("SELECT " + "+".join(["1"] * 8000))[:16000].encode() +
                  b"\0\0\0") * 20 + msg(b"S")
-    stop = time.monotonic() + 6
 
-    def flood() -> None:
+    def flood() -> None:  # until ``stop``, set before the threads start
         sock = connect(server.pg_port, "pat", password("pat"))
         try:
             while time.monotonic() < stop:
@@ -345,21 +344,29 @@ def test_long_parses_of_one_analyst_do_not_slow_the_others(server):
         finally:
             sock.close()
 
-    with psycopg.connect(server.dsn("quinn"), autocommit=True) as con:
-        query = "SELECT COUNT(*) AS n FROM visits"
-        con.execute(query).fetchall()  # charged once; then a stored answer
-        threads = [threading.Thread(target=flood) for _ in range(8)]
-        for t in threads:
-            t.start()
-        time.sleep(1.5)
+    def latencies(con, query: str) -> list[float]:
         took = []
         for _ in range(15):
             started = time.monotonic()
             con.execute(query).fetchall()
             took.append(time.monotonic() - started)
+        return took
+
+    with psycopg.connect(server.dsn("quinn"), autocommit=True) as con:
+        query = "SELECT COUNT(*) AS n FROM visits"
+        con.execute(query).fetchall()  # charged once; then a stored answer
+        quiet = latencies(con, query)
+        stop = time.monotonic() + 6
+        threads = [threading.Thread(target=flood) for _ in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(1.5)
+        flooded = latencies(con, query)
         for t in threads:
             t.join(30)
-    assert statistics.median(took) < 0.2, took
+    # against the same machine's quiet latency (a fixed 0.2 s failed at 0.22 under CI load);
+    # the old code added about 0.56 s
+    assert statistics.median(flooded) < statistics.median(quiet) + 0.3, (quiet, flooded)
 
 
 def test_stalled_logins_under_made_up_names_do_not_hold_up_real_users():
