@@ -97,6 +97,18 @@ def _answers(con: dpsql.Connection, sql: str, dialect: str | None = None) -> lis
                   for row in rows if row[-1] != 0)
 
 
+def answers_on_both(metadata, folder: Path, target, statements: list[str]) -> tuple[list, list]:
+    """Each statement's ``_answers`` from DuckDB over ``folder``'s CSV files and from
+    ``target`` (a PostgreSQL URL or a Spark session) holding the same table;
+    ``metadata(folder or None)`` is the catalogue of either."""
+    both = []
+    for where, source in ((None, folder), (target, None)):
+        with dpsql.connect(where, metadata=metadata(source), ledger=":memory:",
+                           insecure_seed=1) as con:
+            both.append([_answers(con, sql) for sql in statements])
+    return both[0], both[1]
+
+
 def _duckdbs(folder: Path, sql: str) -> list[tuple]:
     """DuckDB's own answer, without the NULL key (outside every public domain)."""
     con = duckdb.connect()
@@ -201,7 +213,6 @@ PARITY = [sql for sql, own in STATEMENTS if own is None] + [
 def test_postgresql_answers_alike_at_every_stored_date(tmp_path):
     frame = _frame([*DAYS, *EXTREMES, None])
     frame.to_csv(tmp_path / "dated.csv", index=False)
-    answers = {}
     with databases("dpsql_dates") as create:
         url = create()
         import psycopg
@@ -210,11 +221,8 @@ def test_postgresql_answers_alike_at_every_stored_date(tmp_path):
             copy_table(pg, "dated", frame, {"d": "DATE", "ts": "TIMESTAMP"},
                        lambda v, _: None if v is None else v.replace(" (BC)", "") + " BC"
                        if "(BC)" in v else v)
-        for name, target, folder in (("duckdb", None, tmp_path), ("postgresql", url, None)):
-            with dpsql.connect(target, metadata=_metadata(folder), ledger=":memory:",
-                               insecure_seed=1) as con:
-                answers[name] = [_answers(con, sql) for sql in PARITY]
-    assert answers["postgresql"] == answers["duckdb"]
+        duck, postgres = answers_on_both(_metadata, tmp_path, url, PARITY)
+    assert postgres == duck
 
 
 @pytest.mark.spark
@@ -227,12 +235,8 @@ def test_spark_answers_alike(dated, spark, tmp_path):
         spark.createDataFrame(frame.where(frame.notna(), None)).selectExpr(
             "CAST(d AS DATE) AS d", "CAST(ts AS TIMESTAMP) AS ts").createOrReplaceTempView(
             "dated")
-    answers = {}
-    for name, target, folder in (("duckdb", None, tmp_path), ("spark", spark, None)):
-        with dpsql.connect(target, metadata=_metadata(folder), ledger=":memory:",
-                           insecure_seed=1) as con:
-            answers[name] = [_answers(con, sql) for sql in PARITY]
-    assert answers["spark"] == answers["duckdb"]
+    duck, on_spark = answers_on_both(_metadata, tmp_path, spark, PARITY)
+    assert on_spark == duck
 
 
 @pytest.mark.parametrize("sql", [

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent / "backends"))
 sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
 from neighbours import contract, every_neighbour
 from servers import copy_table, databases, spark  # noqa: F401 (fixtures)
-from test_date_functions import _answers  # the non-zero cells at a noise of 0
+from test_date_functions import _answers, answers_on_both  # noise 0
 
 # MovieLens 100k's ratings span 1997-09-20 to 1998-04-22
 LOWER, UPPER = 874724710, 893286638
@@ -187,19 +187,15 @@ def _stored() -> list[int]:
 @pytest.mark.postgres
 def test_postgresql_answers_alike(tmp_path):
     frame = _write(tmp_path, _stored())
-    answers = {}
     with databases("dpsql_epochs") as create:
         url = create()
         import psycopg
 
         with psycopg.connect(url, autocommit=True) as pg:
             copy_table(pg, "rated", frame, {"s": "BIGINT", "ms": "DOUBLE PRECISION"})
-        for name, target, folder in (("duckdb", None, tmp_path), ("postgresql", url, None)):
-            with dpsql.connect(target, metadata=_metadata(folder), ledger=":memory:",
-                               insecure_seed=1) as con:
-                answers[name] = [_answers(con, sql) for sql in PARITY]
-    assert answers["postgresql"] == answers["duckdb"]
-    assert answers["duckdb"][2] == [(3,)]  # FIRST - 1, PAST and 10^15
+        duck, postgres = answers_on_both(_metadata, tmp_path, url, PARITY)
+    assert postgres == duck
+    assert duck[2] == [(3,)]  # FIRST - 1, PAST and 10^15
 
 
 @pytest.mark.spark
@@ -210,12 +206,8 @@ def test_spark_answers_alike(spark, tmp_path):
         warnings.simplefilter("ignore")
         spark.createDataFrame(frame).selectExpr(
             "CAST(s AS BIGINT) AS s", "CAST(ms AS DOUBLE) AS ms").createOrReplaceTempView("rated")
-    answers = {}
-    for name, target, folder in (("duckdb", None, tmp_path), ("spark", spark, None)):
-        with dpsql.connect(target, metadata=_metadata(folder), ledger=":memory:",
-                           insecure_seed=1) as con:
-            answers[name] = [_answers(con, sql) for sql in PARITY]
-    assert answers["spark"] == answers["duckdb"]
+    duck, on_spark = answers_on_both(_metadata, tmp_path, spark, PARITY)
+    assert on_spark == duck
 
 
 def test_epoch_bounds_are_years_1_to_9999():

@@ -232,13 +232,10 @@ def test_a_negative_top_is_refused_before_anything_is_charged(tmp_path: Path) ->
     """--top -1 charged ε 1 and then failed with a ProgrammingError saying 0 was spent."""
     metadata = tmp_path / "car.yaml"
     shutil.copy(META / "car.yaml", metadata)
-    connection = dpsql.connect(None, metadata=str(metadata))
-    try:
+    with dpsql.connect(None, metadata=str(metadata)) as connection:
         with pytest.raises(dpsql.ProgrammingError, match="n must be >= 0"):
             select_attributes(connection, "car", "class", epsilon=1, n=-1)
         assert connection.budget_spent.epsilon == 0
-    finally:
-        connection.close()
 
 
 def test_cli_on_a_duckdb_copy_charges_the_datasets_ledger(car, tmp_path: Path) -> None:
@@ -254,11 +251,8 @@ def test_cli_on_a_duckdb_copy_charges_the_datasets_ledger(car, tmp_path: Path) -
         "--metadata", str(metadata), "--table", "car", "--class", "class", "--epsilon", "2",
         "--db", str(database), "--json"])
     assert json.loads(result.output)["epsilon_spent"] == pytest.approx(2)
-    connection = dpsql.connect(None, metadata=str(metadata))
-    try:
+    with dpsql.connect(None, metadata=str(metadata)) as connection:
         assert connection.budget_spent.epsilon == 2
-    finally:
-        connection.close()
     assert not Path(f"{database}.dpsql-ledger.sqlite").exists()
 
 
@@ -278,11 +272,8 @@ def test_cli_output_that_cannot_be_written_loses_neither_result_nor_budget(tmp_p
     assert isinstance(full.exception, dpsql.OperationalError)
     assert full.exception.epsilon_spent == pytest.approx(1)
     assert json.loads(full.stdout)["epsilon_spent"] == pytest.approx(1)
-    connection = dpsql.connect(None, metadata=str(metadata))
-    try:
+    with dpsql.connect(None, metadata=str(metadata)) as connection:
         assert connection.budget_spent.epsilon == 1
-    finally:
-        connection.close()
     written = tmp_path / "out" / "r.json"
     CliRunner().invoke(command, [*args, str(written)])
     assert json.loads(written.read_text())["selected"]
