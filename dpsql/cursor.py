@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -10,6 +11,7 @@ from dpsql import frames
 from dpsql.dbapi20 import fetch_size
 from dpsql.errors import (
     InterfaceError,
+    NoisyRankingWarning,
     NotSupportedError,
     PrivacyParameterError,
 )
@@ -155,6 +157,9 @@ class Cursor:
         self._results, self._set, self._pos = results, 0, 0
         self.epsilon_spent = sum((r.epsilon for r in results), Fraction(0))
         self.sensitivity = sum((r.sensitivity for r in results), Fraction(0))
+        for result in results:  # last: the answer is the cursor's before any warning raises
+            for message in result.ranking_warnings:
+                warnings.warn(NoisyRankingWarning(message), stacklevel=3)
 
     # --- reading ---------------------------------------------------------------------
     @property

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
 from statistics import NormalDist
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from dpsql.compile.select import NOISY_FRAME, ci_column, interval_source
-from dpsql.errors import InternalError, NoisyRankingWarning, ProgrammingError
+from dpsql.errors import InternalError, ProgrammingError
 from dpsql.mechanisms.calibrate import (
     half_width_units,
     laplace_pair_half_width,
@@ -68,6 +67,9 @@ class NoisyResult:
     sensitivity: Fraction = Fraction(0)
     reused: bool = False  # an earlier identical release, returned again at no cost
     tuned_bounds: dict | None = None  # tune=: the contribution bounds chosen (a DP output)
+    # what the cursor warns of once the release is made (NoisyRankingWarning): warned from
+    # release itself, a caller's warnings-as-errors lost the charged answer
+    ranking_warnings: tuple[str, ...] = ()
 
 
 def dump_results(results: list[NoisyResult]) -> str:
@@ -156,14 +158,14 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
         if out.arithmetic is not None:
             lows, highs = derived_bounds(out.arithmetic, plan, noisy, frame)
             frame[interval_source(out, "low")], frame[interval_source(out, "high")] = lows, highs
-    if checked.ranked is not None:
-        _warn_noisy_ranking(checked, frame)
+    ranking = _noisy_ranking(checked, frame) if checked.ranked is not None else None
     result_names, result_rows, intervals = _post_process(plan, frame, post)
     columns = describe(plan)
     if [c.name for c in columns] != result_names:
         raise InternalError("post-processing changed the output columns")
     return NoisyResult(columns=columns, rows=result_rows, intervals=intervals,
-                       epsilon=plan.loss.epsilon, sensitivity=plan.sensitivity)
+                       epsilon=plan.loss.epsilon, sensitivity=plan.sensitivity,
+                       ranking_warnings=(ranking,) if ranking else ())
 
 
 def _aggregate_bounds(agg, plan: StatementPlan, noisy: dict[str, list],
@@ -317,25 +319,25 @@ _IMAGES = {
 }
 
 
-def _warn_noisy_ranking(checked, frame: dict[str, list]) -> None:
-    """Warn when the 95% intervals of the last row an ORDER BY ... LIMIT k keeps and of the
-    first it leaves out overlap: noise then decides the cut (MovieLens' top 10 of 1,664
-    movies by a count of ±2,100 were ten obscure films). Post-processing of released values."""
+def _noisy_ranking(checked, frame: dict[str, list]) -> str | None:
+    """The warning when the 95% intervals of the last row an ORDER BY ... LIMIT k keeps and
+    of the first it leaves out overlap: noise then decides the cut (MovieLens' top 10 of
+    1,664 movies by a count of ±2,100 were ten obscure films). Post-processing of released
+    values."""
     name, descending, limit = checked.ranked
     values, lows, highs = frame[name], frame[name + "__low"], frame[name + "__high"]
     if len(values) <= limit or None in lows or None in values:  # a quantile: no interval
-        return
+        return None
     order = sorted(range(len(values)), key=values.__getitem__, reverse=descending)
     kept, left = order[limit - 1], order[limit]
-    if (lows[kept] <= highs[left]) if descending else (highs[kept] >= lows[left]):
-        agg = next(a for a in checked.aggregates if a.name == name)
-        warnings.warn(NoisyRankingWarning(
-            f"ORDER BY {agg.sql} LIMIT {limit}: the last row kept ({values[kept]:.4g}, 95% "
+    if not ((lows[kept] <= highs[left]) if descending else (highs[kept] >= lows[left])):
+        return None
+    agg = next(a for a in checked.aggregates if a.name == name)
+    return (f"ORDER BY {agg.sql} LIMIT {limit}: the last row kept ({values[kept]:.4g}, 95% "
             f"interval [{lows[kept]:.4g}, {highs[kept]:.4g}]) and the first left out "
             f"({values[left]:.4g}, [{lows[left]:.4g}, {highs[left]:.4g}]) are within each "
             "other's noise, so noise decides which rows make the cut, and the rows kept are "
-            "those whose noise came out high: their intervals cover less often than 95%"),
-            stacklevel=2)
+            "those whose noise came out high: their intervals cover less often than 95%")
 
 
 def _feasible(agg) -> tuple[float, float]:

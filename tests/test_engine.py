@@ -162,6 +162,12 @@ def test_a_top_k_whose_cut_is_within_the_noise_warns(connect):
     with warnings.catch_warnings():
         warnings.simplefilter("error", dpsql.NoisyRankingWarning)
         assert len(con.execute(sql, epsilon=1000).fetchall()) == 2
+        # warned from the cursor once the answer is its own: turned into an error, the
+        # charged answer is still there (raised from release, it was lost)
+        cursor = con.cursor()
+        with pytest.raises(dpsql.NoisyRankingWarning):
+            cursor.execute(sql, epsilon=0.001)
+        assert len(cursor.fetchall()) == 2 and cursor.epsilon_spent == Fraction(1, 1000)
 
 
 def test_case_bins_as_public_domain(connect):
