@@ -26,7 +26,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from dpsql.server.auth import LoginLimiter
 from dpsql.server.page import APP_JS, PAGE_HTML
 from dpsql.server.service import Service, ServiceError, loggable
 
@@ -206,7 +205,6 @@ class HttpApi:
         # threads while one analyst's slow queries held them all
         self.hashing = ThreadPoolExecutor(2, thread_name_prefix="dpsql-login")
         config = service.config
-        self.limiter = LoginLimiter(config.max_failed_logins, config.lockout_seconds)
         self._verified: dict[tuple[str, str], float] = {}
         routes = [
             Route("/", self.page),
@@ -273,17 +271,17 @@ class HttpApi:
         if self._verified.get(key, 0) > now:
             return user
         known = self.service.role(user) is not None
-        if not await self.limiter.attempt(user, address, known=known):
+        if not await self.service.limiter.attempt(user, address, known=known):
             raise ServiceError("auth_locked", f"too many failed logins for {user!r}; try later")
         ok = False
         try:
             ok = await asyncio.get_running_loop().run_in_executor(
                 self.hashing, self.service.check_login, user, password)
         finally:
-            self.limiter.finish(user, address, ok=ok, known=known)
+            self.service.limiter.finish(user, address, ok=ok, known=known)
         if not ok:
             self.service.login_event(user[:100], "http", False, address)
-            await asyncio.sleep(self.limiter.delay)
+            await asyncio.sleep(self.service.limiter.delay)
             raise ServiceError("auth_failed", "wrong user name or password")
         if len(self._verified) > 10_000:
             self._verified.clear()

@@ -32,7 +32,6 @@ from fractions import Fraction
 from functools import cached_property
 
 from dpsql.server import pgcatalog
-from dpsql.server.auth import LoginLimiter
 from dpsql.server.balance import Acceptor, Sessions
 from dpsql.server.config import Analyst
 from dpsql.server.service import Answer, Failure, Service, ServiceError
@@ -277,7 +276,7 @@ class Session:
         return await self.finish_startup(params)
 
     async def authenticate(self) -> bool:
-        limiter: LoginLimiter = self.server.limiter
+        limiter = self.service.limiter
         known = self.service.role(self.user) is not None
         if not await limiter.attempt(self.user, self.address, known=known):
             await self.send(_error(self._failure(
@@ -833,8 +832,6 @@ class PgServer:
                  require_tls: bool = False) -> None:
         self.service, self.executor, self.tls = service, executor, tls
         self.require_tls = require_tls
-        config = service.config
-        self.limiter = LoginLimiter(config.max_failed_logins, config.lockout_seconds)
         self.sessions: dict[str, int] = {}  # each analyst's open sessions
 
     def open_session(self, account: Analyst) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 import dpsql
 from dpsql import frames
 from dpsql.budget import PrivacyLoss, budget_exhausted, positive, probability
-from dpsql.server.auth import ScramExchange, check_password, mock_salt
+from dpsql.server.auth import LoginLimiter, ScramExchange, check_password, mock_salt
 from dpsql.server.config import Analyst, ConfigError, ServerConfig
 from dpsql.sqltext import split_statements
 
@@ -254,6 +254,9 @@ class Service:
         self._running: dict[str, int] = {}  # requests each analyst has in the engine now
         self.running_per_analyst = config.threads_per_analyst
         self._secret = _login_secret(config.state_dir)
+        # one for both ports (used from the event loop): with one each, a guesser had
+        # max_failed_logins on the PostgreSQL port and as many again over HTTP
+        self.limiter = LoginLimiter(config.max_failed_logins, config.lockout_seconds)
         self._audit = sqlite3.connect(config.state_dir / "audit.sqlite", timeout=60,
                                       isolation_level=None, check_same_thread=False)
         self._audit.execute("PRAGMA journal_mode=WAL")
