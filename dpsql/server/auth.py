@@ -223,8 +223,11 @@ class LoginLimiter:
             self._waiters.append(waiter)
             await waiter
 
-    def finish(self, user: str, address: str, *, ok: bool, known: bool) -> None:
-        """A login ``attempt`` let in is over; ``known``: the user name is an account's."""
+    def finish(self, user: str, address: str, *, ok: bool, known: bool,
+               tried: bool = True) -> None:
+        """A login ``attempt`` let in is over; ``known``: the user name is an account's;
+        ``tried``: the client sent a password (or a SCRAM proof): one that went away or
+        stalled before tried none and learned nothing, so it is not a failure."""
         now = time.monotonic()
         if len(self._failures) > MAX_COUNTS:
             self._evict(now)
@@ -234,7 +237,7 @@ class LoginLimiter:
                 self._pending[key] = left
             else:
                 self._pending.pop(key, None)
-            if not ok:
+            if tried and not ok:
                 self._failures.setdefault(key, []).append(now)
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:

@@ -280,7 +280,7 @@ class HttpApi:
         finally:
             self.service.limiter.finish(user, address, ok=ok, known=known)
         if not ok:
-            self.service.login_event(user[:100], "http", False, address)
+            self.service.login_event(user[:100], "http", "failed", address)
             await asyncio.sleep(self.service.limiter.delay)
             raise ServiceError("auth_failed", "wrong user name or password")
         if len(self._verified) > 10_000:

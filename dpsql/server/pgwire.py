@@ -283,12 +283,19 @@ class Session:
                 "auth_locked", f"too many failed logins for user {self.user!r}; try later"),
                 "FATAL"))
             return False
-        ok = False
+        ok, outcome = False, "abandoned"  # unless the client's proof arrives
         try:
             ok, final = await self._exchange()
-        finally:  # a client gone or timed out mid-exchange is a failure too
-            limiter.finish(self.user, self.address, ok=ok, known=known)
-        self.service.login_event(self.user, "pg", ok, self.address)
+            outcome = "ok" if ok else "failed"
+        except asyncio.CancelledError:  # startup_timeout passed (serve's wait_for)
+            outcome = "timeout"
+            raise
+        finally:
+            # psql hangs up when asked for a password, then asks the user and logins again:
+            # counted as a failure, 3 psql logins in a minute locked the user out
+            limiter.finish(self.user, self.address, ok=ok, known=known,
+                           tried=outcome in ("ok", "failed"))
+            self.service.login_event(self.user, "pg", outcome, self.address)
         if not ok:
             await asyncio.sleep(limiter.delay)
             await self.send(_error(self._failure(

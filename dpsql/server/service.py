@@ -37,6 +37,12 @@ from dpsql.sqltext import split_statements
 
 log = logging.getLogger("dpsql.server")
 
+# a login's outcome -> the audit's (outcome, code): a wrong password or proof, a client that
+# stalled past startup_timeout, and one that hung up before it sent its proof (psql does so
+# when asked for a password it has not read yet)
+LOGIN_OUTCOMES = {"ok": ("ok", None), "failed": ("refused", "auth_failed"),
+                  "timeout": ("refused", "auth_timeout"), "abandoned": ("abandoned", None)}
+
 # dpsql error code -> (SQLSTATE, HTTP status)
 ERROR_CODES: dict[str, tuple[str, int]] = {
     "syntax": ("42601", 400),
@@ -685,12 +691,13 @@ class Service:
                 "refusals": [dict(zip(keys, r, strict=True)) for r in refusals],
                 "requests": [{"analyst": a, "outcome": o, "count": n} for a, o, n in counts]}
 
-    def login_event(self, user: str, interface: str, ok: bool, address: str) -> None:
-        """Audit a login (failed ones show in the owner's refusals)."""
-        self._record(user, None, interface, "login", None, 0, "ok" if ok else "refused",
-                     None if ok else "auth_failed")
-        log.info("login user=%s interface=%s address=%s outcome=%s", loggable(user), interface,
-                 loggable(address), "ok" if ok else "refused")
+    def login_event(self, user: str, interface: str, outcome: str, address: str) -> None:
+        """Audit a login whose ``outcome`` is one of ``LOGIN_OUTCOMES`` (failed and timed-out
+        ones show in the owner's refusals)."""
+        result, code = LOGIN_OUTCOMES[outcome]
+        self._record(user, None, interface, "login", None, 0, result, code)
+        log.info("login user=%s interface=%s address=%s outcome=%s%s", loggable(user),
+                 interface, loggable(address), result, f" code={code}" if code else "")
 
     def _record(self, analyst: str, dataset: str | None, interface: str, action: str,
                 sql: str | None, epsilon: float, outcome: str, code: str | None,
