@@ -21,6 +21,7 @@ from evaluators.anonymization.criteria import (
     SensitiveDomain,
     class_sql,
     model_ok_sql,
+    recursive_l,
     sensitive_domain,
 )
 from evaluators.anonymization.generalize import generalized_select
@@ -144,8 +145,8 @@ def _split(con, relation, config, domain, node, name) -> tuple[str, str]:
     keep = ["rid"] + ([config.sensitive] if config.sensitive else [])
     generalized = generalized_select(relation, config.qids, config.hierarchies, node, keep)
     con.execute(f"CREATE OR REPLACE TEMP TABLE {name}_gen AS {generalized.sql('duckdb')}")
-    l_recursive = int(config.model.l or 2)
-    classes = class_sql(f"{name}_gen", list(config.qids), config.sensitive, domain, l_recursive)
+    classes = class_sql(f"{name}_gen", list(config.qids), config.sensitive, domain,
+                        recursive_l(config.model.l))
     keys = ", ".join(exp.column(q, quoted=True).sql("duckdb") for q in config.qids)
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE {name}_classes AS "

@@ -18,6 +18,7 @@ from evaluators.anonymization.criteria import (
     T_VARIANTS,
     PrivacyModel,
     achieved_privacy,
+    recursive_l,
     sensitive_domain,
 )
 from evaluators.anonymization.dp_release import compare_releases, release_counts
@@ -85,7 +86,8 @@ def command(metadata, table, epsilon, output, insecure_seed, as_json, analyst, l
             t_variant, objective, suppression_limit, rho, reference, no_prune,
             dp_node, dp_epsilon) -> None:
     """Anonymize TABLE by full-domain generalization with suppression (ARX-style), optionally
-    with ρ-Gain passes; print the chosen node, classes, outliers, C_AVG, DM and risks."""
+    with ρ-Gain passes; print the chosen node, classes, outliers, C_AVG, DM, risks, and the
+    k, ℓ and t the release achieves beside the targets."""
     dp_epsilon = epsilon if epsilon is not None else dp_epsilon
     if check:
         payload = _check_table(metadata, table, list(qids), sensitive, hierarchy_dir, analyst,
@@ -117,7 +119,7 @@ def command(metadata, table, epsilon, output, insecure_seed, as_json, analyst, l
     try:
         source = create_source(custodian, table, config.columns)
         result = rho_gain(custodian.duckdb, source, config, rho, reference=reference)
-        payload = result_payload(result, qids)
+        payload = result_payload(result, config)
         if output is not None:
             columns = ", ".join(f'"{c}"' for c in config.columns)
             write_release(custodian.duckdb,
@@ -149,7 +151,7 @@ def _check_table(metadata, table, qids, sensitive, hierarchy_dir, analyst, ledge
         con = custodian.duckdb
         domain = (sensitive_domain(con, source, sensitive, sensitive_hierarchy)
                   if sensitive else None)
-        achieved = achieved_privacy(con, source, qids, sensitive, domain, int(l_value or 2))
+        achieved = achieved_privacy(con, source, qids, sensitive, domain, recursive_l(l_value))
         risk = risk_profile(con, source, qids)
     finally:
         custodian.close()
@@ -245,17 +247,38 @@ def _print_summary(payload: dict) -> None:
         f"{payload['classes']} classes, {payload['outliers']} removed, C_AVG "
         f"{payload['avg_class_size']:.2f}, DM {payload['dm']:.0f}, gain {payload['gain']:.2%}"
     )
+    if payload["achieved"] is not None:
+        click.echo(_achieved_line(payload["achieved"], payload["target"]))
     if "dp" in payload:
         dp = payload["dp"]
         click.echo("\n".join(_dp_lines(dp)))
         click.echo(_compared(dp[EXACT]))
 
 
+def _achieved_line(achieved: dict, target: dict) -> str:
+    """What the release achieves, each figure beside its target (if one was set)."""
+    def beside(name: str, value, goal, digits: str = ".4g") -> str:
+        shown = "none holds" if value is None else format(value, digits)
+        return f"{name} {shown}" + ("" if goal is None else f" (target {goal:g})")
+
+    parts = [beside("k", achieved["k"], target["k"], "d")]
+    if achieved["l"] is not None:  # there is a sensitive attribute
+        if achieved["l_variant"] == "recursive":
+            parts.append(beside(f"recursive (c, {achieved['l']})-diversity for c above",
+                                achieved["c"], target["c"]))
+        else:
+            parts.append(beside(f"{achieved['l_variant']} ℓ", achieved["l"], target["l"]))
+    if achieved["t"] is not None:  # hierarchical EMD needs the sensitive hierarchy
+        parts.append(beside(f"t ({achieved['t_variant']} EMD, largest of the classes)",
+                            achieved["t"], target["t"]))
+    return "achieved by the release: " + ", ".join(parts)
+
+
 def _dp_lines(dp: dict) -> list[str]:
     """The DP release's header, a note if it was the stored answer of an earlier one, and
     its comparison with the truth."""
-    lines = [f"ε-DP counts (ε = {dp['epsilon_spent']:g}) at node {tuple(dp['node'])}, "
-             f"from {dp['node_from']}"]
+    lines = [(f"ε-DP counts (ε = {dp['epsilon_spent']:g}) at node {tuple(dp['node'])}, "
+              f"from {dp['node_from']}")]
     note = reuse_note(dp["epsilon_spent"], dp["epsilon"])
     return lines + ([note] if note else [])
 

@@ -233,6 +233,28 @@ class AchievedPrivacy:
     t_ordered: float | None = None
     t_hierarchical: float | None = None
 
+    def of_model(self, model: PrivacyModel) -> dict:
+        """The achieved k, and the ℓ and t in ``model``'s variants (None without a sensitive
+        attribute). For recursive (c, ℓ)-diversity ℓ is the model's and c the largest ratio
+        r1 / (r_ℓ+…+r_m) of a class, which any c the release satisfies must exceed (None when
+        a class has fewer than ℓ values: no c holds)."""
+        achieved = {"k": self.k, "l": None, "l_variant": model.l_variant, "c": None,
+                    "t": None, "t_variant": model.t_variant}
+        if self.distinct_l is None:
+            return achieved
+        if model.l_variant == "recursive":
+            achieved["l"] = recursive_l(model.l)
+            achieved["c"] = None if math.isinf(self.recursive_c) else self.recursive_c
+        else:
+            achieved["l"] = self.entropy_l if model.l_variant == "entropy" else self.distinct_l
+        achieved["t"] = getattr(self, f"t_{model.t_variant}")
+        return achieved
+
+
+def recursive_l(l_value: float | None) -> int:
+    """The ℓ of recursive (c, ℓ)-diversity as the checks use it: whole, 2 when none is set."""
+    return int(l_value or 2)
+
 
 def class_sql(
     relation: str,

@@ -21,6 +21,7 @@ from evaluators.anonymization.anonymizer import (
     anonymize_pass,
     reference_domain,
 )
+from evaluators.anonymization.criteria import AchievedPrivacy, achieved_privacy, recursive_l
 from evaluators.anonymization.metrics import UtilitySummary, utility_summary
 from evaluators.anonymization.risk import RiskProfile, risk_profile
 
@@ -36,6 +37,8 @@ class RhoGainResult:
     union: UtilitySummary  # classes = (pass, tuple) groups: the thesis's per-pass counting
     risk: RiskProfile | None  # classes = published tuples, as an attacker sees them
     release_table: str
+    # k, ℓ, t of the published tuples (classes as for ``risk``), t against the whole table
+    achieved: AchievedPrivacy | None
 
     @property
     def waste(self) -> int:
@@ -77,7 +80,7 @@ def rho_gain(
         raise dpsql.ProgrammingError(
             f"unknown reference distribution {reference!r}", hint="use 'original' or 'input'"
         )
-    domain = reference_domain(con, source, config)
+    domain = original = reference_domain(con, source, config)
     passes: list[PassResult] = []
     relation = source
     for number in range(rho + 1):
@@ -99,8 +102,12 @@ def rho_gain(
     con.execute(f"CREATE OR REPLACE TEMP TABLE {RELEASE} AS {union}")
     records = passes[0].input_records
     summary = utility_summary(con, RELEASE, ["pass", *config.qids], records)
-    risk = risk_profile(con, RELEASE, config.qids) if summary.published else None
-    return RhoGainResult(passes, records, summary, risk, RELEASE)
+    risk = achieved = None
+    if summary.published:
+        risk = risk_profile(con, RELEASE, config.qids)
+        achieved = achieved_privacy(con, RELEASE, list(config.qids), config.sensitive, original,
+                                    recursive_l(config.model.l))
+    return RhoGainResult(passes, records, summary, risk, RELEASE, achieved)
 
 
 def pass_payload(number: int, result: PassResult) -> dict:
@@ -127,11 +134,13 @@ def pass_payload(number: int, result: PassResult) -> dict:
     }
 
 
-def result_payload(result: RhoGainResult, qids: list[str]) -> dict:
-    """The whole run as a JSON-ready dict: pass 0's node, union figures and every pass."""
+def result_payload(result: RhoGainResult, config: AnonymizationConfig) -> dict:
+    """The whole run as a JSON-ready dict: pass 0's node, union figures, the model's targets
+    and what the release achieves (``AchievedPrivacy.of_model``), and every pass."""
     first = result.passes[0]
+    model = config.model
     return {
-        "qids": list(qids),
+        "qids": list(config.qids),
         "node": list(first.node),
         "records": result.records,
         "published": result.union.published,
@@ -142,6 +151,9 @@ def result_payload(result: RhoGainResult, qids: list[str]) -> dict:
         "max_prosecutor_risk": result.risk.max_prosecutor_risk if result.risk else None,
         "marketer_risk": result.risk.marketer_risk if result.risk else None,
         "gain": result.gain if len(result.passes) > 1 else 0.0,
+        "target": {"k": model.k, "l": model.l, "l_variant": model.l_variant, "c": model.c,
+                   "t": model.t, "t_variant": model.t_variant},
+        "achieved": result.achieved.of_model(model) if result.achieved else None,
         "passes": [pass_payload(i, p) for i, p in enumerate(result.passes)],
         "epsilon_spent": 0.0,
     }

@@ -581,3 +581,50 @@ def test_a_dp_node_release_is_not_gated_by_the_exact_search(tmp_path):
         assert dp["epsilon_spent"] == 1 and {cell["age"] for cell in dp["counts"]} >= {20, 25}
         assert set(dp["scored on the true rows (not DP)"]) == {"dp_vs_exact", "k_anonymous_vs_exact"}
         assert "dp" not in dp and "k_anonymous" not in dp
+
+
+def _anonymize_zips(tmp_path, *options: str) -> CliRunner:
+    """``anonymize`` of eight people by zip (hierarchy 1301 → 130* → *), sensitive s:
+    1301 a b, 1302 a a, 1401 b c, 1402 c b. Without suppression only 130* / 140* is
+    2-diverse: 130* holds a a a b, 140* b b c c, against the whole table's a 3/8, b 3/8,
+    c 2/8."""
+    (tmp_path / "h").mkdir(exist_ok=True)
+    (tmp_path / "h" / "zip.csv").write_text(
+        "".join(f"{z};{z[:3]}*;*\n" for z in ("1301", "1302", "1401", "1402")))
+    rows = [("1301", "a"), ("1301", "b"), ("1302", "a"), ("1302", "a"), ("1401", "b"),
+            ("1401", "c"), ("1402", "c"), ("1402", "b")]
+    (tmp_path / "t.csv").write_text("zip,s\n" + "".join(f"{z},{s}\n" for z, s in rows))
+    (tmp_path / "t.yaml").write_text(
+        "tables:\n  t:\n    source: t.csv\n    privacy_unit: null\n    columns:\n"
+        "      zip: {type: text}\n      s: {type: text}\n")
+    return CliRunner().invoke(command, [
+        "--metadata", str(tmp_path / "t.yaml"), "--table", "t", "--hierarchies",
+        str(tmp_path / "h"), "--qid", "zip", "--sensitive", "s", "--k", "2",
+        "--suppression-limit", "0", "--ledger", ":memory:", *options])
+
+
+def test_the_release_reports_the_k_l_and_t_it_achieves_beside_the_targets(tmp_path):
+    """Only the targets were known: a release at ℓ 2, t 0.4 achieved ℓ 2 and t 0.375 but
+    said neither. By hand: k = 4; distinct ℓ = 2; entropy ℓ = exp(H(3/4, 1/4)) = 1.7548 at
+    130* (140* has exp(ln 2) = 2); equal EMD ½(3/8 + 1/8 + 2/8) = 0.375 in both classes,
+    ordered EMD (3/8 + 2/8) / 2 = 0.3125."""
+    result = _anonymize_zips(tmp_path, "--l", "2", "--t", "0.4", "--json")
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert payload["node"] == [1] and payload["published"] == 8
+    assert payload["achieved"] == {"k": 4, "l": 2, "l_variant": "distinct", "c": None,
+                                   "t": pytest.approx(0.375), "t_variant": "equal"}
+    assert payload["target"] == {"k": 2, "l": 2, "l_variant": "distinct", "c": None, "t": 0.4,
+                                 "t_variant": "equal"}
+    result = _anonymize_zips(tmp_path, "--l", "1.5", "--l-variant", "entropy", "--t", "0.4",
+                             "--t-variant", "ordered", "--json")
+    achieved = json.loads(result.output)["achieved"]
+    assert achieved["l"] == pytest.approx(math.exp(-(0.75 * math.log(0.75)
+                                                      + 0.25 * math.log(0.25))))
+    assert achieved["t"] == pytest.approx(0.3125)
+    result = _anonymize_zips(tmp_path, "--l", "2", "--l-variant", "recursive", "--c", "4",
+                             "--json")
+    assert json.loads(result.output)["achieved"]["c"] == pytest.approx(3.0)  # 130*: 3 / 1
+    text = _anonymize_zips(tmp_path, "--l", "2", "--t", "0.4").output
+    assert ("achieved by the release: k 4 (target 2), distinct ℓ 2 (target 2), "
+            "t (equal EMD, largest of the classes) 0.375 (target 0.4)") in text
