@@ -1,7 +1,8 @@
 """A GROUP BY key's public domain narrowed by the WHERE conjuncts that read it alone.
 
-A conjunct of WHERE that reads one key column alone (day <> 'Mon', region_id IN (1, 2))
-drops every row of the key values it rejects, and whether it rejects a value depends on
+A conjunct of WHERE that reads one key alone (day <> 'Mon', region_id IN (1, 2), or the key's
+very expression: RIGHT(release_date, 4) IN ('1995', '1996') for that key) drops every row of
+the key values it rejects, and whether it rejects a value depends on
 the declared value and the query's literals only, never on the data: the cells of those
 values are empty on every database, so they are not released. Only what Python computes
 exactly as every backend does is evaluated here (comparisons of numbers, dates and
@@ -29,19 +30,27 @@ _EQUALITIES = ("eq", "ne", "is_distinct", "is_not_distinct", "in")
 
 
 def kept_by_where(key: Expr, where: Expr | None) -> tuple | None:
-    """The key's domain values that every conjunct of WHERE reading that key column alone
-    keeps (None: no such conjunct, or it would keep none, or one cannot be evaluated)."""
-    if key.op != "col" or key.domain is None or where is None:
+    """The key's domain values that every conjunct of WHERE reading that key alone keeps
+    (None: no such conjunct, or it would keep none, or one cannot be evaluated). A key
+    computed from columns is read alone where the conjunct reads those columns only through
+    the key's whole expression, compared structurally."""
+    if key.domain is None or where is None or not key.columns():
         return None
-    conjuncts = [c for c in _conjuncts(where) if c.columns() == {key.value}]
+    conjuncts = [c for c in _conjuncts(where)
+                 if c.columns() and c.columns() <= key.columns() and _reads_only(c, key)]
     if not conjuncts:
         return None
     try:
         kept = tuple(v for v in key.domain
-                     if all(_value(c, v) is True for c in conjuncts))
+                     if all(_value(c, v, key) is True for c in conjuncts))
     except _Unsure:
         return None
     return kept if kept and len(kept) < len(key.domain) else None
+
+
+def _reads_only(e: Expr, key: Expr) -> bool:
+    """Whether every column ``e`` reads is read inside an occurrence of ``key``."""
+    return e == key or e.op != "col" and all(_reads_only(a, key) for a in e.args)
 
 
 def unmatched_columns(where: Expr | None) -> list[Expr]:
@@ -55,7 +64,7 @@ def unmatched_columns(where: Expr | None) -> list[Expr]:
         if column is None or not column.domain:
             continue
         try:
-            if not any(_value(conjunct, v) is True for v in column.domain):
+            if not any(_value(conjunct, v, column) is True for v in column.domain):
                 found.append(column)
         except _Unsure:
             continue
@@ -94,11 +103,16 @@ def _plain(value, kind: str):
     return value
 
 
-def _value(e: Expr, value):
-    """``e`` where its one column holds ``value``: True, False, None (NULL) or a value."""
-    if e.op in ("col", "lit"):
-        return _plain(value if e.op == "col" else e.value, e.type)
-    args = [_value(a, value) for a in e.args]
+def _value(e: Expr, value, key: Expr):
+    """``e`` where ``key`` (a column or an expression) is ``value``: True, False, None (NULL)
+    or a value."""
+    if e == key:
+        return _plain(value, e.type)
+    if e.op == "lit":
+        return _plain(e.value, e.type)
+    if e.op == "col":
+        raise _Unsure  # a column read outside the key
+    args = [_value(a, value, key) for a in e.args]
     if e.op == "not":
         return None if args[0] is None else not args[0]
     if e.op in ("and", "or"):
