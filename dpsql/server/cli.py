@@ -156,6 +156,10 @@ def serve(config_path: str, workers: int | None) -> None:
 
     try:  # fail before listening: datasets open, shares fit their totals
         Service(config).close()
+        if config.http_port is not None:
+            from dpsql.server.http import check_uvicorn
+
+            check_uvicorn()
     except Exception as err:  # noqa: BLE001 - shown to the data owner, who holds the paths
         raise click.ClickException(f"cannot serve: {err}") from err
     pg_sock = _listen(config.host, config.pg_port, "pg_port")

@@ -20,11 +20,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import h11
+import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 from dpsql.server.page import APP_JS, PAGE_HTML
 from dpsql.server.service import Service, ServiceError, loggable
@@ -122,6 +123,35 @@ class Deadlines:
     def __init__(self, header: float, body: float, per_address: int, late: bytes) -> None:
         self.header, self.body, self.per_address, self.late = header, body, per_address, late
         self.waiting: dict[str, dict[TimedH11Protocol, None]] = {}  # oldest first
+
+
+# what TimedH11Protocol reads of uvicorn, which documents none of it: (class, function, the
+# names the function must use). uvicorn is pinned from below only, and a release renaming
+# one of them would lose the deadlines, with a traceback per connection or silently
+_UVICORN_INTERNALS = (
+    (H11Protocol, "__init__", ("conn", "transport", "client", "cycle", "loop")),
+    (H11Protocol, "handle_events", ("on_response_complete",)),
+    (RequestResponseCycle, "__init__", ("response_started",)),
+)
+_HOOKS = ("connection_made", "data_received", "on_response_complete", "connection_lost")
+
+
+def check_uvicorn() -> None:
+    """Refuse (RuntimeError) to serve HTTP with a uvicorn whose H11Protocol lacks what the
+    deadlines of ``TimedH11Protocol`` read or override."""
+    missing = [f"H11Protocol.{hook}" for hook in _HOOKS
+               if not callable(getattr(H11Protocol, hook, None))]
+    for cls, function, names in _UVICORN_INTERNALS:
+        code = getattr(getattr(cls, function, None), "__code__", None)
+        missing += [f"{cls.__name__}.{function}: {name}" for name in names
+                    if code is None or name not in code.co_names]
+    missing += [f"h11.{state}" for state in ("IDLE", "SEND_BODY") if not hasattr(h11, state)]
+    if missing:
+        raise RuntimeError(
+            f"uvicorn {uvicorn.__version__} (h11 {h11.__version__}) lacks what the HTTP "
+            f"port's deadlines on slow clients read: {', '.join(missing)}; install a uvicorn "
+            "dpsql was tested with (pip install 'uvicorn>=0.30,<0.55') or turn the HTTP port "
+            "off (listen.http_port: null)")
 
 
 class TimedH11Protocol(H11Protocol):
