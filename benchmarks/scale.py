@@ -20,7 +20,10 @@ its own; a thread samples the size of its spill folder every 0.1 s. The sides:
 - ``one_group``: the statement with at most 1 day and 8 rows per person-day, the paired plan
   in its one-group-a-person form (a person's least pair by one MIN aggregate, no sort);
 - ``snapshot``: Q2 on a connection with ``bounding="snapshot"``: the first query bounds every
-  person's rows into a temporary table (``compile/bound.py``), then answers from it.
+  person's rows into a temporary table (``compile/bound.py``), then answers from it;
+- ``distinct_raw`` / ``distinct``: ``SELECT day, COUNT(DISTINCT amount) ... GROUP BY day`` on
+  raw DuckDB, and through dpsql (each person keeps at most 2 distinct amounts per day, chosen
+  by keyed hash, in 3 days: ``per_person.distinct_values``).
 
 All DuckDB sides but the last run under ``--memory-limit`` (default: dpsql's default).
 """
@@ -44,6 +47,7 @@ import duckdb
 DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 DAYS_SQL = "[" + ", ".join(f"'{day}'" for day in DAYS) + "]"
 Q2 = "SELECT day, COUNT(*) AS n, SUM(amount) AS total FROM visits GROUP BY day"
+DISTINCT = "SELECT day, COUNT(DISTINCT amount) AS amounts FROM visits GROUP BY day"
 RAW = {
     "raw": Q2,
     "pass": "SELECT COUNT(*), SUM(n), SUM(s) FROM (SELECT uid, day, COUNT(*) AS n, "
@@ -54,8 +58,10 @@ RAW = {
               "COUNT(*) AS n, SUM(amount) AS s FROM r WHERE rn <= 2 GROUP BY uid, day), "
               "g AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY uid ORDER BY hash(uid, day, 7)) "
               "AS gn FROM c) SELECT day, SUM(n), SUM(s) FROM g WHERE gn <= 3 GROUP BY day",
+    "distinct_raw": DISTINCT,
 }
-SIDES = ("raw", "pass", "window", "dpsql", "paired", "paired_unlimited", "one_group", "snapshot")
+SIDES = ("raw", "pass", "window", "dpsql", "paired", "paired_unlimited", "one_group", "snapshot",
+         "distinct_raw", "distinct")
 
 
 def generate(workdir: Path, rows: int) -> Path:
@@ -123,7 +129,7 @@ def child(side: str, path: Path, memory_limit: str | None, spill: Path) -> dict:
         with dpsql.connect(metadata=metadata(path, *bounds), ledger=":memory:", insecure_seed=1,
                            memory_limit=memory_limit, temp_directory=str(spill),
                            bounding="snapshot" if side == "snapshot" else "per_query") as con:
-            rows = con.execute(Q2, epsilon=1).fetchall()
+            rows = con.execute(DISTINCT if side == "distinct" else Q2, epsilon=1).fetchall()
     seconds = time.perf_counter() - start
     return {"side": side, "seconds": seconds, "rows_out": len(rows),
             "rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
