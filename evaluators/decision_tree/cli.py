@@ -23,8 +23,8 @@ from evaluators.decision_tree.tree import DPDecisionTree
                    seed_help="Seed of the train/test split and of split-choice randomness (the "
                    "noise stays cryptographic unless --insecure-seed is given).")
 @click.option("--class", "target", required=True, help="The class column (declared values).")
-@click.option("--depth", type=click.IntRange(min=0), default=5, show_default=True,
-              help="Number of split levels.")
+@click.option("--depth", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Number of split levels (3, the report's ε sweep).")
 @click.option("--test-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               default=0.3, show_default=True, help="Share of rows the custodian holds out.")
 @click.option("--criterion", type=click.Choice(CRITERIA), default="info_gain", show_default=True)

@@ -47,6 +47,7 @@ from evaluators.decision_tree.tree import DPDecisionTree
 from evaluators.experiments.figures import save_figure
 
 ROOT = Path(__file__).resolve().parents[2]
+TEST_FRACTION = 0.3
 DIFFPRIVLIB_PYTHON = os.environ.get("DPSQL_DIFFPRIVLIB_PYTHON", "/tmp/dpl-venv/bin/python")
 N_TREES = 10
 
@@ -130,7 +131,8 @@ def run(plan: Plan) -> pd.DataFrame:
 def split(dataset: Dataset, rep: int, directory: Path) -> Holdout:
     """Repetition ``rep``'s 70/30 custodian split of ``dataset`` (seeded with ``rep``), its
     training rows in ``N_TREES`` parts for the forest, under a large budget."""
-    return split_holdout(dataset.metadata, dataset.table, dataset.target, test_fraction=0.3,
+    return split_holdout(dataset.metadata, dataset.table, dataset.target,
+                         test_fraction=TEST_FRACTION,
                          directory=directory, seed=rep, parts=N_TREES, budget=1e9,
                          ledger=":memory:")
 
@@ -182,6 +184,16 @@ def _one_split(dataset: Dataset, holdout: Holdout, rep: int, plan: Plan) -> list
     rows += _sklearn(schema, train, holdout.test, depths, base)
     rows += _diffprivlib(schema, train, holdout.test, plan, depths, base, rep)
     return rows
+
+
+def cli_command(dataset: Dataset, epsilon: float, depth: int, rep: int) -> str:
+    """The ``dpsql evaluate tree`` command of one information-gain setting of the protocol
+    (split, tree and noise seeded with ``rep``, a throw-away ledger): it scores what the
+    reproduction scores for that setting."""
+    excluded = "".join(f" --exclude {name}" for name in dataset.exclude)
+    return (f"dpsql evaluate tree -m data/datasets/{dataset.name}.yaml -t {dataset.table} "
+            f"--class {dataset.target} -e {epsilon:g} --depth {depth} --test-fraction "
+            f"{TEST_FRACTION:g}{excluded} --seed {rep} --insecure-seed {rep} --ledger :memory:")
 
 
 def _seeded_fit(model: DPDecisionTree, holdout: Holdout, dataset: Dataset, truth: np.ndarray,
@@ -414,6 +426,11 @@ def _markdown(results: pd.DataFrame) -> str:
          f"({reps} repetition(s) of a fresh 70/30 custodian split per dataset; noise with "
          "`insecure_seed=rep`). Plots: `accuracy_vs_epsilon.png`, `accuracy_vs_depth.png`; "
          "raw rows: `results.csv`; means: `summary.csv`."),
+        "",
+        ("One setting from the command line (Adult, ε = 1, depth 3, split 0; it scores what "
+         "the run scores for that setting):"),
+        "",
+        f"    {cli_command(DATASETS[0], FULL.depth_epsilon, FULL.sweep_depth, 0)}",
         "",
         _headline(results),
         METHOD_TEXT,

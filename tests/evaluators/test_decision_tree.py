@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import warnings
 from fractions import Fraction
@@ -405,3 +406,33 @@ def test_the_reproduction_scores_a_setting_alike_in_both_sweeps(tmp_path, monkey
     assert sorted(same["sweep"]) == ["sweep_depth", "sweep_epsilon"]
     figures = same[["accuracy", "grown_depth", "scripts"]].drop_duplicates()
     assert len(figures) == 1, same
+    # the command the report prints for a setting scores what the reproduction scored
+    monkeypatch.chdir(dpsql.catalog.PROJECT_ROOT)
+    line = experiment.cli_command(car, 1.0, 3, 0)
+    result = CliRunner().invoke(command, shlex.split(line)[3:] + ["--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output[result.output.index("{"):])
+    assert payload["scored on the true rows (not DP)"]["test_accuracy"] == figures["accuracy"].iloc[0]
+    assert payload["depth"] == figures["grown_depth"].iloc[0]
+
+
+def test_the_reports_tree_command_parses_to_the_protocol():
+    """The report's command is the protocol (it was not: the CLI's default depth was 5, the
+    report's 3, and its Adult tree split on the sampling weight fnlwgt, which the protocol
+    excludes)."""
+    adult = experiment.DATASETS[0]
+    line = experiment.cli_command(adult, experiment.FULL.depth_epsilon,
+                                  experiment.FULL.sweep_depth, 0)
+    assert line in (dpsql.catalog.PROJECT_ROOT / "docs" / "reports" / "decision_tree"
+                    / "README.md").read_text()
+    params = command.make_context("tree", shlex.split(line)[3:]).params
+    assert (params["epsilon"], params["depth"], params["test_fraction"]) == (1.0, 3, 0.3)
+    assert params["exclude"] == ("fnlwgt", "education-num") == adult.exclude
+    assert (params["criterion"], params["trees"], params["seed"], params["insecure_seed"]) == (
+        "info_gain", 1, 0, 0)
+    # what the reproduction leaves at DPDecisionTree's defaults, the CLI's defaults must be
+    tree = DPDecisionTree(1.0)
+    assert (params["selection"], params["bins"]) == (tree.settings.selection,
+                                                     tree.schema_options["numeric_bins"])
+    assert command.make_context("tree", ["-m", line.split()[4], "-t", "adult", "--class",
+                                         "salary-class"]).params["depth"] == 3
