@@ -275,9 +275,11 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
                       con.explain(sql, epsilon=epsilon, delta=delta)["statements"]] \
             if as_json else None
         frames, notes = [], []  # each set as column -> values, and what its dashes mean
+        keys = []  # each set's columns shown as written: GROUP BY keys and literals
         while True:
             noisy = bool(cursor.description) and any(c.noise for c in cursor.description)
             frames.append(result_columns(cursor._require(), intervals=noisy))
+            keys.append({c.name for c in cursor.description or () if noisy and not c.noise})
             notes.append([f"{c.name}: a DP quantile, its rank within ±{c.rank_error:,.0f} rows "
                           "of the true one's (95%); no interval in values"
                           for c in cursor.description or () if c.rank_error is not None] +
@@ -299,10 +301,10 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
                            for s, f in zip(statements, frames, strict=True)],
         }, default=str))
         return
-    for index, (frame, noted) in enumerate(zip(frames, notes, strict=True), 1):
+    for index, (frame, noted, plain) in enumerate(zip(frames, notes, keys, strict=True), 1):
         if len(frames) > 1:
             click.echo(f"-- statement {index}")
-        click.echo(_format(frame))
+        click.echo(_format(frame, plain))
         for note in noted:
             click.echo(note)
         click.echo()
@@ -329,18 +331,19 @@ def _plain(value):
     return int(value) if value.denominator == 1 else float(value)
 
 
-def _format(frame: dict[str, list]) -> str:
+def _format(frame: dict[str, list], keys: frozenset[str] | set[str] = frozenset()) -> str:
     """Show each noisy column with its 95% interval as 'value  [low, high]'.
 
     ``frame`` is column -> values (``frames.columns``); the layout is pandas' ``to_string``
-    without the index (right-aligned, one space apart), without importing pandas.
+    without the index (right-aligned, one space apart), without importing pandas. ``keys``
+    are shown as written (a year 1997, not 1,997; a decade 10, not 10.00).
     """
     shown: dict[str, list[str]] = {}
     for column, values in frame.items():
         if column.endswith(("_low", "_high")) and column.rsplit("_", 1)[0] in frame:
             continue
         numeric = _is_numeric(values)
-        shown[column] = [_cell(v, numeric) for v in values]
+        shown[column] = [_key_cell(v) if column in keys else _cell(v, numeric) for v in values]
         if f"{column}_low" in frame:
             # a quantile (exponential mechanism) has no interval: a dash, not [NULL, NULL]
             shown[f"{column} 95% CI"] = [
@@ -359,6 +362,13 @@ def _format(frame: dict[str, list]) -> str:
 
 def _is_numeric(values: list) -> bool:
     return any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def _key_cell(value) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return _cell(value) if value is None or isinstance(value, float) and math.isnan(value) \
+        else str(value)
 
 
 def _cell(value, numeric: bool = False) -> str:

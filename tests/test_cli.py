@@ -400,3 +400,14 @@ def test_hints_name_the_command_lines_flags(tmp_path):
     assert "e.g. --epsilon 1.0" in hint("SELECT COUNT(*) AS n FROM visits", "--epsilon", "0")
     hinted = hint("/* dpsql: ci95 <= 50 */ " + keys.replace("amount", "day"), "--epsilon", "1")
     assert hinted.startswith("drop --epsilon (or the clause's OPTIONS(epsilon=...))")
+
+
+def test_run_shows_keys_as_written(data_dir):
+    """Keys went through the values' format: a year read 1,997 and a decade 10.00."""
+    sql = ("SELECT (FLOOR(age / 10) * 10) AS decade, age * 100 + 1000 AS code, COUNT(*) AS n "
+           "FROM adult WHERE age < 19 GROUP BY decade, code")
+    out = _dpsql("run", "-", "-m", _meta(data_dir), "-e", "1", "--ledger", data_dir / "k.sqlite",
+                 stdin=sql)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines()[1:3]]
+    assert [row[:2] for row in rows] == [["10", "2700"], ["10", "2800"]], out.stdout
