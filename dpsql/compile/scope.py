@@ -314,11 +314,40 @@ def build(node: exp.Expression, scope) -> Expr:
     return ops.build(node, scope)
 
 
+def with_public_domain(expr: Expr, relation: Relation, public_values) -> Expr:
+    """A column of a public table with the table's distinct values (``public_values(table,
+    column)``, None when too many) as its domain; any other expression as it is."""
+    if expr.domain is not None or expr.op != "col" or public_values is None:
+        return expr
+    origin = relation.columns[expr.value].origin
+    values = public_values(*origin) if origin else None
+    return expr if values is None else replace(expr, domain=values)
+
+
+class PublicDomains:
+    """The row scope where a public table's column carries its distinct values as a domain, so
+    that an expression of it (RIGHT(release_date, 4)) has a public domain as one of declared
+    values does."""
+
+    def __init__(self, scope: Scope, public_values) -> None:
+        self.scope, self.sql, self.public_values = scope, scope.sql, public_values
+
+    def intercept(self, node: exp.Expression) -> Expr | None:
+        return self.scope.intercept(node)
+
+    def lookup(self, node: exp.Column) -> Expr:
+        return with_public_domain(self.scope.lookup(node), self.scope.relation,
+                                  self.public_values)
+
+
 class Resolver:
     """Compiles the FROM clauses of one statement against the catalogue."""
 
-    def __init__(self, catalog: Catalog, sql: str | None, names: Names | None = None) -> None:
-        self.catalog, self.sql = catalog, sql
+    def __init__(self, catalog: Catalog, sql: str | None, names: Names | None = None,
+                 public_values=None) -> None:
+        """``public_values(table, column)``: a public table's distinct values of a column
+        (None when too many), the domain of a subquery's column computed from it."""
+        self.catalog, self.sql, self.public_values = catalog, sql, public_values
         self.names = names or Names()
 
     def from_clause(self, select: exp.Select, ctes: dict | None = None) -> Relation:
@@ -449,7 +478,7 @@ class Resolver:
                 columns[internal] = replace(inner.columns[expr.value], name=internal, label=name)
             else:
                 columns[internal] = ColumnInfo(internal, expr.type, expr.interval, expr.domain,
-                                               expr.nullable, name,
+                                               expr.nullable, name, _public_source(expr, inner),
                                                identifies=bool(expr.columns() &
                                                                inner.identifying))
             names[(alias_key, name.lower())] = internal
@@ -478,7 +507,11 @@ class Resolver:
             if not name:
                 raise ProgrammingError(f"the derived column {body_expr.sql(dialect='duckdb')!r} "
                                        "needs an alias", sql=self.sql, hint="add AS <name>")
-            add(name, build(body_expr, scope))
+            # a computed column of a public table's columns has their values' images as its
+            # domain (a plain column keeps its origin, whose values a GROUP BY key reads)
+            plain = isinstance(scope, GroupScope) or isinstance(body_expr, exp.Column)
+            add(name, build(body_expr, scope if plain else
+                            PublicDomains(scope, self.public_values)))
         if isinstance(scope, GroupScope):
             inner = scope.relation()
         unit = None
@@ -646,6 +679,23 @@ class Resolver:
         l0, linf, total = _joined_bounds(left, right)
         return replace(combined, node=node, unit=left.unit, public=False, l0=l0, linf=linf,
                        total=total, unit_columns=left.unit_columns | right.unit_columns)
+
+
+_FROM_PUBLIC = "computed from public table "
+
+
+def _public_source(expr: Expr, rows: Relation) -> str | None:
+    """Where a computed column's domain comes from, when public tables' columns (or columns
+    computed from them) give it: 'computed from public table regions.region_id'."""
+    read = set()
+    for info in (rows.columns[c] for c in expr.columns()):
+        if info.origin is not None:
+            read.add(".".join(info.origin))
+        elif info.source is not None and info.source.startswith(_FROM_PUBLIC):
+            read.update(info.source.removeprefix(_FROM_PUBLIC).split(", "))
+    if expr.domain is None or not read:
+        return None
+    return _FROM_PUBLIC + ", ".join(sorted(read))
 
 
 def _one_row_a_person(relation: Relation) -> bool:
