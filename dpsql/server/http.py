@@ -32,7 +32,7 @@ from dpsql.server.service import Service, ServiceError, loggable
 
 log = logging.getLogger("dpsql.server")
 MAX_BODY = 64 * 1024
-BODY_KEYS = frozenset({"sql", "epsilon", "delta", "params", "tune"})
+BODY_KEYS = frozenset({"sql", "epsilon", "delta", "params", "tune", "dialect"})
 _SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
@@ -60,6 +60,9 @@ def openapi() -> dict:
                        "tune": {"type": "number", "exclusiveMinimum": 0,
                                 "description": "slice of epsilon spent on choosing the "
                                 "table's contribution bounds first (query only)"},
+                       "dialect": {"type": "string", "description": "the SQL dialect of "
+                                   "sql (duckdb, postgres, spark, ...; default: the "
+                                   "metadata's, else duckdb)"},
                        "params": {"type": "array", "items": {}}}}}}}
 
     def op(summary: str, ok: dict, *, body: dict | None = None, dataset: bool = False) -> dict:
@@ -360,6 +363,9 @@ class HttpApi:
                                  not isinstance(value, (int, float))):
                 raise ServiceError("bad_privacy_parameter", f"{name} must be a number",
                                    hint=f"leave {name} out for your default")
+        if "dialect" in body and not isinstance(body["dialect"], str):
+            raise ServiceError("protocol", "dialect must be a string such as \"postgres\"",
+                               hint="leave dialect out for the dataset's default")
         params = body.get("params")
         if params is not None and not (isinstance(params, list) and all(
                 isinstance(p, (str, int, float, bool)) or p is None for p in params)):
@@ -432,11 +438,12 @@ class HttpApi:
         dataset = request.path_params["dataset"]
         return await self._call(request, lambda user, body: self.service.query(
             user, dataset, body["sql"], body.get("params"), epsilon=body.get("epsilon"),
-            delta=body.get("delta"), tune=body.get("tune"), interface="http").to_json(),
+            delta=body.get("delta"), tune=body.get("tune"), dialect=body.get("dialect"),
+            interface="http").to_json(),
             body=True)
 
     async def explain(self, request: Request) -> JSONResponse:
         dataset = request.path_params["dataset"]
         return await self._call(request, lambda user, body: self.service.explain(
             user, dataset, body["sql"], body.get("params"), epsilon=body.get("epsilon"),
-            delta=body.get("delta"), interface="http"), body=True)
+            delta=body.get("delta"), dialect=body.get("dialect"), interface="http"), body=True)

@@ -8,7 +8,8 @@ Flush), text-format results, ErrorResponse with SQLSTATE, message and hint, and 
 Statements: a SELECT is one DP release (its noisy columns followed by ``<col>_low`` and
 ``<col>_high``); ``EXPLAIN <select>`` returns the plan without spending;
 ``SET dpsql.epsilon = 0.5`` / ``RESET dpsql.epsilon`` / ``SHOW dpsql.epsilon`` set the ε of
-the following queries (``dpsql.delta`` their δ, ``dpsql.tune`` their tuning slice);
+the following queries (``dpsql.delta`` their δ, ``dpsql.tune`` their tuning slice,
+``dpsql.dialect`` the SQL dialect they are read in: the metadata's, else PostgreSQL's);
 ``SHOW dpsql.budget`` and ``SHOW dpsql.last_release`` return JSON;
 ``DECLARE name CURSOR FOR <select>`` is one release whose rows ``FETCH`` returns;
 BEGIN/COMMIT/ROLLBACK and other SETs are accepted and do nothing (a release cannot be taken
@@ -154,7 +155,7 @@ _SAVEPOINT = re.compile(r"^(savepoint|release|rollback(?:\s+(?:work|transaction)
 _DEALLOCATE = re.compile(r'^deallocate\s+(?:prepare\s+)?(?:(all)|"((?:[^"]|"")+)"|(\w+))$',
                          re.IGNORECASE)
 _DISCARD = re.compile(r"^discard\s+(all|plans|sequences|temp|temporary)$", re.IGNORECASE)
-_SETTINGS = ("dpsql.epsilon", "dpsql.delta", "dpsql.tune")
+_SETTINGS = ("dpsql.epsilon", "dpsql.delta", "dpsql.tune", "dpsql.dialect")
 _EXPLAIN = re.compile(r"^explain\s+(.+)$", re.IGNORECASE | re.DOTALL)
 _NAME = r'("(?:[^"]|"")+"|\w+)'
 MAX_CURSORS = 16  # DECLAREd cursors a session may hold open
@@ -195,6 +196,8 @@ class Session:
         self.epsilon: float | None = None
         self.delta: Fraction | None = None  # SET dpsql.delta: δ of the following queries
         self.tune: float | None = None  # SET dpsql.tune: a slice of ε spent on the bounds
+        self.dialect: str | None = None  # SET dpsql.dialect, else the default (_dialect)
+        self.postgres = True  # a client writing PostgreSQL: any but dpsql's own (remote.py)
         self.last_release: dict | None = None
         self.counted = False  # among its analyst's open sessions (PgServer.open_session)
         self.status = b"I"
@@ -266,6 +269,8 @@ class Session:
             await self.send(_error(self.service.failure(err), "FATAL"))
             return False
         self.user = params.get("user", "")
+        # dpsql's Python client offers the embedded API, which reads DuckDB's SQL by default
+        self.postgres = params.get("application_name") != "dpsql-client"
         self.dataset = params.get("database", "") or self.user
         if self.server.require_tls and self.writer.get_extra_info("ssl_object") is None:
             await self.send(_error(self._failure("auth_failed", "this server accepts only "
@@ -399,7 +404,7 @@ class Session:
             plan = await loop.run_in_executor(
                 self.server.executor, lambda: self.service.explain(
                     self.user, self.dataset, match.group(1), default_epsilon=self.epsilon,
-                    default_delta=self.delta, interface="pg"))
+                    default_delta=self.delta, dialect=self._dialect(), interface="pg"))
             lines = json.dumps(plan, indent=2, ensure_ascii=False).splitlines()
             return _Result("EXPLAIN", [{"name": "QUERY PLAN", "type": "TEXT"}],
                            [[line] for line in lines])
@@ -423,7 +428,8 @@ class Session:
         answer: Answer = await loop.run_in_executor(
             self.server.executor, lambda: self.service.query(
                 self.user, self.dataset, text, params, default_epsilon=self.epsilon,
-                default_delta=self.delta, tune=self.tune, interface="pg"))
+                default_delta=self.delta, tune=self.tune, dialect=self._dialect(),
+                interface="pg"))
         self.last_release = {"epsilon_spent": answer.epsilon_spent, "reused": answer.reused,
                              "truncated": answer.truncated, "columns": answer.columns,
                              "budget_remaining": answer.remaining}
@@ -502,7 +508,7 @@ class Session:
                 self.portals.clear()
                 self.portal_results.clear()
                 self.cursors.clear()
-                self.epsilon = self.delta = self.tune = None
+                self.epsilon = self.delta = self.tune = self.dialect = None
             return _Result(f"DISCARD {match.group(1).upper()}")
         if _SET_ANY.match(text):
             self._set(text)
@@ -514,7 +520,8 @@ class Session:
         return None
 
     def _set(self, text: str) -> None:
-        """``SET dpsql.epsilon | dpsql.delta | dpsql.tune = value | DEFAULT``; other settings
+        """``SET dpsql.epsilon | dpsql.delta | dpsql.tune | dpsql.dialect = value | DEFAULT``;
+        other settings
         are ignored (docs/server.md), but a misspelt dpsql setting is refused rather than
         ignored. A refused value leaves the setting as it was."""
         match = _SET.match(text)
@@ -522,8 +529,8 @@ class Session:
         if name not in _SETTINGS:
             if name.startswith("dpsql.") or (not match and "dpsql." in text.lower()):
                 raise ServiceError("not_supported", f"unknown dpsql setting in {text[:80]!r}",
-                                   hint="SET dpsql.epsilon = 0.5, SET dpsql.delta = '1e-6' "
-                                   "or SET dpsql.tune = 0.05")
+                                   hint="SET dpsql.epsilon = 0.5, SET dpsql.delta = '1e-6', "
+                                   "SET dpsql.tune = 0.05 or SET dpsql.dialect = duckdb")
             return
         value = match.group(2).strip()
         if value.lower() == "default":
@@ -532,6 +539,9 @@ class Session:
         value = value.strip("'\"")
         if name == "dpsql.delta":  # exact, as the embedded API reads it: 0 ≤ δ < 1
             self.delta = self.service.session_delta(value)
+            return
+        if name == "dpsql.dialect":
+            self.dialect = self.service.dialect(self.dataset, value)
             return
         try:
             number = float(value)
@@ -546,6 +556,10 @@ class Session:
         else:
             self.tune = number
 
+    def _dialect(self) -> str:
+        """The dialect the session's statements are read in (``Service.dialect``)."""
+        return self.service.dialect(self.dataset, self.dialect, postgres=self.postgres)
+
     def _reset(self, name: str) -> None:
         if name in ("dpsql.epsilon", "all"):
             self.epsilon = None
@@ -553,12 +567,15 @@ class Session:
             self.delta = None
         if name in ("dpsql.tune", "all"):
             self.tune = None
+        if name in ("dpsql.dialect", "all"):
+            self.dialect = None
 
     def _show(self, name: str) -> _Result:
         values = {
             "dpsql.epsilon": lambda: "default" if self.epsilon is None else f"{self.epsilon:g}",
             "dpsql.delta": lambda: "default" if self.delta is None else f"{float(self.delta):g}",
             "dpsql.tune": lambda: "off" if self.tune is None else f"{self.tune:g}",
+            "dpsql.dialect": self._dialect,
             "dpsql.budget": lambda: json.dumps(self.service.budget(self.user)),
             "dpsql.last_release": lambda: json.dumps(self.last_release),
             "dpsql.catalogue": lambda: json.dumps(self.service.catalogue(self.user,
@@ -571,8 +588,8 @@ class Session:
         }
         if name not in values:
             raise ServiceError("not_supported", f"unknown setting {name!r}",
-                               hint="dpsql.epsilon, dpsql.delta, dpsql.tune, dpsql.budget, "
-                               "dpsql.last_release, dpsql.catalogue")
+                               hint="dpsql.epsilon, dpsql.delta, dpsql.tune, dpsql.dialect, "
+                               "dpsql.budget, dpsql.last_release, dpsql.catalogue")
         return _Result("SHOW", [{"name": name, "type": "TEXT"}], [[values[name]()]])
 
     def _result_messages(self, result: _Result, describe: bool, limit: int = 0) -> bytes:
@@ -724,7 +741,7 @@ class Session:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.server.executor, lambda: self.service.describe(
             self.user, self.dataset, pieces[0], [None] * placeholders or None,
-            default_epsilon=self.epsilon, default_delta=self.delta))
+            default_epsilon=self.epsilon, default_delta=self.delta, dialect=self._dialect()))
 
     def _check_held(self, kept: dict, name: str, size: int) -> None:
         """Make room for a statement or portal of ``size`` bytes in ``kept`` under ``name``

@@ -28,9 +28,12 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+import yaml
+
 import dpsql
 from dpsql import frames
 from dpsql.budget import PrivacyLoss, budget_exhausted, positive, probability
+from dpsql.parse import check_dialect
 from dpsql.server.auth import LoginLimiter, ScramExchange, check_password, mock_salt
 from dpsql.server.config import Analyst, ConfigError, ServerConfig
 from dpsql.sqltext import split_statements
@@ -246,6 +249,7 @@ class _DatasetState:
     name: str
     budget: PrivacyLoss | None
     catalogue: dict
+    dialect: str | None  # the one its metadata names (``dialect:``), if any
     pools: dict[str, list] = field(default_factory=dict)
 
 
@@ -286,7 +290,8 @@ class Service:
             catalog = con.catalog
             self._accounts[name] = con
             _check_servable(name, catalog)
-            self._datasets[name] = _DatasetState(name, catalog.budget, _publish(catalog))
+            self._datasets[name] = _DatasetState(name, catalog.budget, _publish(catalog),
+                                                 _named_dialect(config.datasets[name].metadata))
             for table in catalog.tables.values():
                 if table.source and os.sep in str(table.source):
                     source = os.path.abspath(str(table.source))
@@ -315,12 +320,12 @@ class Service:
         return con
 
     def _borrow(self, account: Analyst, dataset: str, default_epsilon=None,
-                default_delta: Fraction | None = None):
+                default_delta: Fraction | None = None, dialect: str = "duckdb"):
         """A connection of the analyst's whose default ε is the session's (``SET
         dpsql.epsilon``), else the account's, and whose default δ is the session's (``SET
         dpsql.delta``, else 0): defaults, so that a statement's own ``OPTIONS(epsilon=...,
         delta=...)`` wins over them, as over ``epsilon_per_query`` and ``delta_per_query``
-        embedded."""
+        embedded. It reads SQL in ``dialect`` (see ``dialect``)."""
         default = account.epsilon_per_query if default_epsilon is None else default_epsilon
         default = None if default is None else positive(default, "epsilon")
         state = self._datasets[dataset]
@@ -333,6 +338,9 @@ class Service:
         # borrowed by this request alone; connection.py has no setter for the defaults
         con._engine.epsilon_per_query = default
         con._engine.delta_per_query = default_delta
+        # a statement's identity is its tree, read in this dialect (parse.identity), so an
+        # answer stored for one dialect is reused only for SQL that means the same in another
+        con._engine.dialect = dialect
         return con
 
     def _give_back(self, account: Analyst, dataset: str, con) -> None:
@@ -393,19 +401,31 @@ class Service:
         return account
 
     # --- requests ------------------------------------------------------------------------
+    def dialect(self, dataset: str, asked: str | None = None, *,
+                postgres: bool = False) -> str:
+        """The SQL dialect a request reads: ``asked`` (a session's ``SET dpsql.dialect``,
+        an HTTP body's ``"dialect"``), else the one the dataset's metadata names, else
+        PostgreSQL's for a ``postgres`` client (psql's users write PostgreSQL: DuckDB's
+        refused their TO_CHAR) and DuckDB's for the others, as embedded."""
+        if asked is not None:
+            return check_dialect(asked)
+        named = self._datasets[dataset].dialect
+        return named or ("postgres" if postgres else "duckdb")
+
     def query(self, user: str, dataset: str, sql: str, params=None, *, epsilon=None,
               delta=None, default_epsilon=None, default_delta: Fraction | None = None,
-              tune=None, interface: str = "http") -> Answer:
+              tune=None, dialect: str | None = None, interface: str = "http") -> Answer:
         """Run one DP SELECT for an analyst; every outcome is audited. ``epsilon`` and
         ``delta`` are the request's own, ``default_epsilon`` and ``default_delta`` the
         session's (see ``_borrow``). ``tune`` spends that slice of its ε on choosing the
-        table's contribution bounds first (``autotune``)."""
+        table's contribution bounds first (``autotune``). ``dialect``: see ``dialect``."""
         started = time.perf_counter()
         try:
             account = self._admit(user, dataset, sql)
+            defaults = (default_epsilon, default_delta, self.dialect(dataset, dialect))
             with self._slot(user):
                 answer = self._run(account, dataset, sql, params, (epsilon, delta),
-                                   (default_epsilon, default_delta), tune)
+                                   defaults, tune)
         except (dpsql.Error, ServiceError) as err:
             failure = self.failure(err)
             self._record(user, dataset, interface, "query", sql, failure.epsilon_spent,
@@ -425,7 +445,8 @@ class Service:
 
     def _run(self, account: Analyst, dataset: str, sql: str, params, loss: tuple,
              defaults: tuple, tune) -> Answer:
-        """The release at the request's (ε, δ), each None for the session's ``defaults``."""
+        """The release at the request's (ε, δ), each None for the session's ``defaults``
+        (ε, δ and dialect)."""
         epsilon, delta = loss
         con = self._borrow(account, dataset, *defaults)
         try:
@@ -580,13 +601,15 @@ class Service:
                       reused=spent == 0 and bool(noisy), dataset=dataset)
 
     def describe(self, user: str, dataset: str, sql: str, params=None, *,
-                 default_epsilon=None, default_delta=None) -> list[dict] | None:
+                 default_epsilon=None, default_delta=None,
+                 dialect: str | None = None) -> list[dict] | None:
         """The columns a statement would answer with (those of ``query``, interval columns
         included), planned with its parameters as given (NULL where not bound yet): nothing
         is run or spent. None when it cannot be planned so: its refusal comes at execution."""
         account = self._admit(user, dataset, sql)
+        dialect = self.dialect(dataset, dialect)
         with self._slot(user):
-            con = self._borrow(account, dataset, default_epsilon, default_delta)
+            con = self._borrow(account, dataset, default_epsilon, default_delta, dialect)
             try:
                 return _columns(con.describe(sql, params))
             except dpsql.Error:  # not a query (SET, BEGIN, SHOW ...) or refused: at execution
@@ -596,13 +619,14 @@ class Service:
 
     def explain(self, user: str, dataset: str, sql: str, params=None, *, epsilon=None,
                 delta=None, default_epsilon=None, default_delta=None,
-                interface: str = "http") -> dict:
+                dialect: str | None = None, interface: str = "http") -> dict:
         """The DP plan of a statement or script with its parameters bound: cost, mechanisms,
         errors; spends nothing."""
         try:
             account = self._admit(user, dataset, sql)
+            dialect = self.dialect(dataset, dialect)
             with self._slot(user):
-                con = self._borrow(account, dataset, default_epsilon, default_delta)
+                con = self._borrow(account, dataset, default_epsilon, default_delta, dialect)
                 try:
                     # connection.py's explain takes no parameters; the engine's does
                     exact_delta = None if delta is None else probability(delta, "delta")
@@ -759,6 +783,14 @@ def _login_secret(state_dir) -> bytes:
         finally:
             draft.unlink()
     return path.read_bytes()
+
+
+def _named_dialect(metadata) -> str | None:
+    """The ``dialect:`` a metadata file names, None when it names none (the catalogue reads
+    that as DuckDB's, and cannot tell the two apart)."""
+    raw = yaml.safe_load(metadata.read_text(encoding="utf-8"))
+    named = raw.get("dialect") if isinstance(raw, dict) else None
+    return None if named is None else check_dialect(named)
 
 
 def _check_servable(name: str, catalog) -> None:
