@@ -271,9 +271,7 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
                 raise _cli_hint(err, "--tune is the slice of the statement's ε spent on its "
                                 f"bounds, e.g. {example}") from err
             raise
-        statements = [s["sql"] for s in
-                      con.explain(sql, epsilon=epsilon, delta=delta)["statements"]] \
-            if as_json else None
+        explained = con.explain(sql, epsilon=epsilon, delta=delta)["statements"]
         frames, notes = [], []  # each set as column -> values, and what its dashes mean
         keys = []  # each set's columns shown as written: GROUP BY keys and literals
         while True:
@@ -296,17 +294,22 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
             **({"tuned_bounds": tuned} if tuned else {}),
             "total_sensitivity": _plain(cursor.sensitivity),
             "budget_remaining": None if remaining is None else float(remaining.epsilon),
-            "statements": [{"sql": s, "columns": list(f),
+            "statements": [{"sql": s["sql"], "columns": list(f),
                             "rows": [[_json_cell(v) for v in row] for row in zip(*f.values())]}
-                           for s, f in zip(statements, frames, strict=True)],
+                           for s, f in zip(explained, frames, strict=True)],
         }, default=str))
         return
-    for index, (frame, noted, plain) in enumerate(zip(frames, notes, keys, strict=True), 1):
+    for index, (frame, noted, plain, planned) in enumerate(
+            zip(frames, notes, keys, explained, strict=True), 1):
         if len(frames) > 1:
             click.echo(f"-- statement {index}")
         click.echo(_format(frame, plain))
         for note in noted:
             click.echo(note)
+        if planned.get("contribution") and not tuned:
+            # the metadata's bounds, not the data's: saying what they drop is free, and the
+            # intervals alone read as if they covered the whole table
+            click.echo(_kept(planned["contribution"], planned["groups"]))
         click.echo()
     if tuned:
         bounds = ", ".join(f"{k} {v}" for k, v in tuned.items())
