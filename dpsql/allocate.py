@@ -21,7 +21,10 @@ Coefficients (h = (U − L)/2, k the centre of a centred sum; for ratios the unk
 cancels in Var_o / Var_o(even)): COUNT 1 on its count; SUM 1 on its sum (and k² on the
 count when it is a centred sum plus k·count); AVG 1 on the centred sum and h²/3 on the count
 (E[(mean − k)²] for a mean uniform over [L, U]); VAR and STDDEV 1 on the sum of squares,
-4h²/3 on the sum and h⁴/9 on the count. Quantiles (exponential mechanism) and the private
+4h²/3 on the sum and h⁴/9 on the count; COVAR_POP and COVAR_SAMP 1 on the sum of products,
+h_y²/3 on x's sum, h_x²/3 on y's and h_x²·h_y²/9 on the count, and CORR (in the units of a
+covariance, for a correlation² of 1/2 and variances h²/3) those and h_y²/(8·h_x²) on x's sum
+of squares, h_x²/(8·h_y²) on y's. Quantiles (exponential mechanism) and the private
 keys' selection count keep the even share. Each ε_i (ρ_i) is rounded down to a multiple of
 2^-40, so the measurements never spend more than the release's ε (ρ), exactly.
 
@@ -43,8 +46,10 @@ from dpsql.budget import proportional
 from dpsql.catalog import Catalog
 from dpsql.plan import COUNT_KINDS, CheckedQuery, NoisePart, shown_part
 from dpsql.rewrite import (
+    COVARIANCE_KINDS,
     SPREAD_KINDS,
     as_gaussian,
+    covariance_parts,
     domain_size,
     measures,
     noise_parts,
@@ -61,6 +66,9 @@ def coefficients(checked: CheckedQuery, parts: list[NoisePart]) -> dict[str, dic
         own = {p.role: p for p in parts if agg.name in p.feeds}
         if agg.kind == "quantile":
             continue
+        if agg.kind in COVARIANCE_KINDS:
+            found[agg.name] = _covariance_coefficients(agg, covariance_parts(agg, parts))
+            continue
         if agg.kind in COUNT_KINDS:
             found[agg.name] = {shown_part(own).column: 1.0}
             continue
@@ -75,6 +83,22 @@ def coefficients(checked: CheckedQuery, parts: list[NoisePart]) -> dict[str, dic
             found[agg.name] = {total.column: 1.0, own["count"].column: float(total.center) ** 2}
         else:
             found[agg.name] = {total.column: 1.0}
+    return found
+
+
+def _covariance_coefficients(agg, parts: dict) -> dict[str, float]:
+    """A covariance's coefficients (module docstring), by part column (x's and y's sums are
+    one part in COVAR_POP(x, x): their terms add up)."""
+    hx = float(agg.upper - agg.lower) / 2
+    hy = float(agg.other_upper - agg.other_lower) / 2
+    terms = {"products": 1.0, "sum_x": hy * hy / 3, "sum_y": hx * hx / 3,
+             "count": (hx * hy) ** 2 / 9}
+    if agg.kind == "corr" and hx > 0 and hy > 0:
+        terms.update(sumsq_x=hy * hy / (8 * hx * hx), sumsq_y=hx * hx / (8 * hy * hy))
+    found: dict[str, float] = {}
+    for name, c in terms.items():
+        column = parts[name].column
+        found[column] = found.get(column, 0.0) + c
     return found
 
 

@@ -64,7 +64,14 @@ from dpsql.release import (
     load_results,
     release,
 )
-from dpsql.rewrite import MAX_DOMAIN_CELLS, domain_size, part_count, rewrite
+from dpsql.rewrite import (
+    COVARIANCE_KINDS,
+    MAX_DOMAIN_CELLS,
+    covariance_parts,
+    domain_size,
+    part_count,
+    rewrite,
+)
 from dpsql.versions import data_version
 
 ANALYSED_KEPT = 256  # checked statements kept per connection
@@ -672,7 +679,9 @@ def _explain_statement(plan: StatementPlan) -> dict:
         agg = next((a.sql for a in plan.checked.aggregates if a.name == part.aggregate),
                    "keys: COUNT(DISTINCT person)")
         parts.append({
-            "aggregate": agg, "part": part.role, "sensitivity": _number(part.sensitivity),
+            # a covariance's sum of (x − cx)·(y − cy) is a sum, shown by what it adds up
+            "aggregate": agg, "part": "products" if part.product else part.role,
+            "sensitivity": _number(part.sensitivity),
             "feeds": [a.sql for a in plan.checked.aggregates if a.name in part.feeds],
             "epsilon": float(part.epsilon), "rho": float(part.rho), "scale": float(part.scale),
             "mechanism": f"discrete_{part.mechanism}", "grid": float(part.grid),
@@ -725,10 +734,15 @@ def _explain_outputs(plan: StatementPlan) -> list[dict]:
     ratios whose error shrinks with the group's size n: shown at n = 100, 1,000 and 10,000
     rows, for a mean at the edge of the bounds (the largest error) and linearised for the
     variances; a STDDEV's is the square root of its VAR's (|√a − √b| ≤ √|a − b|, whatever
-    the spread), in the value's own units.
+    the spread), in the value's own units. A covariance's measurements are named by what
+    they are (``rewrite.covariance_parts``) and its error is linearised likewise
+    (``_covariance_error``).
     """
     outputs = []
     for agg in plan.checked.aggregates:
+        if agg.kind in COVARIANCE_KINDS:
+            outputs.append(_covariance_error(agg, plan))
+            continue
         own = {p.role: p for p in plan.parts if agg.name in p.feeds}
         width = {role: half_width_units(p) * float(p.grid) for role, p in own.items()}
         entry = {"aggregate": agg.sql, "measurements": [p.column for p in own.values()]}
@@ -745,3 +759,25 @@ def _explain_outputs(plan: StatementPlan) -> list[dict]:
                 n: math.sqrt(numerator / n) if root else numerator / n for n in ROWS_SHOWN}
         outputs.append(entry)
     return outputs
+
+
+def _covariance_error(agg, plan: StatementPlan) -> dict:
+    """A covariance's measurements by name and its expected error at n rows, linearised:
+    (w_P + h_y·w_Sx + h_x·w_Sy + h_x·h_y·w_N)/n for COVAR (the centred means within ±h), and
+    for CORR that over the standard deviations of inputs spread evenly over their bounds
+    (h/√3 each) plus 3·(w_Qx/h_x² + w_Qy/h_y²)/(2n) from the variances, w each part's 95%
+    half-width. A guide to the size of the error; the released interval is the bound."""
+    parts = covariance_parts(agg, plan.parts)
+    width = {name: half_width_units(p) * float(p.grid) for name, p in parts.items()}
+    hx = float(agg.upper - agg.lower) / 2
+    hy = float(agg.other_upper - agg.other_lower) / 2
+    numerator = width["products"] + hy * width["sum_x"] + hx * width["sum_y"] + \
+        hx * hy * width["count"]
+    if agg.kind == "corr" and hx > 0 and hy > 0:
+        at_rows = {n: numerator / (n * hx * hy / 3) + 3 * (
+            width["sumsq_x"] / hx ** 2 + width["sumsq_y"] / hy ** 2) / (2 * n)
+            for n in ROWS_SHOWN}
+    else:
+        at_rows = {n: numerator / n for n in ROWS_SHOWN}
+    return {"aggregate": agg.sql, "measurements": {name: p.column for name, p in parts.items()},
+            "ci95_half_width_at_rows": at_rows}

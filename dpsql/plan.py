@@ -54,9 +54,12 @@ class Aggregate:
     """One aggregate call of the query and what it needs from the data.
 
     ``kind`` is one of count_star, count, count_distinct_unit (persons), count_distinct (the
-    distinct values of ``arg``), sum, avg, the VAR/STDDEV kinds and quantile. ``arg`` is the
-    row-level IR input (None for COUNT(*) and COUNT(DISTINCT person));
-    ``lower``/``upper`` its declared or derived bounds; ``sql`` how the analyst wrote it.
+    distinct values of ``arg``), sum, avg, the VAR/STDDEV kinds, the covariance kinds
+    (covar_pop, covar_samp, corr) and quantile. ``arg`` is the row-level IR input (None for
+    COUNT(*) and COUNT(DISTINCT person)); ``lower``/``upper`` its declared or derived bounds;
+    ``sql`` how the analyst wrote it. A covariance has two inputs: ``arg`` is x and ``other``
+    is y (``other_lower``, ``other_upper``, ``other_integral`` its bounds), each NULL on the
+    rows where the other is, so that both count the rows where x and y are non-NULL.
     """
 
     name: str
@@ -67,6 +70,10 @@ class Aggregate:
     upper: Fraction | None = None
     integral: bool = True
     quantile: Fraction | None = None  # q of MEDIAN / QUANTILE_CONT / MIN (0) / MAX (1)
+    other: Any = None  # a covariance's y (its x is ``arg``)
+    other_lower: Fraction | None = None
+    other_upper: Fraction | None = None
+    other_integral: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +164,14 @@ class NoisePart:
     shared: str | None = None  # id of a measurement several statements of the release show
     paid: bool = True  # False: an earlier statement draws this shared measurement and pays
     joint: Joint | None = None  # mechanism 'linf': the block drawn with it
+    # the IR input it adds up or counts (None: every row), or (x, y) for the sum of the
+    # products (x − cx)·(y − cy) of a covariance: which of an aggregate's parts is which
+    arg: Any = field(default=None, compare=False)
+
+    @property
+    def product(self) -> bool:
+        """Whether it is a covariance's sum of products (a sum of role 'sum')."""
+        return isinstance(self.arg, tuple)
 
     @property
     def sigma2_units(self) -> Fraction:
@@ -289,7 +304,9 @@ class ScriptPlan:
             for s in self.statements for p in s.parts] + [
             # the metadata's domains and bounds: the keys released and the values clamped
             f"{key.name} {key.domain!r}" for s in self.statements for key in s.checked.keys
-        ] + [f"{a.name} {a.lower} {a.upper}" for s in self.statements
+        ] + [f"{a.name} {a.lower} {a.upper}" + (
+            f" {a.other_lower} {a.other_upper}" if a.other is not None else "")
+             for s in self.statements
              for a in s.checked.aggregates] + [
             # the contribution bounds: which of a person's rows are kept
             f"{t.privacy_unit} {t.max_groups_per_unit} {t.max_rows_per_group} "

@@ -33,7 +33,7 @@ from dpsql.mechanisms.samplers import (
     discrete_linf,
 )
 from dpsql.plan import COUNT_KINDS, Joint, StatementPlan, shown_part
-from dpsql.rewrite import SPREAD_KINDS
+from dpsql.rewrite import COVARIANCE_KINDS, SPREAD_KINDS, covariance_parts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -172,6 +172,8 @@ def _aggregate_bounds(agg, plan: StatementPlan, noisy: dict[str, list],
                       confidence: float = CONFIDENCE) -> tuple[list, list, list]:
     """An aggregate's released values (not a quantile's) and the ends of their intervals at
     ``confidence``, from the noisy values of its parts."""
+    if agg.kind in COVARIANCE_KINDS:
+        return _covariance(agg, covariance_parts(agg, plan.parts), noisy, confidence)
     own = {p.role: p for p in plan.parts if agg.name in p.feeds}
     if agg.kind in SPREAD_KINDS:
         return _spread(agg, [own["sum"], own["sumsq"], own["count"]], noisy, confidence)
@@ -488,6 +490,112 @@ def _spread(agg, parts, noisy: dict, confidence: float) -> tuple[list, list, lis
     return values, lows, highs
 
 
+def _covariance(agg, parts: dict, noisy: dict, confidence: float) -> tuple[list, list, list]:
+    """COVAR_POP, COVAR_SAMP or CORR from noisy centred sums Sx and Sy, the sum P of the
+    products (x − cx)·(y − cy) and the count N of the rows where x and y are both non-NULL
+    (and for CORR the sums of squares Qx and Qy of x − cx and y − cy), c the middles of the
+    bounds, with an interval.
+
+    With C = P − Sx·Sy/N: covar_pop = C/N, clamped to [−hx·hy, hx·hy] (h the half-widths of
+    the bounds: |covariance| ≤ sd_x·sd_y ≤ hx·hy), and covar_samp that times N/(N − 1), as
+    VAR's. CORR = C / sqrt((Qx − Sx²/N)·(Qy − Sy²/N)) clamped to [−1, 1], and None (NULL)
+    where N < 2 or a variance's estimate is ≤ 0 (no spread to correlate).
+
+    The interval holds the value over the box of the m parts' intervals, each at
+    1 − (1 − confidence)/m (Bonferroni: the box holds all m truths with probability ≥
+    ``confidence``, and the formula's truth is then inside its range). A covariance is
+    linear in P and in each of Sx and Sy, so its range over them is at their ends, and
+    a/N − b/N² (pop) or (a − b/N)/(N − 1) (samp) in N peaks at 2b/a or at a root of
+    a·N² − 2b·N + b. CORR's is interval arithmetic over C, Qx − Sx²/N and Qy − Sy²/N
+    (conservative: Sx appears in two of them), [−1, 1] where a variance's interval reaches 0.
+    Both are [−top, top] where N's interval reaches 1.
+    """
+    corr = agg.kind == "corr"
+    sample = agg.kind == "covar_samp"
+    names = ["sum_x", "sum_y", "products", "count"] + (["sumsq_x", "sumsq_y"] if corr else [])
+    distinct = {parts[name].column for name in names}
+    level = 1 - (1 - confidence) / len(distinct)
+    widths = {name: _half_width(parts[name], level) for name in names}
+    values = {name: noisy[parts[name].column] for name in names}
+    top = 1.0 if corr else float((agg.upper - agg.lower) * (agg.other_upper - agg.other_lower)
+                                 / 4)
+
+    def covariance(sx, sy, p, n):
+        n = max(n, 1)
+        value = min(max((p - sx * sy / n) / n, -top), top)
+        return value * n / (n - 1) if sample and n > 1 else value
+
+    def correlation(sx, sy, p, n, qx, qy):
+        if n < 2:
+            return None
+        vx, vy = qx - sx * sx / n, qy - sy * sy / n
+        if vx <= 0 or vy <= 0:
+            return None
+        return min(max((p - sx * sy / n) / math.sqrt(vx * vy), -1.0), 1.0)
+
+    released, lows, highs = [], [], []
+    for row in zip(*(values[name] for name in names), strict=True):
+        cell = dict(zip(names, row, strict=True))
+        value = correlation(*row) if corr else covariance(*row)
+        released.append(value)
+        ends = {name: (cell[name] - widths[name], cell[name] + widths[name]) for name in names}
+        low_n = ends["count"][0]
+        if low_n <= 1:
+            widest = 2 * top if sample else top  # a sample of two at the corners
+            lows.append(-widest)
+            highs.append(widest)
+            continue
+        if corr:
+            low, high = _correlation_range(ends)
+        else:
+            low, high = _covariance_range(ends, sample)
+            widest = top * low_n / (low_n - 1) if sample else top
+            low, high = _clamp(low, -widest, widest), _clamp(high, -widest, widest)
+        lows.append(low if value is None else min(low, value))
+        highs.append(high if value is None else max(high, value))
+    return released, lows, highs
+
+
+def _covariance_range(ends: dict, sample: bool) -> tuple[float, float]:
+    """The least and greatest (P − Sx·Sy/N)/N, or /(N − 1), over the box ``ends`` (N > 1)."""
+    counts = ends["count"]
+    found = []
+    for sx in ends["sum_x"]:
+        for sy in ends["sum_y"]:
+            for p in ends["products"]:
+                a, b = p, sx * sy
+                if not sample:
+                    peaks = [2 * b / a] if a else []
+                    divisor = 0
+                else:  # the roots of a·N² − 2b·N + b = 0
+                    root = b * b - a * b
+                    peaks = [] if not a or root < 0 else [
+                        (b + sign * math.sqrt(root)) / a for sign in (-1, 1)]
+                    divisor = 1
+                for n in (*counts, *(c for c in peaks if counts[0] < c < counts[1])):
+                    found.append((a - b / n) / (n - divisor))
+    return min(found), max(found)
+
+
+def _correlation_range(ends: dict) -> tuple[float, float]:
+    """Interval arithmetic for C / sqrt(Vx·Vy) over the box ``ends`` (N > 1), within
+    [−1, 1]."""
+    low_n, high_n = ends["count"]
+    numerators = [p - sx * sy / n for sx in ends["sum_x"] for sy in ends["sum_y"]
+                  for p in ends["products"] for n in (low_n, high_n)]
+    spreads = []
+    for side in ("x", "y"):
+        sums, squares = ends[f"sum_{side}"], ends[f"sumsq_{side}"]
+        least = 0.0 if sums[0] <= 0 <= sums[1] else min(s * s for s in sums)
+        spreads.append((squares[0] - max(s * s for s in sums) / low_n,
+                        squares[1] - least / high_n))
+    if spreads[0][0] <= 0 or spreads[1][0] <= 0:
+        return -1.0, 1.0
+    roots = (math.sqrt(spreads[0][0] * spreads[1][0]), math.sqrt(spreads[0][1] * spreads[1][1]))
+    ratios = [c / r for c in (min(numerators), max(numerators)) for r in roots]
+    return _clamp(min(ratios), -1.0, 1.0), _clamp(max(ratios), -1.0, 1.0)
+
+
 _WIDE_SIGMA2 = 100  # a discrete Gaussian's variance (units²) from which it is read as normal
 # the shares of the 5% miss probability tried between S' and N (Bonferroni splits)
 _SPLITS = tuple(Fraction(i, 40) for i in range(1, 40))
@@ -699,12 +807,13 @@ def _column_scale(name: str, plan: StatementPlan) -> float | None:
     """The noise scale of an aggregate's column in its own units (``NoisePart.scale``'s
     convention): its measurement's, or for SUM(x) = S' + k·N, √(b_S'² + k²·b_N²) (the parts
     are uncorrelated, ℓ∞ coordinates too, so their variances add); None for AVG, VAR and
-    STDDEV, whose noise is not added to the value (their intervals say how far it may be)."""
+    STDDEV and the covariances, whose noise is not added to the value (their intervals say
+    how far it may be)."""
     agg = next(a for a in plan.checked.aggregates if a.name == name)
     own = {p.role: p for p in plan.parts if name in p.feeds}
     if agg.kind == "sum" and own["sum"].center:
         k = float(own["sum"].center)
         return math.hypot(float(own["sum"].scale), k * float(own["count"].scale))
-    if agg.kind == "avg" or agg.kind in SPREAD_KINDS:
+    if agg.kind == "avg" or agg.kind in SPREAD_KINDS or agg.kind in COVARIANCE_KINDS:
         return None
     return max(float(p.scale) for p in own.values())

@@ -51,6 +51,37 @@ MAX_BINS = 1000
 
 
 SPREAD_KINDS = ("var_samp", "var_pop", "stddev_samp", "stddev_pop")
+COVARIANCE_KINDS = ("covar_pop", "covar_samp", "corr")
+# aggregates released from centred sums (and sums of squares or products) on the grid of a
+# sum of squares, whose values must fit 26 bits
+MOMENT_KINDS = SPREAD_KINDS + COVARIANCE_KINDS
+# the aggregates with no bounded numeric input of their own
+UNBOUNDED_KINDS = ("count_star", "count_distinct_unit", "count_distinct", "quantile")
+
+
+def operands(agg: Aggregate) -> tuple[Aggregate, ...]:
+    """The one-column inputs of an aggregate, each with its bounds: the aggregate itself, or
+    a covariance's x and y (``Aggregate.other``) as two aggregates of its kind and name."""
+    if agg.kind not in COVARIANCE_KINDS:
+        return (agg,)
+    x = replace(agg, other=None, other_lower=None, other_upper=None)
+    return x, replace(x, arg=agg.other, lower=agg.other_lower, upper=agg.other_upper,
+                      integral=agg.other_integral)
+
+
+def covariance_parts(agg: Aggregate, parts) -> dict[str, NoisePart]:
+    """A covariance's measurements by what they are: sum_x and sum_y (centred on the middles
+    of the bounds), products (Σ(x − cx)·(y − cy)), count (of the rows where both are
+    non-NULL) and, for CORR, sumsq_x and sumsq_y; sum_x is sum_y for COVAR_POP(x, x)."""
+    own = [p for p in parts if agg.name in p.feeds]
+    found = {"products": next(p for p in own if p.product),
+             "count": next(p for p in own if p.role == "count")}
+    for role in ("sum", "sumsq"):
+        for side, arg in (("x", agg.arg), ("y", agg.other)):
+            match = [p for p in own if p.role == role and not p.product and p.arg == arg]
+            if match:
+                found[f"{role}_{side}"] = match[0]
+    return found
 
 
 def part_count(checked: CheckedQuery) -> int:
@@ -238,9 +269,16 @@ class _Value:
 
     def __init__(self, arg, grid_exp: int = 0, bounds: tuple | None = None,
                  shift: Fraction = Fraction(0), *, squared: bool = False,
-                 key: tuple | None = None) -> None:
+                 key: tuple | None = None, factors: tuple[_Value, _Value] | None = None
+                 ) -> None:
         self.arg, self.grid_exp, self.bounds, self.shift = arg, grid_exp, bounds, shift
         self.summed, self.squared, self.key = bounds is not None, squared, key
+        self.factors = factors  # a product of two centred values (a covariance's)
+
+    @property
+    def wide_only(self) -> bool:
+        """Whether its sums need 128 bits: squares and products of 26-bit values."""
+        return self.squared or self.factors is not None
 
     def units(self) -> int:
         """Largest magnitude of one value in grid units."""
@@ -250,6 +288,8 @@ class _Value:
 
     def sql(self, wide: bool, d: _Writer) -> str:
         """SQL of the value: in BIGINT grid units (``wide``), else integral DOUBLEs."""
+        if self.factors is not None:  # each at most 2^26 units: the product fits 64 bits
+            return " * ".join(f"({factor.sql(True, d)})" for factor in self.factors)
         arg = d.expr(self.arg)
         if not self.summed:
             return arg
@@ -292,17 +332,22 @@ class Measure:
     """One noisy measurement a statement needs, and the aggregates it feeds.
 
     All the aggregates that need the same quantity share one measurement: COUNT(*) with
-    every count of a never-NULL input; SUM(x), AVG(x) and VAR(x) one sum of x (centred on
-    the middle of x's bounds when a count of x is measured anyway, which halves the sum's
-    sensitivity for [0, U] inputs: SUM(x) is then that sum plus the centre times the count);
-    VAR(x) one sum of squares.
+    every count of a never-NULL input; SUM(x), AVG(x), VAR(x) and a covariance of x one sum
+    of x (centred on the middle of x's bounds when a count of x is measured anyway, which
+    halves the sum's sensitivity for [0, U] inputs: SUM(x) is then that sum plus the centre
+    times the count); VAR(x) and CORR one sum of squares. A covariance's x and y are NULL
+    where the other is (``Aggregate.other``), so its sums and count are those of the rows
+    where both are non-NULL: shared with SUM(x) only when y is never NULL.
     """
 
     role: str  # count, distinct, distinct_values, sum, sumsq, quantile
     feeds: tuple[str, ...]
-    arg: object = None  # the IR input (sum, sumsq, count of a value)
+    arg: object = None  # the IR input (sum, sumsq, count of a value); (x, y) for a product
     centred: bool = False
-    squares: bool = False  # on the sums-of-squares grid (a VAR of the input is asked)
+    squares: bool = False  # on the sums-of-squares grid (a VAR or covariance of it is asked)
+    operand: Aggregate | None = None  # the input's bounds (``operands``): sums, products
+    # a covariance's sum of the products (x − cx)·(y − cy): ``operand`` is the covariance
+    product: bool = False
 
 
 def measures(checked: CheckedQuery) -> list[Measure]:
@@ -335,6 +380,26 @@ def measures(checked: CheckedQuery) -> list[Measure]:
         else:
             need(("count", arg), aggregate, role="count", arg=arg)
 
+    inputs = [view for a in aggregates if a.kind not in UNBOUNDED_KINDS for view in
+              (operands(a) if a.kind != "count" else (a,))]
+
+    def sum_of(view: Aggregate, aggregate: str, counted: bool = True) -> None:
+        """The (centred) sum of one bounded input, and the count that centres it (a
+        covariance counts its rows once: its x and y are non-NULL on the same rows)."""
+        same = [a for a in inputs if a.arg == view.arg and (
+            a.kind == "count" or (a.lower, a.upper) == (view.lower, view.upper))]
+        squares = any(a.kind in MOMENT_KINDS for a in same)
+        centred = squares or any(a.kind in ("avg", "count") for a in same) or (
+            star is not None and not view.arg.nullable)
+        need(("sum", view.arg, (view.lower, view.upper)), aggregate, role="sum", arg=view.arg,
+             centred=centred, squares=squares, operand=view)
+        if centred and counted:
+            count_of(view.arg, aggregate)
+
+    def squares_of(view: Aggregate, aggregate: str) -> None:
+        need(("sumsq", view.arg, (view.lower, view.upper)), aggregate, role="sumsq",
+             arg=view.arg, squares=True, operand=view)
+
     for agg in aggregates:
         if agg.kind == "count_star":
             need(("count", None), agg.name, role="count")
@@ -346,21 +411,18 @@ def measures(checked: CheckedQuery) -> list[Measure]:
             need(("quantile", agg.name), agg.name, role="quantile")
         elif agg.kind == "count":
             count_of(agg.arg, agg.name)
+        elif agg.kind in COVARIANCE_KINDS:
+            x, y = operands(agg)
+            for view in (x, y):
+                sum_of(view, agg.name, counted=view is x)
+                if agg.kind == "corr":
+                    squares_of(view, agg.name)
+            need(("product", x.arg, y.arg, (x.lower, x.upper, y.lower, y.upper)), agg.name,
+                 role="sum", arg=(x.arg, y.arg), squares=True, operand=agg, product=True)
         else:
-            same = [a for a in aggregates if a.arg == agg.arg and a.kind not in
-                    ("count_star", "count_distinct_unit", "count_distinct", "quantile")
-                    and (a.kind == "count" or (a.lower, a.upper) == (agg.lower, agg.upper))]
-            squares = any(a.kind in SPREAD_KINDS for a in same)
-            centred = squares or any(a.kind in ("avg", "count") for a in same) or (
-                star is not None and not agg.arg.nullable)
-            bounds = (agg.lower, agg.upper)
-            need(("sum", agg.arg, bounds), agg.name, role="sum", arg=agg.arg, centred=centred,
-                 squares=squares)
-            if centred:
-                count_of(agg.arg, agg.name)
+            sum_of(agg, agg.name)
             if agg.kind in SPREAD_KINDS:
-                need(("sumsq", agg.arg, bounds), agg.name, role="sumsq", arg=agg.arg,
-                     squares=True)
+                squares_of(agg, agg.name)
     return [Measure(feeds=tuple(found[identity]), **specs[identity]) for identity in found]
 
 
@@ -373,17 +435,20 @@ def noise_parts(checked: CheckedQuery, catalog: Catalog, epsilons: list[Fraction
     parts: list[NoisePart] = []
     values = _Values()
     by_name = {a.name: a for a in checked.aggregates}
-    # a VAR's sum and sum of squares read one value column, so they need one grid: the finest
-    # that either measurement's ε asks for (a grid is exact either way; only its size moves)
+    # a VAR's sum and sum of squares (and a covariance's products) read one value column of
+    # an input, so they need one grid: the finest that any of those measurements' ε asks for
+    # (a grid is exact either way; only its size moves)
     squares_epsilon: dict[tuple, Fraction] = {}
     for measure, epsilon in zip(measures(checked), epsilons, strict=True):
         if measure.squares:
-            key = (measure.arg, by_name[measure.feeds[0]].lower, by_name[measure.feeds[0]].upper)
-            squares_epsilon[key] = min(squares_epsilon.get(key, epsilon), epsilon)
+            views = operands(measure.operand) if measure.product else (measure.operand,)
+            for key in map(_grid_key, views):
+                squares_epsilon[key] = min(squares_epsilon.get(key, epsilon), epsilon)
     for measure, epsilon in zip(measures(checked), epsilons, strict=True):
-        column, first = f"p{len(parts)}", by_name[measure.feeds[0]]
+        column = f"p{len(parts)}"
+        first = measure.operand or by_name[measure.feeds[0]]
         base = {"column": column, "aggregate": first.name, "feeds": measure.feeds,
-                "epsilon": epsilon}
+                "epsilon": epsilon, "arg": measure.arg}
         if measure.role == "count":
             value = values.add(_Value(measure.arg)) if measure.arg is not None else None
             parts.append(NoisePart(role="count", sensitivity=count_sensitivity(table, **common),
@@ -403,11 +468,57 @@ def noise_parts(checked: CheckedQuery, catalog: Catalog, epsilons: list[Fraction
             unbounded_total = replace(table, max_rows_per_unit=None)
             parts.append(NoisePart(role="quantile", bins=bins, **base,
                                    sensitivity=count_sensitivity(unbounded_total, **common)))
+        elif measure.product:
+            parts.append(_product_part(first, checked, squares_epsilon, values, common, base))
         else:
-            grid_epsilon = squares_epsilon.get((measure.arg, first.lower, first.upper), epsilon) \
-                if measure.squares else epsilon
+            grid_epsilon = squares_epsilon[_grid_key(first)] if measure.squares else epsilon
             parts.append(_sum_part(measure, first, checked, grid_epsilon, values, common, base))
     return parts, values
+
+
+def _grid_key(view: Aggregate) -> tuple:
+    """What decides the grid of an input's centred value column."""
+    return view.arg, view.lower, view.upper
+
+
+def _centred_value(agg: Aggregate, checked: CheckedQuery, epsilon: Fraction, values: _Values,
+                   common: dict) -> tuple[str, int, Fraction]:
+    """The value column of (x − middle) on the grid of a sum of squares (at most 2^26 units a
+    value), shared by the input's sum, sum of squares and products: its name, the grid's
+    exponent and the largest magnitude of a value in grid units."""
+    middle = (agg.lower + agg.upper) / 2
+    grid_exp = _grid_for(agg, middle, checked.table, epsilon, common, squares=True)
+    name = values.add(_Value(agg.arg, grid_exp, (agg.lower, agg.upper), middle, squared=True,
+                             key=("squares", agg.arg, agg.lower, agg.upper, grid_exp)))
+    top = max(abs(_on_grid(agg.lower - middle, grid_exp)),
+              abs(_on_grid(agg.upper - middle, grid_exp)))
+    return name, grid_exp, top
+
+
+def _product_part(agg: Aggregate, checked: CheckedQuery, epsilons: dict[tuple, Fraction],
+                  values: _Values, common: dict, base: dict) -> NoisePart:
+    """A covariance's sum of (x − cx)·(y − cy) over the rows where both are non-NULL, c the
+    middles of their bounds, each factor on its input's grid (``_centred_value``).
+
+    One row's product is at most h_x·h_y in magnitude (h the half-widths, in grid units
+    M_x·M_y), so the sum is a sum of values in [−M_x·M_y, M_x·M_y]: its sensitivity is a
+    SUM's over those bounds (``sensitivity.sum_sensitivity``), and a person's partial per
+    group is scaled to L∞ of their rows (and R in all) as any sum's is.
+    """
+    factors, exps, tops = [], [], []
+    for view in operands(agg):
+        name, grid_exp, top = _centred_value(view, checked, epsilons[_grid_key(view)], values,
+                                             common)
+        factors.append(values.columns[name])
+        exps.append(grid_exp)
+        tops.append(top)
+    bound = tops[0] * tops[1]
+    value = values.add(_Value(None, sum(exps), (-bound, bound), factors=tuple(factors),
+                              key=("product", *(f.key for f in factors))))
+    grid = Fraction(2) ** sum(exps)
+    return NoisePart(role="sum", value=value, grid_exp=sum(exps),
+                     sensitivity=sum_sensitivity(checked.table, -bound, bound, **common) * grid,
+                     signed=True, **base)
 
 
 def _sum_part(measure: Measure, agg: Aggregate, checked: CheckedQuery, epsilon: Fraction,
@@ -421,18 +532,14 @@ def _sum_part(measure: Measure, agg: Aggregate, checked: CheckedQuery, epsilon: 
     middle = (agg.lower + agg.upper) / 2
     if measure.squares:
         # sums of squares need their own centred value column (and 128-bit sums)
-        grid_exp = _grid_for(agg, middle, table, epsilon, common, squares=True)
-        value = values.add(_Value(agg.arg, grid_exp, (agg.lower, agg.upper), middle,
-                                  squared=True,
-                                  key=("squares", agg.arg, agg.lower, agg.upper, grid_exp)))
-        lower_g = _on_grid(agg.lower - middle, grid_exp)
-        upper_g = _on_grid(agg.upper - middle, grid_exp)
+        value, grid_exp, top = _centred_value(agg, checked, epsilon, values, common)
         grid = Fraction(2) ** grid_exp
         if measure.role == "sumsq":
-            top = max(abs(lower_g), abs(upper_g)) ** 2
             return NoisePart(role="sumsq", value=value, grid_exp=2 * grid_exp, center=middle,
-                             sensitivity=sum_sensitivity(table, Fraction(0), top, **common)
+                             sensitivity=sum_sensitivity(table, Fraction(0), top ** 2, **common)
                              * grid * grid, **base)
+        lower_g = _on_grid(agg.lower - middle, grid_exp)
+        upper_g = _on_grid(agg.upper - middle, grid_exp)
         return NoisePart(role="sum", value=value, grid_exp=grid_exp, center=middle,
                          sensitivity=sum_sensitivity(table, lower_g, upper_g, **common) * grid,
                          signed=_signed(lower_g, upper_g), **base)
@@ -500,7 +607,7 @@ def _exact_query(checked: CheckedQuery, parts, values: _Values, salt: int, sourc
     """
     name = d.dialect.name
     summed = [v for v in values.columns.values() if v.summed]
-    if not summed or any(v.squared for v in summed):
+    if not summed or any(v.wide_only for v in summed):
         return ExactQuery(_exact_sql(checked, parts, values, salt, True, source, d), setup=setup,
                           dialect=name)
     offsets = max((abs(k) for k in values.offsets.values()), default=0)

@@ -10,8 +10,10 @@ draws the noise and pays for it; the later ones show the same noisy values, whic
 post-processing and spends nothing (the release's ε is split over distinct measurements only).
 
 Never shared: statements with private keys (each draws its own selection of keys), quantiles
-(an exponential-mechanism draw over a histogram) and the sums of VAR/STDDEV (their grid is
-the finer of two measurements' within the statement).
+(an exponential-mechanism draw over a histogram) and the sums of VAR/STDDEV and of the
+covariances (their grid is the finest of several measurements' within the statement). A
+covariance's count of the rows where x and y are both non-NULL is shared with the same
+count of another statement's covariance (or with COUNT(x) when y is never NULL).
 """
 
 from __future__ import annotations
@@ -90,6 +92,6 @@ def _quantity(measure, checked: CheckedQuery) -> tuple | None:
         arg = measure.arg
         return ("count", None if arg is None or not arg.nullable else arg)
     if measure.role == "sum" and not measure.squares:
-        agg = next(a for a in checked.aggregates if a.name == measure.feeds[0])
+        agg = measure.operand  # the input's bounds (a covariance's y has its own)
         return ("sum", measure.arg, agg.lower, agg.upper, agg.integral, measure.centred)
     return None

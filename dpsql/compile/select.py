@@ -2,7 +2,7 @@
 change.
 
 Accepted: aggregates (COUNT(*), COUNT(x), COUNT(DISTINCT person), COUNT(DISTINCT x), SUM,
-AVG, VAR/STDDEV, quantiles, MIN/MAX) with FILTER (WHERE ...), GROUP BY keys (a public domain,
+AVG, VAR/STDDEV, COVAR_POP/COVAR_SAMP/CORR, quantiles, MIN/MAX) with FILTER (WHERE ...), GROUP BY keys (a public domain,
 or private keys released above a noisy threshold with δ), a row-level WHERE, and arithmetic
 on aggregates, HAVING, ORDER BY, LIMIT and OFFSET, window functions over the outputs
 (RANK() OVER (ORDER BY COUNT(*) DESC), SUM(COUNT(*)) OVER ()) and QUALIFY, which become
@@ -57,13 +57,16 @@ MAX_BOUND = 10**15
 SPREADS = {exp.Variance: "var_samp", exp.VariancePop: "var_pop", exp.Stddev: "stddev_samp",
            exp.StddevSamp: "stddev_samp", exp.StddevPop: "stddev_pop"}
 QUANTILES = (exp.Median, exp.PercentileCont, exp.PercentileDisc, exp.Quantile, exp.Min, exp.Max)
-SUPPORTED = (exp.Count, exp.Sum, exp.Avg, *SPREADS, *QUANTILES)
+# two-column aggregates: both inputs need bounds (``rewrite.measures``)
+COVARIANCES = {exp.CovarPop: "covar_pop", exp.CovarSamp: "covar_samp", exp.Corr: "corr"}
+SUPPORTED = (exp.Count, exp.Sum, exp.Avg, *SPREADS, *COVARIANCES, *QUANTILES)
 # the arguments of each aggregate that _aggregate reads (ops.READS for expressions): DuckDB's
 # MAX(x, 3) (the three largest) or COUNT(a, b) are refused, not answered as MAX(x), COUNT(a)
 AGGREGATE_READS = {exp.Count: frozenset({"this", "big_int"}),
                    exp.PercentileCont: frozenset({"this", "expression"}),
                    exp.PercentileDisc: frozenset({"this", "expression"}),
-                   exp.Quantile: frozenset({"this", "quantile"})}
+                   exp.Quantile: frozenset({"this", "quantile"}),
+                   **{kind: frozenset({"this", "expression"}) for kind in COVARIANCES}}
 
 
 # the operations whose image of a box of intervals release computes (interval arithmetic)
@@ -148,6 +151,9 @@ def _unfilter(node: exp.Expression) -> exp.Expression:
                                                         true=value.expressions[0].copy())])])
         return aggregate
     aggregate.set("this", exp.Case(ifs=[exp.If(this=condition.copy(), true=value.copy())]))
+    if isinstance(aggregate, tuple(COVARIANCES)):  # both inputs: the rows where c holds
+        aggregate.set("expression", exp.Case(ifs=[exp.If(
+            this=condition.copy(), true=aggregate.expression.copy())]))
     return aggregate
 
 
@@ -410,14 +416,14 @@ class _Compiler:
         if not isinstance(node, SUPPORTED):
             raise UnsupportedSQLError(
                 f"{ops.construct_name(node)} is not supported", sql=self.sql,
-                hint="use COUNT, SUM, AVG, VAR, STDDEV or a quantile (MEDIAN, QUANTILE_CONT, "
-                "MIN, MAX)")
+                hint="use COUNT, SUM, AVG, VAR, STDDEV, COVAR_POP, COVAR_SAMP, CORR or a "
+                "quantile (MEDIAN, QUANTILE_CONT, MIN, MAX)")
         for inner in node.find_all(exp.AggFunc):
             if inner is not node:
                 raise ProgrammingError("aggregates cannot be nested", sql=self.sql)
         ops.refuse_unread(node, AGGREGATE_READS.get(type(node), frozenset({"this"})), self.sql)
         draft = self._aggregate(node, f"__a{len(self.aggregates)}")
-        identity = (draft.kind, draft.arg, draft.quantile)
+        identity = (draft.kind, draft.arg, draft.quantile, draft.other)
         aggregate = self.aggregates.setdefault(identity, draft)
         self.by_node[id(node)] = aggregate
         return aggregate
@@ -434,6 +440,20 @@ class _Compiler:
         if isinstance(arg, exp.Distinct):
             raise UnsupportedSQLError(f"{text} is not supported", sql=self.sql,
                                       hint="remove DISTINCT")
+        if isinstance(node, tuple(COVARIANCES)):
+            return self._covariance(node, name, text)
+        built = self._bounded(arg, text)
+        interval = built.interval
+        common = {"name": name, "arg": built, "sql": text, "lower": interval.lower,
+                  "upper": interval.upper, "integral": interval.integral}
+        if isinstance(node, QUANTILES):
+            return Aggregate(kind="quantile", quantile=self._quantile_of(node), **common)
+        kind = "sum" if isinstance(node, exp.Sum) else "avg" if isinstance(node, exp.Avg) else \
+            SPREADS[type(node)]
+        return Aggregate(kind=kind, **common)
+
+    def _bounded(self, arg: exp.Expression, text: str) -> Expr:
+        """The numeric input of ``text``, refused when nothing bounds it (or past 1e15)."""
         built = ops.build(arg, self.scope)
         if built.type not in ("int", "float", "bool"):
             raise ProgrammingError(f"{text} needs a numeric input, got {built.type}",
@@ -470,13 +490,28 @@ class _Compiler:
                 f"{text}: the bounds of its input reach about 1e{digits}, beyond 1e15, where "
                 "sums of doubles stop being exact",
                 sql=self.sql, hint="rescale the column (for example to thousands) or clamp it")
-        common = {"name": name, "arg": built, "sql": text, "lower": interval.lower,
-                  "upper": interval.upper, "integral": interval.integral}
-        if isinstance(node, QUANTILES):
-            return Aggregate(kind="quantile", quantile=self._quantile_of(node), **common)
-        kind = "sum" if isinstance(node, exp.Sum) else "avg" if isinstance(node, exp.Avg) else \
-            SPREADS[type(node)]
-        return Aggregate(kind=kind, **common)
+        return built
+
+    def _covariance(self, node: exp.AggFunc, name: str, text: str) -> Aggregate:
+        """COVAR_POP(x, y), COVAR_SAMP(x, y) or CORR(x, y): each input bounded, and each NULL
+        where the other is, so that both read the rows where x and y are non-NULL (as the
+        SQL aggregates do). A never-NULL other input leaves the input as it is, so that its
+        sums are shared with SUM, AVG and VAR of it."""
+        x, y = self._bounded(node.this, text), self._bounded(node.expression, text)
+        x, y = self._where_set(x, y), self._where_set(y, x)
+        return Aggregate(name=name, kind=COVARIANCES[type(node)], arg=x, sql=text,
+                         lower=x.interval.lower, upper=x.interval.upper,
+                         integral=x.interval.integral, other=y, other_lower=y.interval.lower,
+                         other_upper=y.interval.upper, other_integral=y.interval.integral)
+
+    def _where_set(self, value: Expr, other: Expr) -> Expr:
+        """``value`` where ``other`` is not NULL (NULL elsewhere)."""
+        if not other.nullable:
+            return value
+        def test(op: str, arg: Expr) -> Expr:  # as ops builds IS NULL and NOT
+            return Expr(op, (arg,), "bool", None, ops.BOOL, ops.BOOL, (False, True), False)
+
+        return ops.case([(test("not", test("is_null", other)), value)], None, self.scope)
 
     def _count_distinct(self, arg: exp.Distinct, name: str, text: str) -> Aggregate:
         """COUNT(DISTINCT person) counts persons; COUNT(DISTINCT x) of any other row-level
