@@ -90,8 +90,10 @@ def _error(failure: Failure, severity: str = "ERROR") -> bytes:
     return _message(b"E", b"".join(k + v.encode() + b"\0" for k, v in fields) + b"\0")
 
 
-def _notice(text: str) -> bytes:
-    fields = [(b"S", "NOTICE"), (b"V", "NOTICE"), (b"C", "00000"), (b"M", text)]
+def _notice(text: str, severity: str = "NOTICE") -> bytes:
+    """A NoticeResponse: a NOTICE (00000) or a WARNING (01000, psql shows it as such)."""
+    code = "01000" if severity == "WARNING" else "00000"
+    fields = [(b"S", severity), (b"V", severity), (b"C", code), (b"M", text)]
     return _message(b"N", b"".join(k + v.encode() + b"\0" for k, v in fields) + b"\0")
 
 
@@ -175,6 +177,7 @@ class _Result:
     columns: list[dict] | None = None
     rows: list = field(default_factory=list)
     notice: str | None = None
+    warnings: list[str] = field(default_factory=list)  # sent as WARNINGs, with the notice
     sent: int = 0  # rows already sent by Executes with a row limit
 
     @cached_property
@@ -419,7 +422,7 @@ class Session:
                                    "open cursors", hint="CLOSE one, or COMMIT to close them all")
             result = await self._release(match.group(2), params)
             self.cursors[_cursor_name(match.group(1))] = result
-            return _Result("DECLARE CURSOR", notice=result.notice)
+            return _Result("DECLARE CURSOR", notice=result.notice, warnings=result.warnings)
         return await self._release(text, params)
 
     async def _release(self, text: str, params: list | None) -> _Result:
@@ -434,7 +437,7 @@ class Session:
                              "truncated": answer.truncated, "columns": answer.columns,
                              "budget_remaining": answer.remaining}
         return _Result(f"SELECT {len(answer.rows)}", answer.columns, answer.rows,
-                       answer.notice(self.user))
+                       answer.notice(self.user), answer.warnings)
 
     def _fixed(self, text: str, params: list | None) -> _Result | None:
         """The server's own answer to what clients send by themselves (``pgcatalog.py``),
@@ -600,6 +603,7 @@ class Session:
         out = []
         if result.notice:
             out.append(_notice(result.notice))
+            out.extend(_notice(text, "WARNING") for text in result.warnings)
             result.notice = None  # once, with the first rows
         if result.columns is not None and describe:
             out.append(_row_description(result.columns, result.rows))

@@ -143,7 +143,8 @@ class Failure:
 
 @dataclass
 class Answer:
-    """One released result: columns (interval columns last), rows, cost and what is left."""
+    """One released result: columns (interval columns last), rows, cost and what is left,
+    and the warnings of the release (``NoisyRankingWarning`` embedded)."""
 
     columns: list[dict]
     rows: list[list]
@@ -152,12 +153,14 @@ class Answer:
     truncated: bool = False
     reused: bool = False
     dataset: str = ""
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         """The HTTP API's answer body."""
         return {"ok": True, "dataset": self.dataset, "columns": self.columns, "rows": self.rows,
                 "epsilon_spent": self.epsilon_spent, "reused": self.reused,
-                "truncated": self.truncated, "budget_remaining": self.remaining}
+                "truncated": self.truncated, "budget_remaining": self.remaining,
+                "warnings": self.warnings}
 
     def notice(self, analyst: str) -> str:
         """One line for psql users."""
@@ -597,8 +600,10 @@ class Service:
         spent = float(cur.epsilon_spent)
         remaining = _loss_json(account.budgets[dataset].minus(self._spent(dataset,
                                                                             account.name)))
+        # what the cursor warned of (warnings.warn, which no client of the server sees)
+        warned = list(cur._require().ranking_warnings) if cur.description else []
         return Answer(columns, rows, spent, remaining, truncated,
-                      reused=spent == 0 and bool(noisy), dataset=dataset)
+                      reused=spent == 0 and bool(noisy), dataset=dataset, warnings=warned)
 
     def describe(self, user: str, dataset: str, sql: str, params=None, *,
                  default_epsilon=None, default_delta=None,

@@ -97,3 +97,22 @@ def test_a_dialect_named_in_the_metadata_is_every_client_default(tmp_path):
         assert service.dialect("visits", "spark", postgres=True) == "spark"
     finally:
         service.close()
+
+
+# at ε 0.05 a count's 95% interval is ±3,300 wide: the 3rd and 4th days always overlap
+TOP3 = "SELECT day, COUNT(*) AS n FROM visits GROUP BY day ORDER BY n DESC LIMIT 3"
+
+
+def test_a_noisy_ranking_is_a_warning_in_psql_and_in_the_http_answer(server):
+    out = psql(server, "hal", "SET dpsql.epsilon = 0.05", TOP3)
+    assert out.returncode == 0, out.stderr
+    assert "WARNING:  01000: ORDER BY COUNT(*) LIMIT 3: the last row kept" in out.stderr, \
+        out.stderr
+    assert "noise decides which rows make the cut" in out.stderr and "(3 rows)" in out.stdout
+    with httpx.Client(base_url=server.http, auth=("ida", password("ida")), timeout=30) as http:
+        url = "/api/v1/datasets/visits/query"
+        answer = http.post(url, json={"sql": TOP3.replace("3", "2"), "epsilon": 0.05}).json()
+        assert len(answer["warnings"]) == 1, answer
+        assert answer["warnings"][0].startswith("ORDER BY COUNT(*) LIMIT 2: the last row kept")
+        plain = http.post(url, json={"sql": "SELECT COUNT(*) AS n FROM visits"}).json()
+        assert plain["ok"] and plain["warnings"] == []
