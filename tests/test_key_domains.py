@@ -2,8 +2,8 @@
 constants and public tables alone: a concatenation of columns with declared values (every
 combination), arithmetic on constants folded into one constant (86400 * 30 divides as
 2592000 does), and expressions of a public table's columns (their distinct values), through
-a CAST of plain digits to INT too. All were private keys (refused without δ); the neighbour
-contract holds for them. A WHERE conjunct that reads a computed key through its whole
+a CAST of plain digits to INT too, the remainder and the LENGTH of declared values. All were
+private keys (refused without δ); the neighbour contract holds for them. A WHERE conjunct that reads a computed key through its whole
 expression (LEFT(education, 1) IN ('B', 'M')) narrows its domain as one on a column does:
 the other values were released as noisy zeros. A subquery's or CTE's column computed from a
 public table's columns has the images of their distinct values as its domain, as the same
@@ -34,6 +34,9 @@ STATEMENTS = [
      "ON v.region_id = r.region_id GROUP BY k", 5),
     ("SELECT CAST(RIGHT(CAST(r.region_id + 1990 AS TEXT), 2) AS INT) AS k, SUM(amount) AS s "
      "FROM visits v JOIN regions r ON v.region_id = r.region_id GROUP BY k", 5),
+    # the remainders of declared values, with the dividend's sign: -2, -1, 0, 1, 2
+    ("SELECT (region_id - 2) % 3 AS k, COUNT(*) AS n FROM visits GROUP BY k", 5),
+    ("SELECT LENGTH(education) AS k, COUNT(*) AS n FROM adult GROUP BY k", 7),
 ]
 # (statement, the key values its WHERE keeps): 16 initials, 9 decades, 5 initials of days
 NARROWED = [

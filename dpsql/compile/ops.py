@@ -937,6 +937,11 @@ def _truncated_quotient(a: int, b: int) -> int:
     return quotient if (a < 0) == (b < 0) else -quotient
 
 
+def _truncated_remainder(a: int, b: int) -> int:
+    """a % b with the sign of a, as every backend computes an int's remainder."""
+    return a - b * _truncated_quotient(a, b)
+
+
 @builds(exp.Mod)
 def _modulo(node: exp.Mod, scope: Scope) -> Expr:
     left = _require(build(node.this, scope), NUMERIC, "'%'", scope)
@@ -951,7 +956,10 @@ def _modulo(node: exp.Mod, scope: Scope) -> Expr:
     if right.op == "lit" and right.value and right.value > 0:
         top = Fraction(right.value)
         proven = Interval(-top, top, kind == "int")
-    domain = _domain_from_interval(interval, kind)
+    domain = None
+    if kind == "int" and right.op == "lit" and right.value:  # region_id % 2 of declared values
+        domain = _binary_domain(left, right, _truncated_remainder, kind)
+    domain = domain or _domain_from_interval(interval, kind)
     return Expr("mod", (left, right), kind, None, interval,
                 proven if kind == "float" else int_result(proven), domain, True)
 
@@ -1461,8 +1469,8 @@ def _cast(node: exp.Cast, scope: Scope) -> Expr:
 
 # --- text --------------------------------------------------------------------------------
 
-def _text_domain(arg: Expr, func: Callable[[str], str]) -> tuple | None:
-    """The domain of a text function of ``arg``, computed here where its values are ASCII
+def _text_domain(arg: Expr, func: Callable[[str], str | int]) -> tuple | None:
+    """The domain of a function of the text ``arg``, computed here where its values are ASCII
     (beyond ASCII the backends' case mappings and character counts may differ from
     Python's), so GROUP BY LEFT(education, 1) is zero-filled over public values."""
     if arg.domain is None or not all(isinstance(v, str) and v.isascii() for v in arg.domain):
@@ -1489,7 +1497,8 @@ def _case_fold(node: exp.Expression, scope: Scope) -> Expr:
 @builds(exp.Length, reads=("this", "binary"))
 def _length(node: exp.Length, scope: Scope) -> Expr:
     arg = _require(build(node.this, scope), ("text",), "LENGTH", scope)
-    return Expr("length", (arg,), "int", None, None, int_result(None), None, arg.nullable)
+    return Expr("length", (arg,), "int", None, None, int_result(None), _text_domain(arg, len),
+                arg.nullable)
 
 
 @builds(exp.Trim, reads=("this", "expression", "position"))
