@@ -348,7 +348,8 @@ def _table(name: str, raw: Any, base: Path) -> TableSpec:
             f"table {name!r} does not declare {' or '.join(omitted)}: 1 is used, so each "
             "person's rows beyond one group and one row per group are dropped from every "
             f"answer; run `dpsql tune --table {name}` for bounds chosen privately from the "
-            "data, or declare them", BoundsDefaultWarning, stacklevel=4)
+            "data, or declare them (a table of one row a person: declare 1 and 1)",
+            BoundsDefaultWarning, stacklevel=4)
     source = raw.get("source")
     if source is not None:
         source = _expand(str(source), f"table {name!r}: source")
