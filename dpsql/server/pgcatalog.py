@@ -71,9 +71,35 @@ def answer(text: str, params: list | None, tables: dict) -> tuple[Columns, list]
         raise ServiceError(
             "not_supported", "dpsql answers psql's \\d, \\dt and \\d+ lists of tables, not "
             "this query of the system catalogues",
-            hint="SHOW dpsql.catalogue lists each table's columns, types, public values and "
-            "bounds (GET /api/v1/catalogue over HTTP)")
+            hint="SHOW dpsql.columns lists each table's columns, types, bounds and public "
+            "values (SHOW dpsql.catalogue as JSON, GET /api/v1/catalogue over HTTP)")
     return None
+
+
+def column_rows(tables: dict) -> tuple[Columns, list]:
+    """``SHOW dpsql.columns``: one row per published column (table, column, type, whether its
+    table is public or private, bounds and public values), as psql shows a table."""
+    rows = []
+    for table, spec in sorted(tables.items()):
+        kind = "public" if spec.get("public") else "private"
+        for name, column in spec["columns"].items():
+            values = column.get("values")
+            rows.append([table, name, column["type"], kind, column.get("lower"),
+                         column.get("upper"),
+                         None if values is None else ", ".join(map(str, values))])
+    return _text_columns("table", "column", "type", "kind", "lower", "upper", "values"), rows
+
+
+def budget_rows(budgets: dict) -> tuple[Columns, list]:
+    """``SHOW dpsql.remaining``: one row per dataset of ``Service.budget``: ε and δ of the
+    analyst's share, spent and left, the default ε per query and its cap."""
+    rows = [[dataset, item["budget"]["epsilon"], item["spent"]["epsilon"],
+             item["remaining"]["epsilon"], item["budget"]["delta"], item["spent"]["delta"],
+             item["remaining"]["delta"], item["epsilon_per_query"],
+             item["max_epsilon_per_query"]] for dataset, item in sorted(budgets.items())]
+    return _text_columns("dataset", "epsilon", "epsilon_spent", "epsilon_left", "delta",
+                         "delta_spent", "delta_left", "epsilon_per_query",
+                         "max_epsilon_per_query"), rows
 
 
 def _text_columns(*names: str) -> Columns:

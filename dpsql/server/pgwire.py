@@ -97,6 +97,11 @@ def _notice(text: str, severity: str = "NOTICE") -> bytes:
     return _message(b"N", b"".join(k + v.encode() + b"\0" for k, v in fields) + b"\0")
 
 
+def _json(value) -> str:
+    """A SHOW's JSON value, a line per key (psql shows a one-line cell of 2 KB as is)."""
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
 def _text(value) -> bytes | None:
     if value is None:
         return None
@@ -579,20 +584,28 @@ class Session:
             "dpsql.delta": lambda: "default" if self.delta is None else f"{float(self.delta):g}",
             "dpsql.tune": lambda: "off" if self.tune is None else f"{self.tune:g}",
             "dpsql.dialect": self._dialect,
-            "dpsql.budget": lambda: json.dumps(self.service.budget(self.user)),
-            "dpsql.last_release": lambda: json.dumps(self.last_release),
-            "dpsql.catalogue": lambda: json.dumps(self.service.catalogue(self.user,
-                                                                         self.dataset)),
+            # JSON for programs (remote.py, psycopg), indented: psql shows a line per line
+            "dpsql.budget": lambda: _json(self.service.budget(self.user)),
+            "dpsql.last_release": lambda: _json(self.last_release),
+            "dpsql.catalogue": lambda: _json(self.service.catalogue(self.user, self.dataset)),
             "server_version": lambda: pgcatalog.SERVER_VERSION,
             "server_version_num": lambda: "160000",
             "transaction_isolation": lambda: "serializable",
             "transaction_read_only": lambda: "on",
             "standard_conforming_strings": lambda: "on",
         }
+        tables = {  # readable in psql: a row per column, a row per dataset
+            "dpsql.columns": lambda: pgcatalog.column_rows(self.service.catalogue(
+                self.user, self.dataset)[self.dataset]["tables"]),
+            "dpsql.remaining": lambda: pgcatalog.budget_rows(self.service.budget(self.user)),
+        }
+        if name in tables:
+            return _Result("SHOW", *tables[name]())
         if name not in values:
             raise ServiceError("not_supported", f"unknown setting {name!r}",
                                hint="dpsql.epsilon, dpsql.delta, dpsql.tune, dpsql.dialect, "
-                               "dpsql.budget, dpsql.last_release, dpsql.catalogue")
+                               "dpsql.columns, dpsql.remaining, dpsql.budget, "
+                               "dpsql.last_release, dpsql.catalogue")
         return _Result("SHOW", [{"name": name, "type": "TEXT"}], [[values[name]()]])
 
     def _result_messages(self, result: _Result, describe: bool, limit: int = 0) -> bytes:

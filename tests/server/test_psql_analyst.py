@@ -116,3 +116,20 @@ def test_a_noisy_ranking_is_a_warning_in_psql_and_in_the_http_answer(server):
         assert answer["warnings"][0].startswith("ORDER BY COUNT(*) LIMIT 2: the last row kept")
         plain = http.post(url, json={"sql": "SELECT COUNT(*) AS n FROM visits"}).json()
         assert plain["ok"] and plain["warnings"] == []
+
+
+def test_psql_shows_columns_and_budget_as_rows_and_json_a_line_per_key(server):
+    # SHOW dpsql.catalogue was one line of 700 characters, the budget one of 250
+    out = psql(server, "jon", "SHOW dpsql.columns", "SHOW dpsql.remaining",
+               "SHOW dpsql.budget")
+    assert out.returncode == 0, out.stderr
+    columns, remaining, budget = out.stdout.split("\n\n")[:3]
+    lines = [[cell.strip() for cell in line.split("|")] for line in columns.splitlines()]
+    assert lines[0] == ["table", "column", "type", "kind", "lower", "upper", "values"]
+    assert ["visits", "amount", "float", "private", "0", "100", ""] in lines
+    assert ["visits", "day", "text", "private", "", "", "Mon, Tue, Wed, Thu, Fri, Sat, Sun"] \
+        in lines
+    assert ["regions", "name", "text", "public", "", "", ""] in lines and "(7 rows)" in columns
+    lines = [[cell.strip() for cell in line.split("|")] for line in remaining.splitlines()]
+    assert lines[2] == ["visits", "1.0", "0.0", "1.0", "0.0", "0.0", "0.0", "0.25", "1.0"], lines
+    assert max(map(len, budget.splitlines())) < 80 and '"remaining": {' in budget
