@@ -122,17 +122,23 @@ def probability(value: float | int | str | Fraction, name: str = "delta") -> Fra
     return result
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class PrivacyLoss:
     """A privacy loss: (ε, δ)-DP (δ = 0 is pure ε-DP) and/or ρ-zCDP.
 
     Each dataset spends in one currency: ε and δ under the Laplace mechanism, ρ under the
     Gaussian one. Losses add under basic composition, and ρ adds under zCDP composition.
+    The values are exact fractions; the repr shows them as decimals.
     """
 
     epsilon: Fraction
     delta: Fraction = Fraction(0)
     rho: Fraction = Fraction(0)
+
+    def __repr__(self) -> str:
+        # a notebook showed PrivacyLoss(epsilon=Fraction(27203, 5000), ...)
+        return (f"PrivacyLoss(epsilon={_shortest(self.epsilon)}, delta={_shortest(self.delta)}, "
+                f"rho={_shortest(self.rho)})")
 
     def __add__(self, other: PrivacyLoss) -> PrivacyLoss:
         return PrivacyLoss(self.epsilon + other.epsilon, self.delta + other.delta,

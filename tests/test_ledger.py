@@ -165,3 +165,13 @@ def test_a_refusal_never_shows_requested_and_remaining_equal_and_says_by_how_muc
                                           PrivacyLoss(Fraction(5)))
     assert "Remaining: ε=5, δ=0\n  Short by:  ε=0, δ=1e-07" in str(delta)
     assert delta.hint.startswith("ask for a smaller delta,")
+
+
+def test_a_privacy_loss_shows_decimals():
+    """A notebook showed con.budget_remaining as PrivacyLoss(epsilon=Fraction(27203, 5000), ...)."""
+    from fractions import Fraction
+
+    from dpsql.budget import PrivacyLoss
+
+    assert repr(PrivacyLoss(Fraction(27203, 5000), Fraction(1, 10**6))) == \
+        "PrivacyLoss(epsilon=5.4406, delta=1e-06, rho=0)"
