@@ -104,16 +104,26 @@ def _worker(config: ServerConfig, pg_sock, http_sock, balance=None) -> None:
     service = Service(config)
     executor = ThreadPoolExecutor(config.threads, thread_name_prefix="dpsql")
     tls = _tls(config)
+    stopped_by: list[str] = []  # the signal's name
+    front = PgServer(service, executor, tls, require_tls=tls is not None and config.tls_required)
 
-    async def main() -> None:
+    def stopping(signum: int, frame=None) -> None:
+        stopped_by.append(signal.Signals(signum).name)
+
+    # uvicorn re-raises the signal it stopped on once it has shut down; with the default
+    # handler the process died there, and nothing was logged or closed
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stopping)
+
+    async def main() -> int:
+        """Serve until a signal; the PostgreSQL sessions still open then (asyncio.run
+        cancels them once this returns)."""
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(_loop_error)
         pg = None
         if pg_sock is not None:
-            pg = await PgServer(service, executor, tls,
-                                require_tls=tls is not None and config.tls_required,
-                                ).start(config.host, 0, sock=pg_sock, balance=balance)
+            pg = await front.start(config.host, 0, sock=pg_sock, balance=balance)
         if http_sock is not None:
             api = HttpApi(service, executor)
             http = uvicorn.Server(uvicorn.Config(
@@ -128,15 +138,22 @@ def _worker(config: ServerConfig, pg_sock, http_sock, balance=None) -> None:
             await http.serve(sockets=[http_sock])  # returns on SIGINT/SIGTERM
         else:
             for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, lambda sig=sig: (stopping(sig), stop.set()))
             await stop.wait()
         if pg is not None:
             pg.close()
+        return sum(front.sessions.values())
 
+    sessions = None
     try:
-        asyncio.run(main())
+        sessions = asyncio.run(main())
     finally:
-        executor.shutdown(wait=False, cancel_futures=True)
+        # the requests running on engine threads finish (within their timeout) and are
+        # charged or not, before their connections close
+        executor.shutdown(wait=True, cancel_futures=True)
+        logging.getLogger("dpsql.server").info(
+            "stopped signal=%s pg_sessions_closed=%s ledger %s",
+            stopped_by[0] if stopped_by else "none", sessions, service.spent_line())
         service.close()
 
 

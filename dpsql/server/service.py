@@ -659,6 +659,13 @@ class Service:
         with self._lock:
             return self._accounts[dataset].ledger.spent(dataset, analyst)
 
+    def spent_line(self) -> str:
+        """Each dataset's ε spent of its total, as the ledgers hold it now (for the log)."""
+        return " ".join(
+            f"{name}=ε {float(self._spent(name).epsilon):g}"
+            + ("" if state.budget is None else f"/{float(state.budget.epsilon):g}")
+            for name, state in sorted(self._datasets.items()))
+
     def budget(self, user: str) -> dict:
         """The analyst's share, spend and remainder on each of their datasets."""
         account = self.analyst(user)

@@ -133,3 +133,20 @@ def test_psql_shows_columns_and_budget_as_rows_and_json_a_line_per_key(server):
     lines = [[cell.strip() for cell in line.split("|")] for line in remaining.splitlines()]
     assert lines[2] == ["visits", "1.0", "0.0", "1.0", "0.0", "0.0", "0.0", "0.25", "1.0"], lines
     assert max(map(len, budget.splitlines())) < 80 and '"remaining": {' in budget
+
+
+def test_sigterm_logs_the_signal_the_sessions_closed_and_the_ledger(tmp_path):
+    import psycopg
+
+    stopping = start_server(tmp_path, write_config(tmp_path, analysts=["kai"]))
+    con = psycopg.connect(stopping.dsn("kai"), autocommit=True)
+    try:
+        con.execute("SELECT COUNT(*) AS n FROM visits").fetchall()
+        stopping.stop()  # SIGTERM to the process group; it logged nothing about stopping
+        assert stopping.process.returncode == 0
+    finally:
+        con.close()
+        stopping.stop()
+    line = [text for text in stopping.log.read_text().splitlines() if "stopped" in text]
+    assert len(line) == 1 and line[0].endswith(
+        "stopped signal=SIGTERM pg_sessions_closed=1 ledger visits=ε 0.25/10"), line
