@@ -3,11 +3,12 @@ constants and public tables alone: a concatenation of columns with declared valu
 combination), arithmetic on constants folded into one constant (86400 * 30 divides as
 2592000 does), and expressions of a public table's columns (their distinct values), through
 a CAST of plain digits to INT too, the remainder and the LENGTH of declared values. All were
-private keys (refused without δ); the neighbour contract holds for them. A WHERE conjunct that reads a computed key through its whole
-expression (LEFT(education, 1) IN ('B', 'M')) narrows its domain as one on a column does:
-the other values were released as noisy zeros. A subquery's or CTE's column computed from a
-public table's columns has the images of their distinct values as its domain, as the same
-expression written in the GROUP BY has (it was a private key)."""
+private keys (refused without δ); the neighbour contract holds for them. A WHERE conjunct
+that reads a computed key through its whole expression (LEFT(education, 1) IN ('B', 'M'))
+narrows its domain as one on a column does: the other values were released as noisy zeros.
+A subquery's or CTE's column computed from a public table's columns has the images of their
+distinct values as its domain, as the same expression written in the GROUP BY has (it was a
+private key)."""
 
 from __future__ import annotations
 
@@ -110,8 +111,6 @@ def test_a_subquerys_column_computed_from_a_public_table_has_a_domain(pairs, sql
     assert key.source.startswith("computed from public table regions.region_id")
 
 
-@pytest.mark.xfail(strict=True, reason="compile_statement does not pass public_values to the "
-                   "Resolver yet (compile/__init__.py)")
 @pytest.mark.parametrize(("sql", "domain"), COMPUTED_IN_SUBQUERIES)
 def test_a_subquerys_computed_column_of_a_public_table_is_a_public_key(pairs, sql, domain):
     released = pairs[0].d.execute(sql, epsilon=1).fetchall()

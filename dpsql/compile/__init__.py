@@ -32,7 +32,7 @@ def compile_statement(statement: Statement, catalog: Catalog, *, private_keys: b
     if not isinstance(tree, exp.Select):
         raise refuse_non_select(tree, statement)
     select = rewritten_select(tree)
-    relation = Resolver(catalog, statement.sql).from_clause(select)
+    relation = Resolver(catalog, statement.sql, public_values=public_values).from_clause(select)
     if relation.public:
         return compile_public(select, relation, statement)
     return compile_select(select, relation, catalog, statement, private_keys=private_keys,
