@@ -113,6 +113,7 @@ class Catalog:
     mechanism: str = "laplace"
     path: Path | None = None
     dialect: str = "duckdb"  # the SQL dialect analysts write (sqlglot's dialect names)
+    names_dialect: bool = False  # the metadata says ``dialect:`` (else DuckDB's by default)
     resources: dict[str, str] = field(default_factory=dict)  # RESOURCE_KEYS -> value
 
     def table(self, name: str) -> TableSpec | None:
@@ -223,6 +224,7 @@ def _build(raw: dict, *, base: Path, path: Path | None, default_name: str) -> Ca
         mechanism=mechanism,
         path=path,
         dialect=str(raw.get("dialect", "duckdb")).lower(),
+        names_dialect="dialect" in raw,
         resources=resources(raw.get("resources") or {}, base),
     )
 

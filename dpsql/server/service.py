@@ -28,7 +28,6 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-import yaml
 
 import dpsql
 from dpsql import frames
@@ -294,7 +293,8 @@ class Service:
             self._accounts[name] = con
             _check_servable(name, catalog)
             self._datasets[name] = _DatasetState(name, catalog.budget, _publish(catalog),
-                                                 _named_dialect(config.datasets[name].metadata))
+                                                 catalog.dialect if catalog.names_dialect
+                                                 else None)
             for table in catalog.tables.values():
                 if table.source and os.sep in str(table.source):
                     source = os.path.abspath(str(table.source))
@@ -795,14 +795,6 @@ def _login_secret(state_dir) -> bytes:
         finally:
             draft.unlink()
     return path.read_bytes()
-
-
-def _named_dialect(metadata) -> str | None:
-    """The ``dialect:`` a metadata file names, None when it names none (the catalogue reads
-    that as DuckDB's, and cannot tell the two apart)."""
-    raw = yaml.safe_load(metadata.read_text(encoding="utf-8"))
-    named = raw.get("dialect") if isinstance(raw, dict) else None
-    return None if named is None else check_dialect(named)
 
 
 def _check_servable(name: str, catalog) -> None:
