@@ -41,11 +41,12 @@ class Column(tuple):
 
     ``noise`` is the mechanism (None for keys), ``noise_scale`` the Laplace scale b (the
     Gaussian's σ; for ℓ∞ noise the b of the same variance; for a SUM measured as a centred
-    sum plus k times a count, √(b_S² + k²·b_N²); None for AVG, VAR and STDDEV, which are
-    ratios of noisy parts: their intervals say how far they may be) and ``epsilon`` the share
+    sum plus k times a count, √(b_S² + k²·b_N²); None for AVG, VAR, STDDEV, COVAR_POP,
+    COVAR_SAMP and CORR, which are ratios of noisy parts: their intervals say how far they may
+    be) and ``epsilon`` the share
     of ε spent on it; ``ci_columns`` name its interval columns in ``Cursor.intervals()``.
     Arithmetic on aggregates (noise "derived") has them when ``interval`` is set: + − × ÷ of
-    COUNT, SUM, AVG, VAR and STDDEV and numbers (docs/python-api.md). A quantile (MEDIAN,
+    COUNT, SUM, AVG, VAR, STDDEV, the covariances and numbers (docs/python-api.md). A quantile (MEDIAN,
     MIN, MAX ...; noise "exponential") has no interval in values: ``rank_error`` is how many
     rows its rank may miss the target's by (95%).
     """
@@ -224,8 +225,8 @@ class Cursor:
 
     def intervals(self, confidence: float = 0.95) -> pd.DataFrame:
         """Current set with a 95% CI (``<col>_low``, ``<col>_high``) for each noisy aggregate
-        and each column of arithmetic on them (+ − × ÷ of COUNT, SUM, AVG, VAR, STDDEV and
-        numbers; None where a divisor's interval holds 0). None for quantiles and MIN/MAX,
+        and each column of arithmetic on them (+ − × ÷ of COUNT, SUM, AVG, VAR, STDDEV, the
+        covariances and numbers; None where a divisor's interval holds 0). None for quantiles and MIN/MAX,
         whose exponential-mechanism draw has no interval: ``explain`` gives its rank error."""
         if confidence != 0.95:
             raise NotSupportedError("only 95% intervals are computed", hint="use 0.95")
