@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -113,6 +114,9 @@ class RemoteCursor:
         self._columns = release.get("columns") or []
         self.epsilon_spent = Fraction(str(release.get("epsilon_spent", 0)))
         self.reused = bool(release.get("reused"))
+        for message in release.get("warnings") or ():
+            # as embedded: warned once the answer is this cursor's (the server sends them)
+            warnings.warn(errors.NoisyRankingWarning(message), stacklevel=2)
         return self
 
     def explain(self, operation: str, *, epsilon: float | None = None,

@@ -440,7 +440,8 @@ class Session:
                 interface="pg"))
         self.last_release = {"epsilon_spent": answer.epsilon_spent, "reused": answer.reused,
                              "truncated": answer.truncated, "columns": answer.columns,
-                             "budget_remaining": answer.remaining}
+                             "budget_remaining": answer.remaining,
+                             "warnings": answer.warnings}
         return _Result(f"SELECT {len(answer.rows)}", answer.columns, answer.rows,
                        answer.notice(self.user), answer.warnings)
 

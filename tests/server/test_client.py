@@ -206,3 +206,11 @@ def test_client_description_carries_derived_intervals_and_rank_errors(server):
         assert twice.ci_columns == ("twice_low", "twice_high")
         assert median.rank_error is not None and median.rank_error > 0
         assert {"twice_low", "twice_high", "s_low"} <= set(cur.intervals().columns)
+
+
+def test_client_warns_of_a_noisy_ranking_as_embedded(server):
+    """The server sent the warning to psql and HTTP, and the dpsql:// client dropped it."""
+    top3 = "SELECT day, COUNT(*) AS n FROM visits GROUP BY day ORDER BY n DESC LIMIT 3"
+    with dpsql.connect(server.url("dave")) as con, \
+            pytest.warns(dpsql.NoisyRankingWarning, match="noise decides which rows"):
+        assert len(con.execute(top3, epsilon=0.05).fetchall()) == 3
