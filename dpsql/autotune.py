@@ -22,13 +22,12 @@ from fractions import Fraction
 
 from dpsql.budget import PrivacyLoss, budget_exhausted, positive
 from dpsql.catalog import Catalog
-from dpsql.compile.ir import Scan
 from dpsql.engine import Engine, hinted_accuracy
-from dpsql.errors import Error, NotSupportedError, PrivacyParameterError, ProgrammingError
+from dpsql.errors import Error, NotSupportedError, PrivacyParameterError
 from dpsql.parse import dp_options
 from dpsql.plan import CheckedQuery
 from dpsql.release import NoisyResult
-from dpsql.tune import TuningResult, group_keys, planned_count_noise, tune
+from dpsql.tune import TuningResult, planned_count_noise, private_tables, tune
 
 BOUND_KEYS = ("max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit")
 CONTRIBUTION_OPTIONS = {"max_groups_contributed", "max_rows_contributed"}
@@ -40,8 +39,8 @@ def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilo
 
     Raises:
         PrivacyParameterError: the slice is not below the statement's ε.
-        NotSupportedError: not one statement over one private table grouped by its columns,
-            or the dataset uses Gaussian noise.
+        NotSupportedError: not one statement over one private table, or the dataset uses
+            Gaussian noise.
         BudgetExhaustedError: ε does not fit; nothing was run or charged.
     """
     whole = engine.epsilon_of(epsilon)
@@ -71,7 +70,7 @@ def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilo
             "tune= takes an explicit ε: an accuracy target (a ci95 hint or the connection's "
             "accuracy=) picks ε under the declared bounds", hint="pass epsilon=... with tune=, "
             "or drop the ci95 hint")
-    table, keys = tuned_shape(checked, engine.catalog)
+    table = tuned_table(checked, engine.catalog)
     bounded = sorted(CONTRIBUTION_OPTIONS & set(dp_options(checked.statement)))
     if bounded:  # they may only tighten bounds, which the tuning has not chosen yet
         raise NotSupportedError(
@@ -83,7 +82,7 @@ def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilo
         raise budget_exhausted(engine.analyst, engine.catalog.name, loss, remaining)
     proposal = tune(catalog=engine.catalog, backend=engine.backend, ledger=engine.ledger,
                     analyst=engine.analyst, rng=engine.rng, table=table, epsilon=part,
-                    columns=(), group_by=keys, query_epsilon=float(rest),
+                    columns=(), compiled=checked, query_epsilon=float(rest),
                     count_noise=planned_count_noise(planned.release.statements[0]),
                     timeout=engine.timeout)
     tuned = engine.under(with_bounds(engine.catalog, proposal))
@@ -100,10 +99,9 @@ def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilo
         key: chosen[key] for key in BOUND_KEYS if chosen.get(key) is not None})]
 
 
-def tuned_shape(checked: CheckedQuery, catalog: Catalog) -> tuple[str, tuple[str, ...]]:
-    """The one private table a statement reads and its GROUP BY columns (names in it)."""
-    private = sorted({name for name in _scanned(checked.relation.node)
-                      if (spec := catalog.table(name)) is not None and not spec.public})
+def tuned_table(checked: CheckedQuery, catalog: Catalog) -> str:
+    """The one private table a statement reads (its GROUP BY is tuned as compiled)."""
+    private = private_tables(checked, catalog)
     if len(private) != 1:
         raise NotSupportedError(
             f"tune= chooses the bounds of one private table; the statement reads "
@@ -112,24 +110,7 @@ def tuned_shape(checked: CheckedQuery, catalog: Catalog) -> tuple[str, tuple[str
     if spec.privacy_unit is None:
         raise NotSupportedError(f"table {spec.name!r} has row privacy: it has no contribution "
                                 "bounds to tune", hint="drop tune=")
-    try:
-        keys = group_keys(spec, checked.statement.sql, None)
-    except ProgrammingError:
-        keys = None
-    if keys is None or len(keys) != len(checked.keys):
-        raise NotSupportedError(
-            f"tune= needs the GROUP BY to name columns of {spec.name!r}",
-            hint="write GROUP BY with column names (not ordinals, expressions or columns of "
-            "a joined table)")
-    return spec.name, keys
-
-
-def _scanned(node) -> list[str]:
-    """The catalogued tables an IR relation reads."""
-    if isinstance(node, Scan):
-        return [node.table]
-    return [name for field in ("input", "left", "right") if hasattr(node, field)
-            for name in _scanned(getattr(node, field))]
+    return spec.name
 
 
 def with_bounds(catalog: Catalog, proposal: TuningResult) -> Catalog:

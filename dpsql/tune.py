@@ -7,10 +7,16 @@ quantiles, how the data are spread, and proposes the metadata bounds that minimi
 expected error of a query shape (COUNT and SUM per key), with the estimated bias and noise
 of each choice.
 
-What is measured (exactly, on the backend, from catalogued names only):
+What is measured (exactly, on the backend, from catalogued names and compiled IR only):
 
-- per person: R = rows in the table, G = distinct GROUP BY keys, M = the most rows in one
-  key. Each person contributes one value to each distribution;
+- per person: R = rows, G = distinct GROUP BY keys, M = the most rows in one key, over the
+  rows the engine bounds: the query's FROM and WHERE, with rows without a person or with a
+  NULL key dropped (``rewrite._source_rows``). The keys are the query's GROUP BY compiled as
+  the engine compiles it (``compile_statement``): a column, an alias, an ordinal or an
+  expression (DATE_TRUNC of a timestamp, CASE buckets, age // 10), rendered from the IR
+  (``Dialect.key``), never from the analyst's text. Without a query, ``group_by`` columns (or
+  every column with a public domain) are compiled as ``SELECT COUNT(*) FROM t GROUP BY ...``.
+  Each person contributes one value to each distribution;
 - per numeric column the query sums (``summed_columns``) or ``columns`` names: each
   person's smallest value (for ``lower``) and largest (for ``upper``): one value per person
   again, so clamping bounds are chosen from people, not
@@ -92,18 +98,23 @@ from sqlglot import exp
 from dpsql.budget import PrivacyLoss, budget_exhausted, positive
 from dpsql.catalog import Catalog, TableSpec
 from dpsql.cli_params import METADATA_FILE
-from dpsql.compile.scope import declared
+from dpsql.compile import PublicQuery, compile_statement
+from dpsql.compile.ir import Scan
+from dpsql.compile.render import dialect
 from dpsql.engine import LARGEST_EPSILON
 from dpsql.errors import (
     BackendError,
     CatalogError,
+    NotSupportedError,
     PrivacyParameterError,
     ProgrammingError,
     UnknownTableError,
 )
 from dpsql.failed import FAILED, charged_failure
 from dpsql.mechanisms.samplers import RandomSource
-from dpsql.plan import StatementPlan
+from dpsql.parse import parse_one
+from dpsql.plan import CheckedQuery, GroupKey, StatementPlan
+from dpsql.rewrite import _source_rows, _Writer
 from dpsql.spread import (
     COUNT_GRID,
     Spread,
@@ -184,61 +195,64 @@ class TuningResult:
 
 # --- exact per-person values (never leave this module unnoised) --------------------------
 
-def _quote(name: str, dialect: str) -> str:
-    if dialect == "spark":
-        return "`" + name.replace("`", "``") + "`"
-    return '"' + name.replace('"', '""') + '"'
-
-
-def per_person_sql(table: TableSpec, source: str, dialect: str, keys: tuple[str, ...],
-                   column: str | None = None) -> dict[str, str]:
-    """SQL of each per-person distribution, ``SELECT v, COUNT(*) ... GROUP BY v``.
+def range_sql(table: TableSpec, source: str, dialect_name: str, column: str) -> dict[str, str]:
+    """SQL of a column's per-person distributions, ``SELECT v, COUNT(*) ... GROUP BY v``: each
+    person's smallest (``lo``) and largest (``hi``) value (each row's, under row privacy).
 
     Rendered from catalogued names only, each identifier quoted; ``source`` is the name the
-    backend reads the table by (already quoted). With a privacy unit: rows, keys and the
-    busiest key per person; per column: each person's smallest and largest value.
+    backend reads the table by (already quoted).
     """
-    q = lambda name: _quote(name, dialect)  # noqa: E731
-    unit = table.privacy_unit
-    out = {}
-    if column is not None:
-        c = q(column)
-        if unit is None:
-            inner = f"SELECT {c} AS lo, {c} AS hi FROM {source}"
-        else:
-            inner = (f"SELECT MIN({c}) AS lo, MAX({c}) AS hi FROM {source} "
-                     f"WHERE {q(unit)} IS NOT NULL GROUP BY {q(unit)}")
-        for part in ("lo", "hi"):
-            out[part] = (f"SELECT {part}, COUNT(*) FROM ({inner}) AS p "
-                         f"WHERE {part} IS NOT NULL GROUP BY {part}")
-        return out
-    u = q(unit)
-    key_list = ", ".join(q(k) for k in keys)
-    cells = (f"SELECT {u} AS u, COUNT(*) AS n FROM {source} WHERE {u} IS NOT NULL "
-             f"GROUP BY {u}{', ' + key_list if keys else ''}")
-    person = "SELECT SUM(n) AS r, COUNT(*) AS g, MAX(n) AS m FROM (" + cells + ") AS c GROUP BY u"
-    for part in ("r", "g", "m"):
-        out[part] = f"SELECT {part}, COUNT(*) FROM ({person}) AS p GROUP BY {part}"
-    return out
+    quote = dialect(dialect_name).quote
+    c = quote(column)
+    if table.privacy_unit is None:
+        inner = f"SELECT {c} AS lo, {c} AS hi FROM {source}"
+    else:
+        unit = quote(table.privacy_unit)
+        inner = (f"SELECT MIN({c}) AS lo, MAX({c}) AS hi FROM {source} "
+                 f"WHERE {unit} IS NOT NULL GROUP BY {unit}")
+    return {part: f"SELECT {part}, COUNT(*) FROM ({inner}) AS p WHERE {part} IS NOT NULL "
+            f"GROUP BY {part}" for part in ("lo", "hi")}
 
 
-def per_person_values(backend, table: TableSpec, keys: tuple[str, ...],
-                      columns: tuple[str, ...], timeout: float | None = None
-                      ) -> dict[str, list[tuple[float, int]]]:
+def contribution_sql(shape: CheckedQuery, dialect_name: str, sources: dict[str, str]
+                     ) -> dict[str, str]:
+    """SQL of the rows (``r``), keys (``g``) and busiest key's rows (``m``) per person, each
+    ``SELECT v, COUNT(*) ... GROUP BY v``, over the rows the engine bounds for ``shape``.
+
+    The rows are the engine's ``__src`` (the compiled FROM and WHERE, rows without a person
+    or with a NULL key dropped) and each key is rendered from its IR as the engine's exact
+    query renders it, so an expression key (DATE_TRUNC('month', ...), a CASE) is counted per
+    value of the expression, not per value of the columns it reads.
+    """
+    d = _Writer(dialect(dialect_name), sources, shape)
+    unit = shape.table.privacy_unit  # the relation's internal column of the person
+    keys = [f"__k{i}" for i in range(len(shape.keys))]
+    columns = [f"{unit} AS __unit"] + [f"{d.dialect.key(k.expr)} AS {name}"
+                                       for k, name in zip(shape.keys, keys, strict=True)]
+    src = _source_rows(shape, None, d, unit, columns, [])
+    cells = f"SELECT __unit, COUNT(*) AS n FROM __src GROUP BY {', '.join(['__unit', *keys])}"
+    person = f"SELECT SUM(n) AS r, COUNT(*) AS g, MAX(n) AS m FROM ({cells}) AS c GROUP BY __unit"
+    return {part: f"WITH {src} SELECT {part}, COUNT(*) FROM ({person}) AS p GROUP BY {part}"
+            for part in ("r", "g", "m")}
+
+
+def per_person_values(backend, table: TableSpec, shape: CheckedQuery, columns: tuple[str, ...],
+                      timeout: float | None = None) -> dict[str, list[tuple[float, int]]]:
     """The exact distributions (value, persons) the mechanism reads, each sorted by value,
-    each statement stopped after ``timeout`` seconds (DuckDB; None: no limit).
+    each statement stopped after ``timeout`` seconds (DuckDB; None: no limit): r, g and m
+    for ``shape`` (``tuned_query``), and each column's ``<column>.lo`` and ``.hi``.
 
     Each person contributes exactly one value to each distribution, so one person added
     or removed moves each #{x ≤ c} by at most 1.
     """
-    source = backend.sources[table.name]
-    found: dict[str, list[tuple[float, int]]] = {}
     queries: dict[str, str] = {}
     if table.privacy_unit is not None:
-        queries.update(per_person_sql(table, source, backend.dialect, keys))
+        queries.update(contribution_sql(shape, backend.dialect, backend.sources))
     for column in columns:
-        for part, sql in per_person_sql(table, source, backend.dialect, keys, column).items():
+        for part, sql in range_sql(table, backend.sources[table.name], backend.dialect,
+                                   column).items():
             queries[f"{column}.{part}"] = sql
+    found: dict[str, list[tuple[float, int]]] = {}
     for name, sql in queries.items():
         _, rows = backend.run_sql(sql, timeout)
         found[name] = sorted((_ordered(float(v)), int(n)) for v, n in rows if v is not None)
@@ -252,35 +266,84 @@ def _ordered(value: float) -> float:
     return math.inf if math.isnan(value) else value
 
 
-# --- the entry point ---------------------------------------------------------------------
+# --- the query shape ---------------------------------------------------------------------
 
-def group_keys(table: TableSpec, query: str | None, group_by) -> tuple[str, ...]:
-    """The GROUP BY columns of the shape: ``group_by``, else those a query's GROUP BY names,
-    else every column of the table with a public domain."""
-    if group_by is not None:
-        names = (group_by,) if isinstance(group_by, str) else tuple(group_by)
-    elif query is not None:
-        group = _parsed(query).find(exp.Group)
-        items = group.expressions if group else []
-        shaped = [item for item in items if not isinstance(item, exp.Column)]
-        if shaped:  # its columns are not its keys: CASE WHEN amount > 50 has two, not amount's
-            raise ProgrammingError(f"GROUP BY {shaped[0].sql()} is not a column: tune reads "
-                                   "the keys a person touches by column",
-                                   hint="group by columns, or pass group_by=[...] columns")
-        names = tuple(dict.fromkeys(item.name for item in items))
-    else:
-        names = tuple(n for n, c in table.columns.items()
-                      if c.values is not None and n != table.privacy_unit)
+def tuned_query(catalog: Catalog, table: TableSpec, query: str | None = None,
+                group_by=None) -> CheckedQuery:
+    """The shape to tune ``table`` for, compiled as the engine compiles a statement: ``query``
+    (any GROUP BY the compiler accepts: columns, aliases, ordinals, expressions), else
+    ``SELECT COUNT(*) FROM table GROUP BY`` the ``group_by`` columns (which take precedence
+    over the query's), else every column with a public domain.
+
+    Raises:
+        ProgrammingError: a ``group_by`` name is not a column, the key is the privacy unit,
+            or the query is refused as the engine refuses it.
+        NotSupportedError: the query does not read ``table`` as its one private table.
+    """
+    if query is None or group_by is not None:
+        query = _count_by(table, _key_columns(table, group_by), catalog.dialect)
+    statement = parse_one(query, None, catalog.dialect)
+    # private keys compile here without a δ: tune releases quantiles of counts, not keys
+    shape = compile_statement(statement, catalog, private_keys=True)
+    read = [] if isinstance(shape, PublicQuery) else private_tables(shape, catalog)
+    if read != [table.name]:
+        raise NotSupportedError(
+            f"tune chooses the bounds of the one private table a query reads; this query "
+            f"reads {', '.join(read) or 'no private table'}, not {table.name!r} alone",
+            hint=f"give a query over {table.name!r} (public tables may be joined to it), or "
+            "group_by=[...] columns of it")
+    return shape
+
+
+def private_tables(shape: CheckedQuery, catalog: Catalog) -> list[str]:
+    """The private catalogued tables a compiled statement reads, sorted."""
+    return sorted({name for name in _scanned(shape.relation.node)
+                   if (spec := catalog.table(name)) is not None and not spec.public})
+
+
+def _scanned(node) -> list[str]:
+    """The catalogued tables an IR relation reads."""
+    if isinstance(node, Scan):
+        return [node.table]
+    return [name for field_ in ("input", "left", "right") if hasattr(node, field_)
+            for name in _scanned(getattr(node, field_))]
+
+
+def _key_columns(table: TableSpec, group_by) -> tuple[str, ...]:
+    """``group_by``'s columns as catalogued, else every column with a public domain."""
+    if group_by is None:
+        return tuple(n for n, c in table.columns.items()
+                     if c.values is not None and n != table.privacy_unit)
     keys = []
-    for name in names:
+    for name in group_by:
         spec = table.column(name)
         if spec is None:
-            raise ProgrammingError(f"table {table.name!r} has no column {name!r} to group by",
-                                   hint=f"columns are {sorted(table.columns)}")
+            raise ProgrammingError(
+                f"table {table.name!r} has no column {name!r} to group by",
+                hint=f"group_by= (--group-by) names columns {sorted(table.columns)}; for a "
+                "key computed from them (DATE_TRUNC, CASE, an alias) give the query instead "
+                "(query=, --query)")
         if spec.name == table.privacy_unit:
-            raise ProgrammingError("grouping by the privacy unit is not a query shape")
+            raise ProgrammingError("grouping by the privacy unit is not a query shape",
+                                   hint="group by the columns the queries group by")
         keys.append(spec.name)
     return tuple(dict.fromkeys(keys))  # day, day is one key (its cells were counted twice)
+
+
+def _count_by(table: TableSpec, keys: tuple[str, ...], dialect_name: str) -> str:
+    """``SELECT COUNT(*) FROM table GROUP BY keys`` from catalogued names, quoted."""
+    select = exp.select(exp.Count(this=exp.Star())).from_(
+        exp.Table(this=exp.to_identifier(table.name, quoted=True)))
+    if keys:
+        select = select.group_by(*(exp.column(k, quoted=True) for k in keys))
+    return select.sql(dialect=dialect_name)
+
+
+def _key_names(shape: CheckedQuery) -> tuple[str, ...]:
+    """The catalogued columns of the private table the GROUP BY keys read."""
+    columns = shape.relation.columns
+    return tuple(dict.fromkeys(columns[c].label for k in shape.keys for c in k.expr.columns()
+                               if c in columns and columns[c].origin is None))
 
 
 def _parsed(query: str) -> exp.Expression:
@@ -295,8 +358,9 @@ def summed_columns(table: TableSpec, query: str | None, keys: tuple[str, ...]
     """The numeric columns of ``table`` a query reads in an aggregate other than COUNT (SUM,
     AVG, a quantile...): the ones whose value bounds its answer depends on. None without a
     query: an id's or a timestamp's bounds (MovieLens' item_id.upper 27, ts.upper = ts.lower)
-    break every query of them, so bounds are proposed for measures only. Keys are left out,
-    since bounds on a key would drop its groups outside them."""
+    break every query of them, so bounds are proposed for measures only. The columns the
+    keys read (``keys``) are left out, since bounds on a key would drop its groups outside
+    them."""
     if query is None:
         return ()
     read = (column.name for aggregate in _parsed(query).find_all(exp.AggFunc)
@@ -306,15 +370,16 @@ def summed_columns(table: TableSpec, query: str | None, keys: tuple[str, ...]
                                and c.name != table.privacy_unit and c.name not in keys))
 
 
-def _cells(table: TableSpec, keys: tuple[str, ...]) -> tuple[int, bool]:
+def _cells(keys: tuple[GroupKey, ...]) -> tuple[int, bool]:
     """Cells of the GROUP BY (keys without a public domain count as one), and whether every
     key has a public domain (then nobody can touch more cells than that).
 
-    A key's domain is the one the compile stage gives the column: its ``values``, a bool's
-    two, or the range of a bounded int or date column.
+    A key's domain is the one the compile stage gives it: a column's ``values``, a bool's
+    two, the range of a bounded int or date column, or what an expression of them takes
+    (the months of a bounded timestamp, a CASE's branches).
     """
-    domains = [declared(k, table.columns[k]).domain for k in keys]
-    return math.prod(len(d) for d in domains if d), all(domains)
+    return math.prod(len(k.domain) for k in keys if k.domain), \
+        all(k.domain is not None for k in keys)
 
 
 def noise_sd(l1: float, l2: float, epsilon: float, gaussian: bool) -> float:
@@ -394,13 +459,14 @@ def choose_contribution(spreads: dict[str, Spread], persons: int, cells: int,
 def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, table: str,
          epsilon, columns=None, query: str | None = None, group_by=None,
          query_epsilon: float = 1.0, count_noise: float | None = None,
-         timeout: float | None = None) -> TuningResult:
+         timeout: float | None = None, compiled: CheckedQuery | None = None) -> TuningResult:
     """Estimate the data's spread privately and propose bounds; charges ``epsilon`` once.
 
     ``count_noise`` is the planned query's count noise per unit of sensitivity
     (``planned_count_noise``); without it a count is taken to get Laplace noise at the whole
     ``query_epsilon``. ``timeout`` stops each exact read after that many seconds (the
-    connection's, on DuckDB).
+    connection's, on DuckDB). ``compiled`` is the query as the engine compiled it (with its
+    parameters and public tables' domains); without it the shape is ``tuned_query``'s.
 
     Raises:
         BudgetExhaustedError: ε does not fit the remaining budget; nothing was run.
@@ -419,9 +485,9 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
         raise CatalogError(f"the metadata of dataset {catalog.name!r} declares no budget",
                            hint="add 'budget: {epsilon: ..., delta: ...}' to the metadata")
     columns, group_by = _names(columns, "columns"), _names(group_by, "group_by")
-    shape = group_keys(spec, query, group_by)
-    keys = shape if spec.privacy_unit is not None else ()
-    names = summed_columns(spec, query, shape) if columns is None else columns
+    shape = compiled if compiled is not None else tuned_query(catalog, spec, query, group_by)
+    keys = tuple(k.name for k in shape.keys) if spec.privacy_unit is not None else ()
+    names = summed_columns(spec, query, _key_names(shape)) if columns is None else columns
     for name in names:
         c = spec.column(name)
         if c is None or not c.is_numeric or c.name == spec.privacy_unit:
@@ -445,7 +511,7 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
     statement = (f"-- dpsql tune {spec.name}: per-person rows, keys ({', '.join(keys) or 'none'})"
                  f" and ranges of {', '.join(names) or 'none'}; {draws} draws of ε/{draws}")
     try:
-        values = per_person_values(backend, spec, keys, names, timeout)
+        values = per_person_values(backend, spec, shape, names, timeout)
         persons_exact = _persons(backend, spec, values, timeout)
     except BackendError as failure:
         # whether the reads fail (or how long they run) can depend on one person's rows: the
@@ -477,7 +543,7 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
     row_sd = count_sd(1, 1)  # one row per person (row privacy)
     rows_kept = 1.0
     if spec.privacy_unit is not None:
-        cells, public_cells = _cells(spec, keys)
+        cells, public_cells = _cells(shape.keys)
         grids = {"r": COUNT_GRID, "m": COUNT_GRID,  # nobody touches more cells than exist
                  "g": tuple(c for c in COUNT_GRID if c <= cells) if public_cells else COUNT_GRID}
         # each median's prior is anchored at the declared bound: a public guess (weak data
@@ -505,7 +571,7 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
                                   **kept))
     # what a value bound clamps off a SUM per cell, per unit of the per-person excess: every
     # row a person keeps is at most their largest value (at least their smallest)
-    per_cell = persons * rows_kept / _cells(spec, shape)[0]
+    per_cell = persons * rows_kept / _cells(shape.keys)[0]
     for name in names:
         grid = bound_grids[name]
         # a declared bound costs no bias (every query clamps there): the medians' priors are

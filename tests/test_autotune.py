@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import sys
 from fractions import Fraction
+from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from conftest import catalogue, make_adult, make_visits
 
 import dpsql
+
+sys.path.insert(0, str(Path(__file__).parent / "fuzz"))  # the neighbour harness
+
+from neighbours import every_neighbour, execute_both
 
 QUERY = "SELECT day, COUNT(*) AS n FROM visits GROUP BY day"
 
@@ -45,13 +53,10 @@ def test_the_tuning_is_part_of_the_statements_epsilon(tmp_path, meta):
     (QUERY, {"epsilon": 1, "tune": 1}, dpsql.PrivacyParameterError),
     (QUERY, {"epsilon": 1, "tune": 0.1, "accuracy": 5}, dpsql.PrivacyParameterError),
     (QUERY, {"epsilon": 3, "tune": 0.1}, dpsql.BudgetExhaustedError),  # 2 in the budget
-    ("SELECT day, COUNT(*) FROM visits GROUP BY 1", {"epsilon": 1, "tune": 0.1},
-     dpsql.NotSupportedError),
-    # its key is the CASE, not amount: G and M were counted per distinct amount
-    ("SELECT CASE WHEN amount > 50 THEN 'big' ELSE 'small' END AS k, COUNT(*) FROM visits "
-     "GROUP BY CASE WHEN amount > 50 THEN 'big' ELSE 'small' END", {"epsilon": 1, "tune": 0.1},
-     dpsql.NotSupportedError),
     ("SELECT COUNT(*) FROM adult", {"epsilon": 1, "tune": 0.1}, dpsql.NotSupportedError),
+    # two private tables: whose bounds would it tune?
+    ("SELECT v.day, COUNT(*) FROM visits v JOIN adult a ON v.uid = a.age GROUP BY 1",
+     {"epsilon": 1, "tune": 0.1}, dpsql.NotSupportedError),
     ("SELECT amount FROM visits", {"epsilon": 1, "tune": 0.1}, dpsql.ProgrammingError),
     # OPTIONS may only tighten bounds the tuning had not chosen yet: the statement was
     # refused after the tuning's charge when they were looser than its proposal
@@ -63,6 +68,88 @@ def test_refused_statements_spend_nothing(tmp_path, meta, sql, options, error):
         with pytest.raises(error):
             con.execute(sql, **options)
         assert con.budget_spent.epsilon == 0 and not con.ledger.history()
+
+
+@pytest.mark.parametrize(("sql", "keys", "cells"), [
+    ("SELECT day, COUNT(*) AS n FROM visits GROUP BY 1", "day", 7),
+    # its key is the CASE, not amount: G and M are counted per bucket, not per amount
+    (("SELECT CASE WHEN amount > 50 THEN 'big' ELSE 'small' END AS k, COUNT(*) AS n "
+      "FROM visits GROUP BY k"), "k", 2),
+    (("SELECT region_id // 2 AS r, UPPER(day) AS d, SUM(amount) AS s FROM visits "
+      "WHERE amount > 10 GROUP BY 1, UPPER(day)"), "r, d", 21),
+])
+def test_ordinals_aliases_and_expressions_are_tuned_as_grouped(tmp_path, meta, sql, keys, cells):
+    """GROUP BY an ordinal, an alias or an expression was refused ('tune= needs the GROUP BY
+    to name columns'); now its keys are tuned as the statement groups them: the ledger names
+    them, and nobody is given more groups than the keys have cells."""
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=1) as con:
+        cursor = con.execute(sql, epsilon=1, tune=0.2)
+        rows = cursor.fetchall()
+        history = con.ledger.history(con.catalog.name)
+    assert cursor.epsilon_spent == 1 and len(rows) == cells
+    assert f"keys ({keys})" in history[0]["statement"], history[0]["statement"]
+    assert cursor.tuned_bounds["max_groups_per_unit"] <= cells, cursor.tuned_bounds
+
+
+def test_the_month_of_an_epoch_column_is_tuned(tmp_path, meta):
+    """ana3's MovieLens query, GROUP BY DATE_TRUNC('month', TO_TIMESTAMP(timestamp)) by alias,
+    refused with 'tune= needs the GROUP BY to name columns of ratings'. Now answered over the
+    4 months its bounds' domain holds (test_tune.py checks what the tuning counts per
+    person against pandas)."""
+    rng = np.random.default_rng(4)
+    month_starts = [873072000, 875664000, 878342400, 880934400]  # 1997-09 .. 1997-12
+    uid = np.repeat(np.arange(300), 10)
+    ts = np.array(month_starts)[uid % 4] + rng.integers(0, 2_500_000, uid.size)
+    pd.DataFrame({"user": uid, "timestamp": ts}).to_csv(tmp_path / "ratings.csv", index=False)
+    meta["tables"]["ratings"] = {
+        "source": str(tmp_path / "ratings.csv"), "privacy_unit": "user",
+        "max_groups_per_unit": 8, "max_rows_per_group": 30,
+        "columns": {"user": "int", "timestamp": {"type": "int", "lower": month_starts[0],
+                                                  "upper": month_starts[-1] + 2_600_000}}}
+    sql = ("SELECT DATE_TRUNC('month', TO_TIMESTAMP(\"timestamp\")) AS month, COUNT(*) AS n "
+           "FROM ratings GROUP BY month")
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=1) as con:
+        cursor = con.execute(sql, epsilon=1, tune=0.2)
+        rows = cursor.fetchall()
+    assert cursor.epsilon_spent == 1 and len(rows) == 4
+    assert cursor.tuned_bounds["max_groups_per_unit"] <= 4, cursor.tuned_bounds
+
+
+# new GROUP BY shapes on D and D′ (tests/fuzz/neighbours.py): expression keys of the columns
+# and dates the adversaries fill with extremes, and one shape still refused
+NEIGHBOUR_SHAPES = [
+    "SELECT DATE_TRUNC('month', ts) AS month, COUNT(*) AS n FROM events GROUP BY month",
+    "SELECT EXTRACT(year FROM d) AS y, SUM(x) AS s FROM events GROUP BY 1",
+    ("SELECT CASE WHEN amount > 50 THEN 'big' ELSE 'small' END AS k, COUNT(*) AS n "
+     "FROM visits GROUP BY k"),
+    "SELECT region_id // 2 AS r, AVG(amount) AS a FROM visits WHERE amount > 10 GROUP BY r",
+    "SELECT p.item, COUNT(*) AS n FROM purchases p GROUP BY 1",
+    "SELECT v.day, COUNT(*) FROM visits v JOIN purchases p ON v.uid = p.uid GROUP BY 1",
+]
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    """One (D, D′) pair per adversarial person."""
+    yield from every_neighbour(tmp_path_factory.mktemp("autotune"))
+
+
+def test_new_shapes_are_answered_or_refused_alike_on_neighbours(pairs):
+    """On D and D′ = D plus an adversarial person, each shape is answered on both at the
+    statement's whole ε, or refused on both with the same class and nothing charged."""
+    outcomes = {}
+    for sql in NEIGHBOUR_SHAPES:
+        for pair in pairs:
+            answers = execute_both(pair, sql, epsilon=1, tune=0.1)
+            errors = [a.error for a in answers]
+            assert type(errors[0]) is type(errors[1]), (sql, errors)
+            if errors[0] is not None:
+                assert not any(a.charged for a in answers), (sql, errors[0])
+            else:
+                assert [a.spent for a in answers] == [1, 1], sql
+            outcomes.setdefault(sql, set()).add(type(errors[0]).__name__)
+    assert outcomes[NEIGHBOUR_SHAPES[-1]] == {"NotSupportedError"}
+    assert all(seen == {"NoneType"} for seen in list(outcomes.values())[:-1]), outcomes
 
 
 @pytest.mark.parametrize("tune", [0, 0.5, 10**400])
