@@ -146,16 +146,18 @@ class Connection(_Base):
         self._check_open()
         from dpsql.tune import planned_count_noise, tune
 
-        count_noise = None
+        count_noise = compiled = None
         if query is not None:
             release = self._engine.plan(query, epsilon=query_epsilon).release
             if release is not None:
                 count_noise = planned_count_noise(release.statements[0])
+                # the engine's compile: the connection's dialect and public-table domains
+                compiled = None if group_by is not None else release.statements[0].checked
         return tune(catalog=self.catalog, backend=self._backend, ledger=self.ledger,
                     analyst=self.analyst, rng=self._engine.rng, table=table, epsilon=epsilon,
                     columns=columns, query=query, group_by=group_by,
                     query_epsilon=query_epsilon, count_noise=count_noise,
-                    timeout=self._engine.timeout)
+                    timeout=self._engine.timeout, compiled=compiled)
 
     def _repr_html_(self) -> str:
         """Notebook view: dataset, analyst, backend, budget spent and remaining."""

@@ -284,7 +284,13 @@ def tuned_query(catalog: Catalog, table: TableSpec, query: str | None = None,
         query = _count_by(table, _key_columns(table, group_by), catalog.dialect)
     statement = parse_one(query, None, catalog.dialect)
     # private keys compile here without a δ: tune releases quantiles of counts, not keys
-    shape = compile_statement(statement, catalog, private_keys=True)
+    return reading_only(compile_statement(statement, catalog, private_keys=True), catalog,
+                        table)
+
+
+def reading_only(shape: CheckedQuery | PublicQuery, catalog: Catalog,
+                 table: TableSpec) -> CheckedQuery:
+    """``shape``, refused unless ``table`` is the one private table it reads."""
     read = [] if isinstance(shape, PublicQuery) else private_tables(shape, catalog)
     if read != [table.name]:
         raise NotSupportedError(
@@ -485,7 +491,8 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
         raise CatalogError(f"the metadata of dataset {catalog.name!r} declares no budget",
                            hint="add 'budget: {epsilon: ..., delta: ...}' to the metadata")
     columns, group_by = _names(columns, "columns"), _names(group_by, "group_by")
-    shape = compiled if compiled is not None else tuned_query(catalog, spec, query, group_by)
+    shape = reading_only(compiled, catalog, spec) if compiled is not None else \
+        tuned_query(catalog, spec, query, group_by)
     keys = tuple(k.name for k in shape.keys) if spec.privacy_unit is not None else ()
     names = summed_columns(spec, query, _key_names(shape)) if columns is None else columns
     for name in names:

@@ -768,3 +768,13 @@ def test_an_unsummed_column_is_not_tuned_and_upper_stays_above_lower(tmp_path):
     assert 0.5 < summed.choice("max_rows_per_unit" if any(
         c.key == "max_rows_per_unit" for c in summed.choices) else "max_rows_per_group"
     ).rows_kept <= 1
+
+
+def test_tune_refuses_a_query_over_another_table_than_the_one_it_tunes(tmp_path):
+    """connection.tune passes the engine's compile of the query to tune, which skipped the check
+    that the query reads the tuned table: its statistics would be of another table's rows."""
+    meta = _write(tmp_path, _benchmark_visits(300, seed=5))
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=3) as con:
+        with pytest.raises(dpsql.NotSupportedError, match="reads adult, not 'visits' alone"):
+            con.tune("visits", epsilon=1, query="SELECT sex, COUNT(*) FROM adult GROUP BY sex")
+        assert con.budget_spent.epsilon == 0
