@@ -2,8 +2,9 @@
 change.
 
 Accepted: aggregates (COUNT(*), COUNT(x), COUNT(DISTINCT person), COUNT(DISTINCT x), SUM,
-AVG, VAR/STDDEV, COVAR_POP/COVAR_SAMP/CORR, quantiles, MIN/MAX) with FILTER (WHERE ...), GROUP BY keys (a public domain,
-or private keys released above a noisy threshold with δ), a row-level WHERE, and arithmetic
+AVG, VAR/STDDEV, COVAR_POP/COVAR_SAMP/CORR, quantiles, MIN/MAX) with FILTER (WHERE ...),
+GROUP BY keys (a public domain, or private keys released above a noisy threshold with δ),
+a row-level WHERE, and arithmetic
 on aggregates, HAVING, ORDER BY, LIMIT and OFFSET, window functions over the outputs
 (RANK() OVER (ORDER BY COUNT(*) DESC), SUM(COUNT(*)) OVER ()) and QUALIFY, which become
 post-processing of the noisy result, compiled from the same allow-list and rendered to run
@@ -28,9 +29,11 @@ from dpsql.compile.scope import (
     COUNT_CLAUSES,
     GROUP_CLAUSES,
     ORDERED_CLAUSES,
+    PublicDomains,
     Relation,
     Scope,
     predicate,
+    with_public_domain,
 )
 from dpsql.compile.window import (
     compile_window,
@@ -323,7 +326,8 @@ class _Compiler:
             elif isinstance(item, exp.Column) and not item.table and \
                     item.name.lower() in aliased and item.name.lower() not in columns:
                 node, name = aliased[item.name.lower()], item.name
-            expr = self._with_public_domain(ops.build(node, _PublicDomains(self)))
+            scope = PublicDomains(self.scope, self.public_values)
+            expr = with_public_domain(ops.build(node, scope), self.relation, self.public_values)
             self._refuse_unit_key(expr, node)
             if name is None:
                 name = next((e.alias for e in self.select.expressions if isinstance(e, exp.Alias)
@@ -368,14 +372,6 @@ class _Compiler:
                 f"no declared value of {name} ({shown}) passes the WHERE clause, so the answer "
                 f"counts only rows outside the metadata's values: it is likely noise alone; "
                 f"check the spelling and case of the value compared with {name}"), stacklevel=2)
-
-    def _with_public_domain(self, expr: Expr) -> Expr:
-        """A column of a public table takes the table's distinct values as its domain."""
-        if expr.domain is not None or expr.op != "col" or self.public_values is None:
-            return expr
-        origin = self.relation.columns[expr.value].origin
-        values = self.public_values(*origin) if origin else None
-        return expr if values is None else replace(expr, domain=values)
 
     def _domain_source(self, expr: Expr) -> str | None:
         """Where a key's public domain comes from, in words (explain shows it)."""
@@ -602,21 +598,6 @@ def _agg_type(aggregate: Aggregate) -> str:
     if aggregate.kind in COUNT_KINDS or (aggregate.kind == "sum" and aggregate.integral):
         return "int"
     return "float"
-
-
-class _PublicDomains:
-    """The row scope where a public table's column carries its distinct values as a domain, so
-    that a GROUP BY key computed from it (RIGHT(release_date, 4)) has a public domain as one
-    computed from declared values does."""
-
-    def __init__(self, compiler: _Compiler) -> None:
-        self.compiler, self.sql = compiler, compiler.scope.sql
-
-    def intercept(self, node: exp.Expression) -> Expr | None:
-        return self.compiler.scope.intercept(node)
-
-    def lookup(self, node: exp.Column) -> Expr:
-        return self.compiler._with_public_domain(self.compiler.scope.lookup(node))
 
 
 class _PostScope:
