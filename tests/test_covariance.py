@@ -23,7 +23,11 @@ sys.path[:0] = [str(Path(__file__).parent / "fuzz"), str(Path(__file__).parent /
 
 import neighbours as nb  # noqa: E402
 from servers import copy_table, databases, spark  # noqa: E402, F401 (fixture)
-from test_neighbours_on_postgresql import open_postgres_pair, pairs  # noqa: E402, F401
+from test_neighbours_on_postgresql import (  # noqa: E402
+    each_backends_pairs,
+    pairs,  # noqa: F401 - the fixture
+    postgres_pair_with,
+)
 
 import dpsql  # noqa: E402
 from dpsql.catalog import load_catalog  # noqa: E402
@@ -282,31 +286,21 @@ def nulls_on_one_side(rows_: int = 600) -> dict[str, pd.DataFrame]:
 @pytest.fixture(scope="module")
 def duck_pairs(tmp_path_factory):
     """DuckDB's (D, D′) pairs: the harness's three adversaries and ``nulls_on_one_side``."""
-    root = tmp_path_factory.mktemp("covariance-neighbours")
-    base = nb.base_tables()
-    opened = [nb.open_neighbours(root, variant) for variant in range(nb.VARIANTS)]
-    opened.append(nb.open_pair(root / "one-side", base, nb.with_rows(base, nulls_on_one_side())))
-    yield opened
-    for pair in opened:
-        pair.close()
+    yield from nb.every_neighbour(tmp_path_factory.mktemp("covariance-neighbours"),
+                                  nulls_on_one_side())
 
 
 @pytest.fixture(scope="module")
 def one_side_on_postgres(tmp_path_factory):
-    base = nb.base_tables()
-    with databases("dpsql_covariance_pair") as create:
-        pair = open_postgres_pair(create, tmp_path_factory.mktemp("pg-covariance"), base,
-                                  nb.with_rows(base, nulls_on_one_side()))
-        yield pair
-        pair.close()
+    """PostgreSQL's (D, D′) pair for ``nulls_on_one_side``."""
+    yield from postgres_pair_with("dpsql_covariance_pair", tmp_path_factory.mktemp("pg-covariance"),
+                                  nulls_on_one_side())
 
 
 @pytest.fixture(params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)])
 def neighbours(request):
     """Every (D, D′) pair of one backend."""
-    if request.param == "duckdb":
-        return request.getfixturevalue("duck_pairs")
-    return [*request.getfixturevalue("pairs"), request.getfixturevalue("one_side_on_postgres")]
+    return each_backends_pairs(request, "duck_pairs", "one_side_on_postgres")
 
 
 def test_covariances_keep_the_neighbour_contract(neighbours):
@@ -314,18 +308,9 @@ def test_covariances_keep_the_neighbour_contract(neighbours):
     assert all(outcome == "released" for row in outcomes for outcome in row), outcomes
 
 
-@pytest.mark.parametrize("options", [{"visits": {"max_rows_per_unit": 3}},
-                                     {"mechanism": "gaussian"},
-                                     {"neighbouring": "replace"}], ids=str)
+@pytest.mark.parametrize("options", nb.OPTIONS, ids=str)
 def test_bounds_in_all_gaussian_noise_and_replace_keep_the_contract(tmp_path, options):
-    base = nb.base_tables()
-    pair = nb.open_pair(tmp_path, base, nb.with_rows(base, nulls_on_one_side()), **options)
-    delta = 1e-6 if "mechanism" in options else None
-    try:
-        for sql in CONTRACT[:4]:
-            assert nb.check_statement(pair, sql, delta=delta) == "released"
-    finally:
-        pair.close()
+    nb.released_under(tmp_path, nulls_on_one_side(), options, CONTRACT[:4])
 
 
 def test_private_keys_with_a_covariance_keep_the_contract(neighbours):

@@ -11,6 +11,7 @@ by running these pairs (tests/fuzz/neighbours.py's contract, the same adversarie
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -74,6 +75,26 @@ def open_postgres_pair(create, root: Path, d_tables: dict, d_prime_tables: dict)
         connections.append(dpsql.connect(url, metadata=meta, insecure_seed=11,
                                          ledger=folder / "ledger.sqlite"))
     return nb.Pair(*connections, folders=(root / "d", root / "d_prime"))
+
+
+def postgres_pair_with(prefix: str, root: Path, extra: dict[str, pd.DataFrame]
+                       ) -> Iterator[nb.Pair]:
+    """The PostgreSQL (D, D′) pair for a test's own adversary ``extra`` (a fixture's body)."""
+    base = nb.base_tables()
+    with databases(prefix) as create:
+        pair = open_postgres_pair(create, root, base, nb.with_rows(base, extra))
+        try:
+            yield pair
+        finally:
+            pair.close()
+
+
+def each_backends_pairs(request, duckdb_pairs: str, postgres_extra: str) -> list[nb.Pair]:
+    """The (D, D′) pairs of ``request.param``'s backend: DuckDB's fixture ``duckdb_pairs``,
+    or the harness's PostgreSQL pairs and the fixture ``postgres_extra``."""
+    if request.param == "duckdb":
+        return request.getfixturevalue(duckdb_pairs)
+    return [*request.getfixturevalue("pairs"), request.getfixturevalue(postgres_extra)]
 
 
 @pytest.fixture(scope="module")

@@ -218,15 +218,40 @@ def open_neighbours(root: Path, variant: int, **meta_options) -> Pair:
                      **meta_options)
 
 
-def every_neighbour(root: Path, **meta_options) -> Iterator[list[Pair]]:
-    """One (D, D′) pair per adversarial person, with the same catalogue options
-    (``metadata``), closed when the generator ends (a fixture's body)."""
+def every_neighbour(root: Path, extra: dict[str, pd.DataFrame] | None = None,
+                    **meta_options) -> Iterator[list[Pair]]:
+    """One (D, D′) pair per adversarial person, and one more for ``extra`` (a test's own
+    adversary's rows) when given, with the same catalogue options (``metadata``), closed when
+    the generator ends (a fixture's body)."""
     opened = [open_neighbours(root, variant, **meta_options) for variant in range(VARIANTS)]
+    if extra is not None:
+        base = base_tables()
+        opened.append(open_pair(root / "extra", base, with_rows(base, extra), **meta_options))
     try:
         yield opened
     finally:
         for pair in opened:
             pair.close()
+
+
+# catalogue options a new shape is checked under too: a cap R on each person's rows in all,
+# the Gaussian mechanism (its L2 bound; it needs a δ) and replace neighbours
+OPTIONS = [{"visits": {"max_rows_per_unit": 3}}, {"mechanism": "gaussian"},
+           {"neighbouring": "replace"}]
+
+
+def released_under(root: Path, extra: dict[str, pd.DataFrame], options: dict,
+                   statements: list[str]) -> None:
+    """Each of ``statements`` released on D and on D′ = D plus ``extra``, under the catalogue
+    ``options`` (one of ``OPTIONS``), with the contract of ``check_statement``."""
+    base = base_tables()
+    pair = open_pair(root, base, with_rows(base, extra), **options)
+    delta = 1e-6 if "mechanism" in options else None
+    try:
+        for sql in statements:
+            assert check_statement(pair, sql, delta=delta) == "released", sql
+    finally:
+        pair.close()
 
 
 def variant_of(sql: str) -> int:

@@ -20,8 +20,11 @@ sys.path[:0] = [str(Path(__file__).parents[1] / "fuzz"),
                 str(Path(__file__).parents[1] / "backends")]
 
 import neighbours as nb  # noqa: E402
-from servers import databases  # noqa: E402
-from test_neighbours_on_postgresql import open_postgres_pair, pairs  # noqa: E402, F401
+from test_neighbours_on_postgresql import (  # noqa: E402
+    each_backends_pairs,
+    pairs,  # noqa: F401 - the fixture
+    postgres_pair_with,
+)
 
 SHAPES = [
     "SELECT COUNT(DISTINCT amount) AS n FROM visits",
@@ -67,32 +70,20 @@ def many_values(rows: int = 700) -> dict[str, pd.DataFrame]:
 @pytest.fixture(scope="module")
 def duck_pairs(tmp_path_factory):
     """DuckDB's (D, D′) pairs: the harness's three adversaries and ``many_values``."""
-    root = tmp_path_factory.mktemp("count-distinct")
-    base = nb.base_tables()
-    opened = [nb.open_neighbours(root, variant) for variant in range(nb.VARIANTS)]
-    opened.append(nb.open_pair(root / "many", base, nb.with_rows(base, many_values())))
-    yield opened
-    for pair in opened:
-        pair.close()
+    yield from nb.every_neighbour(tmp_path_factory.mktemp("count-distinct"), many_values())
 
 
 @pytest.fixture(scope="module")
 def many_on_postgres(tmp_path_factory):
     """PostgreSQL's (D, D′) pair for ``many_values``."""
-    base = nb.base_tables()
-    with databases("dpsql_count_distinct") as create:
-        pair = open_postgres_pair(create, tmp_path_factory.mktemp("pg-count-distinct"), base,
-                                  nb.with_rows(base, many_values()))
-        yield pair
-        pair.close()
+    yield from postgres_pair_with("dpsql_count_distinct",
+                                  tmp_path_factory.mktemp("pg-count-distinct"), many_values())
 
 
 @pytest.fixture(params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)])
 def neighbours(request):
     """Every (D, D′) pair of one backend."""
-    if request.param == "duckdb":
-        return request.getfixturevalue("duck_pairs")
-    return [*request.getfixturevalue("pairs"), request.getfixturevalue("many_on_postgres")]
+    return each_backends_pairs(request, "duck_pairs", "many_on_postgres")
 
 
 @pytest.mark.parametrize("sql", SHAPES)
@@ -106,17 +97,8 @@ def test_private_keys_with_count_distinct_values_keep_the_contract(neighbours):
         ["released"] * 4
 
 
-@pytest.mark.parametrize("options", [{"visits": {"max_rows_per_unit": 3}},
-                                     {"mechanism": "gaussian"},
-                                     {"neighbouring": "replace"}], ids=str)
+@pytest.mark.parametrize("options", nb.OPTIONS, ids=str)
 def test_bounds_in_all_gaussian_noise_and_replace_keep_the_contract(tmp_path, options):
     """With R the kept values are capped at R in all; the Gaussian mechanism's L2 bound is
-    checked too (it needs a δ to convert (ε, δ) to ρ)."""
-    base = nb.base_tables()
-    pair = nb.open_pair(tmp_path, base, nb.with_rows(base, many_values()), **options)
-    delta = 1e-6 if "mechanism" in options else None
-    try:
-        for sql in SHAPES[:3]:
-            assert nb.check_statement(pair, sql, delta=delta) == "released"
-    finally:
-        pair.close()
+    checked too."""
+    nb.released_under(tmp_path, many_values(), options, SHAPES[:3])
