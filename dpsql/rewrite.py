@@ -161,7 +161,7 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
     The SQL is rendered for ``dialect_name``; ``sources`` maps catalogued tables to the names
     the backend reads them by.
     """
-    d = _Writer(dialect(dialect_name), sources or {}, checked)
+    d = SqlWriter(dialect(dialect_name), sources or {}, checked)
     if rhos is not None:
         # the largest 2^-40 multiple ≤ sqrt(2ρ), exactly: ε-DP at that ε implies ρ-zCDP
         scale = SHARE_QUANTUM
@@ -241,7 +241,7 @@ def _with_selection(parts: list[NoisePart], checked: CheckedQuery, catalog: Cata
                               threshold=threshold)]
 
 
-class _Writer:
+class SqlWriter:
     """The dialect and table names the exact SQL of one statement is written with."""
 
     def __init__(self, dialect_: Dialect, sources: dict[str, str], checked: CheckedQuery):
@@ -286,7 +286,7 @@ class _Value:
         return int(max(abs(_on_grid(low - self.shift, self.grid_exp)),
                        abs(_on_grid(high - self.shift, self.grid_exp))))
 
-    def sql(self, wide: bool, d: _Writer) -> str:
+    def sql(self, wide: bool, d: SqlWriter) -> str:
         """SQL of the value: in BIGINT grid units (``wide``), else integral DOUBLEs."""
         if self.factors is not None:  # each at most 2^26 units: the product fits 64 bits
             return " * ".join(f"({factor.sql(True, d)})" for factor in self.factors)
@@ -597,7 +597,7 @@ def _on_grid(value: Fraction, grid_exp: int) -> Fraction:
 
 
 def _exact_query(checked: CheckedQuery, parts, values: _Values, salt: int, source: str | None,
-                 setup: tuple[str, ...], d: _Writer) -> ExactQuery:
+                 setup: tuple[str, ...], d: SqlWriter) -> ExactQuery:
     """The exact query with DOUBLE sums, checked against its 128-bit twin's limit.
 
     A sum of integral DOUBLEs is exact while every partial sum stays below 2**53; each group
@@ -623,8 +623,19 @@ def _exact_query(checked: CheckedQuery, parts, values: _Values, salt: int, sourc
                       setup=setup, dialect=name)
 
 
-def _source_rows(checked: CheckedQuery, source: str | None, d: _Writer, unit: str | None,
-                 columns: list[str], extra_filters: list[str]) -> str:
+def person_and_keys(checked: CheckedQuery, d: SqlWriter, unit: str | None
+                    ) -> tuple[list[str], list[str]]:
+    """The names ``__k0``, ``__k1`` ... of ``checked``'s GROUP BY keys, and the ``__src``
+    columns that compute them, after the person's (``__unit``) when ``unit`` is given."""
+    keys = [f"__k{i}" for i in range(len(checked.keys))]
+    columns = [f"{unit} AS __unit"] if unit is not None else []
+    columns += [f"{d.dialect.key(k.expr)} AS {name}"
+                for k, name in zip(checked.keys, keys, strict=True)]
+    return keys, columns
+
+
+def source_rows(checked: CheckedQuery, source: str | None, d: SqlWriter, unit: str | None,
+                columns: list[str], extra_filters: list[str]) -> str:
     """The ``__src`` CTE: the relation's rows (or a snapshot's), filtered by WHERE, with the
     given computed columns; rows without a person or with a NULL key are dropped where they
     would take a person's L0 group."""
@@ -643,18 +654,15 @@ def _source_rows(checked: CheckedQuery, source: str | None, d: _Writer, unit: st
 
 
 def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: bool,
-               source: str | None, d: _Writer) -> str:
+               source: str | None, d: SqlWriter) -> str:
     # a snapshot's rows are bounded already: they are summed like rows under row privacy
     unit = None if source is not None else checked.table.privacy_unit
-    keys = [f"__k{i}" for i in range(len(checked.keys))]
-    src_cols = [f"{unit} AS __unit"] if unit is not None else []
-    src_cols += [f"{d.dialect.key(k.expr)} AS {name}"
-                 for k, name in zip(checked.keys, keys, strict=True)]
+    keys, src_cols = person_and_keys(checked, d, unit)
     src_cols += [f"{v.sql(wide, d)} AS {name}" for name, v in values.columns.items()]
     by_name = {a.name: a for a in checked.aggregates}
     valued = [p for p in parts if p.role == "distinct_values"]
     src_cols += [f"{d.expr(by_name[p.aggregate].arg)} AS {p.value}" for p in valued]
-    ctes = [_source_rows(checked, source, d, unit, src_cols, [])]
+    ctes = [source_rows(checked, source, d, unit, src_cols, [])]
     key_list = ", ".join(keys)
     group_by = f" GROUP BY {key_list}" if keys else ""
     terms = [] if wide else [TERMS]
@@ -703,7 +711,7 @@ def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: b
             f"ORDER BY {', '.join(f'__d.{k}' for k in keys)}")
 
 
-def bin_of(agg: Aggregate, bins: int, d: _Writer) -> str:
+def bin_of(agg: Aggregate, bins: int, d: SqlWriter) -> str:
     """SQL of the candidate bin (0 .. bins−1) of an aggregate's input over [lower, upper].
 
     The input is clamped to [lower, upper] first, so NaN, ±inf and huge values fall in the
@@ -722,7 +730,7 @@ def bin_of(agg: Aggregate, bins: int, d: _Writer) -> str:
 
 
 def _histogram_sql(checked: CheckedQuery, part: NoisePart, salt: int, source: str | None,
-                   d: _Writer) -> str:
+                   d: SqlWriter) -> str:
     """Exact (keys, bin, rows) of a quantile's input, each person bounded to L0 × L∞ rows.
 
     Rows, not per-person sums, are bounded here: a person keeps at most L∞ rows per group
@@ -731,17 +739,13 @@ def _histogram_sql(checked: CheckedQuery, part: NoisePart, salt: int, source: st
     """
     agg = next(a for a in checked.aggregates if a.name == part.aggregate)
     table = checked.table
-    keys = [f"__k{i}" for i in range(len(checked.keys))]
-    cols = [f"{d.dialect.key(k.expr)} AS {name}"
-            for k, name in zip(checked.keys, keys, strict=True)]
-    cols.append(f"{bin_of(agg, part.bins, d)} AS __bin")
     unit = None if source is not None else table.privacy_unit
+    keys, cols = person_and_keys(checked, d, unit)
+    cols.append(f"{bin_of(agg, part.bins, d)} AS __bin")
     keep = [f"({d.expr(agg.arg)}) IS NOT NULL"]
     if unit is None:
         keep += [f"({d.dialect.key(k.expr)}) IS NOT NULL" for k in checked.keys]
-    else:
-        cols.insert(0, f"{unit} AS __unit")
-    src = _source_rows(checked, source, d, unit, cols, keep)
+    src = source_rows(checked, source, d, unit, cols, keep)
     group = ", ".join([*keys, "__bin"])
     if unit is None:
         return f"WITH {src} SELECT {group}, COUNT(*) AS n FROM __src GROUP BY {group}"
@@ -751,7 +755,7 @@ def _histogram_sql(checked: CheckedQuery, part: NoisePart, salt: int, source: st
             f"GROUP BY {group}")
 
 
-def _row_part(part: NoisePart, values: _Values, d: _Writer, wide: bool) -> str:
+def _row_part(part: NoisePart, values: _Values, d: SqlWriter, wide: bool) -> str:
     value = part.value
     if part.role == "select":  # one row is one person
         return f"COUNT(*) AS {part.column}"

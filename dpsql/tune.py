@@ -11,7 +11,7 @@ What is measured (exactly, on the backend, from catalogued names and compiled IR
 
 - per person: R = rows, G = distinct GROUP BY keys, M = the most rows in one key, over the
   rows the engine bounds: the query's FROM and WHERE, with rows without a person or with a
-  NULL key dropped (``rewrite._source_rows``). The keys are the query's GROUP BY compiled as
+  NULL key dropped (``rewrite.source_rows``). The keys are the query's GROUP BY compiled as
   the engine compiles it (``compile_statement``): a column, an alias, an ordinal or an
   expression (DATE_TRUNC of a timestamp, CASE buckets, age // 10), rendered from the IR
   (``Dialect.key``), never from the analyst's text. Without a query, ``group_by`` columns (or
@@ -114,7 +114,7 @@ from dpsql.failed import FAILED, charged_failure
 from dpsql.mechanisms.samplers import RandomSource
 from dpsql.parse import parse_one
 from dpsql.plan import CheckedQuery, GroupKey, StatementPlan
-from dpsql.rewrite import _source_rows, _Writer
+from dpsql.rewrite import SqlWriter, person_and_keys, source_rows
 from dpsql.spread import (
     COUNT_GRID,
     Spread,
@@ -224,12 +224,10 @@ def contribution_sql(shape: CheckedQuery, dialect_name: str, sources: dict[str, 
     query renders it, so an expression key (DATE_TRUNC('month', ...), a CASE) is counted per
     value of the expression, not per value of the columns it reads.
     """
-    d = _Writer(dialect(dialect_name), sources, shape)
-    unit = shape.table.privacy_unit  # the relation's internal column of the person
-    keys = [f"__k{i}" for i in range(len(shape.keys))]
-    columns = [f"{unit} AS __unit"] + [f"{d.dialect.key(k.expr)} AS {name}"
-                                       for k, name in zip(shape.keys, keys, strict=True)]
-    src = _source_rows(shape, None, d, unit, columns, [])
+    d = SqlWriter(dialect(dialect_name), sources, shape)
+    # the relation's internal column of the person
+    keys, columns = person_and_keys(shape, d, shape.table.privacy_unit)
+    src = source_rows(shape, None, d, shape.table.privacy_unit, columns, [])
     cells = f"SELECT __unit, COUNT(*) AS n FROM __src GROUP BY {', '.join(['__unit', *keys])}"
     person = f"SELECT SUM(n) AS r, COUNT(*) AS g, MAX(n) AS m FROM ({cells}) AS c GROUP BY __unit"
     return {part: f"WITH {src} SELECT {part}, COUNT(*) FROM ({person}) AS p GROUP BY {part}"
