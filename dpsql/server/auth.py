@@ -13,8 +13,11 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import os
 import secrets
+import sqlite3
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 ITERATIONS = 4096  # PostgreSQL's default for SCRAM-SHA-256
@@ -140,12 +143,46 @@ class ScramExchange:
         return "v=" + _b64(_hmac(self.verifier.server_key, auth_message))
 
 
-MAX_COUNTS = 100_000  # failure counts a LoginLimiter holds before it drops the oldest
+MAX_COUNTS = 100_000  # failures the login store holds before it drops the oldest
+POLL = 0.05  # seconds a waiting login sleeps before it looks at other workers' logins again
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS failures (
+    key   BLOB NOT NULL,     -- _key(): a digest; a 10 kB user name takes 16 bytes
+    few   INTEGER NOT NULL,  -- 1: the key's limit is max_failures, 0: 20 times as many
+    at    REAL NOT NULL      -- time.time() of the failure
+);
+CREATE INDEX IF NOT EXISTS failures_by_key ON failures (key, at);
+CREATE INDEX IF NOT EXISTS failures_by_time ON failures (at);
+CREATE TABLE IF NOT EXISTS pending (  -- a row per count a login in progress holds
+    id    INTEGER PRIMARY KEY,
+    key   BLOB NOT NULL,
+    until REAL NOT NULL      -- dropped then if its worker died before finishing it
+);
+CREATE INDEX IF NOT EXISTS pending_by_key ON pending (key, until);
+CREATE INDEX IF NOT EXISTS pending_by_time ON pending (until);
+"""
+
+
+def _key(*parts: str) -> bytes:
+    """The stored key of a count: its kind, then the user name and/or the address."""
+    text = "".join(f"{len(part)}:{part}" for part in parts).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(text, digest_size=16).digest()
+
+
+@dataclass(frozen=True)
+class Login:
+    """A login ``LoginLimiter.attempt`` let in: the pending rows it holds until ``finish``."""
+
+    user: str
+    address: str
+    known: bool
+    rows: tuple[int, ...]
 
 
 class LoginLimiter:
     """Refuses logins after too many recent failures, and lets a login wait while earlier
-    ones that could still fail are being checked.
+    ones that could still fail are being checked, across every worker process.
 
     Failures within ``window`` seconds are counted per (user, address) (``max_failures``),
     per user from every address and, for existing accounts only, per address (20 times as
@@ -156,89 +193,117 @@ class LoginLimiter:
     was counted (45 of 100 checked where 3 may fail); the ones past the limit now wait for
     the earlier ones' outcome instead of being refused, so correct logins sent together all
     get in (8 in parallel: 1 or 2 were refused).
+
+    The counts live in the SQLite database at ``path`` (the server's ``logins.sqlite``;
+    None: in memory, for one process), which every worker reads and writes in short
+    ``BEGIN IMMEDIATE`` transactions: kept in each process, 2 workers checked 6 guesses where
+    3 may fail. A login in progress holds a row for at most ``hold`` seconds (the startup
+    timeout), so a worker killed mid-login frees its place then; one killed mid-transaction
+    leaves nothing (SQLite rolls it back and the kernel drops its lock). A locked-out login
+    writes nothing, and rows older than ``window`` are deleted as new ones are written.
     """
 
-    def __init__(self, max_failures: int = 5, window: float = 60.0, delay: float = 0.2) -> None:
-        self.max_failures, self.window, self.delay = max_failures, window, delay
-        self._failures: dict[tuple[str, str], list[float]] = {}
-        self._pending: dict[tuple[str, str], int] = {}
+    def __init__(self, max_failures: int = 5, window: float = 60.0, delay: float = 0.2, *,
+                 path: str | os.PathLike | None = None, hold: float = 10.0) -> None:
+        self.max_failures, self.window, self.delay, self.hold = max_failures, window, delay, hold
+        # the event loop's thread uses it; Service.close may run on another
+        self._db = sqlite3.connect(":memory:" if path is None else path, timeout=5,
+                                   isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")  # a power cut may lose the last ones
+        self._db.executescript(_SCHEMA)
+        self._written = 0  # failures this process wrote since it last looked at the total
         self._waiters: list[asyncio.Future] = []
 
-    def _keys(self, user: str, address: str) -> tuple[tuple, ...]:
-        """(key, limit) of each count a login of ``user`` from ``address`` is held to."""
+    def close(self) -> None:
+        """Close the database."""
+        self._db.close()
+
+    @contextmanager
+    def _transaction(self):
+        """A write transaction: other workers wait (up to 5 s) until it commits."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _keys(self, user: str, address: str) -> tuple[tuple[bytes, int, bool], ...]:
+        """(key, limit, held by unknown names) of each count a login is held to: an unknown
+        name's failure does not count for its address, so its login does not hold the
+        address's count either (100 stalled logins under made-up names held up the real
+        users behind their address)."""
         many = 20 * self.max_failures
-        return (((user, address), self.max_failures), ((user, "*"), many),
-                (("*", address), many))
+        return ((_key("pair", user, address), self.max_failures, True),
+                (_key("user", user), many, True), (_key("address", address), many, False))
 
-    def _recent(self, key: tuple[str, str], now: float) -> int:
-        kept = [t for t in self._failures.get(key, []) if now - t < self.window]
-        if kept:
-            self._failures[key] = kept
-        else:
-            self._failures.pop(key, None)
-        return len(kept)
-
-    def _admit(self, user: str, address: str) -> bool | None:
-        """True: the login may start; None: locked out; False: wait for those in progress."""
-        now = time.monotonic()
-        counts = [(self._recent(key, now), self._pending.get(key, 0), limit)
-                  for key, limit in self._keys(user, address)]
-        if any(failed >= limit for failed, _, limit in counts):
-            return None
-        return all(failed + pending < limit for failed, pending, limit in counts)
-
-    def _held(self, user: str, address: str, known: bool) -> list[tuple[str, str]]:
-        """The counts a login in progress holds: an unknown name's, whose failure the
-        address's count of accounts will not hold either, not that one (100 stalled logins
-        under made-up names held up the real users behind their address)."""
-        return [key for key, _ in self._keys(user, address) if known or key[0] != "*"]
-
-    def _evict(self, now: float) -> None:
-        """Bound the memory failures under made-up names hold: drop the expired counts, then
-        the oldest below their limit, down to half of ``MAX_COUNTS``; a lockout in force is
-        kept (every count was dropped at 100,000, and 51,000 made-up names unlocked a real
-        user's ten-minute lockout)."""
-        for key in list(self._failures):
-            self._recent(key, now)
-        many = 20 * self.max_failures
-        open_counts = [key for key, times in self._failures.items()
-                       if len(times) < (many if "*" in key else self.max_failures)]
-        open_counts.sort(key=lambda key: self._failures[key][-1])
-        for key in open_counts[:max(0, len(self._failures) - MAX_COUNTS // 2)]:
-            del self._failures[key]
-
-    async def attempt(self, user: str, address: str, *, known: bool) -> bool:
-        """Start a login (``known``: the user name is an account's): False when this user may
-        not try again from this address yet; else True, and ``finish`` must follow. Waits
-        while the logins in progress could still reach the limit."""
-        while True:
-            admitted = self._admit(user, address)
-            if admitted is None:
+    def _admit(self, user: str, address: str, known: bool) -> Login | bool | None:
+        """A Login: it may start (its rows written); None: locked out; False: wait for those
+        in progress."""
+        now = time.time()
+        with self._transaction() as db:
+            db.execute("DELETE FROM pending WHERE until <= ?", (now,))
+            counts = [(db.execute("SELECT count(*) FROM failures WHERE key = ? AND at > ?",
+                                  (key, now - self.window)).fetchone()[0],
+                       db.execute("SELECT count(*) FROM pending WHERE key = ?",
+                                  (key,)).fetchone()[0], limit)
+                      for key, limit, _ in self._keys(user, address)]
+            if any(failed >= limit for failed, _, limit in counts):
+                return None
+            if any(failed + pending >= limit for failed, pending, limit in counts):
                 return False
-            if admitted:
-                for key in self._held(user, address, known):
-                    self._pending[key] = self._pending.get(key, 0) + 1
-                return True
+            rows = tuple(db.execute("INSERT INTO pending (key, until) VALUES (?, ?)",
+                                    (key, now + self.hold)).lastrowid
+                         for key, _, unknown in self._keys(user, address) if known or unknown)
+        return Login(user, address, known, rows)
+
+    def _evict(self, db: sqlite3.Connection) -> None:
+        """Bound the rows failures under made-up names hold: past ``MAX_COUNTS``, drop the
+        oldest counts below their limit, down to about half; a lockout in force is kept
+        (every count was dropped at 100,000, and 51,000 made-up names unlocked a real
+        user's ten-minute lockout)."""
+        total = db.execute("SELECT count(*) FROM failures").fetchone()[0]
+        if total > MAX_COUNTS:
+            db.execute(
+                "DELETE FROM failures WHERE key IN (SELECT key FROM failures GROUP BY key "
+                "HAVING count(*) < CASE WHEN min(few) THEN ? ELSE ? END "
+                "ORDER BY max(at) LIMIT ?)",
+                (self.max_failures, 20 * self.max_failures, total - MAX_COUNTS // 2))
+
+    async def attempt(self, user: str, address: str, *, known: bool) -> Login | None:
+        """Start a login (``known``: the user name is an account's): None when this user may
+        not try again from this address yet; else a Login, which ``finish`` must end. Waits
+        while the logins in progress (on any worker) could still reach the limit."""
+        while True:
+            admitted = self._admit(user, address, known)
+            if admitted is not False:
+                return admitted
+            # this process's logins wake it when they finish; other workers' are polled
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
-            await waiter
+            await asyncio.wait([waiter], timeout=POLL)
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
 
-    def finish(self, user: str, address: str, *, ok: bool, known: bool,
-               tried: bool = True) -> None:
-        """A login ``attempt`` let in is over; ``known``: the user name is an account's;
-        ``tried``: the client sent a password (or a SCRAM proof): one that went away or
-        stalled before tried none and learned nothing, so it is not a failure."""
-        now = time.monotonic()
-        if len(self._failures) > MAX_COUNTS:
-            self._evict(now)
-        for key in self._held(user, address, known):
-            left = self._pending.get(key, 0) - 1
-            if left > 0:
-                self._pending[key] = left
-            else:
-                self._pending.pop(key, None)
+    def finish(self, login: Login, *, ok: bool, tried: bool = True) -> None:
+        """A login ``attempt`` let in is over; ``tried``: the client sent a password (or a
+        SCRAM proof): one that went away or stalled before tried none and learned nothing,
+        so it is not a failure."""
+        now = time.time()
+        with self._transaction() as db:
+            db.executemany("DELETE FROM pending WHERE id = ?", [(row,) for row in login.rows])
             if tried and not ok:
-                self._failures.setdefault(key, []).append(now)
+                db.execute("DELETE FROM failures WHERE at <= ?", (now - self.window,))
+                db.executemany("INSERT INTO failures (key, few, at) VALUES (?, ?, ?)",
+                               [(key, limit == self.max_failures, now) for key, limit, unknown
+                                in self._keys(login.user, login.address)
+                                if login.known or unknown])
+                self._written += 1
+                if self._written >= 1_000:
+                    self._written = 0
+                    self._evict(db)
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.done():

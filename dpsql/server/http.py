@@ -305,14 +305,15 @@ class HttpApi:
         if self._verified.get(key, 0) > now:
             return user
         known = self.service.role(user) is not None
-        if not await self.service.limiter.attempt(user, address, known=known):
+        login = await self.service.limiter.attempt(user, address, known=known)
+        if login is None:
             raise ServiceError("auth_locked", f"too many failed logins for {user!r}; try later")
         ok = False
         try:
             ok = await asyncio.get_running_loop().run_in_executor(
                 self.hashing, self.service.check_login, user, password)
         finally:
-            self.service.limiter.finish(user, address, ok=ok, known=known)
+            self.service.limiter.finish(login, ok=ok)
         if not ok:
             self.service.login_event(user[:100], "http", "failed", address)
             await asyncio.sleep(self.service.limiter.delay)

@@ -291,7 +291,8 @@ class Session:
     async def authenticate(self) -> bool:
         limiter = self.service.limiter
         known = self.service.role(self.user) is not None
-        if not await limiter.attempt(self.user, self.address, known=known):
+        login = await limiter.attempt(self.user, self.address, known=known)
+        if login is None:
             await self.send(_error(self._failure(
                 "auth_locked", f"too many failed logins for user {self.user!r}; try later"),
                 "FATAL"))
@@ -306,8 +307,7 @@ class Session:
         finally:
             # psql hangs up when asked for a password, then asks the user and logins again:
             # counted as a failure, 3 psql logins in a minute locked the user out
-            limiter.finish(self.user, self.address, ok=ok, known=known,
-                           tried=outcome in ("ok", "failed"))
+            limiter.finish(login, ok=ok, tried=outcome in ("ok", "failed"))
             self.service.login_event(self.user, "pg", outcome, self.address)
         if not ok:
             await asyncio.sleep(limiter.delay)

@@ -267,8 +267,11 @@ class Service:
         self.running_per_analyst = config.threads_per_analyst
         self._secret = _login_secret(config.state_dir)
         # one for both ports (used from the event loop): with one each, a guesser had
-        # max_failed_logins on the PostgreSQL port and as many again over HTTP
-        self.limiter = LoginLimiter(config.max_failed_logins, config.lockout_seconds)
+        # max_failed_logins on the PostgreSQL port and as many again over HTTP; and one for
+        # every worker, in state_dir: with one each, 2 workers checked 6 guesses of 3
+        self.limiter = LoginLimiter(config.max_failed_logins, config.lockout_seconds,
+                                    path=config.state_dir / "logins.sqlite",
+                                    hold=config.startup_timeout)
         self._audit = sqlite3.connect(config.state_dir / "audit.sqlite", timeout=60,
                                       isolation_level=None, check_same_thread=False)
         self._audit.execute("PRAGMA journal_mode=WAL")
@@ -360,7 +363,7 @@ class Service:
                     old.close()
 
     def close(self) -> None:
-        """Close every connection and the audit log."""
+        """Close every connection, the audit log and the login counts."""
         with self._lock:
             for state in self._datasets.values():
                 for pool in state.pools.values():
@@ -370,6 +373,7 @@ class Service:
             for con in self._accounts.values():
                 con.close()
         self._audit.close()
+        self.limiter.close()
 
     # --- accounts ------------------------------------------------------------------------
     def role(self, user: str) -> str | None:
