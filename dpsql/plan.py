@@ -110,6 +110,8 @@ class CheckedQuery:
     post_is_projection: bool
     # ORDER BY an aggregate ... LIMIT k with nothing between: (its name, descending, k)
     ranked: tuple[str, bool, int] | None = None
+    # why the statement's L0 is 1 below the tables' (every key one value a person), in words
+    one_group: str | None = None
 
     @property
     def has_private_keys(self) -> bool:

@@ -96,6 +96,19 @@ class Relation:
     total: int | None = None
     unit_columns: set[str] = field(default_factory=set)
     merged: dict[str, str] = field(default_factory=dict)  # USING columns: name -> column
+    # columns of one value a person besides the unit's, though the rows are not one a
+    # person: those of a relation of one row a person joined on the unit (``one_value``)
+    personal: set[str] = field(default_factory=set)
+
+    @property
+    def one_value(self) -> set[str]:
+        """The columns that hold one value for all of a person's rows: the unit's, every
+        column of a relation of one row a person, and what was so in a relation joined on the
+        unit or a subquery's column computed from such columns alone. A GROUP BY of them
+        puts each person in one group, as the data are declared."""
+        if self.unit is not None and _one_row_a_person(self):
+            return set(self.columns)
+        return self.unit_columns | self.personal
 
     @property
     def identifying(self) -> set[str]:
@@ -207,7 +220,9 @@ class GroupScope:
         rows = self.rows
         return Relation(node=node, columns=self.columns, names={}, unit=min(self.units),
                         public=False, l0=1 if one else rows.l0, linf=1 if one else rows.linf,
-                        total=None if one else rows.total, unit_columns=set(self.units))
+                        total=None if one else rows.total, unit_columns=set(self.units),
+                        personal={name for name, e in self.keys
+                                  if e.columns() <= rows.one_value})
 
     def intercept(self, node: exp.Expression) -> Expr | None:
         """Aggregates and GROUP BY keys; any other column is refused, and other nodes are
@@ -466,6 +481,7 @@ class Resolver:
         columns: dict[str, ColumnInfo] = {}
         names: dict[tuple[str, str], str] = {}
         units: set[str] = set()
+        personal: set[str] = set()
         alias_key = alias.lower()
 
         def add(name: str, expr: Expr) -> None:
@@ -484,6 +500,8 @@ class Resolver:
             names[(alias_key, name.lower())] = internal
             if expr.op == "col" and expr.value in inner.unit_columns:
                 units.add(internal)
+            if expr.columns() <= inner.one_value:
+                personal.add(internal)
 
         for projection in body.expressions:
             if isinstance(projection, exp.Star) or (isinstance(projection, exp.Column)
@@ -525,7 +543,8 @@ class Resolver:
                 units.add(unit)
         return Relation(node=Project(inner.node, tuple(projected)), columns=columns,
                         names=names, unit=unit, public=inner.public, l0=inner.l0,
-                        linf=inner.linf, total=inner.total, unit_columns=units)
+                        linf=inner.linf, total=inner.total, unit_columns=units,
+                        personal=personal)
 
     def grouped(self, body: exp.Select, rows: Relation, scope: Scope) -> GroupScope:
         """A subquery's GROUP BY, which must include the privacy unit, and its HAVING: the
@@ -665,11 +684,11 @@ class Resolver:
         if right.public:
             return replace(combined, node=node, unit=left.unit, public=left.public,
                            l0=left.l0, linf=left.linf, total=left.total,
-                           unit_columns=set(left.unit_columns))
+                           unit_columns=set(left.unit_columns), personal=left.one_value)
         if left.public:
             return replace(combined, node=node, unit=right.unit, public=False, l0=right.l0,
                            linf=right.linf, total=right.total,
-                           unit_columns=set(right.unit_columns))
+                           unit_columns=set(right.unit_columns), personal=right.one_value)
         if not _equates_units(on, left.unit_columns, right.unit_columns):
             raise UnsupportedSQLError(
                 "private tables can only be joined on their privacy units (otherwise one "
@@ -677,8 +696,11 @@ class Resolver:
                 hint="join ON a.<unit> = b.<unit>, as a condition of its own (AND other "
                 "conditions if you like, never OR or NOT)")
         l0, linf, total = _joined_bounds(left, right)
+        # each joined row pairs rows of one person: what held one value a person on either
+        # side still does (beside a table of persons, all of its columns)
         return replace(combined, node=node, unit=left.unit, public=False, l0=l0, linf=linf,
-                       total=total, unit_columns=left.unit_columns | right.unit_columns)
+                       total=total, unit_columns=left.unit_columns | right.unit_columns,
+                       personal=left.one_value | right.one_value)
 
 
 _FROM_PUBLIC = "computed from public table "

@@ -229,6 +229,9 @@ class _Compiler:
         self.where = predicate(where.this, self.scope) if where is not None else None
         self._warn_unmatched()
         self.keys = self._group_keys()
+        one_group = self._one_group()
+        if one_group is not None:
+            self.relation = replace(self.relation, l0=1)
         post = _PostScope(self)
         outputs, projections = [], []
         for item in select.expressions:
@@ -282,7 +285,8 @@ class _Compiler:
         return CheckedQuery(statement=self.statement, relation=self.relation,
                             table=self.relation.spec, where=self.where, keys=self.keys,
                             aggregates=tuple(self.aggregates.values()), outputs=tuple(outputs),
-                            post_sql=post_sql, post_is_projection=projection, ranked=ranked)
+                            post_sql=post_sql, post_is_projection=projection, ranked=ranked,
+                            one_group=one_group)
 
     def _count_clause(self, clause: str) -> int | None:
         node = self.select.args.get(clause)
@@ -358,6 +362,25 @@ class _Compiler:
             raise ProgrammingError("two GROUP BY keys have the same name", sql=self.sql,
                                    hint="give the keys distinct aliases")
         return tuple(keys)
+
+    def _one_group(self) -> str | None:
+        """Why each person's rows fall in one group, when every GROUP BY key reads only
+        columns of one value a person (``Relation.one_value``: a table of persons joined on
+        the unit, the unit itself) and the relation allows more: the statement's L0 is then
+        1, nothing dropped where the data are as declared, and the per-person pass keeps one
+        group of a person whose rows hold several values (a person's row twice in a table
+        declared one row a person), so the bound holds whatever the data."""
+        relation = self.relation
+        if not self.keys or relation.unit is None or relation.l0 == 1:
+            return None
+        read = set().union(*(k.expr.columns() for k in self.keys))
+        if not read <= relation.one_value:
+            return None
+        written = ", ".join(sorted(f"{q}.{n}" for (q, n), c in relation.names.items()
+                                   if c in read))
+        return (f"every GROUP BY key reads columns of one value a person alone"
+                f"{f' ({written})' if written else ''}, so a person's rows fall in one "
+                f"group: L0 = 1, where the tables allow {relation.l0}")
 
     def _warn_unmatched(self) -> None:
         """Warn of a WHERE that no declared value of a column passes (``sex = 'male'`` for
