@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
+from dpsql.compile.narrow import kept_by_where
 from dpsql.compile.select import NOISY_FRAME, ci_column, interval_source
 from dpsql.errors import InternalError, ProgrammingError
 from dpsql.mechanisms.calibrate import (
@@ -200,16 +201,13 @@ def _aggregate_bounds(agg, plan: StatementPlan, noisy: dict[str, list],
         values = noisy[shown_part(own).column]
         if _rounded_sum(agg, own):
             values = [round(v) for v in values]
-    low, high = _feasible(agg)
+    feasible = _feasible(agg, plan.checked)
     # a whole-number aggregate's column is typed BIGINT: its interval is whole numbers too,
     # rounded outward (a PostgreSQL client failed on the bound '9488.3046875')
     down, up = (math.floor, math.ceil) if agg.kind in COUNT_KINDS or (
         agg.kind == "sum" and agg.integral) else (float, float)
-    # clamping is monotone: [clamp(v − w), clamp(v + w)] holds clamp(v), and the truth
-    # wherever [v − w, v + w] did, even when v + w is below the feasible range
-    return ([_clamp(v, low, high) for v in values],
-            [_clamp(down(v - width), low, high) for v in values],
-            [_clamp(up(v + width), low, high) for v in values])
+    released = [consistent(v, down(v - width), up(v + width), feasible) for v in values]
+    return [r[0] for r in released], [r[1] for r in released], [r[2] for r in released]
 
 
 def _rounded_sum(agg, own: dict) -> bool:
@@ -342,10 +340,39 @@ def _noisy_ranking(checked, frame: dict[str, list]) -> str | None:
             "those whose noise came out high: their intervals cover less often than 95%")
 
 
-def _feasible(agg) -> tuple[float, float]:
-    """The values an answer can take whatever the data: counts are never negative, and a sum
-    of values of one sign keeps that sign (clamping a noisy answer to it is post-processing,
-    and only moves it closer to the truth)."""
+def consistent(value, low, high, feasible: tuple) -> tuple:
+    """A noisy ``value`` with its interval [``low``, ``high``] moved into the values the
+    answer can take, ``feasible`` = (a, b): the value clamped to v, and the interval
+    translated by v − value, then clamped (post-processing of released values).
+
+    The result holds the truth wherever [low, high] did: the truth t lies in [a, b], and
+    when value < a the interval moves up, so its upper end stays above t (symmetrically
+    when value > b). It is a point only where [low, high] was one, and holds v when
+    [low, high] held ``value``: a count released from −40 ± 12 is 0 [0, 12], where
+    clamping each end gave 0 [0, 0], which reads "certainly zero" of a cell that may hold
+    rows.
+
+    Example:
+        >>> consistent(-40, -52, -28, (0, math.inf))
+        (0, 0, 12)
+        >>> consistent(-5, -17, 7, (0, math.inf))
+        (0, 0, 12)
+        >>> consistent(45, 33, 57, (0, 42))
+        (42, 30, 42)
+    """
+    a, b = feasible
+    clamped = _clamp(value, a, b)
+    shift = clamped - value
+    return clamped, _clamp(low + shift, a, b), _clamp(high + shift, a, b)
+
+
+def _feasible(agg, checked) -> tuple[float, float]:
+    """The values an answer can take whatever the data: counts are never negative, a count
+    of distinct values is at most the number of values its input can take (``_values_at_most``),
+    and a sum of values of one sign keeps that sign (clamping a noisy answer to it is
+    post-processing, and only moves it closer to the truth)."""
+    if agg.kind == "count_distinct":
+        return 0, _values_at_most(agg.arg, checked)
     if agg.kind in COUNT_KINDS:
         return 0, math.inf
     if agg.kind == "sum" and agg.lower >= 0:
@@ -353,6 +380,22 @@ def _feasible(agg) -> tuple[float, float]:
     if agg.kind == "sum" and agg.upper <= 0:
         return -math.inf, 0
     return -math.inf, math.inf
+
+
+def _values_at_most(arg, checked) -> float:
+    """How many distinct non-NULL values ``arg`` can take in one cell, from the metadata and
+    the query alone: 1 where it is a GROUP BY key, else its declared values as WHERE narrows
+    them (``narrow.kept_by_where``, as for a key) or, for a bounded whole number, upper −
+    lower + 1; unbounded otherwise."""
+    if any(key.expr == arg for key in checked.keys):
+        return 1
+    if arg.domain is not None:
+        values = kept_by_where(arg, checked.where) or arg.domain
+        return sum(1 for v in values if v is not None)
+    interval = arg.interval
+    if interval is not None and interval.integral and arg.type == "int":
+        return int(interval.upper - interval.lower) + 1
+    return math.inf
 
 
 def _clamp(value, low, high):
@@ -664,13 +707,13 @@ def _ratio_interval(total, count, total_width, count_width, center, low, high):
     count_low, count_high = count - count_width, count + count_width
     if count_low <= 0:
         return low, high
-    # S/C is monotone in S and in C > 0, so the corners bound it; each end is clamped into
-    # [low, high] (never past the other end), and the released value is kept inside
-    value = _clamp(center + total / max(count, 1), low, high)
+    # S/C is monotone in S and in C > 0, so the corners bound it; they are moved into
+    # [low, high] with the value (``consistent``), which is kept inside
+    raw = center + total / max(count, 1)
     corners = [center + (total + sign * total_width) / c for sign in (-1, 1)
                for c in (count_low, count_high)]
-    return (min(_clamp(min(corners), low, high), value),
-            max(_clamp(max(corners), low, high), value))
+    value, below, above = consistent(raw, min(corners), max(corners), (low, high))
+    return min(below, value), max(above, value)
 
 
 class PostProcessor:

@@ -1,0 +1,102 @@
+"""Released values moved into what the answer can take (``release.consistent``): counts are
+never negative, a count of distinct values is at most the number of values its input can
+take, averages stay within their bounds, and each interval moves with its value so that it
+holds the truth wherever the raw interval did and is never a point unless its width is 0."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import EDUCATION
+
+import dpsql
+from dpsql.release import consistent
+
+CELLS = [f"c{i:02d}" for i in range(40)]
+RELEASES = 12  # x 40 cells: 480 released counts, sums and averages
+
+
+def test_consistent_by_hand():
+    """The value is clamped and the interval translated with it, then clamped."""
+    assert consistent(-40, -52, -28, (0, math.inf)) == (0, 0, 12)  # not [0, 0]
+    assert consistent(-5, -17, 7, (0, math.inf)) == (0, 0, 12)
+    assert consistent(5, -7, 17, (0, math.inf)) == (5, 0, 17)  # inside: only clamped
+    assert consistent(45, 33, 57, (0, 42)) == (42, 30, 42)
+    assert consistent(95.0, 91.0, 99.0, (17.0, 90.0)) == (90.0, 86.0, 90.0)
+    assert consistent(-3, -3, -3, (0, math.inf)) == (0, 0, 0)  # width 0 stays a point
+
+
+@pytest.mark.parametrize(("sql", "most"), [
+    ("SELECT COUNT(DISTINCT sex) AS n FROM adult", 2),
+    ("SELECT COUNT(DISTINCT education) AS n FROM adult", len(EDUCATION)),
+    ("SELECT COUNT(DISTINCT education) AS n FROM adult WHERE education IN ('9th', '10th')", 2),
+    ("SELECT COUNT(DISTINCT sex) AS n FROM adult WHERE sex = 'Male'", 1),
+    ("SELECT COUNT(DISTINCT age) AS n FROM adult", 90 - 17 + 1),
+    ("SELECT COUNT(DISTINCT age) AS n FROM adult WHERE age < 30", 30 - 17),
+    ("SELECT sex, COUNT(DISTINCT salary) AS n FROM adult GROUP BY sex", 2),
+    ("SELECT education, COUNT(DISTINCT education) AS n FROM adult GROUP BY education", 1),
+], ids=lambda v: str(v)[:60])
+def test_count_distinct_is_at_most_the_values_its_input_takes(connect, sql, most):
+    """At ε 0.02 the noise is ±150: COUNT(DISTINCT sex) was released as 8 [0, 128]. Every
+    value and interval end is now within [0, the declared values after WHERE]."""
+    con = connect()
+    for _ in range(10):
+        cur = con.execute(sql, epsilon=0.02)
+        rows, bounds = cur.fetchall(), cur.intervals()
+        assert all(0 <= row[-1] <= most for row in rows), rows
+        assert bounds["n_low"].between(0, most).all() and bounds["n_high"].between(0, most).all()
+        assert (bounds["n_low"] <= bounds["n"]).all() and (bounds["n"] <= bounds["n_high"]).all()
+
+
+@pytest.fixture
+def small_cells(tmp_path: Path) -> tuple[dict, pd.DataFrame]:
+    """40 cells of 0 to 3 rows each (10 cells of each size), v a whole number in [0, 5]."""
+    rng = np.random.default_rng(11)
+    sizes = np.repeat([0, 1, 2, 3], 10)
+    keys = np.repeat(CELLS, sizes)
+    frame = pd.DataFrame({"k": keys, "v": rng.integers(0, 6, keys.size)})
+    frame.to_csv(tmp_path / "cells.csv", index=False)
+    metadata = {"name": "cells", "budget": {"epsilon": 1000.0},
+                "tables": {"cells": {"source": str(tmp_path / "cells.csv"), "privacy_unit": None,
+                                     "columns": {"k": {"type": "text", "values": CELLS},
+                                                 "v": {"type": "int", "lower": 0,
+                                                       "upper": 5}}}}}
+    return metadata, frame
+
+
+def test_small_counts_cover_and_are_never_a_point(small_cells):
+    """480 counts and sums of 0 to 3 rows at ε 0.05 (±90 and ±340): about 2.5% of raw
+    values fall below −w, whose intervals were [0, 0] ("certainly zero" of a cell that may
+    hold rows); now none is a point, and each still covers its truth at least as often
+    as 95%."""
+    metadata, frame = small_cells
+    counts = frame.groupby("k").size().reindex(CELLS, fill_value=0)
+    sums = frame.groupby("k")["v"].sum().reindex(CELLS, fill_value=0)
+    means = frame.groupby("k")["v"].mean().reindex(CELLS)
+    covered = {"n": 0, "total": 0, "mean": 0}
+    means_seen = 0
+    sql = "SELECT k, COUNT(*) AS n, SUM(v) AS total, AVG(v) AS mean FROM cells GROUP BY k"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpsql.InsecureRandomnessWarning)
+        for seed in range(RELEASES):
+            with dpsql.connect(metadata=metadata, ledger=":memory:", insecure_seed=seed) as con:
+                released = con.execute(sql, epsilon=0.05).intervals().set_index("k")
+            for name, truth in (("n", counts), ("total", sums)):
+                low, high = released[f"{name}_low"], released[f"{name}_high"]
+                assert (low < high).all(), released[low >= high]
+                assert (low >= 0).all() and (low <= released[name]).all()
+                assert (released[name] <= high).all()
+                covered[name] += int(((low <= truth) & (truth <= high)).sum())
+            low, high = released["mean_low"], released["mean_high"]
+            assert (low < high).all() and low.between(0, 5).all() and high.between(0, 5).all()
+            present = means.notna()
+            means_seen += int(present.sum())
+            covered["mean"] += int(((low <= means) & (means <= high))[present].sum())
+    cells = RELEASES * len(CELLS)
+    assert covered["n"] / cells >= 0.94 and covered["total"] / cells >= 0.94, covered
+    assert covered["mean"] / means_seen >= 0.94, covered
