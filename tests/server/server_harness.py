@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,9 +133,16 @@ def start_server(home: Path, config: Path, workers: int | None = None,
     raise RuntimeError(f"server did not answer:\n{log.read_text()}")
 
 
+def serving(home: Path, config: Path | None = None, **options) -> Iterator[Server]:
+    """A server on ``config`` (default: ``write_config(home, **options)``), stopped when the
+    generator ends (a fixture's body)."""
+    running = start_server(home, config or write_config(home, **options))
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
-    home = tmp_path_factory.mktemp("dpsql-server")
-    running = start_server(home, write_config(home))
-    yield running
-    running.stop()
+    yield from serving(tmp_path_factory.mktemp("dpsql-server"))

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 import yaml
 from raw_pg import connect, error_fields, msg, until_ready
-from server_harness import password, start_server, write_config
+from server_harness import password, serving, write_config
 
 KEYS = "SELECT amount, COUNT(*) AS n FROM visits GROUP BY amount"  # no public domain
 WITH_DELTA = ["alice", "bob", "carol", "dave", "erin"]  # a δ share of 1e-4 each
@@ -31,9 +31,7 @@ def server(tmp_path_factory):
     for user in WITH_DELTA:
         raw["analysts"][user]["budgets"]["visits"]["delta"] = 1e-4
     config.write_text(yaml.safe_dump(raw))
-    running = start_server(home, config)
-    yield running
-    running.stop()
+    yield from serving(home, config)
 
 
 def spent(server, user: str) -> dict:

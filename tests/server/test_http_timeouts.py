@@ -15,7 +15,7 @@ import time
 
 import httpx
 import pytest
-from server_harness import password, start_server, write_config
+from server_harness import password, serving, write_config
 
 HEADERS = b"POST /api/v1/datasets/visits/query HTTP/1.1\r\nHost: x\r\n"
 
@@ -26,9 +26,7 @@ def server(tmp_path_factory):
     config = write_config(home, analysts=["alice", "bob"], extra={"security": {
         "max_failed_logins": 3, "lockout_seconds": 30, "startup_timeout": 2,
         "http_header_timeout": 1, "http_body_timeout": 1.5, "http_waiting_per_address": 4}})
-    running = start_server(home, config)
-    yield running
-    running.stop()
+    yield from serving(home, config)
 
 
 def dial(server, source: str = "127.0.0.1") -> socket.socket:

@@ -12,7 +12,7 @@ import httpx
 import psycopg
 import pytest
 from raw_pg import _read
-from server_harness import password, start_server, write_config
+from server_harness import password, serving
 
 USERS = ["lena", "otto", "pia", "rolf"]
 
@@ -20,9 +20,7 @@ USERS = ["lena", "otto", "pia", "rolf"]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("dpsql-logins")
-    running = start_server(home, write_config(home, analysts=USERS))
-    yield running
-    running.stop()
+    yield from serving(home, analysts=USERS)
 
 
 def test_failures_on_one_port_lock_out_the_other(server):

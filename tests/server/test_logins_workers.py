@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import psycopg
 import pytest
-from server_harness import password, start_server, write_config
+from server_harness import password, serving
 
 USERS = ["lena", "otto", "pia", "rolf"]
 
@@ -23,9 +23,7 @@ USERS = ["lena", "otto", "pia", "rolf"]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("dpsql-logins-workers")
-    running = start_server(home, write_config(home, analysts=USERS, workers=2))
-    yield running
-    running.stop()
+    yield from serving(home, analysts=USERS, workers=2)
 
 
 def _psql(server, user: str, pw: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 import yaml
-from server_harness import password, start_server, write_config
+from server_harness import password, serving, start_server, write_config
 from test_psql import psql, pytestmark, spent  # noqa: F401 - psql must be installed
 
 import dpsql
@@ -23,9 +23,7 @@ HALF = "SELECT COUNT(*) / 2 AS h FROM visits"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("dpsql-analyst")
-    running = start_server(home, write_config(home, analysts=ANALYSTS))
-    yield running
-    running.stop()
+    yield from serving(home, analysts=ANALYSTS)
 
 
 def test_psql_reads_postgres_unless_the_session_sets_another_dialect(server):
