@@ -79,16 +79,19 @@ def dump_results(results: list[NoisyResult]) -> str:
     return json.dumps([{
         "columns": [dataclasses.asdict(c) for c in r.columns], "rows": r.rows,
         "intervals": r.intervals, "sensitivity": str(r.sensitivity),
+        "ranking_warnings": list(r.ranking_warnings),
     } for r in results], default=str)
 
 
 def load_results(text: str) -> list[NoisyResult]:
-    """Results stored by ``dump_results``; they cost nothing to return again."""
+    """Results stored by ``dump_results``; they cost nothing to return again, and warn as
+    they did the first time (answers stored before the warnings were kept have none)."""
     return [NoisyResult(columns=[ColumnInfo(**c) for c in item["columns"]],
                         rows=[tuple(row) for row in item["rows"]],
                         intervals={k: [tuple(b) for b in v] for k, v in item["intervals"].items()},
                         epsilon=Fraction(0), sensitivity=Fraction(item["sensitivity"]),
-                        reused=True)
+                        reused=True,
+                        ranking_warnings=tuple(item.get("ranking_warnings", ())))
             for item in json.loads(text)]
 
 
