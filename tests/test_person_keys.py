@@ -199,6 +199,20 @@ def test_the_neighbour_contract_holds_for_a_person_in_many_groups(pairs):
     assert all(row == ["released"] * len(pairs) for row in outcomes), outcomes
 
 
+def test_the_neighbour_contract_holds_for_a_remainder_of_the_unit_and_a_clamped_count(pairs):
+    """uid % 5 lies in [-4, 4] whatever uid (the adversaries' uids include -2^63), and a
+    COUNT of a person's rows in [0, 50] under LEAST(c, 50) alone."""
+    per_person = "WITH k AS (SELECT uid, COUNT(*) AS c FROM visits GROUP BY uid) "
+    outcomes = nb.contract(pairs, [
+        "SELECT uid % 5 AS b, COUNT(*) AS n, SUM(amount) AS s FROM visits GROUP BY b",
+        "SELECT SUM(uid % 7) AS s, AVG(uid % 7) AS a FROM visits",
+        per_person + "SELECT AVG(LEAST(c, 50)) AS a, SUM(LEAST(c, 50)) AS s FROM k",
+        per_person + "SELECT LEAST(k.c, 3) AS b, SUM(v.amount) AS s FROM visits v JOIN k "
+        "ON v.uid = k.uid GROUP BY b",
+    ])
+    assert all(row == ["released"] * len(pairs) for row in outcomes), outcomes
+
+
 def test_the_neighbour_contract_holds_for_private_keys(pairs):
     outcomes = nb.contract(pairs, [f"SELECT p.zip, COUNT(*) AS n {JOIN} GROUP BY p.zip"],
                            delta=1e-6)

@@ -357,6 +357,13 @@ def number_literal(text: str, scope: Scope, negative: bool = False) -> Expr:
     return literal(value, "float")
 
 
+@builds(exp.RawString, reads=("this",))
+def _raw_string(node: exp.RawString, scope: Scope) -> Expr:
+    """A dollar-quoted string ($$30$$ in PostgreSQL and DuckDB), or a raw one (r'a\\b'):
+    its characters as written."""
+    return literal(node.this, "text")
+
+
 @builds(exp.Boolean)
 def _boolean(node: exp.Boolean, scope: Scope) -> Expr:
     return literal(bool(node.this), "bool")
@@ -948,10 +955,13 @@ def _modulo(node: exp.Mod, scope: Scope) -> Expr:
     right = _require(build(node.expression, scope), NUMERIC, "'%'", scope)
     kind = "float" if "float" in (left.type, right.type) else "int"
     interval = None
-    if right.op == "lit" and right.value and right.value > 0 and left.interval is not None:
+    # an int remainder lies within the divisor whatever the dividend (uid % 5 in [-4, 4]);
+    # a double's may be NaN, so it is bounded only where the dividend is (and clamped)
+    if right.op == "lit" and right.value and right.value > 0 and \
+            (left.interval is not None or kind == "int"):
         top = Fraction(right.value) - 1 if kind == "int" else Fraction(right.value)
-        interval = Interval(Fraction(0) if left.interval.lower >= 0 else -top, top,
-                            kind == "int")
+        unsigned = left.interval is not None and left.interval.lower >= 0
+        interval = Interval(Fraction(0) if unsigned else -top, top, kind == "int")
     proven = None
     if right.op == "lit" and right.value and right.value > 0:
         top = Fraction(right.value)
@@ -1207,6 +1217,11 @@ def _ends(expr: Expr, field: str) -> tuple[Fraction | None, Fraction | None]:
     known = getattr(expr, field)
     if known is not None:
         return known.lower, known.upper
+    if field == "interval" and expr.proven is not None and expr.proven.lower >= 0:
+        # never negative whatever the data (a count of a person's rows, a length, ABS):
+        # LEAST(n, 500) lies in [0, 500]. A negative proven end is the type's (-2^63),
+        # beyond any bound an aggregate takes, so the column stays one to bound.
+        return expr.proven.lower, None
     if expr.op in ("least", "greatest"):
         ends = [_ends(a, field) for a in expr.args]
         lows, highs = [e[0] for e in ends], [e[1] for e in ends]

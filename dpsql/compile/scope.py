@@ -26,6 +26,7 @@ from sqlglot import exp
 from dpsql.catalog import TEMPORAL, Catalog, ColumnSpec, TableSpec, exact_bound, temporal_number
 from dpsql.compile import ops
 from dpsql.compile.ir import (
+    INT64,
     NUMERIC,
     ColumnInfo,
     Expr,
@@ -48,6 +49,8 @@ from dpsql.errors import (
     UnknownTableError,
     UnsupportedSQLError,
 )
+
+COUNTS = Interval(Fraction(0), Fraction(INT64[1]), True)  # what a BIGINT COUNT holds
 
 
 class Names:
@@ -141,7 +144,10 @@ class Scope:
 
     def lookup(self, node: exp.Column) -> Expr:
         """The column a reference names."""
-        return column(self.relation.columns[self.resolve(node)])
+        info = self.relation.columns[self.resolve(node)]
+        if info.per_person == "COUNT":  # a count of a person's rows is never negative
+            return replace(column(info), proven=COUNTS)
+        return column(info)
 
     def resolve(self, node: exp.Column) -> str:
         """Internal name of the column ``node`` refers to; UnknownColumnError if none."""

@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from dpsql.catalog import Catalog
 from dpsql.compile import ops
-from dpsql.compile.ir import NUMERIC, Expr, column
+from dpsql.compile.ir import NUMERIC, ColumnInfo, Expr, column
 from dpsql.compile.narrow import kept_by_where, unmatched_columns
 from dpsql.compile.render import dialect
 from dpsql.compile.scope import (
@@ -69,6 +69,8 @@ AGGREGATE_READS = {exp.Count: frozenset({"this", "big_int"}),
                    exp.PercentileCont: frozenset({"this", "expression"}),
                    exp.PercentileDisc: frozenset({"this", "expression"}),
                    exp.Quantile: frozenset({"this", "quantile"}),
+                   # the same q-th quantile: DuckDB's T-digest estimate, dpsql's noisy one
+                   exp.ApproxQuantile: frozenset({"this", "quantile"}),
                    **{kind: frozenset({"this", "expression"}) for kind in COVARIANCES}}
 
 
@@ -411,6 +413,9 @@ class _Compiler:
             return "literals of the query"
         if expr.op == "case":
             return "literals of the query"
+        if expr.op == "mod" and expr.args[0].domain is None:  # uid % 5: whatever uid
+            return f"the divisor (a remainder of {expr.args[1].value} lies within ±" \
+                f"{expr.args[1].value - 1})"
         if expr.op == "extract" and expr.value != "year":
             return f"the calendar ({expr.value})"
         if expr.op == "strftime" and "%Y" not in expr.value:  # names and months: every year's
@@ -418,13 +423,23 @@ class _Compiler:
         return "computed from " + ", ".join(inner)
 
     def _refuse_unit_key(self, expr: Expr, node: exp.Expression) -> None:
-        # a key computed from the person's id without a public domain can only release ids
-        if expr.domain is None and expr.columns() & self.relation.identifying:
-            raise PrivateGroupKeysError(
-                f"GROUP BY {node.sql(dialect='duckdb')!r} groups by the privacy unit: every "
-                "group is one person, whose identifier would be the released key",
-                sql=self.sql, position=_position(node),
-                hint="count persons with COUNT(DISTINCT ...) or group by a public attribute")
+        """A key computed from the privacy unit is released only over a public domain: its
+        values read from the data are persons' identifiers, or functions of them (uid + 0 is
+        one person a group, uid // 1000 says which blocks of ids hold persons)."""
+        identifying = sorted(self.relation.columns[c].label or c
+                             for c in expr.columns() & self.relation.identifying)
+        if expr.domain is not None or not identifying:
+            return
+        text = node.sql(dialect="duckdb")
+        ranged = f"LEAST(GREATEST({text}, 0), 99) (its 100 values are released, each " \
+            "noised, zeros included), " if expr.type == "int" else ""
+        raise PrivateGroupKeysError(
+            f"GROUP BY {text!r} is computed from the privacy unit ({', '.join(identifying)}) "
+            "and has no public domain: dpsql never releases key values read from persons' "
+            "identifiers (a key such as uid + 0 has one person a group)",
+            sql=self.sql, position=_position(node),
+            hint=f"group by a public range of it, e.g. {ranged}group by a public attribute, "
+            "or count persons with COUNT(DISTINCT ...)")
 
     # --- aggregates --------------------------------------------------------------------
     def aggregate(self, node: exp.AggFunc) -> Aggregate:
@@ -435,8 +450,8 @@ class _Compiler:
         if not isinstance(node, SUPPORTED):
             raise UnsupportedSQLError(
                 f"{ops.construct_name(node)} is not supported", sql=self.sql,
-                hint="use COUNT, SUM, AVG, VAR, STDDEV, COVAR_POP, COVAR_SAMP, CORR or a "
-                "quantile (MEDIAN, QUANTILE_CONT, MIN, MAX)")
+                hint=_instead(node) or "use COUNT, SUM, AVG, VAR, STDDEV, COVAR_POP, "
+                "COVAR_SAMP, CORR or a quantile (MEDIAN, QUANTILE_CONT, MIN, MAX)")
         for inner in node.find_all(exp.AggFunc):
             if inner is not node:
                 raise ProgrammingError("aggregates cannot be nested", sql=self.sql)
@@ -488,8 +503,8 @@ class _Compiler:
                     f"{text} needs bounds on {per_person.label!r}, a {per_person.per_person} "
                     "of each person's rows in a subquery: it has no bound, since a person may "
                     "have any number of rows", sql=self.sql, position=_position(arg),
-                    hint=f"clamp it, e.g. LEAST(GREATEST({per_person.label}, 0), 100) with "
-                    "bounds that fit your data")
+                    hint=f"clamp it, e.g. {_clamp_example(per_person)} with bounds that fit "
+                    "your data")
             columns = sorted({c.label for c in unbounded})
             if not columns:  # bounded inputs, unbounded function: LN near 0, a text position
                 raise MissingBoundsError(
@@ -615,6 +630,23 @@ def _too_many(expr: Expr) -> str:
         return ""
     return (f" (its bounds hold {int(interval.upper - interval.lower) + 1:,} values, more than the "
             f"{ops.MAX_INT_DOMAIN:,} a public domain may have)")
+
+
+def _instead(node: exp.AggFunc) -> str | None:
+    """What to write for an aggregate dpsql does not answer, when a query gives it."""
+    if isinstance(node, exp.Mode) and node.this is not None:
+        x = node.this.sql(dialect="duckdb")
+        return (f"the most frequent {x} is the one counted most: SELECT {x}, COUNT(*) AS n "
+                f"... GROUP BY {x} ORDER BY n DESC LIMIT 1")
+    return None
+
+
+def _clamp_example(per_person: ColumnInfo) -> str:
+    """A clamp of a subquery's per-person aggregate: a COUNT is never negative, so an upper
+    bound alone bounds it."""
+    if per_person.per_person == "COUNT":
+        return f"LEAST({per_person.label}, 100)"
+    return f"LEAST(GREATEST({per_person.label}, 0), 100)"
 
 
 def _agg_type(aggregate: Aggregate) -> str:

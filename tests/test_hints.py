@@ -1,0 +1,113 @@
+"""Refusals that say what is refused and what to write instead, and spellings that mean a
+statement dpsql answers (APPROX_QUANTILE, a dollar-quoted string, an upper clamp of a count).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from conftest import make_visits
+
+import dpsql
+from dpsql.compile import compile_statement
+from dpsql.parse import parse_one
+
+PER_PERSON = "(SELECT uid, COUNT(*) AS c FROM visits GROUP BY uid) t"
+
+
+def refusal(con: dpsql.Connection, sql: str, kind: type[dpsql.Error]) -> dpsql.Error:
+    with pytest.raises(kind) as caught:
+        con.cursor().execute(sql, epsilon=1)
+    assert caught.value.epsilon_spent == 0
+    return caught.value
+
+
+def test_a_key_computed_from_the_unit_is_refused_as_such(connect):
+    """uid // 10 has many persons a group: the refusal names the key computed from the unit
+    (it said 'every group is one person') and its hint is a statement dpsql answers."""
+    con = connect(budget=1e15)
+    err = refusal(con, "SELECT uid // 10 AS b, COUNT(*) FROM visits GROUP BY b",
+                  dpsql.PrivateGroupKeysError)
+    assert "computed from the privacy unit (uid)" in str(err)
+    assert "every group is one person" not in str(err)
+    assert "LEAST(GREATEST(uid // 10, 0), 99)" in err.hint
+    rows = con.cursor().execute("SELECT LEAST(GREATEST(uid // 10, 0), 99) AS b, COUNT(*) AS n "
+                                "FROM visits GROUP BY b", epsilon=1).fetchall()
+    assert len(rows) == 100
+
+
+def test_a_text_key_of_the_unit_gets_no_numeric_range(connect):
+    err = refusal(connect(budget=1e15), "SELECT CAST(uid AS TEXT) AS b, COUNT(*) FROM visits GROUP BY b",
+                  dpsql.PrivateGroupKeysError)
+    assert "LEAST" not in err.hint and "public attribute" in err.hint
+
+
+def test_a_remainder_of_the_unit_is_a_public_key(connect):
+    """uid % 5 lies in [-4, 4] whatever uid: 9 public keys, where it was refused as a key
+    that names persons."""
+    rows = connect(budget=1e15).cursor().execute("SELECT uid % 5 AS b, COUNT(*) AS n FROM visits "
+                                      "GROUP BY b", epsilon=1e9).fetchall()
+    kept = make_visits().groupby("uid").size().clip(upper=2)  # L∞ = 2 rows a group
+    truth = kept.groupby(kept.index % 5).sum().to_dict()
+    assert [b for b, _ in rows] == list(range(-4, 5))
+    assert {b: n for b, n in rows if n} == truth
+
+
+def aggregate(con: dpsql.Connection, sql: str):
+    return compile_statement(parse_one(sql), con.catalog).aggregates[0]
+
+
+def test_approx_quantile_is_the_quantile(connect):
+    """APPROX_QUANTILE(age, 0.25) was refused as 'dpsql does not read its quantile'; it asks
+    for the statistic QUANTILE_CONT(age, 0.25) releases, and is answered as it."""
+    con = connect(budget=1e15)
+    approx = aggregate(con, "SELECT APPROX_QUANTILE(age, 0.25) FROM adult")
+    exact = aggregate(con, "SELECT QUANTILE_CONT(age, 0.25) FROM adult")
+    assert (approx.kind, approx.quantile, approx.arg) == (exact.kind, exact.quantile, exact.arg)
+    value = con.cursor().execute("SELECT APPROX_QUANTILE(age, 0.25) AS q FROM adult",
+                                 epsilon=5).fetchone()[0]
+    assert 17 <= value <= 90
+    refusal(con, "SELECT APPROX_QUANTILE(age, 0.25, 100) FROM adult", dpsql.UnsupportedSQLError)
+
+
+def test_mode_points_to_the_largest_count(connect):
+    err = refusal(connect(budget=1e15), "SELECT MODE(education) FROM adult", dpsql.UnsupportedSQLError)
+    assert "GROUP BY education ORDER BY n DESC LIMIT 1" in err.hint
+
+
+@pytest.mark.parametrize("quoted", ["$$30$$", "$tag$30$tag$"])
+def test_a_dollar_quoted_string_is_a_string(connect, quoted):
+    """PostgreSQL's dollar quoting: it was refused with "'30' is not supported" and the list
+    of functions, where '30' was answered."""
+    con = connect(budget=1e15)
+    where = compile_statement(parse_one(f"SELECT COUNT(*) FROM adult WHERE age > {quoted}"),
+                              con.catalog).where
+    assert where == compile_statement(parse_one("SELECT COUNT(*) FROM adult WHERE age > '30'"),
+                                      con.catalog).where
+    bachelors = quoted.replace("30", "Bachelors")
+    count = con.cursor().execute(f"SELECT COUNT(*) FROM adult WHERE education = {bachelors}",
+                                 epsilon=1e9).fetchone()[0]
+    adult = pd.read_csv(con.catalog.table("adult").source)
+    assert count == (adult.education == "Bachelors").sum()
+
+
+def test_an_upper_clamp_bounds_a_count_of_a_persons_rows(connect):
+    """A COUNT of a person's rows is never negative, so LEAST(c, 5) lies in [0, 5]: it was
+    refused as 'needs bounds on c' though the analyst clamped it."""
+    con = connect(budget=1e15)
+    visits = make_visits()
+    per_person = visits.groupby("uid").size().clip(upper=5)
+    cursor = con.cursor()
+    cursor.execute(f"SELECT AVG(LEAST(c, 5)) AS a, SUM(LEAST(c, 5)) AS s FROM {PER_PERSON}",
+                   epsilon=1e9)
+    average, total = cursor.fetchone()
+    assert average == pytest.approx(per_person.mean(), abs=1e-6)
+    assert total == per_person.sum()
+    checked = compile_statement(parse_one(f"SELECT SUM(LEAST(c, 5)) FROM {PER_PERSON}"),
+                                con.catalog)
+    assert (checked.aggregates[0].lower, checked.aggregates[0].upper) == (0, 5)
+
+
+def test_an_unclamped_count_says_an_upper_bound_is_enough(connect):
+    err = refusal(connect(budget=1e15), f"SELECT AVG(c) FROM {PER_PERSON}", dpsql.MissingBoundsError)
+    assert "LEAST(c, 100)" in err.hint
