@@ -450,8 +450,12 @@ def explain(script, metadata, db, analyst, ledger, epsilon, delta, dialect, boun
             click.echo("   reads a bounded snapshot (persons bounded once, before WHERE), "
                        "made if absent by:")
             click.echo(f"     {statement['snapshot']}")
-        click.echo("   rewritten:")
-        click.echo("\n".join("     " + line for line in statement["rewritten"].splitlines()))
+        shown = ([("rewritten", statement["rewritten"])] if "rewritten" in statement else []) \
+            + [(f"histogram of {column}", sql)
+               for column, sql in statement.get("histograms", {}).items()]
+        for label, sql in shown:
+            click.echo(f"   {label}:")
+            click.echo("\n".join("     " + line for line in sql.splitlines()))
 
 
 def _fits(plan: dict, remaining) -> bool:

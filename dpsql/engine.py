@@ -67,6 +67,7 @@ from dpsql.release import (
 from dpsql.rewrite import (
     COVARIANCE_KINDS,
     MAX_DOMAIN_CELLS,
+    QUANTILES_ONLY,
     covariance_parts,
     domain_size,
     part_count,
@@ -708,7 +709,11 @@ def _explain_statement(plan: StatementPlan) -> dict:
             "max_rows_per_group": plan.checked.table.max_rows_per_group,
             "max_rows_per_unit": plan.checked.table.max_rows_per_unit}}
            if plan.checked.table.privacy_unit is not None else {}),
-        "rewritten": plan.exact_query.sql,
+        # a statement of quantiles alone reads only its histograms: its query is a placeholder
+        **({"rewritten": plan.exact_query.sql}
+           if plan.exact_query.sql != QUANTILES_ONLY or not plan.histograms else {}),
+        **({"histograms": {_aggregate_of(column, plan): query.sql
+                           for column, query in plan.histograms}} if plan.histograms else {}),
         "sensitivity": _number(plan.sensitivity),
         "scale": scales.pop() if len(scales) == 1 else max((p["scale"] for p in parts),
                                                            default=0),
@@ -724,6 +729,12 @@ def _explain_statement(plan: StatementPlan) -> dict:
 
 
 ROWS_SHOWN = (100, 1_000, 10_000)  # group sizes at which a ratio's expected error is shown
+
+
+def _aggregate_of(column: str, plan: StatementPlan) -> str:
+    """The aggregate (as the analyst wrote it) that the part ``column`` measures."""
+    name = next(p.aggregate for p in plan.parts if p.column == column)
+    return next(a.sql for a in plan.checked.aggregates if a.name == name)
 
 
 def _explain_outputs(plan: StatementPlan) -> list[dict]:

@@ -623,6 +623,9 @@ def _exact_query(checked: CheckedQuery, parts, values: _Values, salt: int, sourc
                       setup=setup, dialect=name)
 
 
+QUANTILES_ONLY = "SELECT 1 AS __one"  # the exact query of a statement of quantiles alone
+
+
 def person_and_keys(checked: CheckedQuery, d: SqlWriter, unit: str | None
                     ) -> tuple[list[str], list[str]]:
     """The names ``__k0``, ``__k1`` ... of ``checked``'s GROUP BY keys, and the ``__src``
@@ -685,7 +688,7 @@ def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: b
     body = ", ".join(ctes)
     part_names = [p.column for p in parts] + (terms if "__exact" in measured else [])
     if not keys and not part_names:  # only quantiles, which read their histograms
-        return "SELECT 1 AS __one"
+        return QUANTILES_ONLY
     if not keys:  # one row each
         outs = ", ".join(f"COALESCE({p}, 0) AS {p}" for p in part_names)
         return f"WITH {body} SELECT {outs} FROM {' CROSS JOIN '.join(measured)}"

@@ -421,3 +421,12 @@ def test_run_says_what_a_person_counts_with(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "each person counts with at most 7 group(s) × 8 row(s): rows beyond are dropped" \
         in out.stdout, out.stdout
+
+
+def test_explain_shows_a_quantiles_histogram_query(data_dir):
+    """A statement of quantiles alone showed its placeholder 'SELECT 1 AS __one' as its SQL;
+    the histogram each quantile reads is what runs."""
+    out = _dpsql("explain", "-", "-m", _meta(data_dir), "-e", "1",
+                 stdin="SELECT MEDIAN(amount) AS m FROM visits")
+    assert out.returncode == 0, out.stderr
+    assert "__one" not in out.stdout and "histogram of MEDIAN(amount):" in out.stdout, out.stdout

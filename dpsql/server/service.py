@@ -28,7 +28,6 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-
 import dpsql
 from dpsql import frames
 from dpsql.budget import PrivacyLoss, budget_exhausted, positive, probability
@@ -648,7 +647,9 @@ class Service:
             raise
         self._record(user, dataset, interface, "explain", sql, 0, "ok", None)
         for statement in plan.get("statements", []):
-            statement.pop("rewritten", None)  # the exact SQL names the server's sources
+            # the exact SQL names the server's sources
+            statement.pop("rewritten", None)
+            statement.pop("histograms", None)
         share = account.budgets[dataset].minus(self._spent(dataset, user))
         plan["budget_remaining"] = _loss_json(share)
         try:
