@@ -1,5 +1,6 @@
 """Refusals that say what is refused and what to write instead, and spellings that mean a
-statement dpsql answers (APPROX_QUANTILE, a dollar-quoted string, an upper clamp of a count).
+statement dpsql answers (APPROX_QUANTILE, a dollar-quoted string, an upper clamp of a count),
+and spellings of one statistic that are one aggregate (COVAR_POP(y, x) beside COVAR_POP(x, y)).
 """
 
 from __future__ import annotations
@@ -111,3 +112,39 @@ def test_an_upper_clamp_bounds_a_count_of_a_persons_rows(connect):
 def test_an_unclamped_count_says_an_upper_bound_is_enough(connect):
     err = refusal(connect(budget=1e15), f"SELECT AVG(c) FROM {PER_PERSON}", dpsql.MissingBoundsError)
     assert "LEAST(c, 100)" in err.hint
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    ("COVAR_POP(age, hours)", "COVAR_POP(hours, age)"),
+    ("CORR(age, hours)", "CORR(hours, age)"),
+    ("COVAR_SAMP(hours, age)", "COVAR_SAMP(age, hours)"),
+])
+def test_a_covariance_of_swapped_inputs_is_one_aggregate(connect, first, second):
+    """Covariance and correlation are symmetric: COVAR_POP(hours, age) beside
+    COVAR_POP(age, hours) measured a second product sum and count (6 noised parts, not 4),
+    and the two released different values."""
+    con = connect(budget=1e15)
+    sql = f"SELECT {first} AS a, {second} AS b FROM adult"
+    alone = con.explain(f"SELECT {first} AS a FROM adult", epsilon=1)["statements"][0]
+    both = con.explain(sql, epsilon=1)["statements"][0]
+    assert len(both["aggregates"]) == len(alone["aggregates"])
+    a, b = con.cursor().execute(sql, epsilon=1).fetchone()
+    assert a == b
+
+
+def test_swapped_inputs_share_the_products_across_covariances(connect):
+    con = connect(budget=1e15)
+    planned = con.explain("SELECT COVAR_SAMP(age, hours) AS a, CORR(hours, age) AS b "
+                          "FROM adult", epsilon=1)["statements"][0]
+    assert [p["part"] for p in planned["aggregates"]].count("products") == 1
+
+
+def test_a_nullable_input_comes_first_so_its_count_is_shared(connect):
+    """With hours never NULL, the rows of COVAR_POP(hours, age) are age's: its count is
+    COUNT(age)'s and its sum VAR_POP(age)'s, whichever input is written first."""
+    con = connect(budget=1e15)
+    for covariance in ("COVAR_POP(age, COALESCE(hours, 0))", "COVAR_POP(COALESCE(hours, 0), age)"):
+        planned = con.explain(f"SELECT VAR_POP(age) AS v, {covariance} AS c FROM adult",
+                              epsilon=1)["statements"][0]
+        assert sorted(p["part"] for p in planned["aggregates"]) == \
+            ["count", "products", "sum", "sum", "sumsq"]

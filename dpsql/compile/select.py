@@ -530,8 +530,13 @@ class _Compiler:
         """COVAR_POP(x, y), COVAR_SAMP(x, y) or CORR(x, y): each input bounded, and each NULL
         where the other is, so that both read the rows where x and y are non-NULL (as the
         SQL aggregates do). A never-NULL other input leaves the input as it is, so that its
-        sums are shared with SUM, AVG and VAR of it."""
+        sums are shared with SUM, AVG and VAR of it. Both are symmetric in x and y, so the
+        inputs are put in one order: COVAR_POP(y, x) is COVAR_POP(x, y), measured once, and
+        a NULL-able input comes first, as the count of the rows is its count (shared with
+        VAR(x) beside COVAR_POP(COALESCE(y, 0), x))."""
         x, y = self._bounded(node.this, text), self._bounded(node.expression, text)
+        if _canonical(y) < _canonical(x):
+            x, y = y, x
         x, y = self._where_set(x, y), self._where_set(y, x)
         return Aggregate(name=name, kind=COVARIANCES[type(node)], arg=x, sql=text,
                          lower=x.interval.lower, upper=x.interval.upper,
@@ -630,6 +635,16 @@ def _too_many(expr: Expr) -> str:
         return ""
     return (f" (its bounds hold {int(interval.upper - interval.lower) + 1:,} values, more than the "
             f"{ops.MAX_INT_DOMAIN:,} a public domain may have)")
+
+
+def _canonical(e: Expr) -> tuple:
+    """An order of a covariance's inputs: NULL-able first, then by their structure (what
+    takes part in equality)."""
+    return not e.nullable, _structure(e)
+
+
+def _structure(e: Expr) -> tuple:
+    return e.op, e.type, repr(e.value), tuple(_structure(a) for a in e.args)
 
 
 def _instead(node: exp.AggFunc) -> str | None:
