@@ -6,6 +6,8 @@ its own integer count with the COUNT sensitivity (docs/sensitivity.md).
   DuckDB, PostgreSQL and Spark;
 - a person with many distinct values keeps L∞ a group in L0 groups (R in all);
 - the pivoted and paired per-person plans, and a bounded snapshot, count the same;
+- DuckDB's sort-free plan for public keys (``per_person._least_values``) keeps exactly the
+  values the ranked plan keeps, for one salt;
 - the noise's spread matches the reported sensitivity (fixed seed);
 - explain, intervals, weights and accuracy= see the measurement.
 """
@@ -166,6 +168,67 @@ def test_the_pivoted_and_paired_plans_count_the_same(tmp_path, monkeypatch):
     (pivoted_sql, pivoted), (paired_sql, paired) = plans
     assert "__cell" in pivoted_sql and "__cell" not in paired_sql
     assert pivoted == paired
+
+
+def random_rows(persons: int = 150, seed: int = 3) -> list[tuple]:
+    """Persons of 1 to 30 rows: repeated values, −0.0 beside 0.0, NaN, NULL."""
+    rng = np.random.default_rng(seed)
+    xs = [-0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, NAN, None]
+    rows = []
+    for uid in range(persons):
+        for _ in range(rng.integers(1, 31)):
+            rows.append((uid, str(rng.choice(["a", "b", "c"])), xs[rng.integers(len(xs))],
+                         None if rng.random() < 0.1 else f"t{rng.integers(12)}",
+                         DAY("2024-01-01") + datetime.timedelta(days=int(rng.integers(120)))))
+    return rows
+
+
+LEAST_STATEMENTS = [
+    "SELECT g, COUNT(DISTINCT x) AS n FROM t GROUP BY g",
+    "SELECT g, COUNT(DISTINCT s) AS n, COUNT(DISTINCT x) AS m, COUNT(*) AS c FROM t GROUP BY g",
+    "SELECT g, x > 2 AS big, COUNT(DISTINCT s) AS n FROM t GROUP BY g, x > 2",
+    "SELECT g, COUNT(DISTINCT DATE_TRUNC('month', d)) AS n FROM t WHERE s <> 't1' GROUP BY g",
+    "SELECT COUNT(DISTINCT x) AS n, COUNT(DISTINCT s) AS k FROM t",
+]
+
+
+@pytest.mark.parametrize(("l0", "linf", "total"), [
+    (2, 3, None), (1, 1, None), (1, 4, 2), (2, 2, 3), (3, 5, None), (2, 8, None)], ids=str)
+def test_the_sort_free_plan_keeps_the_values_the_ranked_plan_keeps(tmp_path, monkeypatch, l0,
+                                                                  linf, total):
+    """On DuckDB a public domain's distinct values are kept by MIN aggregates and joins
+    (``per_person._least_values``), not by ranking (person, group, value) rows by two sorts:
+    with one salt both keep the same values of every person, so every exact value is equal."""
+    meta, most = metadata(l0=l0, linf=linf, total=total), per_person.MAX_LEAST_VALUES_PER_GROUP
+    with dpsql.connect(duckdb_file(tmp_path, random_rows()), metadata=meta,
+                       ledger=":memory:") as con:
+        for sql in LEAST_STATEMENTS:
+            checked = compile_statement(parse_one(sql), con.catalog)
+            plans = []
+            for limit in (most, 0):
+                monkeypatch.setattr(per_person, "MAX_LEAST_VALUES_PER_GROUP", limit)
+                query = rewrite(checked, con.catalog, Fraction(1), salt=12345,
+                                sources=con._backend.sources).exact_query.sql
+                plans.append((query, sorted(con._backend.run_sql(query)[1], key=repr)))
+            (least_sql, least), (ranked_sql, ranked) = plans
+            assert "__p0_kept_1" in least_sql and "__p0_ranked" not in least_sql, sql
+            assert "__p0_ranked_rows" in ranked_sql
+            assert least == ranked and any(any(v for v in row[1:]) for row in least), sql
+
+
+@pytest.mark.parametrize("options", [{}, {"visits": {"max_rows_per_unit": 3}}],
+                         ids=["no R", "R 3"])
+def test_the_sort_free_plan_keeps_the_neighbour_contract(tmp_path, options):
+    """Each adversarial person (extreme, NaN, NULL, out-of-domain keys) moves each exact
+    value by at most its reported sensitivity, or both sides are refused alike."""
+    statements = ["SELECT day, COUNT(DISTINCT amount) AS n, COUNT(*) AS c FROM visits "
+                  "GROUP BY day",
+                  "SELECT region_id, COUNT(DISTINCT day) AS n FROM visits GROUP BY region_id",
+                  "SELECT COUNT(DISTINCT amount) AS a, COUNT(DISTINCT day) AS n FROM visits"]
+    for pairs in nb.every_neighbour(tmp_path, **options):
+        sql = pairs[0].d.explain(statements[0], epsilon=1)["statements"][0]["rewritten"]
+        assert "__p0_kept_1" in sql
+        nb.contract(pairs, statements)
 
 
 def test_a_snapshot_bounds_the_distinct_values_of_an_added_person(tmp_path):

@@ -30,7 +30,10 @@ Both return CTEs whose last, ``__exact``, has the key columns, one column per no
 (unless ``wide``) ``__terms``, the uncapped rows of the kept partials.
 
 COUNT(DISTINCT x) cannot be summed from partials: ``distinct_values`` bounds a person's
-distinct values themselves, one CTE chain per measurement beside either plan.
+distinct values themselves, one CTE chain per measurement beside either plan. On DuckDB, for
+keys with a public domain of at most ``MAX_PIVOT_CELLS`` cells (or none), one row per person
+holds each cell's least row hash and the further ones are found by joins, with no sort
+(``_least_values``); elsewhere the values are ranked (``compile.bound.bound_rows``).
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ MAX_PIVOT_CELLS = 16  # a person's row holds every cell's partials: width grows 
 # aggregates each (person, group) once and then ranks the pairs. So the pivot pays off
 # when a pair has few rows, and the declared L∞ is the one data-free estimate of that.
 MAX_PIVOT_ROWS_PER_GROUP = 4
+# ``_least_values`` reads the rows once per value a (person, cell) keeps: past this L∞ the
+# ranked plan's two sorts cost less than so many joins
+MAX_LEAST_VALUES_PER_GROUP = 8
 
 
 def per_person_ctes(checked: CheckedQuery, parts: list[NoisePart], values, keys: list[str],
@@ -77,9 +83,15 @@ def distinct_values(checked: CheckedQuery, part: NoisePart, keys: list[str], cel
     values, ranked by the least keyed hash of the rows holding it: equal values written
     differently (−0.0 and 0.0, whose text and hashes differ) rank alike whichever of them
     the GROUP BY shows. The groups are chosen by the hash the paired plan ranks them by,
-    among the groups where the person has a value.
+    among the groups where the person has a value. ``_least_values`` keeps the same values
+    without ranking them where it can.
     """
-    table, name, value = checked.table, f"__{part.column}", part.value
+    table = checked.table
+    # MIN of a struct and unnest are DuckDB's; a cell per domain value needs a public domain
+    if d.dialect.name == "duckdb" and table.max_rows_per_group <= MAX_LEAST_VALUES_PER_GROUP \
+            and (not keys or cells is not None and 1 <= cells <= MAX_PIVOT_CELLS):
+        return _least_values(checked, part, keys, salt, d)
+    name, value = f"__{part.column}", part.value
     triple = ", ".join(["__unit", *keys, value])
     hashed = d.dialect.hash(["__unit", *keys, value, str(salt)])
     ctes = [f"{name}_values AS (SELECT {triple}, MIN({hashed}) AS __value_hash FROM __src "
@@ -93,6 +105,107 @@ def distinct_values(checked: CheckedQuery, part: NoisePart, keys: list[str], cel
     group_by = f" GROUP BY {', '.join(keys)}" if keys else ""
     counted = ", ".join([*keys, f"COUNT(DISTINCT {value}) AS {part.column}"])
     return [*ctes, bounded.ctes, f"{name} AS (SELECT {counted} FROM {bounded.last}{group_by})"]
+
+
+def _least_values(checked: CheckedQuery, part: NoisePart, keys: list[str], salt: int,
+                  d) -> list[str]:
+    """``distinct_values`` on DuckDB with a public domain (or no GROUP BY), without a sort or
+    a (person, group, value) aggregate: one row per person holds each cell's least row hash
+    (``MIN`` per cell), the L0 cells are chosen within that row as the pivoted plan chooses
+    them, each further hash of a kept (person, cell) is the least of its rows hashing above
+    the one before (L∞ − 1 joins, each on fewer pairs), and a join fetches the rows of the
+    kept hashes. With R the kept hashes are ranked per person (``compile.bound.ranked``).
+
+    DuckDB's HASH is equal for values its GROUP BY finds equal (−0.0 and 0.0, NaNs), so a
+    value's least hash is that of any of its rows, and a (person, cell)'s k least hashes are
+    its k values the ranked plan keeps. (Two values of one person and cell whose 64-bit
+    hashes collide count as one there.) A row whose key is outside the public domain takes no
+    cell, as in the pivoted plan: it neither counts nor takes one of the person's L0 groups.
+    At 10⁸ rows: docs/benchmarks-scale.md.
+    """
+    table, name = checked.table, f"__{part.column}"
+    linf, l0 = table.max_rows_per_group, table.max_groups_per_unit
+    literals = _cell_literals(checked, d)
+    cells = range(len(literals))
+    hashed = d.dialect.hash(["__unit", *keys, part.value, str(salt)])
+    least = ", ".join(f"MIN(__h) FILTER (WHERE __cell = {c}) AS __m_{c}" for c in cells)
+    ctes = [(f"{name}_rows AS {d.dialect.rows_cte}(SELECT __unit, "
+             f"{_cell_index(checked, keys, d) if keys else 0} AS __cell, {part.value} AS __v, "
+             f"{hashed} AS __h FROM __src WHERE {part.value} IS NOT NULL)"),
+            (f"{name}_least AS (SELECT __unit, {least} FROM {name}_rows "
+             f"WHERE __cell IS NOT NULL GROUP BY __unit)")]
+    flag, source = (lambda c: f"__m_{c} IS NOT NULL"), f"{name}_least"
+    if keys and l0 < len(literals):
+        hashes, flags = _chosen_cells(literals, l0, salt, d, flag)
+        ctes += [f"{name}_hashed AS (SELECT *, {', '.join(hashes)} FROM {source})",
+                 f"{name}_chosen AS (SELECT *, {', '.join(flags)} FROM {name}_hashed)"]
+        flag, source = (lambda c: f"__kept_{c}"), f"{name}_chosen"
+    kept = ", ".join(f"CASE WHEN {flag(c)} THEN struct_pack(c := {c}, h := __m_{c}) END"
+                     for c in cells)
+    # stored: each step reads the one before, and the values are read by them all
+    ctes.append(f"{name}_kept_1 AS MATERIALIZED (SELECT __unit, __x.c AS __cell, "
+                f"__x.h AS __h FROM (SELECT __unit, unnest([{kept}]) AS __x FROM {source}) "
+                f"WHERE __x IS NOT NULL)")
+    for k in range(2, linf + 1):
+        ctes.append(f"{name}_kept_{k} AS MATERIALIZED (SELECT __r.__unit, __r.__cell, "
+                    f"MIN(__r.__h) AS __h FROM {name}_rows AS __r JOIN {name}_kept_{k - 1} "
+                    f"AS __p ON __r.__unit = __p.__unit AND __r.__cell = __p.__cell AND "
+                    f"__r.__h > __p.__h GROUP BY __r.__unit, __r.__cell)")
+    union = " UNION ALL ".join(f"SELECT * FROM {name}_kept_{k}" for k in range(1, linf + 1))
+    ctes.append(f"{name}_kept AS ({union})")
+    last = f"{name}_kept"
+    if _needs_rows_cap(checked, len(literals)):
+        steps, _ = ranked(d.dialect, f"{name}_totalled", last, ["__unit"], ["__h"],
+                          "__total_rank")
+        ctes += [*steps, (f"{name}_capped AS (SELECT * FROM {name}_totalled "
+                          f"WHERE __total_rank <= {table.max_rows_per_unit})")]
+        last = f"{name}_capped"
+    # the rows of the kept hashes: a value's rows share its hash
+    ctes.append(f"{name}_values AS (SELECT __r.__cell, __r.__v FROM {name}_rows AS __r "
+                f"JOIN {last} AS __k ON __r.__unit = __k.__unit AND __r.__cell = __k.__cell "
+                f"AND __r.__h = __k.__h)")
+    counted = [f"CASE __cell {' '.join(f'WHEN {c} THEN {literals[c][i]}' for c in cells)} "
+               f"END AS {key}" for i, key in enumerate(keys)]
+    counted.append(f"COUNT(DISTINCT __v) AS {part.column}")
+    group_by = " GROUP BY __cell" if keys else ""
+    return [*ctes, f"{name} AS (SELECT {', '.join(counted)} FROM {name}_values{group_by})"]
+
+
+def _cell_literals(checked: CheckedQuery, d) -> list[list[str]]:
+    """Each cell of the keys' public domain as its keys' literals, in the order of
+    ``_cell_index`` (one cell of no keys without GROUP BY)."""
+    return [[d.dialect.literal(v, key.type) for v, key in zip(cell, checked.keys, strict=True)]
+            for cell in itertools.product(*(key.domain for key in checked.keys))]
+
+
+def _cell_index(checked: CheckedQuery, keys: list[str], d) -> str:
+    """A row's cell index, computed once a row; NULL (no cell) outside the public domain."""
+    index, stride = [], 1
+    for i in reversed(range(len(keys))):
+        domain = checked.keys[i].domain
+        whens = " ".join(f"WHEN {d.dialect.literal(v, checked.keys[i].type)} THEN {j * stride}"
+                         for j, v in enumerate(domain))
+        index.append(f"(CASE {keys[i]} {whens} END)")
+        stride *= len(domain)
+    return " + ".join(reversed(index))
+
+
+def _chosen_cells(literals: list[list[str]], l0: int, salt: int, d,
+                  present: Callable[[int], str]) -> tuple[list[str], list[str]]:
+    """Columns ``__h_c``, the keyed hash of each cell where the person has one
+    (``present(c)``), and ``__kept_c`` over them: a cell is kept when fewer than L0 of the
+    person's cells hash below it (ties go to the lower index), so exactly min(L0, their
+    cells) are kept, those the paired plan's ranking keeps."""
+    cells = range(len(literals))
+    hashes = [f"CASE WHEN {present(c)} THEN "
+              f"{d.dialect.hash(['__unit', *literals[c], str(salt)])} END AS __h_{c}"
+              for c in cells]
+    flags = []
+    for c in cells:
+        below = " + ".join(f"CASE WHEN __h_{j} {'<=' if j < c else '<'} __h_{c} THEN 1 ELSE 0 END"
+                           for j in cells if j != c)
+        flags.append(f"(__h_{c} IS NOT NULL AND {below} < {l0}) AS __kept_{c}")
+    return hashes, flags
 
 
 def centred(total: str, count: str, offset: int | None) -> str:
@@ -253,46 +366,26 @@ def _pivoted(checked: CheckedQuery, parts, values, keys: list[str], salt: int, w
              d) -> list[str]:
     """One row per person with a partial per cell; L0 by ranking the row's cell hashes."""
     table = checked.table
-    cells = list(itertools.product(*(key.domain for key in checked.keys)))
+    literals = _cell_literals(checked, d)
+    cells = range(len(literals))
     linf, l0 = table.max_rows_per_group, table.max_groups_per_unit
-    literals = [[d.dialect.literal(v, key.type) for v, key in zip(cell, checked.keys,
-                                                                  strict=True)]
-                for cell in cells]
-    # the cell's index, computed once a row; NULL (no cell) outside the public domain
-    index, stride = [], 1
-    for i in reversed(range(len(keys))):
-        domain = checked.keys[i].domain
-        whens = " ".join(f"WHEN {d.dialect.literal(v, checked.keys[i].type)} THEN {j * stride}"
-                         for j, v in enumerate(domain))
-        index.append(f"(CASE {keys[i]} {whens} END)")
-        stride *= len(domain)
-    columns = ["__unit", f"{' + '.join(reversed(index))} AS __cell", *values.columns]
+    columns = ["__unit", f"{_cell_index(checked, keys, d)} AS __cell", *values.columns]
     ctes = [f"__in_cells AS (SELECT {', '.join(columns)} FROM __src)"]
     per_unit = ["__unit"]
-    for c in range(len(cells)):
+    for c in cells:
         per_unit += _partials(values, wide, d, where=f"__cell = {c}", tag=f"_{c}")
     ctes.append(f"__per_unit AS (SELECT {', '.join(per_unit)} FROM __in_cells "
                 f"WHERE __cell IS NOT NULL GROUP BY __unit)")
 
     if l0 < len(cells):
-        # a cell is kept when fewer than L0 of the person's cells hash below it (ties go to
-        # the lower index), so exactly min(L0, their cells) are kept
-        hashes = [f"CASE WHEN __rows_{c} > 0 THEN "
-                  f"{d.dialect.hash(['__unit', *literals[c], str(salt)])} END AS __h_{c}"
-                  for c in range(len(cells))]
+        hashes, flags = _chosen_cells(literals, l0, salt, d, lambda c: f"__rows_{c} > 0")
         ctes.append(f"__hashed AS (SELECT *, {', '.join(hashes)} FROM __per_unit)")
-        flags = []
-        for c in range(len(cells)):
-            below = " + ".join(
-                f"CASE WHEN __h_{j} {'<=' if j < c else '<'} __h_{c} THEN 1 ELSE 0 END"
-                for j in range(len(cells)) if j != c)
-            flags.append(f"(__h_{c} IS NOT NULL AND {below} < {l0}) AS __kept_{c}")
         ctes.append(f"__chosen AS (SELECT *, {', '.join(flags)} FROM __hashed)")
         previous = "__chosen"
     else:
         previous = "__per_unit"
     capped = ["__unit"]
-    for c in range(len(cells)):
+    for c in cells:
         # a cell not kept (or without rows) has NULL partials: no person in it, nothing summed
         flag = f"__kept_{c}" if l0 < len(cells) else f"__rows_{c} > 0"
         capped += _capped(values, linf, wide, d, tag=f"_{c}",
@@ -300,17 +393,17 @@ def _pivoted(checked: CheckedQuery, parts, values, keys: list[str], salt: int, w
     ctes.append(f"__bounded AS (SELECT {', '.join(capped)} FROM {previous})")
     source, scaled = "__bounded", [{} for _ in cells]
     if _needs_rows_cap(checked, len(cells)):
-        rows = " + ".join(f"COALESCE(__rows_{c}, 0)" for c in range(len(cells)))
+        rows = " + ".join(f"COALESCE(__rows_{c}, 0)" for c in cells)
         ctes.append(f"__kept AS (SELECT *, {rows} AS __total FROM __bounded)")
         totalled = []
-        for c in range(len(cells)):
+        for c in cells:
             columns, scaled[c] = _totalled(parts, values, table.max_rows_per_unit, wide, d,
                                            tag=f"_{c}")
             totalled += columns
         ctes.append(f"__capped AS (SELECT {', '.join(totalled)} FROM __kept)")
         source = "__capped"
     sums = []
-    for c in range(len(cells)):
+    for c in cells:
         sums += _summed(parts, values, scaled[c], wide, tag=f"_{c}",
                         present=f"COUNT(__rows_{c})")
     ctes.append(f"__cells AS (SELECT {', '.join(sums)} FROM {source})")
@@ -319,6 +412,6 @@ def _pivoted(checked: CheckedQuery, parts, values, keys: list[str], salt: int, w
         "SELECT " + ", ".join([f"{lit} AS {key}" for lit, key in zip(literals[c], keys,
                                                                       strict=True)]
                               + [f"{n}_{c} AS {n}" for n in names]) + " FROM __cells"
-        for c in range(len(cells)))
+        for c in cells)
     ctes.append(f"__exact AS ({rows})")
     return ctes
