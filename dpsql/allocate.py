@@ -93,13 +93,21 @@ def _covariance_coefficients(agg, parts: dict) -> dict[str, float]:
     hy = float(agg.other_upper - agg.other_lower) / 2
     terms = {"products": 1.0, "sum_x": hy * hy / 3, "sum_y": hx * hx / 3,
              "count": (hx * hy) ** 2 / 9}
-    if agg.kind == "corr" and hx > 0 and hy > 0:
-        terms.update(sumsq_x=hy * hy / (8 * hx * hx), sumsq_y=hx * hx / (8 * hy * hy))
+    wx, wy = agg.upper - agg.lower, agg.other_upper - agg.other_lower
+    if agg.kind == "corr" and wx > 0 and wy > 0:
+        # the ratios in exact fractions: a width of 1e-300 squared is 0.0 in floats
+        terms.update(sumsq_x=_float(Fraction(wy, wx) ** 2 / 8),
+                     sumsq_y=_float(Fraction(wx, wy) ** 2 / 8))
     found: dict[str, float] = {}
     for name, c in terms.items():
         column = parts[name].column
         found[column] = found.get(column, 0.0) + c
     return found
+
+
+def _float(value: Fraction) -> float:
+    """``value`` as a float, at most 1e300 (a coefficient past it weighs as much)."""
+    return float(min(value, Fraction(10) ** 300))
 
 
 def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction,

@@ -329,3 +329,11 @@ def test_a_products_sensitivity_is_its_per_row_bound_times_the_rows_a_person_kee
     products = next(p for p in rewrite(checked, catalog, Fraction(1), salt=1).parts
                     if p.product)
     assert products.sensitivity == Fraction(3 * 2 * 50 * 2)
+
+
+def test_a_correlation_of_a_tiny_range_is_planned(neighbours):
+    """A half-width of 1e-300 squared is 0.0 in floats: the ε split of CORR divided by it
+    (ZeroDivisionError, not a dpsql.Error) on both D and D′."""
+    tiny = "SELECT CORR(amount, LEAST(GREATEST(amount, 0), 1e-300)) AS c FROM visits"
+    outcomes = nb.contract(neighbours[:1], [tiny])
+    assert outcomes == [["released"]], outcomes
