@@ -56,8 +56,8 @@ MAX_PIVOT_CELLS = 16  # a person's row holds every cell's partials: width grows 
 # aggregates each (person, group) once and then ranks the pairs. So the pivot pays off
 # when a pair has few rows, and the declared L∞ is the one data-free estimate of that.
 MAX_PIVOT_ROWS_PER_GROUP = 4
-# ``_least_values`` reads the rows once per value a (person, cell) keeps: past this L∞ the
-# ranked plan's two sorts cost less than so many joins
+# ``_least_values`` reads the rows L∞ + 1 times (an aggregate, L∞ − 1 joins for the next
+# hashes, one for the rows): past this L∞ the ranked plan's two sorts cost less
 MAX_LEAST_VALUES_PER_GROUP = 8
 
 
@@ -87,7 +87,8 @@ def distinct_values(checked: CheckedQuery, part: NoisePart, keys: list[str], cel
     without ranking them where it can.
     """
     table = checked.table
-    # MIN of a struct and unnest are DuckDB's; a cell per domain value needs a public domain
+    # unnest, struct_pack and MATERIALIZED are DuckDB's; a cell a domain value needs a
+    # public domain
     if d.dialect.name == "duckdb" and table.max_rows_per_group <= MAX_LEAST_VALUES_PER_GROUP \
             and (not keys or cells is not None and 1 <= cells <= MAX_PIVOT_CELLS):
         return _least_values(checked, part, keys, salt, d)
@@ -142,7 +143,7 @@ def _least_values(checked: CheckedQuery, part: NoisePart, keys: list[str], salt:
         flag, source = (lambda c: f"__kept_{c}"), f"{name}_chosen"
     kept = ", ".join(f"CASE WHEN {flag(c)} THEN struct_pack(c := {c}, h := __m_{c}) END"
                      for c in cells)
-    # stored: each step reads the one before, and the values are read by them all
+    # stored: each step reads the one before, and the join for the rows reads them all
     ctes.append(f"{name}_kept_1 AS MATERIALIZED (SELECT __unit, __x.c AS __cell, "
                 f"__x.h AS __h FROM (SELECT __unit, unnest([{kept}]) AS __x FROM {source}) "
                 f"WHERE __x IS NOT NULL)")
