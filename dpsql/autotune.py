@@ -84,7 +84,7 @@ def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilo
                     analyst=engine.analyst, rng=engine.rng, table=table, epsilon=part,
                     columns=(), compiled=checked, query_epsilon=float(rest),
                     count_noise=planned_count_noise(planned.release.statements[0]),
-                    timeout=engine.timeout)
+                    timeout=engine.timeout, measure=False)
     tuned = engine.under(with_bounds(engine.catalog, proposal))
     try:
         results = tuned.execute(sql, params, epsilon=rest, delta=delta, weights=weights)

@@ -556,7 +556,8 @@ def choose_contribution(spreads: dict[str, Spread], persons: int, cells: int,
 def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, table: str,
          epsilon, columns=None, query: str | None = None, group_by=None,
          query_epsilon: float = 1.0, count_noise: float | None = None,
-         timeout: float | None = None, compiled: CheckedQuery | None = None) -> TuningResult:
+         timeout: float | None = None, compiled: CheckedQuery | None = None,
+         measure: bool = True) -> TuningResult:
     """Estimate the data's spread privately and propose bounds; charges ``epsilon`` once.
 
     ``count_noise`` is the planned query's count noise per unit of sensitivity
@@ -564,6 +565,8 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
     ``query_epsilon``. ``timeout`` stops each exact read after that many seconds (the
     connection's, on DuckDB). ``compiled`` is the query as the engine compiled it (with its
     parameters and public tables' domains); without it the shape is ``tuned_query``'s.
+    ``measure=False`` leaves out the measurement of the rows the bounds drop (``run --tune``
+    shows only the bounds: its share goes to the quantiles), and the modelled rows are shown.
 
     Raises:
         BudgetExhaustedError: ε does not fit the remaining budget; nothing was run.
@@ -599,7 +602,8 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
             hint="name the numeric columns to bound (columns=[...], --columns), or give the "
             "query that sums them; nothing was charged")
     bound_grids = {name: _value_grid(spec, name) for name in names}
-    draws = 1 + 6 * len(names) + (9 + DROPPED_SHARES if spec.privacy_unit is not None else 0)
+    draws = 1 + 6 * len(names) + (
+        9 + (DROPPED_SHARES if measure else 0) if spec.privacy_unit is not None else 0)
     share = epsilon / draws
     loss = PrivacyLoss(epsilon) if catalog.mechanism != "gaussian" else \
         PrivacyLoss(Fraction(0), rho=epsilon * epsilon / 2)
@@ -652,19 +656,22 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
                    for part in quantiles}
         best = choose_contribution(spreads, persons, cells, public_cells, count_sd)
         row_sd = best.count_sd
-        try:  # the bounds are released (post-processing): the read is of public integers
-            _, triples = backend.run_sql(dropped_sql(shape, backend.dialect, backend.sources,
-                                                     best.linf), timeout)
-        except BackendError as failure:  # the whole slice is charged already
-            raise _read_failure(failure, loss, timeout) from None
-        dropped = measure_dropped(triples, best, DROPPED_SHARES * share, rng)
+        rows, measured = best.dropped, {}  # modelled, unless measured below
+        if measure:
+            try:  # the bounds are released (post-processing): the read is of public integers
+                _, triples = backend.run_sql(dropped_sql(shape, backend.dialect,
+                                                         backend.sources, best.linf), timeout)
+            except BackendError as failure:  # the whole slice is charged already
+                raise _read_failure(failure, loss, timeout) from None
+            dropped = measure_dropped(triples, best, DROPPED_SHARES * share, rng)
+            # a measurement its noise outweighs says nothing (943 users at tune ε 0.125: noise
+            # sd 10⁵ rows, most draws floored at 0): the modelled rows are printed instead
+            if dropped.sd <= dropped.rows:
+                rows, measured = dropped.rows, {"bias_sd": dropped.sd / cells,
+                                                "bias_cap": dropped.cap}
         # the rows kept as modelled, the rows dropped as measured
         rows_kept = max(spreads["r"].mean - best.dropped / persons, 1.0)
         shown = {p: _shown(quantiles[p]) for p in quantiles}
-        # a measurement its noise outweighs says nothing (943 users at tune ε 0.125: noise
-        # sd 10⁵ rows, most draws floored at 0): the modelled rows are printed instead
-        rows, measured = (dropped.rows, {"bias_sd": dropped.sd / cells, "bias_cap": dropped.cap}) \
-            if dropped.sd <= dropped.rows else (best.dropped, {})
         bias, sd = rows / cells, best.count_sd
         kept = {"rows_kept": rows_kept * persons / (rows_kept * persons + rows),
                 "persons_kept": 1 - best.beyond}

@@ -39,6 +39,9 @@ def test_the_tuning_is_part_of_the_statements_epsilon(tmp_path, meta):
     assert cursor.epsilon_spent == 1 and spent == 1
     assert sorted(Fraction(h["epsilon"]) for h in history) == [Fraction(1, 4), Fraction(3, 4)]
     assert "tune visits" in history[0]["statement"] and "keys (day)" in history[0]["statement"]
+    # the rows the bounds drop are not measured: run --tune never shows them (11 draws paid
+    # for a 10th it did not show)
+    assert "10 draws of ε/10" in history[0]["statement"], history[0]["statement"]
     count = cursor.description[1]
     # (at 0.025 a draw the middle rows quantile coincides with the median at the declared
     # L0·L∞ = 6, and the tail drawn through them is heavy: R 38 rather than ≤ 32 for 11)
