@@ -77,7 +77,7 @@ def _kept(bounds: dict, groups: int) -> str:
             f"group(s) × {bounds['max_rows_per_group']} row(s)"
             + (f", {total} rows in all" if total is not None else "")
             + ": rows beyond are dropped before the noise, a bias the intervals do not cover "
-            "(dpsql tune proposes bounds)")
+            "(dpsql tune proposes bounds)" + (f"; {bounds['why']}" if bounds.get("why") else ""))
 
 
 _FORMAT_WARNING = warnings.formatwarning

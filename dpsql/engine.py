@@ -707,7 +707,9 @@ def _explain_statement(plan: StatementPlan) -> dict:
         **({"contribution": {
             "max_groups_per_unit": plan.checked.table.max_groups_per_unit,
             "max_rows_per_group": plan.checked.table.max_rows_per_group,
-            "max_rows_per_unit": plan.checked.table.max_rows_per_unit}}
+            "max_rows_per_unit": plan.checked.table.max_rows_per_unit,
+            # why L0 is 1 below the tables' (every key one value a person), if it is
+            **({"why": plan.checked.one_group} if plan.checked.one_group else {})}}
            if plan.checked.table.privacy_unit is not None else {}),
         # a statement of quantiles alone reads only its histograms: its query is a placeholder
         **({"rewritten": plan.exact_query.sql}

@@ -112,6 +112,7 @@ def test_keys_of_one_value_a_person_count_one_group(con, sql):
 def test_the_reason_names_the_columns_read(con):
     checked = compile_statement(parse_one(PERSONAL[1]), con.catalog)
     assert "(p.age)" in checked.one_group
+    assert explained(con, PERSONAL[1])["contribution"]["why"] == checked.one_group
 
 
 @pytest.mark.parametrize("sql", [
