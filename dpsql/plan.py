@@ -22,6 +22,7 @@ from dpsql.mechanisms.calibrate import linf_variance
 TERMS = "__terms"  # exact-query column: how many rows a group's DOUBLE sums add up
 # aggregates released as one noisy integer count each
 COUNT_KINDS = ("count_star", "count", "count_distinct_unit", "count_distinct")
+QUANTILE_BINS = 1000  # most candidate bins of a quantile's exponential mechanism
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,22 @@ class Aggregate:
     other_lower: Fraction | None = None
     other_upper: Fraction | None = None
     other_integral: bool = True
+
+
+def whole_bins(agg: Aggregate) -> bool:
+    """Whether a quantile's candidate bins are its input's whole values, one a bin (an int
+    input whose bounds hold at most ``QUANTILE_BINS``): it is then released as one of them."""
+    return agg.integral and agg.lower.denominator == 1 and \
+        agg.upper - agg.lower + 1 <= QUANTILE_BINS
+
+
+def released_int(agg: Aggregate) -> bool:
+    """Whether an aggregate is released as a whole number, typed int as SQL types it: a
+    count, a SUM of whole numbers, and a MIN or MAX of an int drawn from its whole values
+    (a MEDIAN of ints is one too, but SQL's is a DOUBLE)."""
+    return agg.kind in COUNT_KINDS or (agg.kind == "sum" and agg.integral) or (
+        agg.kind == "quantile" and agg.quantile in (0, 1) and agg.arg.type == "int"
+        and whole_bins(agg))
 
 
 @dataclass(frozen=True, slots=True)

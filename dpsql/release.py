@@ -33,7 +33,7 @@ from dpsql.mechanisms.samplers import (
     discrete_laplace,
     discrete_linf,
 )
-from dpsql.plan import COUNT_KINDS, Joint, StatementPlan, shown_part
+from dpsql.plan import COUNT_KINDS, Joint, StatementPlan, released_int, shown_part, whole_bins
 from dpsql.rewrite import COVARIANCE_KINDS, SPREAD_KINDS, covariance_parts
 
 if TYPE_CHECKING:
@@ -457,7 +457,7 @@ def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: Random
         per_key.setdefault(tuple(row[:width]), [0] * part.bins)[int(row[width])] += int(row[-1])
     q, low = Fraction(agg.quantile), Fraction(agg.lower)
     step = Fraction(agg.upper - agg.lower) / part.bins
-    integral_bins = agg.integral and agg.upper - agg.lower + 1 == part.bins
+    integral_bins, whole = whole_bins(agg), int if released_int(agg) else float
     # Utilities in units of 1/d (d = q's denominator) are integers, as is q·n·d; scaling the
     # utilities and Δ alike leaves ε·u/(2Δ), so the draw, unchanged.
     d = q.denominator
@@ -471,7 +471,7 @@ def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: Random
             rank += count
         chosen = exponential(utilities, part.sensitivity * d, part.epsilon, rng)
         if integral_bins:
-            values.append(float(low + chosen))
+            values.append(whole(low + chosen))
         else:
             offset = Fraction(rng.below(_INSIDE_BIN), _INSIDE_BIN)
             values.append(float(low + (chosen + offset) * step))
@@ -768,9 +768,7 @@ def _frame_schema(checked):
                  "text": pa.string(), "date": pa.date32(), "timestamp": pa.timestamp("us")}
     fields = [(key.name, key_types.get(key.type, pa.string())) for key in checked.keys]
     for agg in checked.aggregates:
-        integral = agg.kind in COUNT_KINDS or (
-            agg.kind == "sum" and agg.integral)
-        fields += [(agg.name, pa.int64() if integral else pa.float64()),
+        fields += [(agg.name, pa.int64() if released_int(agg) else pa.float64()),
                    (agg.name + "__low", pa.float64()), (agg.name + "__high", pa.float64())]
     fields += [(interval_source(out, side), pa.float64()) for out in checked.outputs
                if out.arithmetic is not None for side in ("low", "high")]

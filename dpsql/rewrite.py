@@ -36,7 +36,16 @@ from dpsql.compile.per_person import centred, distinct_values, per_person_ctes
 from dpsql.compile.render import Dialect, dialect
 from dpsql.errors import InternalError, ProgrammingError
 from dpsql.mechanisms.calibrate import grid_exponent, private_key_threshold
-from dpsql.plan import TERMS, Aggregate, CheckedQuery, ExactQuery, NoisePart, StatementPlan
+from dpsql.plan import (
+    QUANTILE_BINS,
+    TERMS,
+    Aggregate,
+    CheckedQuery,
+    ExactQuery,
+    NoisePart,
+    StatementPlan,
+    whole_bins,
+)
 from dpsql.sensitivity import (
     contribution_bounds,
     count_sensitivity,
@@ -47,7 +56,6 @@ from dpsql.sensitivity import (
 
 MAX_DOMAIN_CELLS = 1_000_000
 MAX_EXACT_DOUBLE = 2**53 - 1  # every integer up to here is a DOUBLE, and so is every sum
-MAX_BINS = 1000
 
 
 SPREAD_KINDS = ("var_samp", "var_pop", "stddev_samp", "stddev_pop")
@@ -463,7 +471,7 @@ def noise_parts(checked: CheckedQuery, catalog: Catalog, epsilons: list[Fraction
             # exponential mechanism: the utility of a bin moves by ≤ 1 per row, so it has the
             # sensitivity of a count (L∞ rows in each of L0 groups, twice under replace)
             width = first.upper - first.lower
-            bins = int(width) + 1 if first.integral and width + 1 <= MAX_BINS else MAX_BINS
+            bins = int(width) + 1 if whole_bins(first) else QUANTILE_BINS
             # its histogram bounds rows per group and groups, not rows in all
             unbounded_total = replace(table, max_rows_per_unit=None)
             parts.append(NoisePart(role="quantile", bins=bins, **base,
@@ -724,7 +732,7 @@ def bin_of(agg: Aggregate, bins: int, d: SqlWriter) -> str:
     arg = f"CAST({d.expr(agg.arg)} AS {types['float']})"
     low, high = d.number(agg.lower), d.number(agg.upper)
     clamped = f"(CASE WHEN {arg} < {low} THEN {low} WHEN {arg} > {high} THEN {high} ELSE {arg} END)"
-    if agg.integral and agg.upper - agg.lower + 1 == bins:
+    if whole_bins(agg):
         position = f"CAST({d.dialect.round_half_away(clamped)} AS {types['int']}) - {low}"
     else:
         width = d.number(Fraction(float((agg.upper - agg.lower) / bins)))

@@ -148,3 +148,27 @@ def test_a_nullable_input_comes_first_so_its_count_is_shared(connect):
                               epsilon=1)["statements"][0]
         assert sorted(p["part"] for p in planned["aggregates"]) == \
             ["count", "products", "sum", "sum", "sumsq"]
+
+
+def test_a_max_of_ints_over_whole_bins_is_an_int(connect):
+    """MIN and MAX of an int column whose bounds hold at most 1,000 values are drawn from its
+    whole values: released as ints and described as BIGINT (they were 90.0, DOUBLE), as
+    SQL types them; a MEDIAN stays a DOUBLE, as SQL's."""
+    con = connect(budget=1e15)
+    cursor = con.cursor()
+    cursor.execute("SELECT sex, MAX(age) AS m, MIN(hours) AS h, MEDIAN(age) AS d, "
+                   "MAX(age) / 2 AS half FROM adult GROUP BY sex ORDER BY m", epsilon=1)
+    assert [c[1] for c in cursor.description] == ["VARCHAR", "BIGINT", "BIGINT", "DOUBLE",
+                                                  "DOUBLE"]
+    for _, high, low, median, half in cursor.fetchall():
+        assert type(high) is int and type(low) is int and type(median) is float
+        assert half == high / 2
+    frame = con.cursor().execute("SELECT MAX(age) AS m FROM adult", epsilon=1).fetchdf()
+    assert str(frame["m"].dtype) == "int64"
+
+
+def test_a_max_of_ints_over_more_values_than_bins_stays_a_double(connect):
+    con = connect(budget=1e15)
+    cursor = con.cursor()
+    cursor.execute("SELECT MAX(age * 100) AS m FROM adult", epsilon=1)
+    assert cursor.description[0][1] == "DOUBLE"

@@ -53,7 +53,14 @@ from dpsql.errors import (
     UnknownColumnError,
     UnsupportedSQLError,
 )
-from dpsql.plan import COUNT_KINDS, Aggregate, CheckedQuery, GroupKey, OutputColumn, Statement
+from dpsql.plan import (
+    Aggregate,
+    CheckedQuery,
+    GroupKey,
+    OutputColumn,
+    Statement,
+    released_int,
+)
 
 NOISY_FRAME = "__noisy"
 MAX_BOUND = 10**15
@@ -665,9 +672,7 @@ def _clamp_example(per_person: ColumnInfo) -> str:
 
 
 def _agg_type(aggregate: Aggregate) -> str:
-    if aggregate.kind in COUNT_KINDS or (aggregate.kind == "sum" and aggregate.integral):
-        return "int"
-    return "float"
+    return "int" if released_int(aggregate) else "float"
 
 
 class _PostScope:
