@@ -23,11 +23,11 @@ import pytest
 
 sys.path[:0] = [str(Path(__file__).parent / "fuzz")]
 
-import neighbours as nb
+import neighbours as nb  # noqa: E402
 
-import dpsql
-from dpsql.compile import compile_statement
-from dpsql.parse import parse_one
+import dpsql  # noqa: E402
+from dpsql.compile import compile_statement  # noqa: E402
+from dpsql.parse import parse_one  # noqa: E402
 
 BANDS = ["a", "b", "c", "d", "e"]
 DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
