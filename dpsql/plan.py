@@ -125,8 +125,13 @@ class CheckedQuery:
     outputs: tuple[OutputColumn, ...]
     post_sql: str
     post_is_projection: bool
-    # ORDER BY an aggregate ... LIMIT k with nothing between: (its name, descending, k)
-    ranked: tuple[str, bool, int] | None = None
+    # ORDER BY an aggregate ... LIMIT k [OFFSET o]: (its name, descending, k, o), and the
+    # post-processing query of the rows HAVING and QUALIFY leave, in their order, with the
+    # aggregate's value and interval (value, low, high)
+    ranked: tuple[str, bool, int, int] | None = None
+    ranking_sql: str | None = None
+    # HAVING's conjuncts comparing an aggregate to a number: (its name, lt/le/gt/ge/eq/ne, c)
+    having_tests: tuple[tuple[str, str, float], ...] = ()
     # why the statement's L0 is 1 below the tables' (every key one value a person), in words
     one_group: str | None = None
 

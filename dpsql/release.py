@@ -162,14 +162,14 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
         if out.arithmetic is not None:
             lows, highs = derived_bounds(out.arithmetic, plan, noisy, frame)
             frame[interval_source(out, "low")], frame[interval_source(out, "high")] = lows, highs
-    ranking = _noisy_ranking(checked, frame) if checked.ranked is not None else None
+    warned = _ranking_warnings(plan, frame, post)
     result_names, result_rows, intervals = _post_process(plan, frame, post)
     columns = describe(plan)
     if [c.name for c in columns] != result_names:
         raise InternalError("post-processing changed the output columns")
     return NoisyResult(columns=columns, rows=result_rows, intervals=intervals,
                        epsilon=plan.loss.epsilon, sensitivity=plan.sensitivity,
-                       ranking_warnings=(ranking,) if ranking else ())
+                       ranking_warnings=warned)
 
 
 def _aggregate_bounds(agg, plan: StatementPlan, noisy: dict[str, list],
@@ -322,25 +322,69 @@ _IMAGES = {
 }
 
 
-def _noisy_ranking(checked, frame: dict[str, list]) -> str | None:
-    """The warning when the 95% intervals of the last row an ORDER BY ... LIMIT k keeps and
-    of the first it leaves out overlap: noise then decides the cut (MovieLens' top 10 of
-    1,664 movies by a count of ±2,100 were ten obscure films). Post-processing of released
-    values."""
-    name, descending, limit = checked.ranked
-    values, lows, highs = frame[name], frame[name + "__low"], frame[name + "__high"]
-    if len(values) <= limit or None in lows or None in values:  # a quantile: no interval
-        return None
-    order = sorted(range(len(values)), key=values.__getitem__, reverse=descending)
-    kept, left = order[limit - 1], order[limit]
-    if not ((lows[kept] <= highs[left]) if descending else (highs[kept] >= lows[left])):
+def _ranking_warnings(plan: StatementPlan, frame: dict[str, list], post: PostProcessor
+                      ) -> tuple[str, ...]:
+    """What the cursor warns of (NoisyRankingWarning) when noise decides which rows are
+    released: rows whose intervals hold a constant HAVING compares their aggregate with,
+    and a top k's cut within the noise. Post-processing of released values."""
+    checked = plan.checked
+    found = [_having_warning(checked, frame, test) for test in checked.having_tests]
+    if checked.ranked is not None and frame and len(next(iter(frame.values()))):
+        import pandas as pd
+
+        _, ranked = post.run(checked.ranking_sql, pd.DataFrame(frame))
+        found += _noisy_ranking(checked, ranked)
+    return tuple(w for w in found if w)
+
+
+_SYMBOLS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=", "ne": "<>"}
+
+
+def _having_warning(checked, frame: dict[str, list], test: tuple) -> str | None:
+    """The warning when some rows' 95% intervals hold the constant a HAVING conjunct compares
+    their aggregate with (``CheckedQuery.having_tests``): whether they pass is the noise's
+    choice (MovieLens' HAVING COUNT(*) > 2000, of counts ±2,100 where no film has 600
+    ratings, kept films by noise alone)."""
+    name, op, constant = test
+    cells = [(v, lo, hi) for v, lo, hi in zip(frame[name], frame[name + "__low"],
+                                               frame[name + "__high"], strict=True)
+             if None not in (v, lo, hi)]
+    near = [cell for cell in cells if cell[1] <= constant <= cell[2]]
+    if not near:
         return None
     agg = next(a for a in checked.aggregates if a.name == name)
-    return (f"ORDER BY {agg.sql} LIMIT {limit}: the last row kept ({values[kept]:.4g}, 95% "
-            f"interval [{lows[kept]:.4g}, {highs[kept]:.4g}]) and the first left out "
-            f"({values[left]:.4g}, [{lows[left]:.4g}, {highs[left]:.4g}]) are within each "
-            "other's noise, so noise decides which rows make the cut, and the rows kept are "
-            "those whose noise came out high: their intervals cover less often than 95%")
+    value, low, high = near[0]
+    return (f"HAVING {agg.sql} {_SYMBOLS[op]} {constant:.6g}: {len(near)} of {len(cells)} "
+            f"rows have a 95% interval holding {constant:.6g} (such as {value:.4g}, "
+            f"[{low:.4g}, {high:.4g}]), so noise decides which of them pass HAVING, and those "
+            "that pass are the ones whose noise pushed them across: their intervals cover "
+            "less often than 95%")
+
+
+def _noisy_ranking(checked, ranked: list[tuple]) -> list[str]:
+    """The warnings when the 95% intervals of the rows either side of a cut of ORDER BY ...
+    LIMIT k [OFFSET o] overlap: noise then decides the cut (MovieLens' top 10 of 1,664
+    movies by a count of ±2,100 were ten obscure films). ``ranked`` holds (value, low, high)
+    of the rows HAVING and QUALIFY leave, in the ORDER BY's order
+    (``CheckedQuery.ranking_sql``)."""
+    name, descending, limit, offset = checked.ranked
+    agg = next(a for a in checked.aggregates if a.name == name)
+    cuts = [(offset + limit - 1, f"LIMIT {limit}", "the last row kept", "the first left out")]
+    if offset:
+        cuts.append((offset - 1, f"OFFSET {offset}", "the last row skipped", "the first kept"))
+    found = []
+    for above, clause, first, second in cuts:
+        if above + 1 >= len(ranked) or any(None in ranked[i] for i in (above, above + 1)):
+            continue  # no row beyond the cut, or a quantile's: no interval
+        (va, la, ha), (vb, lb, hb) = ranked[above], ranked[above + 1]
+        if not ((la <= hb) if descending else (ha >= lb)):
+            continue
+        found.append(f"ORDER BY {agg.sql} {clause}: {first} ({va:.4g}, 95% interval "
+                     f"[{la:.4g}, {ha:.4g}]) and {second} ({vb:.4g}, [{lb:.4g}, {hb:.4g}]) are "
+                     "within each other's noise, so noise decides which rows make the cut, "
+                     "and the rows kept are those whose noise came out high: their intervals "
+                     "cover less often than 95%")
+    return found
 
 
 def consistent(value, low, high, feasible: tuple) -> tuple:

@@ -285,17 +285,23 @@ class _Compiler:
             order += [(post.key(k), False, False) for k in self.keys]
         post_sql = _post_sql(projections, outputs, having_expr, qualify_expr, order, limit,
                              offset)
-        # which rows make the cut of a top k is decided by their noisy values: release warns
-        # when the noise is as large as the gap at the cut
+        # which rows make the cut of a top k, and which pass HAVING, is decided by their
+        # noisy values: release warns when the noise is as large as the gap at the cut
         first = order[0][0] if order else None
-        ranked = (first.value, order[0][1], limit) if limit and first is not None and \
-            first.op == "col" and first.value in {a.name for a in self.aggregates.values()} \
-            and having is None and qualify is None and offset is None else None
+        ranked = ranking_sql = None
+        if limit and first is not None and first.op == "col" and \
+                first.value in {a.name for a in self.aggregates.values()}:
+            ranked = (first.value, order[0][1], limit, offset or 0)
+            bounds = [(side, Expr("col", (), "float", f"{first.value}__{side}"))
+                      for side in ("low", "high")]
+            ranking_sql = _post_sql([("value", first), *bounds], [], having_expr,
+                                    qualify_expr, order, None, None)
         return CheckedQuery(statement=self.statement, relation=self.relation,
                             table=self.relation.spec, where=self.where, keys=self.keys,
                             aggregates=tuple(self.aggregates.values()), outputs=tuple(outputs),
                             post_sql=post_sql, post_is_projection=projection, ranked=ranked,
-                            one_group=one_group)
+                            one_group=one_group, ranking_sql=ranking_sql,
+                            having_tests=_having_tests(having_expr, self._aggregate_names()))
 
     def _count_clause(self, clause: str) -> int | None:
         node = self.select.args.get(clause)
@@ -820,6 +826,30 @@ def _windows_read(e: Expr, named: dict[Expr, str]) -> Expr:
     if not any(n.op == "window" for n in e.walk()):
         return e
     return replace(e, args=tuple(_windows_read(a, named) for a in e.args))
+
+
+_MIRRORED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+
+
+def _having_tests(having: Expr | None, aggregates: dict) -> tuple[tuple[str, str, float], ...]:
+    """The conjuncts of HAVING that compare an aggregate with an interval to a number, as
+    (aggregate, operator with the aggregate on the left, number): whether noise decides
+    which rows pass is read from their intervals (``release.having_warning``)."""
+    if having is None:
+        return ()
+    if having.op == "and":
+        return tuple(t for a in having.args for t in _having_tests(a, aggregates))
+    if having.op not in _MIRRORED:
+        return ()
+    left, right = having.args
+    op = having.op
+    if left.op == "lit":
+        left, right, op = right, left, _MIRRORED[op]
+    if left.op != "col" or left.value not in aggregates or \
+            aggregates[left.value].kind == "quantile" or right.op != "lit" or \
+            right.type not in NUMERIC or right.value is None:
+        return ()
+    return ((left.value, op, float(right.value)),)
 
 
 def _post_sql(projections, outputs, having, qualify, order, limit, offset) -> str:
