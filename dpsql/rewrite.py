@@ -7,11 +7,12 @@ really holds in the rows the backend returns:
    (an integer, held in a DOUBLE), compute the group keys, apply WHERE, drop rows whose key
    is NULL when a person could spend an L0 group on them.
 2. ``__per_unit`` (privacy-unit tables only): aggregate each person's rows per group.
-3. ``__bounded``: cap each person-group partial (count ≤ L∞; a sum scaled by L∞/count so
-   it stays within L∞·bound) and keep at most L0 of the person's groups, those with the
-   smallest keyed hash under a fresh secret salt (uniform, never insertion order). Steps
-   2–4 are ``compile/per_person.py``: one row per person for small public domains, else
-   one row per person and group.
+3. ``__bounded``: scale each person-group partial by L∞ over the person's rows in the group
+   when they exceed L∞ (so a count is at most L∞ and a sum within L∞·bound; a count of a
+   NULL-able input, a FILTER's, becomes a fraction and is measured on a fine grid) and keep
+   at most L0 of the person's groups, those with the smallest keyed hash under a fresh
+   secret salt (uniform, never insertion order). Steps 2–4 are ``compile/per_person.py``:
+   one row per person for small public domains, else one row per person and group.
 4. ``__exact``: sum the capped partials per group.
 5. the public domain of the keys (cross product of the values) LEFT JOIN ``__exact``,
    zero-filled, so absent groups are released as noisy zeros rather than left out.
@@ -459,8 +460,10 @@ def noise_parts(checked: CheckedQuery, catalog: Catalog, epsilons: list[Fraction
                 "epsilon": epsilon, "arg": measure.arg}
         if measure.role == "count":
             value = values.add(_Value(measure.arg)) if measure.arg is not None else None
-            parts.append(NoisePart(role="count", sensitivity=count_sensitivity(table, **common),
-                                   value=value, **base))
+            sensitivity = count_sensitivity(table, **common)
+            parts.append(NoisePart(role="count", sensitivity=sensitivity, value=value,
+                                   grid_exp=_count_grid(measure.arg, table, sensitivity / epsilon),
+                                   **base))
         elif measure.role == "distinct":
             parts.append(NoisePart(role="distinct", **base,
                                    sensitivity=distinct_unit_sensitivity(table, **common)))
@@ -482,6 +485,17 @@ def noise_parts(checked: CheckedQuery, catalog: Catalog, epsilons: list[Fraction
             grid_epsilon = squares_epsilon[_grid_key(first)] if measure.squares else epsilon
             parts.append(_sum_part(measure, first, checked, grid_epsilon, values, common, base))
     return parts, values
+
+
+def _count_grid(arg, table, scale: Fraction) -> int:
+    """The grid of a count of ``arg``'s non-NULL rows: a person's count is scaled by L∞ over
+    their rows in the group (``compile.per_person``), a fraction when ``arg`` can be NULL (a
+    FILTER's count), so it takes the fine grid of a whole-number sum (about a millionth of
+    the noise); COUNT(*), a never-NULL input's count and counts without a privacy unit stay
+    whole."""
+    if arg is None or not arg.nullable or table.is_row_privacy:
+        return 0
+    return min(grid_exponent(scale, Fraction(1)), 0)
 
 
 def _grid_key(view: Aggregate) -> tuple:
@@ -778,6 +792,8 @@ def _row_part(part: NoisePart, values: _Values, d: SqlWriter, wide: bool) -> str
         total = d.dialect.sum_int(value) if wide else f"SUM({value})"
         return f"{centred(total, f'COUNT({value})', values.offsets.get(part.column))}" \
                f" AS {part.column}"
+    if part.grid_exp:  # a bounded snapshot's count, on the grid of a person's count
+        return f"COUNT({value}) * {2 ** -part.grid_exp} AS {part.column}"
     if value is not None:
         return f"COUNT({value}) AS {part.column}"
     return f"COUNT(*) AS {part.column}"

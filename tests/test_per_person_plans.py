@@ -26,6 +26,9 @@ STATEMENTS = [
     "SELECT region_id, COUNT(*) AS n, SUM(amount) AS s FROM visits GROUP BY region_id",
     "SELECT region_id, amount > 50 AS big, COUNT(*) AS n, AVG(amount) AS m FROM visits "
     "GROUP BY region_id, amount > 50",
+    # counts of NULL-able inputs (scaled to L∞ of a person's rows, on a fine grid) beside sums
+    "SELECT day, COUNT(*) FILTER (WHERE amount > 50) AS k, AVG(amount) AS m, "
+    "COUNT(amount) AS a, SUM(amount) FILTER (WHERE region_id > 1) AS s FROM visits GROUP BY day",
 ]
 # (L0, L∞, R): groups chosen or not, rows capped, a total that scales partials
 BOUNDS = [(3, 2, None), (7, 8, None), (2, 3, 4), (1, 1, None), (16, 1, 2), (1, 8, 5)]

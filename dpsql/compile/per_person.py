@@ -1,11 +1,12 @@
 """Contribution bounding on per-person pre-aggregates, for counts and sums (DESIGN.md).
 
-A person's rows are first aggregated per group; each partial is capped at L∞ rows (a sum is
-scaled by L∞/count, so it keeps its mean), at most L0 of the person's groups are kept, those
-with the smallest keyed hash (a fresh secret salt per release, so the choice is uniform and
-depends on the person's own rows only), and with R (``max_rows_per_unit``) a person whose
-kept rows exceed R has every partial scaled by R/T. The kept partials are then summed per
-group into ``__exact``.
+A person's rows are first aggregated per group; every partial of a group with more than L∞
+of their rows is scaled by L∞ over those rows (what keeping L∞ of them gives in expectation:
+a sum keeps its mean, and a FILTER count stays its share of COUNT(*)), at most L0 of the
+person's groups are kept, those with the smallest keyed hash (a fresh secret salt per
+release, so the choice is uniform and depends on the person's own rows only), and with R
+(``max_rows_per_unit``) a person whose kept rows exceed R has every partial scaled by R/T.
+The kept partials are then summed per group into ``__exact``.
 
 Two plans compute exactly this:
 
@@ -119,9 +120,10 @@ def _least_values(checked: CheckedQuery, part: NoisePart, keys: list[str], salt:
 
     DuckDB's HASH is equal for values its GROUP BY finds equal (−0.0 and 0.0, NaNs), so a
     value's least hash is that of any of its rows, and a (person, cell)'s k least hashes are
-    its k values the ranked plan keeps. (Two values of one person and cell whose 64-bit
-    hashes collide count as one there.) A row whose key is outside the public domain takes no
-    cell, as in the pivoted plan: it neither counts nor takes one of the person's L0 groups.
+    its k values the ranked plan keeps. Values of one person and cell whose 64-bit hashes
+    collide count as one (an adversary can make texts collide: DuckDB's text hash is
+    invertible), so a person adds at most L∞ values a cell whatever they store. A row whose
+    key is outside the public domain takes no cell, as in the pivoted plan: it neither counts nor takes one of the person's L0 groups.
     At 10⁸ rows: docs/benchmarks-scale.md.
     """
     table, name = checked.table, f"__{part.column}"
@@ -161,10 +163,13 @@ def _least_values(checked: CheckedQuery, part: NoisePart, keys: list[str], salt:
         ctes += [*steps, (f"{name}_capped AS (SELECT * FROM {name}_totalled "
                           f"WHERE __total_rank <= {table.max_rows_per_unit})")]
         last = f"{name}_capped"
-    # the rows of the kept hashes: a value's rows share its hash
-    ctes.append(f"{name}_values AS (SELECT __r.__cell, __r.__v FROM {name}_rows AS __r "
-                f"JOIN {last} AS __k ON __r.__unit = __k.__unit AND __r.__cell = __k.__cell "
-                f"AND __r.__h = __k.__h)")
+    # one value of each kept hash: a value's rows share its hash, and values whose hashes
+    # collide must count as one (DuckDB's text hash is invertible: one person's 200 texts of
+    # one hash counted 200 against a sensitivity of 2)
+    ctes.append(f"{name}_values AS (SELECT __r.__cell, MIN(__r.__v) AS __v FROM {name}_rows "
+                f"AS __r JOIN {last} AS __k ON __r.__unit = __k.__unit AND "
+                f"__r.__cell = __k.__cell AND __r.__h = __k.__h "
+                f"GROUP BY __r.__unit, __r.__cell, __r.__h)")
     counted = [f"CASE __cell {' '.join(f'WHEN {c} THEN {literals[c][i]}' for c in cells)} "
                f"END AS {key}" for i, key in enumerate(keys)]
     counted.append(f"COUNT(DISTINCT __v) AS {part.column}")
@@ -228,13 +233,19 @@ def _scaled(value: str, factor: int | str, divisor: str, wide: bool, d) -> str:
             f"THEN 1 ELSE 0 END)")
 
 
-def _partials(values, wide: bool, d, where: str | None = None, tag: str = "") -> list[str]:
-    """A person's partial aggregates of one group: rows, and per value its count, sum and
-    sum of squares; ``where`` picks the group's rows out of all the person's rows."""
+def _partials(values, units: dict[str, int], wide: bool, d, where: str | None = None,
+              tag: str = "") -> list[str]:
+    """A person's partial aggregates of one group: rows, and per value its count (in the
+    grid units ``units`` of a count part, summed in 128 bits: scaled to L∞ it is multiplied
+    by L∞ first), sum and sum of squares; ``where`` picks the group's rows out of all the
+    person's rows."""
     only = "" if where is None else f" FILTER (WHERE {where})"
     out = [f"COUNT(*){only} AS __rows{tag}"]
     for value, spec in values.columns.items():
-        out.append(f"COUNT({value}){only} AS __n{value}{tag}")
+        unit = units.get(value, 1)
+        count = f"COUNT({value})" if unit == 1 else \
+            d.dialect.sum_int(f"CASE WHEN {value} IS NOT NULL THEN {unit} ELSE 0 END")
+        out.append(f"{count}{only} AS __n{value}{tag}")
         if spec.summed:
             total = d.dialect.sum_int(value) if wide else f"SUM({value})"
             out.append(f"{total}{only} AS __s{value}{tag}")
@@ -243,49 +254,67 @@ def _partials(values, wide: bool, d, where: str | None = None, tag: str = "") ->
     return out
 
 
-def _capped(values, linf: int, wide: bool, d, tag: str = "",
+def _units(parts) -> dict[str, int]:
+    """Per value column a count part reads, the grid units of one row (2^-grid_exp): a
+    count scaled to L∞ of a person's rows is a fraction, measured on a finer grid."""
+    return {p.value: 2 ** -p.grid_exp for p in parts if p.role == "count" and p.value}
+
+
+def _capped(parts, values, linf: int, wide: bool, d, tag: str = "",
             kept: Callable[[str], str] = lambda x: x) -> list[str]:
-    """Each partial capped at L∞ rows (a sum scaled by L∞/count), passed through ``kept``
-    (which blanks the partials of a group that is not kept), and ``__all``, the uncapped rows
-    (unless ``wide``)."""
-    out = [f"{kept(f'LEAST(__rows{tag}, {linf})')} AS __rows{tag}"]
-    out += [] if wide else [f"{kept(f'__rows{tag}')} AS __all{tag}"]
-    for value, spec in values.columns.items():
+    """A person's partials of one group scaled to L∞ of their rows, each passed through
+    ``kept`` (which blanks the partials of a group that is not kept), and ``__all``, the
+    uncapped rows (unless ``wide``).
+
+    Every partial takes the same factor L∞/``__rows`` when the group has more rows: what
+    keeping L∞ of them gives in expectation. So a count of the rows where x is not NULL (a
+    FILTER's) and COUNT(*) count the same fraction of the person's rows, and a FILTER count
+    over COUNT(*) is a share (capping each at L∞ on its own took a person with L∞ matching
+    rows of 10 as 100%). Counts are in grid units (``_units``), truncated; a sum's partial
+    is centred first (``__c`` + the part's column) and scaled as one, so that it stays
+    within L∞·[L − k, U − k].
+    """
+    rows = f"__rows{tag}"
+    over = f"{rows} > {linf}"
+    out = [f"{kept(f'LEAST({rows}, {linf})')} AS {rows}"]
+    out += [] if wide else [f"{kept(rows)} AS __all{tag}"]
+    for value in _units(parts):
         count = f"__n{value}{tag}"
-        out.append(f"{kept(f'LEAST({count}, {linf})')} AS {count}")
-        for letter, summed, exact in (("s", spec.summed, wide), ("q", spec.squared, True)):
-            if summed:  # a person's partial sum keeps its mean but counts for ≤ L∞ rows
-                column = f"__{letter}{value}{tag}"
-                out.append(kept(f"CASE WHEN {count} > {linf} THEN "
-                                f"{_scaled(column, linf, count, exact, d)} ELSE {column} END")
-                           + f" AS {column}")
+        scaled = d.dialect.int_divide(f"{count} * {linf}", rows)
+        out.append(f"{kept(f'CASE WHEN {over} THEN {scaled} ELSE {count} END')} AS {count}")
+    for part in parts:
+        if part.role not in ("sum", "sumsq"):
+            continue
+        column = _partial(part, values, tag)
+        exact = wide or part.role == "sumsq"
+        out.append(kept(f"CASE WHEN {over} THEN {_scaled(f'({column})', linf, rows, exact, d)}"
+                        f" ELSE {column} END") + f" AS __c{part.column}{tag}")
     return out
 
 
-def _totalled(parts, values, total: int, wide: bool, d, tag: str = "") -> tuple[list[str],
-                                                                                dict[str, str]]:
+def _partial(part: NoisePart, values, tag: str) -> str:
+    """A person's partial of a sum part: their (centred) sum or sum of squares."""
+    if part.role == "sumsq":
+        return f"__q{part.value}{tag}"
+    return centred(f"__s{part.value}{tag}", f"__n{part.value}{tag}",
+                   values.offsets.get(part.column))
+
+
+def _totalled(parts, values, total: int, wide: bool, d, tag: str = "") -> list[str]:
     """With R: a person's kept counts and (centred) sums scaled by R/T when their kept rows
-    T (``__total``) exceed R. Returns the columns and, per part scaled as one, its column."""
-    counts = [f"__rows{tag}"] + [f"__n{v}{tag}" for v in values.columns]
+    T (``__total``) exceed R."""
+    counts = [f"__rows{tag}"] + [f"__n{v}{tag}" for v in _units(parts)]
     out = [f"CASE WHEN __total > {total} THEN {d.dialect.int_divide(f'{c} * {total}', '__total')}"
            f" ELSE {c} END AS {c}" for c in counts]
-    scaled = {}
-    for part in parts:  # a centred sum is scaled as one, so that its bound holds
-        if part.role not in ("sum", "sumsq"):
-            continue
-        column = f"__{'q' if part.role == 'sumsq' else 's'}{part.value}{tag}"
-        if part.role == "sum":
-            column = centred(column, f"__n{part.value}{tag}", values.offsets.get(part.column))
-        name = f"__c{part.column}{tag}"
-        out.append(f"CASE WHEN __total > {total} THEN "
-                   f"{_scaled(f'({column})', total, '__total', wide, d)} ELSE {column} END "
-                   f"AS {name}")
-        scaled[part.column] = name
-    return out + ([] if wide else [f"__all{tag}"]), scaled
+    for part in parts:
+        if part.role in ("sum", "sumsq"):
+            name = f"__c{part.column}{tag}"
+            out.append(f"CASE WHEN __total > {total} THEN "
+                       f"{_scaled(name, total, '__total', wide, d)} ELSE {name} END AS {name}")
+    return out + ([] if wide else [f"__all{tag}"])
 
 
-def _summed(parts, values, scaled: dict[str, str], wide: bool, tag: str = "",
-            present: str | None = None) -> list[str]:
+def _summed(parts, wide: bool, tag: str = "", present: str | None = None) -> list[str]:
     """Each part's exact value: the sum of the kept partials (``present`` counts the persons
     who kept the group, for COUNT(DISTINCT person))."""
     out = []
@@ -293,14 +322,8 @@ def _summed(parts, values, scaled: dict[str, str], wide: bool, tag: str = "",
         value, name = part.value, f"{part.column}{tag}"
         if part.role in ("distinct", "select"):  # one kept partial is one person in the group
             out.append(f"{present or 'COUNT(*)'} AS {name}")
-        elif part.column in scaled:
-            out.append(f"SUM({scaled[part.column]}) AS {name}")
-        elif part.role == "sum":
-            total = centred(f"SUM(__s{value}{tag})", f"SUM(__n{value}{tag})",
-                            values.offsets.get(part.column))
-            out.append(f"{total} AS {name}")
-        elif part.role == "sumsq":
-            out.append(f"SUM(__q{value}{tag}) AS {name}")
+        elif part.role in ("sum", "sumsq"):
+            out.append(f"SUM(__c{part.column}{tag}) AS {name}")
         elif value is not None:
             out.append(f"SUM(__n{value}{tag}) AS {name}")
         else:
@@ -322,7 +345,7 @@ def _paired(checked: CheckedQuery, parts, values, keys: list[str], cells: int | 
     do not spill)."""
     table = checked.table
     pairs = ", ".join(["__unit", *keys])
-    partials = _partials(values, wide, d)
+    partials = _partials(values, _units(parts), wide, d)
     choose = bool(keys) and (cells is None or table.max_groups_per_unit < cells)
     prefilter = choose and prefilters(d.dialect, table.max_groups_per_unit,
                                       table.max_rows_per_group)
@@ -330,7 +353,7 @@ def _paired(checked: CheckedQuery, parts, values, keys: list[str], cells: int | 
         if prefilter else []
     ctes.append(f"__per_unit AS (SELECT {', '.join([pairs, *partials])} FROM "
                 f"{'__least_rows' if prefilter else '__src'} GROUP BY {pairs})")
-    capped = [*keys, *_capped(values, table.max_rows_per_group, wide, d)]
+    capped = [*keys, *_capped(parts, values, table.max_rows_per_group, wide, d)]
     rank_filter, ranked_pairs = "", "__per_unit"
     if choose:
         # the keys break ties, so exactly min(L0, groups) are kept
@@ -345,19 +368,18 @@ def _paired(checked: CheckedQuery, parts, values, keys: list[str], cells: int | 
             capped.append("__rank")
             rank_filter = f" WHERE __rank <= {table.max_groups_per_unit}"
         ranked_pairs = "__ranked"
-    scaled: dict[str, str] = {}
     source = "__bounded"
     if _needs_rows_cap(checked, cells):
         ctes.append(f"__bounded AS (SELECT __unit, {', '.join(capped)} FROM {ranked_pairs})")
         ctes.append(f"__chosen AS (SELECT * FROM __bounded{rank_filter})")
         ctes += partition_total(d.dialect, "__kept", "__chosen", ["__unit"], "__rows", "__total")
-        totalled, scaled = _totalled(parts, values, table.max_rows_per_unit, wide, d)
+        totalled = _totalled(parts, values, table.max_rows_per_unit, wide, d)
         ctes.append(f"__capped AS (SELECT {', '.join([*keys, *totalled])} FROM __kept)")
         source, rank_filter = "__capped", ""
     else:
         ctes.append(f"__bounded AS (SELECT {', '.join(capped)} FROM {ranked_pairs})")
     group_by = f" GROUP BY {', '.join(keys)}" if keys else ""
-    exact = _summed(parts, values, scaled, wide)
+    exact = _summed(parts, wide)
     ctes.append(f"__exact AS (SELECT {', '.join(keys + exact)} FROM {source}{rank_filter}"
                 f"{group_by})")
     return ctes
@@ -374,7 +396,8 @@ def _pivoted(checked: CheckedQuery, parts, values, keys: list[str], salt: int, w
     ctes = [f"__in_cells AS (SELECT {', '.join(columns)} FROM __src)"]
     per_unit = ["__unit"]
     for c in cells:
-        per_unit += _partials(values, wide, d, where=f"__cell = {c}", tag=f"_{c}")
+        per_unit += _partials(values, _units(parts), wide, d, where=f"__cell = {c}",
+                              tag=f"_{c}")
     ctes.append(f"__per_unit AS (SELECT {', '.join(per_unit)} FROM __in_cells "
                 f"WHERE __cell IS NOT NULL GROUP BY __unit)")
 
@@ -389,24 +412,22 @@ def _pivoted(checked: CheckedQuery, parts, values, keys: list[str], salt: int, w
     for c in cells:
         # a cell not kept (or without rows) has NULL partials: no person in it, nothing summed
         flag = f"__kept_{c}" if l0 < len(cells) else f"__rows_{c} > 0"
-        capped += _capped(values, linf, wide, d, tag=f"_{c}",
+        capped += _capped(parts, values, linf, wide, d, tag=f"_{c}",
                           kept=lambda x, flag=flag: f"CASE WHEN {flag} THEN {x} END")
     ctes.append(f"__bounded AS (SELECT {', '.join(capped)} FROM {previous})")
-    source, scaled = "__bounded", [{} for _ in cells]
+    source = "__bounded"
     if _needs_rows_cap(checked, len(cells)):
         rows = " + ".join(f"COALESCE(__rows_{c}, 0)" for c in cells)
         ctes.append(f"__kept AS (SELECT *, {rows} AS __total FROM __bounded)")
         totalled = []
         for c in cells:
-            columns, scaled[c] = _totalled(parts, values, table.max_rows_per_unit, wide, d,
-                                           tag=f"_{c}")
-            totalled += columns
+            totalled += _totalled(parts, values, table.max_rows_per_unit, wide, d,
+                                  tag=f"_{c}")
         ctes.append(f"__capped AS (SELECT {', '.join(totalled)} FROM __kept)")
         source = "__capped"
     sums = []
     for c in cells:
-        sums += _summed(parts, values, scaled[c], wide, tag=f"_{c}",
-                        present=f"COUNT(__rows_{c})")
+        sums += _summed(parts, wide, tag=f"_{c}", present=f"COUNT(__rows_{c})")
     ctes.append(f"__cells AS (SELECT {', '.join(sums)} FROM {source})")
     names = [p.column for p in parts] + ([] if wide else [TERMS])
     rows = " UNION ALL ".join(
