@@ -2,10 +2,11 @@
 constants and public tables alone: a concatenation of columns with declared values (every
 combination), arithmetic on constants folded into one constant (86400 * 30 divides as
 2592000 does), and expressions of a public table's columns (their distinct values), through
-a CAST of plain digits to INT too, the remainder and the LENGTH of declared values. All were
-private keys (refused without δ); the neighbour contract holds for them. A WHERE conjunct
-that reads a computed key through its whole expression (LEFT(education, 1) IN ('B', 'M'))
-narrows its domain as one on a column does: the other values were released as noisy zeros.
+a CAST of plain digits to INT too, the remainder and the LENGTH of declared values, and the
+date of a bounded timestamp. All were private keys (refused without δ); the neighbour
+contract holds for them. A WHERE conjunct that reads a computed key through its whole
+expression (LEFT(education, 1) IN ('B', 'M')) narrows its domain as one on a column does:
+the other values were released as noisy zeros.
 A subquery's or CTE's column computed from a public table's columns has the images of their
 distinct values as its domain, as the same expression written in the GROUP BY has (it was a
 private key)."""
@@ -38,6 +39,8 @@ STATEMENTS = [
     # the remainders of declared values, with the dividend's sign: -2, -1, 0, 1, 2
     ("SELECT (region_id - 2) % 3 AS k, COUNT(*) AS n FROM visits GROUP BY k", 5),
     ("SELECT LENGTH(education) AS k, COUNT(*) AS n FROM adult GROUP BY k", 7),
+    # the days of events' timestamps, 2000-01-01 to 2001-12-31
+    ("SELECT CAST(ts AS DATE) AS k, COUNT(*) AS n FROM events GROUP BY k", 731),
 ]
 # (statement, the key values its WHERE keeps): 16 initials, 9 decades, 5 initials of days
 NARROWED = [

@@ -15,6 +15,7 @@ import itertools
 import math
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from fractions import Fraction
 from typing import Protocol
 
@@ -137,6 +138,10 @@ def construct_name(node: exp.Expression) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+# conversions between time zones (PostgreSQL's TIMEZONE(zone, ts) is an anonymous function)
+_TIME_ZONES = (exp.AtTimeZone, exp.ConvertTimezone, exp.FromTimeZone)
+
+
 def refusal(node: exp.Expression, scope: Scope) -> UnsupportedSQLError:
     """The refusal of a node that is not on the allow-list."""
     name = construct_name(node)
@@ -146,6 +151,12 @@ def refusal(node: exp.Expression, scope: Scope) -> UnsupportedSQLError:
             "ORDER BY): one person's rows could change every other row's value",
             sql=scope.sql, hint="join a public table on a key, or filter rows in a CTE or a "
             "derived table in FROM")
+    if isinstance(node, _TIME_ZONES) or name == "the function timezone()":
+        return UnsupportedSQLError(
+            f"{name} is not supported: dpsql's timestamps are the UTC wall clock without a "
+            "time zone, and it converts none between zones", sql=scope.sql,
+            hint="drop the time zone: dpsql's TO_TIMESTAMP(seconds) is the UTC wall clock "
+            "already (what PostgreSQL's to_timestamp(s) AT TIME ZONE 'UTC' gives)")
     if isinstance(node, exp.AggFunc):
         return ProgrammingError(f"the aggregate {node.sql(dialect='duckdb')} is not allowed "
                                 "here", sql=scope.sql,
@@ -533,9 +544,15 @@ def _date_add_function(node: exp.Expression, scope: Scope) -> Expr:
 
 
 def _as_date(expr: Expr, scope: Scope) -> Expr:
+    """The date of a timestamp (CAST(ts AS DATE)): a bounded one has the days between its
+    bounds within ``YEARS`` as a public domain, as DATE_TRUNC('day', ts) has (a value past
+    them is no key of the domain, and outside ``YEARS`` a key is NULL: ``render.key``)."""
     if expr.type == "timestamp":
-        return Expr("cast", (expr,), "date", "date", _days(expr.interval), _days(expr.proven),
-                    None, True)
+        days = _days(expr.interval)
+        within = _in_years(days)
+        domain = None if within is None else \
+            _truncated_days(int(within.lower), int(within.upper), "day")
+        return Expr("cast", (expr,), "date", "date", days, _days(expr.proven), domain, True)
     if expr.type == "text" and expr.op == "lit":
         return coerce(expr, "date", scope)
     return _require(expr, ("date",), "a date function", scope)
@@ -609,8 +626,7 @@ def _unix_to_time(node: exp.UnixToTime, scope: Scope) -> Expr:
     return epoch_time(build(node.this, scope), digits, scope)
 
 
-@builds(exp.TimeStrToTime, exp.TsOrDsToDate, exp.TsOrDsToTimestamp,
-        reads=("this", "default_date"))
+@builds(exp.TimeStrToTime, exp.TsOrDsToTimestamp, reads=("this", "default_date"))
 def _time_string(node: exp.Expression, scope: Scope) -> Expr:
     """T-SQL's and Spark's DATEDIFF, and MySQL's and SQLite's date formats, wrap their
     arguments in these; a date or timestamp passes through."""
@@ -618,6 +634,13 @@ def _time_string(node: exp.Expression, scope: Scope) -> Expr:
     if inner.type in ("date", "timestamp"):
         return inner
     return coerce(inner, "timestamp", scope)
+
+
+@builds(exp.Date, exp.TsOrDsToDate, reads=("this", "default_date", "safe"))
+def _date_of(node: exp.Expression, scope: Scope) -> Expr:
+    """DATE(ts) (MySQL's too) and Spark's TO_DATE(ts): CAST(ts AS DATE) (which, as Spark's
+    is, is NULL where a value does not convert)."""
+    return _as_date(build(node.this, scope), scope)
 
 
 # (the day of the week as DuckDB numbers it: ``parse`` reads other dialects' numbering into it)
@@ -976,8 +999,11 @@ def _modulo(node: exp.Mod, scope: Scope) -> Expr:
 
 @builds(exp.Abs)
 def _abs(node: exp.Abs, scope: Scope) -> Expr:
-    arg = _require(build(node.this, scope), NUMERIC, "ABS", scope)
+    return absolute_value(_require(build(node.this, scope), NUMERIC, "ABS", scope))
 
+
+def absolute_value(arg: Expr) -> Expr:
+    """ABS(x) of a number (NULL where an int's would overflow)."""
     def absolute(a: Interval | None) -> Interval | None:
         if a is None:
             return None
@@ -1026,6 +1052,11 @@ def _round(node: exp.Round, scope: Scope) -> Expr:
             raise ProgrammingError("ROUND(x, d) needs a literal d between 0 and 15",
                                    sql=scope.sql, hint="e.g. ROUND(x, 2)")
         places = places_expr.value
+    return rounded(arg, places)
+
+
+def rounded(arg: Expr, places: int) -> Expr:
+    """ROUND(x, places) of a number: ties away from zero, an int unchanged."""
     if arg.type == "int":
         return arg
     interval = arg.interval
@@ -1442,7 +1473,73 @@ def _cast(node: exp.Cast, scope: Scope) -> Expr:
     """Every cast is rendered as a cast that yields NULL where the value does not convert,
     so a value of one person can never make the query fail."""
     target = cast_target(node.to, scope)
+    decimal = _decimal_parameters(node.to, target, scope)
     arg = build(node.this, scope)
+    if decimal is not None:
+        return _decimal(arg, *decimal, scope)
+    return cast_to(arg, target, scope)
+
+
+# what to write where a cast's type has parameters dpsql does not read
+_PARAMETER_HINTS = {"text": "cast to TEXT, and cut it with LEFT(x, n) where that is meant",
+                    "float": "cast to DOUBLE", "int": "cast to BIGINT",
+                    "timestamp": "cast to TIMESTAMP (dpsql's timestamps keep microseconds)"}
+MAX_DECIMAL_SCALE = 15  # as ROUND(x, d): a double holds about 15 decimal digits
+
+
+def _decimal_parameters(data_type: exp.DataType, target: str, scope: Scope
+                        ) -> tuple[int, int] | None:
+    """DECIMAL(p, s)'s precision and scale (DECIMAL(p) is DECIMAL(p, 0)), None for a type
+    without parameters; a length, a precision of another type or a scale past
+    ``MAX_DECIMAL_SCALE`` is refused, so that no part of the type is dropped unread."""
+    parameters = data_type.expressions
+    if not parameters:
+        return None
+    written = _spelled(data_type)
+    numbers = [p.this.to_py() if isinstance(p, exp.DataTypeParam) and
+               isinstance(p.this, exp.Literal) and p.this.is_int else None for p in parameters]
+    if not data_type.is_type(exp.DataType.Type.DECIMAL):
+        raise UnsupportedSQLError(
+            f"CAST to {written} is not supported: dpsql does not read the type's parameters",
+            sql=scope.sql, hint=_PARAMETER_HINTS.get(target, "cast to the type without them"))
+    if len(numbers) == 1:
+        numbers.append(0)
+    if len(numbers) != 2 or None in numbers or not 1 <= numbers[0] <= 38 or \
+            not 0 <= numbers[1] <= min(numbers[0], MAX_DECIMAL_SCALE):
+        raise UnsupportedSQLError(
+            f"CAST to {written} is not supported", sql=scope.sql,
+            hint=f"give DECIMAL(p, s) a precision p of 1 to 38 and a scale s of 0 to "
+            f"{MAX_DECIMAL_SCALE} (at most p), e.g. DECIMAL(10, 2), or cast to DOUBLE")
+    return numbers[0], numbers[1]
+
+
+def _decimal(arg: Expr, precision: int, scale: int, scope: Scope) -> Expr:
+    """CAST(x AS DECIMAL(p, s)) as a double: x rounded to s decimals as ROUND(x, s) rounds
+    it, NULL where that has more than p - s whole digits, NaN and ±inf too (where DuckDB's
+    and PostgreSQL's casts fail: TRY_CAST's NULL)."""
+    number = cast_to(arg, "float", scope)
+    value = number if arg.type in ("int", "bool") else rounded(number, scale)
+    limit = Fraction(10) ** (precision - scale)
+    fits = _bool("lt", (absolute_value(value), literal(float(limit), "float")), value.nullable)
+    guarded = case([(fits, value)], None, scope)
+    within = Interval(-limit, limit, False)
+    domain = None if value.domain is None else tuple(v for v in value.domain if abs(v) < limit)
+    # the guard bounds it whatever the data, so SUM(CAST(t AS DECIMAL(5, 2))) is bounded
+    return replace(guarded, interval=_within(value.interval, within),
+                   proven=_within(value.proven, within), domain=domain)
+
+
+def _within(a: Interval | None, b: Interval) -> Interval:
+    """The values of ``a`` (any, where it is None) that lie in ``b``; ``b``'s lower end where
+    none does (the values are all NULL then)."""
+    if a is None:
+        return b
+    low, high = max(a.lower, b.lower), min(a.upper, b.upper)
+    return Interval(low, high, a.integral) if low <= high else Interval(b.lower, b.lower, False)
+
+
+def cast_to(arg: Expr, target: str, scope: Scope) -> Expr:
+    """``arg`` cast to the IR type ``target`` (NULL where a value does not convert)."""
     if arg.type in (target, "null"):
         return coerce(arg, target, scope)
     if arg.op == "lit" and arg.type == "text" and target in ("date", "timestamp"):
