@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any, Protocol
 
 from sqlglot import exp
 
-from dpsql.catalog import Catalog
+from dpsql.catalog import Catalog, ColumnSpec
 from dpsql.errors import BackendError, NotSupportedError
 
 
@@ -63,6 +64,17 @@ def columns_by_table(rows: list[tuple[str, str]]) -> dict[str, list[str]]:
     for table, column in rows:
         found.setdefault(table, []).append(column)
     return found
+
+
+def with_stored_columns(catalog: Catalog, stored: Mapping[str, Mapping[str, str]]) -> Catalog:
+    """The catalogue with each public table that declares no columns given its stored ones
+    (``stored``: table -> column -> dpsql type, in the source's order)."""
+    tables = dict(catalog.tables)
+    for name, table in catalog.tables.items():
+        if table.public and not table.columns:
+            columns = {column: ColumnSpec(column, kind) for column, kind in stored[name].items()}
+            tables[name] = replace(table, columns=columns)
+    return replace(catalog, tables=tables)
 
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")

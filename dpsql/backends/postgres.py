@@ -4,24 +4,51 @@ Tables are the server's own (declared in the metadata without ``source``; a dott
 schema.table). The exact SQL is rendered from the IR in PostgreSQL's dialect
 (``compile.render.PostgresDialect``); the session is read-only. SUM of BIGINT is NUMERIC in
 PostgreSQL: returned as exact Python ints.
+
+Each declared column is read as its declared type whatever the server stores: a stored type
+the rendered SQL reads as it is (``_NATIVE``) is read plainly; another is read through a total
+conversion (``_reader``: the render layer's guarded casts, ``CAST(... AS TEXT)``, a guarded
+NUMERIC), so that no stored value (``'n/a'`` in a text column declared int, ``1e400`` in a
+numeric one declared float) can make a query fail on one person's rows; a pair with no total
+conversion (text declared date) is refused at connect time. Only the catalogue is read for
+this, never the data. The session's TimeZone is UTC: a timestamptz is read at UTC wall clock.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from sqlglot import exp
 
-from dpsql.backends import columns_by_table, exact_rows
-from dpsql.catalog import Catalog, ColumnSpec
-from dpsql.errors import BackendError, DataError
+from dpsql.backends import columns_by_table, exact_rows, with_stored_columns
+from dpsql.catalog import Catalog, ColumnSpec, TableSpec
+from dpsql.compile.ir import Expr
+from dpsql.compile.render import dialect
+from dpsql.errors import BackendError, DataError, UnsupportedSQLError
 
+# the declared type of a stored one (a type not here is read as text)
 _TYPES = {"bigint": "int", "integer": "int", "smallint": "int", "double precision": "float",
           "real": "float", "numeric": "float", "text": "text", "character varying": "text",
           "character": "text", "boolean": "bool", "date": "date",
           "timestamp without time zone": "timestamp", "timestamp with time zone": "timestamp"}
+# stored types the rendered SQL reads totally as the declared type, as they are: every int
+# operation not proven within 64 bits is computed in NUMERIC, so an integer or smallint cannot
+# overflow; a timestamptz is read at the session's TimeZone (UTC)
+_NATIVE = {"int": {"bigint", "integer", "smallint"}, "float": {"double precision"},
+           "text": {"text", "character varying", "character"}, "bool": {"boolean"},
+           "date": {"date"},
+           "timestamp": {"timestamp without time zone", "timestamp with time zone"}}
+# a NUMERIC holds values no double does (1e400, 1e-400: a cast of either fails): those beyond
+# ±1e300 are read as NULL, and those nearer 0 than 1e-300 as 0
+_NUMERIC_AS_DOUBLE = ("(CASE WHEN ABS({c}) < 1e-300 THEN 0 WHEN ABS({c}) <= 1e300 THEN "
+                      "CAST({c} AS DOUBLE PRECISION) END)")
+# each column's stored type, a domain's as its base type's; NULL when the relation is absent
+_STORED = """SELECT a.attname, format_type(CASE WHEN t.typtype = 'd' THEN t.typbasetype
+                                               ELSE a.atttypid END, NULL)
+FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum"""
 
 
 class PostgresBackend:
@@ -38,40 +65,47 @@ class PostgresBackend:
             # a database or role may turn this off, and a backslash would then end no literal
             # where the renderer ended it, and the analyst's text after it be read as SQL
             self.connection.execute("SET standard_conforming_strings = on")
+            # a timestamptz is read (and DATE_TRUNC of one bucketed) at the session's wall
+            # clock: UTC, as DuckDB and Spark read dpsql's timestamps, whatever the database's
+            self.connection.execute("SET TimeZone = 'UTC'")
             if read_only:
                 self.connection.execute("SET default_transaction_read_only = on")
         except psycopg.Error as err:
             raise BackendError(f"cannot connect to PostgreSQL at {_redacted(url)}: {err}") from err
         try:
-            self.catalog = self._completed(catalog)
+            stored = {name: self._stored(name) for name in catalog.tables}
+            self.catalog = with_stored_columns(catalog, {
+                name: {column: _TYPES.get(kind, "text") for column, kind in columns.items()}
+                for name, columns in stored.items()})
             for table in self.catalog.tables.values():
+                self.sources[table.name] = self._source(table, stored[table.name])
                 self._check(table)
         except DataError:
             self.connection.close()
             raise
 
-    def _completed(self, catalog: Catalog) -> Catalog:
-        """Public tables that declare no columns get the server's (names and types)."""
-        tables = dict(catalog.tables)
-        for name, table in catalog.tables.items():
-            if not table.public or table.columns:
-                continue
-            schema, _, relation = name.rpartition(".")
-            rows = self.connection.execute(
-                "SELECT column_name, data_type FROM information_schema.columns WHERE "
-                "table_name = %s AND (%s = '' OR table_schema = %s) ORDER BY ordinal_position",
-                (relation, schema, schema)).fetchall()
-            columns = {column: ColumnSpec(column, _TYPES.get(kind.split("(")[0], "text"))
-                       for column, kind in rows}
-            tables[name] = replace(table, columns=columns)
-        return replace(catalog, tables=tables)
+    def _stored(self, name: str) -> dict[str, str]:
+        """The stored type of each column of a table (empty when the table is absent)."""
+        rows = self.connection.execute(_STORED, (self.sources[name],)).fetchall()
+        return dict(rows)
 
-    def _check(self, table) -> None:
+    def _source(self, table: TableSpec, stored: dict[str, str]) -> str:
+        """What the SQL reads the table by: its name, or a subquery of its declared columns
+        when one of them is stored as another type (read through a total conversion)."""
         if table.source is not None:
             raise DataError(
                 f"table {table.name!r} has a 'source' file, which a PostgreSQL server cannot read",
                 hint="load the file into a table of that name (COPY) and drop 'source' from "
                 "the metadata")
+        name = self.sources[table.name]
+        readers = {column: _reader(table, spec, stored[column])
+                   for column, spec in table.columns.items() if column in stored}
+        if all(sql == _quote(column) for column, sql in readers.items()):
+            return name
+        columns = ", ".join(f"{sql} AS {_quote(column)}" for column, sql in readers.items())
+        return f"(SELECT {columns} FROM {name}) AS {_quote(table.name.rpartition('.')[2])}"
+
+    def _check(self, table: TableSpec) -> None:
         columns = ", ".join(_quote(name) for name in table.columns)
         try:
             self.connection.execute(f"SELECT {columns} FROM {self.sources[table.name]} LIMIT 0")
@@ -112,6 +146,31 @@ class PostgresBackend:
     def close(self) -> None:
         """Close the server connection."""
         self.connection.close()
+
+
+def _reader(table: TableSpec, spec: ColumnSpec, stored: str) -> str:
+    """SQL reading a stored column as its declared type, total on every stored value."""
+    column = _quote(spec.name)
+    if stored in _NATIVE[spec.type]:
+        return column
+    if spec.type == "text":  # every type has a text form
+        return f"CAST({column} AS TEXT)"
+    kind = _TYPES.get(stored)
+    if stored == "numeric" and spec.type == "float":
+        return _NUMERIC_AS_DOUBLE.format(c=column)
+    if kind == spec.type:  # real: a double holds every value
+        return f"CAST({column} AS DOUBLE PRECISION)"
+    if kind is not None:
+        try:  # the guarded CAST an analyst's CAST(x AS type) gets
+            return dialect("postgres").expr(
+                Expr("cast", (Expr("col", (), kind, spec.name),), spec.type, spec.type))
+        except UnsupportedSQLError:
+            pass
+    raise DataError(
+        f"column {table.name}.{spec.name} is declared {spec.type} but stored as {stored}, "
+        f"which PostgreSQL cannot read as {spec.type} without failing on some values",
+        hint=f"declare it as {kind or 'text'} in the metadata, or CAST it in a view that "
+        "the metadata names instead")
 
 
 def _quote(name: str) -> str:

@@ -5,23 +5,39 @@ Parquet, a path every executor can read) is registered as a temporary view of it
 columns, as the DuckDB backend does. The exact SQL is rendered from the IR in Spark's dialect
 (``compile.render.SparkDialect``: try_* arithmetic, xxhash64, sums as DECIMAL(38, 0) where
 they must not wrap).
+
+A declared column the session stores as another type (a string column of
+``spark.read.csv`` without ``inferSchema``, an INT, a DECIMAL) is read through a temporary
+view that applies ``try_cast`` to its declared type, as DuckDB reads a source: a value that
+does not convert is NULL, so no stored value can make a query fail on one person's rows. Only
+the tables' schemas are read for this, never the data. dpsql's queries run with the session's
+time zone set to UTC (and restored after), so timestamps are UTC wall clock on every backend.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+from collections.abc import Iterator
 
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from sqlglot import exp
 
-from dpsql.backends import exact_rows
+from dpsql.backends import exact_rows, with_stored_columns
 from dpsql.catalog import Catalog, TableSpec
 from dpsql.errors import BackendError, DataError
 
 _JAVA_ENCODINGS = {"utf-8": "UTF-8", "utf-16": "UTF-16", "latin-1": "ISO-8859-1"}  # Java's
 _CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE", "text": "STRING",
           "timestamp": "TIMESTAMP"}
+# the dpsql type of a stored one (Spark's simpleString, without a DECIMAL's or CHAR's size);
+# a type not here is read as text
+_TYPES = {"bigint": "int", "int": "int", "smallint": "int", "tinyint": "int", "double": "float",
+          "float": "float", "decimal": "float", "string": "text", "varchar": "text",
+          "char": "text", "boolean": "bool", "date": "date", "timestamp": "timestamp",
+          "timestamp_ntz": "timestamp"}
+_TIME_ZONE = "spark.sql.session.timeZone"
 
 
 _VIEW_IDS = itertools.count()
@@ -56,11 +72,18 @@ class SparkBackend:
         # process with a table of the same name would replace a shared view with its rows
         self._views = {name: f"__dpsql_{next(_VIEW_IDS)}_{name}"
                        for name, table in catalog.tables.items() if table.source is not None}
+        self._typed: dict[str, str] = {}  # tables read through a view of declared types
         self.sources = {name: _quote(self._views.get(name, name)) for name in catalog.tables}
         for table in catalog.tables.values():
             if table.source is not None:
                 self._register(table)
+        stored = {name: self._stored(name) for name in catalog.tables}
+        self.catalog = with_stored_columns(catalog, {
+            name: {column: _TYPES.get(kind.split("(")[0], "text") for column, kind in
+                   columns.items()} for name, columns in stored.items()})
+        for table in self.catalog.tables.values():
             self._check(table)
+            self._convert(table, stored[table.name])
 
     def _register(self, table: TableSpec) -> None:
         reader = self.session.read
@@ -85,21 +108,67 @@ class SparkBackend:
                             hint="check the csv options and that every declared column exists "
                             "in the file") from err
 
+    def _stored(self, name: str) -> dict[str, str]:
+        """The stored type of each column of a table (empty when it is absent)."""
+        try:
+            schema = self.session.sql(f"SELECT * FROM {self.sources[name]}").schema
+        except PySparkException:  # _check says what is missing
+            return {}
+        return {field.name: field.dataType.simpleString() for field in schema.fields}
+
     def _check(self, table: TableSpec) -> None:
-        columns = ", ".join(_quote(name) for name in table.columns)
+        columns = ", ".join(_quote(name) for name in table.columns) or "*"
         try:
             # analysed when built, so a missing table or column raises here without a job
             self.session.sql(f"SELECT {columns} FROM {self.sources[table.name]}")
         except PySparkException as err:
             raise DataError(f"table {table.name!r} is not readable in Spark: {err}",
-                            hint="create the table or view, or give it a 'source' file") from err
+                            hint="create the table or view, or give it a 'source' file, and "
+                            "declare the columns by their names in it") from err
+
+    def _convert(self, table: TableSpec, stored: dict[str, str]) -> None:
+        """Read the table through a view of its declared columns, each ``try_cast`` to its
+        declared type, when one of them is stored as another type."""
+        kinds = {name.lower(): kind for name, kind in stored.items()}
+        if all(kinds[n.lower()] == _CASTS[s.type].lower() for n, s in table.columns.items()):
+            return
+        frame = self.session.sql(f"SELECT * FROM {self.sources[table.name]}")
+        columns = []
+        for name, spec in table.columns.items():
+            column = f"try_cast({_quote(name)} AS {_CASTS[spec.type]}) AS {_quote(name)}"
+            try:
+                frame.selectExpr(column)
+            except PySparkException as err:
+                raise DataError(
+                    f"column {table.name}.{name} is declared {spec.type} but stored as "
+                    f"{kinds[name.lower()]}, which Spark cannot convert to {spec.type}",
+                    hint="declare its stored type in the metadata, or convert it in the view "
+                    "the metadata names (spark.read.csv(..., inferSchema=True) or a "
+                    "schema)") from err
+            columns.append(column)
+        view = f"__dpsql_{next(_VIEW_IDS)}_{table.name}"
+        frame.selectExpr(*columns).createOrReplaceTempView(view)
+        self._typed[table.name] = view
+        self.sources[table.name] = _quote(view)
+
+    @contextlib.contextmanager
+    def _utc(self) -> Iterator[None]:
+        """The session's time zone set to UTC while dpsql's query is analysed and runs."""
+        conf = self.session.conf
+        before = conf.get(_TIME_ZONE)
+        conf.set(_TIME_ZONE, "UTC")
+        try:
+            yield
+        finally:
+            conf.set(_TIME_ZONE, before)
 
     def run_sql(self, sql: str, timeout: float | None = None
                 ) -> tuple[list[str], list[tuple]]:
         """Execute SQL rendered in Spark's dialect."""
         try:
-            frame = self.session.sql(sql)
-            rows = frame.collect()
+            with self._utc():
+                frame = _wall_clock(self.session.sql(sql))
+                rows = frame.collect()
         except PySparkException as err:
             raise BackendError(f"Spark failed to run the exact query: {err}") from err
         return list(frame.columns), exact_rows(rows)
@@ -139,7 +208,7 @@ class SparkBackend:
                 _STARTED.discard(key)
                 self.session.stop()
                 return
-        for view in self._views.values():
+        for view in [*self._views.values(), *self._typed.values()]:
             self.session.catalog.dropTempView(view)
 
 
@@ -149,6 +218,17 @@ def _builder(target: str) -> SparkSession.Builder:
     if target.startswith("sc://"):
         return SparkSession.builder.remote(target)
     return SparkSession.builder.master(target)
+
+
+def _wall_clock(frame):
+    """The frame with each TIMESTAMP column as TIMESTAMP_NTZ (its UTC wall clock, under
+    ``_utc``): pyspark returns a TIMESTAMP as the Python process's local time, an NTZ as is."""
+    if not any(field.dataType.typeName() == "timestamp" for field in frame.schema.fields):
+        return frame
+    return frame.selectExpr(*(
+        f"CAST({_quote(field.name)} AS TIMESTAMP_NTZ) AS {_quote(field.name)}"
+        if field.dataType.typeName() == "timestamp" else _quote(field.name)
+        for field in frame.schema.fields))
 
 
 def _quote(name: str) -> str:
