@@ -304,8 +304,9 @@ def test_cli_prints_the_metadata_snippet(tmp_path):
     assert "are extrapolated; the data owner's truncation_report measures them" in text.output
     # the rows' share is an upper estimate (99% read where 16-80% were kept at tune=0.1)
     assert "keeps ~" in text.output and "of the rows, ~" in text.output
-    # rows dropped measured (bias ≥ ...), or modelled where the measurement's noise outweighs it
-    assert "(measured, each person's rows dropped" in text.output or "est. bias" in text.output
+    # rows dropped measured, whatever the draw: the model was shown where the noise outweighed
+    # the measurement, so only the high draws were (a statistician: 5-89× the truth)
+    assert "bias ≈ " in text.output and "(measured, each person's rows dropped" in text.output
 
 
 def test_cli_tunes_a_query_grouped_by_an_alias(tmp_path):
@@ -769,8 +770,10 @@ def test_a_heavy_tail_keeps_its_rows_and_its_bias_is_not_100x_low(tmp_path):
     per user were drawn at 1-3, and R = 5..31 dropped 80-95% of the rows (7 of 10 seeds on
     MovieLens) with a bias estimated 100-200× low. Anchored at the declared bounds, and the
     tail of coinciding draws taken from the floor, every seed keeps over 65% of the rows
-    (these users are heavier than MovieLens': 12-30% dropped, 0-11% there) and the median
-    estimated bias is within 10× of the exact one; the note says how coarse the draws are."""
+    (these users are heavier than MovieLens': 12-30% dropped, 0-11% there), and each seed's
+    bias is within 10× of the exact one or shown as within its noise (at 0.0125 a draw the
+    measured rows dropped are mostly floored at 0 with an sd of thousands: the model it fell
+    back to there was printed only for those draws); the note says how coarse the draws are."""
     meta, frame = _heavy_ratings(tmp_path)
     ratios = []
     for seed in range(6):
@@ -780,10 +783,11 @@ def test_a_heavy_tail_keeps_its_rows_and_its_bias_is_not_100x_low(tmp_path):
         spec = result.metadata["tables"]["ratings"]
         dropped = _dropped(frame, spec)
         assert dropped < 0.35 * len(frame), (seed, spec, dropped)
-        ratios.append(result.choice("max_rows_per_group").bias * 5 / max(dropped, 1))
+        choice = result.choice("max_rows_per_group")
+        ratios.append(choice.bias * 5 / max(dropped, 1))
+        assert ratios[-1] > 0.1 or choice.bias_sd > choice.bias, (seed, choice)
         assert "columns" not in spec  # item_id and ts are not summed: not tuned
         assert any("rank can be off by" in note for note in result.notes)
-    assert sorted(ratios)[3] > 0.1, ratios
 
 
 def test_an_unsummed_column_is_not_tuned_and_upper_stays_above_lower(tmp_path):
