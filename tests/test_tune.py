@@ -851,8 +851,9 @@ def _rows_dropped(frame: pd.DataFrame, spec: dict) -> float:
 def test_the_rows_a_heavy_tail_drops_are_measured_within_a_factor_of_two(tmp_path):
     """5,000 persons with Pareto(1.3) rows, GROUP BY day, tune ε 1, 6 seeds: the printed
     rows dropped (bias × cells) is within 0.5-2× of the exact rows the proposal drops in
-    median, and within 0.3-3× in every seed; the share of rows kept is within 15 points. The exponential tail above the top drawn quantile had them at 0.01-0.05×
-    and the rows kept at 99% where 75-85% were kept (the shipped visits: 0.038×)."""
+    median, and within 0.3-3× in every seed; the share of rows kept is within 15 points.
+    The exponential tail above the top drawn quantile had them at 0.01-0.05× and the rows
+    kept at 99% where 75-85% were kept (the shipped visits: 0.038×)."""
     frame = _pareto_visits(20_000, seed=11)
     meta = _write(tmp_path, frame)
     ratios = []
