@@ -214,9 +214,11 @@ def _aggregate_bounds(agg, plan: StatementPlan, noisy: dict[str, list],
 
 
 def _rounded_sum(agg, own: dict) -> bool:
-    """Whether a SUM of whole numbers measured alone is released rounded: on a grid finer
-    than 1 (a person's sum scaled to L∞ of their rows) its noisy value has a fraction."""
-    return agg.kind == "sum" and agg.integral and shown_part(own).grid_exp < 0
+    """Whether a COUNT or a SUM of whole numbers measured alone is released rounded: on a
+    grid finer than 1 (a person's count or sum scaled to L∞ of their rows) its noisy value has
+    a fraction."""
+    return (agg.kind in COUNT_KINDS or agg.kind == "sum" and agg.integral) and \
+        shown_part(own).grid_exp < 0
 
 
 def derived_bounds(arithmetic, plan: StatementPlan, noisy: dict[str, list],
@@ -546,7 +548,8 @@ def _spread(agg, parts, noisy: dict, confidence: float) -> tuple[list, list, lis
         n = max(n, 1)
         var = min(max(q / n - (s / n) ** 2, 0.0), top)
         if sample and n > 1:  # up to top·n/(n − 1): {L, U} has sample variance 2·top
-            var = var * n / (n - 1)
+            # (at most 2·top: a count scaled to L∞ of a person's rows can lie in (1, 2))
+            var = min(var * n / (n - 1), 2 * top)
         return var ** 0.5 if root else var
 
     def peaks(s, q, counts):
@@ -613,7 +616,8 @@ def _covariance(agg, parts: dict, noisy: dict, confidence: float) -> tuple[list,
     def covariance(sx, sy, p, n):
         n = max(n, 1)
         value = min(max((p - sx * sy / n) / n, -top), top)
-        return value * n / (n - 1) if sample and n > 1 else value
+        # (at most 2·top: a count scaled to L∞ of a person's rows can lie in (1, 2))
+        return _clamp(value * n / (n - 1), -2 * top, 2 * top) if sample and n > 1 else value
 
     def correlation(sx, sy, p, n, qx, qy):
         if n < 2:

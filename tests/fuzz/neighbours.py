@@ -426,7 +426,7 @@ def exact_cells(con: dpsql.Connection, statement) -> tuple[dict, dict]:
         if part.role == "quantile":
             continue
         at = names.index(part.column)
-        scale = part.grid if part.role in ("sum", "sumsq") else 1
+        scale = part.grid  # a sum's, or a count scaled to L∞ of a person's rows
         values[part.column] = _by_cell(((tuple(row[i] for i in keys), row[at]) for row in rows),
                                        scale)
     histograms = {}
