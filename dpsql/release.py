@@ -34,7 +34,12 @@ from dpsql.mechanisms.samplers import (
     discrete_linf,
 )
 from dpsql.plan import COUNT_KINDS, Joint, StatementPlan, released_int, shown_part, whole_bins
-from dpsql.rewrite import COVARIANCE_KINDS, SPREAD_KINDS, covariance_parts
+from dpsql.rewrite import (
+    COVARIANCE_KINDS,
+    SPREAD_KINDS,
+    covariance_parts,
+    distinct_input_values,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -433,18 +438,17 @@ def _feasible(agg, checked) -> tuple[float, float]:
 
 def _values_at_most(arg, checked) -> float:
     """How many distinct non-NULL values ``arg`` can take in one cell, from the metadata and
-    the query alone: 1 where it is a GROUP BY key, else its declared values as WHERE narrows
-    them (``narrow.kept_by_where``, as for a key) or, for a bounded whole number, upper −
-    lower + 1; unbounded otherwise."""
+    the query alone: 1 where it is a GROUP BY key, else the values the exact query counts
+    (``rewrite.distinct_input_values``: its declared values, as WHERE narrows them, or a
+    bounded int's range); unbounded otherwise."""
     if any(key.expr == arg for key in checked.keys):
         return 1
-    if arg.domain is not None:
-        values = kept_by_where(arg, checked.where) or arg.domain
-        return sum(1 for v in values if v is not None)
-    interval = arg.interval
-    if interval is not None and interval.integral and arg.type == "int":
-        return int(interval.upper - interval.lower) + 1
-    return math.inf
+    values = distinct_input_values(arg)
+    if values is None:
+        return math.inf
+    if isinstance(values, tuple):
+        values = kept_by_where(arg, checked.where) or values
+    return sum(1 for v in values if v is not None)
 
 
 def _clamp(value, low, high):

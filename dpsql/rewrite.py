@@ -33,6 +33,7 @@ from dpsql.budget import SHARE_QUANTUM, PrivacyLoss
 from dpsql.catalog import Catalog
 from dpsql.compile.bound import bound_rows
 from dpsql.compile.ir import Filter, Join, Number, Project
+from dpsql.compile.ops import MAX_INT_DOMAIN
 from dpsql.compile.per_person import centred, distinct_values, per_person_ctes
 from dpsql.compile.render import Dialect, dialect
 from dpsql.errors import InternalError, ProgrammingError
@@ -648,6 +649,34 @@ def _exact_query(checked: CheckedQuery, parts, values: _Values, salt: int, sourc
 QUANTILES_ONLY = "SELECT 1 AS __one"  # the exact query of a statement of quantiles alone
 
 
+def distinct_input_values(arg) -> tuple | range | None:
+    """The values COUNT(DISTINCT ``arg``) can count, from the metadata alone: its public
+    domain (up to ``MAX_INT_DOMAIN`` values) or a bounded int's whole range; None when
+    nothing bounds them. The exact query reads the input's other values as NULL
+    (``_distinct_input``), so the count never exceeds them whatever the data hold."""
+    if arg.domain is not None:
+        values = tuple(v for v in arg.domain if v is not None)
+        return values if len(values) <= MAX_INT_DOMAIN else None
+    interval = arg.interval
+    if interval is not None and interval.integral and arg.type == "int":
+        return range(math.ceil(interval.lower), math.floor(interval.upper) + 1)
+    return None
+
+
+def _distinct_input(arg, d: SqlWriter) -> str:
+    """COUNT(DISTINCT ``arg``)'s input, NULL outside ``distinct_input_values``: values the
+    metadata does not allow counted past its domain (five kinds where three are declared)."""
+    sql, values = d.expr(arg), distinct_input_values(arg)
+    if isinstance(values, range):
+        return (f"CASE WHEN ({sql}) BETWEEN {d.number(values.start)} AND "
+                f"{d.number(values.stop - 1)} THEN ({sql}) END")
+    if values is not None:
+        listed = ", ".join(d.dialect.literal(v, arg.type) for v in values) or \
+            d.dialect.literal(None, arg.type)
+        return f"CASE WHEN ({sql}) IN ({listed}) THEN ({sql}) END"
+    return sql
+
+
 def person_and_keys(checked: CheckedQuery, d: SqlWriter, unit: str | None
                     ) -> tuple[list[str], list[str]]:
     """The names ``__k0``, ``__k1`` ... of ``checked``'s GROUP BY keys, and the ``__src``
@@ -686,7 +715,7 @@ def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: b
     src_cols += [f"{v.sql(wide, d)} AS {name}" for name, v in values.columns.items()]
     by_name = {a.name: a for a in checked.aggregates}
     valued = [p for p in parts if p.role == "distinct_values"]
-    src_cols += [f"{d.expr(by_name[p.aggregate].arg)} AS {p.value}" for p in valued]
+    src_cols += [f"{_distinct_input(by_name[p.aggregate].arg, d)} AS {p.value}" for p in valued]
     ctes = [source_rows(checked, source, d, unit, src_cols, [])]
     key_list = ", ".join(keys)
     group_by = f" GROUP BY {key_list}" if keys else ""

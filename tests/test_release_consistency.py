@@ -100,3 +100,28 @@ def test_small_counts_cover_and_are_never_a_point(small_cells):
     cells = RELEASES * len(CELLS)
     assert covered["n"] / cells >= 0.94 and covered["total"] / cells >= 0.94, covered
     assert covered["mean"] / means_seen >= 0.94, covered
+
+
+def test_count_distinct_counts_only_values_the_metadata_allows(tmp_path):
+    """The release clamped COUNT(DISTINCT x) to x's declared values while the exact query
+    counted every stored value: five kinds where a, b, c are declared, 21 numbers in a
+    declared 0..10, released as 3 [3, 3] and 11 [11, 11] around exact values of 5 and 21.
+    The exact query now reads values the metadata does not allow as NULL."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
+    from neighbours import exact_cells
+
+    pd.DataFrame({"uid": range(50), "kind": list("abcde") * 10,
+                  "q": list(range(-5, 16)) * 2 + list(range(8))}).to_csv(tmp_path / "t.csv",
+                                                                         index=False)
+    meta = {"name": "x", "budget": {"epsilon": 10}, "tables": {"t": {
+        "source": str(tmp_path / "t.csv"), "privacy_unit": "uid", "max_groups_per_unit": 1,
+        "max_rows_per_group": 1, "columns": {
+            "uid": "int", "kind": {"type": "text", "values": ["a", "b", "c"]},
+            "q": {"type": "int", "lower": 0, "upper": 10}}}}}
+    with dpsql.connect(metadata=meta, ledger=":memory:") as con:
+        plan = con._engine.plan("SELECT COUNT(DISTINCT kind) AS k, COUNT(DISTINCT q) AS n "
+                                "FROM t", epsilon=1).release.statements[0]
+        values, _ = exact_cells(con, plan)
+    assert sorted(v[()] for v in values.values()) == [3, 11], values
