@@ -24,9 +24,8 @@ sys.path[:0] = [str(Path(__file__).parent / "fuzz"), str(Path(__file__).parent /
 import neighbours as nb  # noqa: E402
 from servers import copy_table, databases, spark  # noqa: E402, F401 (fixture)
 from test_neighbours_on_postgresql import (  # noqa: E402
-    each_backends_pairs,
+    neighbour_fixtures,
     pairs,  # noqa: F401 - the fixture
-    postgres_pair_with,
 )
 
 import dpsql  # noqa: E402
@@ -283,24 +282,8 @@ def nulls_on_one_side(rows_: int = 600) -> dict[str, pd.DataFrame]:
     }
 
 
-@pytest.fixture(scope="module")
-def duck_pairs(tmp_path_factory):
-    """DuckDB's (D, D′) pairs: the harness's three adversaries and ``nulls_on_one_side``."""
-    yield from nb.every_neighbour(tmp_path_factory.mktemp("covariance-neighbours"),
-                                  nulls_on_one_side())
-
-
-@pytest.fixture(scope="module")
-def one_side_on_postgres(tmp_path_factory):
-    """PostgreSQL's (D, D′) pair for ``nulls_on_one_side``."""
-    yield from postgres_pair_with("dpsql_covariance_pair", tmp_path_factory.mktemp("pg-covariance"),
-                                  nulls_on_one_side())
-
-
-@pytest.fixture(params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)])
-def neighbours(request):
-    """Every (D, D′) pair of one backend."""
-    return each_backends_pairs(request, "duck_pairs", "one_side_on_postgres")
+duck_pairs, extra_on_postgres, neighbours = neighbour_fixtures(
+    "covariance-neighbours", nulls_on_one_side)
 
 
 def test_covariances_keep_the_neighbour_contract(neighbours):

@@ -23,9 +23,8 @@ sys.path[:0] = [str(Path(__file__).parent / "fuzz"), str(Path(__file__).parent /
 import neighbours as nb  # noqa: E402
 from servers import databases  # noqa: E402, F401 (fixture)
 from test_neighbours_on_postgresql import (  # noqa: E402
-    each_backends_pairs,
+    neighbour_fixtures,
     pairs,  # noqa: F401 - the fixture
-    postgres_pair_with,
 )
 
 import dpsql  # noqa: E402
@@ -165,24 +164,8 @@ def filtered_heavy(rows: int = 400) -> dict[str, pd.DataFrame]:
         "region_id": [str(i % 5) if i % 9 else None for i in range(rows)]}, dtype=object)}
 
 
-@pytest.fixture(scope="module")
-def duck_pairs(tmp_path_factory):
-    """DuckDB's (D, D′) pairs: the harness's three adversaries and ``filtered_heavy``."""
-    yield from nb.every_neighbour(tmp_path_factory.mktemp("filtered-neighbours"),
-                                  filtered_heavy())
-
-
-@pytest.fixture(scope="module")
-def heavy_on_postgres(tmp_path_factory):
-    """PostgreSQL's (D, D′) pair for ``filtered_heavy``."""
-    yield from postgres_pair_with("dpsql_filtered_pair", tmp_path_factory.mktemp("pg-filtered"),
-                                  filtered_heavy())
-
-
-@pytest.fixture(params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)])
-def neighbours(request):
-    """Every (D, D′) pair of one backend."""
-    return each_backends_pairs(request, "duck_pairs", "heavy_on_postgres")
+duck_pairs, extra_on_postgres, neighbours = neighbour_fixtures(
+    "filtered-neighbours", filtered_heavy)
 
 
 def test_filtered_counts_keep_the_neighbour_contract(neighbours):

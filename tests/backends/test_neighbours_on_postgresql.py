@@ -11,7 +11,7 @@ by running these pairs (tests/fuzz/neighbours.py's contract, the same adversarie
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -89,12 +89,28 @@ def postgres_pair_with(prefix: str, root: Path, extra: dict[str, pd.DataFrame]
             pair.close()
 
 
-def each_backends_pairs(request, duckdb_pairs: str, postgres_extra: str) -> list[nb.Pair]:
-    """The (D, D′) pairs of ``request.param``'s backend: DuckDB's fixture ``duckdb_pairs``,
-    or the harness's PostgreSQL pairs and the fixture ``postgres_extra``."""
-    if request.param == "duckdb":
-        return request.getfixturevalue(duckdb_pairs)
-    return [*request.getfixturevalue("pairs"), request.getfixturevalue(postgres_extra)]
+def neighbour_fixtures(label: str, extra: Callable[[], dict[str, pd.DataFrame]]):
+    """A test module's fixtures for its own adversary ``extra()`` beside the harness's:
+    ``duck_pairs`` (DuckDB's four pairs), ``extra_on_postgres`` (its PostgreSQL pair) and
+    ``neighbours`` (every pair of one backend, DuckDB's or PostgreSQL's with ``pairs``).
+    Assign them to those names: ``duck_pairs, extra_on_postgres, neighbours = ...``."""
+
+    @pytest.fixture(scope="module")
+    def duck_pairs(tmp_path_factory):
+        yield from nb.every_neighbour(tmp_path_factory.mktemp(label), extra())
+
+    @pytest.fixture(scope="module")
+    def extra_on_postgres(tmp_path_factory):
+        yield from postgres_pair_with(f"dpsql_{label.replace('-', '_')}",
+                                      tmp_path_factory.mktemp(f"pg-{label}"), extra())
+
+    @pytest.fixture(params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)])
+    def neighbours(request):
+        if request.param == "duckdb":
+            return request.getfixturevalue("duck_pairs")
+        return [*request.getfixturevalue("pairs"), request.getfixturevalue("extra_on_postgres")]
+
+    return duck_pairs, extra_on_postgres, neighbours
 
 
 @pytest.fixture(scope="module")

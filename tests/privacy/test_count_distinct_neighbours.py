@@ -21,9 +21,8 @@ sys.path[:0] = [str(Path(__file__).parents[1] / "fuzz"),
 
 import neighbours as nb  # noqa: E402
 from test_neighbours_on_postgresql import (  # noqa: E402
-    each_backends_pairs,
+    neighbour_fixtures,
     pairs,  # noqa: F401 - the fixture
-    postgres_pair_with,
 )
 
 SHAPES = [
@@ -67,23 +66,8 @@ def many_values(rows: int = 700) -> dict[str, pd.DataFrame]:
     }
 
 
-@pytest.fixture(scope="module")
-def duck_pairs(tmp_path_factory):
-    """DuckDB's (D, D′) pairs: the harness's three adversaries and ``many_values``."""
-    yield from nb.every_neighbour(tmp_path_factory.mktemp("count-distinct"), many_values())
-
-
-@pytest.fixture(scope="module")
-def many_on_postgres(tmp_path_factory):
-    """PostgreSQL's (D, D′) pair for ``many_values``."""
-    yield from postgres_pair_with("dpsql_count_distinct",
-                                  tmp_path_factory.mktemp("pg-count-distinct"), many_values())
-
-
-@pytest.fixture(params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)])
-def neighbours(request):
-    """Every (D, D′) pair of one backend."""
-    return each_backends_pairs(request, "duck_pairs", "many_on_postgres")
+duck_pairs, extra_on_postgres, neighbours = neighbour_fixtures(
+    "count-distinct", many_values)
 
 
 @pytest.mark.parametrize("sql", SHAPES)
