@@ -107,7 +107,7 @@ def _stored_version(catalog: Catalog, backend) -> str | None:
     if backend.name == "postgresql":
         versions = []
         for table in stored:
-            version = _pg_version(backend, backend.sources[table.name])
+            version = _pg_version(backend, backend.relations[table.name])
             if version is None:
                 return None
             versions.append(f"{table.name}:{version}")

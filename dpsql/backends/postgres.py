@@ -59,6 +59,9 @@ class PostgresBackend:
 
     def __init__(self, url: str, catalog: Catalog, *, read_only: bool = True) -> None:
         self.sources = {name: ".".join(map(_quote, name.split("."))) for name in catalog.tables}
+        # the stored tables themselves, whose figures version the data (``versions.py``): a
+        # source becomes a converting subquery where a column is stored as another type
+        self.relations = dict(self.sources)
         try:
             self.connection = psycopg.connect(url, autocommit=True)
             # the rendered SQL writes literals the standard way ('a\' is a, backslash):

@@ -96,6 +96,18 @@ def test_columns_stored_as_another_type_keep_the_contract_on_postgresql(postgres
 
 
 @pytest.mark.postgres
+def test_a_converted_table_keeps_its_data_version(postgres_urls, tmp_path):
+    """The version read the converting subquery as a table name and failed quietly, so a
+    repeated statement on such a table was charged again rather than answered from the
+    ledger."""
+    with dpsql.connect(postgres_urls[0], metadata=_meta(), ledger=tmp_path / "l.sqlite") as con:
+        first = con.execute("SELECT AVG(score) AS a FROM people", epsilon=0.5)
+        again = con.execute("SELECT AVG(score) AS a FROM people", epsilon=0.5)
+        assert first.epsilon_spent == 0.5 and again.epsilon_spent == 0
+        assert again.fetchall() == first.fetchall()
+
+
+@pytest.mark.postgres
 def test_a_stored_type_with_no_total_conversion_is_refused_on_postgresql(postgres_urls):
     """Text has no conversion to a date that never fails: refused at connect, on D and D′
     alike, naming the column and both types (nothing runs, so nothing is charged)."""
