@@ -181,6 +181,16 @@ def test_time_zones_are_refused_saying_timestamps_are_the_utc_wall_clock(numbers
         assert con.budget_spent.epsilon == 0
 
 
+@pytest.mark.parametrize("cast", ["CAST(TO_TIMESTAMP(s) AS TIME)", "TO_TIMESTAMP(s)::timetz"])
+def test_a_time_of_day_is_refused(numbers, cast):
+    """CAST(ts AS TIME) was rendered as a cast to TIMESTAMP: the date stayed in the key."""
+    with dpsql.connect(metadata=_metadata(numbers), ledger=":memory:") as con:
+        with pytest.raises(dpsql.UnsupportedSQLError, match="no time of day type"):
+            con.execute(f"SELECT {cast} AS t, COUNT(*) AS n FROM numbers GROUP BY 1",
+                        epsilon=1)
+        assert con.budget_spent.epsilon == 0
+
+
 # the harness's x is in [0, 10] and ts in 2000-2001; its adversaries add 1e20, NaN, ±inf,
 # NULL, ±infinity and dates past years 1 and 9999
 CONTRACT = [

@@ -1459,6 +1459,12 @@ def cast_target(data_type: exp.DataType, scope: Scope) -> str:
         return "bool"
     if data_type.is_type(exp.DataType.Type.DATE):
         return "date"
+    if data_type.is_type(exp.DataType.Type.TIME, exp.DataType.Type.TIMETZ):
+        # a time of day is no timestamp: it was cast to one, keeping the date
+        raise UnsupportedSQLError(
+            f"CAST to {data_type.sql(dialect='duckdb')} is not supported: dpsql has no time "
+            "of day type", sql=scope.sql,
+            hint="take its parts, e.g. EXTRACT(hour FROM ts), or STRFTIME(ts, '%H:%M')")
     if data_type.is_type(*exp.DataType.TEMPORAL_TYPES):
         return "timestamp"
     raise UnsupportedSQLError(f"CAST to {data_type.sql(dialect='duckdb')} is not supported",
