@@ -123,8 +123,8 @@ def _least_values(checked: CheckedQuery, part: NoisePart, keys: list[str], salt:
     its k values the ranked plan keeps. Values of one person and cell whose 64-bit hashes
     collide count as one (an adversary can make texts collide: DuckDB's text hash is
     invertible), so a person adds at most L∞ values a cell whatever they store. A row whose
-    key is outside the public domain takes no cell, as in the pivoted plan: it neither counts nor takes one of the person's L0 groups.
-    At 10⁸ rows: docs/benchmarks-scale.md.
+    key is outside the public domain takes no cell, as in the pivoted plan: it neither counts
+    nor takes one of the person's L0 groups. At 10⁸ rows: docs/benchmarks-scale.md.
     """
     table, name = checked.table, f"__{part.column}"
     linf, l0 = table.max_rows_per_group, table.max_groups_per_unit
@@ -233,19 +233,15 @@ def _scaled(value: str, factor: int | str, divisor: str, wide: bool, d) -> str:
             f"THEN 1 ELSE 0 END)")
 
 
-def _partials(values, units: dict[str, int], wide: bool, d, where: str | None = None,
-              tag: str = "") -> list[str]:
-    """A person's partial aggregates of one group: rows, and per value its count (in the
-    grid units ``units`` of a count part, summed in 128 bits: scaled to L∞ it is multiplied
-    by L∞ first), sum and sum of squares; ``where`` picks the group's rows out of all the
-    person's rows."""
+def _partials(values, wide: bool, d, where: str | None = None, tag: str = "") -> list[str]:
+    """A person's partial aggregates of one group: rows, and per value its count, sum and sum
+    of squares; ``where`` picks the group's rows out of all the person's rows. Counts are
+    plain COUNTs, put in a count part's grid units after (``_capped``): a 128-bit SUM of
+    units per person did not spill (10⁶ rows ran out of 64 MB where COUNT spilled)."""
     only = "" if where is None else f" FILTER (WHERE {where})"
     out = [f"COUNT(*){only} AS __rows{tag}"]
     for value, spec in values.columns.items():
-        unit = units.get(value, 1)
-        count = f"COUNT({value})" if unit == 1 else \
-            d.dialect.sum_int(f"CASE WHEN {value} IS NOT NULL THEN {unit} ELSE 0 END")
-        out.append(f"{count}{only} AS __n{value}{tag}")
+        out.append(f"COUNT({value}){only} AS __n{value}{tag}")
         if spec.summed:
             total = d.dialect.sum_int(value) if wide else f"SUM({value})"
             out.append(f"{total}{only} AS __s{value}{tag}")
@@ -278,10 +274,12 @@ def _capped(parts, values, linf: int, wide: bool, d, tag: str = "",
     over = f"{rows} > {linf}"
     out = [f"{kept(f'LEAST({rows}, {linf})')} AS {rows}"]
     out += [] if wide else [f"{kept(rows)} AS __all{tag}"]
-    for value in _units(parts):
+    for value, unit in _units(parts).items():
         count = f"__n{value}{tag}"
-        scaled = d.dialect.int_divide(f"{count} * {linf}", rows)
-        out.append(f"{kept(f'CASE WHEN {over} THEN {scaled} ELSE {count} END')} AS {count}")
+        # in 128 bits: a count of a person's rows times a fine grid's units may pass 2^63
+        units = f"{d.dialect.wide_int(count)} * {unit}"
+        scaled = d.dialect.int_divide(f"{units} * {linf}", rows)
+        out.append(f"{kept(f'CASE WHEN {over} THEN {scaled} ELSE {units} END')} AS {count}")
     for part in parts:
         if part.role not in ("sum", "sumsq"):
             continue
@@ -345,7 +343,7 @@ def _paired(checked: CheckedQuery, parts, values, keys: list[str], cells: int | 
     do not spill)."""
     table = checked.table
     pairs = ", ".join(["__unit", *keys])
-    partials = _partials(values, _units(parts), wide, d)
+    partials = _partials(values, wide, d)
     choose = bool(keys) and (cells is None or table.max_groups_per_unit < cells)
     prefilter = choose and prefilters(d.dialect, table.max_groups_per_unit,
                                       table.max_rows_per_group)
@@ -396,7 +394,7 @@ def _pivoted(checked: CheckedQuery, parts, values, keys: list[str], salt: int, w
     ctes = [f"__in_cells AS (SELECT {', '.join(columns)} FROM __src)"]
     per_unit = ["__unit"]
     for c in cells:
-        per_unit += _partials(values, _units(parts), wide, d, where=f"__cell = {c}",
+        per_unit += _partials(values, wide, d, where=f"__cell = {c}",
                               tag=f"_{c}")
     ctes.append(f"__per_unit AS (SELECT {', '.join(per_unit)} FROM __in_cells "
                 f"WHERE __cell IS NOT NULL GROUP BY __unit)")

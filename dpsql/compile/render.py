@@ -133,6 +133,10 @@ class Dialect:
         """SUM of integers that cannot wrap (128-bit in DuckDB)."""
         return f"SUM({value})"
 
+    def wide_int(self, value: str) -> str:
+        """An integer in 128 bits (NUMERIC on PostgreSQL), so that a product cannot wrap."""
+        return f"CAST({value} AS HUGEINT)"
+
     def values(self, rows: list[str], alias: str, columns: list[str]) -> str:
         """A VALUES list as a FROM item."""
         return f"(VALUES {', '.join(rows)}) AS {alias}({', '.join(columns)})"
@@ -542,6 +546,9 @@ class PostgresDialect(Dialect):
     def sum_int(self, value: str) -> str:
         return f"SUM(CAST({value} AS NUMERIC))"
 
+    def wide_int(self, value: str) -> str:
+        return f"CAST({value} AS NUMERIC)"
+
     def _numeric(self, e: Expr) -> str:
         return f"CAST({self.expr(e)} AS NUMERIC)"
 
@@ -696,6 +703,9 @@ class SparkDialect(Dialect):
 
     def sum_int(self, value: str) -> str:
         return f"SUM(CAST({value} AS DECIMAL(38, 0)))"
+
+    def wide_int(self, value: str) -> str:
+        return f"CAST({value} AS DECIMAL(38, 0))"
 
     def values(self, rows: list[str], alias: str, columns: list[str]) -> str:
         return f"(SELECT * FROM VALUES {', '.join(rows)} AS {alias}({', '.join(columns)}))"
