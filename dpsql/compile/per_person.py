@@ -277,7 +277,8 @@ def _capped(parts, values, linf: int, wide: bool, d, tag: str = "",
     for value, unit in _units(parts).items():
         count = f"__n{value}{tag}"
         # in 128 bits: a count of a person's rows times a fine grid's units may pass 2^63
-        units = f"{d.dialect.wide_int(count)} * {unit}"
+        # (a whole count times L∞ cannot: it is at most the rows times L∞)
+        units = count if unit == 1 else f"{d.dialect.wide_int(count)} * {unit}"
         scaled = d.dialect.int_divide(f"{units} * {linf}", rows)
         out.append(f"{kept(f'CASE WHEN {over} THEN {scaled} ELSE {units} END')} AS {count}")
     for part in parts:
