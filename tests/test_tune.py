@@ -600,7 +600,10 @@ def test_a_read_that_fails_on_the_data_is_charged_on_postgresql(tmp_path):
                                  "max_rows_per_group": 1,
                                  "columns": {"uid": "int", "x": {"type": "float", "lower": 0,
                                                                  "upper": 100}}}}}
-        limited = url + "?options=-c%20statement_timeout%3D100"
+        # one process per read: parallel workers could finish a read of the 2·10⁶ rows
+        # inside the 100 ms on a quiet machine (one CI run saw nothing time out)
+        limited = url + ("?options=-c%20statement_timeout%3D100"
+                         "%20-c%20max_parallel_workers_per_gather%3D0")
         with dpsql.connect(limited, metadata=meta, ledger=tmp_path / "l.sqlite") as con:
             with pytest.raises(dpsql.BackendError, match="was charged") as caught:
                 con.tune("t", epsilon=0.5, columns=["x"])
