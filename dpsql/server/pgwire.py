@@ -13,7 +13,7 @@ the following queries (``dpsql.delta`` their δ, ``dpsql.tune`` their tuning sli
 ``SHOW dpsql.budget`` and ``SHOW dpsql.last_release`` return JSON;
 ``DECLARE name CURSOR FOR <select>`` is one release whose rows ``FETCH`` returns;
 BEGIN/COMMIT/ROLLBACK and other SETs are accepted and do nothing (a release cannot be taken
-back); drivers' session queries and psql's table lists are answered by ``pgcatalog.py``.
+back); drivers' session queries and psql's \\d commands are answered by ``pgcatalog.py``.
 Everything else is refused with a PostgreSQL error.
 """
 
