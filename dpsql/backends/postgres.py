@@ -10,8 +10,8 @@ the rendered SQL reads as it is (``_NATIVE``) is read plainly; another is read t
 conversion (``_reader``: the render layer's guarded casts, ``CAST(... AS TEXT)``, a guarded
 NUMERIC), so that no stored value (``'n/a'`` in a text column declared int, ``1e400`` in a
 numeric one declared float) can make a query fail on one person's rows; a pair with no total
-conversion (text declared date) is refused at connect time. Only the catalogue is read for
-this, never the data. The session's TimeZone is UTC: a timestamptz is read at UTC wall clock.
+conversion (text declared date) is refused at connect time, and a type altered after connect
+at the next query. Only the catalogue is read for this, never the data. The session's TimeZone is UTC: a timestamptz is read at UTC wall clock.
 """
 
 from __future__ import annotations
@@ -50,6 +50,14 @@ FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
 WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum"""
 
+# the same for several relations at once, each row labelled with the catalogue's table name
+_STORED_NOW = """SELECT r.name, a.attname, format_type(CASE WHEN t.typtype = 'd'
+                                                     THEN t.typbasetype ELSE a.atttypid END, NULL)
+FROM unnest(%s::text[], %s::text[]) AS r(name, relation)
+JOIN pg_attribute a ON a.attrelid = to_regclass(r.relation)
+JOIN pg_type t ON t.oid = a.atttypid
+WHERE a.attnum > 0 AND NOT a.attisdropped"""
+
 
 class PostgresBackend:
     """Runs exact queries on a PostgreSQL server; the analyst's session is read-only."""
@@ -76,7 +84,7 @@ class PostgresBackend:
         except psycopg.Error as err:
             raise BackendError(f"cannot connect to PostgreSQL at {_redacted(url)}: {err}") from err
         try:
-            stored = {name: self._stored(name) for name in catalog.tables}
+            stored = self._stored_types = {name: self._stored(name) for name in catalog.tables}
             self.catalog = with_stored_columns(catalog, {
                 name: {column: _TYPES.get(kind, "text") for column, kind in columns.items()}
                 for name, columns in stored.items()})
@@ -119,10 +127,13 @@ class PostgresBackend:
 
     def run_sql(self, sql: str, timeout: float | None = None
                 ) -> tuple[list[str], list[tuple]]:
-        """Execute SQL rendered in PostgreSQL's dialect."""
+        """Execute SQL rendered in PostgreSQL's dialect, on tables whose stored types are
+        still those read at connect (the conversions of the rendered SQL were chosen for them)."""
         try:
-            cursor = self.connection.execute(sql)
-            rows = cursor.fetchall()
+            with self.connection.transaction():
+                self._hold_stored_types()
+                cursor = self.connection.execute(sql)
+                rows = cursor.fetchall()
         except psycopg.errors.QueryCanceled as err:
             raise BackendError("PostgreSQL cancelled the exact query", resource="time") from err
         except (psycopg.errors.OutOfMemory, psycopg.errors.DiskFull) as err:
@@ -133,6 +144,28 @@ class PostgresBackend:
         return [d.name for d in cursor.description], exact_rows(rows)
 
     run_public = run_sql
+
+    def _hold_stored_types(self) -> None:
+        """Lock the catalogued tables against ALTER until the transaction ends, and refuse
+        when a column's stored type is no longer the one read at connect: a column altered
+        from int to text afterwards was read plainly, and one person's 'n/a' made AVG fail
+        where it had answered. The catalogue alone decides, so D and D′ are refused alike."""
+        self.connection.execute(
+            f"LOCK TABLE {', '.join(self.relations.values())} IN ACCESS SHARE MODE")
+        names = list(self.relations)
+        rows = self.connection.execute(_STORED_NOW, (names, list(self.relations.values())))
+        now: dict[str, dict[str, str]] = {name: {} for name in names}
+        for name, column, kind in rows.fetchall():
+            now[name][column] = kind
+        for name, columns in self._stored_types.items():
+            for column in self.catalog.tables[name].columns:
+                before, after = columns.get(column), now[name].get(column)
+                if before != after:
+                    raise DataError(
+                        f"column {name}.{column} is stored as {after or 'nothing (dropped)'} "
+                        f"now, and was {before or 'absent'} when dpsql connected",
+                        hint="reconnect (restart a server) so that dpsql reads the table "
+                        "through the conversion its stored type needs")
 
     def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
         """Execute a custodian's query tree, written in PostgreSQL's dialect."""

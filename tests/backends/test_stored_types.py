@@ -120,6 +120,34 @@ def test_a_stored_type_with_no_total_conversion_is_refused_on_postgresql(postgre
 
 
 @pytest.mark.postgres
+def test_a_type_altered_after_connect_is_refused_alike(tmp_path):
+    """The conversions are chosen at connect: a column altered from int to text afterwards
+    was read plainly, and D′'s 'n/a' made AVG fail (charged) where D answered. The stored
+    types are now checked under a lock with each query: refused on both, nothing charged."""
+    import psycopg
+
+    meta = _meta(amount="float", ratio="float", flag="text", code="float")
+    with databases("dpsql_altered") as create:
+        pair = []
+        for extra in (False, True):
+            url = create()
+            with psycopg.connect(url, autocommit=True) as admin:
+                copy_table(admin, "people", _people(False), {**STORED, "score": "integer"})
+            con = dpsql.connect(url, metadata=meta, ledger=tmp_path / f"{extra}.sqlite")
+            with psycopg.connect(url, autocommit=True) as admin:
+                admin.execute("ALTER TABLE people ALTER score TYPE text")
+                if extra:
+                    admin.execute(f"INSERT INTO people (pid, score) VALUES ({nb.TARGET}, 'n/a')")
+            pair.append(con)
+        for con in pair:
+            with con:
+                with pytest.raises(dpsql.DataError, match="people.score is stored as text "
+                                   "now, and was integer when dpsql connected"):
+                    con.execute("SELECT AVG(score) AS a FROM people", epsilon=0.5)
+                assert con.budget_spent.epsilon == 0
+
+
+@pytest.mark.postgres
 def test_timestamptz_is_bucketed_in_utc_whatever_the_database_time_zone():
     """A timestamptz declared timestamp was read at the database's TimeZone: under
     America/Los_Angeles, DATE_TRUNC('month', at) moved rows near midnight to other months."""
