@@ -473,13 +473,12 @@ def noise_parts(checked: CheckedQuery, catalog: Catalog, epsilons: list[Fraction
                                    sensitivity=distinct_values_sensitivity(table, **common)))
         elif measure.role == "quantile":
             # exponential mechanism: the utility of a bin moves by ≤ 1 per row, so it has the
-            # sensitivity of a count (L∞ rows in each of L0 groups, twice under replace)
+            # sensitivity of a count (L∞ rows in each of L0 groups and R in all, twice under
+            # replace), which its histogram enforces
             width = first.upper - first.lower
             bins = int(width) + 1 if whole_bins(first) else QUANTILE_BINS
-            # its histogram bounds rows per group and groups, not rows in all
-            unbounded_total = replace(table, max_rows_per_unit=None)
             parts.append(NoisePart(role="quantile", bins=bins, **base,
-                                   sensitivity=count_sensitivity(unbounded_total, **common)))
+                                   sensitivity=count_sensitivity(table, **common)))
         elif measure.product:
             parts.append(_product_part(first, checked, squares_epsilon, values, common, base))
         else:
@@ -785,11 +784,12 @@ def bin_of(agg: Aggregate, bins: int, d: SqlWriter) -> str:
 
 def _histogram_sql(checked: CheckedQuery, part: NoisePart, salt: int, source: str | None,
                    d: SqlWriter) -> str:
-    """Exact (keys, bin, rows) of a quantile's input, each person bounded to L0 × L∞ rows.
+    """Exact (keys, bin, rows) of a quantile's input, each person bounded to L0 × L∞ rows
+    and R (``max_rows_per_unit``) in all.
 
     Rows, not per-person sums, are bounded here: a person keeps at most L∞ rows per group
-    (ranked by a keyed hash) in at most L0 groups (``compile.bound.bound_rows``), or the rows
-    a bounded snapshot kept.
+    (ranked by a keyed hash) in at most L0 groups and R rows in all
+    (``compile.bound.bound_rows``), or the rows a bounded snapshot kept.
     """
     agg = next(a for a in checked.aggregates if a.name == part.aggregate)
     table = checked.table
@@ -804,7 +804,8 @@ def _histogram_sql(checked: CheckedQuery, part: NoisePart, salt: int, source: st
     if unit is None:
         return f"WITH {src} SELECT {group}, COUNT(*) AS n FROM __src GROUP BY {group}"
     bounded = bound_rows(d.dialect, "__src", "__unit", keys, ["__bin"],
-                         table.max_groups_per_unit, table.max_rows_per_group, None, salt)
+                         table.max_groups_per_unit, table.max_rows_per_group,
+                         table.max_rows_per_unit, salt)
     return (f"WITH {src}, {bounded.ctes} SELECT {group}, COUNT(*) AS n FROM {bounded.last} "
             f"GROUP BY {group}")
 

@@ -29,9 +29,9 @@ def test_sensitivity_uses_the_smaller_bound(capped):
                        )["total_sensitivity"] == 200
     assert con.explain("SELECT day, COUNT(DISTINCT uid) FROM visits GROUP BY day"
                        )["total_sensitivity"] == 3  # persons per group: unchanged
-    # quantiles bound rows per group and groups only: L0·L∞
+    # a quantile's histogram keeps R rows of a person too (it had 6 = L0·L∞: 3× the noise)
     assert con.explain("SELECT day, MEDIAN(amount) FROM visits GROUP BY day"
-                       )["statements"][0]["aggregates"][0]["sensitivity"] == 6
+                       )["statements"][0]["aggregates"][0]["sensitivity"] == 2
 
 
 def test_one_person_adds_at_most_the_bound(capped):
@@ -40,6 +40,17 @@ def test_one_person_adds_at_most_the_bound(capped):
                        "WHERE uid = 999999 GROUP BY day", epsilon=1e11).fetchall()
     # at ε = 1e11 the noise is ~1e-8: the answers are the bounded exact values
     assert sum(n for _, n, _ in rows) <= 2 and sum(s for _, _, s in rows) <= 200 + 1e-4
+
+
+def test_a_quantile_histogram_keeps_at_most_the_bound(capped):
+    """The rogue's 700 rows over the days count at most R = 2 in the histogram a MEDIAN's
+    exponential mechanism reads, as its sensitivity of 2 assumes."""
+    con = dpsql.connect(metadata=capped, ledger=":memory:")
+    planned = con._engine.plan("SELECT day, MEDIAN(amount) AS m FROM visits "
+                               "WHERE uid = 999999 GROUP BY day", epsilon=1)
+    [(_, query)] = planned.release.statements[0].histograms
+    _, rows = con._backend.run_sql(query.sql)
+    assert sum(row[-1] for row in rows) == 2
 
 
 def test_row_privacy_tables_cannot_declare_it(data_dir):
