@@ -313,9 +313,11 @@ class HttpApi:
             ok = await asyncio.get_running_loop().run_in_executor(
                 self.hashing, self.service.check_login, user, password)
         finally:
-            self.service.limiter.finish(login, ok=ok)
+            await self.service.limiter.finish(login, ok=ok)
         if not ok:
-            self.service.login_event(user[:100], "http", "failed", address)
+            # the audit's write waits for other workers' (SQLite): off the event loop
+            await asyncio.to_thread(self.service.login_event, user[:100], "http", "failed",
+                                    address)
             await asyncio.sleep(self.service.limiter.delay)
             raise ServiceError("auth_failed", "wrong user name or password")
         if len(self._verified) > 10_000:

@@ -307,8 +307,10 @@ class Session:
         finally:
             # psql hangs up when asked for a password, then asks the user and logins again:
             # counted as a failure, 3 psql logins in a minute locked the user out
-            limiter.finish(login, ok=ok, tried=outcome in ("ok", "failed"))
-            self.service.login_event(self.user, "pg", outcome, self.address)
+            await limiter.finish(login, ok=ok, tried=outcome in ("ok", "failed"))
+            # the audit's write waits for other workers' (SQLite): off the event loop
+            await asyncio.to_thread(self.service.login_event, self.user, "pg", outcome,
+                                    self.address)
         if not ok:
             await asyncio.sleep(limiter.delay)
             await self.send(_error(self._failure(
@@ -404,10 +406,11 @@ class Session:
         if fixed is not None:
             return fixed
         match = _SHOW.match(text)
-        if match:
-            return self._show(match.group(1).lower())
-        match = _EXPLAIN.match(text)
         loop = asyncio.get_running_loop()
+        if match:  # the budget's reads the ledgers (SQLite or PostgreSQL): off the event loop
+            return await loop.run_in_executor(self.server.executor, self._show,
+                                              match.group(1).lower())
+        match = _EXPLAIN.match(text)
         if match:
             plan = await loop.run_in_executor(
                 self.server.executor, lambda: self.service.explain(

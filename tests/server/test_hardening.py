@@ -397,11 +397,12 @@ def test_failures_under_made_up_names_do_not_unlock_a_locked_user():
     async def main() -> tuple[bool, bool]:
         limiter = LoginLimiter(max_failures=3, window=600)
         for _ in range(3):
-            limiter.finish(await limiter.attempt("bob", "10.0.0.2", known=True), ok=False)
+            await limiter.finish(await limiter.attempt("bob", "10.0.0.2", known=True),
+                                 ok=False)
         for i in range(MAX_COUNTS // 2 + 1_000):  # two counts each: (name, address), (name, *)
             login = await limiter.attempt(f"nobody{i}", f"10.1.{i % 250}.{i // 250 % 250}",
                                           known=False)
-            limiter.finish(login, ok=False)
+            await limiter.finish(login, ok=False)
         held = limiter._db.execute("SELECT count(*) FROM failures").fetchone()[0]
         return await limiter.attempt("bob", "10.0.0.2", known=True), held <= MAX_COUNTS + 2
 
