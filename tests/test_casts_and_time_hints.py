@@ -191,6 +191,20 @@ def test_a_time_of_day_is_refused(numbers, cast):
         assert con.budget_spent.epsilon == 0
 
 
+@pytest.mark.parametrize(("dialect", "clock"), [
+    ("duckdb", "CURRENT_DATE - INTERVAL 365 DAY"), ("postgres", "now()"),
+    ("duckdb", "get_current_timestamp()"), ("postgres", "LOCALTIMESTAMP"),
+    ("duckdb", "CURRENT_TIMESTAMP")])
+def test_the_clock_is_refused_saying_to_write_the_date(numbers, dialect, clock):
+    """CURRENT_DATE's hint listed every row-level function; it now says to write the date."""
+    with dpsql.connect(metadata=_metadata(numbers), ledger=":memory:", dialect=dialect) as con:
+        with pytest.raises(dpsql.UnsupportedSQLError, match="does not read the clock") as refused:
+            con.execute(f"SELECT COUNT(*) AS n FROM numbers WHERE TO_TIMESTAMP(s) > {clock}",
+                        epsilon=1)
+        assert refused.value.hint.startswith("write the date you mean as a literal")
+        assert con.budget_spent.epsilon == 0
+
+
 # the harness's x is in [0, 10] and ts in 2000-2001; its adversaries add 1e20, NaN, ±inf,
 # NULL, ±infinity and dates past years 1 and 9999
 CONTRACT = [

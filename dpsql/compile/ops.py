@@ -140,6 +140,11 @@ def construct_name(node: exp.Expression) -> str:
 
 # conversions between time zones (PostgreSQL's TIMEZONE(zone, ts) is an anonymous function)
 _TIME_ZONES = (exp.AtTimeZone, exp.ConvertTimezone, exp.FromTimeZone)
+# the clock's date or time, and the functions that read it under other names
+_CLOCK = (exp.CurrentDate, exp.CurrentDatetime, exp.CurrentTime, exp.CurrentTimestamp,
+          exp.CurrentTimestampLTZ, exp.Localtime, exp.Localtimestamp)
+_CLOCK_NAMES = {"now", "today", "getdate", "sysdate", "get_current_timestamp",
+                "transaction_timestamp", "statement_timestamp", "clock_timestamp"}
 
 
 def refusal(node: exp.Expression, scope: Scope) -> UnsupportedSQLError:
@@ -157,6 +162,13 @@ def refusal(node: exp.Expression, scope: Scope) -> UnsupportedSQLError:
             "time zone, and it converts none between zones", sql=scope.sql,
             hint="drop the time zone: dpsql's TO_TIMESTAMP(seconds) is the UTC wall clock "
             "already (what PostgreSQL's to_timestamp(s) AT TIME ZONE 'UTC' gives)")
+    if isinstance(node, _CLOCK) or (isinstance(node, exp.Anonymous)
+                                    and str(node.this).lower() in _CLOCK_NAMES):
+        return UnsupportedSQLError(
+            f"{name} is not supported: dpsql does not read the clock, so that a statement "
+            "means the same whenever it runs (a stored answer is reused for the same text)",
+            sql=scope.sql, hint="write the date you mean as a literal, e.g. "
+            "visit_date > DATE '2024-01-01' or ts >= TIMESTAMP '2024-01-01 00:00:00'")
     if isinstance(node, exp.AggFunc):
         return ProgrammingError(f"the aggregate {node.sql(dialect='duckdb')} is not allowed "
                                 "here", sql=scope.sql,
