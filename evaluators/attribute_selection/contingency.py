@@ -149,6 +149,7 @@ def catalog_attributes(
     if names is None:
         names = [c.name for c in spec.columns.values()
                  if c.name != target.name and (c.values or c.is_bounded)]
+    check_candidates(names, target.name)
     attributes = []
     for name in names:
         column = spec.column(name)
@@ -166,6 +167,28 @@ def catalog_attributes(
                 hint="declare its public values, or lower/upper bounds for binning",
             )
     return attributes, tuple(str(v) for v in target.values)
+
+
+def check_candidates(names: Sequence[str], class_column: str) -> None:
+    """Refuse the class and a repeated name as candidate attributes, before anything is read.
+
+    In attribute selection the class gave the engine two GROUP BY keys of one name and a
+    repeat failed the k-table sensitivity check as an InternalError ('this is a bug'); Naive
+    Bayes dropped the class and modelled the prior alone.
+
+    Raises:
+        dpsql.ProgrammingError: the class or a repeated name among ``names``.
+    """
+    seen: set[str] = set()
+    for name in names:
+        if name == class_column:
+            raise dpsql.ProgrammingError(
+                f"the class {class_column!r} cannot also be a candidate attribute",
+                hint="leave it out of the attributes; it is always the class")
+        if name in seen:
+            raise dpsql.ProgrammingError(f"attribute {name!r} is given twice",
+                                         hint="name each candidate attribute once")
+        seen.add(name)
 
 
 def contingency_statements(table: str, class_column: str, attributes: Sequence[Attribute], *,

@@ -10,6 +10,7 @@ release at no extra cost (post-processing).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -70,14 +71,20 @@ def filter_ranking(ranking: Sequence[str], scores: dict[str, float], *,
         >>> filter_ranking(["a", "b", "c"], {"a": 3, "b": 2, "c": 1}, n=2, threshold=1.5)
         ['a', 'b']
     """
-    _check_top(n)
+    _check_cut(n, threshold)
     kept = [a for a in ranking if threshold is None or scores[a] > threshold]
     return kept if n is None else kept[:n]
 
 
-def _check_top(n: int | None) -> None:
+def _check_cut(n: int | None, threshold: float | None) -> None:
+    """Refuse a bad top-n or threshold before the release: --top -1 was charged ε and then
+    refused, and a NaN or infinite threshold kept no attribute whatever was released."""
     if n is not None and n < 0:
         raise dpsql.ProgrammingError(f"n must be >= 0, got {n}", hint="pass --top N with N >= 0")
+    if threshold is not None and not math.isfinite(threshold):
+        raise dpsql.ProgrammingError(f"threshold must be a finite number, got {threshold}",
+                                     hint="pass a chi-squared or a gain in bits, e.g. "
+                                     "--threshold 10, or leave it out to keep all")
 
 
 def _check_method(method: str) -> None:
@@ -129,7 +136,7 @@ def select_attributes(
             charged; the engine's own errors (budget exhausted, ...) pass through.
     """
     _check_method(method)
-    _check_top(n)
+    _check_cut(n, threshold)
     candidates, classes = catalog_attributes(metadata or connection.catalog, table,
                                              class_column, attributes, bins)
     release = release_tables(connection, table, class_column, candidates, classes, epsilon)

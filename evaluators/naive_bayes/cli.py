@@ -51,7 +51,7 @@ from dpsql.randomize import (
 from evaluators import _catalog
 from evaluators._cli import EXACT, dataset_ledger, emit, evaluator_options
 from evaluators._holdout import check_test_fraction, test_rows
-from evaluators.attribute_selection.contingency import catalog_attributes
+from evaluators.attribute_selection.contingency import catalog_attributes, check_candidates
 from evaluators.naive_bayes.central import train_central
 from evaluators.naive_bayes.model import NaiveBayesModel
 from evaluators.naive_bayes.randomized_response import ReconstructedStatistics, train_randomized
@@ -121,6 +121,7 @@ def load_holdout(metadata: str | Path, table: str, class_column: str, *,
     target = _catalog.class_column(spec, class_column)
     names = attributes or [c for c in spec.columns
                            if c != target.name and not _is_unit(spec, c)]
+    check_candidates(names, target.name)
     modelled_units = [n for n in (*names, target.name) if _is_unit(spec, n)]
     if modelled_units:
         raise dpsql.ProgrammingError(

@@ -239,6 +239,27 @@ def test_a_negative_top_is_refused_before_anything_is_charged(tmp_path: Path) ->
         assert connection.budget_spent.epsilon == 0
 
 
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--attribute", "buying", "--attribute", "buying"], "given twice"),
+    (["--attribute", "class"], "cannot also be a candidate"),
+    (["--threshold", "nan"], "threshold must be a finite number"),
+    (["--threshold", "inf"], "threshold must be a finite number"),
+])
+def test_a_repeated_or_class_attribute_or_a_non_finite_threshold_is_refused_uncharged(
+        tmp_path: Path, extra: list[str], message: str) -> None:
+    """A repeated --attribute failed as an InternalError ('this is a bug') on the planned
+    sensitivity, the class as an attribute said 'two GROUP BY keys have the same name', and
+    --threshold nan or inf was charged ε and selected nothing."""
+    metadata = tmp_path / "car.yaml"
+    shutil.copy(META / "car.yaml", metadata)
+    result = CliRunner().invoke(command, ["--metadata", str(metadata), "--table", "car",
+                                          "--class", "class", "--epsilon", "1", *extra])
+    assert isinstance(result.exception, dpsql.ProgrammingError)
+    assert message in str(result.exception)
+    with dpsql.connect(None, metadata=str(metadata)) as connection:
+        assert connection.budget_spent.epsilon == 0
+
+
 def test_cli_on_a_duckdb_copy_charges_the_datasets_ledger(car, tmp_path: Path) -> None:
     """--db charged a ledger beside the DuckDB file, so the dataset's stayed at 0 and the same
     people were charged against two budgets."""

@@ -127,6 +127,23 @@ def test_randomized_response_publishes_no_uid_and_reports_the_heaviest_persons_e
         holdout.train["uid"].value_counts() - 6).clip(lower=0).sum()
 
 
+@pytest.mark.parametrize(("attributes", "message"), [
+    ("member", "cannot also be a candidate"), ("day,day", "given twice")])
+def test_the_class_or_a_repeated_attribute_is_refused_before_the_rows_are_read(
+        tmp_path, attributes: str, message: str) -> None:
+    """--attributes member (the class) was dropped from the model without a word, which then
+    predicted from the class prior alone, and ε was charged for it."""
+    metadata = _dataset(tmp_path, _visits())
+    ledger = str(tmp_path / "l.sqlite")
+    args = ["-m", metadata, "-t", "visits", "--class", "member", "--attributes", attributes,
+            "--mechanism", "laplace", "-e", "1", "--ledger", ledger]
+    result = CliRunner().invoke(command, args)
+    assert isinstance(result.exception, dpsql.ProgrammingError), result.output
+    assert message in str(result.exception)
+    with dpsql.connect(None, metadata=metadata, ledger=ledger) as connection:
+        assert connection.budget_spent.epsilon == 0
+
+
 def test_an_empty_test_split_is_refused_before_the_central_release(tmp_path) -> None:
     """--test-fraction 1e-7 was charged ε 1 and answered test_accuracy NaN (not JSON)."""
     metadata = _dataset(tmp_path, _visits())
