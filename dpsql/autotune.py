@@ -7,6 +7,10 @@ statement at the remaining 0.9 under the proposed L0, L∞ and R. The two
 releases compose (basic composition): the statement costs ε = 1 in all, and the ledger holds
 two rows, the tuning and the answer, that add up to it. Value bounds stay as declared.
 
+The proposed bounds may be above the metadata's (its contribution bounds are defaults: the
+answer's noise follows the bounds it is answered under), where OPTIONS(max_groups_contributed=
+...) may only tighten them; ``cursor.tuned_bounds`` holds what was chosen.
+
 Nothing is charged for a statement that would be refused: it is compiled and planned on the
 declared bounds at the remaining ε first (every refusal of the SQL, its parameters or its
 shape happens there), and the whole ε, with the statement's δ, must fit the budget before

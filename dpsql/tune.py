@@ -802,7 +802,8 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
                         persons=persons, choices=tuple(choices), draws=draws, quantiles=shown,
                         persons_scale=float(1 / share), dropped=dropped, notes=tuple(_coarse(share, persons, [COUNT_GRID, *bound_grids.values()])
                                     + _undeclared(spec, names)
-                                    + _unbounded(spec, names, columns, query)))
+                                    + _unbounded(spec, names, columns, query)
+                                    + _loosened(spec, choices)))
 
 
 def choose_value_bounds(grid: tuple[float, ...], low: Spread, high: Spread, count_sd: float,
@@ -826,6 +827,21 @@ def choose_value_bounds(grid: tuple[float, ...], low: Spread, high: Spread, coun
                 key=lambda c: (per_cell * high.excess(c)) ** 2
                 + (count_sd * max(abs(lower), abs(c))) ** 2)
     return lower, upper
+
+
+def _loosened(table: TableSpec, choices: list[Choice]) -> list[str]:
+    """A note when a proposed contribution bound is above the metadata's: the metadata's are
+    defaults that tune (and execute(tune=)) may exceed, since the noise follows the bounds
+    applied, while OPTIONS(max_groups_contributed=...) may only tighten them (MovieLens:
+    tune= chose L0 20 over the declared 5 with nothing said, where OPTIONS refused 50)."""
+    above = [f"{c.key} {c.value} (declared {declared})" for c in choices
+             if (declared := getattr(table, c.key, None)) is not None
+             and not c.key.startswith("columns.") and c.value > declared]
+    if not above:
+        return []
+    return [f"above the metadata's bounds: {', '.join(above)}; a statement answered under "
+            "them gets noise for them (the declared bounds are defaults, not a privacy limit: "
+            "ε is), and OPTIONS(max_groups_contributed=...) can only tighten the declared ones"]
 
 
 def _undeclared(table: TableSpec, names: tuple[str, ...]) -> list[str]:

@@ -941,3 +941,19 @@ def test_what_the_bounds_drop_is_printed_within_its_stated_uncertainty(tmp_path)
         "--group-by", "day", "--ledger", str(tmp_path / "l.sqlite")]).output
     assert text.count("together they drop ≈ ") == 1 and text.count(" of the rows (at most ") == 1
     assert "persons (95%: " in text and "% of the persons (95%: " in text, text
+
+
+def test_a_proposal_above_the_declared_bounds_says_so(tmp_path):
+    """s19 (A6): tune= chose max_groups_per_unit 20 over MovieLens' declared 5 with nothing
+    said, where OPTIONS(max_groups_contributed=50) is refused. The declared bounds are
+    defaults tune may exceed; the proposal now says which it exceeds (visits declares L0 3
+    and L∞ 2, and 1..11 visits a person over 7 days need more), and none when it does not."""
+    meta = _write(tmp_path, make_visits(2000, seed=3))
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=1) as con:
+        result = con.tune("visits", epsilon=2, group_by=["day"])
+    note = next(n for n in result.notes if n.startswith("above the metadata's bounds"))
+    assert "max_groups_per_unit 7 (declared 3)" in note and "can only tighten" in note
+    meta["tables"]["visits"].update(max_groups_per_unit=64, max_rows_per_group=64)
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "m.sqlite", insecure_seed=1) as con:
+        loose = con.tune("visits", epsilon=2, group_by=["day"])
+    assert not any(n.startswith("above the metadata's bounds") for n in loose.notes)
