@@ -69,6 +69,16 @@ class ColumnSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyBounds:
+    """The contribution bounds of a GROUP BY whose keys are exactly ``columns`` of the table
+    (``key_bounds``): they replace the table's L0 and L∞ for such a statement."""
+
+    columns: tuple[str, ...]
+    max_groups_per_unit: int
+    max_rows_per_group: int
+
+
+@dataclass(frozen=True, slots=True)
 class TableSpec:
     """One declared table: public, or private with a privacy unit (None = row privacy)."""
 
@@ -79,6 +89,7 @@ class TableSpec:
     max_groups_per_unit: int = 1
     max_rows_per_group: int = 1
     max_rows_per_unit: int | None = None  # rows one person may add in all, over all groups
+    key_bounds: tuple[KeyBounds, ...] = ()  # L0 and L∞ of a GROUP BY on some columns
     source: str | None = None
     csv: dict[str, Any] = field(default_factory=dict)
 
@@ -293,7 +304,7 @@ def _table(name: str, raw: Any, base: Path) -> TableSpec:
     if not isinstance(raw, dict):
         raise CatalogError(f"table {name!r}: expected a mapping, got {type(raw).__name__}")
     allowed = {"source", "public", "privacy_unit", "max_groups_per_unit", "max_rows_per_group",
-               "max_rows_per_unit",
+               "max_rows_per_unit", "key_bounds",
                "columns", "csv", "description", "rows"}
     unknown = set(raw) - allowed
     if unknown:
@@ -330,11 +341,13 @@ def _table(name: str, raw: Any, base: Path) -> TableSpec:
                                "missing_value", hint="remove missing_value: rows without a "
                                "person are left out of every answer")
     row_privacy = not public and unit is None
-    l0 = _positive_int(name, "max_groups_per_unit", raw.get("max_groups_per_unit", 1))
-    linf = _positive_int(name, "max_rows_per_group", raw.get("max_rows_per_group", 1))
+    l0 = _positive_int(f"table {name!r}", "max_groups_per_unit",
+                       raw.get("max_groups_per_unit", 1))
+    linf = _positive_int(f"table {name!r}", "max_rows_per_group",
+                         raw.get("max_rows_per_group", 1))
     total = raw.get("max_rows_per_unit")
     if total is not None:
-        total = _positive_int(name, "max_rows_per_unit", total)
+        total = _positive_int(f"table {name!r}", "max_rows_per_unit", total)
         if unit is None:
             raise CatalogError(f"table {name!r}: max_rows_per_unit needs a privacy_unit column")
     if row_privacy and (l0 != 1 or linf != 1):
@@ -352,6 +365,7 @@ def _table(name: str, raw: Any, base: Path) -> TableSpec:
             f"answer; run `dpsql tune --table {name}` for bounds chosen privately from the "
             "data, or declare them (a table of one row a person: declare 1 and 1)",
             BoundsDefaultWarning, stacklevel=4)
+    key_bounds = _key_bounds(name, raw.get("key_bounds"), columns, unit, public, (l0, linf))
     source = raw.get("source")
     if source is not None:
         source = _expand(str(source), f"table {name!r}: source")
@@ -359,7 +373,69 @@ def _table(name: str, raw: Any, base: Path) -> TableSpec:
             source = str((base / source).resolve()) if not Path(source).is_absolute() else source
     return TableSpec(name=name, columns=columns, public=public, privacy_unit=unit,
                      max_groups_per_unit=l0, max_rows_per_group=linf,
-                     max_rows_per_unit=total, source=source, csv=_csv(name, raw.get("csv")))
+                     max_rows_per_unit=total, key_bounds=key_bounds, source=source,
+                     csv=_csv(name, raw.get("csv")))
+
+
+def _key_bounds(table: str, raw: Any, columns: dict[str, ColumnSpec], unit: str | None,
+                public: bool, bounds: tuple[int, int]) -> tuple[KeyBounds, ...]:
+    """A table's validated ``key_bounds``: each entry's columns (declared ones, not the unit,
+    in their declared spelling) and its L0 and L∞ (the table's where it leaves one out)."""
+    if raw is None:
+        return ()
+    where = f"table {table!r}: key_bounds"
+    if public or unit is None:
+        raise CatalogError(f"{where} need a privacy_unit column (a person with several rows)",
+                           hint="remove key_bounds: a public table has no persons, and under "
+                           "row privacy each person is one row in one group")
+    example = "key_bounds: [{columns: [item], max_groups_per_unit: 200, max_rows_per_group: 1}]"
+    if not isinstance(raw, list) or not raw:
+        raise CatalogError(f"{where} must be a non-empty list of entries", hint=example)
+    entries: dict[frozenset[str], KeyBounds] = {}
+    for index, entry in enumerate(raw):
+        found = _key_bound(f"{where}[{index}]", entry, columns, unit, bounds, example)
+        if frozenset(found.columns) in entries:
+            raise CatalogError(f"{where}: two entries list the columns {list(found.columns)}",
+                               hint="keep one entry per set of columns")
+        entries[frozenset(found.columns)] = found
+    return tuple(entries.values())
+
+
+def _key_bound(where: str, raw: Any, columns: dict[str, ColumnSpec], unit: str,
+               bounds: tuple[int, int], example: str) -> KeyBounds:
+    """One entry of ``key_bounds``, validated (``_key_bounds``)."""
+    allowed = ("columns", "max_groups_per_unit", "max_rows_per_group")
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{where}: expected a mapping, got {type(raw).__name__}",
+                           hint=example)
+    unknown = set(raw) - set(allowed)
+    if unknown:  # a misspelt bound would leave the table's in place
+        raise CatalogError(f"{where}: unknown key(s) {sorted(unknown, key=str)}",
+                           hint=f"an entry's keys are {', '.join(allowed)}")
+    if not {"max_groups_per_unit", "max_rows_per_group"} & set(raw):
+        raise CatalogError(f"{where}: declares neither max_groups_per_unit nor "
+                           "max_rows_per_group", hint=example)
+    names = raw.get("columns")
+    if not isinstance(names, list) or not names or \
+            not all(isinstance(n, str) for n in names):
+        raise CatalogError(f"{where}: columns must be a non-empty list of column names",
+                           hint=example)
+    spelled = []
+    for written in names:
+        spec = _by_name(columns, written)
+        if spec is None:
+            raise CatalogError(f"{where}: {written!r} is not a declared column of the table",
+                               hint=f"columns are {', '.join(c for c in columns if c != unit)}")
+        if spec.name.lower() == unit.lower():
+            raise CatalogError(f"{where}: lists the privacy unit {written!r}", hint="a GROUP "
+                               "BY of columns of one value a person already counts each "
+                               "person in one group: list other columns")
+        if spec.name in spelled:
+            raise CatalogError(f"{where}: lists {written!r} twice", hint="list each column once")
+        spelled.append(spec.name)
+    l0, linf = (_positive_int(where, key, raw.get(key, default))
+                for key, default in zip(allowed[1:], bounds, strict=True))
+    return KeyBounds(tuple(spelled), l0, linf)
 
 
 def _csv(table: str, raw: Any) -> dict[str, Any]:
@@ -408,9 +484,11 @@ def _expand(text: str, where: str) -> str:
     return _ENV_PATTERN.sub(sub, text)
 
 
-def _positive_int(table: str, key: str, value: Any) -> int:
+def _positive_int(where: str, key: str, value: Any) -> int:
+    """``value`` of ``key`` as a whole number ≥ 1 (``where`` names the table, or the entry)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise CatalogError(f"table {table!r}: {key} must be a whole number ≥ 1, got {value!r}")
+        raise CatalogError(f"{where}: {key} must be a whole number ≥ 1, got {value!r}",
+                           hint=f"write {key}: 1 or more, without quotes or decimals")
     return value
 
 

@@ -13,6 +13,11 @@ equates their privacy units. Contribution bounding runs on the joined rows:
   L0, L∞ and R of the two, or, beside one row a person, the other's (``_joined_bounds``);
 - a row-privacy table that is joined gets a synthetic unit, its row number, with
   L0 = L∞ = 1, so a row that meets several partners still counts once.
+
+A table's ``key_bounds`` entries travel with its columns (``KeyBound``) through row-level
+subqueries and CTEs that select every column of an entry, joins with public tables and a
+join beside one row a person; the statement uses one when its keys are the entry's columns
+(``select._key_bound``).
 """
 
 from __future__ import annotations
@@ -81,6 +86,18 @@ ORDERED_CLAUSES = frozenset({"this", "desc", "nulls_first"})  # not WITH FILL
 COUNT_CLAUSES = frozenset({"this", "expression"})  # LIMIT and OFFSET: not PERCENT, WITH TIES
 
 
+@dataclass(frozen=True)
+class KeyBound:
+    """A table's ``key_bounds`` entry over a relation's internal columns: ``columns`` holds,
+    for each column the entry lists, the internal columns that carry it (a subquery may
+    select it under several names); ``written`` names them for explain."""
+
+    columns: tuple[frozenset[str], ...]
+    l0: int
+    linf: int
+    written: str
+
+
 @dataclass
 class Relation:
     """The rows of a FROM clause as an IR node, with what the compiler knows of them.
@@ -102,6 +119,8 @@ class Relation:
     # columns of one value a person besides the unit's, though the rows are not one a
     # person: those of a relation of one row a person joined on the unit (``one_value``)
     personal: set[str] = field(default_factory=set)
+    # the bounds of a GROUP BY on some of the private table's own columns (``key_bounds``)
+    key_bounds: tuple[KeyBound, ...] = ()
 
     @property
     def one_value(self) -> set[str]:
@@ -454,10 +473,15 @@ class Resolver:
             names[(alias, name.lower())] = internal
             if name == spec.privacy_unit:
                 unit = internal
+        key_bounds = tuple(
+            KeyBound(tuple(frozenset({names[(alias, c.lower())]}) for c in entry.columns),
+                     entry.max_groups_per_unit, entry.max_rows_per_group,
+                     f"{', '.join(entry.columns)} of table {spec.name}")
+            for entry in spec.key_bounds)
         return Relation(node=Scan(spec.name, tuple(scanned), tuple(missing)), columns=columns,
                         names=names, unit=unit, public=spec.public, l0=spec.max_groups_per_unit,
                         linf=spec.max_rows_per_group, total=spec.max_rows_per_unit,
-                        unit_columns={unit} if unit else set())
+                        unit_columns={unit} if unit else set(), key_bounds=key_bounds)
 
     def derived(self, body: exp.Expression, alias: str, ctes: dict) -> Relation:
         """A subquery or CTE: row-level (each input row gives at most one output row), or
@@ -550,7 +574,8 @@ class Resolver:
         return Relation(node=Project(inner.node, tuple(projected)), columns=columns,
                         names=names, unit=unit, public=inner.public, l0=inner.l0,
                         linf=inner.linf, total=inner.total, unit_columns=units,
-                        personal=personal)
+                        personal=personal,
+                        key_bounds=_selected_bounds(inner.key_bounds, projected))
 
     def grouped(self, body: exp.Select, rows: Relation, scope: Scope) -> GroupScope:
         """A subquery's GROUP BY, which must include the privacy unit, and its HAVING: the
@@ -690,23 +715,25 @@ class Resolver:
         if right.public:
             return replace(combined, node=node, unit=left.unit, public=left.public,
                            l0=left.l0, linf=left.linf, total=left.total,
-                           unit_columns=set(left.unit_columns), personal=left.one_value)
+                           unit_columns=set(left.unit_columns), personal=left.one_value,
+                           key_bounds=left.key_bounds)
         if left.public:
             return replace(combined, node=node, unit=right.unit, public=False, l0=right.l0,
                            linf=right.linf, total=right.total,
-                           unit_columns=set(right.unit_columns), personal=right.one_value)
+                           unit_columns=set(right.unit_columns), personal=right.one_value,
+                           key_bounds=right.key_bounds)
         if not _equates_units(on, left.unit_columns, right.unit_columns):
             raise UnsupportedSQLError(
                 "private tables can only be joined on their privacy units (otherwise one "
                 "person's rows could multiply another's without bound)", sql=self.sql,
                 hint="join ON a.<unit> = b.<unit>, as a condition of its own (AND other "
                 "conditions if you like, never OR or NOT)")
-        l0, linf, total = _joined_bounds(left, right)
+        l0, linf, total, key_bounds = _joined_bounds(left, right)
         # each joined row pairs rows of one person: what held one value a person on either
         # side still does (beside a table of persons, all of its columns)
         return replace(combined, node=node, unit=left.unit, public=False, l0=l0, linf=linf,
                        total=total, unit_columns=left.unit_columns | right.unit_columns,
-                       personal=left.one_value | right.one_value)
+                       personal=left.one_value | right.one_value, key_bounds=key_bounds)
 
 
 _FROM_PUBLIC = "computed from public table "
@@ -730,19 +757,37 @@ def _one_row_a_person(relation: Relation) -> bool:
     return relation.l0 == relation.linf == 1 and relation.total in (None, 1)
 
 
-def _joined_bounds(left: Relation, right: Relation) -> tuple[int, int, int | None]:
-    """L0, L∞ and R, which the per-person pass enforces, of two private relations joined on
-    their unit.
+def _joined_bounds(left: Relation, right: Relation
+                   ) -> tuple[int, int, int | None, tuple[KeyBound, ...]]:
+    """L0, L∞ and R, which the per-person pass enforces, and the key bounds of two private
+    relations joined on their unit.
 
     Beside a relation of one row a person (a table of persons, a subquery grouped by the
     unit) each joined row is one of the other side's rows, so the other side's bounds keep
-    its rows (the smaller ones kept one row of each person: 40 where the SQL meant 120).
-    Otherwise the smaller L0, L∞ and R. Either way they are enforced on the joined rows."""
+    its rows (the smaller ones kept one row of each person: 40 where the SQL meant 120), and
+    its key bounds hold for them. Otherwise the smaller L0, L∞ and R, and no key bounds (an
+    entry bounds one table's rows, not their pairs with another's). Either way they are
+    enforced on the joined rows."""
     for one, other in ((right, left), (left, right)):
         if _one_row_a_person(one):
-            return other.l0, other.linf, other.total
+            return other.l0, other.linf, other.total, other.key_bounds
     totals = [t for t in (left.total, right.total) if t is not None]
-    return min(left.l0, right.l0), min(left.linf, right.linf), min(totals) if totals else None
+    return (min(left.l0, right.l0), min(left.linf, right.linf),
+            min(totals) if totals else None, ())
+
+
+def _selected_bounds(bounds: tuple[KeyBound, ...], projected: list[tuple[str, Expr]]
+                     ) -> tuple[KeyBound, ...]:
+    """The key bounds a subquery's SELECT list keeps: an entry whose every column it
+    selects as is (under any names); a computed column carries none."""
+    kept = []
+    for bound in bounds:
+        columns = tuple(frozenset(name for name, e in projected
+                                  if e.op == "col" and e.value in carried)
+                        for carried in bound.columns)
+        if all(columns):
+            kept.append(replace(bound, columns=columns))
+    return tuple(kept)
 
 
 def _equates_units(on: Expr, left: set[str], right: set[str]) -> bool:

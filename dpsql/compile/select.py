@@ -238,6 +238,10 @@ class _Compiler:
         self.where = predicate(where.this, self.scope) if where is not None else None
         self._warn_unmatched()
         self.keys = self._group_keys()
+        # the bounds of a key_bounds entry the keys match, then L0 = 1 if every key reads
+        # columns of one value a person; explain says why the statement's bounds are not the
+        # tables'
+        why = self._key_bound()
         one_group = self._one_group()
         if one_group is not None:
             self.relation = replace(self.relation, l0=1)
@@ -300,7 +304,7 @@ class _Compiler:
                             table=self.relation.spec, where=self.where, keys=self.keys,
                             aggregates=tuple(self.aggregates.values()), outputs=tuple(outputs),
                             post_sql=post_sql, post_is_projection=projection, ranked=ranked,
-                            one_group=one_group, ranking_sql=ranking_sql,
+                            one_group=one_group or why, ranking_sql=ranking_sql,
                             having_tests=_having_tests(having_expr, self._aggregate_names()))
 
     def _count_clause(self, clause: str) -> int | None:
@@ -377,6 +381,29 @@ class _Compiler:
             raise ProgrammingError("two GROUP BY keys have the same name", sql=self.sql,
                                    hint="give the keys distinct aliases")
         return tuple(keys)
+
+    def _key_bound(self) -> str | None:
+        """Why the statement uses the L0 and L∞ of a private table's ``key_bounds`` entry:
+        its keys are the entry's columns, each as is and every one of them (an expression of
+        them, another column of the table or of another one is not), beside any keys that
+        read only columns of one value a person, which split no person's group. The relation
+        then takes the entry's L0 and L∞ (R, if any, still caps a person's rows); the
+        per-person pass enforces them as it does the table's, so which bounds are used is a
+        function of the statement and the metadata alone, and the bounds hold whatever the
+        data."""
+        relation = self.relation
+        plain = {k.expr.value for k in self.keys if k.expr.op == "col"}
+        for bound in relation.key_bounds:
+            listed = frozenset().union(*bound.columns)
+            others = [k.expr for k in self.keys
+                      if k.expr.op != "col" or k.expr.value not in listed]
+            if all(carried & plain for carried in bound.columns) and \
+                    all(e.columns() <= relation.one_value for e in others):
+                self.relation = replace(relation, l0=bound.l0, linf=bound.linf)
+                return (f"the GROUP BY keys are {bound.written}, whose key_bounds entry "
+                        f"declares L0 = {bound.l0} and L∞ = {bound.linf}, where the tables "
+                        f"declare {relation.l0} and {relation.linf}")
+        return None
 
     def _one_group(self) -> str | None:
         """Why each person's rows fall in one group, when every GROUP BY key reads only
