@@ -839,9 +839,10 @@ def _loosened(table: TableSpec, choices: list[Choice]) -> list[str]:
              and not c.key.startswith("columns.") and c.value > declared]
     if not above:
         return []
-    return [f"above the metadata's bounds: {', '.join(above)}; a statement answered under "
-            "them gets noise for them (the declared bounds are defaults, not a privacy limit: "
-            "ε is), and OPTIONS(max_groups_contributed=...) can only tighten the declared ones"]
+    return [(f"above the metadata's bounds: {', '.join(above)}; a statement answered under "
+             "them gets noise for them (the declared bounds are defaults, not a privacy limit: "
+             "ε is), and OPTIONS(max_groups_contributed=...) can only tighten the declared "
+             "ones")]
 
 
 def _undeclared(table: TableSpec, names: tuple[str, ...]) -> list[str]:
