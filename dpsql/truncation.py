@@ -9,7 +9,9 @@ non-private access, like the custodian's other statements.
 For each private table with a privacy unit, person by person:
 
 - ``max_rows_per_group`` (L∞): rows beyond L∞ in a (person, group) cell, for each declared
-  column with ``values:`` as the group, and for a query without GROUP BY (one group);
+  column with ``values:`` as the group, and for a query without GROUP BY (one group); and
+  for each ``key_bounds`` entry, a GROUP BY on its columns under its own L0 and L∞ (which
+  replace the table's for that column);
 - ``max_groups_per_unit`` (L0): a person in more than L0 groups keeps L0 of them chosen
   uniformly (a keyed hash), so the rows dropped are an expectation: a person in G > L0
   groups loses (1 − L0/G) of its rows left after L∞;
@@ -47,11 +49,9 @@ def statements(table: TableSpec, source: str, dialect: str) -> list[tuple[dict, 
     out = []
     unit = table.privacy_unit
     if unit is not None:
-        u, a, b = d.quote(unit), table.max_rows_per_group, table.max_groups_per_unit
-        groups = [None] + [n for n, c in table.columns.items() if c.values is not None
-                           and n != unit]
-        for group in groups:
-            key = f", {d.quote(group)}" if group else ""
+        u = d.quote(unit)
+        for group, columns, b, a in _groupings(table):
+            key = "".join(f", {d.quote(c)}" for c in columns)
             sql = (f"WITH c AS (SELECT {u} AS u, COUNT(*) AS n FROM {source} WHERE {u} IS NOT "
                    f"NULL GROUP BY {u}{key}), p AS (SELECT u, COUNT(*) AS gs, SUM(n) AS r, "
                    f"SUM(LEAST(n, {a})) AS capped, MAX(n) AS m FROM c GROUP BY u) "
@@ -60,7 +60,7 @@ def statements(table: TableSpec, source: str, dialect: str) -> list[tuple[dict, 
                    f"SUM(CASE WHEN gs > {b} THEN capped * (gs - {b}) * 1.0 / gs ELSE 0 END), "
                    f"SUM(CASE WHEN gs > {b} THEN 1 ELSE 0 END), "
                    f"SUM(CASE WHEN m > {a} OR gs > {b} THEN 1 ELSE 0 END) FROM p")
-            out.append(({"kind": "contribution", "group": group}, sql))
+            out.append(({"kind": "contribution", "group": group, "limits": (b, a)}, sql))
         if table.max_rows_per_unit is not None:
             r = table.max_rows_per_unit
             sql = (f"SELECT COUNT(*), SUM(n), SUM(CASE WHEN n > {r} THEN n - {r} ELSE 0 END), "
@@ -81,6 +81,21 @@ def statements(table: TableSpec, source: str, dialect: str) -> list[tuple[dict, 
             out.append(({"kind": "column", "column": name, "bound": bound, "limit": limit,
                          "effect": effect}, sql))
     return out
+
+
+def _groupings(table: TableSpec) -> list[tuple[str | None, tuple[str, ...], int, int]]:
+    """(group, its columns, L0, L∞) of each contribution measurement: no GROUP BY and each
+    column with ``values:`` under the table's bounds (a column that a ``key_bounds`` entry
+    lists alone under the entry's), then each other entry's columns under its bounds."""
+    entries = {entry.columns: entry for entry in table.key_bounds}
+    groups: list[tuple[str | None, tuple[str, ...], int, int]] = [
+        (None, (), table.max_groups_per_unit, table.max_rows_per_group)]
+    for name, column in table.columns.items():
+        if column.values is not None and name != table.privacy_unit and (name,) not in entries:
+            groups.append((name, (name,), table.max_groups_per_unit, table.max_rows_per_group))
+    groups += [(", ".join(columns), columns, entry.max_groups_per_unit,
+                entry.max_rows_per_group) for columns, entry in entries.items()]
+    return groups
 
 
 def _column_checks(column: ColumnSpec, d: render.Dialect) -> list[tuple[str, object, str, str]]:
@@ -128,16 +143,14 @@ def report(catalog: Catalog, backend, ledger, analyst: str, table: str | None = 
             if what["kind"] == "contribution":
                 persons, total, beyond_linf, linf_persons, beyond_l0, l0_persons, any_p = row
                 group = what["group"] or "(no GROUP BY)"
-                found.append(_entry(spec.name, "max_rows_per_group", group,
-                                    spec.max_rows_per_group, int(total), int(beyond_linf),
-                                    int(persons), int(linf_persons)))
+                l0, linf = what["limits"]
+                found.append(_entry(spec.name, "max_rows_per_group", group, linf, int(total),
+                                    int(beyond_linf), int(persons), int(linf_persons)))
                 if what["group"]:
-                    found.append(_entry(spec.name, "max_groups_per_unit", group,
-                                        spec.max_groups_per_unit, int(total),
-                                        round(float(beyond_l0), 1), int(persons),
+                    found.append(_entry(spec.name, "max_groups_per_unit", group, l0,
+                                        int(total), round(float(beyond_l0), 1), int(persons),
                                         int(l0_persons), "dropped (expected)"))
-                    both = _entry(spec.name, "both", group,
-                                  [spec.max_groups_per_unit, spec.max_rows_per_group],
+                    both = _entry(spec.name, "both", group, [l0, linf],
                                   int(total), round(int(beyond_linf) + float(beyond_l0), 1),
                                   int(persons), int(any_p), "dropped (expected)")
                     found.append(both)

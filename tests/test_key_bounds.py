@@ -196,6 +196,25 @@ def test_answers_equal_the_truth_at_a_huge_epsilon(con):
     assert sum(got.values()) == len(tables()["ratings"])
 
 
+def test_the_truncation_report_measures_each_entry_under_its_bounds(tmp_path):
+    """GROUP BY item drops nothing under 200 × 1; GROUP BY rating, item keeps 4 cells a person
+    (an expectation: the keyed hash keeps 4 of G cells)."""
+    ratings = tables()["ratings"]
+    nb.write_database(tmp_path, tables())
+    with dpsql.connect_custodian(metadata=metadata(tmp_path),
+                                 ledger=tmp_path / "ledger.sqlite") as custodian:
+        report = {(e["group"], e["bound"]): e for e in custodian.truncation_report("ratings")}
+    assert report["item", "max_groups_per_unit"]["limit"] == ITEM_L0
+    assert report["item", "max_rows_per_group"]["limit"] == ITEM_LINF
+    assert report["item", "both"]["rows_affected"] == 0
+    cells = ratings.groupby(["uid", "rating", "item"]).size().groupby("uid").agg(["size", "sum"])
+    busy = cells[cells["size"] > PAIR_L0]
+    expected = (busy["sum"] * (busy["size"] - PAIR_L0) / busy["size"]).sum()
+    pair = report["rating, item", "max_groups_per_unit"]
+    assert (pair["limit"], pair["persons_affected"]) == (PAIR_L0, len(busy))
+    assert pair["rows_affected"] == pytest.approx(expected, abs=0.1)
+
+
 # ---- the per-person pass enforces the entry: exact values on D and D′ ------------------------
 
 def adversary(items: list, ratings: list, bands: list) -> dict[str, pd.DataFrame]:
