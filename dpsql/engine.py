@@ -708,8 +708,8 @@ def _explain_statement(plan: StatementPlan) -> dict:
             "max_groups_per_unit": plan.checked.table.max_groups_per_unit,
             "max_rows_per_group": plan.checked.table.max_rows_per_group,
             "max_rows_per_unit": plan.checked.table.max_rows_per_unit,
-            # why L0 is 1 below the tables' (every key one value a person), if it is
-            **({"why": plan.checked.one_group} if plan.checked.one_group else {})}}
+            # why L0/L∞ are not the tables' (a key_bounds entry, keys of one value a person)
+            **({"why": plan.checked.bounds_why} if plan.checked.bounds_why else {})}}
            if plan.checked.table.privacy_unit is not None else {}),
         # a statement of quantiles alone reads only its histograms: its query is a placeholder
         **({"rewritten": plan.exact_query.sql}

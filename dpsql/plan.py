@@ -132,8 +132,9 @@ class CheckedQuery:
     ranking_sql: str | None = None
     # HAVING's conjuncts comparing an aggregate to a number: (its name, lt/le/gt/ge/eq/ne, c)
     having_tests: tuple[tuple[str, str, float], ...] = ()
-    # why the statement's L0 is 1 below the tables' (every key one value a person), in words
-    one_group: str | None = None
+    # why the statement's L0/L∞ are not the tables' (a key_bounds entry, every key one value
+    # a person), in words
+    bounds_why: str | None = None
 
     @property
     def has_private_keys(self) -> bool:

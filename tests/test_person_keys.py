@@ -106,13 +106,13 @@ def test_keys_of_one_value_a_person_count_one_group(con, sql):
     assert all(a["sensitivity"] in (LINF * 100, LINF * 50) for a in sums)  # AVG's is centred
     checked = compile_statement(parse_one(sql), con.catalog)
     assert checked.table.max_groups_per_unit == 1
-    assert "one value a person" in checked.one_group and f"allow {L0}" in checked.one_group
+    assert "one value a person" in checked.bounds_why and f"allow {L0}" in checked.bounds_why
 
 
 def test_the_reason_names_the_columns_read(con):
     checked = compile_statement(parse_one(PERSONAL[1]), con.catalog)
-    assert "(p.age)" in checked.one_group
-    assert explained(con, PERSONAL[1])["contribution"]["why"] == checked.one_group
+    assert "(p.age)" in checked.bounds_why
+    assert explained(con, PERSONAL[1])["contribution"]["why"] == checked.bounds_why
 
 
 @pytest.mark.parametrize("sql", [
@@ -124,14 +124,14 @@ def test_a_key_of_several_values_a_person_keeps_the_tables_l0(con, sql):
     planned = explained(con, sql)
     assert planned["contribution"]["max_groups_per_unit"] == L0
     assert {a["sensitivity"] for a in planned["aggregates"]} == {L0 * LINF}
-    assert compile_statement(parse_one(sql), con.catalog).one_group is None
+    assert compile_statement(parse_one(sql), con.catalog).bounds_why is None
 
 
 def test_a_table_of_persons_alone_is_unchanged(con):
     planned = explained(con, "SELECT band, COUNT(*) AS n FROM persons GROUP BY band")
     assert planned["contribution"]["max_groups_per_unit"] == 1
     assert compile_statement(parse_one("SELECT band, COUNT(*) AS n FROM persons GROUP BY band"),
-                             con.catalog).one_group is None
+                             con.catalog).bounds_why is None
 
 
 def test_answers_equal_the_truth_at_a_huge_epsilon(con):

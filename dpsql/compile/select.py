@@ -304,7 +304,7 @@ class _Compiler:
                             table=self.relation.spec, where=self.where, keys=self.keys,
                             aggregates=tuple(self.aggregates.values()), outputs=tuple(outputs),
                             post_sql=post_sql, post_is_projection=projection, ranked=ranked,
-                            one_group=one_group or why, ranking_sql=ranking_sql,
+                            bounds_why=one_group or why, ranking_sql=ranking_sql,
                             having_tests=_having_tests(having_expr, self._aggregate_names()))
 
     def _count_clause(self, clause: str) -> int | None:
