@@ -536,11 +536,11 @@ def _spread(agg, parts, noisy: dict, confidence: float) -> tuple[list, list, lis
 
     var_pop = Q/N − (S/N)², clamped to [0, ((U − L)/2)²]; the sample variance multiplies by
     N/(N − 1) (so it reaches ((U − L)/2)²·N/(N − 1), which a small group's can: {L, U} has
-    twice ((U − L)/2)²). The interval is the range of that formula over the three parts'
-    intervals at 1 − (1 − confidence)/3 each (Bonferroni: ≥ ``confidence`` jointly). The
-    formula falls with S², rises with Q and can peak inside N's interval, so the range is over
-    the ends of each interval, S = 0 when it is inside, and the N where the derivative in N
-    is 0.
+    twice ((U − L)/2)²). The interval is the range of the unclamped formula over the three
+    parts' intervals at 1 − (1 − confidence)/3 each (Bonferroni: ≥ ``confidence`` jointly),
+    moved into [0, top] with the value (``_moved_range``). The formula falls with S², rises
+    with Q and can peak inside N's interval, so the range is over the ends of each interval,
+    S = 0 when it is inside, and the N where the derivative in N is 0.
     """
     total, squares, count = parts
     top = float((agg.upper - agg.lower) / 2) ** 2
@@ -548,13 +548,18 @@ def _spread(agg, parts, noisy: dict, confidence: float) -> tuple[list, list, lis
     root = agg.kind.startswith("stddev")
     widths = [_half_width(p, 1 - (1 - confidence) / 3) for p in parts]
 
+    def formula(s, q, n):
+        """The variance of the parts, unclamped (n > 1)."""
+        var = q / n - (s / n) ** 2
+        return var * n / (n - 1) if sample else var
+
     def value(s, q, n):
         n = max(n, 1)
         var = min(max(q / n - (s / n) ** 2, 0.0), top)
         if sample and n > 1:  # up to top·n/(n − 1): {L, U} has sample variance 2·top
             # (at most 2·top: a count scaled to L∞ of a person's rows can lie in (1, 2))
             var = min(var * n / (n - 1), 2 * top)
-        return var ** 0.5 if root else var
+        return var
 
     def peaks(s, q, counts):
         """The N inside ``counts`` where d/dN of Q/N − S²/N² (or of (Q − S²/N)/(N − 1)) is 0."""
@@ -571,20 +576,33 @@ def _spread(agg, parts, noisy: dict, confidence: float) -> tuple[list, list, lis
     values, lows, highs = [], [], []
     for s, q, n in zip(noisy[total.column], noisy[squares.column], noisy[count.column],
                          strict=True):
-        values.append(value(s, q, n))
-        if n - widths[2] <= 1:
-            widest = 2 * top if sample else top  # a sample of two at L and U
-            lows.append(0.0)
-            highs.append(widest ** 0.5 if root else widest)
-            continue
-        sums = [s - widths[0], s + widths[0]] + ([0.0] if abs(s) <= widths[0] else [])
-        counts = (n - widths[2], n + widths[2])
-        corners = [value(a, b, c) for a in sums for b in (q - widths[1], q + widths[1])
-                   for c in (*counts, *peaks(a, b, counts))]
-        # the released value is inside the range; min/max keep it there through rounding
-        lows.append(min(*corners, values[-1]))
-        highs.append(max(*corners, values[-1]))
+        var = value(s, q, n)
+        low_n = n - widths[2]
+        if low_n <= 1:
+            low, high = 0.0, 2 * top if sample else top  # a sample of two at L and U
+        else:
+            sums = [s - widths[0], s + widths[0]] + ([0.0] if abs(s) <= widths[0] else [])
+            counts = (low_n, n + widths[2])
+            corners = [formula(a, b, c) for a in sums for b in (q - widths[1], q + widths[1])
+                       for c in (*counts, *peaks(a, b, counts))]
+            widest = min(top * low_n / (low_n - 1), 2 * top) if sample else top
+            low, high = _moved_range(formula(s, q, n), corners, var, (0.0, widest))
+        values.append(var ** 0.5 if root else var)
+        lows.append(low ** 0.5 if root else low)
+        highs.append(high ** 0.5 if root else high)
     return values, lows, highs
+
+
+def _moved_range(raw: float, corners: list[float], released: float, feasible: tuple
+                 ) -> tuple[float, float]:
+    """The interval of a clamped formula (VAR, a covariance, CORR) from its unclamped values
+    ``corners`` over the box of its parts' intervals and ``raw`` at their noisy values: the
+    range moved into ``feasible`` with the value (``consistent``), so that it holds the truth
+    wherever the range did and is a point only where the range is one; then stretched to hold
+    the ``released`` value. Clamping each end instead gave [0, 0] wherever the whole range lay
+    below 0 (a variance released as 0 [0, 0] around a truth of 242)."""
+    _, low, high = consistent(raw, min(*corners, raw), max(*corners, raw), feasible)
+    return min(low, released), max(high, released)
 
 
 def _covariance(agg, parts: dict, noisy: dict, confidence: float) -> tuple[list, list, list]:
@@ -605,7 +623,8 @@ def _covariance(agg, parts: dict, noisy: dict, confidence: float) -> tuple[list,
     a/N − b/N² (pop) or (a − b/N)/(N − 1) (samp) in N peaks at 2b/a or at a root of
     a·N² − 2b·N + b. CORR's is interval arithmetic over C, Qx − Sx²/N and Qy − Sy²/N
     (conservative: Sx appears in two of them), [−1, 1] where a variance's interval reaches 0.
-    Both are [−top, top] where N's interval reaches 1.
+    Each range is moved into [−top, top] (CORR's into [−1, 1]) with the value
+    (``_moved_range``); both are [−top, top] where N's interval reaches 1.
     """
     corr = agg.kind == "corr"
     sample = agg.kind == "covar_samp"
@@ -643,19 +662,33 @@ def _covariance(agg, parts: dict, noisy: dict, confidence: float) -> tuple[list,
             lows.append(-widest)
             highs.append(widest)
             continue
-        if corr:
-            low, high = _correlation_range(ends)
-        else:
-            low, high = _covariance_range(ends, sample)
-            widest = top * low_n / (low_n - 1) if sample else top
-            low, high = _clamp(low, -widest, widest), _clamp(high, -widest, widest)
-        lows.append(low if value is None else min(low, value))
-        highs.append(high if value is None else max(high, value))
+        found = _correlation_range(ends) if corr else _covariance_range(ends, sample)
+        if found is None:  # a variance's interval reaches 0: CORR may be anything
+            lows.append(-1.0)
+            highs.append(1.0)
+            continue
+        widest = min(top * low_n / (low_n - 1), 2 * top) if sample else top
+        low, high = _moved_range(_unclamped(corr, sample, **cell), found, value,
+                                 (-widest, widest))
+        lows.append(low)
+        highs.append(high)
     return released, lows, highs
 
 
-def _covariance_range(ends: dict, sample: bool) -> tuple[float, float]:
-    """The least and greatest (P − Sx·Sy/N)/N, or /(N − 1), over the box ``ends`` (N > 1)."""
+def _unclamped(corr: bool, sample: bool, sum_x, sum_y, products, count, sumsq_x=None,
+               sumsq_y=None) -> float:
+    """A covariance's or CORR's formula at its parts' noisy values, unclamped (N > 1 and,
+    for CORR, each variance's estimate > 0: both hold inside the box ``_covariance`` reads)."""
+    centred = products - sum_x * sum_y / count
+    if corr:
+        return centred / math.sqrt((sumsq_x - sum_x * sum_x / count)
+                                   * (sumsq_y - sum_y * sum_y / count))
+    return centred / (count - 1 if sample else count)
+
+
+def _covariance_range(ends: dict, sample: bool) -> list[float]:
+    """(P − Sx·Sy/N)/N, or /(N − 1), at the points of the box ``ends`` (N > 1) where it is
+    least and greatest."""
     counts = ends["count"]
     found = []
     for sx in ends["sum_x"]:
@@ -672,12 +705,13 @@ def _covariance_range(ends: dict, sample: bool) -> tuple[float, float]:
                     divisor = 1
                 for n in (*counts, *(c for c in peaks if counts[0] < c < counts[1])):
                     found.append((a - b / n) / (n - divisor))
-    return min(found), max(found)
+    return found
 
 
-def _correlation_range(ends: dict) -> tuple[float, float]:
-    """Interval arithmetic for C / sqrt(Vx·Vy) over the box ``ends`` (N > 1), within
-    [−1, 1]."""
+def _correlation_range(ends: dict) -> list[float] | None:
+    """Interval arithmetic for C / sqrt(Vx·Vy) over the box ``ends`` (N > 1): the ratios of
+    the ends of C's and sqrt(Vx·Vy)'s intervals, unclamped; None where a variance's interval
+    reaches 0."""
     low_n, high_n = ends["count"]
     numerators = [p - sx * sy / n for sx in ends["sum_x"] for sy in ends["sum_y"]
                   for p in ends["products"] for n in (low_n, high_n)]
@@ -688,10 +722,9 @@ def _correlation_range(ends: dict) -> tuple[float, float]:
         spreads.append((squares[0] - max(s * s for s in sums) / low_n,
                         squares[1] - least / high_n))
     if spreads[0][0] <= 0 or spreads[1][0] <= 0:
-        return -1.0, 1.0
+        return None
     roots = (math.sqrt(spreads[0][0] * spreads[1][0]), math.sqrt(spreads[0][1] * spreads[1][1]))
-    ratios = [c / r for c in (min(numerators), max(numerators)) for r in roots]
-    return _clamp(min(ratios), -1.0, 1.0), _clamp(max(ratios), -1.0, 1.0)
+    return [c / r for c in (min(numerators), max(numerators)) for r in roots]
 
 
 _WIDE_SIGMA2 = 100  # a discrete Gaussian's variance (units²) from which it is read as normal

@@ -11,6 +11,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from conftest import EDUCATION, catalogue
@@ -18,7 +19,7 @@ from conftest import EDUCATION, catalogue
 import dpsql
 from dpsql.compile.ir import Expr, literal
 from dpsql.compile.select import INTERVAL_OPS
-from dpsql.release import _IMAGES, half_width, image
+from dpsql.release import _IMAGES, _moved_range, half_width, image
 
 ROOT = Path(__file__).parents[1]
 RELEASES = 400
@@ -225,3 +226,55 @@ def test_cli_prints_and_writes_the_bounds(data_dir, tmp_path):
                                     "per_person_high"]
     rows = {r[0]: r for r in statement["rows"]}
     assert rows["Doctorate"][2:] == [None, None] and rows["Masters"][2] < rows["Masters"][1]
+
+
+def test_moved_range_by_hand():
+    """A clamped formula's range moves with its value, as a count's interval does: the range
+    [−50, −10] of a variance whose noisy parts give −30 is [0, 20] (it was [0, 0])."""
+    assert _moved_range(-30.0, [-50.0, -10.0], 0.0, (0.0, 2500.0)) == (0.0, 20.0)
+    assert _moved_range(-30.0, [-50.0, 40.0], 0.0, (0.0, 2500.0)) == (0.0, 70.0)
+    assert _moved_range(30.0, [10.0, 50.0], 30.0, (0.0, 2500.0)) == (10.0, 50.0)  # inside
+    assert _moved_range(1.5, [1.2, 1.9], 1.0, (-1.0, 1.0)) == (0.7, 1.0)  # CORR above 1
+    # a sample variance released below the top of [0, widest] stays inside its interval
+    assert _moved_range(3000.0, [2900.0, 3100.0], 2600.0, (0.0, 2800.0)) == (2600.0, 2800.0)
+
+
+@pytest.fixture
+def narrow_groups(tmp_path: Path) -> tuple[dict, pd.DataFrame]:
+    """200 groups of 20 whole numbers in 48..52, declared in [0, 100]: their variances
+    (about 2) are far inside the noise of a sum of squares at ε 0.1 (±2,500 a row)."""
+    rng = np.random.default_rng(5)
+    frame = pd.DataFrame({"k": np.repeat(np.arange(200), 20), "x": rng.integers(48, 53, 4000)})
+    frame.to_csv(tmp_path / "narrow.csv", index=False)
+    meta = {"name": "narrow", "neighbouring": "add_remove",
+            "budget": {"epsilon": 1000.0, "delta": 1e-6},
+            "tables": {"t": {"source": str(tmp_path / "narrow.csv"), "privacy_unit": None,
+                             "columns": {"k": {"type": "int", "lower": 0, "upper": 199},
+                                         "x": {"type": "int", "lower": 0, "upper": 100}}}}}
+    return meta, frame
+
+
+def test_spread_intervals_are_never_a_point(narrow_groups):
+    """40 releases of 200 groups at ε 0.1 (fixed seed): a variance whose noisy parts put the
+    whole range of Q/N − (S/N)² below 0 had its interval clamped to [0, 0] around a truth
+    of about 2 (16 of 8,000 cells, each a miss; so were STDDEV's and STDDEV(x) * 2's). Moved
+    into [0, top] with the value, no interval is a point, each holds its released value, and
+    coverage is ≥ 95% minus 3 standard errors."""
+    meta, frame = narrow_groups
+    groups = frame.groupby("k").x
+    truth = {"v": groups.var(ddof=0), "sd": groups.std(ddof=1), "twice": 2 * groups.std(ddof=1)}
+    sql = "SELECT k, VAR_POP(x) AS v, STDDEV(x) AS sd, STDDEV(x) * 2 AS twice FROM t GROUP BY k"
+    covered = dict.fromkeys(truth, 0)
+    cells = 0
+    with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=3) as con:
+        for _ in range(40):
+            found = con.cursor().execute(sql, epsilon=0.1).intervals()
+            cells += len(found)
+            for name, exact in truth.items():
+                low, high = found[f"{name}_low"], found[f"{name}_high"]
+                points = found.loc[low >= high, [name, f"{name}_low", f"{name}_high"]]
+                assert points.empty, f"{name}: intervals that are points:\n{points}"
+                assert ((low <= found[name]) & (found[name] <= high)).all()
+                covered[name] += int(exact.loc[found.k].between(low.values, high.values).sum())
+    for name, hits in covered.items():
+        assert hits / cells >= 0.95 - 3 * (0.95 * 0.05 / cells) ** 0.5, (name, hits, cells)
