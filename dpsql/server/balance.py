@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import hashlib
 import logging
 import multiprocessing
+import os
 import socket
 from collections.abc import Awaitable, Callable
 
@@ -37,6 +39,35 @@ class Sessions:
     def excess(self, worker: int) -> int:
         """How many more sessions ``worker`` serves than the least busy worker."""
         return self.counts[worker] - min(self.counts)
+
+
+class AddressCounts:
+    """Connections of each client address waiting for their HTTP headers, over every worker,
+    in shared memory made before the workers are forked (``Deadlines`` caps them): each
+    worker writes only its own row, so there is no lock for a killed worker to leave held.
+    An address is counted in one of ``SLOTS`` by a hash keyed with a secret drawn here, so a
+    client cannot pick an address that shares another's count; addresses that happen to
+    share one share its cap."""
+
+    SLOTS = 1 << 16
+
+    def __init__(self, workers: int) -> None:
+        self._key = os.urandom(16)
+        self._rows = [multiprocessing.RawArray("i", self.SLOTS) for _ in range(workers)]
+
+    def slot(self, address: str) -> int:
+        """Where ``address`` is counted."""
+        digest = hashlib.blake2b(address.encode("utf-8", "surrogatepass"), key=self._key,
+                                 digest_size=4).digest()
+        return int.from_bytes(digest, "big") % self.SLOTS
+
+    def add(self, worker: int, slot: int, change: int) -> None:
+        """Count ``change`` more connections of ``worker`` waiting at ``slot``."""
+        self._rows[worker][slot] += change
+
+    def total(self, slot: int) -> int:
+        """The connections waiting at ``slot`` in every worker."""
+        return sum(row[slot] for row in self._rows)
 
 
 class Acceptor:

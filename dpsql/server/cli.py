@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import click
 
 from dpsql.server.auth import hash_password
-from dpsql.server.balance import Sessions
+from dpsql.server.balance import AddressCounts, Sessions
 from dpsql.server.config import ConfigError, ServerConfig, load_config
 
 
@@ -91,9 +91,10 @@ def _loop_error(loop: asyncio.AbstractEventLoop, context: dict) -> None:
         _refused.update(next=loop.time() + 1.0, count=0)
 
 
-def _worker(config: ServerConfig, pg_sock, http_sock, balance=None) -> None:
+def _worker(config: ServerConfig, pg_sock, http_sock, balance=None, waiting=None) -> None:
     """One serving process: the service, the PostgreSQL front end and the HTTP API.
-    ``balance``: the workers' shared session counts and this worker's index."""
+    ``balance``: the workers' shared session counts and this worker's index; ``waiting``:
+    their shared counts of HTTP connections awaiting headers and this worker's index."""
     import uvicorn
 
     from dpsql.server.http import HttpApi
@@ -125,7 +126,7 @@ def _worker(config: ServerConfig, pg_sock, http_sock, balance=None) -> None:
         if pg_sock is not None:
             pg = await front.start(config.host, 0, sock=pg_sock, balance=balance)
         if http_sock is not None:
-            api = HttpApi(service, executor)
+            api = HttpApi(service, executor, waiting)
             http = uvicorn.Server(uvicorn.Config(
                 # proxy_headers: uvicorn trusts X-Forwarded-For from 127.0.0.1 by default,
                 # and a fresh one per guess escaped the login lockout kept per address
@@ -192,13 +193,13 @@ def serve(config_path: str, workers: int | None) -> None:
         _worker(config, pg_sock, http_sock)
         return
     children = []
-    sessions = Sessions(workers)
+    sessions, waiting = Sessions(workers), AddressCounts(workers)
     for index in range(workers):
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
-                _worker(config, pg_sock, http_sock, (sessions, index))
+                _worker(config, pg_sock, http_sock, (sessions, index), (waiting, index))
             except BaseException:  # noqa: BLE001 - a child never returns into the parent
                 logging.getLogger("dpsql.server").exception("worker failed")
                 code = 1

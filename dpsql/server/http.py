@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
+from dpsql.server.balance import AddressCounts
 from dpsql.server.page import APP_JS, PAGE_HTML
 from dpsql.server.service import Service, ServiceError, loggable
 
@@ -121,12 +122,15 @@ class Deadlines:
     """The HTTP port's limits on slow clients, shared by its connections: a request's headers
     must arrive within ``header`` seconds of the connection (or of the previous response),
     its body within ``body`` seconds of its headers, and an address has at most
-    ``per_address`` connections waiting for headers at once (one more closes the oldest).
-    ``late`` is the 408 response sent when a deadline passes."""
+    ``per_address`` connections waiting for headers at once in all the workers (``counts``,
+    this one's index ``worker``): one more closes this worker's oldest. ``late`` is the 408
+    response sent when a deadline passes."""
 
-    def __init__(self, header: float, body: float, per_address: int, late: bytes) -> None:
+    def __init__(self, header: float, body: float, per_address: int, late: bytes,
+                 counts: AddressCounts, worker: int) -> None:
         self.header, self.body, self.per_address, self.late = header, body, per_address, late
-        self.waiting: dict[str, dict[TimedH11Protocol, None]] = {}  # oldest first
+        self.counts, self.worker = counts, worker
+        self.waiting: dict[str, dict[TimedH11Protocol, None]] = {}  # this worker's, oldest first
 
 
 # what TimedH11Protocol reads of uvicorn, which documents none of it: (class, function, the
@@ -169,6 +173,7 @@ class TimedH11Protocol(H11Protocol):
         self._phase: str | None = None  # "headers", "body" or None (nothing awaited)
         self._timer: asyncio.TimerHandle | None = None
         self._begun = False  # bytes of the awaited request have arrived
+        self._slot: int | None = None  # its address's in Deadlines.counts
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
@@ -201,14 +206,21 @@ class TimedH11Protocol(H11Protocol):
             self._timer.cancel()
             self._timer = None
         address = self.client[0] if self.client else ""
-        waiting = self.deadlines.waiting.get(address, {})
-        waiting.pop(self, None)
+        deadlines = self.deadlines
+        waiting = deadlines.waiting.get(address, {})
+        if self in waiting:
+            del waiting[self]
+            deadlines.counts.add(deadlines.worker, self._slot, -1)
         self._phase = phase
         if phase == "headers":
             self._begun = False
             waiting[self] = None
-            self.deadlines.waiting[address] = waiting
-            if len(waiting) > self.deadlines.per_address:
+            deadlines.waiting[address] = waiting
+            if self._slot is None:
+                self._slot = deadlines.counts.slot(address)
+            deadlines.counts.add(deadlines.worker, self._slot, 1)
+            # counted over the workers (each had its own cap: N workers held N times it)
+            if deadlines.counts.total(self._slot) > deadlines.per_address:
                 next(iter(waiting))._expire()
         elif not waiting:
             self.deadlines.waiting.pop(address, None)
@@ -233,7 +245,10 @@ class TimedH11Protocol(H11Protocol):
 class HttpApi:
     """The Starlette app over a service; ``protocol`` is the connection class for uvicorn."""
 
-    def __init__(self, service: Service, executor) -> None:
+    def __init__(self, service: Service, executor,
+                 waiting: tuple[AddressCounts, int] | None = None) -> None:
+        """``waiting``: the workers' shared counts of connections awaiting their headers and
+        this worker's index (default: a worker of its own)."""
         self.service, self.executor = service, executor
         # passwords are hashed on threads of their own: logins waited behind the engine's
         # threads while one analyst's slow queries held them all
@@ -262,7 +277,8 @@ class HttpApi:
             config.http_header_timeout, config.http_body_timeout,
             config.http_waiting_per_address,
             b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-            b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(late), late)))
+            b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(late), late),
+            *(waiting or (AddressCounts(1), 0))))
 
     # --- plumbing ------------------------------------------------------------------------
     async def _crash(self, request: Request, exc: Exception) -> JSONResponse:
