@@ -6,8 +6,7 @@ import click
 
 import dpsql
 from evaluators._cli import dataset_ledger, emit, evaluator_options, reuse_note
-from evaluators.attribute_selection.contingency import DEFAULT_BINS
-from evaluators.attribute_selection.selection import METHODS, select_attributes
+from evaluators.attribute_selection.selection import METHODS, SELECTION_BINS, select_attributes
 
 
 @click.command("attribute-selection")
@@ -21,8 +20,8 @@ from evaluators.attribute_selection.selection import METHODS, select_attributes
               help="Keep attributes scoring above this (chi-squared, or gain in bits).")
 @click.option("--attribute", "attributes", multiple=True,
               help="A candidate attribute (repeatable; default: all with a domain or bounds).")
-@click.option("--bins", type=int, default=DEFAULT_BINS, show_default=True,
-              help="Public equal-width bins per numeric attribute.")
+@click.option("--bins", type=click.IntRange(min=1), default=SELECTION_BINS, show_default=True,
+              help="Public equal-width bins per numeric attribute (the report's 10).")
 @click.option("--db", default=None, help="DuckDB file (default: sources from the metadata).")
 def command(metadata: str, table: str, epsilon: float, output: str | None,
             insecure_seed: int | None, as_json: bool, analyst: str | None, ledger: str | None,
