@@ -21,8 +21,9 @@ For each private table with a privacy unit, person by person:
 - per column with ``values:``: rows whose value (a NULL read as its ``missing_value``) is not
   one of them, which a GROUP BY on the column drops (a wrong list, ``[m, f]`` for data
   ``M``/``F``, drops every row);
-- per column with bounds or ``values:``: rows where it is NULL (missing, or not parsing as the
-  declared type), which its aggregates skip, or read as its ``missing_value``.
+- per column: rows where it is NULL (missing, or not parsing as the declared type: a column
+  of names declared ``date`` is NULL on every row), which its aggregates skip, or read as
+  its ``missing_value``.
 
 Each entry says how many rows and persons the bound touches and their shares. Rows whose
 person is NULL are not counted (no person holds them).
@@ -100,7 +101,8 @@ def _groupings(table: TableSpec) -> list[tuple[str | None, tuple[str, ...], int,
 
 def _column_checks(column: ColumnSpec, d: render.Dialect) -> list[tuple[str, object, str, str]]:
     """(bound, limit, effect, condition of the rows it affects) for one column: values
-    clamped into [lower, upper], values outside the declared domain, NULLs."""
+    clamped into [lower, upper], values outside the declared domain, and NULLs (of every
+    column: a value that does not parse as the declared type is read as NULL)."""
     name = d.quote(column.name)
     checks = []
     if column.is_bounded:
@@ -115,10 +117,9 @@ def _column_checks(column: ColumnSpec, d: render.Dialect) -> list[tuple[str, obj
         listed = ", ".join(d.literal(v, column.type) for v in column.values)
         checks.append(("values", list(column.values), "dropped by GROUP BY (not a value)",
                        f"({value} IS NULL OR {value} NOT IN ({listed}))"))
-    if checks:
-        effect = "NULL (skipped by its aggregates)" if column.missing_value is None else \
-            f"NULL (read as {column.missing_value!r})"
-        checks.append(("NULL", column.missing_value, effect, f"{name} IS NULL"))
+    effect = "NULL (skipped by its aggregates)" if column.missing_value is None else \
+        f"NULL (read as {column.missing_value!r})"
+    checks.append(("NULL", column.missing_value, effect, f"{name} IS NULL"))
     return checks
 
 

@@ -71,6 +71,21 @@ def test_values_clamped_and_nulls_are_counted_per_column(tmp_path):
     assert read_as["rows_affected"] == nulls["rows_affected"]
 
 
+def test_a_column_of_another_type_shows_every_row_null(tmp_path):
+    """Region names declared date (no bounds, no values) are NULL on every row as a date:
+    the report had no entry for a column without bounds or values, so nothing showed it."""
+    source = tmp_path / "c.csv"
+    source.write_text("uid,region,day\n1,north,2024-01-02\n2,south,2024-03-04\n3,west,\n")
+    meta = {"tables": {"c": {"source": str(source), "privacy_unit": "uid",
+                             "max_groups_per_unit": 1, "max_rows_per_group": 1,
+                             "columns": {"uid": "int", "region": "date", "day": "date"}}}}
+    report = _report(meta, "c", tmp_path)
+    region, day = report[("NULL", "region")], report[("NULL", "day")]
+    assert (region["rows_affected"], region["rows_share"], region["persons_affected"]) == \
+        (3, 1.0, 3)
+    assert (day["rows_affected"], day["persons_affected"]) == (1, 1)
+
+
 def test_a_domain_counts_persons_and_reads_nulls_as_the_missing_value(tmp_path):
     """Person-level: MovieLens ratings whose declared values leave out 5 (pandas counts the
     ratings of 5 and the users who gave one); a NULL read as a declared value is inside."""
