@@ -119,9 +119,10 @@ def tuned_table(checked: CheckedQuery, catalog: Catalog) -> str:
 
 def with_bounds(catalog: Catalog, proposal: TuningResult) -> Catalog:
     """The catalogue with the proposal's contribution bounds for its table (no
-    max_rows_per_unit where the proposal declares none)."""
+    max_rows_per_unit where the proposal declares none), and none of its ``key_bounds``
+    entries, whose L0 and L∞ would otherwise replace the tuned ones for the keys they name."""
     spec = catalog.table(proposal.table)
     proposed = proposal.metadata["tables"][proposal.table]
     bounds = {key: proposed.get(key) for key in BOUND_KEYS}
-    return dataclasses.replace(catalog, tables={**catalog.tables,
-                                                spec.name: dataclasses.replace(spec, **bounds)})
+    tuned = dataclasses.replace(spec, **bounds, key_bounds=())
+    return dataclasses.replace(catalog, tables={**catalog.tables, spec.name: tuned})

@@ -362,7 +362,8 @@ def _table(name: str, raw: Any, base: Path) -> TableSpec:
         warnings.warn(
             f"table {name!r} does not declare {' or '.join(omitted)}: 1 is used, so each "
             "person's rows beyond one group and one row per group are dropped from every "
-            f"answer; run `dpsql tune --table {name}` for bounds chosen privately from the "
+            f"answer; run `dpsql tune --metadata META.yaml --table {name} --epsilon 0.5` "
+            f"(Python: con.tune({name!r}, epsilon=0.5)) for bounds chosen privately from the "
             "data, or declare them (a table of one row a person: declare 1 and 1)",
             BoundsDefaultWarning, stacklevel=4)
     key_bounds = _key_bounds(name, raw.get("key_bounds"), columns, unit, public, (l0, linf))

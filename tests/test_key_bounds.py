@@ -185,6 +185,23 @@ def test_rows_per_unit_still_caps_a_persons_rows(tmp_path):
     assert planned["aggregates"][0]["sensitivity"] == 30
 
 
+def test_tuned_bounds_replace_the_entrys(con):
+    """tune= ran GROUP BY item under the entry's 200 × 1 rather than the bounds it chose
+    (2 × 2): the tuned catalogue kept the entry, whose bounds replace the table's."""
+    from types import SimpleNamespace
+
+    from dpsql.autotune import with_bounds
+    from dpsql.compile import compile_statement
+    from dpsql.parse import parse_one
+
+    chosen = {"max_groups_per_unit": 2, "max_rows_per_group": 2}
+    tuned = with_bounds(con.catalog, SimpleNamespace(
+        table="ratings", metadata={"tables": {"ratings": chosen}}))
+    checked = compile_statement(parse_one(ITEM_KEYS[0]), tuned)
+    assert (checked.table.max_groups_per_unit, checked.table.max_rows_per_group) == (2, 2)
+    assert checked.bounds_why is None
+
+
 def test_answers_equal_the_truth_at_a_huge_epsilon(con):
     """Every person rates at most 20 items once: nothing is dropped under 200 × 1, where the
     table's 3 groups kept 3 items a person."""
