@@ -49,6 +49,7 @@ MAX_MESSAGE = 1 << 20  # no analyst message needs more than 1 MiB
 MAX_PREPARED, MAX_PREPARED_BYTES = 1000, 8 << 20
 HELD_CELL = 32  # bytes a held result's value costs besides its text (its object and slot)
 INLINE_SQL = 2048  # longer SQL is tokenized on a worker thread (16 KiB: 0.15 s of the loop)
+MAX_PARAMETER = 65_535  # a Bind's count of parameters is 16 bits: no $n above can be bound
 IDLE_TIMEOUT = 600.0
 _OIDS = {"BIGINT": 20, "INTEGER": 23, "DOUBLE": 701, "FLOAT": 701, "REAL": 700,
          "BOOLEAN": 16, "DATE": 1082, "TIMESTAMP": 1114, "VARCHAR": 25, "TEXT": 25}
@@ -680,6 +681,7 @@ class Session:
             # before it is tokenized: one Parse of 1 MB took the loop for 3-6 s
             self.service.check_size(self.user, sql)
             text, order = await self._tokenized(dollar_to_qmark, sql)
+            _check_numbers(order)
             # only the types of parameters the text has: 65,535 declared for 'SELECT 1' were
             # all kept, 262 kB a statement outside the session's cap
             types = array.array("I", declared[:max(order, default=0)])
@@ -834,6 +836,17 @@ class Session:
             if self.counted:
                 self.server.close_session(self.user)
             self.writer.close()
+
+
+def _check_numbers(order: list[int]) -> None:
+    """Refuse a ``$n`` no Bind can supply, as PostgreSQL's at most 65,535 parameters: Describe
+    of a prepared 'SELECT $100000000' listed 10⁸ parameter types (2.4 GB and 16 s of the event
+    loop, every other session of the worker waiting)."""
+    highest = max(order, default=0)
+    if highest > MAX_PARAMETER:
+        raise ServiceError("syntax", f"there is no parameter ${highest}: a statement has at "
+                           f"most {MAX_PARAMETER:,} parameters",
+                           hint="number the parameters $1, $2 ... in the order you bind them")
 
 
 def _cursor_name(name: str) -> str:
