@@ -12,13 +12,17 @@ are empty (the tables have no indexes, constraints, policies or parents). Column
 read the row, a subquery is NULL (it reads defaults and collations, which are empty here),
 and a few functions are answered (``format_type``: a declared type as PostgreSQL names it;
 ``col_description``: a column's bounds or public values). Nothing runs on a database;
-whatever else a statement names is refused (``Unrecognised``).
+whatever else a statement names is refused (``Unrecognised``), and so is one too long or too
+deep to read. Reading one takes up to tens of milliseconds: the server does it off its event
+loop (``deferring``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import sqlglot
@@ -27,6 +31,13 @@ from sqlglot import exp
 SCHEMA = "public"  # where clients see the published tables
 NAMESPACE_OID, FIRST_OID = 2200, 16384  # PostgreSQL's public; its first user object
 MAX_TEXT = 4096  # psql's longest (a table's publications) is 1.3 kB
+# psql 15's longest has 200 tokens; reading a statement takes time with them (4 KiB of
+# 'select 1+1+1...' took 130 ms, refused once its 2,000 tokens are counted: 14 ms)
+MAX_TOKENS = 500
+# what reading a shape psql does not send raises besides Unrecognised: sqlglot's errors, a
+# tree deeper than the interpreter's stack (4 KiB of 'select a.a.a...'), and arguments the
+# evaluation does not expect ('relname ~ 1': TypeError, 'col_description(1)': IndexError)
+_UNREADABLE = (sqlglot.errors.SqlglotError, RecursionError, TypeError, IndexError)
 # a declared type -> (PostgreSQL's type oid, format_type's name)
 PG_TYPES = {"int": (20, "bigint"), "float": (701, "double precision"), "text": (25, "text"),
             "bool": (16, "boolean"), "date": (1082, "date"),
@@ -44,6 +55,26 @@ _PREFIX = re.compile(r"^\^(\w+)$")  # '^pg_toast': the schemas psql leaves out o
 
 class Unrecognised(Exception):
     """A statement naming the catalogues that is not one of psql's shapes."""
+
+
+class Deferred(Exception):
+    """Raised by ``answer`` in place of reading a statement, while ``deferring``."""
+
+
+_DEFERRING: ContextVar[bool] = ContextVar("pgdescribe_deferring", default=False)
+
+
+@contextmanager
+def deferring() -> Iterator[None]:
+    """Within it ``answer`` reads nothing and raises Deferred: the server's event loop learns
+    that a statement is a catalogue query (``pgcatalog.answer`` sent it here) without reading
+    it, then reads it on a worker thread as a request of the analyst's (4 KiB of
+    'select a.a.a...' held the loop 200 ms a message)."""
+    token = _DEFERRING.set(True)
+    try:
+        yield
+    finally:
+        _DEFERRING.reset(token)
 
 
 Row = dict[str, dict[str, Any] | None]  # alias -> its relation's attributes (None: no match)
@@ -125,13 +156,26 @@ class Catalogue:
 
 def answer(text: str, tables: dict) -> tuple[list[str], list[list]]:
     """The column names and rows of one of psql's catalogue statements over the published
-    ``tables``; Unrecognised for any other statement."""
+    ``tables``; Unrecognised for any other statement (Deferred while ``deferring``)."""
+    if _DEFERRING.get():
+        raise Deferred
     if len(text) > MAX_TEXT:
         raise Unrecognised("too long for one of psql's queries")
     try:
-        tree = sqlglot.parse_one(text, read="postgres")
-    except sqlglot.errors.SqlglotError as err:
-        raise Unrecognised(str(err)) from None
+        return _answer(text, tables)
+    except _UNREADABLE as err:  # not psql's: refused as such, not a server failure to log
+        raise Unrecognised(f"not one of psql's shapes: {type(err).__name__}") from None
+
+
+def _answer(text: str, tables: dict) -> tuple[list[str], list[list]]:
+    dialect = sqlglot.Dialect.get_or_raise("postgres")
+    tokens = dialect.tokenize(text)
+    if len(tokens) > MAX_TOKENS:
+        raise Unrecognised(f"more than {MAX_TOKENS} tokens, more than psql's queries have")
+    trees = dialect.parser().parse(tokens, text)
+    if len(trees) != 1 or trees[0] is None:
+        raise Unrecognised("not one statement")
+    tree = trees[0]
     for table in tree.find_all(exp.Table):
         # only the system catalogues (a subquery of them is NULL, so none other may hide in one)
         if isinstance(table.this, exp.Identifier) and not (
