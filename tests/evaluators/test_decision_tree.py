@@ -436,3 +436,16 @@ def test_the_reports_tree_command_parses_to_the_protocol():
                                                      tree.schema_options["numeric_bins"])
     assert command.make_context("tree", ["-m", line.split()[4], "-t", "adult", "--class",
                                          "salary-class"]).params["depth"] == 3
+
+
+def test_the_report_is_generated_from_its_results_with_no_typed_numbers():
+    """The committed README predated per-fit connections and its reading was typed: it said
+    Car stays at the majority rate up to ε = 1 and Mushroom drops to 0.945 at depth 6, where
+    the rerun grows Car trees at ε = 1 (0.718) and keeps Mushroom at 0.987. --replot of the
+    committed results.csv and run.json now rebuilds README.md byte for byte."""
+    folder = dpsql.catalog.PROJECT_ROOT / "docs" / "reports" / "decision_tree"
+    results = pd.read_csv(folder / "results.csv").drop_duplicates()
+    cost = json.loads((folder / "run.json").read_text())
+    readme = experiment._markdown(results, cost)
+    assert readme == (folder / "README.md").read_text()
+    assert "nan" not in readme and "What changed since the previous run" in readme
