@@ -59,12 +59,12 @@ TRAIN_USERS = 700
               help="Former name of --epsilon.")
 @click.option("--fill", type=click.Choice(FILLS), default="none", show_default=True,
               help="roustida: discretize and fill the released matrix before predicting.")
-@click.option("--levels", type=int, default=DEFAULT_LEVELS, show_default=True,
+@click.option("--levels", type=click.IntRange(min=1), default=DEFAULT_LEVELS, show_default=True,
               help="Discretization N (levels 1..N+1) for --fill roustida.")
-@click.option("--min-overlap", type=int, default=0, show_default=True,
+@click.option("--min-overlap", type=click.IntRange(min=0), default=0, show_default=True,
               help="ROUSTIDA variant (not in the thesis): users sharing fewer rated items are "
               "never 'completely similar'. 0 = the thesis's literal definition.")
-@click.option("--train-users", type=int, default=TRAIN_USERS, show_default=True,
+@click.option("--train-users", type=click.IntRange(min=1), default=TRAIN_USERS, show_default=True,
               help="Users that serve as neighbours; the rest are predicted.")
 def command(metadata: str, table: str, epsilon: float | None, output: str | None,
             seed: int | None, insecure_seed: int | None, as_json: bool, analyst: str | None,

@@ -30,15 +30,25 @@ def discrete_laplace(scale: Fraction, size: int, rng: dpsql.RandomSource) -> np.
     return np.fromiter((draw(scale) for _ in range(size)), dtype=np.int64, count=size)
 
 
+def check_epsilon(epsilon: float) -> None:
+    """Refuse an ε per rating that is not a finite number > 0 (∞ would publish the ratings
+    and has no likelihood ratio).
+
+    Raises:
+        dpsql.PrivacyParameterError: ``epsilon`` is ≤ 0, NaN or infinite.
+    """
+    if not 0 < epsilon < math.inf:
+        raise dpsql.PrivacyParameterError(f"epsilon must be a finite number > 0, got {epsilon}",
+                                          hint="pass --epsilon 1 (or any positive value)")
+
+
 def perturb_ratings(
     ratings: pd.DataFrame, epsilon: float, rng: dpsql.RandomSource
 ) -> pd.DataFrame:
     """Release ``(user_id, item_id, rating)`` as ``(user_id, item_id, noisy)``, ε per rating:
     one rating per (user, item), so a user releases at most one per item (``epsilon_per_user``).
     """
-    if not 0 < epsilon < math.inf:  # ∞ would publish the ratings (and has no ratio)
-        raise dpsql.PrivacyParameterError(f"epsilon must be a finite number > 0, got {epsilon}",
-                                          hint="pass --epsilon 1 (or any positive value)")
+    check_epsilon(epsilon)
     ratings = ratings.drop_duplicates(["user_id", "item_id"])
     clipped = ratings["rating"].clip(RATING_LOWER, RATING_UPPER).to_numpy()
     # ε as the exact rational its float holds: the scale is exactly Δ/ε

@@ -51,6 +51,8 @@ class Perturbation:
         if self.kind == "ldp" and self.epsilon is None:
             raise dpsql.ProgrammingError("local DP needs an epsilon per rating",
                                          hint="pass --epsilon E (ε per rating)")
+        if self.kind == "ldp":  # checked before the custodian reads the ratings
+            ldp.check_epsilon(self.epsilon)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -13,6 +14,7 @@ from conftest import require_dataset
 
 import dpsql
 from dpsql.catalog import PROJECT_ROOT
+from dpsql.cli import main
 from evaluators.collaborative_filtering import ldp
 from evaluators.collaborative_filtering.attacks import rpt_disclosure
 from evaluators.collaborative_filtering.cli import command
@@ -306,3 +308,18 @@ def test_rpt_disclosure_counts_real_cells_beyond_the_fake_range():
 def test_a_negative_seed_is_a_usage_error_not_a_traceback():
     result = CliRunner().invoke(command, ["--seed", "-3", "--ledger", ":memory:"])
     assert result.exit_code == 2 and "--seed" in result.output
+
+
+@pytest.mark.parametrize("bad", [["-e", "0"], ["--levels", "0", "--fill", "roustida"],
+                                 ["--min-overlap", "-1", "--fill", "roustida"],
+                                 ["--train-users", "0"]])
+def test_bad_arguments_are_refused_before_the_ratings_are_read(tmp_path, bad):
+    """-e 0, --levels 0 and --train-users 0 were refused after the custodian's read of the true
+    ratings was logged in the dataset's ledger, and --min-overlap -1 ran as if it were 0."""
+    require_dataset("ml-100k/u.data")
+    metadata = tmp_path / "movielens.yaml"
+    metadata.write_text(Path(METADATA).read_text())
+    result = CliRunner().invoke(command, ["--metadata", str(metadata), *bad])
+    assert result.exit_code != 0 and not isinstance(result.exception, AssertionError)
+    budget = CliRunner().invoke(main, ["budget", "-m", str(metadata), "--history", "--json"])
+    assert json.loads(budget.output)["releases"] == []
