@@ -12,6 +12,7 @@ import click
 import dpsql
 from evaluators._budget import require_budget
 from evaluators._cli import EXACT, dataset_ledger, emit, evaluator_options
+from evaluators.decision_tree.attributes import schema_from_metadata
 from evaluators.decision_tree.forest import DPRandomForest
 from evaluators.decision_tree.holdout import split_holdout, temporary_directory
 from evaluators.decision_tree.split import CRITERIA, SELECTIONS
@@ -50,8 +51,9 @@ def command(metadata: str, table: str, epsilon: float, output: str | None, seed:
                "exclude": exclude, "random_state": seed}
     model = (DPRandomForest(epsilon, n_trees=trees, max_depth=depth, **options) if trees > 1
              else DPDecisionTree(epsilon, max_depth=depth, **options))
-    # before the custodian reads the rows to split them: a run the budget cannot cover
-    # logged that read, then said nothing was run
+    # before the custodian reads the rows to split them: a run the budget cannot cover, or
+    # an unknown --exclude, logged that read, then said nothing was run
+    schema_from_metadata(metadata, table, target, exclude=exclude, numeric_bins=bins)
     with dpsql.connect(None, metadata=metadata, analyst=analyst, ledger=ledger) as dataset:
         require_budget(dataset, Fraction(str(epsilon)))
     with temporary_directory() as directory:

@@ -369,6 +369,9 @@ def test_cli_refuses_an_unknown_excluded_column_and_lists_the_columns(car, tmp_p
     error = json.loads(result.stderr)
     assert error["code"] == "unknown_column" and "'nope'" in error["error"]
     assert "safety" in error["hint"]
+    # refused before the custodian's read of the table (it was logged, then refused)
+    with dpsql.connect(None, metadata=str(metadata), ledger=str(tmp_path / "ledger.sqlite")) as con:
+        assert con.ledger.history(con.catalog.name) == []
 
 
 @pytest.mark.parametrize("fraction, side", [("0.0000001", "test"), ("0.9999999", "training")])
