@@ -53,7 +53,7 @@ from evaluators._cli import EXACT, dataset_ledger, emit, evaluator_options
 from evaluators._holdout import check_test_fraction, test_rows
 from evaluators.attribute_selection.contingency import catalog_attributes, check_candidates
 from evaluators.naive_bayes.central import train_central
-from evaluators.naive_bayes.model import NaiveBayesModel
+from evaluators.naive_bayes.model import NaiveBayesModel, check_alpha
 from evaluators.naive_bayes.randomized_response import ReconstructedStatistics, train_randomized
 
 if TYPE_CHECKING:  # catalogue types only annotate; evaluators use load_catalog's objects
@@ -128,8 +128,8 @@ def load_holdout(metadata: str | Path, table: str, class_column: str, *,
             f"{modelled_units[0]!r} is the privacy unit of table {spec.name!r}: it names "
             "people, so it is neither an attribute nor the class",
             hint="leave it out of --attributes and --class")
+    columns = {name: _attribute_spec(spec, name) for name in names}  # before the read
     frame = read_source(metadata, table, analyst=analyst, ledger=ledger)
-    columns = {name: _attribute_spec(spec, name) for name in names}
     if numeric == "drop":
         columns = {n: c for n, c in columns.items() if c.values is not None}
     elif numeric == "bins":
@@ -332,6 +332,7 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *,
     """
     if mechanism not in MECHANISMS:
         raise dpsql.ProgrammingError(f"mechanism must be one of {MECHANISMS}")
+    check_alpha(alpha)  # before the rows are read (the read was logged, then refused)
     if mechanism == "laplace" and epsilon is None:
         raise dpsql.PrivacyParameterError("--mechanism laplace needs --epsilon",
                                           hint="pass e.g. --epsilon 1.0")

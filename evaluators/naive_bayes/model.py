@@ -35,6 +35,18 @@ import dpsql
 _VARIANCE_FLOOR = 1e-9
 
 
+def check_alpha(alpha: float) -> None:
+    """Refuse a Laplace smoothing that is negative or NaN.
+
+    Raises:
+        dpsql.ProgrammingError: ``alpha`` is not a number ≥ 0.
+    """
+    if not alpha >= 0:
+        raise dpsql.ProgrammingError(
+            f"alpha must be >= 0, got {alpha!r}", hint="use alpha=1.0 (Laplace smoothing)"
+        )
+
+
 @dataclass(frozen=True)
 class NaiveBayesModel:
     """Naive Bayes from sufficient statistics (no raw rows).
@@ -85,10 +97,7 @@ class NaiveBayesModel:
             raise dpsql.ProgrammingError(
                 "Naive Bayes needs at least one class", hint="pass class_counts with every label"
             )
-        if not alpha >= 0:
-            raise dpsql.ProgrammingError(
-                f"alpha must be >= 0, got {alpha!r}", hint="use alpha=1.0 (Laplace smoothing)"
-            )
+        check_alpha(alpha)
         classes = [str(c) for c in class_counts]
         class_index = {c: i for i, c in enumerate(classes)}
         prior = np.clip(np.array([float(v) for v in class_counts.values()]), 0.0, None)

@@ -127,21 +127,25 @@ def test_randomized_response_publishes_no_uid_and_reports_the_heaviest_persons_e
         holdout.train["uid"].value_counts() - 6).clip(lower=0).sum()
 
 
-@pytest.mark.parametrize(("attributes", "message"), [
-    ("member", "cannot also be a candidate"), ("day,day", "given twice")])
-def test_the_class_or_a_repeated_attribute_is_refused_before_the_rows_are_read(
-        tmp_path, attributes: str, message: str) -> None:
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--attributes", "member"], "cannot also be a candidate"),
+    (["--attributes", "day,day"], "given twice"),
+    (["--attributes", "nope"], "no column 'nope'"),
+    (["--attributes", "day", "--alpha", "-1"], "alpha must be >= 0")])
+def test_bad_attributes_or_alpha_are_refused_before_the_rows_are_read(
+        tmp_path, extra: list[str], message: str) -> None:
     """--attributes member (the class) was dropped from the model without a word, which then
-    predicted from the class prior alone, and ε was charged for it."""
+    predicted from the class prior alone, and ε was charged for it; an unknown attribute and
+    a negative --alpha were refused after the custodian's read was logged."""
     metadata = _dataset(tmp_path, _visits())
     ledger = str(tmp_path / "l.sqlite")
-    args = ["-m", metadata, "-t", "visits", "--class", "member", "--attributes", attributes,
+    args = ["-m", metadata, "-t", "visits", "--class", "member", *extra,
             "--mechanism", "laplace", "-e", "1", "--ledger", ledger]
     result = CliRunner().invoke(command, args)
     assert isinstance(result.exception, dpsql.ProgrammingError), result.output
     assert message in str(result.exception)
     with dpsql.connect(None, metadata=metadata, ledger=ledger) as connection:
-        assert connection.budget_spent.epsilon == 0
+        assert connection.ledger.history(connection.catalog.name) == []
 
 
 def test_an_empty_test_split_is_refused_before_the_central_release(tmp_path) -> None:
