@@ -448,6 +448,8 @@ def _print(mechanism: str, table: str, result: dict) -> None:
             f"{result['local_epsilon_categorical']:.4f})")
         click.echo(f"local ε per record: {shown}; unprotected: "
                    f"{', '.join(result['unprotected_columns'])}")
+        # as cf says: dpsql budget shows 0 spent (and the custodian's logged read)
+        click.echo("no central budget is charged: each record is randomized before release")
         if result["local_epsilon_per_unit"] is not None:
             click.echo(f"local ε per person (at most the declared bound of rows each; "
                        f"{exact['train_rows_dropped']} train rows beyond it dropped, exact): "

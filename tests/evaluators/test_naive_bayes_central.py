@@ -163,3 +163,20 @@ def test_an_empty_test_split_is_refused_before_the_central_release(tmp_path) -> 
         assert connection.budget_spent.epsilon == 0
     finally:
         connection.close()
+
+
+def test_randomized_response_says_it_charges_no_central_budget(tmp_path) -> None:
+    """dpsql budget showed ε 0 after a randomized-response run, and its text output did not
+    say why (cf's does): a user checking the ledger took the run for one that was not
+    recorded."""
+    metadata = _dataset(tmp_path, _visits())
+    ledger = str(tmp_path / "l.sqlite")
+    result = CliRunner().invoke(command, ["-m", metadata, "-t", "visits", "--class", "member",
+                                          "--attributes", "day,region_id", "--seed", "0",
+                                          "--ledger", ledger])
+    assert result.exit_code == 0, result.output
+    assert "no central budget is charged" in result.output
+    with dpsql.connect(None, metadata=metadata, ledger=ledger) as connection:
+        assert connection.budget_spent.epsilon == 0
+        assert {row["kind"] for row in connection.ledger.history(connection.catalog.name)} == {
+            "exact"}
