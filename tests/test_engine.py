@@ -152,6 +152,31 @@ def test_a_function_of_keys_in_the_select_list_is_post_processing(connect):
     assert float(con.budget_spent.epsilon) == 1
 
 
+@pytest.mark.parametrize(("sql", "error", "named"), [
+    ("SELECT educaton FROM adult", dpsql.UnknownColumnError, "unknown column 'educaton'"),
+    ("SELECT a.agee + 1 FROM adult a", dpsql.UnknownColumnError, "unknown column 'agee'"),
+    ("SELECT age AS a, a + 1 AS b FROM adult", dpsql.NonAggregateQueryError, "returns rows"),
+    ("SELECT age FROM adult", dpsql.NonAggregateQueryError, "returns rows")])
+def test_a_misspelt_column_is_named_before_the_rows_are_refused(connect, sql, error, named):
+    """SELECT departmnt FROM visits was told that it returns rows, not that departmnt is no
+    column; a lateral alias is no misspelling."""
+    with pytest.raises(error, match=named):
+        connect().execute(sql, epsilon=1)
+
+
+@pytest.mark.parametrize(("sql", "message", "hint"), [
+    ("SELECT ANY_VALUE(race) FROM adult", "the aggregate ANY_VALUE is not supported",
+     "use COUNT, SUM, AVG"),
+    ("SELECT SUM(age) IGNORE NULLS FROM adult", "IGNORE NULLS is not read on an aggregate",
+     "drop it")])
+def test_nulls_clauses_on_aggregates_are_refused_as_such(connect, sql, message, hint):
+    """DuckDB reads ANY_VALUE(x) as ANY_VALUE(x) IGNORE NULLS, which was refused with the
+    row-level functions' hint."""
+    with pytest.raises(dpsql.UnsupportedSQLError, match=message) as caught:
+        connect().execute(sql, epsilon=1)
+    assert caught.value.hint.startswith(hint)
+
+
 def test_a_top_k_whose_cut_is_within_the_noise_warns(connect):
     """ORDER BY n DESC LIMIT k kept MovieLens' ten noisiest obscure films with nothing said;
     the warning reads the released values only (their intervals at the cut)."""

@@ -139,6 +139,11 @@ REFUSED = [
      "GROUP BY f", dpsql.PrivateGroupKeysError, "group by a public attribute"),
     ("SELECT f, COUNT(*) FROM (SELECT uid + 0 AS f FROM visits) t GROUP BY f",
      dpsql.PrivateGroupKeysError, "group by a public attribute"),
+    # a per-person count as a key: the hint pointed to metadata values, not to a clamp
+    ("SELECT d, COUNT(*) FROM (SELECT uid, COUNT(DISTINCT day) AS d FROM visits "
+     "GROUP BY uid) t GROUP BY d", dpsql.PrivateGroupKeysError, "GROUP BY LEAST(d, 5)"),
+    ("SELECT s, COUNT(*) FROM (SELECT uid, SUM(amount) AS s FROM visits GROUP BY uid) t "
+     "GROUP BY s", dpsql.PrivateGroupKeysError, "clamp the per-person SUM to a range"),
     # an aggregate without its argument was an AttributeError
     ("SELECT COUNT() FROM visits", dpsql.ProgrammingError, "COUNT(*)"),
     ("SELECT COUNT(*) FROM (SELECT uid, MIN() AS m FROM visits GROUP BY uid) t",

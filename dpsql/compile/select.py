@@ -229,6 +229,14 @@ class _Compiler:
                     "aggregates), and this SELECT aggregates nothing", sql=self.sql,
                     hint="aggregate first, e.g. SELECT key, COUNT(*) AS n, RANK() OVER "
                     "(ORDER BY COUNT(*) DESC) AS r FROM t GROUP BY key")
+            # a misspelt column is named as such (SELECT departmnt FROM visits was told
+            # that it returns rows), before the shape of the statement is
+            scope = Scope(self.relation, self.sql)
+            aliases = {item.alias.lower() for item in select.expressions if item.alias}
+            for item in select.expressions:
+                for col in item.find_all(exp.Column):
+                    if col.table or col.name.lower() not in aliases:
+                        scope.resolve(col)
             raise NonAggregateQueryError(
                 "the SELECT returns rows, not aggregates: it would release private data",
                 sql=self.sql,
@@ -361,13 +369,7 @@ class _Compiler:
                 raise PrivateGroupKeysError(
                     f"the GROUP BY key {node.sql(dialect='duckdb')!r} has no public domain"
                     f"{_too_many(expr)}, so releasing its values could reveal a person",
-                    sql=self.sql, position=_position(node),
-                    hint="either declare the column's public values (values: [...]) or int "
-                    "bounds in the metadata (or group by a CASE expression with literal "
-                    "results, or buckets such as FLOOR(x / 1000)), or give a δ > 0 (e.g. "
-                    "delta=1e-6, or SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(delta=1e-6) ... "
-                    "in the SQL; SET dpsql.delta on a server) so that only keys whose noisy "
-                    "count of distinct persons clears a threshold are released")
+                    sql=self.sql, position=_position(node), hint=self._domain_hint(node, expr))
             if expr.domain is not None and expr.type == "null":
                 raise ProgrammingError("GROUP BY NULL is not a key", sql=self.sql)
             source = self._domain_source(expr)
@@ -381,6 +383,26 @@ class _Compiler:
             raise ProgrammingError("two GROUP BY keys have the same name", sql=self.sql,
                                    hint="give the keys distinct aliases")
         return tuple(keys)
+
+    def _domain_hint(self, node: exp.Expression, expr: Expr) -> str:
+        """How to give a GROUP BY key a public domain: clamp a per-person aggregate of a
+        subquery (a count is at least 0, so LEAST alone bounds it), else declare values or
+        bounds, bucket, or give a δ."""
+        per_person = sorted({info.per_person for c in expr.columns()
+                             if (info := self.relation.columns.get(c)) and info.per_person})
+        text = node.sql(dialect="duckdb")
+        if per_person == ["COUNT"]:
+            return (f"clamp the per-person count to a range, e.g. GROUP BY LEAST({text}, 5): "
+                    "its values 0 to 5 are then the key's public domain")
+        if per_person:
+            return (f"clamp the per-person {'/'.join(per_person)} to a range and round it, e.g. "
+                    f"GROUP BY LEAST(GREATEST(CAST({text} AS INT), 0), 10)")
+        return ("either declare the column's public values (values: [...]) or int bounds in "
+                "the metadata (or group by a CASE expression with literal results, or buckets "
+                "such as FLOOR(x / 1000)), or give a δ > 0 (e.g. delta=1e-6, or SELECT WITH "
+                "DIFFERENTIAL_PRIVACY OPTIONS(delta=1e-6) ... in the SQL; SET dpsql.delta on a "
+                "server) so that only keys whose noisy count of distinct persons clears a "
+                "threshold are released")
 
     def _key_bound(self) -> str | None:
         """Why the statement uses the L0 and L∞ of a private table's ``key_bounds`` entry:
@@ -753,6 +775,15 @@ class _PostScope:
     def intercept(self, node: exp.Expression) -> Expr | None:
         if isinstance(node, exp.Window):
             return self._window(node)
+        if isinstance(node, (exp.IgnoreNulls, exp.RespectNulls)) and \
+                isinstance(node.this, exp.AggFunc):
+            # DuckDB's ANY_VALUE(x) is read as ANY_VALUE(x) IGNORE NULLS: an aggregate dpsql
+            # lacks is refused as one (its hint listed row-level functions)
+            self.compiler.aggregate(node.this)
+            raise UnsupportedSQLError(
+                f"{'IGNORE' if isinstance(node, exp.IgnoreNulls) else 'RESPECT'} NULLS is not "
+                "read on an aggregate", sql=self.sql,
+                hint="drop it: dpsql's aggregates skip NULL inputs (COUNT(*) counts rows)")
         if isinstance(node, exp.AggFunc):
             aggregate = self.compiler.aggregate(node)
             return Expr("col", (), _agg_type(aggregate), aggregate.name)
