@@ -38,24 +38,13 @@ BATTERY = [sql for sql in battery() if " FROM visits " in sql + " " and (
     or "ROUND(amount * 1e200" in sql or "amount * amount" in sql) and "GROUP BY" not in sql]
 
 
-def open_spark_pair(session, root: Path, d_tables: dict, d_prime_tables: dict) -> nb.Pair:
-    """``nb.open_pair``'s CSV files and catalogue, read by ``session`` (the backend makes a
-    view of each file, each column try_cast to its declared type)."""
-    connections = []
-    for side, tables in (("d", d_tables), ("d_prime", d_prime_tables)):
-        nb.write_database(root / side, tables)
-        connections.append(dpsql.connect(session, metadata=nb.metadata(root / side),
-                                          ledger=root / f"{side}.sqlite", insecure_seed=11))
-    return nb.Pair(*connections, folders=(root / "d", root / "d_prime"))
-
-
 @pytest.fixture(scope="module")
 def pairs(spark, tmp_path_factory):
     """A Spark (D, D′) pair per adversarial person of the harness, and one for the filtered
     counts' own (hundreds of rows in every group, NaN, inf and NULL amounts)."""
     root, base = tmp_path_factory.mktemp("spark-neighbours"), nb.base_tables()
     extras = [nb.adversary(variant) for variant in range(nb.VARIANTS)]
-    opened = [open_spark_pair(spark, root / f"a{i}", base, nb.with_rows(base, extra))
+    opened = [nb.open_pair(root / f"a{i}", base, nb.with_rows(base, extra), target=spark)
               for i, extra in enumerate([*extras, shares.filtered_heavy()])]
     yield opened
     for pair in opened:

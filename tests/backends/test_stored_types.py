@@ -27,6 +27,7 @@ import neighbours as nb
 import dpsql
 
 PEOPLE = 60
+NEWCOMER = PEOPLE + 1000  # D′'s person: absent from D (the harness's TARGET, 42, is in it)
 # stored as text, numeric and real where the metadata declares int and float
 STORED = {"pid": "bigint", "score": "text", "amount": "numeric", "ratio": "real",
           "flag": "text", "code": "double precision"}
@@ -53,7 +54,7 @@ def _people(extra: bool) -> pd.DataFrame:
     rows = [(str(i), str(i % 50), f"{i * 1.5}", "0.5", "true" if i % 3 else "false",
              str(i % 10)) for i in range(PEOPLE)]
     if extra:
-        rows.append((str(nb.TARGET), "n/a", "1e400", "NaN", "maybe", "1.5"))
+        rows.append((str(NEWCOMER), "n/a", "1e400", "NaN", "maybe", "1.5"))
     return pd.DataFrame(rows, columns=list(STORED))
 
 
@@ -137,7 +138,7 @@ def test_a_type_altered_after_connect_is_refused_alike(tmp_path):
             with psycopg.connect(url, autocommit=True) as admin:
                 admin.execute("ALTER TABLE people ALTER score TYPE text")
                 if extra:
-                    admin.execute(f"INSERT INTO people (pid, score) VALUES ({nb.TARGET}, 'n/a')")
+                    admin.execute(f"INSERT INTO people (pid, score) VALUES ({NEWCOMER}, 'n/a')")
             pair.append(con)
         for con in pair:
             with con:

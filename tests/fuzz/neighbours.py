@@ -201,21 +201,24 @@ class Pair:
         self.d_prime.close()
 
 
-def open_pair(root: Path, d_tables: dict, d_prime_tables: dict, **meta_options) -> Pair:
-    """Connections on two databases given as tables, with the same catalogue options."""
+def open_pair(root: Path, d_tables: dict, d_prime_tables: dict, *, target=None,
+              **meta_options) -> Pair:
+    """Connections on two databases given as tables, with the same catalogue options;
+    ``target`` is what dpsql.connect opens them with (None: DuckDB; a SparkSession reads the
+    same CSV files)."""
     connections = []
     for name, tables in (("d", d_tables), ("d_prime", d_prime_tables)):
         write_database(root / name, tables)
-        connections.append(dpsql.connect(metadata=metadata(root / name, **meta_options),
+        connections.append(dpsql.connect(target, metadata=metadata(root / name, **meta_options),
                                          ledger=root / f"{name}.sqlite", insecure_seed=11))
     return Pair(*connections, folders=(root / "d", root / "d_prime"))
 
 
-def open_neighbours(root: Path, variant: int, **meta_options) -> Pair:
+def open_neighbours(root: Path, variant: int, *, target=None, **meta_options) -> Pair:
     """D (base_tables) and D′ = D plus the adversarial person ``variant``."""
     base = base_tables()
     return open_pair(root / f"variant{variant}", base, with_rows(base, adversary(variant)),
-                     **meta_options)
+                     target=target, **meta_options)
 
 
 def every_neighbour(root: Path, extra: dict[str, pd.DataFrame] | None = None,
