@@ -435,7 +435,11 @@ class RandomizationSpec:
     trr_set_size: int = 1000
 
     def __post_init__(self) -> None:
-        # checked when the spec is made, before any true row is read
+        # checked when the spec is made, before any true row is read (a p of 2 had been
+        # refused by the mechanism, after the custodian's read was logged)
+        _check_probability(self.p, "p")
+        for column, p in self.column_p.items():
+            _check_probability(p, f"p of column {column!r}")
         check_trr(self.trr_a_mean, self.trr_a_variance, self.trr_b_variance)
 
     def build(self, table: TableSpec, rng: RandomSource) -> dict[str, Randomizer]:

@@ -166,6 +166,14 @@ def test_trr_parameters_that_publish_the_values_are_refused_before_any_row_is_re
     assert not ledger.exists() and not (tmp_path / "o.csv").exists()
 
 
+@pytest.mark.parametrize("parameters", [
+    {"p": 2.0}, {"p": -0.1}, {"p": math.nan}, {"column_p": {"buying": 1.5}}])
+def test_probabilities_outside_0_1_are_refused_when_the_spec_is_made(parameters) -> None:
+    """naive-bayes --p0 2 was refused by the mechanism, after the custodian's read."""
+    with pytest.raises(dpsql.PrivacyParameterError, match="must be in \\[0, 1\\]"):
+        RandomizationSpec(**parameters)
+
+
 def test_frame_values_outside_the_domain_or_missing_are_data_errors() -> None:
     randomizers = {"a": ERRPH.uniform(["x", "y"], 0.5)}
     with pytest.raises(dpsql.DataError, match="outside"):
