@@ -99,8 +99,11 @@ def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilo
         tuned.close()
     # the statement's cost is the whole ε: the tuning is part of it
     chosen = proposal.metadata["tables"][proposal.table]
+    # what the metadata says of the proposal (bounds above the declared ones) goes with the
+    # answer: it was said only by dpsql tune
     return [dataclasses.replace(results[0], epsilon=results[0].epsilon + part, tuned_bounds={
-        key: chosen[key] for key in BOUND_KEYS if chosen.get(key) is not None})]
+        key: chosen[key] for key in BOUND_KEYS if chosen.get(key) is not None},
+        notes=results[0].notes + proposal.notes)]
 
 
 def tuned_table(checked: CheckedQuery, catalog: Catalog) -> str:

@@ -46,9 +46,9 @@ class Column(tuple):
     be) and ``epsilon`` the share
     of ε spent on it; ``ci_columns`` name its interval columns in ``Cursor.intervals()``.
     Arithmetic on aggregates (noise "derived") has them when ``interval`` is set: + − × ÷ of
-    COUNT, SUM, AVG, VAR, STDDEV, the covariances and numbers (docs/python-api.md). A quantile (MEDIAN,
-    MIN, MAX ...; noise "exponential") has no interval in values: ``rank_error`` is how many
-    rows its rank may miss the target's by (95%).
+    COUNT, SUM, AVG, VAR, STDDEV, the covariances and numbers (docs/python-api.md). A
+    quantile (MEDIAN, MIN, MAX ...; noise "exponential") has no interval in values:
+    ``rank_error`` is how many rows its rank may miss the target's by (95%).
     """
 
     __module__ = "dpsql"
@@ -183,6 +183,14 @@ class Cursor:
         return None if current is None else current.tuned_bounds
 
     @property
+    def notes(self) -> tuple[str, ...]:
+        """What the current result does not show: the rows its contribution bounds drop (a
+        bias its intervals leave out), bounds tune= chose above the metadata's; () before
+        execute and for public tables."""
+        current = self._current
+        return () if current is None else current.notes
+
+    @property
     def rowcount(self) -> int:
         """Rows in the current result set (-1 before execute)."""
         return -1 if self._current is None else len(self._current.rows)
@@ -226,8 +234,9 @@ class Cursor:
     def intervals(self, confidence: float = 0.95) -> pd.DataFrame:
         """Current set with a 95% CI (``<col>_low``, ``<col>_high``) for each noisy aggregate
         and each column of arithmetic on them (+ − × ÷ of COUNT, SUM, AVG, VAR, STDDEV, the
-        covariances and numbers; None where a divisor's interval holds 0). None for quantiles and MIN/MAX,
-        whose exponential-mechanism draw has no interval: ``explain`` gives its rank error."""
+        covariances and numbers; None where a divisor's interval holds 0). None for quantiles
+        and MIN/MAX, whose exponential-mechanism draw has no interval: ``explain`` gives its
+        rank error."""
         if confidence != 0.95:
             raise NotSupportedError("only 95% intervals are computed", hint="use 0.95")
         current = self._require()

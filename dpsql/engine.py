@@ -709,7 +709,8 @@ def _explain_statement(plan: StatementPlan) -> dict:
             "max_rows_per_group": plan.checked.table.max_rows_per_group,
             "max_rows_per_unit": plan.checked.table.max_rows_per_unit,
             # why L0/L∞ are not the tables' (a key_bounds entry, keys of one value a person)
-            **({"why": plan.checked.bounds_why} if plan.checked.bounds_why else {})}}
+            **({"why": plan.checked.bounds_why} if plan.checked.bounds_why else {}),
+            "note": plan.checked.contribution_note}}
            if plan.checked.table.privacy_unit is not None else {}),
         # a statement of quantiles alone reads only its histograms: its query is a placeholder
         **({"rewritten": plan.exact_query.sql}

@@ -134,7 +134,8 @@ def result_html(result: NoisyResult | None, epsilon: float) -> str:
         body.append(f"<tr>{''.join(cells)}</tr>")
     note = f"ε spent: {float(epsilon):g}"
     if result.intervals:
-        note += " · brackets: 95% confidence intervals"
+        note += " · brackets: 95% confidence intervals of the noise"
+    note += "".join(f"<br>{html.escape(text)}" for text in result.notes)
     return (f'<table class="dpsql-result"><thead><tr>{head}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table><p><small>{note}</small></p>")
 

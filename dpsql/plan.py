@@ -141,6 +141,28 @@ class CheckedQuery:
         """True when some GROUP BY key has no public domain (keys are thresholded)."""
         return any(k.domain is None for k in self.keys)
 
+    @property
+    def contribution_note(self) -> str | None:
+        """What one person's rows count for, in words (None under row privacy): the bounds
+        are the metadata's, not the data's, so saying that rows beyond them are dropped is
+        free, and intervals alone read as if they covered the whole table."""
+        table = self.table
+        if table.privacy_unit is None:
+            return None
+        groups = table.max_groups_per_unit if self.keys else 1
+        if self.keys and not self.has_private_keys:
+            cells = 1
+            for key in self.keys:
+                cells *= len(key.domain)
+            groups = min(groups, cells)
+        total = table.max_rows_per_unit
+        return (f"each person counts with at most {groups} group(s) × "
+                f"{table.max_rows_per_group} row(s)"
+                + (f", {total} rows in all" if total is not None else "")
+                + ": rows beyond are dropped before the noise, a bias the intervals do not "
+                "cover (dpsql tune proposes bounds)"
+                + (f"; {self.bounds_why}" if self.bounds_why else ""))
+
 
 @dataclass(frozen=True, slots=True)
 class Joint:

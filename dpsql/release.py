@@ -76,6 +76,9 @@ class NoisyResult:
     # what the cursor warns of once the release is made (NoisyRankingWarning): warned from
     # release itself, a caller's warnings-as-errors lost the charged answer
     ranking_warnings: tuple[str, ...] = ()
+    # what the answer does not show: the rows the contribution bounds drop (a bias the
+    # intervals leave out), the bounds tune= chose above the metadata's
+    notes: tuple[str, ...] = ()
 
 
 def dump_results(results: list[NoisyResult]) -> str:
@@ -84,7 +87,7 @@ def dump_results(results: list[NoisyResult]) -> str:
     return json.dumps([{
         "columns": [dataclasses.asdict(c) for c in r.columns], "rows": r.rows,
         "intervals": r.intervals, "sensitivity": str(r.sensitivity),
-        "ranking_warnings": list(r.ranking_warnings),
+        "ranking_warnings": list(r.ranking_warnings), "notes": list(r.notes),
     } for r in results], default=str)
 
 
@@ -96,7 +99,8 @@ def load_results(text: str) -> list[NoisyResult]:
                         intervals={k: [tuple(b) for b in v] for k, v in item["intervals"].items()},
                         epsilon=Fraction(0), sensitivity=Fraction(item["sensitivity"]),
                         reused=True,
-                        ranking_warnings=tuple(item.get("ranking_warnings", ())))
+                        ranking_warnings=tuple(item.get("ranking_warnings", ())),
+                        notes=tuple(item.get("notes", ())))
             for item in json.loads(text)]
 
 
@@ -174,7 +178,8 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
         raise InternalError("post-processing changed the output columns")
     return NoisyResult(columns=columns, rows=result_rows, intervals=intervals,
                        epsilon=plan.loss.epsilon, sensitivity=plan.sensitivity,
-                       ranking_warnings=warned)
+                       ranking_warnings=warned,
+                       notes=tuple(n for n in [checked.contribution_note] if n))
 
 
 def _aggregate_bounds(agg, plan: StatementPlan, noisy: dict[str, list],

@@ -204,3 +204,27 @@ def test_executescript_takes_weights_as_explain_splits_them():
     assert cur.nextset()
     assert cur.description[0].epsilon == pytest.approx(planned["aggregates"][0]["epsilon"])
     assert cur.description[0].epsilon > 0.5 and con.budget_spent.epsilon == 1
+
+
+def test_a_result_says_what_its_bounds_drop(connect):
+    """The rows contribution bounds drop (a bias the intervals leave out) were said only by
+    `dpsql run`: a Python cursor, its notebook table and a reused answer said nothing, and
+    a tester read MovieLens' COUNT(*) of 61,961 [60,962, 62,960] as the table's size."""
+    con = connect(seed=None)
+    cur = con.execute("SELECT day, COUNT(*) AS n FROM visits GROUP BY day", epsilon=1)
+    [note] = cur.notes
+    assert note.startswith("each person counts with at most 3 group(s) × 2 row(s): rows "
+                           "beyond are dropped before the noise, a bias the intervals do not")
+    assert note in cur._repr_html_()
+    again = con.execute("SELECT day, COUNT(*) AS n FROM visits GROUP BY day", epsilon=1)
+    assert again.epsilon_spent == 0 and again.notes == (note,)  # the stored answer's
+    # no GROUP BY: one group
+    assert "at most 1 group(s) × 2 row(s)" in con.execute(
+        "SELECT COUNT(*) AS n FROM visits", epsilon=1).notes[0]
+    assert con.execute("SELECT COUNT(*) AS n FROM adult", epsilon=1).notes == ()
+    tuned = con.execute("SELECT day, COUNT(*) AS n FROM visits GROUP BY day", epsilon=1,
+                        tune=0.1)
+    bounds = tuned.tuned_bounds
+    assert tuned.notes[0].startswith(f"each person counts with at most "
+                                     f"{min(bounds['max_groups_per_unit'], 7)} group(s) × "
+                                     f"{bounds['max_rows_per_group']} row(s)")
