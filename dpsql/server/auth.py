@@ -187,8 +187,11 @@ class LoginLimiter:
 
     Failures within ``window`` seconds are counted per (user, address) (``max_failures``),
     per user from every address and, for existing accounts only, per address (20 times as
-    many each): a name that exists is never told apart from a made-up one, and failures
-    under made-up names cannot lock out the real users behind a shared (proxy) address.
+    many each), so that failures under made-up names cannot lock out the real users behind a
+    shared (proxy) address. The cost of that choice: an address that has failed the address
+    limit's worth under names it knows exist can tell whether one more name exists (a
+    made-up login is then refused as locked only if its failures counted), where counting
+    every name would let anyone lock out a proxy's users without knowing a name.
     Every failure also costs the client ``delay`` seconds. A login in progress counts as a
     failure until it is over: guesses sent together were all let in before the first of them
     was counted (45 of 100 checked where 3 may fail); the ones past the limit now wait for
