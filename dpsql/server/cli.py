@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import ipaddress
 import logging
 import os
 import signal
@@ -17,7 +18,7 @@ import click
 
 from dpsql.server.auth import hash_password
 from dpsql.server.balance import AddressCounts, Sessions
-from dpsql.server.config import ConfigError, ServerConfig, load_config
+from dpsql.server.config import ConfigError, ServerConfig, load_config, redact
 
 
 @click.command()
@@ -63,15 +64,32 @@ def _tls(config: ServerConfig) -> ssl.SSLContext | None:
     return context
 
 
-def _logging(config: ServerConfig) -> None:
+def _logging(config: ServerConfig) -> logging.Logger:
+    """The server's logger, writing to ``log_file`` (else stderr) with this process's id."""
     handler = logging.FileHandler(config.log_file) if config.log_file else \
         logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(
         f"%(asctime)s pid={os.getpid()} %(levelname)s %(message)s"))
     logger = logging.getLogger("dpsql.server")
+    for old in logger.handlers:  # the parent's, set up before it forked
+        old.close()
     logger.handlers[:] = [handler]
     logger.setLevel(logging.INFO)
     logger.propagate = False
+    return logger
+
+
+def _in_clear(config: ServerConfig) -> bool:
+    """Whether the ports listen beyond this machine without TLS: HTTP Basic then carries
+    passwords in clear, and both ports carry statements and answers in clear."""
+    if config.tls_cert is not None:
+        return False
+    if config.host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(config.host).is_loopback
+    except ValueError:  # a host name: whatever it resolves to
+        return True
 
 
 _refused = {"next": 0.0, "count": 0}  # refused accepts: when the next line is due, how many
@@ -170,16 +188,27 @@ def serve(config_path: str, workers: int | None) -> None:
     except ConfigError as err:
         raise click.ClickException(f"invalid configuration: {err}") from err
     workers = workers or config.workers
+    # what the server writes (ledgers, audit, logins, log) is the owner's alone, whatever
+    # the umask it was started with (022 left the audit of every answer readable by all)
+    os.umask(0o077)
+    log = _logging(config)
     from dpsql.server.service import Service
 
     try:  # fail before listening: datasets open, shares fit their totals
-        Service(config).close()
+        service = Service(config)
+        service.close()
         if config.http_port is not None:
             from dpsql.server.http import check_uvicorn
 
             check_uvicorn()
     except Exception as err:  # noqa: BLE001 - shown to the data owner, who holds the paths
-        raise click.ClickException(f"cannot serve: {err}") from err
+        raise click.ClickException(f"cannot serve: {redact(str(err))}") from err
+    for warning in service.warnings:
+        log.warning("%s", warning)
+    if _in_clear(config):
+        log.warning("listening on %s without tls: HTTP Basic sends passwords in clear and "
+                    "both ports send statements and answers in clear; configure tls: "
+                    "{cert, key}, or listen on 127.0.0.1 behind a TLS proxy", config.host)
     pg_sock = _listen(config.host, config.pg_port, "pg_port")
     http_sock = _listen(config.host, config.http_port, "http_port")
     parts = []
@@ -187,8 +216,13 @@ def serve(config_path: str, workers: int | None) -> None:
         parts.append(f"pg={config.host}:{pg_sock.getsockname()[1]}")
     if http_sock is not None:
         parts.append(f"http={config.host}:{http_sock.getsockname()[1]}")
-    click.echo(f"dpsql serve: listening {' '.join(parts)} workers={workers}")
+    started = f"listening {' '.join(parts)} workers={workers}"
+    click.echo(f"dpsql serve: {started}")
     sys.stdout.flush()
+    log.info("started %s tls=%s datasets=%s analysts=%d owners=%d", started,
+             "required" if config.tls_cert and config.tls_required else
+             "optional" if config.tls_cert else "off", ",".join(sorted(config.datasets)),
+             len(config.analysts), len(config.owners))
     if workers == 1:
         _worker(config, pg_sock, http_sock)
         return

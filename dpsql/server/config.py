@@ -6,7 +6,9 @@ analyst: the catalogue they see is built from the metadata by ``service.py``.
 
 from __future__ import annotations
 
+import difflib
 import math
+import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -14,12 +16,17 @@ from typing import Any
 
 import yaml
 
+from dpsql.backends import is_file_database
 from dpsql.budget import PrivacyLoss
+from dpsql.errors import Error
 from dpsql.server.auth import Verifier
 
 
-class ConfigError(Exception):
+class ConfigError(Error, code="server_config"):
     """The configuration file is invalid (the message names the key)."""
+
+
+ConfigError.__module__ = __name__  # Error files its classes under dpsql, which has not this
 
 
 @dataclass(frozen=True)
@@ -38,11 +45,13 @@ class Limits:
 
 @dataclass(frozen=True)
 class Dataset:
-    """A dataset the server publishes: its metadata, optional DuckDB file and ledger."""
+    """A dataset the server publishes: its metadata, optional database and ledger. The
+    database is a DuckDB file, or a ``postgresql://`` URL or Spark master whose tables the
+    metadata's sources name (as ``dpsql.connect`` takes them)."""
 
     name: str
     metadata: Path
-    database: Path | None
+    database: Path | str | None
     ledger: str
 
 
@@ -86,6 +95,19 @@ class ServerConfig:
     private_paths: tuple[str, ...] = field(default=())
 
 
+_PASSWORD = re.compile(r"(?<=://)([^:/@\s]*):[^@\s]*@")
+
+
+def redact(text: str) -> str:
+    """``text`` with the password of every URL in it (``scheme://user:password@``) starred.
+
+    Example:
+        >>> redact("cannot open postgresql://reader:s3cret@db:5432/bank")
+        'cannot open postgresql://reader:***@db:5432/bank'
+    """
+    return _PASSWORD.sub(r"\1:***@", text)
+
+
 def _number(value: Any, where: str, *, integer: bool = False) -> Any:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
         math.isfinite(value) and value > 0
@@ -103,12 +125,35 @@ def _mapping(value: Any, where: str) -> dict:
     return value
 
 
+# the keys each mapping of server.yaml takes: a misspelt one was ignored (`tsl:` served
+# plaintext, a dataset's `ledgr:` a local ledger in place of the shared one)
+TOP_KEYS = ("listen", "state_dir", "workers", "threads", "threads_per_analyst", "log_file",
+            "tls", "datasets", "limits", "security", "owners", "analysts")
+LISTEN_KEYS = ("host", "pg_port", "http_port")
+TLS_KEYS = ("cert", "key", "require")
+DATASET_KEYS = ("metadata", "database", "ledger")
+SECURITY_KEYS = ("max_failed_logins", "lockout_seconds", "startup_timeout",
+                 "http_header_timeout", "http_body_timeout", "http_waiting_per_address")
+ANALYST_KEYS = ("password_hash", "epsilon_per_query", "budgets", "limits")
+OWNER_KEYS = ("password_hash",)
+BUDGET_KEYS = ("epsilon", "delta")
+
+
+def _checked(value: Any, where: str, known: tuple[str, ...]) -> dict:
+    """The mapping at ``where`` (None: empty), refused when it holds a key not in ``known``:
+    the first such key is named with its nearest known one."""
+    raw = _mapping(value, where)
+    for key in raw:
+        if key not in known:
+            near = difflib.get_close_matches(str(key), known, n=1)
+            guess = f"did you mean {near[0]!r}? " if near else ""
+            raise ConfigError(f"unknown key {key!r} in {where}",
+                              hint=f"{guess}{where} takes {', '.join(known)}")
+    return raw
+
+
 def _limits(raw: Any, where: str, base: Limits) -> Limits:
-    raw = _mapping(raw, where)
-    known = set(Limits.__dataclass_fields__)
-    unknown = set(raw) - known
-    if unknown:
-        raise ConfigError(f"{where}: unknown keys {sorted(unknown)} (known: {sorted(known)})")
+    raw = _checked(raw, where, tuple(Limits.__dataclass_fields__))
     values = {}
     for key, value in raw.items():
         if value is None and key in ("max_epsilon_per_query", "timeout"):
@@ -128,7 +173,7 @@ def _verifier(value: Any, where: str) -> Verifier:
 
 
 def _loss(raw: Any, where: str) -> PrivacyLoss:
-    raw = _mapping(raw, where)
+    raw = _checked(raw, where, BUDGET_KEYS)
     epsilon = Fraction(str(_number(raw.get("epsilon"), f"{where}.epsilon")))
     delta = raw.get("delta", 0)
     if not isinstance(delta, (int, float)) or not 0 <= delta < 1:
@@ -143,14 +188,14 @@ def load_config(path: str | Path) -> ServerConfig:
         raw = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:
         raise ConfigError(f"cannot read {path}: {err}") from err
-    raw = _mapping(raw, "the configuration")
+    raw = _checked(raw, "the configuration", TOP_KEYS)
     home = path.parent
 
     def resolve(value: Any) -> Path:
         p = Path(str(value)).expanduser()
         return p if p.is_absolute() else (home / p).resolve()
 
-    listen = _mapping(raw.get("listen"), "listen")
+    listen = _checked(raw.get("listen"), "listen", LISTEN_KEYS)
     ports = {}
     for key, default in (("pg_port", 6543), ("http_port", 8765)):
         value = listen.get(key, default)
@@ -159,23 +204,24 @@ def load_config(path: str | Path) -> ServerConfig:
             raise ConfigError(f"listen.{key} must be a port number")
     datasets = {}
     for name, spec in _mapping(raw.get("datasets"), "datasets").items():
-        spec = _mapping(spec, f"datasets.{name}")
+        spec = _checked(spec, f"datasets.{name}", DATASET_KEYS)
         if "metadata" not in spec:
             raise ConfigError(f"datasets.{name}.metadata is required")
         state = resolve(raw.get("state_dir", "dpsql-state"))
         ledger = spec.get("ledger")
         ledger = str(ledger) if ledger and str(ledger).startswith("postgresql://") else \
             str(resolve(ledger) if ledger else state / f"{name}.ledger.sqlite")
-        datasets[name] = Dataset(name, resolve(spec["metadata"]),
-                                 resolve(spec["database"]) if spec.get("database") else None,
-                                 ledger)
+        database = spec.get("database") or None
+        if database is not None:  # a warehouse's URL as it is; a DuckDB file's path resolved
+            database = resolve(database) if is_file_database(str(database)) else str(database)
+        datasets[name] = Dataset(name, resolve(spec["metadata"]), database, ledger)
     if not datasets:
         raise ConfigError("datasets: name at least one dataset")
     base = _limits(raw.get("limits"), "limits", Limits())
     analysts = {}
     for name, spec in _mapping(raw.get("analysts"), "analysts").items():
         where = f"analysts.{name}"
-        spec = _mapping(spec, where)
+        spec = _checked(spec, where, ANALYST_KEYS)
         budgets = {}
         for dataset, share in _mapping(spec.get("budgets"), f"{where}.budgets").items():
             if dataset not in datasets:
@@ -186,16 +232,18 @@ def load_config(path: str | Path) -> ServerConfig:
             str(name), _verifier(spec.get("password_hash"), where),
             None if default is None else _number(default, f"{where}.epsilon_per_query"),
             budgets, _limits(spec.get("limits"), f"{where}.limits", base))
-    owners = {str(name): _verifier(_mapping(spec, f"owners.{name}").get("password_hash"),
-                                   f"owners.{name}")
+    owners = {str(name): _verifier(_checked(spec, f"owners.{name}", OWNER_KEYS)
+                                   .get("password_hash"), f"owners.{name}")
               for name, spec in _mapping(raw.get("owners"), "owners").items()}
     clash = set(owners) & set(analysts)
     if clash:
         raise ConfigError(f"{sorted(clash)} are both owners and analysts; use two accounts")
-    tls = _mapping(raw.get("tls"), "tls")
+    tls = _checked(raw.get("tls"), "tls", TLS_KEYS)
     if bool(tls.get("cert")) != bool(tls.get("key")):
         raise ConfigError("tls needs both cert and key")
-    security = _mapping(raw.get("security"), "security")
+    if not isinstance(tls.get("require", True), bool):  # 'no' is a string, and true
+        raise ConfigError(f"tls.require must be true or false, got {tls['require']!r}")
+    security = _checked(raw.get("security"), "security", SECURITY_KEYS)
     threads = _number(raw.get("threads", 8), "threads", integer=True)
     # a quarter of the engine threads by default: one analyst's slow queries cannot hold them
     per_analyst = _number(raw.get("threads_per_analyst", max(1, threads // 4)),
@@ -210,7 +258,7 @@ def load_config(path: str | Path) -> ServerConfig:
         state_dir=state_dir,
         tls_cert=resolve(tls["cert"]) if tls.get("cert") else None,
         tls_key=resolve(tls["key"]) if tls.get("key") else None,
-        tls_required=bool(tls.get("require", True)),
+        tls_required=tls.get("require", True),
         workers=_number(raw.get("workers", 1), "workers", integer=True),
         threads=threads, threads_per_analyst=per_analyst,
         max_failed_logins=_number(security.get("max_failed_logins", 5),
@@ -227,8 +275,24 @@ def load_config(path: str | Path) -> ServerConfig:
         log_file=resolve(raw["log_file"]) if raw.get("log_file") else None,
         private_paths=tuple(sorted({str(home), str(state_dir), str(path),
                                     *(str(d.metadata.parent) for d in datasets.values()),
-                                    *(str(d.database) for d in datasets.values() if d.database),
+                                    *(text for d in datasets.values() if d.database
+                                      for text in (str(d.database), redact(str(d.database)))),
                                     *(d.ledger for d in datasets.values())},
                                    key=len, reverse=True)),
     )
     return config
+
+
+def served_dataset(path: str | Path, name: str | None = None) -> Dataset:
+    """The dataset ``name`` of the server configuration at ``path`` (its only one when
+    ``name`` is None): its metadata, database and ledger, for the custodian's tools to charge
+    the server's ledger (beside the metadata they kept one of their own, which the server's
+    totals never counted)."""
+    config = load_config(path)
+    if name is None and len(config.datasets) == 1:
+        return next(iter(config.datasets.values()))
+    if name not in config.datasets:
+        raise ConfigError(f"{path} serves no dataset {name!r}" if name is not None else
+                          f"{path} serves {len(config.datasets)} datasets",
+                          hint=f"name one with --dataset: {', '.join(sorted(config.datasets))}")
+    return config.datasets[name]

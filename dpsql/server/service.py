@@ -18,18 +18,22 @@ import math
 import os
 import re
 import sqlite3
+import stat
 import threading
 import time
+import warnings
 from collections import deque
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import dpsql
 from dpsql import frames
+from dpsql.backends import is_file_database
 from dpsql.budget import PrivacyLoss, budget_exhausted, positive, probability
 from dpsql.parse import check_dialect
 from dpsql.server.auth import LoginLimiter, ScramExchange, check_password, mock_salt
@@ -259,7 +263,8 @@ class Service:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        config.state_dir.mkdir(parents=True, exist_ok=True)
+        _private_state(config.state_dir)
+        self.warnings: list[str] = []  # the metadata's, for the owner's log (``dpsql serve``)
         self._lock = threading.Lock()
         self._rate = _RateLimiter()
         self._running: dict[str, int] = {}  # requests each analyst has in the engine now
@@ -290,7 +295,12 @@ class Service:
         """Open each dataset's own connection and check it can be served as configured."""
         paths = set(config.private_paths)
         for name in config.datasets:
-            con = self._open(name, "dpsql-server")
+            # a catalogue's warnings (a table without bounds) went to stderr only, which a
+            # daemonised server loses; kept for its log
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                con = self._open(name, "dpsql-server")
+            self.warnings += [f"dataset {name}: {w.message}" for w in caught]
             catalog = con.catalog
             self._accounts[name] = con
             _check_servable(name, catalog)
@@ -302,6 +312,7 @@ class Service:
                     source = os.path.abspath(str(table.source))
                     paths.update((source, os.path.dirname(source)))
             for analyst in config.analysts.values():
+                _check_timeout(config.datasets[name], analyst)
                 share = analyst.budgets.get(name)
                 if share is not None and catalog.budget is not None and \
                         not catalog.budget.covers(share):
@@ -444,8 +455,10 @@ class Service:
                      len(answer.rows), json.dumps({"columns": [c["name"] for c in
                                                                answer.columns],
                                                    "rows": answer.rows[:100]}))
-        log.info("query analyst=%s dataset=%s fp=%s eps=%g outcome=ok rows=%d ms=%.1f", user,
-                 dataset, fingerprint(sql), answer.epsilon_spent, len(answer.rows),
+        # a stored answer given again costs 0 as a public query does: told apart
+        log.info("query analyst=%s dataset=%s fp=%s eps=%g outcome=%s rows=%d ms=%.1f", user,
+                 dataset, fingerprint(sql), answer.epsilon_spent,
+                 "reused" if answer.reused else "ok", len(answer.rows),
                  1000 * (time.perf_counter() - started))
         return answer
 
@@ -655,9 +668,11 @@ class Service:
         try:
             self._check_fits(PrivacyLoss(Fraction(str(plan.get("epsilon", 0))),
                                          Fraction(str(plan.get("delta", 0)))), account, dataset)
-            plan["fits"] = True
+            fits = True
         except ServiceError:
-            plan["fits"] = False
+            fits = False
+        # fits_budget as `dpsql explain --json` says; fits for the clients that read it
+        plan["fits_budget"] = plan["fits"] = fits
         return {"ok": True, **plan}
 
     def _spent(self, dataset: str, analyst: str | None = None) -> PrivacyLoss:
@@ -784,6 +799,19 @@ class Service:
         return text
 
 
+def _private_state(state_dir: Path) -> None:
+    """Make ``state_dir`` (0700) if need be, and take from an existing one and the files in
+    it what others could read (its audit holds every analyst's statements and answers, and
+    with umask 022 it was 0755 and its files 0644), logging each change."""
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for path in (state_dir, *(p for p in state_dir.iterdir() if p.is_file())):
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            path.chmod(mode & 0o700)
+            log.warning("state_dir: %s was readable by others (mode %o); now %o", path, mode,
+                        mode & 0o700)
+
+
 def _login_secret(state_dir) -> bytes:
     """The server's secret for unknown users' salts, kept in ``state_dir`` so that a restart
     (or another worker) shows the same salt; made once, readable by the server only."""
@@ -800,6 +828,20 @@ def _login_secret(state_dir) -> bytes:
         finally:
             draft.unlink()
     return path.read_bytes()
+
+
+def _check_timeout(dataset, account: Analyst) -> None:
+    """Refuse a warehouse dataset for an analyst held to ``limits.timeout``: the engine
+    times out DuckDB's queries only, and the first query of every analyst was refused."""
+    database = dataset.database
+    if account.limits.timeout is None or dataset.name not in account.budgets or \
+            database is None or is_file_database(database):
+        return
+    raise ConfigError(
+        f"datasets.{dataset.name} is read from {str(database).split('://')[0]}, where "
+        f"limits.timeout ({account.limits.timeout:g} s for {account.name!r}) cannot stop "
+        "a query", hint="set limits.timeout: null (in limits:, and in the analysts' own) and "
+        "limit the warehouse's role instead (PostgreSQL: ALTER ROLE ... SET statement_timeout)")
 
 
 def _check_servable(name: str, catalog) -> None:
@@ -836,5 +878,13 @@ def _publish(catalog) -> dict:
         if not table.public:
             tables[name]["max_groups_per_unit"] = table.max_groups_per_unit
             tables[name]["max_rows_per_group"] = table.max_rows_per_group
+            if table.max_rows_per_unit is not None:
+                tables[name]["max_rows_per_unit"] = table.max_rows_per_unit
+            if table.key_bounds:  # a GROUP BY on exactly these columns is bounded so
+                tables[name]["key_bounds"] = [
+                    {"columns": list(entry.columns),
+                     "max_groups_per_unit": entry.max_groups_per_unit,
+                     "max_rows_per_group": entry.max_rows_per_group}
+                    for entry in table.key_bounds]
     return {"neighbouring": catalog.neighbouring, "mechanism": catalog.mechanism,
             "tables": tables}
