@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import json
 import math
 import os
@@ -161,8 +162,16 @@ def main() -> None:
 
 
 def _connection_options(func):
+    @functools.wraps(func)
+    def resolved(*, server_config: str | None, dataset: str | None, **options):
+        if server_config is not None:
+            options.update(_served(server_config, dataset, options))
+        elif options["metadata"] is None:
+            raise click.UsageError("Missing option '--metadata' / '-m' (or --server-config).")
+        return func(**options)
+
     options = [
-        click.option("--metadata", "-m", required=True, type=METADATA_FILE,
+        click.option("--metadata", "-m", default=None, type=METADATA_FILE,
                      help="YAML catalogue of tables, privacy units, bounds and budget."),
         click.option("--db", default=None, help="DuckDB database file (default: in-memory, "
                      "tables from the metadata's sources), postgresql://... or a Spark master "
@@ -171,10 +180,29 @@ def _connection_options(func):
         click.option("--ledger", default=None, help="Budget ledger file (default: beside the "
                      "database, else beside the metadata), or postgresql://... for a ledger "
                      "shared by several machines."),
+        click.option("--server-config", default=None, type=click.Path(dir_okay=False),
+                     help="A `dpsql serve` configuration: its dataset's metadata, database "
+                     "and ledger, in place of the three options above (the server's totals "
+                     "then count what this command spends)."),
+        click.option("--dataset", default=None,
+                     help="The dataset of --server-config (default: its only one)."),
     ]
     for option in reversed(options):
-        func = option(func)
-    return func
+        resolved = option(resolved)
+    return resolved
+
+
+def _served(path: str, dataset: str | None, options: dict) -> dict:
+    """--metadata, --db and --ledger of the dataset a server configuration serves."""
+    from dpsql.server.config import served_dataset
+
+    given = [f"--{name}" for name in ("metadata", "db", "ledger") if options[name] is not None]
+    if given:
+        raise click.UsageError(f"--server-config names the dataset's metadata, database and "
+                               f"ledger: leave out {', '.join(given)}.")
+    served = served_dataset(path, dataset)
+    return {"metadata": str(served.metadata), "ledger": served.ledger,
+            "db": None if served.database is None else str(served.database)}
 
 
 def _read_script(path: str) -> str:
