@@ -12,10 +12,12 @@ import signal
 import socket
 import ssl
 import sys
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import click
 
+from dpsql.errors import BoundsDefaultWarning
 from dpsql.server.auth import hash_password
 from dpsql.server.balance import AddressCounts, Sessions
 from dpsql.server.config import ConfigError, ServerConfig, load_config, redact
@@ -73,9 +75,12 @@ def _logging(config: ServerConfig) -> logging.Logger:
     logger = logging.getLogger("dpsql.server")
     for old in logger.handlers:  # the parent's, set up before it forked
         old.close()
-    logger.handlers[:] = [handler]
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
+    # the engine's warnings too: on stderr only, a daemonised server lost them
+    logging.captureWarnings(True)
+    for one in (logger, logging.getLogger("py.warnings")):
+        one.handlers[:] = [handler]
+        one.setLevel(logging.INFO)
+        one.propagate = False
     return logger
 
 
@@ -120,6 +125,8 @@ def _worker(config: ServerConfig, pg_sock, http_sock, balance=None, waiting=None
     from dpsql.server.service import Service
 
     _logging(config)
+    # logged once at start; each analyst's connection reads the metadata again
+    warnings.filterwarnings("ignore", category=BoundsDefaultWarning)
     service = Service(config)
     executor = ThreadPoolExecutor(config.threads, thread_name_prefix="dpsql")
     tls = _tls(config)

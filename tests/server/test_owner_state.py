@@ -96,3 +96,12 @@ def test_explain_says_fits_budget_as_the_cli_does(server):
     r = httpx.post(server.http + "/api/v1/datasets/visits/explain", timeout=60,
                    auth=("alice", password("alice")), json={"sql": QUERY, "epsilon": 5})
     assert r.json()["fits_budget"] is False and r.json()["fits"] is False, r.text
+
+
+def test_the_metadata_warning_is_logged_once_and_not_on_stderr(server):
+    """Each analyst's connection reads the metadata again: its warning went to stderr."""
+    r = httpx.post(server.http + "/api/v1/datasets/visits/query", timeout=60,
+                   auth=("bob", password("bob")), json={"sql": QUERY, "epsilon": 0.5})
+    assert r.status_code == 200, r.text
+    assert _log(server).count("does not declare max_rows_per_group") == 1
+    assert "Warning" not in server.log.read_text()  # the harness's stderr
