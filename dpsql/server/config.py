@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from dpsql.backends import is_file_database
+from dpsql.backends import is_file_database, is_postgres_url
 from dpsql.budget import PrivacyLoss
 from dpsql.errors import Error
 from dpsql.server.auth import Verifier
@@ -26,7 +26,8 @@ class ConfigError(Error, code="server_config"):
     """The configuration file is invalid (the message names the key)."""
 
 
-ConfigError.__module__ = __name__  # Error files its classes under dpsql, which has not this
+# Error.__init_subclass__ names dpsql as the module, where pickle would not find this class
+ConfigError.__module__ = __name__
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,8 @@ def load_config(path: str | Path) -> ServerConfig:
             raise ConfigError(f"datasets.{name}.metadata is required")
         state = resolve(raw.get("state_dir", "dpsql-state"))
         ledger = spec.get("ledger")
-        ledger = str(ledger) if ledger and str(ledger).startswith("postgresql://") else \
+        # postgres:// too (it was read as a file path: a local ledger for the shared one)
+        ledger = str(ledger) if ledger and is_postgres_url(str(ledger)) else \
             str(resolve(ledger) if ledger else state / f"{name}.ledger.sqlite")
         database = spec.get("database") or None
         if database is not None:  # a warehouse's URL as it is; a DuckDB file's path resolved

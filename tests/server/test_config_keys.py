@@ -146,3 +146,11 @@ def _serve(config: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dpsql.server", "serve", "--config",
                            str(config)], check=False, capture_output=True, text=True, timeout=60,
                           cwd=ROOT)
+
+
+@pytest.mark.parametrize("url", ["postgres://u@db/ledgers", "postgresql://u@db/ledgers"])
+def test_a_postgres_ledger_url_is_a_shared_ledger(tmp_path, url):
+    """postgres:// was resolved as a file path: each server kept a local ledger."""
+    config = _edit(write_config(tmp_path, analysts=["alice"]),
+                   lambda raw: raw["datasets"]["visits"].update(ledger=url))
+    assert load_config(config).datasets["visits"].ledger == url
