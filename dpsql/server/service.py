@@ -732,9 +732,15 @@ class Service:
                     analysts[account.name] = {"budget": _loss_json(account.budgets[name]),
                                               "spent": _loss_json(self._spent(name,
                                                                               account.name))}
+            spent = self._spent(name)
+            listed = sum((self._spent(name, analyst) for analyst in analysts),
+                         PrivacyLoss.zero())
             datasets[name] = {
                 "budget": None if state.budget is None else _loss_json(state.budget),
-                "spent": _loss_json(self._spent(name)), "analysts": analysts}
+                "spent": _loss_json(spent), "analysts": analysts,
+                # charged under other names: the custodian's tools on the server's ledger
+                # (dpsql tune --ledger ...), analysts since removed; spent had them unsaid
+                "unlisted_spent": _loss_json(spent.minus(listed))}
         with self._audit_lock:
             refusals = self._audit.execute(
                 "SELECT time, analyst, dataset, interface, action, fingerprint, code "

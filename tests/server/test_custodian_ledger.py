@@ -41,7 +41,9 @@ def test_run_and_budget_use_the_servers_ledger(server, tmp_path):
     assert shown["spent_epsilon"] == 0.75
     r = httpx.get(server.http + "/api/v1/admin/overview", timeout=30,
                   auth=("olga", password("olga")))
-    assert r.json()["datasets"]["visits"]["spent"]["epsilon"] == 0.75
+    visits = r.json()["datasets"]["visits"]
+    assert visits["spent"]["epsilon"] == 0.75 and visits["unlisted_spent"]["epsilon"] == 0.5
+    assert visits["analysts"]["alice"]["spent"]["epsilon"] == 0.25
 
 
 def test_server_config_and_the_options_it_gives_are_exclusive(server):
