@@ -474,7 +474,7 @@ class Session:
                    tables: dict) -> tuple[pgcatalog.Columns, list] | None:
         """``pgcatalog.answer`` to a query of the system catalogues, counted first against
         the analyst's ``queries_per_minute`` and size limit as any statement is."""
-        self.service._admit(self.user, self.dataset, text)
+        self.service.admit(self.user, self.dataset, text)
         return pgcatalog.answer(text, params, tables)
 
     def _cursor_command(self, text: str) -> _Result | None:

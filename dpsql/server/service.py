@@ -438,7 +438,7 @@ class Service:
         table's contribution bounds first (``autotune``). ``dialect``: see ``dialect``."""
         started = time.perf_counter()
         try:
-            account = self._admit(user, dataset, sql)
+            account = self.admit(user, dataset, sql)
             defaults = (default_epsilon, default_delta, self.dialect(dataset, dialect))
             with self._slot(user):
                 answer = self._run(account, dataset, sql, params, (epsilon, delta),
@@ -520,7 +520,9 @@ class Service:
             raise ServiceError("too_large", f"the statement is longer than {limit} bytes",
                                hint="send a shorter statement (limits.max_sql_bytes)")
 
-    def _admit(self, user: str, dataset: str, sql: str) -> Analyst:
+    def admit(self, user: str, dataset: str, sql: str) -> Analyst:
+        """The analyst's account once a request of theirs on ``dataset`` is let in: refused
+        past ``max_sql_bytes`` or ``queries_per_minute``, or holding several statements."""
         account = self.analyst(user, dataset)
         self.check_size(user, sql)
         if not self._rate.allow(user, account.limits.queries_per_minute):
@@ -627,7 +629,7 @@ class Service:
         """The columns a statement would answer with (those of ``query``, interval columns
         included), planned with its parameters as given (NULL where not bound yet): nothing
         is run or spent. None when it cannot be planned so: its refusal comes at execution."""
-        account = self._admit(user, dataset, sql)
+        account = self.admit(user, dataset, sql)
         dialect = self.dialect(dataset, dialect)
         with self._slot(user):
             con = self._borrow(account, dataset, default_epsilon, default_delta, dialect)
@@ -644,7 +646,7 @@ class Service:
         """The DP plan of a statement or script with its parameters bound: cost, mechanisms,
         errors; spends nothing."""
         try:
-            account = self._admit(user, dataset, sql)
+            account = self.admit(user, dataset, sql)
             dialect = self.dialect(dataset, dialect)
             with self._slot(user):
                 con = self._borrow(account, dataset, default_epsilon, default_delta, dialect)
