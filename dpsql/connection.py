@@ -220,14 +220,23 @@ class CustodianConnection(_Base):
         """Shortcut: a new cursor's execute()."""
         return self.cursor().execute(operation, parameters)
 
-    def truncation_report(self, table: str | None = None) -> list[dict]:
+    def truncation_report(self, table: str | None = None, *, query: str | None = None
+                          ) -> list[dict]:
         """What share of rows and of persons each private table's declared metadata drops or
         changes (contribution bounds, values clamped into [lower, upper], values outside a
         column's ``values``, NULLs), measured exactly; each statement is logged as an exact
-        access (``dpsql/truncation.py``)."""
+        access (``dpsql/truncation.py``). With ``query`` (a GROUP BY of any shape the engine
+        compiles: ``DATE_TRUNC('month', ts)``, a joined key), what the bounds the engine
+        applies to it drop, over the rows it reads."""
         self._check_open()
-        from dpsql.truncation import report
+        from dpsql.truncation import query_report, report
 
+        if query is not None:
+            if table is not None:
+                raise errors.ProgrammingError(
+                    "truncation_report takes a table or a query, not both",
+                    hint="leave table out: the query names the tables it reads")
+            return query_report(self.catalog, self._backend, self.ledger, self.analyst, query)
         spec = None if table is None else self.catalog.table(table)
         if spec is not None and spec.public:
             raise errors.ProgrammingError(

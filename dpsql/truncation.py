@@ -12,10 +12,16 @@ For each private table with a privacy unit, person by person:
   column with ``values:`` as the group, and for a query without GROUP BY (one group); and
   for each ``key_bounds`` entry, a GROUP BY on its columns under its own L0 and L∞ (which
   replace the table's for that column);
-- ``max_groups_per_unit`` (L0): a person in more than L0 groups keeps L0 of them chosen
-  uniformly (a keyed hash), so the rows dropped are an expectation: a person in G > L0
-  groups loses (1 − L0/G) of its rows left after L∞;
-- ``max_rows_per_unit`` (R), if declared: rows beyond R per person;
+- ``max_groups_per_unit`` (L0), after L∞: a person in more than L0 groups keeps L0 of them
+  chosen uniformly (a keyed hash), so the rows dropped are an expectation: a person in
+  G > L0 groups loses (1 − L0/G) of the C rows L∞ left it, the rows the engine drops
+  beyond those L∞ dropped (L0 alone, without L∞, would drop more);
+- ``both``: L∞ and L0 together, r − C·min(1, L0/G) for a person of r rows;
+- ``all``, when R (``max_rows_per_unit``) is declared: L∞, L0 and R together, as the engine
+  applies them: a person keeps at most R of the rows L0 and L∞ leave it, r − min(C·min(1,
+  L0/G), R), an expectation that takes those rows at their mean and ignores the rounding of
+  the engine's scaling to R (each partial truncated toward zero), so it can read a little low;
+- ``max_rows_per_unit`` (R), if declared: rows beyond R per person, of all its rows;
 - per bounded column (numeric, date or timestamp): rows whose value lies outside
   [lower, upper] (clamped, not dropped: their values are changed);
 - per column with ``values:``: rows whose value (a NULL read as its ``missing_value``) is not
@@ -27,12 +33,22 @@ For each private table with a privacy unit, person by person:
 
 Each entry says how many rows and persons the bound touches and their shares. Rows whose
 person is NULL are not counted (no person holds them).
+
+``query_report`` measures the contribution entries above for one statement's GROUP BY (a
+``DATE_TRUNC`` of a column, a key from a joined public table, a per-person attribute joined
+on the unit), over the rows the engine bounds for it: compiled as the engine compiles it, with
+the bounds it applies (the tables', a ``key_bounds`` entry's, L0 = 1 for keys of one value a
+person), and read by ``dpsql/tune.py``'s ``dropped_sql``.
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from dpsql.catalog import TEMPORAL, Catalog, ColumnSpec, TableSpec, exact_bound
-from dpsql.compile import render
+from dpsql.compile import PublicQuery, compile_statement, render
+from dpsql.errors import NotSupportedError
+from dpsql.parse import parse_one
 
 
 def _entry(table: str, bound: str, group: str | None, limit, rows: int, dropped: float,
@@ -53,15 +69,13 @@ def statements(table: TableSpec, source: str, dialect: str) -> list[tuple[dict, 
         u = d.quote(unit)
         for group, columns, b, a in _groupings(table):
             key = "".join(f", {d.quote(c)}" for c in columns)
+            # each person's rows r, groups g and rows within L∞ c, as dropped_sql reads them
             sql = (f"WITH c AS (SELECT {u} AS u, COUNT(*) AS n FROM {source} WHERE {u} IS NOT "
-                   f"NULL GROUP BY {u}{key}), p AS (SELECT u, COUNT(*) AS gs, SUM(n) AS r, "
-                   f"SUM(LEAST(n, {a})) AS capped, MAX(n) AS m FROM c GROUP BY u) "
-                   f"SELECT COUNT(*), SUM(r), SUM(r - capped), "
-                   f"SUM(CASE WHEN m > {a} THEN 1 ELSE 0 END), "
-                   f"SUM(CASE WHEN gs > {b} THEN capped * (gs - {b}) * 1.0 / gs ELSE 0 END), "
-                   f"SUM(CASE WHEN gs > {b} THEN 1 ELSE 0 END), "
-                   f"SUM(CASE WHEN m > {a} OR gs > {b} THEN 1 ELSE 0 END) FROM p")
-            out.append(({"kind": "contribution", "group": group, "limits": (b, a)}, sql))
+                   f"NULL GROUP BY {u}{key}), p AS (SELECT SUM(n) AS r, COUNT(*) AS g, "
+                   f"SUM(LEAST(n, {a})) AS c FROM c GROUP BY u) "
+                   f"SELECT r, g, c, COUNT(*) FROM p GROUP BY r, g, c")
+            out.append(({"kind": "contribution", "group": group,
+                         "limits": (b, a, table.max_rows_per_unit)}, sql))
         if table.max_rows_per_unit is not None:
             r = table.max_rows_per_unit
             sql = (f"SELECT COUNT(*), SUM(n), SUM(CASE WHEN n > {r} THEN n - {r} ELSE 0 END), "
@@ -97,6 +111,71 @@ def _groupings(table: TableSpec) -> list[tuple[str | None, tuple[str, ...], int,
     groups += [(", ".join(columns), columns, entry.max_groups_per_unit,
                 entry.max_rows_per_group) for columns, entry in entries.items()]
     return groups
+
+
+def contribution(table: str, group: str | None, limits: tuple[int, int, int | None],
+                 triples) -> list[dict]:
+    """The entries of one GROUP BY's contribution bounds (L0, L∞, R or None) from the
+    per-person triples (r rows, g groups, c rows within L∞ of their groups, persons)."""
+    l0, linf, total = limits
+    label = group or "(no GROUP BY)"
+    people = [(int(r), int(g), int(c), int(n)) for r, g, c, n in triples]
+    rows, persons = sum(r * n for r, _, _, n in people), sum(n for *_, n in people)
+
+    def entry(bound: str, limit, kept, effect: str) -> dict:
+        # kept(r, g, c): the rows a person keeps, exact (a Fraction where it is an expectation)
+        lost = [(r - kept(r, g, c), n) for r, g, c, n in people]
+        dropped = Fraction(sum(d * n for d, n in lost))
+        shown = int(dropped) if dropped.denominator == 1 else round(float(dropped), 1)
+        return _entry(table, bound, label, limit, rows, shown, persons,
+                      sum(n for d, n in lost if d > 0), effect)
+
+    def after_l0(r: int, g: int, c: int) -> Fraction:  # the expected share of L0 of g groups
+        return c * min(Fraction(1), Fraction(l0, g))
+
+    found = [entry("max_rows_per_group", linf, lambda r, g, c: c, "dropped")]
+    if group is not None:
+        found += [entry("max_groups_per_unit", l0, lambda r, g, c: r - (c - after_l0(r, g, c)),
+                        "dropped (expected, after max_rows_per_group)"),
+                  entry("both", [l0, linf], after_l0, "dropped (expected)")]
+    if total is not None:
+        found.append(entry("all", [l0, linf, total],
+                           lambda r, g, c: min(after_l0(r, g, c), total),
+                           "dropped (expected, each person's kept rows capped at "
+                           "max_rows_per_unit)"))
+    return found
+
+
+def query_report(catalog: Catalog, backend, ledger, analyst: str, query: str) -> list[dict]:
+    """What the contribution bounds drop from ``query``'s GROUP BY, exactly (the L0 and R
+    entries are expectations), over the rows the engine bounds for it; the read is logged.
+
+    Raises:
+        NotSupportedError: the query reads no private table with a privacy unit.
+        ProgrammingError: the query is refused as the engine refuses it.
+    """
+    from dpsql.tune import dropped_sql, private_tables
+
+    # compiled as tune compiles a shape (keys without a domain need no δ here: nothing is
+    # released), but a per-person attribute of another private table joined on the unit is
+    # a shape too: the bounds are the joined relation's, as the engine's
+    shape = compile_statement(parse_one(query, None, catalog.dialect), catalog,
+                              private_keys=True)
+    read = [] if isinstance(shape, PublicQuery) else private_tables(shape, catalog)
+    bounds = None if not read else shape.table
+    if bounds is None or bounds.privacy_unit is None:
+        raise NotSupportedError(
+            "the query reads no private table with a privacy unit: no contribution bound "
+            "applies to it",
+            hint="give a GROUP BY query over a private table with a privacy_unit; "
+            "truncation_report() without a query measures every table's value bounds")
+    sql = dropped_sql(shape, backend.dialect, backend.sources, bounds.max_rows_per_group)
+    ledger.record_exact(analyst=analyst, dataset=catalog.name,
+                        statement=f"-- truncation report of: {query}\n{sql}")
+    _, triples = backend.run_sql(sql)
+    keys = ", ".join(k.name for k in shape.keys) or None
+    limits = (bounds.max_groups_per_unit, bounds.max_rows_per_group, bounds.max_rows_per_unit)
+    return contribution(", ".join(read), keys, limits, triples)
 
 
 def _column_checks(column: ColumnSpec, d: render.Dialect) -> list[tuple[str, object, str, str]]:
@@ -140,22 +219,11 @@ def report(catalog: Catalog, backend, ledger, analyst: str, table: str | None = 
             ledger.record_exact(analyst=analyst, dataset=catalog.name,
                                 statement=f"-- truncation report\n{sql}")
             _, rows = backend.run_sql(sql)
-            row = [0 if v is None else v for v in rows[0]]
             if what["kind"] == "contribution":
-                persons, total, beyond_linf, linf_persons, beyond_l0, l0_persons, any_p = row
-                group = what["group"] or "(no GROUP BY)"
-                l0, linf = what["limits"]
-                found.append(_entry(spec.name, "max_rows_per_group", group, linf, int(total),
-                                    int(beyond_linf), int(persons), int(linf_persons)))
-                if what["group"]:
-                    found.append(_entry(spec.name, "max_groups_per_unit", group, l0,
-                                        int(total), round(float(beyond_l0), 1), int(persons),
-                                        int(l0_persons), "dropped (expected)"))
-                    both = _entry(spec.name, "both", group, [l0, linf],
-                                  int(total), round(int(beyond_linf) + float(beyond_l0), 1),
-                                  int(persons), int(any_p), "dropped (expected)")
-                    found.append(both)
-            elif what["kind"] == "rows_per_unit":
+                found += contribution(spec.name, what["group"], what["limits"], rows)
+                continue
+            row = [0 if v is None else v for v in rows[0]]
+            if what["kind"] == "rows_per_unit":
                 persons, total, beyond, affected = row
                 found.append(_entry(spec.name, "max_rows_per_unit", None,
                                     spec.max_rows_per_unit, int(total), int(beyond),

@@ -248,3 +248,127 @@ def test_csv_options_on_a_table_of_a_duckdb_file_are_not_applied(tmp_path):
     meta = {"tables": {"t": {"public": True, "csv": {"trim": True}, "columns": {"k": "int"}}}}
     with dpsql.connect(str(database), metadata=meta, ledger=":memory:") as con:
         assert con.execute("SELECT k FROM t").fetchall() == [(5,)]
+
+
+# ---- contribution bounds: what L∞, L0 and R drop together, and for any GROUP BY ------------
+
+def _purchases(folder: Path) -> tuple[pd.DataFrame, dict]:
+    """400 persons with a heavy tail of purchases (1 to 60 rows) over 6 shops and 2024's
+    months, and a public table grouping the shops; L0 2, L∞ 3, R 5 (R binds: L0·L∞ = 6)."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    rows = np.minimum(rng.zipf(1.6, 400), 60)
+    uid = np.repeat(np.arange(400), rows)
+    days = pd.Timestamp("2024-01-01") + pd.to_timedelta(rng.integers(0, 366, uid.size), "D")
+    purchases = pd.DataFrame({"uid": uid, "shop": rng.integers(0, 6, uid.size),
+                              "ts": days, "amount": rng.integers(1, 100, uid.size)})
+    purchases.to_csv(folder / "purchases.csv", index=False)
+    pd.DataFrame({"shop": range(6), "chain": list("aabbbc")}).to_csv(folder / "shops.csv",
+                                                                     index=False)
+    return purchases, {"name": "shop", "budget": 10, "tables": {
+        "purchases": {"source": str(folder / "purchases.csv"), "privacy_unit": "uid",
+                      "max_groups_per_unit": 2, "max_rows_per_group": 3,
+                      "max_rows_per_unit": 5, "columns": {
+                          "uid": "int", "shop": {"type": "int", "values": list(range(6))},
+                          "ts": "timestamp", "amount": "int"}},
+        "shops": {"public": True, "source": str(folder / "shops.csv"),
+                  "columns": {"shop": "int", "chain": "text"}}}}
+
+
+CONTRIBUTION = ("max_rows_per_group", "max_groups_per_unit", "both", "all")
+
+
+def _dropped(frame: pd.DataFrame, keys: list, l0: int, linf: int, r: int) -> dict:
+    """pandas: per person r rows, g groups, c rows within L∞; the rows each bound drops."""
+    cells = frame.groupby(["uid", *keys]).size()
+    person = pd.DataFrame({"r": cells.groupby("uid").sum(), "g": cells.groupby("uid").size(),
+                           "c": cells.clip(upper=linf).groupby("uid").sum()})
+    kept = person["c"] * (l0 / person["g"]).clip(upper=1)
+    return {"max_rows_per_group": person["r"] - person["c"],
+            "max_groups_per_unit": person["c"] - kept, "both": person["r"] - kept,
+            "all": person["r"] - kept.clip(upper=r)}
+
+
+def _check(entries: list[dict], expected: dict, rows: int) -> None:
+    by = {e["bound"]: e for e in entries}
+    assert set(by) == set(expected)
+    for bound, lost in expected.items():
+        entry = by[bound]
+        assert entry["rows"] == rows and entry["persons"] == len(lost)
+        assert entry["rows_affected"] == pytest.approx(lost.sum(), abs=0.05), bound
+        assert entry["persons_affected"] == (lost > 1e-9).sum(), bound
+
+
+def test_the_report_says_what_all_three_contribution_bounds_drop(tmp_path):
+    """The max_groups_per_unit row is what L0 drops after L∞ (the docs read it as L0 alone),
+    and no row applied max_rows_per_unit to a GROUP BY: `all` (L0, L∞ and R) against pandas."""
+    purchases, meta = _purchases(tmp_path)
+    with dpsql.connect_custodian(metadata=meta, ledger=tmp_path / "c.sqlite") as con:
+        entries = [e for e in con.truncation_report("purchases") if e["bound"] in CONTRIBUTION]
+    report = [e for e in entries if e["group"] == "shop"]
+    expected = _dropped(purchases, ["shop"], 2, 3, 5)
+    _check(report, expected, len(purchases))
+    by = {e["bound"]: e for e in report}
+    assert by["max_groups_per_unit"]["effect"] == "dropped (expected, after max_rows_per_group)"
+    assert by["all"]["limit"] == [2, 3, 5]
+    # R binds: L0·L∞ = 6 rows a person, R = 5
+    assert by["all"]["rows_affected"] > by["both"]["rows_affected"] + 40
+    ungrouped = {e["bound"]: e for e in entries if e["group"] == "(no GROUP BY)"}
+    rows = purchases.groupby("uid").size()
+    assert ungrouped["all"]["rows_affected"] == (rows - rows.clip(upper=3)).sum()
+
+
+MONTHS = ("SELECT DATE_TRUNC('month', ts) AS month, COUNT(*) FROM purchases WHERE amount > 20 "
+          "GROUP BY month")
+CHAINS = "SELECT s.chain, COUNT(*) FROM purchases p JOIN shops s ON p.shop = s.shop GROUP BY 1"
+SEGMENTS = ("SELECT c.segment, COUNT(*) FROM purchases p JOIN customers c ON p.uid = c.uid "
+            "GROUP BY c.segment")
+
+
+@pytest.mark.parametrize(("query", "key", "l0"), [
+    (MONTHS, "month", 2), (CHAINS, "chain", 2),
+    # one value a person: the engine keeps 1 group (L0 = 1), L∞ and R are the purchases'
+    (SEGMENTS, "segment", 1)])
+def test_a_querys_group_by_is_measured_exactly(tmp_path, query, key, l0):
+    """Months, a key from a public table and a person's attribute from a table of persons had
+    no exact measurement: the custodian saw only the declared columns' GROUP BYs. Over the
+    rows the query reads (its WHERE), under the bounds the engine applies, against pandas;
+    the read is logged as an exact access."""
+    purchases, meta = _purchases(tmp_path)
+    segment = pd.Series(["x", "y"] * 200)
+    pd.DataFrame({"uid": range(400), "segment": segment}).to_csv(tmp_path / "customers.csv",
+                                                                 index=False)
+    meta["tables"]["customers"] = {
+        "source": str(tmp_path / "customers.csv"), "privacy_unit": "uid",
+        "max_groups_per_unit": 1, "max_rows_per_group": 1,
+        "columns": {"uid": "int", "segment": "text"}}
+    frame = purchases.assign(month=purchases["ts"].dt.to_period("M"),
+                             chain=purchases["shop"].map(dict(enumerate("aabbbc"))),
+                             segment=segment[purchases["uid"]].to_numpy())
+    if "WHERE" in query:
+        frame = frame[frame["amount"] > 20]
+    with dpsql.connect_custodian(metadata=meta, ledger=tmp_path / "c.sqlite") as con:
+        report = con.truncation_report(query=query)
+        logged = [r["statement"] for r in con.ledger.history() if r["kind"] == "exact"]
+    _check(report, _dropped(frame, [key], l0, 3, 5), len(frame))
+    assert {e["group"] for e in report} == {key}
+    assert {e["bound"]: e["limit"] for e in report}["all"] == [l0, 3, 5]
+    assert len(logged) == 1 and logged[0].startswith(f"-- truncation report of: {query}")
+
+
+def test_a_query_report_uses_the_bounds_the_engine_applies(tmp_path):
+    """A key_bounds entry replaces the table's L0 and L∞ for its column; a query over public
+    tables only, or both a table and a query, are refused with nothing logged."""
+    purchases, meta = _purchases(tmp_path)
+    meta["tables"]["purchases"]["key_bounds"] = [
+        {"columns": ["shop"], "max_groups_per_unit": 6, "max_rows_per_group": 10}]
+    query = "SELECT shop, COUNT(*) FROM purchases GROUP BY shop"
+    with dpsql.connect_custodian(metadata=meta, ledger=tmp_path / "c.sqlite") as con:
+        report = con.truncation_report(query=query)
+        with pytest.raises(dpsql.NotSupportedError, match="no private table"):
+            con.truncation_report(query="SELECT chain, COUNT(*) FROM shops GROUP BY chain")
+        with pytest.raises(dpsql.ProgrammingError, match="a table or a query"):
+            con.truncation_report("purchases", query=query)
+        assert len([r for r in con.ledger.history() if r["kind"] == "exact"]) == 1
+    _check(report, _dropped(purchases, ["shop"], 6, 10, 5), len(purchases))
