@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import functools
 import json
 import math
 import os
@@ -23,7 +22,7 @@ from pathlib import Path
 import click
 
 import dpsql
-from dpsql.cli_params import METADATA_FILE
+from dpsql.cli_params import connection_options
 
 # `dpsql --help` and each command's --help import neither the query stack (DuckDB, sqlglot,
 # pandas) nor any plugin: the modules below are imported inside the commands that use them,
@@ -161,50 +160,6 @@ def main() -> None:
     """Differentially private SQL: ordinary SQL in, private rows out."""
 
 
-def _connection_options(func):
-    @functools.wraps(func)
-    def resolved(*, server_config: str | None, dataset: str | None, **options):
-        if server_config is not None:
-            options.update(_served(server_config, dataset, options))
-        elif options["metadata"] is None:
-            raise click.UsageError("Missing option '--metadata' / '-m' (or --server-config).")
-        return func(**options)
-
-    options = [
-        click.option("--metadata", "-m", default=None, type=METADATA_FILE,
-                     help="YAML catalogue of tables, privacy units, bounds and budget."),
-        click.option("--db", default=None, help="DuckDB database file (default: in-memory, "
-                     "tables from the metadata's sources), postgresql://... or a Spark master "
-                     "URL (spark://..., local[*])."),
-        click.option("--analyst", default=None, help="Who is asking (default: OS user)."),
-        click.option("--ledger", default=None, help="Budget ledger file (default: beside the "
-                     "database, else beside the metadata), or postgresql://... for a ledger "
-                     "shared by several machines."),
-        click.option("--server-config", default=None, type=click.Path(dir_okay=False),
-                     help="A `dpsql serve` configuration: its dataset's metadata, database "
-                     "and ledger, in place of the three options above (the server's totals "
-                     "then count what this command spends)."),
-        click.option("--dataset", default=None,
-                     help="The dataset of --server-config (default: its only one)."),
-    ]
-    for option in reversed(options):
-        resolved = option(resolved)
-    return resolved
-
-
-def _served(path: str, dataset: str | None, options: dict) -> dict:
-    """--metadata, --db and --ledger of the dataset a server configuration serves."""
-    from dpsql.server.config import served_dataset
-
-    given = [f"--{name}" for name in ("metadata", "db", "ledger") if options[name] is not None]
-    if given:
-        raise click.UsageError(f"--server-config names the dataset's metadata, database and "
-                               f"ledger: leave out {', '.join(given)}.")
-    served = served_dataset(path, dataset)
-    return {"metadata": str(served.metadata), "ledger": served.ledger,
-            "db": None if served.database is None else str(served.database)}
-
-
 def _read_script(path: str) -> str:
     """The SQL of the script at ``path``, or of stdin for ``-``."""
     if path == "-":
@@ -254,7 +209,7 @@ _bounding_option = click.option(
 
 @main.command()
 @click.argument("script", type=click.Path(dir_okay=False, allow_dash=True))
-@_connection_options
+@connection_options
 @click.option("--epsilon", "-e", type=float, default=None,
               help="ε for the whole script (one release).")
 @_delta_option
@@ -417,7 +372,7 @@ def _cell(value, numeric: bool = False) -> str:
 
 @main.command()
 @click.argument("script", type=click.Path(dir_okay=False, allow_dash=True))
-@_connection_options
+@connection_options
 @click.option("--epsilon", "-e", type=float, default=None, help="ε for the whole script.")
 @_delta_option
 @_dialect_option
@@ -498,7 +453,7 @@ def _fits(plan: dict, remaining) -> bool:
 
 
 @main.command()
-@_connection_options
+@connection_options
 @click.option("--history", is_flag=True, help="List every recorded release.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 def budget(metadata, db, analyst, ledger, history, as_json) -> None:

@@ -49,7 +49,9 @@ R, G and M, plus ``DROPPED_SHARES`` = 1 share for the rows dropped (below), plus
 column, 3 quantiles of the per-person minimum and 3 of the per-person maximum, plus n, plus
 ``TAIL_SHARES`` = 1/2 share for the persons beyond the top quantile of rows (below):
 ``k = 1 + 9 + 1 + 1/2 + 6·columns`` (row privacy needs no contribution bounds: ``k = 1 +
-6·columns``; ``measure=False`` has neither the rows dropped nor the tail count). Under basic composition the whole tuning is ε-DP; a dataset with
+6·columns``; ``measure=False`` leaves out the rows dropped, not the tail count, which a
+table of one row a person needs to be proposed 1 × 1). Under basic composition the whole
+tuning is ε-DP; a dataset with
 ``mechanism: gaussian`` is charged ρ = ε²/2 (pure ε-DP implies ε²/2-zCDP).
 
 The rows the proposed contribution bounds drop are measured, not extrapolated (the
@@ -748,7 +750,7 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
             "query that sums them; nothing was charged")
     bound_grids = {name: _value_grid(spec, name) for name in names}
     draws = Fraction(1 + 6 * len(names)) + (
-        9 + (TAIL_SHARES + DROPPED_SHARES if measure else 0)
+        9 + TAIL_SHARES + (DROPPED_SHARES if measure else 0)
         if spec.privacy_unit is not None else 0)
     share = epsilon / draws
     loss = PrivacyLoss(epsilon) if catalog.mechanism != "gaussian" else \
@@ -801,8 +803,7 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
                                     ceiling=cells if part == "g" and public_cells else math.inf,
                                     counts=True)
                    for part in quantiles}
-        if measure:
-            spreads = counted_tails(spreads, values["r"], persons, TAIL_SHARES * share, rng)
+        spreads = counted_tails(spreads, values["r"], persons, TAIL_SHARES * share, rng)
         best = choose_contribution(spreads, persons, cells, public_cells, count_sd)
         row_sd = best.count_sd
         if measure:

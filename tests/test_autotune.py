@@ -39,9 +39,9 @@ def test_the_tuning_is_part_of_the_statements_epsilon(tmp_path, meta):
     assert cursor.epsilon_spent == 1 and spent == 1
     assert sorted(Fraction(h["epsilon"]) for h in history) == [Fraction(1, 4), Fraction(3, 4)]
     assert "tune visits" in history[0]["statement"] and "keys (day)" in history[0]["statement"]
-    # the rows the bounds drop are not measured: run --tune never shows them (11 draws paid
-    # for a 10th it did not show)
-    assert "10 draws of ε/10" in history[0]["statement"], history[0]["statement"]
+    # the rows the bounds drop are not measured: run --tune never shows them (9 quantiles,
+    # the person count and the half share counting persons beyond the top quantile)
+    assert "10.5 draws of ε/10.5" in history[0]["statement"], history[0]["statement"]
     count = cursor.description[1]
     # (at 0.025 a draw the middle rows quantile coincides with the median at the declared
     # L0·L∞ = 6, and the tail drawn through them is heavy: R 38 rather than ≤ 32 for 11)
@@ -205,3 +205,24 @@ def test_a_refusal_after_the_tuning_says_the_slice_was_spent(tmp_path, meta, mon
             con.execute(QUERY, epsilon=0.5, tune=0.2)
         assert refused.value.epsilon_spent == Fraction(1, 5)
         assert con.budget_spent.epsilon == Fraction(9, 5)
+
+
+def test_one_row_a_person_is_tuned_one_row_a_person(tmp_path):
+    """tune= left out the count of persons beyond the top quantile of rows (it measures no
+    dropped rows), so a table of 5,000 customers of one row each, every quantile at 1, was
+    answered under 3-4 rows and groups a person: 3-4× the noise for nothing dropped."""
+    rng = np.random.default_rng(7)
+    regions = ["North", "South", "East", "West", "Central"]
+    pd.DataFrame({"cid": np.arange(5000), "region": np.array(regions)[rng.integers(0, 5, 5000)]}
+                 ).to_csv(tmp_path / "customers.csv", index=False)
+    meta = {"name": "bank", "budget": {"epsilon": 100}, "tables": {"customers": {
+        "source": str(tmp_path / "customers.csv"), "privacy_unit": "cid",
+        "max_groups_per_unit": 1, "max_rows_per_group": 1,
+        "columns": {"cid": "int", "region": {"type": "text", "values": regions}}}}}
+    chosen = []
+    for seed in range(6):
+        with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=seed) as con:
+            chosen.append(con.execute("SELECT region, COUNT(*) AS n FROM customers GROUP BY "
+                                      "region", epsilon=3, tune=1).tuned_bounds)
+    ones = {"max_groups_per_unit": 1, "max_rows_per_group": 1, "max_rows_per_unit": 1}
+    assert sum(c == ones for c in chosen) >= 4, chosen
