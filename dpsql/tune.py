@@ -135,7 +135,7 @@ from sqlglot import exp
 
 from dpsql.budget import PrivacyLoss, budget_exhausted, positive
 from dpsql.catalog import Catalog, TableSpec
-from dpsql.cli_params import METADATA_FILE
+from dpsql.cli_params import connection_options
 from dpsql.compile import PublicQuery, compile_statement
 from dpsql.compile.ir import Scan
 from dpsql.compile.render import dialect
@@ -991,25 +991,23 @@ def _number(value: float, spec) -> float | int:
 
 
 @click.command("tune")
-@click.option("--metadata", "-m", required=True, type=METADATA_FILE,
-              help="Catalogue YAML of the data.")
+@connection_options
 @click.option("--table", required=True, help="Private table to tune.")
 @click.option("--epsilon", "-e", required=True, type=float,
               help="ε slice charged for the tuning (one ledger charge).")
-@click.option("--db", default=None, help="Database (DuckDB file, postgresql:// URL, ...).")
-@click.option("--ledger", default=None, help="Budget ledger (default: the engine's).")
 @click.option("--columns", default=None, help="Comma-separated numeric columns to bound "
               "(default: those --query sums; none without it).")
 @click.option("--group-by", default=None, help="Comma-separated GROUP BY key of the queries.")
 @click.option("--query", default=None, help="A query whose GROUP BY is the shape to tune for.")
 @click.option("--query-epsilon", type=float, default=1.0, show_default=True,
               help="ε the queries will be asked at (for the noise side of the error).")
-@click.option("--analyst", default=None, help="Ledger key (default: $USER).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(metadata: str, table: str, epsilon: float, db: str | None, ledger: str | None,
             columns: str | None, group_by: str | None, query: str | None,
             query_epsilon: float, analyst: str | None, as_json: bool) -> None:
-    """Propose contribution and value bounds from DP quantiles of the data (charges ε)."""
+    """Propose contribution and value bounds from DP quantiles of the data (charges ε).
+
+    On a served dataset give --server-config (the server's ledger is charged)."""
     import json
 
     import dpsql

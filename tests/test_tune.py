@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from conftest import DAYS, catalogue, make_adult, make_visits
 
 import dpsql
+from dpsql.ledger import Ledger
 from dpsql.spread import COUNT_GRID, quantile_levels, quantile_utilities, value_grid
 from dpsql.tune import (
     CAP_MULTIPLE,
@@ -309,6 +310,26 @@ def test_cli_prints_the_metadata_snippet(tmp_path):
     # the measurement, so only the high draws were (a statistician: 5-89× the truth)
     assert "together they drop ≈ " in text.output and "counted up to " in text.output
     assert "est. bias" in text.output and "modelled from the quantiles" in text.output
+
+
+def test_cli_charges_the_ledger_of_a_server_configuration(tmp_path):
+    """`dpsql tune` took no --server-config (run, explain and budget did): beside the metadata
+    it charged a ledger of its own, which the server's totals never counted (s19 F2)."""
+    meta = _write(tmp_path, make_visits(300))
+    (tmp_path / "meta.yaml").write_text(yaml.safe_dump(meta))
+    state = tmp_path / "state"
+    (tmp_path / "server.yaml").write_text(yaml.safe_dump({
+        "state_dir": str(state), "datasets": {"visits": {"metadata": "meta.yaml"}}}))
+    options = ["--server-config", str(tmp_path / "server.yaml"), "--table", "visits",
+               "--epsilon", "0.5", "--json"]
+    result = CliRunner().invoke(command, [*options, "--dataset", "visits"])
+    assert result.exit_code == 0, result.output
+    served = Ledger(state / "visits.ledger.sqlite")
+    assert served.spent(meta["name"]).epsilon == Fraction(1, 2)
+    served.close()
+    assert not list(tmp_path.glob("*dpsql-ledger*"))
+    refused = CliRunner().invoke(command, [*options, "--ledger", str(tmp_path / "l.sqlite")])
+    assert refused.exit_code == 2 and "leave out --ledger" in refused.output
 
 
 def test_cli_tunes_a_query_grouped_by_an_alias(tmp_path):
