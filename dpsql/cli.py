@@ -70,16 +70,6 @@ def _error_payload(err: dpsql.Error) -> dict:
             "hint": err.hint, "epsilon_spent": float(err.epsilon_spent)}
 
 
-def _kept(bounds: dict, groups: int) -> str:
-    """What one person's rows count for in a statement, in words (explain)."""
-    total = bounds["max_rows_per_unit"]
-    return (f"each person counts with at most {min(bounds['max_groups_per_unit'], groups)} "
-            f"group(s) × {bounds['max_rows_per_group']} row(s)"
-            + (f", {total} rows in all" if total is not None else "")
-            + ": rows beyond are dropped before the noise, a bias the intervals do not cover "
-            "(dpsql tune proposes bounds)" + (f"; {bounds['why']}" if bounds.get("why") else ""))
-
-
 _FORMAT_WARNING = warnings.formatwarning
 
 
@@ -292,7 +282,7 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
         if planned.get("contribution") and not tuned:
             # the metadata's bounds, not the data's: saying what they drop is free, and the
             # intervals alone read as if they covered the whole table
-            click.echo(_kept(planned["contribution"], planned["groups"]))
+            click.echo(planned["contribution"]["note"])
         click.echo()
     if tuned:
         bounds = ", ".join(f"{k} {v}" for k, v in tuned.items())
@@ -407,7 +397,7 @@ def explain(script, metadata, db, analyst, ledger, epsilon, delta, dialect, boun
         click.echo(f"   sensitivity {statement['sensitivity']}, ε {statement['epsilon']:g}, "
                    f"{statement['groups']} group(s)")
         if statement.get("contribution"):
-            click.echo("   " + _kept(statement["contribution"], statement["groups"]))
+            click.echo("   " + statement["contribution"]["note"])
         # each block of measurements drawn together, in order, as (its label, its joint)
         blocks = list({tuple(p["joint"]["measurements"]): p["joint"]
                        for p in statement["aggregates"] if p.get("joint")}.items())

@@ -96,6 +96,7 @@ class RemoteCursor:
         self._executed = False
         self.epsilon_spent: Fraction = Fraction(0)
         self.reused = False
+        self._notes: tuple[str, ...] = ()
 
     def execute(self, operation: str, parameters: Sequence[Any] | None = None, *,
                 epsilon: float | None = None, delta: float | None = None,
@@ -114,6 +115,7 @@ class RemoteCursor:
         self._columns = release.get("columns") or []
         self.epsilon_spent = Fraction(str(release.get("epsilon_spent", 0)))
         self.reused = bool(release.get("reused"))
+        self._notes = tuple(release.get("notes") or ())
         for message in release.get("warnings") or ():
             # as embedded: warned once the answer is this cursor's (the server sends them)
             warnings.warn(errors.NoisyRankingWarning(message), stacklevel=2)
@@ -151,6 +153,12 @@ class RemoteCursor:
                        rank_error=self._columns[i].get("rank_error"),
                        interval=bool(self._columns[i].get("ci_columns")))
                 for i in self._main()]
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the result does not show, as embedded (``Cursor.notes``): the rows its
+        contribution bounds drop, bounds tune= chose; () before execute."""
+        return self._notes
 
     @property
     def rowcount(self) -> int:

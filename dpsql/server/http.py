@@ -100,7 +100,8 @@ def openapi() -> dict:
                     "rows": {"type": "array", "items": {"type": "array"}},
                     "epsilon_spent": {"type": "number"}, "reused": {"type": "boolean"},
                     "truncated": {"type": "boolean"}, "budget_remaining": obj,
-                    "warnings": {"type": "array", "items": {"type": "string"}}}}}},
+                    "warnings": {"type": "array", "items": {"type": "string"}},
+                    "notes": {"type": "array", "items": {"type": "string"}}}}}},
         "paths": {
             "/api/v1/me": {"get": op("who you are and your role", obj)},
             "/api/v1/catalogue": {"get": op("tables, columns, types, domains, bounds", obj)},

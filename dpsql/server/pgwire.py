@@ -183,6 +183,7 @@ class _Result:
     columns: list[dict] | None = None
     rows: list = field(default_factory=list)
     notice: str | None = None
+    notes: list[str] = field(default_factory=list)  # sent as NOTICEs, after the notice
     warnings: list[str] = field(default_factory=list)  # sent as WARNINGs, with the notice
     sent: int = 0  # rows already sent by Executes with a row limit
 
@@ -431,7 +432,8 @@ class Session:
                                    "open cursors", hint="CLOSE one, or COMMIT to close them all")
             result = await self._release(match.group(2), params)
             self.cursors[_cursor_name(match.group(1))] = result
-            return _Result("DECLARE CURSOR", notice=result.notice, warnings=result.warnings)
+            return _Result("DECLARE CURSOR", notice=result.notice, notes=result.notes,
+                           warnings=result.warnings)
         return await self._release(text, params)
 
     async def _release(self, text: str, params: list | None) -> _Result:
@@ -445,9 +447,9 @@ class Session:
         self.last_release = {"epsilon_spent": answer.epsilon_spent, "reused": answer.reused,
                              "truncated": answer.truncated, "columns": answer.columns,
                              "budget_remaining": answer.remaining,
-                             "warnings": answer.warnings}
+                             "warnings": answer.warnings, "notes": answer.notes}
         return _Result(f"SELECT {len(answer.rows)}", answer.columns, answer.rows,
-                       answer.notice(self.user), answer.warnings)
+                       answer.notice(self.user), answer.notes, answer.warnings)
 
     async def _fixed(self, text: str, params: list | None) -> _Result | None:
         """The server's own answer to what clients send by themselves (``pgcatalog.py``),
@@ -638,6 +640,9 @@ class Session:
         out = []
         if result.notice:
             out.append(_notice(result.notice))
+            # what the answer does not show (the rows its bounds drop): psql users saw only
+            # the CLI say it
+            out.extend(_notice(text) for text in result.notes)
             out.extend(_notice(text, "WARNING") for text in result.warnings)
             result.notice = None  # once, with the first rows
         if result.columns is not None and describe:

@@ -146,7 +146,8 @@ class Failure:
 @dataclass
 class Answer:
     """One released result: columns (interval columns last), rows, cost and what is left,
-    and the warnings of the release (``NoisyRankingWarning`` embedded)."""
+    the warnings of the release (``NoisyRankingWarning`` embedded) and its notes (what it does
+    not show: ``Cursor.notes``)."""
 
     columns: list[dict]
     rows: list[list]
@@ -156,13 +157,14 @@ class Answer:
     reused: bool = False
     dataset: str = ""
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         """The HTTP API's answer body."""
         return {"ok": True, "dataset": self.dataset, "columns": self.columns, "rows": self.rows,
                 "epsilon_spent": self.epsilon_spent, "reused": self.reused,
                 "truncated": self.truncated, "budget_remaining": self.remaining,
-                "warnings": self.warnings}
+                "warnings": self.warnings, "notes": self.notes}
 
     def notice(self, analyst: str) -> str:
         """One line for psql users."""
@@ -621,7 +623,8 @@ class Service:
         # what the cursor warned of (warnings.warn, which no client of the server sees)
         warned = list(cur._require().ranking_warnings) if cur.description else []
         return Answer(columns, rows, spent, remaining, truncated,
-                      reused=spent == 0 and bool(noisy), dataset=dataset, warnings=warned)
+                      reused=spent == 0 and bool(noisy), dataset=dataset, warnings=warned,
+                      notes=list(cur.notes))
 
     def describe(self, user: str, dataset: str, sql: str, params=None, *,
                  default_epsilon=None, default_delta=None,
