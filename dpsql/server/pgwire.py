@@ -12,6 +12,7 @@ the following queries (``dpsql.delta`` their δ, ``dpsql.tune`` their tuning sli
 ``dpsql.dialect`` the SQL dialect they are read in: the metadata's, else PostgreSQL's);
 ``SHOW dpsql.budget`` and ``SHOW dpsql.last_release`` return JSON;
 ``DECLARE name CURSOR FOR <select>`` is one release whose rows ``FETCH`` returns;
+``COPY (<select>) TO STDOUT`` one whose rows are written as COPY's text or CSV (``pgcopy.py``);
 BEGIN/COMMIT/ROLLBACK and other SETs are accepted and do nothing (a release cannot be taken
 back); drivers' session queries and psql's \\d commands are answered by ``pgcatalog.py``.
 Everything else is refused with a PostgreSQL error.
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
 
-from dpsql.server import pgcatalog, pgdescribe
+from dpsql.server import pgcatalog, pgcopy, pgdescribe
 from dpsql.server.balance import Acceptor, Sessions
 from dpsql.server.config import Analyst
 from dpsql.server.service import Answer, Failure, Service, ServiceError
@@ -185,6 +186,7 @@ class _Result:
     notice: str | None = None
     notes: list[str] = field(default_factory=list)  # sent as NOTICEs, after the notice
     warnings: list[str] = field(default_factory=list)  # sent as WARNINGs, with the notice
+    copy: list[bytes] | None = None  # COPY ... TO STDOUT: its messages, in place of rows
     sent: int = 0  # rows already sent by Executes with a row limit
 
     @cached_property
@@ -434,7 +436,24 @@ class Session:
             self.cursors[_cursor_name(match.group(1))] = result
             return _Result("DECLARE CURSOR", notice=result.notice, notes=result.notes,
                            warnings=result.warnings)
+        copy = await self._tokenized(pgcopy.parse, text)
+        if copy is not None:
+            return await self._copy(copy, params)
         return await self._release(text, params)
+
+    async def _copy(self, copy: pgcopy.Copy, params: list | None) -> _Result:
+        """``COPY (query) TO STDOUT``: the query answered as if sent alone (psql's \\copy
+        was refused as DDL), its rows sent as COPY's lines."""
+        result = await self._fixed(copy.query, params or []) or \
+            await self._release(copy.query, params)
+        names = [column["name"] for column in result.columns]
+        cells = [[None if value is None else _text(value).decode() for value in row]
+                 for row in result.rows]
+        messages = [_message(b"H", struct.pack(f"!bH{len(names)}h", 0, len(names),
+                                               *[0] * len(names)))]
+        messages += [_message(b"d", line) for line in pgcopy.lines(copy, names, cells)]
+        return _Result(f"COPY {len(cells)}", notice=result.notice, notes=result.notes,
+                       warnings=result.warnings, copy=messages + [_message(b"c")])
 
     async def _release(self, text: str, params: list | None) -> _Result:
         """One DP SELECT through the service: its rows and the release's notice."""
@@ -651,6 +670,7 @@ class Session:
         end = len(result.rows) if limit <= 0 else min(start + limit, len(result.rows))
         if result.columns is not None:
             out.append(_data_rows(result.rows[start:end]))
+        out.extend(result.copy or ())
         result.sent = end
         if end < len(result.rows):
             out.append(_message(b"s"))
