@@ -48,7 +48,7 @@ from fractions import Fraction
 from dpsql.catalog import TEMPORAL, Catalog, ColumnSpec, TableSpec, exact_bound
 from dpsql.compile import PublicQuery, compile_statement, render
 from dpsql.errors import NotSupportedError
-from dpsql.parse import parse_one
+from dpsql.parse import dp_options, parse_one
 
 
 def _entry(table: str, bound: str, group: str | None, limit, rows: int, dropped: float,
@@ -151,16 +151,24 @@ def query_report(catalog: Catalog, backend, ledger, analyst: str, query: str) ->
     entries are expectations), over the rows the engine bounds for it; the read is logged.
 
     Raises:
-        NotSupportedError: the query reads no private table with a privacy unit.
+        NotSupportedError: the query reads no private table with a privacy unit, or sets
+            contribution bounds in OPTIONS(...).
         ProgrammingError: the query is refused as the engine refuses it.
     """
+    from dpsql.autotune import CONTRIBUTION_OPTIONS
     from dpsql.tune import dropped_sql, private_tables
 
+    statement = parse_one(query, None, catalog.dialect)
+    bounded = sorted(CONTRIBUTION_OPTIONS & set(dp_options(statement)))
+    if bounded:  # the engine tightens the metadata's bounds with them; measured are those
+        raise NotSupportedError(
+            f"the report measures the metadata's contribution bounds; the query sets "
+            f"{', '.join(bounded)}", hint="drop those OPTIONS (they may only tighten the "
+            "bounds measured), or declare the bounds to measure in the metadata (key_bounds)")
     # compiled as tune compiles a shape (keys without a domain need no δ here: nothing is
     # released), but a per-person attribute of another private table joined on the unit is
     # a shape too: the bounds are the joined relation's, as the engine's
-    shape = compile_statement(parse_one(query, None, catalog.dialect), catalog,
-                              private_keys=True)
+    shape = compile_statement(statement, catalog, private_keys=True)
     read = [] if isinstance(shape, PublicQuery) else private_tables(shape, catalog)
     bounds = None if not read else shape.table
     if bounds is None or bounds.privacy_unit is None:

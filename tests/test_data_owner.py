@@ -359,7 +359,8 @@ def test_a_querys_group_by_is_measured_exactly(tmp_path, query, key, l0):
 
 def test_a_query_report_uses_the_bounds_the_engine_applies(tmp_path):
     """A key_bounds entry replaces the table's L0 and L∞ for its column; a query over public
-    tables only, or both a table and a query, are refused with nothing logged."""
+    tables only, one setting bounds in OPTIONS, or both a table and a query, are refused with
+    nothing logged."""
     purchases, meta = _purchases(tmp_path)
     meta["tables"]["purchases"]["key_bounds"] = [
         {"columns": ["shop"], "max_groups_per_unit": 6, "max_rows_per_group": 10}]
@@ -370,5 +371,9 @@ def test_a_query_report_uses_the_bounds_the_engine_applies(tmp_path):
             con.truncation_report(query="SELECT chain, COUNT(*) FROM shops GROUP BY chain")
         with pytest.raises(dpsql.ProgrammingError, match="a table or a query"):
             con.truncation_report("purchases", query=query)
+        # the engine would tighten the bounds with them: the report would measure others
+        with pytest.raises(dpsql.NotSupportedError, match="sets max_rows_contributed"):
+            con.truncation_report(query=query.replace(
+                "SELECT", "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(max_rows_contributed=2)"))
         assert len([r for r in con.ledger.history() if r["kind"] == "exact"]) == 1
     _check(report, _dropped(purchases, ["shop"], 6, 10, 5), len(purchases))
