@@ -24,6 +24,12 @@ textarea{width:100%;font-family:monospace}.err{color:#a00}.hidden{display:none}
   <button id="run-button" type="button">Run (spends ε)</button>
   <pre id="plan"></pre>
   <table id="result"></table>
+  <h2>Tables</h2>
+  <p>Columns: the bounds values are clamped to and the public values of GROUP BY keys.</p>
+  <table id="columns"></table>
+  <p>Contribution bounds: at most this many groups of a GROUP BY and rows in each (and rows
+  in all) count of one person; rows beyond are dropped before the noise.</p>
+  <table id="bounds"></table>
   <h2>Your releases</h2><table id="history"></table>
 </section>
 <section id="owner" class="hidden">
@@ -69,6 +75,29 @@ function fill(table, header, rows) {
 
 function showError(e) { $("message").textContent = (e.error || String(e)) + (e.hint ? " — " + e.hint : ""); }
 
+async function showCatalogue() {
+  const catalogue = await api("/api/v1/catalogue");
+  const columns = [], bounds = [];
+  for (const [d, c] of Object.entries(catalogue)) {
+    for (const [t, spec] of Object.entries(c.tables)) {
+      for (const [name, col] of Object.entries(spec.columns)) {
+        columns.push([d, t, name, col.type, spec.public ? "public" : "private",
+                      col.lower, col.upper, col.values ? col.values.join(", ") : ""]);
+      }
+      if (spec.public) { continue; }
+      const total = spec.max_rows_per_unit;
+      bounds.push([d, t, "other statements", spec.max_groups_per_unit, spec.max_rows_per_group, total]);
+      for (const entry of spec.key_bounds || []) {
+        bounds.push([d, t, "GROUP BY " + entry.columns.join(", "), entry.max_groups_per_unit,
+                     entry.max_rows_per_group, total]);
+      }
+    }
+  }
+  fill($("columns"), ["dataset", "table", "column", "type", "kind", "lower", "upper", "values"], columns);
+  fill($("bounds"), ["dataset", "table", "applies to", "max_groups_per_unit", "max_rows_per_group",
+                     "max_rows_per_unit"], bounds);
+}
+
 async function refreshAnalyst() {
   const budget = await api("/api/v1/budget");
   fill($("budget"), ["dataset", "ε budget", "ε spent", "ε remaining"],
@@ -100,7 +129,7 @@ async function explain() {
   $("message").textContent = "";
   try {
     const plan = await api(datasetPath("explain"), request());
-    $("plan").textContent = "ε " + plan.epsilon + (plan.fits ? " (fits your budget)" : " (does NOT fit your budget)") +
+    $("plan").textContent = "ε " + plan.epsilon + (plan.fits_budget ? " (fits your budget)" : " (does NOT fit your budget)") +
       "\n" + plan.statements.map((s) => (s.aggregates || []).map((a) =>
         a.aggregate + ": " + a.mechanism + ", scale " + a.scale + ", ±" + a.ci95_half_width + " (95%)").join("\n")).join("\n");
   } catch (e) { showError(e); }
@@ -112,15 +141,18 @@ async function run() {
     const answer = await api(datasetPath("query"), request());
     fill($("result"), answer.columns.map((c) => c.name), answer.rows);
     $("plan").textContent = "released: ε " + answer.epsilon_spent + (answer.reused ? " (stored answer reused)" : "") +
-      "; remaining ε " + answer.budget_remaining.epsilon;
+      "; remaining ε " + answer.budget_remaining.epsilon +
+      answer.notes.map((note) => "\nnote: " + note).join("");
   } catch (e) { showError(e); }
   await refreshAnalyst();
 }
 
 async function refreshOwner() {
   const o = await api("/api/v1/admin/overview");
-  fill($("datasets"), ["dataset", "ε total", "ε spent"],
-       Object.entries(o.datasets).map(([d, v]) => [d, v.budget ? v.budget.epsilon : "none", v.spent.epsilon]));
+  // unlisted: charged under no analyst of the configuration (the custodian's tools, removed analysts)
+  fill($("datasets"), ["dataset", "ε total", "ε spent", "of which unlisted"],
+       Object.entries(o.datasets).map(([d, v]) => [d, v.budget ? v.budget.epsilon : "none", v.spent.epsilon,
+                                                   v.unlisted_spent.epsilon]));
   const spend = [];
   for (const [d, v] of Object.entries(o.datasets)) {
     for (const [a, s] of Object.entries(v.analysts)) { spend.push([d, a, s.budget.epsilon, s.spent.epsilon]); }
@@ -144,6 +176,7 @@ $("login").addEventListener("submit", async (event) => {
       $("analyst").classList.remove("hidden");
       for (const d of me.datasets) { const o = document.createElement("option"); o.textContent = d; $("dataset").appendChild(o); }
       await refreshAnalyst();
+      await showCatalogue();
     }
     document.body.dataset.ready = "1";
   } catch (e) { auth = null; showError(e); }

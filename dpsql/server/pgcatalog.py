@@ -87,6 +87,15 @@ def column_rows(tables: dict) -> tuple[Columns, list]:
     return _text_columns("table", "column", "type", "kind", "lower", "upper", "values"), rows
 
 
+def bound_rows(tables: dict) -> tuple[Columns, list]:
+    """``SHOW dpsql.bounds``: the contribution bounds of each private table, a row for the
+    table's own and one per ``key_bounds`` entry (the GROUP BY it applies to)."""
+    rows = [[table, f"GROUP BY {', '.join(columns)}" if columns else "other statements",
+             *values] for table, spec in sorted(tables.items())
+            for columns, *values in pgdescribe.bound_rows(spec)]
+    return _text_columns("table", "applies_to", *pgdescribe.BOUND_NAMES), rows
+
+
 def budget_rows(budgets: dict) -> tuple[Columns, list]:
     """``SHOW dpsql.remaining``: one row per dataset of ``Service.budget``: ε and δ of the
     analyst's share, spent and left, the default ε per query and its cap."""

@@ -11,9 +11,10 @@ WHERE and select list are evaluated over a virtual row per published table (``pg
 are empty (the tables have no indexes, constraints, policies or parents). Column references
 read the row, a subquery is NULL (it reads defaults and collations, which are empty here),
 and a few functions are answered (``format_type``: a declared type as PostgreSQL names it;
-``col_description``: a column's bounds or public values). Nothing runs on a database;
-whatever else a statement names is refused (``Unrecognised``), and so is one too long or too
-deep to read. Reading one takes up to tens of milliseconds: the server does it off its event
+``col_description``: a column's bounds or public values; ``array_to_string`` of a table's
+``reloptions``: its contribution bounds, which ``\\d+`` prints as its "Options:" footer).
+Nothing runs on a database; whatever else a statement names is refused (``Unrecognised``),
+and so is one too long or too deep to read. Reading one takes up to tens of milliseconds: the server does it off its event
 loop (``deferring``).
 """
 
@@ -51,6 +52,22 @@ _RELATION = frozenset({"pg_class", "pg_namespace", "pg_am"})
 # psql's name patterns: \dt vis* is '^(vis.*)$'; only names, '.' and '*' are taken
 _PATTERN = re.compile(r"^\^\(([\w.*]+)\)\$$")
 _PREFIX = re.compile(r"^\^(\w+)$")  # '^pg_toast': the schemas psql leaves out of \d
+
+
+BOUND_NAMES = ("max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit")
+
+
+def bound_rows(spec: dict) -> list[tuple]:
+    """A published table's contribution bounds: (GROUP BY columns, L0, L∞, R), the table's
+    first (no columns: any statement no entry names), then each ``key_bounds`` entry's (in
+    place of the table's L0 and L∞ for a GROUP BY on exactly those columns; R is the
+    table's); [] for a public table."""
+    if spec.get("public"):
+        return []
+    total = spec.get("max_rows_per_unit")
+    return [((), spec["max_groups_per_unit"], spec["max_rows_per_group"], total)] + [
+        (tuple(entry["columns"]), entry["max_groups_per_unit"], entry["max_rows_per_group"],
+         total) for entry in spec.get("key_bounds", ())]
 
 
 class Unrecognised(Exception):
@@ -96,8 +113,17 @@ class Catalogue:
                 "relchecks": 0, "relhasindex": False, "relhasrules": False,
                 "relhastriggers": False, "relrowsecurity": False,
                 "relforcerowsecurity": False, "relispartition": False, "reltablespace": 0,
-                "reloftype": 0, "relreplident": "d", "reltoastrelid": 0, "reloptions": None,
-                "relpartbound": None}
+                "reloftype": 0, "relreplident": "d", "reltoastrelid": 0,
+                "reloptions": self.options(name), "relpartbound": None}
+
+    def options(self, name: str) -> str | None:
+        """The table's contribution bounds as storage options are written (``\\d+`` prints
+        them as its "Options:" footer); None for a public table."""
+        return "; ".join(
+            ("" if not columns else f"GROUP BY {', '.join(columns)}: ") +
+            ", ".join(f"{key}={value}" for key, value in zip(BOUND_NAMES, values, strict=True)
+                      if value is not None)
+            for columns, *values in bound_rows(self.tables[name])) or None
 
     def attributes(self, name: str) -> list[dict[str, Any]]:
         """The table's ``pg_attribute`` rows, in the metadata's order of its columns."""
@@ -328,7 +354,9 @@ _FUNCTIONS: dict[str, Callable[[Catalogue, list, Row], Any]] = {
     "pg_table_is_visible": lambda c, args, row: True,
     # expressions, options and sizes of what the published tables do not have
     "pg_get_expr": lambda c, args, row: None,
-    "array_to_string": lambda c, args, row: None,
+    # the table query's array_to_string(c.reloptions || array(... toast ...), ', ')
+    "array_to_string": lambda c, args, row: _value(c, args[0].this, row)
+    if isinstance(args[0], exp.DPipe) else None,
     "pg_size_pretty": lambda c, args, row: None,
     "pg_relation_is_publishable": lambda c, args, row: False,
 }

@@ -640,6 +640,8 @@ class Session:
         tables = {  # readable in psql: a row per column, a row per dataset
             "dpsql.columns": lambda: pgcatalog.column_rows(self.service.catalogue(
                 self.user, self.dataset)[self.dataset]["tables"]),
+            "dpsql.bounds": lambda: pgcatalog.bound_rows(self.service.catalogue(
+                self.user, self.dataset)[self.dataset]["tables"]),
             "dpsql.remaining": lambda: pgcatalog.budget_rows(self.service.budget(self.user)),
         }
         if name in tables:
@@ -647,7 +649,7 @@ class Session:
         if name not in values:
             raise ServiceError("not_supported", f"unknown setting {name!r}",
                                hint="dpsql.epsilon, dpsql.delta, dpsql.tune, dpsql.dialect, "
-                               "dpsql.columns, dpsql.remaining, dpsql.budget, "
+                               "dpsql.columns, dpsql.bounds, dpsql.remaining, dpsql.budget, "
                                "dpsql.last_release, dpsql.catalogue")
         return _Result("SHOW", [{"name": name, "type": "TEXT"}], [[values[name]()]])
 
