@@ -179,7 +179,24 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
     return NoisyResult(columns=columns, rows=result_rows, intervals=intervals,
                        epsilon=plan.loss.epsilon, sensitivity=plan.sensitivity,
                        ranking_warnings=warned,
-                       notes=tuple(n for n in [checked.contribution_note] if n))
+                       notes=tuple(n for n in [checked.contribution_note, *_null_correlations(
+                           checked, frame, len(rows))] if n))
+
+
+def _null_correlations(checked, frame: dict[str, list], cells: int) -> list[str]:
+    """Why a CORR is NULL, where it is (a noisy count below 2 or a noisy variance ≤ 0: its
+    interval is then [−1, 1]), which a released NULL alone did not say."""
+    notes = []
+    for agg in checked.aggregates:
+        if agg.kind != "corr":
+            continue
+        nulls = sum(value is None for value in frame[agg.name])
+        if nulls:
+            shown = next((o.name for o in checked.outputs if o.aggregate == agg.name), agg.name)
+            notes.append(f"{shown} is NULL in {nulls} of {cells} row(s): there its noisy "
+                         "count was below 2 or a noisy variance was ≤ 0, too little ε for the "
+                         "declared bounds of its inputs (raise ε, or narrow lower/upper)")
+    return notes
 
 
 def _aggregate_bounds(agg, plan: StatementPlan, noisy: dict[str, list],
