@@ -86,14 +86,16 @@ async function showCatalogue() {
       }
       if (spec.public) { continue; }
       const total = spec.max_rows_per_unit;
-      bounds.push([d, t, "other statements", spec.max_groups_per_unit, spec.max_rows_per_group, total]);
+      bounds.push([d, t, "other statements", spec.max_groups_per_unit, spec.max_rows_per_group,
+                   total]);
       for (const entry of spec.key_bounds || []) {
         bounds.push([d, t, "GROUP BY " + entry.columns.join(", "), entry.max_groups_per_unit,
                      entry.max_rows_per_group, total]);
       }
     }
   }
-  fill($("columns"), ["dataset", "table", "column", "type", "kind", "lower", "upper", "values"], columns);
+  fill($("columns"), ["dataset", "table", "column", "type", "kind", "lower", "upper", "values"],
+       columns);
   fill($("bounds"), ["dataset", "table", "applies to", "max_groups_per_unit", "max_rows_per_group",
                      "max_rows_per_unit"], bounds);
 }
@@ -149,10 +151,11 @@ async function run() {
 
 async function refreshOwner() {
   const o = await api("/api/v1/admin/overview");
-  // unlisted: charged under no analyst of the configuration (the custodian's tools, removed analysts)
+  // unlisted: charged under no analyst of the configuration (the custodian's tools on the
+  // server's ledger, analysts since removed)
   fill($("datasets"), ["dataset", "ε total", "ε spent", "of which unlisted"],
-       Object.entries(o.datasets).map(([d, v]) => [d, v.budget ? v.budget.epsilon : "none", v.spent.epsilon,
-                                                   v.unlisted_spent.epsilon]));
+       Object.entries(o.datasets).map(([d, v]) => [d, v.budget ? v.budget.epsilon : "none",
+                                                   v.spent.epsilon, v.unlisted_spent.epsilon]));
   const spend = [];
   for (const [d, v] of Object.entries(o.datasets)) {
     for (const [a, s] of Object.entries(v.analysts)) { spend.push([d, a, s.budget.epsilon, s.spent.epsilon]); }

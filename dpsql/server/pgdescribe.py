@@ -14,8 +14,8 @@ and a few functions are answered (``format_type``: a declared type as PostgreSQL
 ``col_description``: a column's bounds or public values; ``array_to_string`` of a table's
 ``reloptions``: its contribution bounds, which ``\\d+`` prints as its "Options:" footer).
 Nothing runs on a database; whatever else a statement names is refused (``Unrecognised``),
-and so is one too long or too deep to read. Reading one takes up to tens of milliseconds: the server does it off its event
-loop (``deferring``).
+and so is one too long or too deep to read. Reading one takes up to tens of milliseconds:
+the server does it off its event loop (``deferring``).
 """
 
 from __future__ import annotations

@@ -120,4 +120,5 @@ def test_the_web_page_shows_bounds_notes_and_unlisted_spend(server, browser):
     assert f"note: {note(server, BY_DAY)}" in _text(browser, "plan")
     _login(browser, server, "olga", password("olga"))
     _wait(browser, lambda d: d.execute_script("return document.body.dataset.ready === '1'"))
-    assert _text(browser, "datasets").splitlines()[0] == "dataset ε total ε spent of which unlisted"
+    header = _text(browser, "datasets").splitlines()[0]
+    assert header == "dataset ε total ε spent of which unlisted"
