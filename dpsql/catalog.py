@@ -276,13 +276,17 @@ def _budget(raw: Any, mechanism: str) -> PrivacyLoss | None:
         return None
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
         raw = {"epsilon": raw}
-    if not isinstance(raw, dict) or not ({"epsilon", "rho"} & set(raw)):
+    if not isinstance(raw, dict):
         raise CatalogError("budget must be a mapping such as {epsilon: 10.0, delta: 1.0e-6} "
                            "or, with mechanism: gaussian, {rho: 1.0}")
     unknown = set(raw) - {"epsilon", "delta", "rho"}
-    if unknown:  # a misspelt delta would leave δ at 0
+    if unknown:  # a misspelt delta would leave δ at 0, a misspelt epsilon no budget at all
         raise CatalogError(f"unknown budget key(s) {sorted(unknown, key=str)}",
                            hint="budget keys are epsilon, delta and rho")
+    if not {"epsilon", "rho"} & set(raw):
+        raise CatalogError("budget gives neither epsilon nor rho",
+                           hint="write e.g. {epsilon: 10.0, delta: 1.0e-6} or, with "
+                           "mechanism: gaussian, {rho: 1.0}")
     try:
         if mechanism == "gaussian":
             if "rho" in raw:

@@ -233,11 +233,14 @@ def test_the_documented_csv_example_reads_the_shared_files(tmp_path):
     assert missing == (adult["workclass"] == " ?").sum() > 1000
 
 
-def test_a_misspelt_budget_key_is_refused():
-    """{epsilon: 1, detla: 1e-6} was accepted with δ = 0."""
-    with pytest.raises(dpsql.CatalogError, match=r"unknown budget key\(s\) \['detla'\]"):
-        load_catalog({"budget": {"epsilon": 1, "detla": 1e-6},
-                      "tables": {"t": {"public": True}}})
+@pytest.mark.parametrize(("budget", "named"), [
+    ({"epsilon": 1, "detla": 1e-6}, "['detla']"), ({"epsilom": 6, "delta": 1e-6}, "['epsilom']")])
+def test_a_misspelt_budget_key_is_refused(budget, named):
+    """{epsilon: 1, detla: 1e-6} was accepted with δ = 0; {epsilom: 6} was told the budget
+    must be a mapping, which it is, without naming the key."""
+    with pytest.raises(dpsql.CatalogError) as caught:
+        load_catalog({"budget": budget, "tables": {"t": {"public": True}}})
+    assert str(caught.value).startswith(f"unknown budget key(s) {named}")
 
 
 def test_csv_options_on_a_table_of_a_duckdb_file_are_not_applied(tmp_path):
