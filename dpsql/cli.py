@@ -245,18 +245,15 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
                                 f"bounds, e.g. {example}") from err
             raise
         explained = con.explain(sql, epsilon=epsilon, delta=delta)["statements"]
-        frames, notes = [], []  # each set as column -> values, and what its dashes mean
+        # each set as column -> values, and what it does not show (cursor.notes: its dashes,
+        # the rows its bounds drop)
+        frames, notes = [], []
         keys = []  # each set's columns shown as written: GROUP BY keys and literals
         while True:
             noisy = bool(cursor.description) and any(c.noise for c in cursor.description)
             frames.append(result_columns(cursor._require(), intervals=noisy))
             keys.append({c.name for c in cursor.description or () if noisy and not c.noise})
-            notes.append([f"{c.name}: a DP quantile, its rank within ±{c.rank_error:,.0f} rows "
-                          "of the true one's (95%); no interval in values"
-                          for c in cursor.description or () if c.rank_error is not None] +
-                         [f"{c.name}: no interval (—) where a divisor's interval holds 0"
-                          for c in cursor.description or () if c.noise == "derived" and
-                          None in frames[-1].get(f"{c.name}_low", ())])
+            notes.append(list(cursor.notes))
             if not cursor.nextset():
                 break
         remaining = con.budget_remaining
@@ -268,21 +265,17 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
             "total_sensitivity": _plain(cursor.sensitivity),
             "budget_remaining": None if remaining is None else float(remaining.epsilon),
             "statements": [{"sql": s["sql"], "columns": list(f),
-                            "rows": [[_json_cell(v) for v in row] for row in zip(*f.values())]}
-                           for s, f in zip(explained, frames, strict=True)],
+                            "rows": [[_json_cell(v) for v in row] for row in zip(*f.values())],
+                            "notes": n}
+                           for s, f, n in zip(explained, frames, notes, strict=True)],
         }, default=str))
         return
-    for index, (frame, noted, plain, planned) in enumerate(
-            zip(frames, notes, keys, explained, strict=True), 1):
+    for index, (frame, noted, plain) in enumerate(zip(frames, notes, keys, strict=True), 1):
         if len(frames) > 1:
             click.echo(f"-- statement {index}")
         click.echo(_format(frame, plain))
         for note in noted:
             click.echo(note)
-        if planned.get("contribution") and not tuned:
-            # the metadata's bounds, not the data's: saying what they drop is free, and the
-            # intervals alone read as if they covered the whole table
-            click.echo(planned["contribution"]["note"])
         click.echo()
     if tuned:
         bounds = ", ".join(f"{k} {v}" for k, v in tuned.items())

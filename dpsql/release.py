@@ -179,8 +179,20 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
     return NoisyResult(columns=columns, rows=result_rows, intervals=intervals,
                        epsilon=plan.loss.epsilon, sensitivity=plan.sensitivity,
                        ranking_warnings=warned,
-                       notes=tuple(n for n in [checked.contribution_note, *_null_correlations(
-                           checked, frame, len(rows))] if n))
+                       notes=tuple(n for n in [*_column_notes(columns, intervals),
+                                               checked.contribution_note,
+                                               *_null_correlations(checked, frame, len(rows))]
+                                   if n))
+
+
+def _column_notes(columns: list[ColumnInfo], intervals: dict[str, list]) -> list[str]:
+    """What a column's missing intervals mean: a quantile has none (its rank error instead),
+    and a ratio of aggregates none where its divisor's interval holds 0."""
+    return ([f"{c.name}: a DP quantile, its rank within ±{c.rank_error:,.0f} rows of the true "
+             "one's (95%); no interval in values" for c in columns if c.rank_error is not None]
+            + [f"{c.name}: no interval (—) where a divisor's interval holds 0" for c in columns
+               if c.noise == "derived" and any(bounds is None or None in bounds
+                                               for bounds in intervals.get(c.name, ()))])
 
 
 def _null_correlations(checked, frame: dict[str, list], cells: int) -> list[str]:
