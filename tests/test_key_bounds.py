@@ -178,6 +178,21 @@ def test_options_tighten_the_entrys_bounds(con):
         explained(con, sql.format(ITEM_L0 + 1))
 
 
+def test_a_superset_on_a_table_of_one_row_a_person_keeps_the_tables_bounds(tmp_path):
+    """Every column of a table declared 1 × 1 is one value a person, so GROUP BY item, rating
+    took the item entry's bounds (200 × 1 here, 15× the noise in an adversary's case) where
+    a superset of an entry's columns gets the table's."""
+    with connect(tmp_path, tables(), max_groups_per_unit=1, max_rows_per_group=1) as one:
+        assert bounds(one, ITEM_KEYS[0]) == (ITEM_L0, ITEM_LINF)
+        assert bounds(one, "SELECT item, rating, COUNT(*) AS n FROM ratings "
+                           "GROUP BY item, rating") == (PAIR_L0, PAIR_LINF)
+        assert bounds(one, "SELECT item, rating + 0 AS r, COUNT(*) AS n FROM ratings "
+                           "GROUP BY item, r") == (1, 1)
+        # a key of the unit splits no one's group: the entry still holds
+        assert bounds(one, "SELECT item, uid % 2 AS h, COUNT(*) AS n FROM ratings "
+                           "GROUP BY item, h") == (ITEM_L0, ITEM_LINF)
+
+
 def test_rows_per_unit_still_caps_a_persons_rows(tmp_path):
     with connect(tmp_path, tables(), max_rows_per_unit=30) as capped:
         planned = explained(capped, ITEM_KEYS[0])

@@ -419,8 +419,12 @@ class _Compiler:
             listed = frozenset().union(*bound.columns)
             others = [k.expr for k in self.keys
                       if k.expr.op != "col" or k.expr.value not in listed]
+            # of one value a person through the unit or a join on it: not every column of a
+            # table declared one row a person, where a superset would take an entry's looser
+            # bounds (GROUP BY item, rating under the item entry's 5 × 3, not the table's 1 × 1)
+            personal = relation.unit_columns | relation.personal
             if all(carried & plain for carried in bound.columns) and \
-                    all(e.columns() <= relation.one_value for e in others):
+                    all(e.columns() <= personal for e in others):
                 self.relation = replace(relation, l0=bound.l0, linf=bound.linf)
                 return (f"the GROUP BY keys are {bound.written}, whose key_bounds entry "
                         f"declares L0 = {bound.l0} and L∞ = {bound.linf}, where the tables "
