@@ -149,3 +149,14 @@ def test_an_accuracy_target_on_a_gaussian_dataset_is_refused_not_ignored(gaussia
         with pytest.raises(dpsql.PrivacyParameterError, match="Gaussian"):
             defaulted.execute("SELECT COUNT(*) FROM adult")
         assert defaulted.execute("SELECT COUNT(*) FROM adult", rho=0.5).fetchall()
+
+
+def test_private_keys_are_refused_without_asking_for_a_delta(gaussian):
+    """The refusal's hint said to give a δ > 0, which a Gaussian dataset's private keys never
+    take (they are not thresholded): it says so now."""
+    with dpsql.connect(metadata=gaussian, ledger=":memory:") as con:
+        with pytest.raises(dpsql.PrivateGroupKeysError) as caught:
+            con.execute("SELECT amount, COUNT(*) AS n FROM visits GROUP BY amount", rho=0.1,
+                        delta=1e-6)
+    assert "mechanism: gaussian releases no keys" in caught.value.hint
+    assert "give a δ" not in caught.value.hint

@@ -397,9 +397,13 @@ class _Compiler:
         if per_person:
             return (f"clamp the per-person {'/'.join(per_person)} to a range and round it, e.g. "
                     f"GROUP BY LEAST(GREATEST(CAST({text} AS INT), 0), 10)")
-        return ("either declare the column's public values (values: [...]) or int bounds in "
-                "the metadata (or group by a CASE expression with literal results, or buckets "
-                "such as FLOOR(x / 1000)), or give a δ > 0 (e.g. delta=1e-6, or SELECT WITH "
+        declare = ("declare the column's public values (values: [...]) or int bounds in the "
+                   "metadata (or group by a CASE expression with literal results, or buckets "
+                   "such as FLOOR(x / 1000))")
+        if self.catalog.mechanism == "gaussian":  # its private keys are never thresholded
+            return (f"{declare}: a dataset with mechanism: gaussian releases no keys without "
+                    "a public domain, whatever δ is given")
+        return (f"either {declare}, or give a δ > 0 (e.g. delta=1e-6, or SELECT WITH "
                 "DIFFERENTIAL_PRIVACY OPTIONS(delta=1e-6) ... in the SQL; SET dpsql.delta on a "
                 "server) so that only keys whose noisy count of distinct persons clears a "
                 "threshold are released")
