@@ -211,14 +211,9 @@ def test_one_row_a_person_is_tuned_one_row_a_person(tmp_path):
     """tune= left out the count of persons beyond the top quantile of rows (it measures no
     dropped rows), so a table of 5,000 customers of one row each, every quantile at 1, was
     answered under 3-4 rows and groups a person: 3-4× the noise for nothing dropped."""
-    rng = np.random.default_rng(7)
-    regions = ["North", "South", "East", "West", "Central"]
-    pd.DataFrame({"cid": np.arange(5000), "region": np.array(regions)[rng.integers(0, 5, 5000)]}
-                 ).to_csv(tmp_path / "customers.csv", index=False)
-    meta = {"name": "bank", "budget": {"epsilon": 100}, "tables": {"customers": {
-        "source": str(tmp_path / "customers.csv"), "privacy_unit": "cid",
-        "max_groups_per_unit": 1, "max_rows_per_group": 1,
-        "columns": {"cid": "int", "region": {"type": "text", "values": regions}}}}}
+    from test_tune import one_row_customers
+
+    meta = one_row_customers(tmp_path)
     chosen = []
     for seed in range(6):
         with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=seed) as con:

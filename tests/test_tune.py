@@ -993,6 +993,17 @@ def test_a_proposal_above_the_declared_bounds_says_so(tmp_path):
 REGIONS = ["North", "South", "East", "West", "Central"]
 
 
+def one_row_customers(folder: Path) -> dict:
+    """Metadata of 5,000 customers of one row each in five regions, declared 1 × 1."""
+    rng = np.random.default_rng(7)
+    pd.DataFrame({"cid": np.arange(5000), "region": np.array(REGIONS)[rng.integers(0, 5, 5000)]}
+                 ).to_csv(folder / "customers.csv", index=False)
+    return {"name": "bank", "budget": {"epsilon": 100}, "tables": {"customers": {
+        "source": str(folder / "customers.csv"), "privacy_unit": "cid",
+        "max_groups_per_unit": 1, "max_rows_per_group": 1,
+        "columns": {"cid": "int", "region": {"type": "text", "values": REGIONS}}}}}
+
+
 @pytest.mark.parametrize(("epsilon", "at_optimum"), [(3, 5), (1, 4)])
 def test_one_row_a_person_is_tuned_one_row_a_person(tmp_path, epsilon, at_optimum):
     """s19 (F5): on a table of 5,000 customers of one row each, declared 1 × 1, every released
@@ -1001,14 +1012,7 @@ def test_one_row_a_person_is_tuned_one_row_a_person(tmp_path, epsilon, at_optimu
     was proposed (3-4 at ε 1), 3× the noise sd for nothing dropped. The persons beyond the top
     are now counted (half a share): 1 × 1 × 1, the optimum, in ``at_optimum`` of 6 seeds (28
     of 30 at ε 3, 25 of 30 at ε 1), and at most 3 rows a person in every seed."""
-    rng = np.random.default_rng(7)
-    frame = pd.DataFrame({"cid": np.arange(5000),
-                          "region": np.array(REGIONS)[rng.integers(0, 5, 5000)]})
-    frame.to_csv(tmp_path / "customers.csv", index=False)
-    meta = {"name": "bank", "budget": {"epsilon": 100}, "tables": {"customers": {
-        "source": str(tmp_path / "customers.csv"), "privacy_unit": "cid",
-        "max_groups_per_unit": 1, "max_rows_per_group": 1,
-        "columns": {"cid": "int", "region": {"type": "text", "values": REGIONS}}}}}
+    meta = one_row_customers(tmp_path)
     proposals = []
     for seed in range(6):
         with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=seed) as con:
