@@ -63,11 +63,14 @@ class Server:
         self.process.stdout.close()
 
 
-def write_metadata(home: Path, total_epsilon: float = 10.0) -> Path:
+def write_metadata(home: Path, total_epsilon: float = 10.0, visits: dict | None = None) -> Path:
+    """The shipped visits metadata for a server under ``home``, its budget ``total_epsilon``
+    and its visits table's keys changed by ``visits``."""
     meta = yaml.safe_load((ROOT / "data" / "visits.yaml").read_text())
     meta["budget"] = {"epsilon": total_epsilon, "delta": 1.0e-6}
     for table in meta["tables"].values():
         table["source"] = str(ROOT / "data" / table["source"])
+    meta["tables"]["visits"].update(visits or {})
     path = home / "private-metadata" / "visits.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(meta))
@@ -75,12 +78,13 @@ def write_metadata(home: Path, total_epsilon: float = 10.0) -> Path:
 
 
 def write_config(home: Path, *, analysts=ANALYSTS, share: float = 1.0, per_query: float = 0.25,
-                 total: float = 10.0, workers: int = 1, extra: dict | None = None) -> Path:
+                 total: float = 10.0, workers: int = 1, extra: dict | None = None,
+                 visits: dict | None = None) -> Path:
     config = {
         "listen": {"host": "127.0.0.1", "pg_port": 0, "http_port": 0},
         "state_dir": str(home / "state"),
         "workers": workers,
-        "datasets": {"visits": {"metadata": str(write_metadata(home, total))}},
+        "datasets": {"visits": {"metadata": str(write_metadata(home, total, visits))}},
         "limits": {"max_epsilon_per_query": 1.0, "timeout": 20, "max_rows": 1000,
                    "queries_per_minute": 100000},
         "security": {"max_failed_logins": 3, "lockout_seconds": 30, "startup_timeout": 2},

@@ -128,14 +128,20 @@ def closed(sock) -> bool:
     return received == b"" or late(received)["code"] == "request_timeout"
 
 
+def hold_waiting(server, address: str, count: int, settle: float, held: list) -> None:
+    """Open ``count`` connections from ``address`` that send half a request line and wait
+    (appended to ``held``, for the caller to close), then let the server settle."""
+    for _ in range(count):
+        held.append(dial(server, address))
+        held[-1].sendall(b"GET /api/v1/me HTTP/1.1\r\n")
+        time.sleep(0.02)
+    time.sleep(settle)
+
+
 def test_one_address_holds_at_most_its_share_of_waiting_connections(server):
     held = []
     try:
-        for _ in range(10):
-            held.append(dial(server, "127.0.0.2"))
-            held[-1].sendall(b"GET /api/v1/me HTTP/1.1\r\n")
-            time.sleep(0.02)
-        time.sleep(0.2)
+        hold_waiting(server, "127.0.0.2", 10, 0.2, held)
         # the oldest six were closed as the newer ones came, the newest four wait (their
         # header deadline is 1 s away)
         readable = set(select.select(held, [], [], 0)[0])

@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import select
-import time
 
 import pytest
 from server_harness import serving, write_config
-from test_http_timeouts import closed, dial
+from test_http_timeouts import closed, dial, hold_waiting
 
 
 @pytest.fixture(scope="module")
@@ -23,11 +22,7 @@ def server(tmp_path_factory):
 def test_one_address_holds_its_share_of_waiting_connections_over_all_workers(server):
     held = []
     try:
-        for _ in range(24):
-            held.append(dial(server, "127.0.0.4"))
-            held[-1].sendall(b"GET /api/v1/me HTTP/1.1\r\n")
-            time.sleep(0.02)
-        time.sleep(0.5)
+        hold_waiting(server, "127.0.0.4", 24, 0.5, held)
         readable = set(select.select(held, [], [], 0)[0])
         assert all(closed(sock) for sock in readable)
         waiting = [sock for sock in held if sock not in readable]

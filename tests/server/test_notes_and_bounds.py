@@ -12,7 +12,6 @@ import sys
 
 import httpx
 import pytest
-import yaml
 from server_harness import ROOT, password, serving, write_config
 from test_psql import psql, pytestmark, spent  # noqa: F401 - psql must be installed
 from test_web import CHROMIUM, DRIVER, ON_CI, _login, _text, _wait, browser  # noqa: F401
@@ -27,12 +26,8 @@ TOTAL = "SELECT COUNT(*) AS n FROM visits WHERE member"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("dpsql-notes")
-    config = write_config(home, analysts=ANALYSTS)
-    path = home / "private-metadata" / "visits.yaml"
-    meta = yaml.safe_load(path.read_text())
-    meta["tables"]["visits"].update(max_rows_per_unit=20, key_bounds=[
-        {"columns": ["day"], "max_groups_per_unit": 3, "max_rows_per_group": 2}])
-    path.write_text(yaml.safe_dump(meta))
+    config = write_config(home, analysts=ANALYSTS, visits={"max_rows_per_unit": 20, "key_bounds": [
+        {"columns": ["day"], "max_groups_per_unit": 3, "max_rows_per_group": 2}]})
     yield from serving(home, config)
 
 

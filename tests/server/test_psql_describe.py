@@ -7,7 +7,6 @@ import shutil
 
 import httpx
 import pytest
-import yaml
 from server_harness import ROOT, password, serving, write_config
 from test_psql import psql, pytestmark, spent  # noqa: F401 - psql must be installed
 
@@ -17,12 +16,8 @@ ANALYSTS = ["dana", "eli"]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("dpsql-describe")
-    config = write_config(home, analysts=ANALYSTS)
-    metadata = home / "private-metadata" / "visits.yaml"
-    meta = yaml.safe_load(metadata.read_text())
     data = shutil.copy(ROOT / "data" / "visits.csv", home / "visits.csv")
-    meta["tables"]["visits"]["source"] = str(data)
-    metadata.write_text(yaml.safe_dump(meta))
+    config = write_config(home, analysts=ANALYSTS, visits={"source": str(data)})
     for running in serving(home, config):
         (home / "visits.csv").unlink()  # a statement reading the private data fails now
         yield running
