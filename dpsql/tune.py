@@ -794,8 +794,11 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
                  "g": tuple(c for c in COUNT_GRID if c <= cells) if public_cells else COUNT_GRID}
         # each median's prior is anchored at the declared bound: a public guess (weak data
         # then leave the proposal near it, not near 1)
-        l0, linf = spec.max_groups_per_unit, spec.max_rows_per_group
-        anchors = {"r": min(spec.max_rows_per_unit or l0 * linf, l0 * linf), "g": l0, "m": linf}
+        # (the bounds the engine applies to this shape: a key_bounds entry's where its keys
+        # match one, whose 1 row an item had been drawn towards the table's 100)
+        used = shape.table
+        l0, linf = used.max_groups_per_unit, used.max_rows_per_group
+        anchors = {"r": min(used.max_rows_per_unit or l0 * linf, l0 * linf), "g": l0, "m": linf}
         quantiles = {part: draw_levels(values[part], grids[part], uppers, share, rng,
                                        anchors[part]) for part in ("r", "g", "m")}
         spreads = {part: Spread.fit(quantiles[part], 1,
@@ -848,10 +851,11 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
         shown |= {f"{name}.lo": _shown(lows), f"{name}.hi": _shown(highs)}
     return TuningResult(table=spec.name, epsilon=epsilon, query_epsilon=eq, group_by=keys,
                         persons=persons, choices=tuple(choices), draws=draws, quantiles=shown,
-                        persons_scale=float(1 / share), dropped=dropped, notes=tuple(_coarse(share, persons, [COUNT_GRID, *bound_grids.values()])
+                        persons_scale=float(1 / share), dropped=dropped,
+                        notes=tuple(_coarse(share, persons, [COUNT_GRID, *bound_grids.values()])
                                     + _undeclared(spec, names)
                                     + _unbounded(spec, names, columns, query)
-                                    + _loosened(spec, choices)))
+                                    + _loosened(shape.table, choices) + _not_the_tables(shape)))
 
 
 def choose_value_bounds(grid: tuple[float, ...], low: Spread, high: Spread, count_sd: float,
@@ -875,6 +879,18 @@ def choose_value_bounds(grid: tuple[float, ...], low: Spread, high: Spread, coun
                 key=lambda c: (per_cell * high.excess(c)) ** 2
                 + (count_sd * max(abs(lower), abs(c))) ** 2)
     return lower, upper
+
+
+def _not_the_tables(shape: CheckedQuery) -> list[str]:
+    """A note when the engine answers the shape under other bounds than the table's (a
+    key_bounds entry, keys of one value a person): the proposal is for this GROUP BY, and
+    written as the table's bounds it would change every other statement's (MovieLens'
+    GROUP BY item, under its 200 × 1 entry, was proposed 13 × 1 for the whole table)."""
+    if shape.bounds_why is None:
+        return []
+    return [f"this GROUP BY is answered under other bounds than the table's ({shape.bounds_why})"
+            ": the proposal is for it, so write it as a key_bounds entry for these keys, not "
+            "as the table's bounds, which every other statement uses"]
 
 
 def _loosened(table: TableSpec, choices: list[Choice]) -> list[str]:

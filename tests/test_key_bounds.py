@@ -217,6 +217,21 @@ def test_tuned_bounds_replace_the_entrys(con):
     assert checked.bounds_why is None
 
 
+def test_tune_starts_from_the_entrys_bounds_and_says_it_is_for_them(tmp_path):
+    """tune anchored its draws at the table's L∞ (100, as MovieLens declares), where the
+    statement's entry declares 1: MovieLens' six-item GROUP BY item was answered under
+    L∞ 609 by tune=, and dpsql tune --group-by item proposed table-wide bounds silently."""
+    sql = "SELECT item, COUNT(*) AS n FROM ratings WHERE item <= 50 GROUP BY item"
+    with connect(tmp_path, tables(), max_rows_per_group=100) as wide:
+        cursor = wide.cursor()
+        chosen = [cursor.execute(sql, epsilon=1, tune=0.5).tuned_bounds["max_rows_per_group"]
+                  for _ in range(4)]
+        notes = wide.tune("ratings", epsilon=1, group_by=["item"], columns=[]).notes
+    assert max(chosen) <= 2, chosen
+    [note] = [n for n in notes if n.startswith("this GROUP BY is answered under other bounds")]
+    assert "key_bounds entry declares L0 = 200" in note
+
+
 def test_answers_equal_the_truth_at_a_huge_epsilon(con):
     """Every person rates at most 20 items once: nothing is dropped under 200 × 1, where the
     table's 3 groups kept 3 items a person."""
