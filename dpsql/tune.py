@@ -1074,12 +1074,20 @@ def _dropped_lines(result: TuningResult) -> list[str]:
     rows, sd, low, high = d.rows_per_cell()
     kept, kept_sd, most = d.rows_kept()
     persons, persons_low, persons_high = d.persons_kept(result.persons, result.persons_scale)
-    rows_line = (f"together they drop ≈ {rows:,.0f} ± {sd:,.0f} (sd) rows a cell (95%: "
-                 f"{low:,.0f}-{high:,.0f}): a COUNT per cell reads about that much low; each "
-                 f"person's dropped rows are counted up to {d.cap}, so more are dropped where "
-                 "some lose more")
-    kept_line = (f"they keep ≈ {kept:.0%} ± {kept_sd:.0%} of the rows (at most {most:.0%}, a "
-                 f"95% bound; none from below: one person's rows beyond {d.cap} can lower it) "
-                 f"and {persons:.1%} of the persons (95%: {persons_low:.1%}-"
-                 f"{persons_high:.1%}) lose no row")
+    # each person's dropped rows are counted up to the cap: the rows dropped are a lower
+    # estimate and the share kept an upper one (a tester read 22% ± 3% kept as an estimate
+    # of the 12.3% kept), which the lines say first
+    rows_line = (f"together they drop at least ≈ {rows:,.0f} ± {sd:,.0f} (sd) rows a cell "
+                 f"(95%: {low:,.0f}-{high:,.0f}), counting each person's dropped rows up to "
+                 f"{d.cap}: a COUNT per cell reads at least about that much low")
+    kept = (f"at most ≈ {kept:.0%} ± {kept_sd:.0%} of the rows (95% upper bound {most:.0%})"
+            if kept_sd <= UNMEASURED_SD else
+            f"a share of the rows this slice cannot measure (± {kept_sd:.0%})")
+    kept_line = (f"they keep {kept}; nothing bounds it from below, since one person's rows "
+                 f"beyond {d.cap} can lower it; {persons:.1%} of the persons (95%: "
+                 f"{persons_low:.1%}-{persons_high:.1%}) lose no row")
     return [rows_line, kept_line]
+
+
+# the sd above which a share of rows kept is said to be unmeasured (±108% was printed)
+UNMEASURED_SD = 0.25
