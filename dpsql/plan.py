@@ -149,19 +149,25 @@ class CheckedQuery:
         table = self.table
         if table.privacy_unit is None:
             return None
-        groups = table.max_groups_per_unit if self.keys else 1
+        groups, cells = (table.max_groups_per_unit, None) if self.keys else (1, 1)
         if self.keys and not self.has_private_keys:
             cells = 1
             for key in self.keys:
                 cells *= len(key.domain)
             groups = min(groups, cells)
+        why = f"; {self.bounds_why}" if self.bounds_why else ""
+        if all(a.kind == "count_distinct_unit" for a in self.aggregates):
+            # persons are counted, not rows: only the groups beyond L0 are dropped, none
+            # where L0 reaches every cell
+            return None if groups == cells else (
+                f"each person counts in at most {groups} group(s): a person's groups beyond "
+                "are dropped before the noise, a bias the intervals do not cover" + why)
         total = table.max_rows_per_unit
         return (f"each person counts with at most {groups} group(s) × "
                 f"{table.max_rows_per_group} row(s)"
                 + (f", {total} rows in all" if total is not None else "")
                 + ": rows beyond are dropped before the noise, a bias the intervals do not "
-                "cover (dpsql tune proposes bounds)"
-                + (f"; {self.bounds_why}" if self.bounds_why else ""))
+                "cover (dpsql tune proposes bounds)" + why)
 
 
 @dataclass(frozen=True, slots=True)

@@ -222,6 +222,10 @@ def test_a_result_says_what_its_bounds_drop(connect):
     assert "at most 1 group(s) × 2 row(s)" in con.execute(
         "SELECT COUNT(*) AS n FROM visits", epsilon=1).notes[0]
     assert con.execute("SELECT COUNT(*) AS n FROM adult", epsilon=1).notes == ()
+    # persons counted: rows beyond are no bias, nor groups where L0 (3) reaches every cell
+    assert con.execute("SELECT COUNT(DISTINCT uid) AS u FROM visits", epsilon=1).notes == ()
+    assert con.execute("SELECT day, COUNT(DISTINCT uid) AS u FROM visits GROUP BY day",
+                       epsilon=1).notes[0].startswith("each person counts in at most 3 group(s):")
     tuned = con.execute("SELECT day, COUNT(*) AS n FROM visits GROUP BY day", epsilon=1,
                         tune=0.1)
     bounds = tuned.tuned_bounds
