@@ -159,6 +159,14 @@ class Connection(_Base):
                     query_epsilon=query_epsilon, count_noise=count_noise,
                     timeout=self._engine.timeout, compiled=compiled)
 
+    def __repr__(self) -> str:
+        """Dataset, analyst, backend and budget left (what the notebook view shows)."""
+        state = "closed" if self._closed else (
+            f"spent {self.budget_spent.describe()}"
+            + ("" if (left := self.budget_remaining) is None else f", left {left.describe()}"))
+        return (f"<dpsql.Connection dataset={self.catalog.name!r} analyst={self.analyst!r} "
+                f"backend={self._backend.name} {state}>")
+
     def _repr_html_(self) -> str:
         """Notebook view: dataset, analyst, backend, budget spent and remaining."""
         if self._closed:

@@ -232,3 +232,14 @@ def test_a_result_says_what_its_bounds_drop(connect):
     assert tuned.notes[0].startswith(f"each person counts with at most "
                                      f"{min(bounds['max_groups_per_unit'], 7)} group(s) × "
                                      f"{bounds['max_rows_per_group']} row(s)")
+
+
+def test_a_connection_prints_its_dataset_and_budget(connect):
+    """repr(con) was <dpsql.connection.Connection object at 0x…>: only a notebook showed the
+    dataset, the analyst and the budget."""
+    con = connect(analyst="ann")
+    con.execute("SELECT COUNT(*) AS n FROM adult", epsilon=1)
+    assert repr(con).startswith("<dpsql.Connection dataset=") and "analyst='ann'" in repr(con)
+    assert "backend=duckdb spent ε=1, left ε=999" in repr(con)
+    con.close()
+    assert repr(con).endswith(" closed>")
