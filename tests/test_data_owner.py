@@ -379,4 +379,8 @@ def test_a_query_report_uses_the_bounds_the_engine_applies(tmp_path):
             con.truncation_report(query=query.replace(
                 "SELECT", "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(max_rows_contributed=2)"))
         assert len([r for r in con.ledger.history() if r["kind"] == "exact"]) == 1
+        # L0 as the engine applies it, at most the keys' cells (it said the entry's 6)
+        narrowed = con.truncation_report(query=query.replace("GROUP BY",
+                                                             "WHERE shop IN (0, 1) GROUP BY"))
+    assert {e["bound"]: e["limit"] for e in narrowed}["max_groups_per_unit"] == 2
     _check(report, _dropped(purchases, ["shop"], 6, 10, 5), len(purchases))
