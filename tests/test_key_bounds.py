@@ -112,6 +112,10 @@ ITEM_KEYS = [
     ("WITH t AS (SELECT uid, item, item AS again FROM ratings) SELECT again, COUNT(*) AS n "
      "FROM t GROUP BY again"),
     f"SELECT r.item, COUNT(*) AS n {PUBLIC} GROUP BY r.item",
+    # the public key that ON equates to the entry's column holds its values
+    f"SELECT g.item, COUNT(*) AS n {PUBLIC} GROUP BY g.item",
+    ("SELECT g.item, COUNT(*) AS n FROM ratings r JOIN genres g ON g.item = r.item "
+     "AND g.genre = 'drama' GROUP BY g.item"),
     f"SELECT r.item, SUM(r.rating) AS s, COUNT(*) AS n {JOIN} GROUP BY r.item",
     # a key of one value a person splits no person's group
     f"SELECT r.item, p.band, COUNT(*) AS n {JOIN} GROUP BY r.item, p.band",
@@ -123,12 +127,20 @@ PAIR_KEYS = [
 ]
 TABLE_BOUNDS = [
     "SELECT COUNT(*) AS n FROM ratings",
+    # a WHERE that keeps no fewer cells than L∞ (5 items), every item or another column
+    "SELECT COUNT(*) AS n FROM ratings WHERE item BETWEEN 3 AND 7",
+    "SELECT COUNT(*) AS n FROM ratings WHERE item > 0",
+    "SELECT COUNT(*) AS n FROM ratings WHERE rating = 5",
+    "SELECT COUNT(*) AS n FROM ratings WHERE item = 50 OR rating = 5",
     "SELECT rating, COUNT(*) AS n FROM ratings GROUP BY rating",  # a subset of the pair
     "SELECT item % 10 AS b, COUNT(*) AS n FROM ratings GROUP BY b",
     "SELECT item + 0 AS i, COUNT(*) AS n FROM ratings GROUP BY i",
     "SELECT t.i, COUNT(*) AS n FROM (SELECT item + 0 AS i FROM ratings) t GROUP BY t.i",
     f"SELECT r.item, g.genre, COUNT(*) AS n {PUBLIC} GROUP BY r.item, g.genre",
     f"SELECT g.genre, COUNT(*) AS n {PUBLIC} GROUP BY g.genre",
+    # ON equates an expression of the column, not the column
+    ("SELECT g.item, COUNT(*) AS n FROM ratings r JOIN genres g ON r.item + 0 = g.item "
+     "GROUP BY g.item"),
     # two tables of several rows a person: the smaller bounds, no entry
     "SELECT a.item, COUNT(*) AS n FROM ratings a JOIN ratings b ON a.uid = b.uid GROUP BY a.item",
     # grouped by the unit and the item: rows of (person, item), under the table's bounds
@@ -159,6 +171,34 @@ def test_an_entry_of_two_columns_is_used_for_both_in_any_order(con, sql):
 def test_other_keys_use_the_tables_bounds(con, sql):
     assert bounds(con, sql) == (L0, LINF)
     assert "why" not in explained(con, sql)["contribution"]
+
+
+# a WHERE that keeps k values of the item (as a top-level conjunct) and no GROUP BY, or keys of
+# one value a person: a person's rows there are ≤ min(k, 200) × 1 (the table's L∞ is 5)
+PINNED = {
+    "SELECT COUNT(*) AS n, AVG(rating) AS a FROM ratings WHERE item = 50": 1,
+    "SELECT COUNT(*) AS n FROM ratings WHERE 50 = item AND rating > 1": 1,
+    "SELECT COUNT(*) AS n FROM ratings WHERE item IN (50)": 1,
+    "SELECT COUNT(*) AS n FROM ratings WHERE item IN (1, 2, 2, NULL)": 2,
+    "SELECT COUNT(*) AS n FROM ratings WHERE item BETWEEN 3 AND 6": 4,
+    "SELECT COUNT(*) AS n, SUM(rating) AS s FROM ratings WHERE item = 50 OR item = 51": 2,
+    "SELECT COUNT(*) AS n FROM (SELECT item AS i FROM ratings) t WHERE t.i = 50": 1,
+    f"SELECT COUNT(*) AS n {PUBLIC} WHERE g.item = 50": 1,
+    f"SELECT p.band, COUNT(*) AS n {JOIN} WHERE r.item = 50 GROUP BY p.band": 1,
+}
+
+
+@pytest.mark.parametrize(("sql", "rows"), PINNED.items())
+def test_a_where_that_keeps_few_items_counts_a_person_with_their_rows(con, sql, rows):
+    """MovieLens' WHERE item = 50 without GROUP BY ran under the table's L∞ 100 (n 473
+    [0, 992]) where GROUP BY item took the entry's 1 (582 [577, 587], truth 583)."""
+    planned = explained(con, sql)
+    contribution = planned["contribution"]
+    assert (contribution["max_groups_per_unit"], contribution["max_rows_per_group"]) == (1, rows)
+    assert f"WHERE keeps {rows} value(s) of item of table ratings" in contribution["why"]
+    assert f"1 group(s) × {rows} row(s)" in contribution["note"]
+    counts = [a["sensitivity"] for a in planned["aggregates"] if a["part"] == "count"]
+    assert counts and all(c == rows for c in counts)
 
 
 def test_a_table_of_persons_joined_keeps_one_group_a_person(con):
@@ -275,14 +315,18 @@ def adversary(items: list, ratings: list, bands: list) -> dict[str, pd.DataFrame
 
 THREE_IN_ONE = adversary(["7", "7", "7"], ["5"], ["a"])
 MANY_ITEMS = adversary([str(i) for i in range(1, 301)], ["1", "5"], ["b"])
+IN_ONE_ITEM = adversary(["50"] * 300, ["1", "5"], ["c"])
 EXTREME = adversary([str(nb.BIG), str(nb.SMALL), None, "0", str(ITEMS + 1), "7", "7", "7",
                      *(str(i) for i in range(1, 250))],
                     [str(nb.BIG), None, "-3", "5"], [*BANDS, None])
-ADVERSARIES = {"three_in_one": THREE_IN_ONE, "many_items": MANY_ITEMS, "extreme": EXTREME}
+ADVERSARIES = {"three_in_one": THREE_IN_ONE, "many_items": MANY_ITEMS,
+               "in_one_item": IN_ONE_ITEM, "extreme": EXTREME}
 CONTRACT = [
     *ITEM_KEYS, PAIR_KEYS[0],  # (not the other: its 400 × 5 × 400 cells take minutes)
     "SELECT item, COUNT(DISTINCT uid) AS u, VAR_POP(rating) AS v FROM ratings GROUP BY item",
     "SELECT item, MEDIAN(rating) AS m FROM ratings GROUP BY item",
+    *list(PINNED)[:2], list(PINNED)[-1],
+    "SELECT COUNT(*) AS n, MEDIAN(rating) AS m FROM ratings WHERE item IN (7, 50)",
 ]
 
 
@@ -344,6 +388,15 @@ def test_a_person_in_300_items_counts_in_200(pairs):
     changes, sensitivity = count_change(pairs["many_items"], ITEM_KEYS[0])
     assert len(changes) == ITEM_L0 and set(changes.values()) == {Fraction(1)}
     assert sum(changes.values()) == sensitivity == ITEM_L0
+
+
+def test_300_rows_in_the_item_a_where_keeps_count_one(pairs):
+    """The adversary's 300 ratings of item 50 move the scalar count by the entry's L∞ (1),
+    under WHERE item = 50 (it moved by the table's 5 before), and by 2 over two items."""
+    for sql, rows in (("SELECT COUNT(*) AS n FROM ratings WHERE item = 50", 1),
+                      ("SELECT COUNT(*) AS n FROM ratings WHERE item IN (7, 50)", 2)):
+        changes, sensitivity = count_change(pairs["in_one_item"], sql)
+        assert changes == {(): rows} and sensitivity == rows == ITEM_LINF * rows
 
 
 def test_the_pair_entry_keeps_two_rows_of_four_cells(pairs):

@@ -716,12 +716,12 @@ class Resolver:
             return replace(combined, node=node, unit=left.unit, public=left.public,
                            l0=left.l0, linf=left.linf, total=left.total,
                            unit_columns=set(left.unit_columns), personal=left.one_value,
-                           key_bounds=left.key_bounds)
+                           key_bounds=_equated_bounds(left.key_bounds, on, right.columns))
         if left.public:
             return replace(combined, node=node, unit=right.unit, public=False, l0=right.l0,
                            linf=right.linf, total=right.total,
                            unit_columns=set(right.unit_columns), personal=right.one_value,
-                           key_bounds=right.key_bounds)
+                           key_bounds=_equated_bounds(right.key_bounds, on, left.columns))
         if not _equates_units(on, left.unit_columns, right.unit_columns):
             raise UnsupportedSQLError(
                 "private tables can only be joined on their privacy units (otherwise one "
@@ -790,18 +790,41 @@ def _selected_bounds(bounds: tuple[KeyBound, ...], projected: list[tuple[str, Ex
     return tuple(kept)
 
 
+def conjuncts(condition: Expr) -> list[Expr]:
+    """The top-level conjuncts of a condition (``a AND (b AND c)``: a, b, c): each holds on
+    every row the condition keeps, which a term under OR or NOT need not."""
+    if condition.op == "and":
+        return [c for arg in condition.args for c in conjuncts(arg)]
+    return [condition]
+
+
+def _equalities(on: Expr) -> list[tuple[str, str]]:
+    """The pairs of columns that top-level conjuncts of ``on`` equate (``a = b``)."""
+    return [(a.value, b.value) for a, b in (c.args for c in conjuncts(on) if c.op == "eq")
+            if a.op == b.op == "col"]
+
+
 def _equates_units(on: Expr, left: set[str], right: set[str]) -> bool:
     """True when a top-level conjunct of ``on`` is ``left unit = right unit``.
 
     Only a conjunct guarantees that every joined row pairs rows of one person; under OR or
     NOT the equality would not hold for every row.
     """
-    if on.op == "and":
-        return any(_equates_units(arg, left, right) for arg in on.args)
-    if on.op != "eq" or not all(a.op == "col" for a in on.args):
-        return False
-    a, b = (arg.value for arg in on.args)
-    return (a in left and b in right) or (a in right and b in left)
+    return any((a in left and b in right) or (a in right and b in left)
+               for a, b in _equalities(on))
+
+
+def _equated_bounds(bounds: tuple[KeyBound, ...], on: Expr, public: dict[str, ColumnInfo]
+                    ) -> tuple[KeyBound, ...]:
+    """The key bounds of a private relation joined with a public one: a public column that a
+    top-level conjunct of ``on`` equates to a column carrying an entry's column carries it
+    too (``r.item = i.item``: on every joined row that is not NULL there i.item holds
+    r.item's value, so a GROUP BY i.item groups as GROUP BY r.item)."""
+    pairs = _equalities(on)
+    pairs += [(b, a) for a, b in pairs]
+    return tuple(replace(bound, columns=tuple(
+        carried | {b for a, b in pairs if a in carried and b in public}
+        for carried in bound.columns)) for bound in bounds)
 
 
 def predicate(node: exp.Expression, scope: Scope) -> Expr:

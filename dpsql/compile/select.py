@@ -32,6 +32,7 @@ from dpsql.compile.scope import (
     PublicDomains,
     Relation,
     Scope,
+    conjuncts,
     predicate,
     with_public_domain,
 )
@@ -196,6 +197,18 @@ def _position(node: exp.Expression):
         return meta["line"], max(meta["col"] - len(node.name) + 1, 1)
     return None
 
+
+def _literals(conjunct: Expr, name: str) -> set | None:
+    """The values a conjunct ``name = literal`` or ``name IN (literals)`` lets the column
+    ``name`` take (a NULL literal matches none); None for any other conjunct."""
+    if conjunct.op not in ("eq", "in"):
+        return None
+    head, *rest = conjunct.args
+    if conjunct.op == "eq" and head.op == "lit":  # 50 = item
+        head, rest = rest[0], [head]
+    if head.op != "col" or head.value != name or any(a.op != "lit" for a in rest):
+        return None
+    return {a.value for a in rest if a.value is not None}
 
 class _Compiler:
     """One statement's compilation: relation, keys, aggregates, outputs, post-processing."""
@@ -433,7 +446,52 @@ class _Compiler:
                 return (f"the GROUP BY keys are {bound.written}, whose key_bounds entry "
                         f"declares L0 = {bound.l0} and L∞ = {bound.linf}, where the tables "
                         f"declare {relation.l0} and {relation.linf}")
+        if all(k.expr.columns() <= relation.unit_columns | relation.personal
+               for k in self.keys):
+            return self._pinned_bound()
         return None
+
+    def _pinned_bound(self) -> str | None:
+        """Why a statement without GROUP BY (or with keys of one value a person alone) counts a
+        person with fewer rows than the tables' L∞: its WHERE keeps k values of every column of
+        a ``key_bounds`` entry (``item = 50``, ``item IN (...)``, ``item BETWEEN 1 AND 6``), so a
+        person's rows there lie in k of the entry's cells, at most min(k, L0) · L∞ of them as the
+        entry declares. The statement takes that as its L∞ (one group a person) where it is the
+        smaller, from the statement and the metadata alone; the per-person pass caps every
+        person's rows at it whatever the data."""
+        relation = self.relation
+        pinned = []
+        for bound in relation.key_bounds:
+            cells = 1
+            for carried in bound.columns:
+                counts = [n for c in carried if (n := self._values_kept(c)) is not None]
+                if not counts:
+                    break
+                cells *= min(counts)
+            else:
+                pinned.append((min(cells, bound.l0) * bound.linf, cells, bound))
+        if not pinned:
+            return None
+        rows, cells, bound = min(pinned, key=lambda found: found[0])
+        if rows >= relation.linf:
+            return None
+        self.relation = replace(relation, l0=1, linf=rows)
+        return (f"the WHERE keeps {cells} value(s) of {bound.written}, whose key_bounds entry "
+                f"declares L0 = {bound.l0} and L∞ = {bound.linf}: a person's rows there are at "
+                f"most {rows}, in one group, where the tables declare L∞ = {relation.linf}")
+
+    def _values_kept(self, name: str) -> int | None:
+        """How many values of the relation's column ``name`` the WHERE keeps (None: not
+        fewer than its declared domain, or no conjunct reads it alone): the literals of a
+        top-level ``name = literal`` or ``name IN (literals)``, or the declared values every
+        conjunct reading the column keeps (``narrow.kept_by_where``)."""
+        if self.where is None:
+            return None
+        col = with_public_domain(column(self.relation.columns[name]), self.relation,
+                                 self.public_values)
+        counts = [len(kept)] if (kept := kept_by_where(col, self.where)) else []
+        counts += [len(values) for c in conjuncts(self.where) if (values := _literals(c, name))]
+        return min(counts, default=None)
 
     def _one_group(self) -> str | None:
         """Why each person's rows fall in one group, when every GROUP BY key reads only
