@@ -135,6 +135,9 @@ class CheckedQuery:
     # why the statement's L0/L∞ are not the tables' (a key_bounds entry, every key one value
     # a person), in words
     bounds_why: str | None = None
+    # its L∞ is a key_bounds entry's over the values its WHERE keeps: bounded per query, never
+    # from a snapshot (which keeps a person's rows before any WHERE)
+    where_pinned: bool = False
 
     @property
     def has_private_keys(self) -> bool:

@@ -221,6 +221,7 @@ class _Compiler:
         self.sql = statement.sql
         self.aggregates: dict[tuple, Aggregate] = {}
         self.by_node: dict[int, Aggregate] = {}
+        self.where_pinned = False  # bounds from a key_bounds entry the WHERE pins (below)
 
     def compile(self) -> CheckedQuery:
         select = self.select
@@ -325,7 +326,8 @@ class _Compiler:
                             table=self.relation.spec, where=self.where, keys=self.keys,
                             aggregates=tuple(self.aggregates.values()), outputs=tuple(outputs),
                             post_sql=post_sql, post_is_projection=projection, ranked=ranked,
-                            bounds_why=one_group or why, ranking_sql=ranking_sql,
+                            bounds_why=one_group or why, where_pinned=self.where_pinned,
+                            ranking_sql=ranking_sql,
                             having_tests=_having_tests(having_expr, self._aggregate_names()))
 
     def _count_clause(self, clause: str) -> int | None:
@@ -476,6 +478,7 @@ class _Compiler:
         if rows >= relation.linf:
             return None
         self.relation = replace(relation, l0=1, linf=rows)
+        self.where_pinned = True
         return (f"the WHERE keeps {cells} value(s) of {bound.written}, whose key_bounds entry "
                 f"declares L0 = {bound.l0} and L∞ = {bound.linf}: a person's rows there are at "
                 f"most {rows}, in one group, where the tables declare L∞ = {relation.linf}")
