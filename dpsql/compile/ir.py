@@ -73,6 +73,14 @@ class Expr:
             yield from arg.walk()
 
 
+def conjuncts(condition: Expr) -> list[Expr]:
+    """The top-level conjuncts of a condition (``a AND (b AND c)``: a, b, c): each holds on
+    every row the condition keeps, which a term under OR or NOT need not."""
+    if condition.op == "and":
+        return [c for arg in condition.args for c in conjuncts(arg)]
+    return [condition]
+
+
 def distinct(values) -> tuple | None:
     """A domain's values, each once as the backends compare them (every NaN is one value:
     NaN = NaN in SQL, where Python kept each NaN object apart, so a key whose domain held

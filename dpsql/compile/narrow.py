@@ -18,7 +18,7 @@ import datetime
 import math
 import operator
 
-from dpsql.compile.ir import NUMERIC, Expr
+from dpsql.compile.ir import NUMERIC, Expr, conjuncts
 
 
 class _Unsure(Exception):
@@ -36,13 +36,13 @@ def kept_by_where(key: Expr, where: Expr | None) -> tuple | None:
     the key's whole expression, compared structurally."""
     if key.domain is None or where is None or not key.columns():
         return None
-    conjuncts = [c for c in _conjuncts(where)
-                 if c.columns() and c.columns() <= key.columns() and _reads_only(c, key)]
-    if not conjuncts:
+    reading = [c for c in conjuncts(where)
+               if c.columns() and c.columns() <= key.columns() and _reads_only(c, key)]
+    if not reading:
         return None
     try:
         kept = tuple(v for v in key.domain
-                     if all(_value(c, v, key) is True for c in conjuncts))
+                     if all(_value(c, v, key) is True for c in reading))
     except _Unsure:
         return None
     return kept if kept and len(kept) < len(key.domain) else None
@@ -59,7 +59,7 @@ def unmatched_columns(where: Expr | None) -> list[Expr]:
     are Female and Male, which only rows outside the declared values can pass. Decided, like
     ``kept_by_where``, on the declared values and the literals only."""
     found = []
-    for conjunct in _conjuncts(where) if where is not None else []:
+    for conjunct in conjuncts(where) if where is not None else []:
         column = _only_column(conjunct)
         if column is None or not column.domain:
             continue
@@ -78,12 +78,6 @@ def _only_column(e: Expr) -> Expr | None:
     while e.op != "col":
         e = next(a for a in e.args if a.columns())
     return e
-
-
-def _conjuncts(where: Expr) -> list[Expr]:
-    if where.op == "and":
-        return [c for arg in where.args for c in _conjuncts(arg)]
-    return [where]
 
 
 def _plain(value, kind: str):

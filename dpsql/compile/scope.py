@@ -43,6 +43,7 @@ from dpsql.compile.ir import (
     Project,
     Scan,
     column,
+    conjuncts,
     literal,
 )
 from dpsql.errors import (
@@ -788,14 +789,6 @@ def _selected_bounds(bounds: tuple[KeyBound, ...], projected: list[tuple[str, Ex
         if all(columns):
             kept.append(replace(bound, columns=columns))
     return tuple(kept)
-
-
-def conjuncts(condition: Expr) -> list[Expr]:
-    """The top-level conjuncts of a condition (``a AND (b AND c)``: a, b, c): each holds on
-    every row the condition keeps, which a term under OR or NOT need not."""
-    if condition.op == "and":
-        return [c for arg in condition.args for c in conjuncts(arg)]
-    return [condition]
 
 
 def _equalities(on: Expr) -> list[tuple[str, str]]:

@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from dpsql.catalog import Catalog
 from dpsql.compile import ops
-from dpsql.compile.ir import NUMERIC, ColumnInfo, Expr, column
+from dpsql.compile.ir import NUMERIC, ColumnInfo, Expr, column, conjuncts
 from dpsql.compile.narrow import kept_by_where, unmatched_columns
 from dpsql.compile.render import dialect
 from dpsql.compile.scope import (
@@ -32,7 +32,6 @@ from dpsql.compile.scope import (
     PublicDomains,
     Relation,
     Scope,
-    conjuncts,
     predicate,
     with_public_domain,
 )
