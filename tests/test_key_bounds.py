@@ -132,6 +132,8 @@ TABLE_BOUNDS = [
     "SELECT COUNT(*) AS n FROM ratings WHERE item > 0",
     "SELECT COUNT(*) AS n FROM ratings WHERE rating = 5",
     "SELECT COUNT(*) AS n FROM ratings WHERE item = 50 OR rating = 5",
+    # NULL items are kept too: a cell beyond item 50 (it counted 1 of a person's 3 rows)
+    "SELECT COUNT(*) AS n FROM ratings WHERE item = 50 OR item IS NULL",
     "SELECT rating, COUNT(*) AS n FROM ratings GROUP BY rating",  # a subset of the pair
     "SELECT item % 10 AS b, COUNT(*) AS n FROM ratings GROUP BY b",
     "SELECT item + 0 AS i, COUNT(*) AS n FROM ratings GROUP BY i",

@@ -48,6 +48,18 @@ def kept_by_where(key: Expr, where: Expr | None) -> tuple | None:
     return kept if kept and len(kept) < len(key.domain) else None
 
 
+def may_keep_null(key: Expr, where: Expr) -> bool:
+    """Whether every conjunct of WHERE reading the key alone may hold where the key is NULL
+    (``item = 50 OR item IS NULL``): the rows it keeps then lie beyond the key's kept values
+    too. Unsure is yes."""
+    reading = [c for c in conjuncts(where)
+               if c.columns() and c.columns() <= key.columns() and _reads_only(c, key)]
+    try:
+        return all(_value(c, None, key) is True for c in reading)
+    except _Unsure:
+        return True
+
+
 def _reads_only(e: Expr, key: Expr) -> bool:
     """Whether every column ``e`` reads is read inside an occurrence of ``key``."""
     return e == key or e.op != "col" and all(_reads_only(a, key) for a in e.args)

@@ -23,7 +23,7 @@ from sqlglot import exp
 from dpsql.catalog import Catalog
 from dpsql.compile import ops
 from dpsql.compile.ir import NUMERIC, ColumnInfo, Expr, column, conjuncts
-from dpsql.compile.narrow import kept_by_where, unmatched_columns
+from dpsql.compile.narrow import kept_by_where, may_keep_null, unmatched_columns
 from dpsql.compile.render import dialect
 from dpsql.compile.scope import (
     COUNT_CLAUSES,
@@ -491,6 +491,8 @@ class _Compiler:
             return None
         col = with_public_domain(column(self.relation.columns[name]), self.relation,
                                  self.public_values)
+        if may_keep_null(col, self.where):  # NULL rows are one more cell (item IS NULL)
+            return None
         counts = [len(kept)] if (kept := kept_by_where(col, self.where)) else []
         counts += [len(values) for c in conjuncts(self.where) if (values := _literals(c, name))]
         return min(counts, default=None)
