@@ -8,27 +8,23 @@ post-processing query runs on a fresh DuckDB that holds only the noisy frame.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import lru_cache
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 import duckdb
-import numpy as np
 
 from dpsql.compile.narrow import kept_by_where
 from dpsql.compile.select import NOISY_FRAME, ci_column, interval_source
 from dpsql.errors import InternalError, ProgrammingError
 from dpsql.mechanisms.calibrate import (
-    _linf_boxes,
-    _narrowest,
     half_width_units,
     laplace_pair_half_width,
     linf_pair_half_width,
+    linf_sum_quantile,
     quantile_rank_error,
 )
 from dpsql.mechanisms.exponential import exponential
@@ -723,7 +719,7 @@ def _draw_quantile(members: list[tuple], miss: float) -> float:
     """``_noise_quantile`` for the parts of one draw: independent discrete Gaussians of
     σ ≥ 10 units by the normal quantile of their sum plus a grid step of each (as
     ``_centred_half_width``), a part alone by its own quantile, the coordinates of one ℓ∞
-    draw by ``_block_quantile``."""
+    draw by ``calibrate.linf_sum_quantile``."""
     part, c = members[0]
     if part.mechanism == "gaussian" and part.sigma2_units >= _WIDE_SIGMA2:
         spread = math.sqrt(sum((c * float(p.scale)) ** 2 for p, c in members))
@@ -731,67 +727,9 @@ def _draw_quantile(members: list[tuple], miss: float) -> float:
             sum(c * float(p.grid) for p, c in members)
     if len(members) == 1:
         return c * _half_width(part, 1 - miss)
-    return _block_quantile(part.joint, [(p.coordinate, c * float(p.grid)) for p, c in members],
-                           miss)
-
-
-_SMALL_REACH = 0.01  # of a level's widest term: a term below is bounded by its reach
-
-
-def _block_quantile(joint: Joint, members: list[tuple[int, float]], miss: float) -> float:
-    """A bound on the (1 − ``miss``) quantile of |Σ c_j·z_j| for coordinates j of one ℓ∞
-    draw z (grid units), ``members`` = (j, c_j), that grows with each c_j.
-
-    Given its level the draw is uniform on a box, its coordinates independent uniform on
-    −n_j..n_j, each the rounding of a uniform V_j on ±(n_j + 1/2): so |Σ c_j·z_j| is within
-    Σ c_j/2 of |Σ c_j·V_j|, whose tail is the closed form of a sum of uniforms (its terms
-    below ``_SMALL_REACH`` of the widest bounded by their reach instead, where the form
-    loses precision). Each of ``_LEVEL_BINS`` bins of levels is read at its top level,
-    whose uniforms are wider (a tail that grows with each width, as the sum of symmetric
-    unimodal terms is one), and the levels past its last hold < 1e-9, counted as missed.
-    """
-    tops, mass, lost = _level_bins(joint.radii, joint.noise_epsilon, joint.resolution)
-    steps = np.array([c for _, c in members])
-    reach = (tops[:, [j for j, _ in members]] + 0.5) * steps  # per bin, each |c_j·V_j| ≤
-    small = reach < _SMALL_REACH * reach.max(axis=1, keepdims=True)
-    patterns = [(mask, np.all(small == mask, axis=1)) for mask in np.unique(small, axis=0)]
-
-    def missed(t: float) -> float:
-        return lost + sum(float(mass[rows] @ _uniform_sum_tail(reach[rows][:, ~mask],
-                                                               t - reach[rows][:, mask].sum(1)))
-                          for mask, rows in patterns)
-
-    found = _narrowest(missed, miss, float(reach.sum(axis=1).max()))
-    return math.inf if found is None else found + float(steps.sum()) / 2
-
-
-def _uniform_sum_tail(halves: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Per row, P(|Σ_j V_j| > t) for independent V_j uniform on ±halves[row, j]: twice
-    Σ_s (Π s_j)·(Σ_j s_j·h_j − t)₊^d / (d!·Π_j 2h_j) over s ∈ {±1}^d (1 where t ≤ 0)."""
-    d = halves.shape[1]
-    signs = np.array(list(itertools.product((-1.0, 1.0), repeat=d)))
-    ends = halves @ signs.T - t[:, None]
-    above = (np.clip(ends, 0, None) ** d) @ signs.prod(axis=1) / \
-        (math.factorial(d) * np.prod(2 * halves, axis=1))
-    return np.where(t > 0, np.clip(2 * above, 0.0, 1.0), 1.0)
-
-
-_LEVEL_BINS = 200  # bins of an ℓ∞ draw's levels that ``_block_quantile`` sums over
-
-
-@lru_cache(maxsize=64)
-def _level_bins(radii: tuple, epsilon: Fraction, resolution: int):
-    """An ℓ∞ draw's levels in ``_LEVEL_BINS`` bins of equal probability up to its 1 − 1e-9
-    quantile: each bin's top level's half-widths n_j (a row per bin), the bins'
-    probabilities, and the probability of the levels beyond."""
-    halves, boxes = _linf_boxes(radii, epsilon, resolution)
-    cumulative = np.cumsum(boxes) / boxes.sum()
-    last = min(int(np.searchsorted(cumulative, 1 - 1e-9)), len(cumulative) - 1)
-    tops = np.unique(np.searchsorted(cumulative, np.linspace(0, cumulative[last],
-                                                            _LEVEL_BINS + 1)[1:]))
-    tops = np.minimum(tops, last)
-    mass = np.diff(np.concatenate([[0.0], cumulative[tops]]))
-    return np.stack([h[tops] for h in halves], axis=1), mass, 1 - float(cumulative[tops[-1]])
+    joint = part.joint
+    return linf_sum_quantile(joint.radii, joint.noise_epsilon, joint.resolution,
+                             [(p.coordinate, c * float(p.grid)) for p, c in members], miss)
 
 
 @dataclass(frozen=True)
@@ -937,7 +875,8 @@ def _covariance(agg, parts: dict, noisy: dict, confidence: float) -> tuple[list,
 
     A covariance's interval is its range over the box of the m parts' intervals, each at
     1 − 0.3·(1 − confidence)/m, narrowed by its expansion (``_tightened``); CORR's is its
-    range over the box at 1 − (1 − confidence)/m each (Bonferroni). A covariance is linear in P and in each of Sx and Sy, so its range over them is at their ends, and
+    range over the box at 1 − (1 − confidence)/m each (Bonferroni). A covariance is linear
+    in P and in each of Sx and Sy, so its range over them is at their ends, and
     a/N − b/N² (pop) or (a − b/N)/(N − 1) (samp) in N peaks at 2b/a or at a root of
     a·N² − 2b·N + b. CORR's is interval arithmetic over C, Qx − Sx²/N and Qy − Sy²/N
     (conservative: Sx appears in two of them), [−1, 1] where a variance's interval reaches 0.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from fractions import Fraction
 from functools import lru_cache
@@ -318,3 +319,63 @@ def laplace_pair_half_width(scales: tuple[float, float], steps: tuple[float, flo
         return float(np.sum(pmf * (above((w - b * y) / a) + above((w + b * y) / a)))) + beyond
 
     return _narrowest(miss, 1 - confidence, upper)
+
+
+_SMALL_REACH = 0.01  # of a level's widest term: a term below is bounded by its reach
+
+
+def linf_sum_quantile(radii: tuple[Fraction, ...], epsilon: Fraction, resolution: int,
+                      members: list[tuple[int, float]], miss: float) -> float:
+    """A bound on the (1 − ``miss``) quantile of |Σ c_j·z_j| for coordinates j of one ℓ∞
+    draw z (grid units), ``members`` = (j, c_j), that grows with each c_j.
+
+    Given its level the draw is uniform on a box, its coordinates independent uniform on
+    −n_j..n_j, each the rounding of a uniform V_j on ±(n_j + 1/2): so |Σ c_j·z_j| is within
+    Σ c_j/2 of |Σ c_j·V_j|, whose tail is the closed form of a sum of uniforms (its terms
+    below ``_SMALL_REACH`` of the widest bounded by their reach instead, where the form
+    loses precision). Each of ``_LEVEL_BINS`` bins of levels is read at its top level,
+    whose uniforms are wider (a tail that grows with each width, as the sum of symmetric
+    unimodal terms is one), and the levels past its last hold < 1e-9, counted as missed.
+    """
+    tops, mass, lost = _level_bins(radii, epsilon, resolution)
+    steps = np.array([c for _, c in members])
+    reach = (tops[:, [j for j, _ in members]] + 0.5) * steps  # per bin, each |c_j·V_j| ≤
+    small = reach < _SMALL_REACH * reach.max(axis=1, keepdims=True)
+    patterns = [(mask, np.all(small == mask, axis=1)) for mask in np.unique(small, axis=0)]
+
+    def missed(t: float) -> float:
+        return lost + sum(float(mass[rows] @ _uniform_sum_tail(reach[rows][:, ~mask],
+                                                               t - reach[rows][:, mask].sum(1)))
+                          for mask, rows in patterns)
+
+    found = _narrowest(missed, miss, float(reach.sum(axis=1).max()))
+    return math.inf if found is None else found + float(steps.sum()) / 2
+
+
+def _uniform_sum_tail(halves: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per row, P(|Σ_j V_j| > t) for independent V_j uniform on ±halves[row, j]: twice
+    Σ_s (Π s_j)·(Σ_j s_j·h_j − t)₊^d / (d!·Π_j 2h_j) over s ∈ {±1}^d (1 where t ≤ 0)."""
+    d = halves.shape[1]
+    signs = np.array(list(itertools.product((-1.0, 1.0), repeat=d)))
+    ends = halves @ signs.T - t[:, None]
+    above = (np.clip(ends, 0, None) ** d) @ signs.prod(axis=1) / \
+        (math.factorial(d) * np.prod(2 * halves, axis=1))
+    return np.where(t > 0, np.clip(2 * above, 0.0, 1.0), 1.0)
+
+
+_LEVEL_BINS = 200  # bins of an ℓ∞ draw's levels that ``linf_sum_quantile`` sums over
+
+
+@lru_cache(maxsize=64)
+def _level_bins(radii: tuple, epsilon: Fraction, resolution: int):
+    """An ℓ∞ draw's levels in ``_LEVEL_BINS`` bins of equal probability up to its 1 − 1e-9
+    quantile: each bin's top level's half-widths n_j (a row per bin), the bins'
+    probabilities, and the probability of the levels beyond."""
+    halves, boxes = _linf_boxes(radii, epsilon, resolution)
+    cumulative = np.cumsum(boxes) / boxes.sum()
+    last = min(int(np.searchsorted(cumulative, 1 - 1e-9)), len(cumulative) - 1)
+    tops = np.unique(np.searchsorted(cumulative, np.linspace(0, cumulative[last],
+                                                            _LEVEL_BINS + 1)[1:]))
+    tops = np.minimum(tops, last)
+    mass = np.diff(np.concatenate([[0.0], cumulative[tops]]))
+    return np.stack([h[tops] for h in halves], axis=1), mass, 1 - float(cumulative[tops[-1]])
