@@ -191,6 +191,10 @@ class DataError(DatabaseError, code="data"):
     """The data contradict the metadata."""
 
 
+class ServerConfigError(Error, code="server_config"):
+    """A ``dpsql serve`` configuration file is invalid (the message names the key)."""
+
+
 class IntegrityError(DatabaseError, code="ledger_integrity"):
     """Ledger rows fail their consistency checks."""
 

@@ -17,10 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import click
 
-from dpsql.errors import BoundsDefaultWarning
+from dpsql.errors import BoundsDefaultWarning, ServerConfigError
 from dpsql.server.auth import hash_password
 from dpsql.server.balance import AddressCounts, Sessions
-from dpsql.server.config import ConfigError, ServerConfig, load_config, redact
+from dpsql.server.config import ServerConfig, load_config, redact
 
 
 @click.command()
@@ -192,7 +192,7 @@ def serve(config_path: str, workers: int | None) -> None:
     """Serve the configured datasets to authenticated analysts (PostgreSQL protocol + HTTP)."""
     try:
         config = load_config(config_path)
-    except ConfigError as err:
+    except ServerConfigError as err:
         raise click.ClickException(f"invalid configuration: {err}") from err
     workers = workers or config.workers
     # what the server writes (ledgers, audit, logins, log) is the owner's alone, whatever

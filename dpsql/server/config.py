@@ -18,16 +18,8 @@ import yaml
 
 from dpsql.backends import is_file_database, is_postgres_url
 from dpsql.budget import PrivacyLoss
-from dpsql.errors import Error
+from dpsql.errors import ServerConfigError
 from dpsql.server.auth import Verifier
-
-
-class ConfigError(Error, code="server_config"):
-    """The configuration file is invalid (the message names the key)."""
-
-
-# Error.__init_subclass__ names dpsql as the module, where pickle would not find this class
-ConfigError.__module__ = __name__
 
 
 @dataclass(frozen=True)
@@ -113,7 +105,7 @@ def _number(value: Any, where: str, *, integer: bool = False) -> Any:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
         math.isfinite(value) and value > 0
     if not ok or (integer and int(value) != value):
-        raise ConfigError(f"{where} must be a positive {'integer' if integer else 'number'}, "
+        raise ServerConfigError(f"{where} must be a positive {'integer' if integer else 'number'}, "
                           f"got {value!r}")
     return int(value) if integer else value
 
@@ -122,7 +114,7 @@ def _mapping(value: Any, where: str) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise ConfigError(f"{where} must be a mapping")
+        raise ServerConfigError(f"{where} must be a mapping")
     return value
 
 
@@ -148,7 +140,7 @@ def _checked(value: Any, where: str, known: tuple[str, ...]) -> dict:
         if key not in known:
             near = difflib.get_close_matches(str(key), known, n=1)
             guess = f"did you mean {near[0]!r}? " if near else ""
-            raise ConfigError(f"unknown key {key!r} in {where}",
+            raise ServerConfigError(f"unknown key {key!r} in {where}",
                               hint=f"{guess}{where} takes {', '.join(known)}")
     return raw
 
@@ -169,7 +161,7 @@ def _verifier(value: Any, where: str) -> Verifier:
     try:
         return Verifier.parse(str(value))
     except (ValueError, TypeError) as err:
-        raise ConfigError(f"{where}.password_hash is not the output of `dpsql passwd`") \
+        raise ServerConfigError(f"{where}.password_hash is not the output of `dpsql passwd`") \
             from err
 
 
@@ -178,7 +170,7 @@ def _loss(raw: Any, where: str) -> PrivacyLoss:
     epsilon = Fraction(str(_number(raw.get("epsilon"), f"{where}.epsilon")))
     delta = raw.get("delta", 0)
     if not isinstance(delta, (int, float)) or not 0 <= delta < 1:
-        raise ConfigError(f"{where}.delta must be in [0, 1)")
+        raise ServerConfigError(f"{where}.delta must be in [0, 1)")
     return PrivacyLoss(epsilon, Fraction(str(delta)))
 
 
@@ -188,7 +180,7 @@ def load_config(path: str | Path) -> ServerConfig:
     try:
         raw = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(f"cannot read {path}: {err}") from err
+        raise ServerConfigError(f"cannot read {path}: {err}") from err
     raw = _checked(raw, "the configuration", TOP_KEYS)
     home = path.parent
 
@@ -202,12 +194,12 @@ def load_config(path: str | Path) -> ServerConfig:
         value = listen.get(key, default)
         ports[key] = None if value is None else int(value)
         if ports[key] is not None and not 0 <= ports[key] < 65536:
-            raise ConfigError(f"listen.{key} must be a port number")
+            raise ServerConfigError(f"listen.{key} must be a port number")
     datasets = {}
     for name, spec in _mapping(raw.get("datasets"), "datasets").items():
         spec = _checked(spec, f"datasets.{name}", DATASET_KEYS)
         if "metadata" not in spec:
-            raise ConfigError(f"datasets.{name}.metadata is required")
+            raise ServerConfigError(f"datasets.{name}.metadata is required")
         state = resolve(raw.get("state_dir", "dpsql-state"))
         ledger = spec.get("ledger")
         # postgres:// too (it was read as a file path: a local ledger for the shared one)
@@ -218,7 +210,7 @@ def load_config(path: str | Path) -> ServerConfig:
             database = resolve(database) if is_file_database(str(database)) else str(database)
         datasets[name] = Dataset(name, resolve(spec["metadata"]), database, ledger)
     if not datasets:
-        raise ConfigError("datasets: name at least one dataset")
+        raise ServerConfigError("datasets: name at least one dataset")
     base = _limits(raw.get("limits"), "limits", Limits())
     analysts = {}
     for name, spec in _mapping(raw.get("analysts"), "analysts").items():
@@ -227,7 +219,7 @@ def load_config(path: str | Path) -> ServerConfig:
         budgets = {}
         for dataset, share in _mapping(spec.get("budgets"), f"{where}.budgets").items():
             if dataset not in datasets:
-                raise ConfigError(f"{where}.budgets names unknown dataset {dataset!r}")
+                raise ServerConfigError(f"{where}.budgets names unknown dataset {dataset!r}")
             budgets[dataset] = _loss(share, f"{where}.budgets.{dataset}")
         default = spec.get("epsilon_per_query")
         analysts[str(name)] = Analyst(
@@ -239,19 +231,19 @@ def load_config(path: str | Path) -> ServerConfig:
               for name, spec in _mapping(raw.get("owners"), "owners").items()}
     clash = set(owners) & set(analysts)
     if clash:
-        raise ConfigError(f"{sorted(clash)} are both owners and analysts; use two accounts")
+        raise ServerConfigError(f"{sorted(clash)} are both owners and analysts; use two accounts")
     tls = _checked(raw.get("tls"), "tls", TLS_KEYS)
     if bool(tls.get("cert")) != bool(tls.get("key")):
-        raise ConfigError("tls needs both cert and key")
+        raise ServerConfigError("tls needs both cert and key")
     if not isinstance(tls.get("require", True), bool):  # 'no' is a string, and true
-        raise ConfigError(f"tls.require must be true or false, got {tls['require']!r}")
+        raise ServerConfigError(f"tls.require must be true or false, got {tls['require']!r}")
     security = _checked(raw.get("security"), "security", SECURITY_KEYS)
     threads = _number(raw.get("threads", 8), "threads", integer=True)
     # a quarter of the engine threads by default: one analyst's slow queries cannot hold them
     per_analyst = _number(raw.get("threads_per_analyst", max(1, threads // 4)),
                           "threads_per_analyst", integer=True)
     if per_analyst > threads:
-        raise ConfigError(f"threads_per_analyst ({per_analyst}) must be at most threads "
+        raise ServerConfigError(f"threads_per_analyst ({per_analyst}) must be at most threads "
                           f"({threads}): an analyst runs on the engine's threads")
     state_dir = resolve(raw.get("state_dir", "dpsql-state"))
     config = ServerConfig(
@@ -294,7 +286,7 @@ def served_dataset(path: str | Path, name: str | None = None) -> Dataset:
     if name is None and len(config.datasets) == 1:
         return next(iter(config.datasets.values()))
     if name not in config.datasets:
-        raise ConfigError(f"{path} serves no dataset {name!r}" if name is not None else
+        raise ServerConfigError(f"{path} serves no dataset {name!r}" if name is not None else
                           f"{path} serves {len(config.datasets)} datasets",
                           hint=f"name one with --dataset: {', '.join(sorted(config.datasets))}")
     return config.datasets[name]

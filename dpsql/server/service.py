@@ -35,9 +35,10 @@ import dpsql
 from dpsql import frames
 from dpsql.backends import is_file_database
 from dpsql.budget import PrivacyLoss, budget_exhausted, positive, probability
+from dpsql.errors import ServerConfigError
 from dpsql.parse import check_dialect
 from dpsql.server.auth import LoginLimiter, ScramExchange, check_password, mock_salt
-from dpsql.server.config import Analyst, ConfigError, ServerConfig
+from dpsql.server.config import Analyst, ServerConfig
 from dpsql.sqltext import split_statements
 
 log = logging.getLogger("dpsql.server")
@@ -848,7 +849,7 @@ def _check_timeout(dataset, account: Analyst) -> None:
     if account.limits.timeout is None or dataset.name not in account.budgets or \
             database is None or is_file_database(database):
         return
-    raise ConfigError(
+    raise ServerConfigError(
         f"datasets.{dataset.name} is read from {str(database).split('://')[0]}, where "
         f"limits.timeout ({account.limits.timeout:g} s for {account.name!r}) cannot stop "
         "a query", hint="set limits.timeout: null (in limits:, and in the analysts' own) and "
@@ -860,13 +861,13 @@ def _check_servable(name: str, catalog) -> None:
     metadata's ``name:`` and the service reads the spend under the configuration's key, and
     the service's shares, caps and ``SET dpsql.epsilon`` are ε (Laplace) budgets."""
     if catalog.name != name:
-        raise ConfigError(
+        raise ServerConfigError(
             f"datasets.{name}: its metadata names the dataset {catalog.name!r}, and the "
             f"ledger records its releases under that name, so the spend on {name!r} would "
             f"always read 0: rename the key datasets.{name} (and the analysts' budgets) to "
             f"{catalog.name!r}, or set 'name: {name}' in the metadata")
     if catalog.mechanism != "laplace":
-        raise ConfigError(
+        raise ServerConfigError(
             f"datasets.{name}: dpsql serve serves ε-DP (Laplace) datasets; {name!r} uses "
             f"Gaussian noise (mechanism: {catalog.mechanism}, budgeted in ρ): serve it with "
             f"'mechanism: laplace' and an ε budget in its metadata, or query it embedded "

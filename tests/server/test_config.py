@@ -12,7 +12,7 @@ import yaml
 from server_harness import start_server, write_config
 from test_hardening import SLOW
 
-from dpsql.server.config import ConfigError, load_config
+from dpsql.server.config import ServerConfigError, load_config
 from dpsql.server.service import Service
 
 
@@ -31,7 +31,7 @@ def test_a_dataset_key_other_than_its_metadata_name_is_refused(tmp_path):
         raw["analysts"]["alice"]["budgets"] = {"shop": {"epsilon": 1.0}}
 
     _edit(config, rename)
-    with pytest.raises(ConfigError, match=r"datasets\.shop: its metadata names the dataset "
+    with pytest.raises(ServerConfigError, match=r"datasets\.shop: its metadata names the dataset "
                                           r"'visits'.*rename the key .* to 'visits', or set "
                                           r"'name: shop' in the metadata"):
         Service(load_config(config))
@@ -46,7 +46,7 @@ def test_a_gaussian_dataset_is_refused_saying_why(tmp_path, budget):
         raw.update(mechanism="gaussian", budget=budget)
 
     _edit(tmp_path / "private-metadata" / "visits.yaml", gaussian)
-    with pytest.raises(ConfigError, match="dpsql serve serves ε-DP \\(Laplace\\) datasets; "
+    with pytest.raises(ServerConfigError, match="dpsql serve serves ε-DP \\(Laplace\\) datasets; "
                                           "'visits' uses Gaussian noise"):
         Service(load_config(config))
 
@@ -76,7 +76,7 @@ def test_threads_per_analyst_defaults_to_a_quarter_of_threads(tmp_path, threads,
 def test_threads_per_analyst_is_checked(tmp_path, setting, message):
     config = write_config(tmp_path, analysts=["alice"])
     _edit(config, lambda raw: raw.update(threads=8, threads_per_analyst=setting))
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ServerConfigError, match=message):
         load_config(config)
 
 
@@ -123,5 +123,5 @@ def test_the_http_deadlines_default_to_10_s_30_s_and_64_waiting(tmp_path):
 def test_the_http_deadlines_are_checked(tmp_path, key, value):
     config = write_config(tmp_path, analysts=["alice"])
     _edit(config, lambda raw: raw["security"].update({key: value}))
-    with pytest.raises(ConfigError, match=f"security.{key} must be a positive"):
+    with pytest.raises(ServerConfigError, match=f"security.{key} must be a positive"):
         load_config(config)

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from server_harness import ROOT, password, serving, write_config
 
-from dpsql.server.config import ConfigError, load_config, redact
+from dpsql.server.config import ServerConfigError, load_config, redact
 
 sys.path.insert(0, str(ROOT / "tests" / "backends"))
 from servers import copy_table, databases
@@ -56,7 +56,7 @@ def _analyst(raw) -> dict:
 def test_an_unknown_key_is_refused_naming_it_and_the_nearest(tmp_path, change, key, where,
                                                             near):
     config = _edit(write_config(tmp_path, analysts=["alice"]), change)
-    with pytest.raises(ConfigError) as refused:
+    with pytest.raises(ServerConfigError) as refused:
         load_config(config)
     err = refused.value
     assert err.code == "server_config"
@@ -67,7 +67,7 @@ def test_an_unknown_key_is_refused_naming_it_and_the_nearest(tmp_path, change, k
 def test_tls_require_must_be_a_boolean(tmp_path):
     config = _edit(write_config(tmp_path, analysts=["alice"]),
                    lambda raw: raw.update(tls={"cert": "a", "key": "b", "require": "no"}))
-    with pytest.raises(ConfigError, match="tls.require must be true or false, got 'no'"):
+    with pytest.raises(ServerConfigError, match="tls.require must be true or false, got 'no'"):
         load_config(config)
 
 
