@@ -50,7 +50,6 @@ from dpsql.rewrite import (
     SPREAD_KINDS,
     as_gaussian,
     covariance_parts,
-    domain_size,
     measures,
     noise_parts,
     part_count,
@@ -202,7 +201,7 @@ def _drawable(blocks: list[joint.Block], statements: list[CheckedQuery], catalog
     will price it: at a share near 2^-40 a sum's grid can be coarser than its bounds, every
     value rounds to 0, and ``joint.joined`` refuses the block (a VAR weighed 1e-20 of its
     COUNT's weight, bounds ±1e6, raised an InternalError)."""
-    priced = {i: noise_parts(statements[i], catalog, shares[i], domain_size(statements[i]))[0]
+    priced = {i: noise_parts(statements[i], catalog, shares[i], statements[i].cells)[0]
               for block in blocks for i, _ in block.members}
     return all(priced[i][j].sensitivity > 0 for block in blocks for i, j in block.members)
 
@@ -226,7 +225,7 @@ def _families(statements: list[CheckedQuery], catalog: Catalog, bounding: str
     """
     found: list[list] = []  # [context, C, statements]
     for i, checked in enumerate(statements):
-        cells = joint.cells_changed(checked, catalog, domain_size(checked))
+        cells = joint.cells_changed(checked, catalog, checked.cells)
         if cells is None:
             continue
         context = None if checked.has_private_keys else \
@@ -259,7 +258,7 @@ def _drafts(statements: list[CheckedQuery], catalog: Catalog) -> list[list[Noise
     drafts = []
     for checked in statements:
         parts = noise_parts(checked, catalog, [Fraction(1)] * len(measures(checked)),
-                            domain_size(checked))[0]
+                            checked.cells)[0]
         counted = person_count_part(parts, checked) if checked.has_private_keys else None
         drafts.append([replace(p, threshold=0) if p is counted else p for p in parts])
     return drafts
@@ -278,7 +277,7 @@ def _demand(statements: list[CheckedQuery], catalog: Catalog, drafts, weights, g
         position = {p.column: j for j, p in enumerate(parts)}
         # the sensitivity the noise is scaled to: Δ₁ for Laplace, Δ₂ = Δ₁/sqrt(cells) for the
         # discrete Gaussian
-        cells = {p.column: as_gaussian(p, checked, catalog, Fraction(1), domain_size(checked))
+        cells = {p.column: as_gaussian(p, checked, catalog, Fraction(1), checked.cells)
                  .cells if gaussian else 1 for p in parts}
         sensitivity = {p.column: float(p.sensitivity) / cells[p.column] ** 0.5 for p in parts}
         for aggregate, terms in coefficients(checked, parts).items():

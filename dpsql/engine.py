@@ -69,7 +69,6 @@ from dpsql.rewrite import (
     MAX_DOMAIN_CELLS,
     QUANTILES_ONLY,
     covariance_parts,
-    domain_size,
     part_count,
     rewrite,
 )
@@ -723,7 +722,7 @@ def _explain_statement(plan: StatementPlan) -> dict:
         "epsilon": float(plan.loss.epsilon),
         "rho": float(plan.loss.rho),
         "mechanism": parts[0]["mechanism"] if parts else "none",  # keys alone: nothing noised
-        "groups": domain_size(plan.checked) or 1,
+        "groups": plan.checked.cells or 1,
         "keys": [{"name": k.name, "domain_size": None if k.domain is None else len(k.domain),
                   "domain_source": k.source} for k in plan.checked.keys],
         "aggregates": parts,

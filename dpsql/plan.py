@@ -145,6 +145,17 @@ class CheckedQuery:
         return any(k.domain is None for k in self.keys)
 
     @property
+    def cells(self) -> int | None:
+        """Number of cells of the zero-filled result (None without GROUP BY, or with private
+        keys, whose cells are the ones released)."""
+        if not self.keys or self.has_private_keys:
+            return None
+        size = 1
+        for key in self.keys:
+            size *= len(key.domain)
+        return size
+
+    @property
     def contribution_note(self) -> str | None:
         """What one person's rows count for, in words (None under row privacy): the bounds
         are the metadata's, not the data's, so saying that rows beyond them are dropped is
@@ -152,12 +163,9 @@ class CheckedQuery:
         table = self.table
         if table.privacy_unit is None:
             return None
-        groups, cells = (table.max_groups_per_unit, None) if self.keys else (1, 1)
-        if self.keys and not self.has_private_keys:
-            cells = 1
-            for key in self.keys:
-                cells *= len(key.domain)
-            groups = min(groups, cells)
+        cells = self.cells if self.keys else 1
+        groups = min(table.max_groups_per_unit, cells or table.max_groups_per_unit) \
+            if self.keys else 1
         why = f"; {self.bounds_why}" if self.bounds_why else ""
         if all(a.kind == "count_distinct_unit" for a in self.aggregates):
             # persons are counted, not rows: only the groups beyond L0 are dropped, none

@@ -128,16 +128,6 @@ def person_count_part(parts: list[NoisePart], checked: CheckedQuery) -> NoisePar
     return counted[0]
 
 
-def domain_size(checked: CheckedQuery) -> int | None:
-    """Number of cells of the zero-filled result (None without GROUP BY)."""
-    if not checked.keys or checked.has_private_keys:
-        return None
-    size = 1
-    for key in checked.keys:
-        size *= len(key.domain)
-    return size
-
-
 def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
             salt: int, delta: Fraction = Fraction(0),
             bounding: str = "per_query", dialect_name: str = "duckdb",
@@ -176,7 +166,7 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
         # the largest 2^-40 multiple ≤ sqrt(2ρ), exactly: ε-DP at that ε implies ρ-zCDP
         scale = SHARE_QUANTUM
         epsilons = [Fraction(math.isqrt(int(2 * rho * scale * scale)), scale) for rho in rhos]
-    cells = domain_size(checked)
+    cells = checked.cells
     if cells is not None and cells > MAX_DOMAIN_CELLS:
         raise ProgrammingError(
             f"the GROUP BY domain has {cells:,} cells (more than {MAX_DOMAIN_CELLS:,})",
@@ -728,12 +718,12 @@ def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: b
         # a person's distinct values are bounded on their own (per_person.distinct_values)
         summed = [p for p in parts if p.role != "distinct_values"]
         if summed or not valued:
-            ctes += per_person_ctes(checked, summed, values, keys, domain_size(checked), salt,
+            ctes += per_person_ctes(checked, summed, values, keys, checked.cells, salt,
                                     wide, d)
         else:
             measured = []
         for part in valued:
-            ctes += distinct_values(checked, part, keys, domain_size(checked), salt, d)
+            ctes += distinct_values(checked, part, keys, checked.cells, salt, d)
             measured.append(f"__{part.column}")
     body = ", ".join(ctes)
     part_names = [p.column for p in parts] + (terms if "__exact" in measured else [])

@@ -156,7 +156,6 @@ def query_report(catalog: Catalog, backend, ledger, analyst: str, query: str) ->
         ProgrammingError: the query is refused as the engine refuses it.
     """
     from dpsql.autotune import CONTRIBUTION_OPTIONS
-    from dpsql.rewrite import domain_size
     from dpsql.tune import dropped_sql, private_tables
 
     statement = parse_one(query, None, catalog.dialect)
@@ -185,7 +184,7 @@ def query_report(catalog: Catalog, backend, ledger, analyst: str, query: str) ->
     keys = ", ".join(k.name for k in shape.keys) or None
     # L0 as the engine applies it: no more groups than the keys' public cells (6 under an
     # IN list of 6 items, where the report said the entry's 200)
-    cells = domain_size(shape)
+    cells = shape.cells
     groups = bounds.max_groups_per_unit if cells is None else min(bounds.max_groups_per_unit,
                                                                    cells)
     limits = (groups, bounds.max_rows_per_group, bounds.max_rows_per_unit)

@@ -9,7 +9,7 @@ import pytest
 
 import dpsql
 from dpsql.allocate import allocate, coefficients
-from dpsql.rewrite import domain_size, measures, noise_parts
+from dpsql.rewrite import measures, noise_parts
 
 
 def _roles(con, sql: str) -> list[str]:
@@ -65,7 +65,7 @@ def test_the_allocation_beats_every_split_of_a_fine_grid(connect, sql):
     con = connect()
     checked = con._engine._checked(dpsql.parse.parse_one(sql), False)
     [shares] = allocate([checked], con.catalog, Fraction(1))
-    parts, _ = noise_parts(checked, con.catalog, shares, domain_size(checked))
+    parts, _ = noise_parts(checked, con.catalog, shares, checked.cells)
     coefficient = coefficients(checked, parts)
     chosen = _objective(parts, coefficient, {p.column: float(e) for p, e in
                                              zip(parts, shares, strict=True)})
