@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import duckdb
@@ -275,7 +276,9 @@ def test_cli_local_dp_reports_epsilon_from_the_public_item_domain_and_spends_non
     report = json.loads(result.output)
     assert report["epsilon_spent"] == 0 and report["local_epsilon_per_rating"] == 1
     assert report["local_epsilon_per_user"] == 1682  # one rating per declared item, at most
-    assert "737" not in result.output and "65" not in report["guarantee"]
+    # 737 as a number of its own (an MAE of 0.98250336473755 holds the digits)
+    assert not re.search(r"(?<![\d.])737(\.0+)?(?![\d.])", result.output)
+    assert "65" not in report["guarantee"]
     refused = CliRunner().invoke(command, ["--metadata", METADATA, "--ledger", ":memory:",
                                            "--perturbation", "none", "--train-users", "5000"])
     assert isinstance(refused.exception, dpsql.ProgrammingError)
