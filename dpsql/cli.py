@@ -244,7 +244,9 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
                 raise _cli_hint(err, "--tune is the slice of the statement's ε spent on its "
                                 f"bounds, e.g. {example}") from err
             raise
-        explained = con.explain(sql, epsilon=epsilon, delta=delta)["statements"]
+        # the statements as compiled, for --json only (the table and its notes need no plan)
+        explained = con.explain(sql, epsilon=epsilon, delta=delta)["statements"] \
+            if as_json else None
         # each set as column -> values, and what it does not show (cursor.notes: its dashes,
         # the rows its bounds drop)
         frames, notes = [], []
