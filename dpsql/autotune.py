@@ -25,7 +25,7 @@ import dataclasses
 from fractions import Fraction
 
 from dpsql.budget import PrivacyLoss, budget_exhausted, positive
-from dpsql.catalog import Catalog
+from dpsql.catalog import Catalog, KeyBounds
 from dpsql.engine import Engine, hinted_accuracy
 from dpsql.errors import Error, NotSupportedError, PrivacyParameterError
 from dpsql.parse import dp_options
@@ -97,13 +97,12 @@ def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilo
         raise
     finally:
         tuned.close()
-    # the statement's cost is the whole ε: the tuning is part of it
-    chosen = proposal.metadata["tables"][proposal.table]
-    # what the metadata says of the proposal (bounds above the declared ones) goes with the
-    # answer: it was said only by dpsql tune
-    return [dataclasses.replace(results[0], epsilon=results[0].epsilon + part, tuned_bounds={
-        key: chosen[key] for key in BOUND_KEYS if chosen.get(key) is not None},
-        notes=results[0].notes + proposal.notes)]
+    # the statement's cost is the whole ε: the tuning is part of it; what the metadata says
+    # of the proposal (bounds above the declared ones) goes with the answer: it was said only
+    # by dpsql tune
+    return [dataclasses.replace(results[0], epsilon=results[0].epsilon + part,
+                                tuned_bounds=proposal.bounds,
+                                notes=results[0].notes + proposal.notes)]
 
 
 def tuned_table(checked: CheckedQuery, catalog: Catalog) -> str:
@@ -121,11 +120,18 @@ def tuned_table(checked: CheckedQuery, catalog: Catalog) -> str:
 
 
 def with_bounds(catalog: Catalog, proposal: TuningResult) -> Catalog:
-    """The catalogue with the proposal's contribution bounds for its table (no
-    max_rows_per_unit where the proposal declares none), and none of its ``key_bounds``
-    entries, whose L0 and L∞ would otherwise replace the tuned ones for the keys they name."""
+    """The catalogue with the proposal in it, as ``proposal.metadata`` writes it: for a shape
+    a ``key_bounds`` entry governs, the entries with the proposal in that one's place (the
+    table's bounds, R included, stay as declared); otherwise the proposal's contribution
+    bounds for the table (no max_rows_per_unit where the proposal declares none) and none
+    of its entries, whose L0 and L∞ would replace the tuned ones for the keys they name."""
     spec = catalog.table(proposal.table)
     proposed = proposal.metadata["tables"][proposal.table]
-    bounds = {key: proposed.get(key) for key in BOUND_KEYS}
-    tuned = dataclasses.replace(spec, **bounds, key_bounds=())
+    if "key_bounds" in proposed:
+        tuned = dataclasses.replace(spec, key_bounds=tuple(
+            KeyBounds(tuple(e["columns"]), e["max_groups_per_unit"], e["max_rows_per_group"])
+            for e in proposed["key_bounds"]))
+    else:
+        bounds = {key: proposed.get(key) for key in BOUND_KEYS}
+        tuned = dataclasses.replace(spec, **bounds, key_bounds=())
     return dataclasses.replace(catalog, tables={**catalog.tables, spec.name: tuned})

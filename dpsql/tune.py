@@ -134,7 +134,7 @@ import yaml
 from sqlglot import exp
 
 from dpsql.budget import PrivacyLoss, budget_exhausted, positive
-from dpsql.catalog import Catalog, TableSpec
+from dpsql.catalog import Catalog, KeyBounds, TableSpec
 from dpsql.cli_params import connection_options
 from dpsql.compile import PublicQuery, compile_statement
 from dpsql.compile.ir import Scan
@@ -215,6 +215,10 @@ class TuningResult:
     persons_scale: float = 0.0  # the discrete Laplace scale of ``persons``' noise
     # what the contribution bounds drop, measured (None: row privacy, or measure=False)
     dropped: Dropped | None = None
+    # the columns of the key_bounds entry whose L0 and L∞ the engine applies to the shape
+    # (None: the table's), and the table's entries with the proposal in that one's place
+    entry: tuple[str, ...] | None = None
+    key_bounds: tuple[KeyBounds, ...] = ()
 
     def persons_interval(self) -> tuple[float, float]:
         """The ``LEVEL`` interval of the number of persons."""
@@ -226,16 +230,30 @@ class TuningResult:
         return next(c for c in self.choices if c.key == key)
 
     @property
+    def bounds(self) -> dict[str, int]:
+        """The proposed contribution bounds, {metadata key: value}: the table's, or under a
+        key_bounds entry (``entry``) that entry's L0 and L∞."""
+        return {c.key: c.value for c in self.choices if not c.key.startswith("columns.")}
+
+    @property
     def metadata(self) -> dict:
-        """The proposal as a metadata snippet for this table."""
+        """The proposal as a metadata snippet for this table: its contribution bounds as the
+        table's, or, where a key_bounds entry governs the shape, as the table's ``key_bounds``
+        (every entry, the proposal in that one's place), which leave every other statement's
+        bounds as they are."""
         spec: dict[str, Any] = {}
+        if self.entry is None:
+            spec.update(self.bounds)
+        else:
+            spec["key_bounds"] = [{"columns": list(e.columns),
+                                   "max_groups_per_unit": e.max_groups_per_unit,
+                                   "max_rows_per_group": e.max_rows_per_group}
+                                  for e in self.key_bounds]
         columns: dict[str, dict] = {}
         for c in self.choices:
             if c.key.startswith("columns."):
                 _, name, bound = c.key.split(".", 2)
                 columns.setdefault(name, {})[bound] = c.value
-            else:
-                spec[c.key] = c.value
         if columns:
             spec["columns"] = columns
         return {"tables": {self.table: spec}}
@@ -249,6 +267,7 @@ class TuningResult:
         return {"table": self.table, "epsilon_spent": float(self.epsilon),
                 "query_epsilon": self.query_epsilon, "group_by": list(self.group_by),
                 "persons": self.persons, "persons_95": list(self.persons_interval()),
+                "entry": None if self.entry is None else list(self.entry),
                 "draws": float(self.draws), "metadata": self.metadata,
                 "quantiles": self.quantiles, "notes": list(self.notes),
                 "dropped": None if self.dropped is None else self._dropped(),
@@ -641,11 +660,13 @@ class Contribution:
 
 
 def choose_contribution(spreads: dict[str, Spread], persons: int, cells: int,
-                        public_cells: bool, count_sd: Callable[[float, float], float]
-                        ) -> Contribution:
+                        public_cells: bool, count_sd: Callable[[float, float], float],
+                        *, per_unit: bool = True, total: int | None = None) -> Contribution:
     """The bounds minimising a COUNT per key's expected error, as the compile stage applies
     them (``sensitivity.person_rows``: Δ₁ = min(L0·L∞, R) rows), with ``count_sd(Δ₁, Δ₂)``
-    the noise sd of the count at sensitivities Δ₁ and Δ₂.
+    the noise sd of the count at sensitivities Δ₁ and Δ₂. ``per_unit=False`` (a shape a
+    key_bounds entry governs: an entry declares L0 and L∞, no R) proposes no R, and the
+    options keep ``total``, the table's declared R (None: none), which caps them still.
 
     Two shapes are compared. With R binding the noise is R's whatever L0 and L∞ are, so they
     are set loose (L0 = min(R, cells), L∞ = R: a person within R rows loses nothing to them)
@@ -660,13 +681,13 @@ def choose_contribution(spreads: dict[str, Spread], persons: int, cells: int,
     options = [Contribution(min(b, cells) if public_cells else b, b, b,
                             persons * (r.excess(b) + r.survival(b) * partial_loss),
                             count_sd(b, b))
-               for b in COUNT_GRID]
+               for b in COUNT_GRID] if per_unit else []
     per_group = r.mean / max(g.mean, 1)
     beyond_groups = {a: persons * per_group * g.excess(a) for a in COUNT_GRID
                      if a <= cells or not public_cells}
     beyond_rows = {b: persons * m.excess(b) for b in COUNT_GRID}
-    options += [Contribution(a, b, None, lost + beyond_rows[b],
-                             count_sd(a * b, math.sqrt(a) * b))
+    options += [Contribution(a, b, total, lost + beyond_rows[b],
+                             count_sd(min(a * b, total or a * b), math.sqrt(a) * b))
                 for a, lost in beyond_groups.items() for b in COUNT_GRID]
     return min(options, key=lambda c: c.error(cells))
 
@@ -735,6 +756,8 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
     shape = reading_only(compiled, catalog, spec) if compiled is not None else \
         tuned_query(catalog, spec, query, group_by)
     keys = tuple(k.name for k in shape.keys) if spec.privacy_unit is not None else ()
+    entry = governing_entry(shape, spec)
+    entries = spec.key_bounds
     names = summed_columns(spec, query, _key_names(shape)) if columns is None else columns
     for name in names:
         c = spec.column(name)
@@ -807,7 +830,8 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
                                     counts=True)
                    for part in quantiles}
         spreads = counted_tails(spreads, values["r"], persons, TAIL_SHARES * share, rng)
-        best = choose_contribution(spreads, persons, cells, public_cells, count_sd)
+        best = choose_contribution(spreads, persons, cells, public_cells, count_sd,
+                                   per_unit=entry is None, total=spec.max_rows_per_unit)
         row_sd = best.count_sd
         if measure:
             try:  # the bounds are released (post-processing): the read is of public integers
@@ -821,7 +845,12 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
         # what the three bounds drop is one measurement (``dropped``), not one per bound
         choices += [Choice(key, value, None, best.count_sd, shown[part]) for key, value, part in
                     (("max_groups_per_unit", best.l0, "g"), ("max_rows_per_group", best.linf, "m"),
-                     ("max_rows_per_unit", best.total, "r")) if value is not None]
+                     ("max_rows_per_unit", best.total, "r"))
+                    if value is not None and (entry is None or part != "r")]
+        if entry is not None:
+            entries = tuple(dataclasses.replace(e, max_groups_per_unit=best.l0,
+                                                max_rows_per_group=best.linf)
+                            if e is entry else e for e in spec.key_bounds)
     # what a value bound clamps off a SUM per cell, per unit of the per-person excess: every
     # row a person keeps is at most their largest value (at least their smallest)
     per_cell = persons * kept_per_person / _cells(shape.keys)[0]
@@ -852,10 +881,12 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
     return TuningResult(table=spec.name, epsilon=epsilon, query_epsilon=eq, group_by=keys,
                         persons=persons, choices=tuple(choices), draws=draws, quantiles=shown,
                         persons_scale=float(1 / share), dropped=dropped,
+                        entry=None if entry is None else entry.columns, key_bounds=entries,
                         notes=tuple(_coarse(share, persons, [COUNT_GRID, *bound_grids.values()])
                                     + _undeclared(spec, names)
                                     + _unbounded(spec, names, columns, query)
-                                    + _loosened(shape.table, choices) + _not_the_tables(shape)))
+                                    + _loosened(shape.table, choices)
+                                    + _not_the_tables(shape, entry)))
 
 
 def choose_value_bounds(grid: tuple[float, ...], low: Spread, high: Spread, count_sd: float,
@@ -881,16 +912,42 @@ def choose_value_bounds(grid: tuple[float, ...], low: Spread, high: Spread, coun
     return lower, upper
 
 
-def _not_the_tables(shape: CheckedQuery) -> list[str]:
+def _not_the_tables(shape: CheckedQuery, entry: KeyBounds | None) -> list[str]:
     """A note when the engine answers the shape under other bounds than the table's (a
-    key_bounds entry, keys of one value a person): the proposal is for this GROUP BY, and
-    written as the table's bounds it would change every other statement's (MovieLens'
-    GROUP BY item, under its 200 × 1 entry, was proposed 13 × 1 for the whole table)."""
+    key_bounds entry, keys of one value a person, a WHERE that pins an entry's values): the
+    proposal is for this GROUP BY. Under an entry it is written as that entry (MovieLens'
+    GROUP BY item, under its 200 × 1 entry, was proposed 13 × 1 as the table's bounds,
+    which every other statement uses, and only this note said so)."""
     if shape.bounds_why is None:
         return []
-    return [f"this GROUP BY is answered under other bounds than the table's ({shape.bounds_why})"
-            ": the proposal is for it, so write it as a key_bounds entry for these keys, not "
-            "as the table's bounds, which every other statement uses"]
+    if entry is not None:
+        return [(f"this GROUP BY is answered under other bounds than the table's "
+                 f"({shape.bounds_why}): the proposal is that key_bounds entry's L0 and L∞ "
+                 f"(columns {list(entry.columns)}), and the table's bounds, which every other "
+                 "statement uses, stay as declared")]
+    return [(f"this GROUP BY is answered under other bounds than the table's "
+             f"({shape.bounds_why}): the proposal is for it, not for the table's bounds, "
+             "which every other statement uses")]
+
+
+def governing_entry(shape: CheckedQuery, table: TableSpec) -> KeyBounds | None:
+    """The ``key_bounds`` entry of ``table`` whose L0 and L∞ the engine applies to ``shape``
+    (None: the table's bounds, or another reason's, such as a WHERE that pins an entry's
+    values): the entry whose every column a plain GROUP BY key carries, as the compile stage
+    picks it (``select._key_bound``), with the L0 and L∞ the shape was compiled under."""
+    if shape.bounds_why is None or shape.where_pinned:
+        return None
+    relation, used = shape.relation, shape.table
+    plain = {k.expr.value for k in shape.keys if k.expr.op == "col"}
+    for bound in relation.key_bounds:
+        if all(carried & plain for carried in bound.columns) and \
+                (bound.l0, bound.linf) == (used.max_groups_per_unit, used.max_rows_per_group):
+            named = {relation.columns[c].label.lower() for carried in bound.columns
+                     for c in carried if c in relation.columns
+                     and relation.columns[c].origin is None}
+            return next((e for e in table.key_bounds
+                         if {c.lower() for c in e.columns} == named), None)
+    return None
 
 
 def _loosened(table: TableSpec, choices: list[Choice]) -> list[str]:
@@ -1044,7 +1101,9 @@ def command(metadata: str, table: str, epsilon: float, db: str | None, ledger: s
                f"{', '.join(result.group_by) or '-'}")
     bounds = [c for c in result.choices if not c.key.startswith("columns.")]
     if bounds:
-        click.echo("#   " + ", ".join(f"{c.key} = {c.value}" for c in bounds)
+        entry = "" if result.entry is None else \
+            f"key_bounds entry of {', '.join(result.entry)}: "
+        click.echo("#   " + entry + ", ".join(f"{c.key} = {c.value}" for c in bounds)
                    + f": a COUNT per cell gets noise sd {bounds[0].noise_sd:.3g}")
     if result.dropped is not None:
         for line in _dropped_lines(result):
