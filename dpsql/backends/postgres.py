@@ -11,11 +11,14 @@ conversion (``_reader``: the render layer's guarded casts, ``CAST(... AS TEXT)``
 NUMERIC), so that no stored value (``'n/a'`` in a text column declared int, ``1e400`` in a
 numeric one declared float) can make a query fail on one person's rows; a pair with no total
 conversion (text declared date) is refused at connect time, and a type altered after connect
-at the next query. Only the catalogue is read for this, never the data. The session's TimeZone is UTC: a timestamptz is read at UTC wall clock.
+at the next query (as is a catalogued table renamed or dropped). Only the catalogue is read for
+this, never the data. The session's TimeZone is UTC: a timestamptz is read at UTC wall clock.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -25,7 +28,7 @@ from dpsql.backends import columns_by_table, exact_rows, with_stored_columns
 from dpsql.catalog import Catalog, ColumnSpec, TableSpec
 from dpsql.compile.ir import Expr
 from dpsql.compile.render import dialect
-from dpsql.errors import BackendError, DataError, UnsupportedSQLError
+from dpsql.errors import BackendError, DataError, QueryTimeoutError, UnsupportedSQLError
 
 # the declared type of a stored one (a type not here is read as text)
 _TYPES = {"bigint": "int", "integer": "int", "smallint": "int", "double precision": "float",
@@ -70,6 +73,7 @@ class PostgresBackend:
         # the stored tables themselves, whose figures version the data (``versions.py``): a
         # source becomes a converting subquery where a column is stored as another type
         self.relations = dict(self.sources)
+        self._public_limits: tuple[float | None, int | None] = (None, None)
         try:
             self.connection = psycopg.connect(url, autocommit=True)
             # the rendered SQL writes literals the standard way ('a\' is a, backslash):
@@ -123,18 +127,27 @@ class PostgresBackend:
         except psycopg.Error as err:
             raise DataError(f"table {table.name!r} is not readable in PostgreSQL: {err}",
                             hint="create the table, or fix the declared table and column "
-                            "names (lower case unless created quoted)") from err
+                            "names (lower case unless created quoted); a table outside the "
+                            "search path is declared as schema.table, or the URL sets it "
+                            "(?options=-csearch_path%3Dschema)") from err
 
-    def run_sql(self, sql: str, timeout: float | None = None
+    def run_sql(self, sql: str, timeout: float | None = None, max_rows: int | None = None
                 ) -> tuple[list[str], list[tuple]]:
         """Execute SQL rendered in PostgreSQL's dialect, on tables whose stored types are
-        still those read at connect (the conversions of the rendered SQL were chosen for them)."""
+        still those read at connect (the conversions of the rendered SQL were chosen for them),
+        cancelled after ``timeout`` seconds and reading at most its first ``max_rows`` rows."""
         try:
             with self.connection.transaction():
                 self._hold_stored_types()
+                if timeout is not None:
+                    self.connection.execute(
+                        f"SET LOCAL statement_timeout = {max(1, round(timeout * 1000))}")
                 cursor = self.connection.execute(sql)
-                rows = cursor.fetchall()
+                rows = cursor.fetchall() if max_rows is None else cursor.fetchmany(max_rows)
         except psycopg.errors.QueryCanceled as err:
+            if timeout is not None:
+                raise QueryTimeoutError(
+                    f"the exact query ran longer than {timeout:g} s") from err
             raise BackendError("PostgreSQL cancelled the exact query", resource="time") from err
         except (psycopg.errors.OutOfMemory, psycopg.errors.DiskFull) as err:
             raise BackendError("PostgreSQL ran out of memory or disk",
@@ -143,15 +156,40 @@ class PostgresBackend:
             raise BackendError(f"PostgreSQL failed to run the exact query: {err}") from err
         return [d.name for d in cursor.description], exact_rows(rows)
 
-    run_public = run_sql
+    @contextmanager
+    def public_limits(self, timeout: float | None, max_rows: int | None) -> Iterator[None]:
+        """Within the block, statements over public tables stop after ``timeout`` seconds and
+        read at most ``max_rows`` rows (where ``run_public`` is given none), as on DuckDB: a
+        server answered every public statement of a PostgreSQL dataset with an
+        AttributeError for want of this."""
+        saved, self._public_limits = self._public_limits, (timeout, max_rows)
+        try:
+            yield
+        finally:
+            self._public_limits = saved
+
+    def run_public(self, sql: str, timeout: float | None = None, max_rows: int | None = None
+                   ) -> tuple[list[str], list[tuple]]:
+        """Run a statement over public tables, each limit None for ``public_limits``'."""
+        default_timeout, default_rows = self._public_limits
+        return self.run_sql(sql, default_timeout if timeout is None else timeout,
+                            default_rows if max_rows is None else max_rows)
 
     def _hold_stored_types(self) -> None:
         """Lock the catalogued tables against ALTER until the transaction ends, and refuse
         when a column's stored type is no longer the one read at connect: a column altered
         from int to text afterwards was read plainly, and one person's 'n/a' made AVG fail
         where it had answered. The catalogue alone decides, so D and D′ are refused alike."""
-        self.connection.execute(
-            f"LOCK TABLE {', '.join(self.relations.values())} IN ACCESS SHARE MODE")
+        try:
+            self.connection.execute(
+                f"LOCK TABLE {', '.join(self.relations.values())} IN ACCESS SHARE MODE")
+        except psycopg.errors.UndefinedTable as err:
+            # before anything is read: a catalogued table renamed or dropped since connect
+            # failed the exact query after the charge, whichever table the statement read
+            raise DataError(f"a catalogued table is gone from PostgreSQL since dpsql "
+                            f"connected: {err}".rstrip(),
+                            hint="restore the table (or its name), or reconnect with metadata "
+                            "that no longer declares it") from None
         names = list(self.relations)
         rows = self.connection.execute(_STORED_NOW, (names, list(self.relations.values())))
         now: dict[str, dict[str, str]] = {name: {} for name in names}

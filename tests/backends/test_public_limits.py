@@ -61,3 +61,29 @@ def test_an_embedded_public_statement_honours_timeout():
             con.cursor().execute(_self_joins("COUNT(*) AS n", 12))  # 2.4e8 rows, about 1.5 s
     finally:
         con.close()
+
+
+@pytest.mark.postgres
+def test_public_limits_hold_on_postgresql(tmp_path):
+    """A server's statements over public tables run under ``public_limits``, which only the
+    DuckDB backend had: every public statement of a PostgreSQL dataset failed with an
+    AttributeError. PostgreSQL cancels them at the timeout and reads at most max_rows."""
+    import psycopg
+    from servers import databases
+
+    meta = {"name": "pub", "tables": {"regions": {"public": True,
+                                                  "columns": {"region_id": "int"}}}}
+    with databases("dpsql_public_limits") as create:
+        url = create()
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("CREATE TABLE regions AS SELECT generate_series(1, 5) AS region_id")
+        with dpsql.connect(url, metadata=meta, ledger=tmp_path / "l.sqlite") as con:
+            backend = con._backend
+            with backend.public_limits(0.3, 4):
+                with pytest.raises(dpsql.QueryTimeoutError):
+                    backend.run_public("SELECT pg_sleep(3)")
+                cur = con.execute(
+                    "SELECT a.region_id FROM regions a JOIN regions b ON b.region_id >= 0")
+                assert len(cur.fetchall()) == 4
+            assert len(con.execute("SELECT a.region_id FROM regions a JOIN regions b "
+                                   "ON b.region_id >= 0").fetchall()) == 25

@@ -149,6 +149,31 @@ def test_a_type_altered_after_connect_is_refused_alike(tmp_path):
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("change", ["ALTER TABLE regions RENAME TO regions_old",
+                                    "DROP TABLE regions"])
+def test_a_catalogued_table_gone_after_connect_is_refused_uncharged(tmp_path, change):
+    """A table renamed or dropped after connect (here one the statement does not read) made
+    the lock before each query fail after the charge: an InternalError with ε spent. It is
+    now refused before anything is read, nothing charged."""
+    import psycopg
+
+    meta = _meta(amount="float", ratio="float", flag="text", code="float")
+    meta["tables"]["regions"] = {"public": True, "columns": {"region": "text"}}
+    with databases("dpsql_gone") as create:
+        url = create()
+        with psycopg.connect(url, autocommit=True) as admin:
+            copy_table(admin, "people", _people(False), {**STORED, "score": "integer"})
+            admin.execute("CREATE TABLE regions (region text)")
+        with dpsql.connect(url, metadata=meta, ledger=tmp_path / "gone.sqlite") as con:
+            with psycopg.connect(url, autocommit=True) as admin:
+                admin.execute(change)
+            with pytest.raises(dpsql.DataError, match="a catalogued table is gone") as caught:
+                con.execute("SELECT AVG(score) AS a FROM people", epsilon=0.5)
+            assert "relation" in str(caught.value) and "regions" in str(caught.value)
+            assert con.budget_spent.epsilon == 0
+
+
+@pytest.mark.postgres
 def test_timestamptz_is_bucketed_in_utc_whatever_the_database_time_zone():
     """A timestamptz declared timestamp was read at the database's TimeZone: under
     America/Los_Angeles, DATE_TRUNC('month', at) moved rows near midnight to other months."""
