@@ -39,6 +39,8 @@ STATEMENTS = [
     ("SELECT STRFTIME(ts, '%a %d/%m/%Y') AS k, COUNT(*) AS n FROM dated GROUP BY k", None),
     ("SELECT STRFTIME('%b, %Y', d) AS k, COUNT(*) AS n FROM dated GROUP BY k", None),
     ("SELECT CAST(ts AS DATE) AS k, COUNT(*) AS n FROM dated GROUP BY k", None),
+    ("SELECT CAST(DATE_TRUNC('month', ts) AS DATE) AS k, COUNT(*) AS n FROM dated GROUP BY k",
+     None),
     (("SELECT COUNT(*) AS n FROM dated WHERE DATE_TRUNC('week', ts) = "
       "TIMESTAMP '2024-12-30 00:00:00' OR DAYNAME(ts) = 'Sunday'"), None),
     # the truncated dates start before the lower bound (2023-12-01, the Monday 2023-12-18):
@@ -138,7 +140,13 @@ WEEKS = (datetime.date(2025, 1, 6) - datetime.date(2023, 12, 18)).days // 7 + 1
     ("STRFTIME(ts, '%Y-%m')", ["2023-12", *(f"2024-{m:02d}" for m in range(1, 13)), "2025-01"]),
     ("STRFTIME(d, '%Y')", ["2023", "2024", "2025"]),
     # a private key, refused without δ, where DATE_TRUNC('day', ts) had the same days
-    ("CAST(ts AS DATE)", list(pd.date_range(LOWER, UPPER).date))])
+    ("CAST(ts AS DATE)", list(pd.date_range(LOWER, UPPER).date)),
+    # the truncation's months as dates: every day of the bounds (411 keys) was released
+    ("CAST(DATE_TRUNC('month', ts) AS DATE)",
+     [datetime.date(2023, 12, 1), *(datetime.date(2024, m, 1) for m in range(1, 13)),
+      datetime.date(2025, 1, 1)]),
+    ("DATE_TRUNC('week', ts)::DATE", [datetime.date(2023, 12, 18) + datetime.timedelta(weeks=w)
+                                      for w in range(WEEKS)])])
 def test_public_domains_are_zero_filled(dated, key, domain):
     """Every key of the domain is released, without δ: here bounds wider than the rows."""
     with dpsql.connect(metadata=_metadata(dated), ledger=":memory:", insecure_seed=1) as con:

@@ -564,6 +564,8 @@ def _as_date(expr: Expr, scope: Scope) -> Expr:
         within = _in_years(days)
         domain = None if within is None else \
             _truncated_days(int(within.lower), int(within.upper), "day")
+        if expr.domain is not None:  # DATE_TRUNC('month', ts)::date: the months, not the days
+            domain = tuple(dict.fromkeys(None if v is None else v.date() for v in expr.domain))
         return Expr("cast", (expr,), "date", "date", days, _days(expr.proven), domain, True)
     if expr.type == "text" and expr.op == "lit":
         return coerce(expr, "date", scope)
