@@ -28,6 +28,7 @@ from dpsql.budget import (
 from dpsql.catalog import Catalog
 from dpsql.compile import PublicQuery, compile_statement
 from dpsql.compile.render import Dialect, dialect
+from dpsql.compile.scope import tuples_sql
 from dpsql.errors import (
     BackendError,
     CatalogError,
@@ -133,6 +134,7 @@ class Engine:
         self.post = PostProcessor()
         self._analysed: dict[tuple[str, bool], CheckedQuery | PublicQuery] = {}
         self._domains: dict[tuple[str, str], tuple | None] = {}
+        self._tuples: dict[str, tuple | None] = {}  # by the SQL that reads them
 
     def under(self, catalog: Catalog) -> Engine:
         """An engine with every setting of this one (backend, ledger, analyst, random source,
@@ -245,7 +247,8 @@ class Engine:
         if checked is None:
             try:
                 checked = compile_statement(statement, self.catalog, private_keys=private_keys,
-                                            public_values=self._public_values)
+                                            public_values=self._public_values,
+                                            public_tuples=self._public_tuples)
             except RecursionError:
                 raise too_deep(statement.sql) from None
             if not isinstance(checked, PublicQuery):
@@ -389,6 +392,22 @@ class Engine:
             values = tuple(row[0] for row in rows)
             self._domains[key] = values if 0 < len(values) <= MAX_DOMAIN_CELLS else None
         return self._domains[key]
+
+    def _public_tuples(self, part, keys: tuple, filters: tuple, nulls: dict | None
+                       ) -> tuple | None:
+        """The distinct tuples of GROUP BY keys over a public part of a statement's FROM (the
+        joint domain of keys read from one public table, ``scope.tuples_sql``), read from the
+        public tables; None when there are more than a domain may hold. The last
+        ``ANALYSED_KEPT`` are kept for the connection."""
+        sql = tuples_sql(self._public_dialect(), self.backend.sources, part, keys, filters,
+                         nulls, MAX_DOMAIN_CELLS + 1)
+        if sql not in self._tuples:
+            _, rows = self.backend.run_public(sql)
+            if len(self._tuples) >= ANALYSED_KEPT:
+                self._tuples.pop(next(iter(self._tuples)))
+            self._tuples[sql] = tuple(map(tuple, rows)) if len(rows) <= MAX_DOMAIN_CELLS \
+                else None
+        return self._tuples[sql]
 
     def _public_dialect(self) -> Dialect:
         return dialect(self.backend.dialect)
@@ -725,6 +744,11 @@ def _explain_statement(plan: StatementPlan) -> dict:
         "groups": plan.checked.cells or 1,
         "keys": [{"name": k.name, "domain_size": None if k.domain is None else len(k.domain),
                   "domain_source": k.source} for k in plan.checked.keys],
+        # keys read from one public table: their cells are its tuples, not the product
+        **({"key_tuples": [{"keys": [plan.checked.keys[i].name for i in t.keys],
+                            "tuples": len(t.rows), "source": t.source}
+                           for t in plan.checked.key_tuples]}
+           if plan.checked.key_tuples else {}),
         "aggregates": parts,
         "outputs": _explain_outputs(plan),
     }

@@ -7,7 +7,9 @@ SQL text -> ``Statement`` (parse) -> ``CheckedQuery`` (analyze) -> ``StatementPl
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+import itertools
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -48,6 +50,21 @@ class GroupKey:
     domain: tuple | None  # None: a private key, released only above the threshold τ
     type: str  # 'text', 'int', 'float', 'bool', 'date', 'timestamp'
     source: str | None = None  # where the domain comes from (metadata, public table, ...)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyTuples:
+    """GROUP BY keys read from one public table reference, whose joint domain is that table's
+    distinct tuples of them (``i.item, i.title``: the 6 films, not 6 items × 1,664 titles).
+
+    ``keys`` are positions in ``CheckedQuery.keys`` (ascending); each row of ``rows`` holds
+    their values in that order, each within its key's own domain. A function of the public
+    table, the statement and the metadata only (``select._key_tuples``).
+    """
+
+    keys: tuple[int, ...]
+    rows: tuple[tuple, ...]
+    source: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,11 +155,39 @@ class CheckedQuery:
     # its L∞ is a key_bounds entry's over the values its WHERE keeps: bounded per query, never
     # from a snapshot (which keeps a person's rows before any WHERE)
     where_pinned: bool = False
+    # keys of one public table reference with their joint domain, the table's tuples of them;
+    # the zero-filled domain is the product of these and the other keys' domains (``factors``)
+    key_tuples: tuple[KeyTuples, ...] = ()
 
     @property
     def has_private_keys(self) -> bool:
         """True when some GROUP BY key has no public domain (keys are thresholded)."""
         return any(k.domain is None for k in self.keys)
+
+    def factors(self) -> tuple[tuple[tuple[int, ...], tuple[tuple, ...]], ...]:
+        """The zero-filled domain as a product of factors (key positions, their rows): each
+        ``KeyTuples`` group, and every other key's values as rows of one, in the order of
+        their first key. Only for public keys."""
+        grouped = {i: t for t in self.key_tuples for i in t.keys}
+        found = []
+        for i, key in enumerate(self.keys):
+            group = grouped.get(i)
+            if group is None:
+                found.append(((i,), tuple((v,) for v in key.domain)))
+            elif group.keys[0] == i:
+                found.append((group.keys, group.rows))
+        return tuple(found)
+
+    def domain(self) -> Iterator[tuple]:
+        """Each cell of the zero-filled result as its keys' values, in key order; the last
+        factor varies fastest (``itertools.product``'s order)."""
+        factors = self.factors()
+        for rows in itertools.product(*(rows for _, rows in factors)):
+            cell = [None] * len(self.keys)
+            for (positions, _), row in zip(factors, rows, strict=True):
+                for position, value in zip(positions, row, strict=True):
+                    cell[position] = value
+            yield tuple(cell)
 
     @property
     def cells(self) -> int | None:
@@ -150,10 +195,7 @@ class CheckedQuery:
         keys, whose cells are the ones released)."""
         if not self.keys or self.has_private_keys:
             return None
-        size = 1
-        for key in self.keys:
-            size *= len(key.domain)
-        return size
+        return math.prod(len(rows) for _, rows in self.factors())
 
     @property
     def contribution_note(self) -> str | None:
@@ -368,6 +410,8 @@ class ScriptPlan:
             for s in self.statements for p in s.parts] + [
             # the metadata's domains and bounds: the keys released and the values clamped
             f"{key.name} {key.domain!r}" for s in self.statements for key in s.checked.keys
+        ] + [  # the joint domains of keys read from one public table
+            f"{t.keys} {t.rows!r}" for s in self.statements for t in s.checked.key_tuples
         ] + [f"{a.name} {a.lower} {a.upper}" + (
             f" {a.other_lower} {a.other_upper}" if a.other is not None else "")
              for s in self.statements

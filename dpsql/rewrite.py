@@ -14,7 +14,8 @@ really holds in the rows the backend returns:
    secret salt (uniform, never insertion order). Steps 2–4 are ``compile/per_person.py``:
    one row per person for small public domains, else one row per person and group.
 4. ``__exact``: sum the capped partials per group.
-5. the public domain of the keys (cross product of the values) LEFT JOIN ``__exact``,
+5. the public domain of the keys (cross product of the values, where keys read from one
+   public table take its tuples of them: ``CheckedQuery.factors``) LEFT JOIN ``__exact``,
    zero-filled, so absent groups are released as noisy zeros rather than left out.
 
 Each group also returns ``__terms``, the rows its DOUBLE sums add up: the sums are exact
@@ -741,10 +742,11 @@ def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: b
                          [f"COALESCE({p}, 0) AS {p}" for p in part_names])
         return (f"WITH {body} SELECT {outs} FROM {base}{joins} "
                 f"ORDER BY {', '.join(f'{base}.{k}' for k in keys)}")
+    # each factor's rows: a key's values, or the tuples of keys read from one public table
     domain = " CROSS JOIN ".join(
-        d.dialect.values([f"({d.dialect.literal(v, k.type)})" for v in k.domain], f"__d{i}",
-                         [keys[i]])
-        for i, k in enumerate(checked.keys))
+        d.dialect.values([_row(checked, positions, row, d) for row in rows], f"__d{i}",
+                         [keys[p] for p in positions])
+        for i, (positions, rows) in enumerate(checked.factors()))
     joins = "".join(f" LEFT JOIN {m} ON " + " AND ".join(f"__d.{k} = {m}.{k}" for k in keys)
                     for m in measured)
     outs = ", ".join([f"__d.{k}" for k in keys] +
@@ -752,6 +754,12 @@ def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: b
     return (f"WITH {body}, __domain AS (SELECT * FROM {domain}) "
             f"SELECT {outs} FROM __domain AS __d{joins} "
             f"ORDER BY {', '.join(f'__d.{k}' for k in keys)}")
+
+
+def _row(checked: CheckedQuery, positions: tuple[int, ...], row: tuple, d: SqlWriter) -> str:
+    """A row of a VALUES list: the literals of the keys at ``positions``."""
+    return "(" + ", ".join(d.dialect.literal(v, checked.keys[p].type)
+                           for p, v in zip(positions, row, strict=True)) + ")"
 
 
 def bin_of(agg: Aggregate, bins: int, d: SqlWriter) -> str:

@@ -79,7 +79,7 @@ def context_of(checked: CheckedQuery) -> tuple:
     """What decides which rows a statement's measurements add up, per group."""
     relation = checked.relation
     return (relation.node, relation.unit, checked.table, checked.where,
-            tuple((k.expr, k.domain, k.type) for k in checked.keys))
+            tuple((k.expr, k.domain, k.type) for k in checked.keys), checked.key_tuples)
 
 
 def _quantity(measure, checked: CheckedQuery) -> tuple | None:

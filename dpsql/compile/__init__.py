@@ -19,11 +19,13 @@ from dpsql.plan import CheckedQuery, Statement
 
 
 def compile_statement(statement: Statement, catalog: Catalog, *, private_keys: bool = False,
-                      public_values=None) -> CheckedQuery | PublicQuery:
+                      public_values=None, public_tuples=None) -> CheckedQuery | PublicQuery:
     """Compile one statement: private data -> CheckedQuery, public tables only -> PublicQuery.
 
     ``public_values(table, column)`` returns the distinct values of a public table's column
-    (a GROUP BY key's domain), or None when there are too many.
+    (a GROUP BY key's domain), or None when there are too many; ``public_tuples(part, keys,
+    filters, nulls)`` the distinct tuples of GROUP BY keys over a public part of FROM (the
+    joint domain of keys read from one public table, ``scope.tuples_sql``), or None.
 
     Raises:
         dpsql.ProgrammingError / dpsql.UnsupportedSQLError: with what to change.
@@ -36,7 +38,7 @@ def compile_statement(statement: Statement, catalog: Catalog, *, private_keys: b
     if relation.public:
         return compile_public(select, relation, statement)
     return compile_select(select, relation, catalog, statement, private_keys=private_keys,
-                          public_values=public_values)
+                          public_values=public_values, public_tuples=public_tuples)
 
 
 __all__ = ["CheckedQuery", "PublicQuery", "compile_statement"]

@@ -11,6 +11,7 @@ operation needs a guard), its public domain, and whether it can be NULL.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -86,12 +87,17 @@ def distinct(values) -> tuple | None:
     NaN = NaN in SQL, where Python kept each NaN object apart, so a key whose domain held
     two NaNs released one cell twice, each with its own noise), or None past
     ``MAX_DOMAIN_VALUES``."""
-    kept = tuple(dict.fromkeys(_NAN if isinstance(v, float) and math.isnan(v) else v
-                               for v in values))
+    kept = tuple(dict.fromkeys(canonical(v) for v in values))
     return kept if len(kept) <= MAX_DOMAIN_VALUES else None
 
 
 _NAN = float("nan")  # the one NaN of every domain (dict.fromkeys keeps NaNs apart by identity)
+
+
+def canonical(value):
+    """A value as a domain holds it: every NaN as the one ``_NAN``, so that it is found in
+    a dict or set of domain values (NaN = NaN in SQL)."""
+    return _NAN if isinstance(value, float) and math.isnan(value) else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +179,45 @@ class Join:
 
 
 Relation = Scan | Number | Filter | Project | Group | Join
+
+
+def outputs(node) -> list[str]:
+    """The internal columns a relation node produces, in order."""
+    if isinstance(node, Scan):
+        return [internal for internal, _, _ in node.columns]
+    if isinstance(node, Project):
+        return [name for name, _ in node.columns]
+    if isinstance(node, Group):
+        return [name for name, _ in node.keys] + [name for name, _, _ in node.aggregates]
+    if isinstance(node, Join):
+        return outputs(node.left) + outputs(node.right)
+    if isinstance(node, Number):
+        return [*outputs(node.input), node.name]
+    return outputs(node.input)  # a Filter
+
+
+def scans(node) -> Iterator[Scan]:
+    """Every table reference a relation node reads."""
+    if isinstance(node, Scan):
+        yield node
+    elif isinstance(node, Join):
+        yield from scans(node.left)
+        yield from scans(node.right)
+    else:
+        yield from scans(node.input)
+
+
+def shown_parts(node, nullable: bool = False) -> Iterator[tuple[Any, bool]]:
+    """(part, nullable) for ``node`` and each subtree whose columns it shows as they are,
+    through joins, filters and numbering: a row of ``node`` holds, in a part's columns, one of
+    the part's rows, or NULL in every one of them where the part is on the right of a LEFT
+    JOIN that matched nothing (``nullable``)."""
+    yield node, nullable
+    if isinstance(node, Join):
+        yield from shown_parts(node.left, nullable)
+        yield from shown_parts(node.right, nullable or node.kind == "left")
+    elif isinstance(node, (Filter, Number)):
+        yield from shown_parts(node.input, nullable)
 
 
 def column(info: ColumnInfo) -> Expr:

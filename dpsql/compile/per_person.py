@@ -39,7 +39,6 @@ holds each cell's least row hash and the further ones are found by joins, with n
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 
 from dpsql.compile.bound import (
@@ -181,18 +180,27 @@ def _cell_literals(checked: CheckedQuery, d) -> list[list[str]]:
     """Each cell of the keys' public domain as its keys' literals, in the order of
     ``_cell_index`` (one cell of no keys without GROUP BY)."""
     return [[d.dialect.literal(v, key.type) for v, key in zip(cell, checked.keys, strict=True)]
-            for cell in itertools.product(*(key.domain for key in checked.keys))]
+            for cell in checked.domain()]
 
 
 def _cell_index(checked: CheckedQuery, keys: list[str], d) -> str:
-    """A row's cell index, computed once a row; NULL (no cell) outside the public domain."""
+    """A row's cell index, computed once a row; NULL (no cell) outside the public domain:
+    each factor of the domain (``CheckedQuery.factors``: a key's values, or the tuples of
+    keys read from one public table) gives its row's position times its stride."""
     index, stride = [], 1
-    for i in reversed(range(len(keys))):
-        domain = checked.keys[i].domain
-        whens = " ".join(f"WHEN {d.dialect.literal(v, checked.keys[i].type)} THEN {j * stride}"
-                         for j, v in enumerate(domain))
-        index.append(f"(CASE {keys[i]} {whens} END)")
-        stride *= len(domain)
+    for positions, rows in reversed(checked.factors()):
+        literal = [[d.dialect.literal(v, checked.keys[p].type) for p, v in zip(
+            positions, row, strict=True)] for row in rows]
+        if len(positions) == 1:
+            whens = " ".join(f"WHEN {values[0]} THEN {j * stride}"
+                             for j, values in enumerate(literal))
+            index.append(f"(CASE {keys[positions[0]]} {whens} END)")
+        else:
+            whens = " ".join("WHEN " + " AND ".join(f"{keys[p]} = {v}" for p, v in zip(
+                positions, values, strict=True)) + f" THEN {j * stride}"
+                for j, values in enumerate(literal))
+            index.append(f"(CASE {whens} END)")
+        stride *= len(rows)
     return " + ".join(reversed(index))
 
 

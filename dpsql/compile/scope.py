@@ -365,6 +365,27 @@ def with_public_domain(expr: Expr, relation: Relation, public_values) -> Expr:
     return expr if values is None else replace(expr, domain=values)
 
 
+def tuples_sql(d, sources: dict[str, str], part, keys: tuple[Expr, ...],
+               filters: tuple[Expr, ...], nulls: dict[str, str] | None, limit: int) -> str:
+    """SQL of the distinct tuples of GROUP BY ``keys`` (none NULL, at most ``limit``) over
+    the rows of a public ``part`` of a relation that ``filters``, the WHERE conjuncts reading
+    the part alone, keep; rendered from the IR in the dialect ``d`` as the exact query
+    computes the keys (a text as text, as ``Engine._public_values`` reads a domain).
+    ``nulls`` (the part's columns and types) adds the row of NULLs a LEFT JOIN shows where
+    the part matched nothing (COALESCE(i.title, 'none') is a key there too)."""
+    rows = d.relation(part, sources)
+    if nulls is not None:
+        empty = ", ".join(f"{d.literal(None, kind)} AS {name}" for name, kind in nulls.items())
+        rows = f"(SELECT {', '.join(nulls)} FROM {rows} AS __p UNION ALL SELECT {empty})"
+    values = [f"CAST({d.key(k)} AS {d.types['text']})" if k.type == "text" else d.key(k)
+              for k in keys]
+    where = [f"({d.expr(c)})" for c in filters] + [f"({v}) IS NOT NULL" for v in values]
+    items = ", ".join(f"{v} AS __k{i}" for i, v in enumerate(values))
+    order = ", ".join(str(i + 1) for i in range(len(keys)))
+    return (f"SELECT DISTINCT {items} FROM {rows} AS __rel WHERE {' AND '.join(where)} "
+            f"ORDER BY {order} LIMIT {limit}")
+
+
 class PublicDomains:
     """The row scope where a public table's column carries its distinct values as a domain, so
     that an expression of it (RIGHT(release_date, 4)) has a public domain as one of declared

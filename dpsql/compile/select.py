@@ -13,7 +13,9 @@ over the noisy frame only.
 
 from __future__ import annotations
 
+import math
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from fractions import Fraction
@@ -22,7 +24,17 @@ from sqlglot import exp
 
 from dpsql.catalog import Catalog
 from dpsql.compile import ops
-from dpsql.compile.ir import NUMERIC, ColumnInfo, Expr, column, conjuncts
+from dpsql.compile.ir import (
+    NUMERIC,
+    ColumnInfo,
+    Expr,
+    canonical,
+    column,
+    conjuncts,
+    outputs,
+    scans,
+    shown_parts,
+)
 from dpsql.compile.narrow import kept_by_where, may_keep_null, unmatched_columns
 from dpsql.compile.render import dialect
 from dpsql.compile.scope import (
@@ -57,6 +69,7 @@ from dpsql.plan import (
     Aggregate,
     CheckedQuery,
     GroupKey,
+    KeyTuples,
     OutputColumn,
     Statement,
     released_int,
@@ -105,15 +118,20 @@ def interval_source(output: OutputColumn, side: str) -> str | None:
 
 def compile_select(select: exp.Select, relation: Relation, catalog: Catalog,
                    statement: Statement, *, private_keys: bool = False,
-                   public_values=None) -> CheckedQuery:
+                   public_values=None, public_tuples=None) -> CheckedQuery:
     """Compile one statement over private data (its FROM already resolved).
+
+    ``public_values(table, column)`` reads a public table's distinct values of a column,
+    ``public_tuples(part, keys, filters, nulls)`` a public part's distinct tuples of GROUP BY
+    keys (``scope.tuples_sql``); each gives None when there are too many.
 
     Raises:
         ProgrammingError: (a subclass naming the problem) the query cannot be answered
             privately as written.
         UnsupportedSQLError: the construct is valid SQL that dpsql does not answer.
     """
-    return _Compiler(select, relation, catalog, statement, private_keys, public_values).compile()
+    return _Compiler(select, relation, catalog, statement, private_keys, public_values,
+                     public_tuples).compile()
 
 
 def rewritten_select(tree: exp.Select) -> exp.Select:
@@ -209,13 +227,30 @@ def _literals(conjunct: Expr, name: str) -> set | None:
         return None
     return {a.value for a in rest if a.value is not None}
 
+def _within(rows, domains: list[tuple]) -> tuple[tuple, ...]:
+    """The distinct rows whose every value is in its key's domain, each value as the domain
+    holds it (the literals the exact query compares are then the same as without tuples)."""
+    held = [{canonical(v): v for v in domain} for domain in domains]
+    kept = []
+    for row in rows:
+        values = tuple(h.get(canonical(v), _ABSENT) for h, v in zip(held, row, strict=True))
+        if _ABSENT not in values:
+            kept.append(values)
+    return tuple(dict.fromkeys(kept))
+
+
+_ABSENT = object()  # a value outside a key's domain
+
+
 class _Compiler:
     """One statement's compilation: relation, keys, aggregates, outputs, post-processing."""
 
     def __init__(self, select: exp.Select, relation: Relation, catalog: Catalog,
-                 statement: Statement, private_keys: bool, public_values=None) -> None:
+                 statement: Statement, private_keys: bool, public_values=None,
+                 public_tuples=None) -> None:
         self.select, self.catalog, self.statement = select, catalog, statement
         self.relation, self.public_values = relation, public_values
+        self.public_tuples = public_tuples
         self.private_keys = private_keys
         self.sql = statement.sql
         self.aggregates: dict[tuple, Aggregate] = {}
@@ -259,6 +294,7 @@ class _Compiler:
         self.where = predicate(where.this, self.scope) if where is not None else None
         self._warn_unmatched()
         self.keys = self._group_keys()
+        self.key_tuples = self._key_tuples()
         # the bounds of a key_bounds entry the keys match, then L0 = 1 if every key reads
         # columns of one value a person; explain says why the statement's bounds are not the
         # tables'
@@ -326,6 +362,7 @@ class _Compiler:
                             aggregates=tuple(self.aggregates.values()), outputs=tuple(outputs),
                             post_sql=post_sql, post_is_projection=projection, ranked=ranked,
                             bounds_why=one_group or why, where_pinned=self.where_pinned,
+                            key_tuples=self.key_tuples,
                             ranking_sql=ranking_sql,
                             having_tests=_having_tests(having_expr, self._aggregate_names()))
 
@@ -398,6 +435,41 @@ class _Compiler:
                                    hint="give the keys distinct aliases")
         return tuple(keys)
 
+    def _key_tuples(self) -> tuple[KeyTuples, ...]:
+        """The joint domains of GROUP BY keys read from one public part of FROM (a public
+        table's reference, reached through joins): two or more keys with public domains,
+        each computed from that part's columns alone, take the part's distinct tuples of
+        them that the WHERE conjuncts reading the part alone keep, within each key's own
+        domain, instead of the product of their domains. Every row of the relation holds in
+        those columns one of the part's rows (or NULLs, beside a LEFT JOIN), so no cell is
+        lost; the tuples are read from the public table (``public_tuples``), never from
+        private rows. Too many tuples, or none, keep the product."""
+        if self.public_tuples is None:
+            return ()
+        found, taken = [], set()
+        for part, nullable in shown_parts(self.relation.node):
+            if not all(self.catalog.table(scan.table).public for scan in scans(part)):
+                continue
+            shown = outputs(part)
+            positions = tuple(i for i, k in enumerate(self.keys)
+                              if i not in taken and k.domain is not None and
+                              k.expr.columns() and k.expr.columns() <= set(shown))
+            if len(positions) < 2:
+                continue
+            filters = tuple(c for c in (conjuncts(self.where) if self.where is not None else ())
+                            if c.columns() and c.columns() <= set(shown))
+            nulls = {c: self.relation.columns[c].type for c in shown} if nullable else None
+            read = self.public_tuples(part, tuple(self.keys[i].expr for i in positions),
+                                      filters, nulls)
+            rows = _within(read or (), [self.keys[i].domain for i in positions])
+            if not rows:
+                continue
+            taken.update(positions)
+            tables = ", ".join(sorted({scan.table for scan in scans(part)}))
+            found.append(KeyTuples(positions, rows, f"the distinct rows of public table {tables}"
+                                   + (", those WHERE keeps" if filters else "")))
+        return tuple(found)
+
     def _domain_hint(self, node: exp.Expression, expr: Expr) -> str:
         """How to give a GROUP BY key a public domain: clamp a per-person aggregate of a
         subquery (a count is at least 0, so LEAST alone bounds it), else declare values or
@@ -435,22 +507,48 @@ class _Compiler:
         plain = {k.expr.value for k in self.keys if k.expr.op == "col"}
         for bound in relation.key_bounds:
             listed = frozenset().union(*bound.columns)
-            others = [k.expr for k in self.keys
+            others = [i for i, k in enumerate(self.keys)
                       if k.expr.op != "col" or k.expr.value not in listed]
             # of one value a person through the unit or a join on it: not every column of a
             # table declared one row a person, where a superset would take an entry's looser
             # bounds (GROUP BY item, rating under the item entry's 5 × 3, not the table's 1 × 1)
             personal = relation.unit_columns | relation.personal
+            beside = self._beside_carriers(listed, others)
             if all(carried & plain for carried in bound.columns) and \
-                    all(e.columns() <= personal for e in others):
-                self.relation = replace(relation, l0=bound.l0, linf=bound.linf)
-                return (f"the GROUP BY keys are {bound.written}, whose key_bounds entry "
-                        f"declares L0 = {bound.l0} and L∞ = {bound.linf}, where the tables "
-                        f"declare {relation.l0} and {relation.linf}")
+                    all(self.keys[i].expr.columns() <= personal or i in beside for i in others):
+                spread = math.prod(beside.values())
+                self.relation = replace(relation, l0=bound.l0 * spread, linf=bound.linf)
+                tuples = f", beside keys read from the same public rows (at most {spread} " \
+                    f"of their tuples share a value of it: L0 = {bound.l0} × {spread})" \
+                    if beside else ""
+                return (f"the GROUP BY keys are {bound.written}{tuples}, whose key_bounds "
+                        f"entry declares L0 = {bound.l0} and L∞ = {bound.linf}, where the "
+                        f"tables declare {relation.l0} and {relation.linf}")
         if all(k.expr.columns() <= relation.unit_columns | relation.personal
                for k in self.keys):
             return self._pinned_bound()
         return None
+
+    def _beside_carriers(self, listed: frozenset[str], others: list[int]) -> dict[int, int]:
+        """Of the keys ``others`` (not an entry's columns), those in a ``KeyTuples`` group
+        with a plain key carrying one (``i.item, i.title`` where ON equates i.item to the
+        entry's r.item), each with the most tuples of its group that share one value of the
+        carriers. A person's rows of one item value join that item's public rows, so they lie
+        in as many cells as the item has tuples (one where the table holds an item once): the
+        entry's L0 counts items, the statement's L0 is that times the spread. The product
+        over groups (each group once) is a function of the public table alone, and the
+        per-person pass enforces the L0 it gives whatever the data."""
+        spread: dict[int, int] = {}
+        for group in self.key_tuples:
+            carriers = [j for j, p in enumerate(group.keys) if self.keys[p].expr.op == "col"
+                        and self.keys[p].expr.value in listed]
+            beside = [p for p in group.keys if p in others]
+            if not carriers or not beside:
+                continue
+            per_value = Counter(tuple(row[j] for j in carriers) for row in group.rows)
+            spread[beside[0]] = max(per_value.values())
+            spread.update({p: 1 for p in beside[1:]})
+        return spread
 
     def _pinned_bound(self) -> str | None:
         """Why a statement without GROUP BY (or with keys of one value a person alone) counts a
