@@ -75,8 +75,22 @@ def qmarks(sql: str, dialect: str = "duckdb") -> list[tuple[int, int]]:
         tokens = Dialect.get_or_raise(dialect).tokenize(sql)
     except TokenError:
         return []  # parsing the statement reports it
-    return [(t.start, t.end) for t in tokens
-            if t.token_type == TokenType.PLACEHOLDER and t.text == "?"]
+    found = []
+    for before, token in zip([None, *tokens], tokens):
+        if token.token_type == TokenType.PLACEHOLDER and token.text == "?":
+            found.append((token.start, token.end))
+        elif token.token_type == TokenType.QDCOLON and (
+                before is None or before.token_type not in _OPERAND_ENDS):
+            # '?::date' is one token (Databricks' try-cast operator after an operand): where
+            # no operand precedes it, it is a placeholder cast, as PostgreSQL users write it
+            found.append((token.start, token.start))
+    return found
+
+
+# tokens that end an operand: a '?::' after one is Databricks' try-cast, not a placeholder
+_OPERAND_ENDS = {TokenType.VAR, TokenType.NUMBER, TokenType.STRING, TokenType.IDENTIFIER,
+                 TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.NULL, TokenType.TRUE,
+                 TokenType.FALSE}
 
 
 def replace_qmarks(sql: str, spelling, dialect: str = "duckdb") -> str:

@@ -205,6 +205,41 @@ def test_the_clock_is_refused_saying_to_write_the_date(numbers, dialect, clock):
         assert con.budget_spent.epsilon == 0
 
 
+@pytest.mark.parametrize(("dialect", "where", "params"), [
+    ("duckdb", "TO_TIMESTAMP(s) >= ?::timestamp", ["1998-01-01"]),
+    ("postgres", "TO_TIMESTAMP(s) >= $1::timestamp", ["1998-01-01"]),
+    ("duckdb", "CAST(TO_TIMESTAMP(s) AS DATE) >= ?::date", ["1998-01-01"]),
+    ("postgres", "TO_TIMESTAMP(s) >= TIMESTAMP '1998-01-31' - interval '30 days'", None),
+    ("duckdb", "TO_TIMESTAMP(s) >= TIMESTAMP '1997-12-02 00:00:00' + INTERVAL 30 DAY", None)])
+def test_timestamps_written_the_postgresql_way_are_answered(numbers, dialect, where, params):
+    """'?::timestamp' is one token to sqlglot (Databricks' try-cast operator), so the
+    placeholder was not found and the statement did not parse; a constant timestamp minus
+    INTERVAL '30 days' was refused as date arithmetic on a timestamp. Both answer as
+    TO_TIMESTAMP(s) >= TIMESTAMP '1998-01-01' does."""
+    with dpsql.connect(metadata=_metadata(numbers), ledger=":memory:", dialect=dialect) as con:
+        expected = _answers(con, "SELECT COUNT(*) AS n FROM numbers "
+                            "WHERE TO_TIMESTAMP(s) >= TIMESTAMP '1998-01-01'")
+        rows = con.execute(f"SELECT COUNT(*) AS n FROM numbers WHERE {where}", params,
+                           epsilon=1e12).fetchall()
+        assert rows == expected and 0 < rows[0][0] < len(_frame())
+
+
+def test_a_timestamp_column_moved_by_days_says_how_to_write_it(numbers):
+    with dpsql.connect(metadata=_metadata(numbers), ledger=":memory:") as con:
+        with pytest.raises(dpsql.UnsupportedSQLError, match="for constants only") as refused:
+            con.execute("SELECT COUNT(*) AS n FROM numbers "
+                        "WHERE TO_TIMESTAMP(s) - INTERVAL 3 DAY > TIMESTAMP '1998-01-01'",
+                        epsilon=1)
+        assert "CAST(ts AS DATE) + 7" in refused.value.hint
+        assert con.budget_spent.epsilon == 0
+
+
+def test_databricks_try_cast_operator_is_no_placeholder():
+    from dpsql.sqltext import qmarks
+
+    assert qmarks("SELECT x ?:: INT, ?::INT, (?)::INT", "databricks") == [(18, 18), (27, 27)]
+
+
 # the harness's x is in [0, 10] and ts in 2000-2001; its adversaries add 1e20, NaN, ±inf,
 # NULL, ±infinity and dates past years 1 and 9999
 CONTRACT = [

@@ -507,9 +507,13 @@ MAX_DAYS_ADDED = 100_000  # whole days a date may move: past it the sum is NULL 
 
 
 def date_add(date: Expr, days: Expr, *, negative: bool, scope: Scope) -> Expr:
-    """A date moved by a whole number of days (NULL beyond ±100,000 days)."""
-    date = _require(date, ("date",), "date arithmetic", scope)
+    """A date moved by a whole number of days (NULL beyond ±100,000 days); a constant
+    timestamp moved by constant days is that constant (TIMESTAMP '2024-12-31' - INTERVAL 30
+    DAY, as a WHERE writes a window)."""
     days = _require(days, ("int",), "the days added to a date", scope)
+    if date.type == "timestamp":
+        return _moved_timestamp(date, days, -1 if negative else 1, scope)
+    date = _require(date, ("date",), "date arithmetic", scope)
     if negative:
         days = Expr("neg", (days,), "int", None, _neg(days.interval),
                     int_result(_neg(days.proven)), None, days.nullable)
@@ -521,6 +525,24 @@ def date_add(date: Expr, days: Expr, *, negative: bool, scope: Scope) -> Expr:
     interval = None if dated is None or moved is None or moved.lower > moved.upper else \
         _add(dated, moved)
     return Expr("date_add", (date, days), "date", None, interval, None, None, True)
+
+
+def _moved_timestamp(stamp: Expr, days: Expr, sign: int, scope: Scope) -> Expr:
+    """A constant timestamp moved by ``sign`` × constant days, or a refusal that says how
+    to move a timestamp column."""
+    if stamp.op == "lit" and days.op == "lit" and None not in (stamp.value, days.value) \
+            and abs(days.value) <= MAX_DAYS_ADDED:
+        try:
+            moved = datetime.datetime.fromisoformat(stamp.value) + \
+                datetime.timedelta(days=sign * days.value)
+        except OverflowError:
+            moved = None
+        if moved is not None and YEARS[0] <= moved.year <= YEARS[1]:
+            return literal(moved.isoformat(sep=" "), "timestamp")
+    raise UnsupportedSQLError(
+        "a timestamp moved by days is supported for constants only", sql=scope.sql,
+        hint="write the constant (TIMESTAMP '2024-12-01' - INTERVAL 30 DAY), or move the "
+        "date: CAST(ts AS DATE) + 7")
 
 
 def _interval_days(node: exp.Interval, scope: Scope) -> Expr:
