@@ -347,7 +347,7 @@ class RemoteConnection(ConnectionBase):
         if epsilon is not None:
             self._simple(f"SET dpsql.epsilon = {float(epsilon)!r}")
         try:
-            lines = self._simple("EXPLAIN " + sql)
+            lines = self._simple("EXPLAIN (FORMAT JSON) " + sql)
         finally:
             if epsilon is not None:
                 self._restore(["dpsql.epsilon"])

@@ -41,6 +41,14 @@ _HAS_TABLE = ("select pg_catalog.pg_class.relname from pg_catalog.pg_class join 
               "?::varchar, ?::varchar, ?::varchar, ?::varchar]) and "
               "pg_catalog.pg_table_is_visible(pg_catalog.pg_class.oid) and "
               "pg_catalog.pg_namespace.nspname != ?::varchar")
+# psql's \gdesc: after Describe of the statement, the names and types it read as rows
+# (psql's DescribeQuery; its headings are translated); each name is PQescapeLiteral's
+_LITERAL = r"(?: E)?'(?:[^']|'')*'"
+_GDESC_ROW = re.compile(r"\((" + _LITERAL + r"), '(\d{1,10})'::pg_catalog\.oid, "
+                        r"(-?\d{1,10})\)")
+_GDESC = re.compile(r'SELECT name AS "([^"]*)", pg_catalog\.format_type\(tp, tpm\) AS '
+                    r'"([^"]*)"\nFROM \(VALUES ((?:' + _GDESC_ROW.pattern + r",?)+)\) "
+                    r"s\(name, tp, tpm\)")
 _CATALOGUES = re.compile(r"\b(pg_catalog|information_schema)\s*\.|\bpg_(class|namespace|"
                          r"attribute|type|database|tables|settings)\b")
 
@@ -60,6 +68,11 @@ def answer(text: str, params: list | None, tables: dict) -> tuple[Columns, list]
     if normal == _HAS_TABLE:
         found = params and _named(tables, str(params[0]))
         return _text_columns("relname"), [[params[0]]] if found else []
+    described = _GDESC.fullmatch(text.strip())
+    if described:
+        return _text_columns(described.group(1), described.group(2)), [
+            [_unquoted(name), pgdescribe.type_name(oid)]
+            for name, oid, _ in _GDESC_ROW.findall(described.group(3))]
     if not _CATALOGUES.search(re.sub(r"'(?:[^']|'')*'", "''", normal)):  # not in strings
         return None
     try:
@@ -106,6 +119,16 @@ def budget_rows(budgets: dict) -> tuple[Columns, list]:
     return _text_columns("dataset", "epsilon", "epsilon_spent", "epsilon_left", "delta",
                          "delta_spent", "delta_left", "epsilon_per_query",
                          "max_epsilon_per_query"), rows
+
+
+def _unquoted(literal: str) -> str:
+    """The text of a literal PQescapeLiteral wrote: quotes doubled, and backslashes too
+    in an E'' string."""
+    text = literal.strip()
+    escaped = text.startswith("E")
+    text = text[2:-1] if escaped else text[1:-1]
+    text = text.replace("''", "'")
+    return text.replace("\\\\", "\\") if escaped else text
 
 
 def _text_columns(*names: str) -> Columns:

@@ -29,6 +29,8 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
+from dpsql.server import pgtypes
+
 SCHEMA = "public"  # where clients see the published tables
 NAMESPACE_OID, FIRST_OID = 2200, 16384  # PostgreSQL's public; its first user object
 MAX_TEXT = 4096  # psql's longest (a table's publications) is 1.3 kB
@@ -39,10 +41,9 @@ MAX_TOKENS = 500
 # tree deeper than the interpreter's stack (4 KiB of 'select a.a.a...'), and arguments the
 # evaluation does not expect ('relname ~ 1': TypeError, 'col_description(1)': IndexError)
 _UNREADABLE = (sqlglot.errors.SqlglotError, RecursionError, TypeError, IndexError)
-# a declared type -> (PostgreSQL's type oid, format_type's name)
-PG_TYPES = {"int": (20, "bigint"), "float": (701, "double precision"), "text": (25, "text"),
-            "bool": (16, "boolean"), "date": (1082, "date"),
-            "timestamp": (1114, "timestamp without time zone")}
+# a declared type -> PostgreSQL's type oid
+PG_TYPES = {"int": pgtypes.INT8, "float": pgtypes.FLOAT8, "text": pgtypes.TEXT,
+            "bool": pgtypes.BOOL, "date": pgtypes.DATE, "timestamp": pgtypes.TIMESTAMP}
 # catalogues of what the published tables never have: psql's footers read them
 EMPTY = frozenset({"pg_policy", "pg_statistic_ext", "pg_publication", "pg_publication_rel",
                    "pg_publication_namespace", "pg_inherits", "pg_index", "pg_constraint",
@@ -68,6 +69,15 @@ def bound_rows(spec: dict) -> list[tuple]:
     return [((), spec["max_groups_per_unit"], spec["max_rows_per_group"], total)] + [
         (tuple(entry["columns"]), entry["max_groups_per_unit"], entry["max_rows_per_group"],
          total) for entry in spec.get("key_bounds", ())]
+
+
+def type_name(oid: Any) -> str | None:
+    """``format_type(oid, typmod)``: the name of a type oid the server sends, '???' for
+    another (as PostgreSQL names an oid that is no type) and NULL for NULL."""
+    if oid is None:
+        return None
+    return next((name for number, name in pgtypes.NAMES.items() if str(number) == str(oid)),
+                "???")
 
 
 class Unrecognised(Exception):
@@ -128,7 +138,7 @@ class Catalogue:
     def attributes(self, name: str) -> list[dict[str, Any]]:
         """The table's ``pg_attribute`` rows, in the metadata's order of its columns."""
         return [{"attrelid": self.oids[name], "attname": column, "attnum": number,
-                 "atttypid": PG_TYPES[spec["type"]][0], "atttypmod": -1, "attnotnull": False,
+                 "atttypid": PG_TYPES[spec["type"]], "atttypmod": -1, "attnotnull": False,
                  "atthasdef": False, "attidentity": "", "attgenerated": "",
                  "attisdropped": False, "attstorage": "x" if spec["type"] == "text" else "p",
                  "attcompression": "", "attstattarget": -1, "attcollation": 0}
@@ -171,9 +181,8 @@ class Catalogue:
         return None
 
     def type_name(self, oid: Any) -> str | None:
-        """``format_type``: the name of a type oid of ``PG_TYPES``."""
-        return next((name for number, name in PG_TYPES.values() if str(number) == str(oid)),
-                    None)
+        """``format_type``: the name of a type oid the server sends (``pgtypes.NAMES``)."""
+        return type_name(oid)
 
     def class_name(self, oid: Any) -> str | None:
         """``oid::regclass``: the table's name."""

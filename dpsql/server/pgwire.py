@@ -3,10 +3,12 @@
 Enough of the protocol for psql, libpq, psycopg 3 and pandas through psycopg: SSL
 negotiation (TLS when the configuration names a certificate), SCRAM-SHA-256 authentication,
 the simple query protocol and the extended one (Parse/Bind/Describe/Execute/Sync/Close/
-Flush), text-format results, ErrorResponse with SQLSTATE, message and hint, and notices.
+Flush), results in the text or binary format a Bind asks for (each value as PostgreSQL
+writes it: ``pgtypes.py``), ErrorResponse with SQLSTATE, message and hint, and notices.
 
 Statements: a SELECT is one DP release (its noisy columns followed by ``<col>_low`` and
-``<col>_high``); ``EXPLAIN <select>`` returns the plan without spending;
+``<col>_high``); ``EXPLAIN [(FORMAT TEXT | JSON)] <select>`` returns the plan without
+spending (``pgexplain.py``);
 ``SET dpsql.epsilon = 0.5`` / ``RESET dpsql.epsilon`` / ``SHOW dpsql.epsilon`` set the ε of
 the following queries (``dpsql.delta`` their δ, ``dpsql.tune`` their tuning slice,
 ``dpsql.dialect`` the SQL dialect they are read in: the metadata's, else PostgreSQL's);
@@ -31,9 +33,9 @@ import ssl
 import struct
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import cached_property
+from functools import cached_property, partial
 
-from dpsql.server import pgcatalog, pgcopy, pgdescribe
+from dpsql.server import pgcatalog, pgcopy, pgdescribe, pgexplain, pgtypes
 from dpsql.server.balance import Acceptor, Sessions
 from dpsql.server.config import Analyst
 from dpsql.server.service import Answer, Failure, Service, ServiceError
@@ -52,8 +54,6 @@ HELD_CELL = 32  # bytes a held result's value costs besides its text (its object
 INLINE_SQL = 2048  # longer SQL is tokenized on a worker thread (16 KiB: 0.15 s of the loop)
 MAX_PARAMETER = 65_535  # a Bind's count of parameters is 16 bits: no $n above can be bound
 IDLE_TIMEOUT = 600.0
-_OIDS = {"BIGINT": 20, "INTEGER": 23, "DOUBLE": 701, "FLOAT": 701, "REAL": 700,
-         "BOOLEAN": 16, "DATE": 1082, "TIMESTAMP": 1114, "VARCHAR": 25, "TEXT": 25}
 _PARAM_INT = {20, 21, 23, 26}
 _PARAM_FLOAT = {700, 701, 1700}
 
@@ -104,52 +104,36 @@ def _json(value) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
-def _text(value) -> bytes | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return b"t" if value else b"f"
-    if isinstance(value, float):
-        return repr(value).replace("inf", "Infinity").replace("nan", "NaN").encode()
-    return str(value).encode("utf-8")
-
-
-def _oid(column: dict, rows: list, index: int) -> int:
-    oid = _OIDS.get(str(column.get("type", "")).upper())
-    if oid is not None:
-        return oid
-    for row in rows:  # a type without an OID here (or 'null'): look at the values
-        value = row[index]
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            return 16
-        if isinstance(value, int):
-            return 20
-        if isinstance(value, float):
-            return 701
-        return 25
-    return 25
-
-
-def _row_description(columns: list[dict], rows: list) -> bytes:
+def _row_description(columns: list[dict], oids: list[int], formats: list[int]) -> bytes:
     parts = [struct.pack("!H", len(columns))]
-    for i, column in enumerate(columns):
+    for column, oid, fmt in zip(columns, oids, formats, strict=True):
         parts.append(column["name"].encode() + b"\0" +
-                     struct.pack("!IhIhih", 0, 0, _oid(column, rows, i), -1, -1, 0))
+                     struct.pack("!IhIhih", 0, 0, oid, -1, -1, fmt))
     return _message(b"T", b"".join(parts))
 
 
-def _data_rows(rows: list) -> bytes:
+def _data_rows(rows: list, oids: list[int], formats: list[int]) -> bytes:
+    """DataRows of ``rows``, each value in its column's format (text: 0, binary: 1)."""
+    encoders = [pgtypes.text if fmt == 0 else partial(pgtypes.binary, type_oid=oid)
+                for oid, fmt in zip(oids, formats, strict=True)]
     out = []
     for row in rows:
         parts = [struct.pack("!H", len(row))]
-        for value in row:
-            data = _text(value)
-            parts.append(struct.pack("!i", -1) if data is None else
+        for value, encode in zip(row, encoders, strict=True):
+            data = encode(value)
+            parts.append(b"\xff\xff\xff\xff" if data is None else
                          struct.pack("!i", len(data)) + data)
         out.append(_message(b"D", b"".join(parts)))
     return b"".join(out)
+
+
+def _formats(codes: tuple[int, ...], count: int) -> list[int]:
+    """Each of ``count`` columns' format from a Bind's result format codes: none for text,
+    one for all, or one each (as PostgreSQL reads them)."""
+    if len(codes) > 1 and len(codes) != count:
+        raise ServiceError("protocol", f"bind message has {len(codes)} result formats but "
+                           f"query has {count} columns")
+    return list(codes) if len(codes) > 1 else [codes[0] if codes else 0] * count
 
 
 _SET = re.compile(r"^set\s+(?:session\s+|local\s+)?([\w.]+)\s*(?:=|\bto\b)\s*(.+)$",
@@ -165,7 +149,6 @@ _DEALLOCATE = re.compile(r'^deallocate\s+(?:prepare\s+)?(?:(all)|"((?:[^"]|"")+)
                          re.IGNORECASE)
 _DISCARD = re.compile(r"^discard\s+(all|plans|sequences|temp|temporary)$", re.IGNORECASE)
 _SETTINGS = ("dpsql.epsilon", "dpsql.delta", "dpsql.tune", "dpsql.dialect")
-_EXPLAIN = re.compile(r"^explain\s+(.+)$", re.IGNORECASE | re.DOTALL)
 _NAME = r'("(?:[^"]|"")+"|\w+)'
 MAX_CURSORS = 16  # DECLAREd cursors a session may hold open
 _DECLARE = re.compile(r"^declare\s+" + _NAME + r"\s+(?:(?:no\s+)?scroll\s+)?cursor\s+"
@@ -192,7 +175,13 @@ class _Result:
     @cached_property
     def size(self) -> int:
         """About the bytes its rows hold (a suspended portal keeps them after Sync)."""
-        return sum(HELD_CELL + len(_text(value) or b"") for row in self.rows for value in row)
+        return sum(HELD_CELL + len(pgtypes.text(value) or b"") for row in self.rows
+                   for value in row)
+
+    @cached_property
+    def oids(self) -> list[int]:
+        """Its columns' type oids."""
+        return [pgtypes.oid(column, self.rows, i) for i, column in enumerate(self.columns)]
 
 
 class Session:
@@ -214,7 +203,8 @@ class Session:
         self.counted = False  # among its analyst's open sessions (PgServer.open_session)
         self.status = b"I"
         self.statements: dict[str, tuple[str, list[int], array.array, int]] = {}  # ..., size
-        self.portals: dict[str, tuple[str, list, list[int], int]] = {}  # ..., Bind's size
+        # portals: SQL, parameters, their order, Bind's size, result format codes
+        self.portals: dict[str, tuple[str, list, list[int], int, tuple[int, ...]]] = {}
         self.portal_results: dict[str, _Result] = {}
         self.cursors: dict[str, _Result] = {}  # DECLAREd cursors: released rows, fetched
         self._out: list[bytes] = []
@@ -414,13 +404,14 @@ class Session:
         if match:  # the budget's reads the ledgers (SQLite or PostgreSQL): off the event loop
             return await loop.run_in_executor(self.server.executor, self._show,
                                               match.group(1).lower())
-        match = _EXPLAIN.match(text)
-        if match:
+        explain = pgexplain.parse(text)
+        if explain is not None:  # the plan, neither run nor charged
             plan = await loop.run_in_executor(
                 self.server.executor, lambda: self.service.explain(
-                    self.user, self.dataset, match.group(1), default_epsilon=self.epsilon,
+                    self.user, self.dataset, explain.query, default_epsilon=self.epsilon,
                     default_delta=self.delta, dialect=self._dialect(), interface="pg"))
-            lines = json.dumps(plan, indent=2, ensure_ascii=False).splitlines()
+            lines = json.dumps(plan, indent=2, ensure_ascii=False).splitlines() \
+                if explain.json else pgexplain.lines(plan)
             return _Result("EXPLAIN", [{"name": "QUERY PLAN", "type": "TEXT"}],
                            [[line] for line in lines])
         cursor = self._cursor_command(text)
@@ -447,7 +438,7 @@ class Session:
         result = await self._fixed(copy.query, params or []) or \
             await self._release(copy.query, params)
         names = [column["name"] for column in result.columns]
-        cells = [[None if value is None else _text(value).decode() for value in row]
+        cells = [[None if value is None else pgtypes.text(value).decode() for value in row]
                  for row in result.rows]
         messages = [_message(b"H", struct.pack(f"!bH{len(names)}h", 0, len(names),
                                                *[0] * len(names)))]
@@ -653,8 +644,10 @@ class Session:
                                "dpsql.last_release, dpsql.catalogue")
         return _Result("SHOW", [{"name": name, "type": "TEXT"}], [[values[name]()]])
 
-    def _result_messages(self, result: _Result, describe: bool, limit: int = 0) -> bytes:
-        """The result's messages; with a ``limit`` (Execute's row count) the next rows only,
+    def _result_messages(self, result: _Result, describe: bool, limit: int = 0,
+                         codes: tuple[int, ...] = ()) -> bytes:
+        """The result's messages, its values in the formats of a Bind's result format
+        ``codes`` (none: text); with a ``limit`` (Execute's row count) the next rows only,
         then PortalSuspended while rows remain."""
         if result.tag == "EMPTY":
             return _message(b"I")
@@ -666,12 +659,13 @@ class Session:
             out.extend(_notice(text) for text in result.notes)
             out.extend(_notice(text, "WARNING") for text in result.warnings)
             result.notice = None  # once, with the first rows
+        formats = [] if result.columns is None else _formats(codes, len(result.columns))
         if result.columns is not None and describe:
-            out.append(_row_description(result.columns, result.rows))
+            out.append(_row_description(result.columns, result.oids, formats))
         start = result.sent
         end = len(result.rows) if limit <= 0 else min(start + limit, len(result.rows))
         if result.columns is not None:
-            out.append(_data_rows(result.rows[start:end]))
+            out.append(_data_rows(result.rows[start:end], result.oids, formats))
         out.extend(result.copy or ())
         result.sent = end
         if end < len(result.rows):
@@ -758,9 +752,14 @@ class Session:
                 raise ServiceError("protocol", f"bind message supplies {count} parameters, "
                                    f"but prepared statement {name!r} requires {needed}")
             params = [values[n - 1] for n in order]
+            nresults = struct.unpack("!H", data[pos:pos + 2])[0]
+            results = struct.unpack(f"!{nresults}h", data[pos + 2:pos + 2 + 2 * nresults])
+            if any(code not in (0, 1) for code in results):
+                raise ServiceError("protocol", "unsupported format code: "
+                                   f"{next(c for c in results if c not in (0, 1))}")
             self.portal_results.pop(portal, None)
             self._check_held(self.portals, portal, len(data))
-            self.portals[portal] = (text, params, list(order), len(data))
+            self.portals[portal] = (text, params, list(order), len(data), results)
             await self.send(flush=False, data=_message(b"2"))
         elif kind == b"D":
             target, (name, _) = data[:1], _cstr(data, 1)
@@ -769,23 +768,29 @@ class Session:
                 n = max(order, default=0)
                 oids = [types[i] if i < len(types) and types[i] else 25 for i in range(n)]
                 columns = await self._described(text, len(order))
-                await self.send(_message(b"t", struct.pack(f"!H{n}I", n, *oids)) +
-                                (_row_description(columns, []) if columns else _message(b"n")),
+                # a statement's columns are described in text: their formats come with Bind
+                described = _row_description(columns, [
+                    pgtypes.oid(column, [], i) for i, column in enumerate(columns)],
+                    [0] * len(columns)) if columns else _message(b"n")
+                await self.send(_message(b"t", struct.pack(f"!H{n}I", n, *oids)) + described,
                                 flush=False)
                 return
             # a DECLAREd cursor is a portal too: psycopg describes it before it fetches
-            result = self.cursors[name] if name in self.cursors and name not in self.portals \
-                else await self._portal_result(name)
-            await self.send(flush=False, data=_row_description(result.columns, result.rows)
-                            if result.columns is not None else _message(b"n"))
+            if name in self.cursors and name not in self.portals:
+                result, codes = self.cursors[name], ()
+            else:
+                result, codes = await self._portal_result(name), self.portals[name][4]
+            await self.send(flush=False, data=_message(b"n") if result.columns is None else
+                            _row_description(result.columns, result.oids,
+                                             _formats(codes, len(result.columns))))
         elif kind == b"E":
             name, pos = _cstr(data, 0)
             limit = struct.unpack("!i", data[pos:pos + 4])[0]
             result = await self._portal_result(name)
             # the result stays until Sync: executing the portal again continues (or ends) it
             # instead of running, and charging, the statement again
-            await self.send(flush=False, data=self._result_messages(result, describe=False,
-                                                                    limit=limit))
+            await self.send(flush=False, data=self._result_messages(
+                result, describe=False, limit=limit, codes=self.portals[name][4]))
         elif kind == b"C":
             target, (name, _) = data[:1], _cstr(data, 1)
             (self.statements if target == b"S" else self.portals).pop(name, None)
@@ -832,7 +837,7 @@ class Session:
         if name not in self.portal_results:
             if name not in self.portals:
                 raise ServiceError("protocol", f"unknown portal {name!r}")
-            text, params, _, _ = self.portals[name]
+            text, params, *_ = self.portals[name]
             self.portal_results[name] = await self.run(text, params or None)
         return self.portal_results[name]
 

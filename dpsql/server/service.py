@@ -146,8 +146,9 @@ class Failure:
 
 @dataclass
 class Answer:
-    """One released result: columns (interval columns last), rows, cost and what is left,
-    the warnings of the release (``NoisyRankingWarning`` embedded) and its notes (what it does
+    """One released result: columns (interval columns last), rows (Python values: dates,
+    timestamps and NaN as they are, made JSON by ``to_json``), cost and what is left, the
+    warnings of the release (``NoisyRankingWarning`` embedded) and its notes (what it does
     not show: ``Cursor.notes``)."""
 
     columns: list[dict]
@@ -162,7 +163,8 @@ class Answer:
 
     def to_json(self) -> dict:
         """The HTTP API's answer body."""
-        return {"ok": True, "dataset": self.dataset, "columns": self.columns, "rows": self.rows,
+        return {"ok": True, "dataset": self.dataset, "columns": self.columns,
+                "rows": _plain_rows(self.rows),
                 "epsilon_spent": self.epsilon_spent, "reused": self.reused,
                 "truncated": self.truncated, "budget_remaining": self.remaining,
                 "warnings": self.warnings, "notes": self.notes}
@@ -201,17 +203,30 @@ def _storable(text: str) -> str:
     return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
-def _plain(value: Any) -> Any:
-    """A JSON-safe Python value (numpy scalars, dates, fractions, non-finite floats)."""
+def _native(value: Any) -> Any:
+    """A Python value of an answer's cell: numpy scalars as Python's, fractions and decimals
+    as floats; dates, timestamps and non-finite floats kept (the wire server writes them as
+    PostgreSQL does)."""
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, (Fraction, Decimal)):
         return float(value)
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-safe Python value (numpy scalars, dates, fractions, non-finite floats)."""
+    value = _native(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, (date, datetime)):
         return value.isoformat()
     return value
+
+
+def _plain_rows(rows: list[list]) -> list[list]:
+    """Rows of ``_native`` values as JSON-safe ones."""
+    return [list(map(_plain, row)) for row in rows]
 
 
 def _columns(description) -> list[dict]:
@@ -457,7 +472,7 @@ class Service:
         self._record(user, dataset, interface, "query", sql, answer.epsilon_spent, "ok", None,
                      len(answer.rows), json.dumps({"columns": [c["name"] for c in
                                                                answer.columns],
-                                                   "rows": answer.rows[:100]}))
+                                                   "rows": _plain_rows(answer.rows[:100])}))
         # a stored answer given again costs 0 as a public query does: told apart
         log.info("query analyst=%s dataset=%s fp=%s eps=%g outcome=%s rows=%d ms=%.1f", user,
                  dataset, fingerprint(sql), answer.epsilon_spent,
@@ -605,7 +620,7 @@ class Service:
     def _answer(self, cur, account: Analyst, dataset: str) -> Answer:
         description = cur.description or []
         limit = account.limits.max_rows
-        rows = [list(map(_plain, row)) for row in cur.fetchmany(limit + 1)]
+        rows = [list(map(_native, row)) for row in cur.fetchmany(limit + 1)]
         truncated = len(rows) > limit
         del rows[limit:]
         columns = _columns(description)
@@ -617,7 +632,7 @@ class Service:
             for c in noisy:
                 for name in c.ci_columns:
                     for row, value in zip(rows, frame[name][:limit], strict=True):
-                        row.append(_plain(value))
+                        row.append(_native(value))
         spent = float(cur.epsilon_spent)
         remaining = _loss_json(account.budgets[dataset].minus(self._spent(dataset,
                                                                             account.name)))

@@ -57,7 +57,7 @@ def test_set_dpsql_delta_answers_private_keys_and_charges_that_delta(server):
         con.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(delta=2e-6) amount, COUNT(*) "
                     "AS n FROM visits WHERE region_id = 1 GROUP BY amount").fetchall()
         assert spent(server, "alice")["delta"] == pytest.approx(3e-6, rel=1e-12)
-        plan = "\n".join(row[0] for row in con.execute("EXPLAIN " + KEYS.replace(
+        plan = "\n".join(row[0] for row in con.execute("EXPLAIN (FORMAT JSON) " + KEYS.replace(
             "visits", "visits WHERE region_id = 2")))
         assert '"delta": 1e-06' in plan
         con.execute("RESET dpsql.delta")

@@ -15,14 +15,19 @@ pytestmark = pytest.mark.skipif(shutil.which("psql") is None and os.environ.get(
                                 reason="psql is not installed (scripts/services.sh)")
 
 
-def psql(server, user, *commands, pw=None):
+def psql(server, user, *commands, pw=None, script=None):
+    """psql run with each of ``commands`` (-c), or with ``script`` on its standard input (for
+    a query ending in a meta-command such as \\gdesc)."""
     args = ["psql", "-X", "-v", "VERBOSITY=verbose", "-v", "ON_ERROR_STOP=1",
             f"host=127.0.0.1 port={server.pg_port} user={user} dbname=visits"]
     for command in commands:
         args += ["-c", command]
+    if script is not None:
+        args += ["-f", "-"]
     env = {**os.environ, "PGPASSWORD": pw if pw is not None else password(user),
            "PGCONNECT_TIMEOUT": "10"}
-    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=30)
+    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=30,
+                          input=script)
 
 
 def spent(server, user) -> float:
@@ -44,7 +49,7 @@ def test_psql_query_has_interval_columns(server):
 def test_psql_set_epsilon_and_explain_spends_nothing(server):
     before = spent(server, "alice")
     out = psql(server, "alice", "SET dpsql.epsilon = 0.1",
-               "EXPLAIN SELECT AVG(amount) AS a FROM visits", "SHOW dpsql.epsilon")
+               "EXPLAIN (FORMAT JSON) SELECT AVG(amount) AS a FROM visits", "SHOW dpsql.epsilon")
     assert out.returncode == 0, out.stderr
     assert '"epsilon": 0.1' in out.stdout and "ci95_half_width" in out.stdout
     assert spent(server, "alice") == before

@@ -129,7 +129,7 @@ def test_psql_shows_columns_and_budget_as_rows_and_json_a_line_per_key(server):
         in lines
     assert ["regions", "name", "text", "public", "", "", ""] in lines and "(7 rows)" in columns
     lines = [[cell.strip() for cell in line.split("|")] for line in remaining.splitlines()]
-    assert lines[2] == ["visits", "1.0", "0.0", "1.0", "0.0", "0.0", "0.0", "0.25", "1.0"], lines
+    assert lines[2] == ["visits", "1", "0", "1", "0", "0", "0", "0.25", "1"], lines
     assert max(map(len, budget.splitlines())) < 80 and '"remaining": {' in budget
 
 
