@@ -224,6 +224,13 @@ class CustodianConnection(_Base):
         self._check_open()
         return CustodianCursor(self)
 
+    def __repr__(self) -> str:
+        """Dataset, custodian and backend; its answers are exact and spend nothing, so no
+        budget (reading it would be a round trip to a PostgreSQL ledger)."""
+        state = "closed" if self._closed else "exact answers, logged"
+        return (f"<dpsql.CustodianConnection dataset={self.catalog.name!r} "
+                f"custodian={self.analyst!r} backend={self._backend.name} {state}>")
+
     def execute(self, operation: str, parameters=None) -> CustodianCursor:
         """Shortcut: a new cursor's execute()."""
         return self.cursor().execute(operation, parameters)

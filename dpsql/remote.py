@@ -263,8 +263,8 @@ class RemoteConnection(ConnectionBase):
         secret = password if password is not None else (
             unquote(parts.password) if parts.password is not None
             else os.environ.get("DPSQL_PASSWORD"))
-        self.url = f"dpsql://{self.analyst}@{parts.hostname}:{parts.port or DEFAULT_PORT}/" \
-                   f"{self.dataset}"
+        self.address = f"{parts.hostname}:{parts.port or DEFAULT_PORT}"
+        self.url = f"dpsql://{self.analyst}@{self.address}/{self.dataset}"
         options = {"host": parts.hostname, "port": parts.port or DEFAULT_PORT,
                    "user": self.analyst, "dbname": self.dataset, "autocommit": True,
                    "connect_timeout": int(connect_timeout),
@@ -284,6 +284,8 @@ class RemoteConnection(ConnectionBase):
                                    "names that port, not the HTTP one")
             raise translated from None
         self._closed = False
+        self._tls = self._db.pgconn.ssl_in_use
+        self._remaining: dict | None = None  # the budget_remaining of the last release
         # the session's ε, restored after a call with its own epsilon=
         self._session = {"dpsql.epsilon": epsilon_per_query, "dpsql.tune": None}
         if epsilon_per_query is not None:
@@ -327,6 +329,7 @@ class RemoteConnection(ConnectionBase):
         if not released:  # SHOW, SET, EXPLAIN ...: no release, the last one is not this
             return rows, {"columns": shown, "epsilon_spent": 0}
         release = json.loads(self._simple("SHOW dpsql.last_release")[0][0])
+        self._remaining = release.get("budget_remaining")
         return rows, release
 
     def cursor(self) -> RemoteCursor:
@@ -372,6 +375,15 @@ class RemoteConnection(ConnectionBase):
 
     def _close(self) -> None:
         self._db.close()
+
+    def __repr__(self) -> str:
+        """Dataset, analyst, server and the ε left as of the last release (asking the server
+        would be a round trip: ``budget_remaining``); never the password."""
+        state = "closed" if self._closed else (
+            "ε left unknown until a release" if self._remaining is None else
+            f"left ε={self._remaining['epsilon']:g} at the last release")
+        return (f"<dpsql.RemoteConnection dataset={self.dataset!r} analyst={self.analyst!r} "
+                f"server={self.address}{' tls' if self._tls else ''} {state}>")
 
 
 def _one_statement(sql: str) -> None:

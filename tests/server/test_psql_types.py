@@ -1,6 +1,6 @@
 """What PostgreSQL clients read from the server, value for value against a real PostgreSQL:
-psql's text (and COPY's), binary results (psycopg's binary cursors, asyncpg), ``\\gdesc``
-and EXPLAIN's formats."""
+psql's text (and COPY's), binary results (psycopg's binary cursors, asyncpg), ``\\gdesc``,
+EXPLAIN's formats, and the client connections' reprs."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 from server_harness import password, serving
 from test_psql import psql, pytestmark, spent  # noqa: F401 - psql must be installed
 
+import dpsql
 from dpsql.server import pgtypes
 
 POSTGRES = os.environ.get("DPSQL_TEST_POSTGRES", "postgresql://dpsql@127.0.0.1:55432/postgres")
@@ -169,3 +170,23 @@ def test_explain_is_text_or_json_and_analyze_is_refused(server):
     assert "ERROR:  0A000" in out.stderr and "exact row counts" in out.stderr
     assert spent(server, "jon") == 0
 
+
+def test_client_connections_say_what_they_are(server, tmp_path):
+    con = dpsql.connect(server.url("jon"))
+    try:
+        assert repr(con) == (f"<dpsql.RemoteConnection dataset='visits' analyst='jon' "
+                             f"server=127.0.0.1:{server.pg_port} ε left unknown until a "
+                             "release>")
+        con.execute("SELECT COUNT(*) AS n FROM visits WHERE region_id = 2", epsilon=0.1)
+        assert repr(con).endswith(f"left ε={1 - 0.1:g} at the last release>")
+        assert password("jon") not in repr(con)
+    finally:
+        con.close()
+    assert repr(con).endswith(" closed>")
+    custodian = dpsql.connect_custodian(metadata=str(server.home / "private-metadata" /
+                                                     "visits.yaml"),
+                                        ledger=tmp_path / "ledger.sqlite", analyst="olga")
+    assert repr(custodian) == ("<dpsql.CustodianConnection dataset='visits' custodian='olga' "
+                               "backend=duckdb exact answers, logged>")
+    custodian.close()
+    assert repr(custodian).endswith("backend=duckdb closed>")
