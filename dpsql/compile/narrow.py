@@ -10,6 +10,12 @@ booleans, equality of texts, IN, IS NULL, NOT, AND, OR); text order follows coll
 which differ between backends, and anything else keeps the declared domain. The same
 evaluation finds conditions that no declared value passes (``unmatched_columns``), which the
 compiler warns of.
+
+A key that does not decrease as a date or timestamp it is computed from grows
+(DATE_TRUNC('month', ts), CAST(ts AS DATE), EXTRACT(year FROM ts), STRFTIME(ts, '%Y-%m')) is
+narrowed too by the conjuncts comparing that date with literals (ts >= '2024-07-01', BETWEEN,
+=, IN): a row they keep has its key between the images of the literals, which Python computes
+as the backends do.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import datetime
 import math
 import operator
 
+from dpsql.compile import ops
 from dpsql.compile.ir import NUMERIC, Expr, conjuncts
 
 
@@ -30,22 +37,109 @@ _EQUALITIES = ("eq", "ne", "is_distinct", "is_not_distinct", "in")
 
 
 def kept_by_where(key: Expr, where: Expr | None) -> tuple | None:
-    """The key's domain values that every conjunct of WHERE reading that key alone keeps
-    (None: no such conjunct, or it would keep none, or one cannot be evaluated). A key
-    computed from columns is read alone where the conjunct reads those columns only through
-    the key's whole expression, compared structurally."""
+    """The key's domain values that every conjunct of WHERE reading that key alone keeps,
+    and that every conjunct bounding a date the key grows with leaves in reach
+    (``_within_literals``) (None: no such conjunct, or it would keep none). A key computed
+    from columns is read alone where the conjunct reads those columns only through the key's
+    whole expression, compared structurally; a conjunct that cannot be evaluated keeps
+    every value."""
     if key.domain is None or where is None or not key.columns():
         return None
     reading = [c for c in conjuncts(where)
                if c.columns() and c.columns() <= key.columns() and _reads_only(c, key)]
-    if not reading:
-        return None
     try:
         kept = tuple(v for v in key.domain
                      if all(_value(c, v, key) is True for c in reading))
     except _Unsure:
-        return None
+        kept = key.domain
+    kept = _within_literals(key, where, kept)
     return kept if kept and len(kept) < len(key.domain) else None
+
+
+_FLIPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq"}  # literal on the left
+
+
+def _within_literals(key: Expr, where: Expr, values: tuple) -> tuple:
+    """Of ``values``, those the key can take on a row where every top-level conjunct
+    comparing a date or timestamp the key does not decrease with (``_image``) with literals
+    holds: ``ts >= lo`` keeps the values from f(lo) on, ``ts <= hi`` those up to f(hi) (a
+    row's f(ts) lies between; ``ts < hi`` is ``ts <= hi − 1 µs``, a day for a date), and
+    ``ts = a`` and ``ts IN (a, b)`` the images of the literals.
+    The comparison is FALSE or NULL where ts is NULL, so no NULL key is added; a conjunct
+    that cannot be evaluated narrows nothing."""
+    for c in conjuncts(where):
+        if c.op not in _FLIPPED and c.op != "in" or len(c.args) < 2:
+            continue
+        subject, *literals = c.args
+        op = c.op
+        if op in _FLIPPED and subject.op == "lit":
+            subject, literals, op = literals[0], [subject], _FLIPPED[op]
+        if subject.type not in ("date", "timestamp") or not subject.columns():
+            continue
+        try:
+            ends = [_temporal(lit, subject.type) for lit in literals]
+            if op in ("lt", "gt"):  # ts < hi is ts <= the instant before hi (dates: the day)
+                step = _STEPS[subject.type] * (1 if op == "gt" else -1)
+                ends, op = [end + step for end in ends], op.replace("t", "e")
+            images = [_image(key, subject, end) for end in ends]
+            values = tuple(v for v in values if v is None or _reached(op, v, images))
+        except (_Unsure, ValueError, OverflowError):
+            continue
+    return values
+
+
+# the backends' resolution of a date and of a timestamp
+_STEPS = {"date": datetime.timedelta(days=1), "timestamp": datetime.timedelta(microseconds=1)}
+
+
+def _temporal(e: Expr, kind: str) -> datetime.date:
+    """A date or timestamp literal as Python's date or (naive) datetime."""
+    if e.op != "lit" or e.value is None:
+        raise _Unsure
+    value = (datetime.date if kind == "date" else datetime.datetime).fromisoformat(str(e.value))
+    if kind == "timestamp" and value.tzinfo is not None:
+        raise _Unsure
+    return value
+
+
+def _image(e: Expr, subject: Expr, value):
+    """``e`` where its subexpression ``subject`` is ``value``, for ``e`` a chain of
+    operations that do not decrease as their one argument grows, each computed as the
+    backends compute it: DATE_TRUNC, a timestamp's date, EXTRACT(year) and a date format
+    that sorts as its dates do (``_sorted_format``)."""
+    if e == subject:
+        return value
+    if len(e.args) != 1:
+        raise _Unsure
+    inner = _image(e.args[0], subject, value)
+    if e.op == "date_trunc":
+        date = ops.truncated(inner if e.args[0].type == "date" else inner.date(), e.value)
+        return date if e.type == "date" else datetime.datetime.combine(date, datetime.time())
+    if e.op == "cast" and e.type == "date" and e.args[0].type == "timestamp":
+        return inner.date()
+    if e.op == "extract" and e.value == "year":
+        return inner.year
+    if e.op == "strftime" and _sorted_format(ops.format_parts(e.value)):
+        return ops.format_date(inner, ops.format_parts(e.value))
+    raise _Unsure
+
+
+def _sorted_format(parts: list[str] | None) -> bool:
+    """Whether a date format's texts sort as their dates: the year, then the month's number,
+    then the day's (each of fixed width), one separator between them ('%Y-%m')."""
+    return parts is not None and len(parts) % 2 == 1 and \
+        parts[::2] == ["%Y", "%m", "%d"][:len(parts) // 2 + 1]
+
+
+def _reached(op: str, value, images: list) -> bool:
+    """Whether a key value lies where ``op`` against the literals' images lets it."""
+    if any(type(value) is not type(image) for image in images):
+        raise _Unsure  # a declared value of another type than the image (text for a date)
+    if op == "ge":
+        return value >= images[0]
+    if op == "le":
+        return value <= images[0]
+    return value in images
 
 
 def may_keep_null(key: Expr, where: Expr) -> bool:

@@ -774,6 +774,11 @@ def _date_trunc(node: exp.Expression, scope: Scope) -> Expr:
     return Expr("date_trunc", (arg,), arg.type, unit, interval, None, domain, True)
 
 
+def truncated(date: datetime.date, unit: str) -> datetime.date:
+    """A date truncated to ``unit`` as DATE_TRUNC truncates it (a week to its Monday)."""
+    return day(_truncated_day((date - _EPOCH).days, unit))
+
+
 def _truncated_day(number: int, unit: str) -> int:
     """The day number of a day's truncation to ``unit`` (a Monday for a week)."""
     date = day(number)
