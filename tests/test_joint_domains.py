@@ -9,7 +9,9 @@ them as their joint domain, not the product of their domains (``select._key_tupl
   the tuples; the ratings' item entry (200 × 1) applies to i.item, i.title where ON equates
   i.item to r.item and the catalogue holds an item once;
 - the tuples are read from the public table, narrowed by the WHERE conjuncts reading it
-  alone, and beside a LEFT JOIN include the keys of its row of NULLs;
+  alone, and beside a LEFT JOIN include the keys of its row of NULLs; one key takes them
+  where such a conjunct narrows it (GROUP BY i.title WHERE i.Comedy = 1: 502 titles of
+  1,664), and a WHERE that keeps none of its rows is refused uncharged;
 - the neighbour contract holds on DuckDB (the pivoted plan: 5 tuples, 25 cells before) and
   PostgreSQL for a person with hundreds of rows in regions absent from the public table.
 """
@@ -45,6 +47,8 @@ RELEASES = ("SELECT i.item, i.title, i.release, COUNT(*) AS n FROM ratings r JOI
             "ON r.item = i.item GROUP BY i.item, i.title, i.release")
 BY_RATING = ("SELECT i.item, i.title, r.rating, COUNT(*) AS n FROM ratings r JOIN items i "
              "ON r.item = i.item WHERE i.item IN (1, 2) GROUP BY i.item, i.title, r.rating")
+COMEDIES = ("SELECT i.title, COUNT(*) AS n FROM ratings r JOIN items i ON r.item = i.item "
+            "WHERE i.Comedy = 1 GROUP BY i.title")
 EXACT = 1e7  # ε at which the noise of a count is far below 1
 
 
@@ -103,6 +107,16 @@ def test_a_private_key_keeps_the_product_with_the_tuples(movielens):
     assert [(i, r) for i, _, r, _ in rows] == [(i, r) for i in (1, 2) for r in range(1, 6)]
 
 
+def test_one_key_takes_the_values_of_the_rows_the_where_keeps(movielens):
+    """GROUP BY i.title alone, WHERE on another column of items: the 502 comedies' titles
+    (all 1,664 titles were released before, 1,162 of them noisy zeros)."""
+    con, folder = movielens
+    titles = {title for _, title in _films(folder, "Comedy = 1")}
+    assert _planned(con, COMEDIES).checked.cells == len(titles) == 502
+    assert {title for title, _ in con.cursor().execute(COMEDIES, epsilon=1).fetchall()} == \
+        titles
+
+
 def test_the_item_entry_bounds_item_and_title_of_one_catalogue_row(movielens):
     """ON r.item = i.item and one row an item: a person's ratings of an item lie in one
     (item, title) cell, so the entry's 200 × 1 applies (the table's 5 × 100 before): COUNT's
@@ -131,8 +145,10 @@ CONTRACT = [
     "FROM visits v LEFT JOIN regions r ON v.region_id = r.region_id GROUP BY 1, 2",
     "SELECT r.region_id, r.name, COUNT(DISTINCT v.day) AS d FROM visits v JOIN regions r "
     "ON v.region_id = r.region_id GROUP BY r.region_id, r.name",
+    "SELECT r.name, SUM(v.amount) AS s FROM visits v JOIN regions r "
+    "ON v.region_id = r.region_id WHERE r.region_id IN (1, 3) GROUP BY r.name",
 ]
-CELLS = [5, 3, 7 * 5, 6, 5]  # the products: 25, 15, 175, 36, 25
+CELLS = [5, 3, 7 * 5, 6, 5, 2]  # the products: 25, 15, 175, 36, 25, and the 5 names
 
 
 def regions_absent() -> dict[str, pd.DataFrame]:
@@ -158,6 +174,14 @@ def test_joint_domains_keep_the_neighbour_contract(neighbours):
         assert [p.release.statements[0].checked.cells for p in plans] == [cells] * 2, sql
         answers = nb.execute_both(pair, sql, epsilon=1)
         assert [len(a.sets[0]) for a in answers] == [cells] * 2, sql
+
+
+def test_a_where_keeping_no_public_row_is_refused_uncharged(neighbours):
+    """No region passes the WHERE: every cell is empty on every database (the product's 5
+    names were released as noise before); refused alike on D and D′, nothing charged."""
+    sql = ("SELECT r.name, COUNT(*) AS n FROM visits v JOIN regions r "
+           "ON v.region_id = r.region_id WHERE r.region_id > 100 GROUP BY r.name")
+    assert nb.contract(neighbours, [sql]) == [["programming"] * len(neighbours)]
 
 
 def test_the_pivoted_plan_reads_the_tuples(duck_pairs):

@@ -443,7 +443,9 @@ class _Compiler:
         domain, instead of the product of their domains. Every row of the relation holds in
         those columns one of the part's rows (or NULLs, beside a LEFT JOIN), so no cell is
         lost; the tuples are read from the public table (``public_tuples``), never from
-        private rows. Too many tuples, or none, keep the product."""
+        private rows. One key takes them too where such a conjunct narrows its domain
+        (``GROUP BY i.title WHERE i.Comedy = 1``). Too many tuples keep the product; none
+        is refused, uncharged: every cell is empty on every database."""
         if self.public_tuples is None:
             return ()
         found, taken = [], set()
@@ -454,18 +456,24 @@ class _Compiler:
             positions = tuple(i for i, k in enumerate(self.keys)
                               if i not in taken and k.domain is not None and
                               k.expr.columns() and k.expr.columns() <= set(shown))
-            if len(positions) < 2:
-                continue
             filters = tuple(c for c in (conjuncts(self.where) if self.where is not None else ())
                             if c.columns() and c.columns() <= set(shown))
+            if len(positions) < (1 if filters else 2):  # one key: its domain, unless narrowed
+                continue
             nulls = {c: self.relation.columns[c].type for c in shown} if nullable else None
             read = self.public_tuples(part, tuple(self.keys[i].expr for i in positions),
                                       filters, nulls)
-            rows = _within(read or (), [self.keys[i].domain for i in positions])
-            if not rows:
+            if read is None:
                 continue
-            taken.update(positions)
+            rows = _within(read, [self.keys[i].domain for i in positions])
             tables = ", ".join(sorted({scan.table for scan in scans(part)}))
+            if not rows:  # decided on public rows alone: the same refusal on every database
+                raise ProgrammingError(
+                    f"no row of public table {tables} that the WHERE keeps has GROUP BY "
+                    f"keys {', '.join(self.keys[i].name for i in positions)} within their "
+                    "domains, so every cell of the answer is empty", sql=self.sql,
+                    hint=f"check the WHERE conditions on {tables}: nothing was charged")
+            taken.update(positions)
             found.append(KeyTuples(positions, rows, f"the distinct rows of public table {tables}"
                                    + (", those WHERE keeps" if filters else "")))
         return tuple(found)
