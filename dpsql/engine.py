@@ -77,6 +77,9 @@ from dpsql.versions import data_version
 
 ANALYSED_KEPT = 256  # checked statements kept per connection
 LARGEST_EPSILON = 10**12
+# backends whose run_sql stops a query at its timeout (QueryTimeoutError): DuckDB interrupts
+# it, PostgreSQL sets statement_timeout for its transaction
+TIMED_BACKENDS = ("duckdb", "postgresql")
 
 
 def _accuracy(target) -> float:
@@ -117,10 +120,10 @@ class Engine:
                 f"bounded snapshots are temporary DuckDB tables; {backend.name} bounds per query",
                 hint="leave bounding at 'per_query' for this backend")
         if timeout is not None:
-            if not on_duckdb:
+            if backend.name not in TIMED_BACKENDS:  # Spark's jobs run on without a limit
                 raise NotSupportedError(
-                    f"a query timeout works on DuckDB; on {backend.name} set the warehouse's "
-                    "own limit", hint="e.g. statement_timeout for the PostgreSQL role")
+                    f"a query timeout works on DuckDB and PostgreSQL; on {backend.name} set "
+                    "the cluster's own limit", hint="leave timeout= out for this backend")
             if not (isinstance(timeout, (int, float)) and math.isfinite(timeout)
                     and timeout > 0):
                 raise ProgrammingError(f"timeout must be a number of seconds > 0, got "
