@@ -112,8 +112,11 @@ class Attribute:
 def _lookup(domain: Sequence, keys: pd.Series) -> np.ndarray:
     """Positions of ``keys`` in ``domain``; UNKNOWN for NULL or values outside it."""
     positions = {_normalise(v): i for i, v in enumerate(domain)}
-    found = keys.map(lambda v: positions.get(_normalise(v), UNKNOWN) if pd.notna(v) else UNKNOWN)
-    return found.to_numpy(dtype=int)
+    # each distinct key looked up once (a call per key took 3 s of a 1,000-tree forest's
+    # 268,000 released cells); NULL's code -1 picks the UNKNOWN at the end
+    codes, distinct = pd.factorize(keys)
+    found = [positions.get(_normalise(v), UNKNOWN) for v in distinct] + [UNKNOWN]
+    return np.asarray(found, dtype=int)[codes]
 
 
 def _normalise(value: object) -> str:

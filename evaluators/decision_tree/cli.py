@@ -13,9 +13,10 @@ import dpsql
 from evaluators._budget import require_budget
 from evaluators._cli import EXACT, dataset_ledger, emit, evaluator_options
 from evaluators.decision_tree.attributes import schema_from_metadata
-from evaluators.decision_tree.forest import DPRandomForest
+from evaluators.decision_tree.forest import DPRandomForest, check_trees
 from evaluators.decision_tree.holdout import split_holdout, temporary_directory
 from evaluators.decision_tree.split import CRITERIA, SELECTIONS
+from evaluators.decision_tree.sql import max_nodes
 from evaluators.decision_tree.tree import DPDecisionTree
 
 
@@ -53,7 +54,9 @@ def command(metadata: str, table: str, epsilon: float, output: str | None, seed:
              else DPDecisionTree(epsilon, max_depth=depth, **options))
     # before the custodian reads the rows to split them: a run the budget cannot cover, or
     # an unknown --exclude, logged that read, then said nothing was run
-    schema_from_metadata(metadata, table, target, exclude=exclude, numeric_bins=bins)
+    schema = schema_from_metadata(metadata, table, target, exclude=exclude, numeric_bins=bins)
+    if trees > 1:
+        check_trees(trees, schema)
     with dpsql.connect(None, metadata=metadata, analyst=analyst, ledger=ledger) as dataset:
         require_budget(dataset, Fraction(str(epsilon)))
     with temporary_directory() as directory:
@@ -86,6 +89,8 @@ def command(metadata: str, table: str, epsilon: float, output: str | None, seed:
         "criterion": criterion,
         "selection": selection,
         "trees": trees,
+        # splits chosen but not made: their children would pass what one script counts
+        "splits_withheld": sum(level.withheld for level in model.levels),
         "fit_seconds": round(fit_seconds, 3),
         "noise": "insecure (seeded, NOT private)" if insecure_seed is not None else "cryptographic",
         "queries": [{"sql": level.sql, "epsilon": float(level.epsilon),
@@ -101,6 +106,9 @@ def command(metadata: str, table: str, epsilon: float, output: str | None, seed:
                    f"custodian's test rows); depth {result['depth']}; "
                    f"ε spent {result['epsilon_spent']:g} in {len(model.levels)} scripts; "
                    f"fit {fit_seconds:.2f} s")
+        if result["splits_withheld"]:
+            click.echo(f"{result['splits_withheld']:,} splits not made: a level script counts "
+                       f"at most {max_nodes(schema):,} nodes")
         if show_tree:
             click.echo(model.render())
 

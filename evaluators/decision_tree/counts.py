@@ -94,12 +94,10 @@ def _dense_all(schema: Schema, statements: Sequence[CountStatement],
 
 def _dense(schema: Schema, statement: CountStatement, frame: pd.DataFrame) -> np.ndarray:
     # Cells the result lacks stay 0: the exact custodian answer omits empty groups.
-    rows = {node: i for i, node in enumerate(statement.nodes)}
     frame = frame.rename(columns=str.lower)
-    nodes = frame["node"].map(lambda n: rows.get(int(n), UNKNOWN) if pd.notna(n) else UNKNOWN)
     counts = frame["n"].to_numpy(dtype=float)
-    keys = [nodes.to_numpy(dtype=int)]
-    shape = [len(rows)]
+    keys = [_node_rows(statement.nodes, frame["node"])]
+    shape = [len(statement.nodes)]
     if statement.attribute is not None:
         keys.append(statement.attribute.indices_of_released(frame["v"]))
         shape.append(statement.attribute.size)
@@ -109,3 +107,15 @@ def _dense(schema: Schema, statement: CountStatement, frame: pd.DataFrame) -> np
     table = np.zeros(shape)
     np.add.at(table, tuple(k[known] for k in keys), counts[known])
     return table
+
+
+def _node_rows(nodes: Sequence[int], released: pd.Series) -> np.ndarray:
+    """The row of each released node id in ``nodes`` (UNKNOWN for NULL or another id), as
+    one array lookup: a Python call per cell took seconds for a 10,000-tree forest."""
+    rows = np.full(max(nodes) + 1, UNKNOWN)
+    rows[list(nodes)] = np.arange(len(nodes))
+    ids = pd.to_numeric(released, errors="coerce").to_numpy(dtype=float)
+    known = np.isfinite(ids) & (ids >= 0) & (ids < len(rows))
+    found = np.full(len(ids), UNKNOWN)
+    found[known] = rows[ids[known].astype(int)]
+    return found

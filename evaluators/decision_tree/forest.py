@@ -1,7 +1,7 @@
 """Random forest of DP trees, each grown on a disjoint part of the table.
 
 The parts are given by a public integer column (``tree_part`` in 0..n_trees-1, assigned at
-random by the data custodian, see ``holdout.py``). Tree i's root path is ``tree_part = i``, so
+random by the data custodian, see ``holdout.py``). Tree i's nodes are in ``tree_part = i``, so
 the nodes of all trees at one depth are still disjoint and share one level script: by parallel
 composition the whole forest costs ε once, and the ledger records exactly ε.
 """
@@ -16,6 +16,7 @@ import numpy as np
 import dpsql
 from evaluators.decision_tree.attributes import Schema, quote_identifier
 from evaluators.decision_tree.node import Node
+from evaluators.decision_tree.sql import Part, max_nodes
 from evaluators.decision_tree.tree import DPDecisionTree
 
 PARTITION_COLUMN = "tree_part"
@@ -50,11 +51,27 @@ class DPRandomForest(DPDecisionTree):
             raise dpsql.ProgrammingError(
                 f"{self.partition_column!r} cannot be both the partition and a split attribute",
                 hint="leave it out of attributes=")
+        check_trees(self.n_trees, schema)
         size = min(self.attributes_per_tree or len(names), len(names))
         column = quote_identifier(self.partition_column)
-        return [Node(depth=0, conditions=(f"{column} = {i}",),
-                     candidates=_subset(names, size, rng), label=f"tree {i}")
+        return [Node(depth=0, conditions=(), candidates=_subset(names, size, rng),
+                     label=f"tree {i}", part=Part(column, i, self.n_trees))
                 for i in range(self.n_trees)]
+
+
+def check_trees(n_trees: int, schema: Schema) -> None:
+    """Refuse a forest whose roots alone pass what one script can count (``max_nodes``):
+    the engine refused its leaf script after charging the levels before it.
+
+    Raises:
+        dpsql.ProgrammingError: ``n_trees`` is above ``max_nodes(schema)``.
+    """
+    most = max_nodes(schema)
+    if n_trees > most:
+        raise dpsql.ProgrammingError(
+            f"a forest of {n_trees:,} trees has more roots than one script can count "
+            f"({most:,}: each level is one GROUP BY over its nodes)",
+            hint=f"use at most {most:,} trees (--trees)")
 
 
 def _subset(names: Sequence[str], size: int, rng: np.random.Generator) -> tuple[str, ...]:

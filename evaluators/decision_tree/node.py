@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from evaluators.decision_tree.attributes import UNKNOWN, Attribute
+from evaluators.decision_tree.sql import Part
 
 MIN_LABEL_MASS = 1.0  # a node whose clamped noisy counts sum below one row borrows its parent's
 
@@ -20,12 +21,14 @@ class Node:
     ``counts`` is the node's class-count estimate, an inverse-variance combination of every
     release that covered the node, and ``variance`` the noise variance of each of its cells
     (0 for exact counts). ``children[i]`` holds the rows with value index ``i`` of ``split``.
+    In a forest, ``part`` says which rows are its tree's.
     """
 
     depth: int
     conditions: tuple[str, ...]
     candidates: tuple[str, ...]
     label: str = ""
+    part: Part | None = None
     counts: np.ndarray | None = None
     variance: float = math.inf
     split: Attribute | None = None

@@ -121,7 +121,12 @@ class DPDecisionTree:
         if missing:
             raise dpsql.ProgrammingError(f"rows lack the split attribute(s) {missing}",
                                          hint="pass a DataFrame with every attribute column")
-        return np.mean([predict_proba(root, codes, len(rows)) for root in self.roots], axis=0)
+        # summed tree by tree: a list of every tree's (rows × classes) array held 1.6 GB for a
+        # 10,000-tree forest scored on Adult's 9,769 test rows
+        total = np.zeros((len(rows), len(schema.classes)))
+        for root in self.roots:
+            total += predict_proba(root, codes, len(rows))
+        return total / len(self.roots)
 
     def predict(self, rows: pd.DataFrame) -> np.ndarray:
         """The most probable class of each row."""
