@@ -158,6 +158,9 @@ class CheckedQuery:
     # keys of one public table reference with their joint domain, the table's tuples of them;
     # the zero-filled domain is the product of these and the other keys' domains (``factors``)
     key_tuples: tuple[KeyTuples, ...] = ()
+    # FROM gives each person at most one row by its SQL (a subquery grouped by the unit:
+    # ``compile.ir.one_row_a_person``), so the contribution bounds drop nothing
+    one_row_a_person: bool = False
 
     @property
     def has_private_keys(self) -> bool:
@@ -203,8 +206,8 @@ class CheckedQuery:
         are the metadata's, not the data's, so saying that rows beyond them are dropped is
         free, and intervals alone read as if they covered the whole table."""
         table = self.table
-        if table.privacy_unit is None:
-            return None
+        if table.privacy_unit is None or self.one_row_a_person:
+            return None  # the bounds (at least 1 × 1) drop none of one row a person
         cells = self.cells if self.keys else 1
         groups = min(table.max_groups_per_unit, cells or table.max_groups_per_unit) \
             if self.keys else 1

@@ -207,6 +207,16 @@ def scans(node) -> Iterator[Scan]:
         yield from scans(node.input)
 
 
+def one_row_a_person(node) -> bool:
+    """Whether a relation's SQL gives each person at most one row, whatever the data: a
+    GROUP BY whose one key is the unit (a Group holds the unit among its keys), under
+    filters and projections. A table declared one row a person is not: its data may hold
+    more, which the bounds then drop."""
+    while isinstance(node, (Filter, Project)):
+        node = node.input
+    return isinstance(node, Group) and len(node.keys) == 1
+
+
 def shown_parts(node, nullable: bool = False) -> Iterator[tuple[Any, bool]]:
     """(part, nullable) for ``node`` and each subtree whose columns it shows as they are,
     through joins, filters and numbering: a row of ``node`` holds, in a part's columns, one of

@@ -31,6 +31,7 @@ from dpsql.compile.ir import (
     canonical,
     column,
     conjuncts,
+    one_row_a_person,
     outputs,
     scans,
     shown_parts,
@@ -363,6 +364,7 @@ class _Compiler:
                             post_sql=post_sql, post_is_projection=projection, ranked=ranked,
                             bounds_why=one_group or why, where_pinned=self.where_pinned,
                             key_tuples=self.key_tuples,
+                            one_row_a_person=one_row_a_person(self.relation.node),
                             ranking_sql=ranking_sql,
                             having_tests=_having_tests(having_expr, self._aggregate_names()))
 
