@@ -54,13 +54,20 @@ class AnonymizationConfig:
             raise dpsql.ProgrammingError(
                 "ℓ-diversity and t-closeness need a sensitive attribute", hint="pass --sensitive"
             )
+        if self.sensitive is not None and self.sensitive in self.qids:
+            # the search then suppressed every record and failed its own SQL check
+            # (an InternalError, after the custodian's read was logged)
+            raise dpsql.ProgrammingError(
+                f"{self.sensitive!r} is both a quasi-identifier and the sensitive attribute",
+                hint="pass it as --qid or as --sensitive, not both")
         if self.objective not in OBJECTIVES:
             raise dpsql.ProgrammingError(
                 f"unknown objective {self.objective!r}", hint=f"use one of {sorted(OBJECTIVES)}"
             )
         if not 0 <= self.suppression_limit <= 1:
             raise dpsql.ProgrammingError(
-                f"suppression limit must be a share in [0, 1], got {self.suppression_limit}"
+                f"suppression limit must be a share in [0, 1], got {self.suppression_limit}",
+                hint="pass e.g. --suppression-limit 0.05"
             )
 
     @property
@@ -177,13 +184,22 @@ def _check_agreement(con, published: str, config: AnonymizationConfig, best: Nod
         )
 
 
-def write_release(con: duckdb.DuckDBPyConnection, select_sql: str, path: str | Path) -> None:
-    """Write a release to CSV or Parquet (by the file extension)."""
-    path = Path(path)
-    if path.suffix.lower() not in (".csv", ".parquet"):
+def release_format(path: str | Path) -> str:
+    """DuckDB's COPY format of a release written to ``path`` (by its extension).
+
+    Raises:
+        dpsql.ProgrammingError: the extension is neither .csv nor .parquet.
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".csv", ".parquet"):
         raise dpsql.ProgrammingError(
             f"cannot write {str(path)!r}", hint="use a .csv or .parquet output file"
         )
-    fmt = "PARQUET" if path.suffix.lower() == ".parquet" else "CSV, HEADER"
+    return "PARQUET" if suffix == ".parquet" else "CSV, HEADER"
+
+
+def write_release(con: duckdb.DuckDBPyConnection, select_sql: str, path: str | Path) -> None:
+    """Write a release to CSV or Parquet (by the file extension)."""
+    fmt = release_format(path)
     target = exp.Literal.string(str(path)).sql("duckdb")
     con.execute(f"COPY ({select_sql}) TO {target} (FORMAT {fmt})")

@@ -10,9 +10,15 @@ from pathlib import Path
 import click
 
 import dpsql
+from dpsql.budget import positive
 from evaluators import _catalog
+from evaluators._budget import require_budget
 from evaluators._cli import EXACT, evaluator_options, reuse_note
-from evaluators.anonymization.anonymizer import AnonymizationConfig, write_release
+from evaluators.anonymization.anonymizer import (
+    AnonymizationConfig,
+    release_format,
+    write_release,
+)
 from evaluators.anonymization.criteria import (
     L_VARIANTS,
     T_VARIANTS,
@@ -69,7 +75,7 @@ def default_qids(metadata: str, table: str, hierarchies: Path, sensitive: str | 
               show_default=True, help="What the lattice search minimizes.")
 @click.option("--suppression-limit", type=float, default=1.0, show_default=True,
               help="Largest share of records that may be suppressed.")
-@click.option("--rho", type=int, default=0, show_default=True,
+@click.option("--rho", type=click.IntRange(min=0), default=0, show_default=True,
               help="ρ-Gain passes re-anonymizing the suppressed records.")
 @click.option("--reference", type=click.Choice(["original", "input"]), default="original",
               show_default=True, help="t-closeness reference distribution in later passes.")
@@ -89,6 +95,7 @@ def command(metadata, table, epsilon, output, insecure_seed, as_json, analyst, l
     with ρ-Gain passes; print the chosen node, classes, outliers, C_AVG, DM, risks, and the
     k, ℓ and t the release achieves beside the targets."""
     dp_epsilon = epsilon if epsilon is not None else dp_epsilon
+    _refuse_unused(check, dp_epsilon, output, dp_node)
     if check:
         payload = _check_table(metadata, table, list(qids), sensitive, hierarchy_dir, analyst,
                                ledger, l_value)
@@ -111,9 +118,14 @@ def command(metadata, table, epsilon, output, insecure_seed, as_json, analyst, l
         suppression_limit=suppression_limit, prune=not no_prune,
     )
     public_node = _public_node(dp_node, qids, hierarchies) if dp_node is not None else None
-    if public_node is not None and dp_epsilon is not None:
+    # refused before the custodian's read, which was logged for runs that then failed here
+    if output is not None:
+        release_format(output)
+    if dp_epsilon is not None:
+        _require_budget(metadata, dp_epsilon, analyst, ledger)
+    if public_node is not None:
         _dp_only(metadata, table, config, public_node, dp_epsilon, insecure_seed, analyst,
-                 ledger, output, as_json)
+                 ledger, as_json)
         return
     custodian = open_custodian(metadata, analyst=analyst, ledger=ledger)
     try:
@@ -136,6 +148,32 @@ def command(metadata, table, epsilon, output, insecure_seed, as_json, analyst, l
         click.echo(json.dumps(payload))
         return
     _print_summary(payload)
+
+
+def _refuse_unused(check: bool, epsilon: float | None, output: str | None,
+                   dp_node: str | None) -> None:
+    """Refuse options the run would ignore: --check releases nothing, --dp-node places the
+    ε-DP counts, which only --epsilon releases, and makes no k-anonymous release to write
+    (the first two ran, and said nothing of it)."""
+    if check and (epsilon is not None or output is not None or dp_node is not None):
+        raise dpsql.ProgrammingError(
+            "--check measures TABLE as it is and releases nothing: --epsilon, --output and "
+            "--dp-node do not apply", hint="leave them out, or leave out --check")
+    if dp_node is not None and epsilon is None:
+        raise dpsql.ProgrammingError(
+            "--dp-node is the node of the ε-DP counts, which only --epsilon releases",
+            hint="add --epsilon E, or leave out --dp-node")
+    if dp_node is not None and output is not None:
+        raise dpsql.ProgrammingError(
+            "--output writes the k-anonymous release, which --dp-node does not make",
+            hint="leave out --output (the noisy counts are printed), or --dp-node")
+
+
+def _require_budget(metadata, epsilon: float, analyst, ledger) -> None:
+    """Refuse an ε that is not a positive number or that the budget cannot cover, before
+    anything is read."""
+    with dpsql.connect(None, metadata=metadata, analyst=analyst, ledger=ledger) as dataset:
+        require_budget(dataset, positive(epsilon))
 
 
 def _check_table(metadata, table, qids, sensitive, hierarchy_dir, analyst, ledger, l_value):
@@ -176,16 +214,11 @@ def _public_node(text: str, qids: list[str], hierarchies) -> tuple[int, ...]:
     return node
 
 
-def _dp_only(metadata, table, config, node, epsilon, seed, analyst, ledger, output,
-             as_json) -> None:
+def _dp_only(metadata, table, config, node, epsilon, seed, analyst, ledger, as_json) -> None:
     """The ε-DP counts at a public ``--dp-node``, released on their own: the exact k-anonymity
     search (and its check that every value is in a hierarchy) does not run, so it cannot gate
     the release (a person whose sex was in no hierarchy made it a DataError on D′ only);
     values outside a hierarchy are counted under NULL."""
-    if output is not None:
-        raise dpsql.ProgrammingError(
-            "--output writes the k-anonymous release, which --dp-node does not make",
-            hint="leave out --output (the noisy counts are printed), or --dp-node")
     custodian = open_custodian(metadata, analyst=analyst, ledger=ledger)
     try:
         dp = _dp_alternative(metadata, table, config, None, epsilon, seed, analyst, ledger,

@@ -71,7 +71,8 @@ class PrivacyModel:
 
     def __post_init__(self) -> None:
         if self.k < 1:
-            raise dpsql.ProgrammingError(f"k must be at least 1, got {self.k}")
+            raise dpsql.ProgrammingError(f"k must be at least 1, got {self.k}",
+                                         hint="pass k ≥ 1 (--k)")
         if self.l_variant not in L_VARIANTS:
             raise dpsql.ProgrammingError(
                 f"unknown ℓ-diversity variant {self.l_variant!r}", hint=f"use one of {L_VARIANTS}"
@@ -80,12 +81,22 @@ class PrivacyModel:
             raise dpsql.ProgrammingError(
                 f"unknown t-closeness variant {self.t_variant!r}", hint=f"use one of {T_VARIANTS}"
             )
-        if self.l is not None and self.l < 1:
-            raise dpsql.ProgrammingError(f"ℓ must be at least 1, got {self.l}")
+        if self.l is not None and not self.l >= 1:  # NaN too
+            raise dpsql.ProgrammingError(f"ℓ must be at least 1, got {self.l}",
+                                         hint="pass ℓ ≥ 1 (--l)")
         if self.l_variant == "recursive" and self.l is not None and self.c is None:
             raise dpsql.ProgrammingError("recursive (c, ℓ)-diversity needs c", hint="pass c > 0")
+        if self.c is not None and (self.l_variant != "recursive" or self.l is None):
+            # it was ignored: a run with --c 2 alone checked k only, and said nothing
+            raise dpsql.ProgrammingError(
+                "c is the c of recursive (c, ℓ)-diversity, which this model does not check",
+                hint="pass --l L --l-variant recursive with --c, or leave out --c")
+        if self.c is not None and not self.c > 0:
+            raise dpsql.ProgrammingError(f"c must be greater than 0, got {self.c}",
+                                         hint="pass c > 0 (--c)")
         if self.t is not None and not 0 <= self.t <= 1:
-            raise dpsql.ProgrammingError(f"t must be in [0, 1], got {self.t}")
+            raise dpsql.ProgrammingError(f"t must be in [0, 1], got {self.t}",
+                                         hint="pass t in [0, 1] (--t)")
 
     @property
     def needs_sensitive(self) -> bool:

@@ -583,11 +583,11 @@ def test_a_dp_node_release_is_not_gated_by_the_exact_search(tmp_path):
         assert "dp" not in dp and "k_anonymous" not in dp
 
 
-def _anonymize_zips(tmp_path, *options: str) -> CliRunner:
+def _anonymize_zips(tmp_path, *options: str, ledger: str = ":memory:") -> CliRunner:
     """``anonymize`` of eight people by zip (hierarchy 1301 → 130* → *), sensitive s:
     1301 a b, 1302 a a, 1401 b c, 1402 c b. Without suppression only 130* / 140* is
     2-diverse: 130* holds a a a b, 140* b b c c, against the whole table's a 3/8, b 3/8,
-    c 2/8."""
+    c 2/8. The budget is ε 10."""
     (tmp_path / "h").mkdir(exist_ok=True)
     (tmp_path / "h" / "zip.csv").write_text(
         "".join(f"{z};{z[:3]}*;*\n" for z in ("1301", "1302", "1401", "1402")))
@@ -595,12 +595,36 @@ def _anonymize_zips(tmp_path, *options: str) -> CliRunner:
             ("1401", "c"), ("1402", "c"), ("1402", "b")]
     (tmp_path / "t.csv").write_text("zip,s\n" + "".join(f"{z},{s}\n" for z, s in rows))
     (tmp_path / "t.yaml").write_text(
+        "name: t\nbudget: {epsilon: 10}\n"
         "tables:\n  t:\n    source: t.csv\n    privacy_unit: null\n    columns:\n"
         "      zip: {type: text}\n      s: {type: text}\n")
     return CliRunner().invoke(command, [
         "--metadata", str(tmp_path / "t.yaml"), "--table", "t", "--hierarchies",
         str(tmp_path / "h"), "--qid", "zip", "--sensitive", "s", "--k", "2",
-        "--suppression-limit", "0", "--ledger", ":memory:", *options])
+        "--suppression-limit", "0", "--ledger", ledger, *options])
+
+
+@pytest.mark.parametrize(("options", "error"), [
+    (["--rho", "-1"], SystemExit),  # a usage error (exit code 2)
+    (["--sensitive", "zip", "--l", "2"], dpsql.ProgrammingError),  # a QID: InternalError
+    (["-e", "0"], dpsql.PrivacyParameterError),
+    (["-e", "nan"], dpsql.PrivacyParameterError),
+    (["-e", "11"], dpsql.BudgetExhaustedError),
+    (["--output", "release.txt"], dpsql.ProgrammingError),
+    (["--dp-node", "1"], dpsql.ProgrammingError),  # without -e: ignored
+    (["--l", "2", "--c", "2"], dpsql.ProgrammingError),  # c without recursive: ignored
+    (["--check", "-e", "1"], dpsql.ProgrammingError),  # --check releases nothing: ignored
+])
+def test_a_refused_run_logs_no_custodian_read(tmp_path, options, error):
+    """Each of these runs read the table as its custodian (logged in the ledger as an exact
+    access) and was then refused, or ran with an option it ignored. Now each is refused
+    before anything is read, and the ledger holds no read."""
+    ledger = tmp_path / "l.sqlite"
+    result = _anonymize_zips(tmp_path, *options, ledger=str(ledger))
+    assert result.exit_code != 0 and isinstance(result.exception, error), result.output
+    if ledger.exists():
+        with dpsql.connect(None, metadata=str(tmp_path / "t.yaml"), ledger=str(ledger)) as con:
+            assert [r for r in con.ledger.history() if r["kind"] == "exact"] == []
 
 
 def test_the_release_reports_the_k_l_and_t_it_achieves_beside_the_targets(tmp_path):
