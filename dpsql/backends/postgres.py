@@ -39,7 +39,7 @@ _TYPES = {"bigint": "int", "integer": "int", "smallint": "int", "double precisio
 # operation not proven within 64 bits is computed in NUMERIC, so an integer or smallint cannot
 # overflow; a timestamptz is read at the session's TimeZone (UTC)
 _NATIVE = {"int": {"bigint", "integer", "smallint"}, "float": {"double precision"},
-           "text": {"text", "character varying", "character"}, "bool": {"boolean"},
+           "text": set(), "bool": {"boolean"},
            "date": {"date"},
            "timestamp": {"timestamp without time zone", "timestamp with time zone"}}
 # a NUMERIC holds values no double does (1e400, 1e-400: a cast of either fails): those beyond
@@ -52,6 +52,9 @@ _STORED = """SELECT a.attname, format_type(CASE WHEN t.typtype = 'd' THEN t.typb
 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
 WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum"""
+
+# a relation's kind (r table, p partitioned, v view, m materialized view, f foreign table)
+_KIND = "SELECT (SELECT relkind FROM pg_class WHERE oid = to_regclass(%s))"
 
 # the same for several relations at once, each row labelled with the catalogue's table name
 _STORED_NOW = """SELECT r.name, a.attname, format_type(CASE WHEN t.typtype = 'd'
@@ -89,6 +92,11 @@ class PostgresBackend:
             raise BackendError(f"cannot connect to PostgreSQL at {_redacted(url)}: {err}") from err
         try:
             stored = self._stored_types = {name: self._stored(name) for name in catalog.tables}
+            # tables and views: PostgreSQL locks no materialized view or foreign table (every
+            # query on one failed at the lock, charged); their stored types are checked alone
+            self.lockable = [relation for relation in self.relations.values()
+                             if self.connection.execute(_KIND, (relation,)).fetchone()[0]
+                             in ("r", "p", "v")]
             self.catalog = with_stored_columns(catalog, {
                 name: {column: _TYPES.get(kind, "text") for column, kind in columns.items()}
                 for name, columns in stored.items()})
@@ -181,11 +189,13 @@ class PostgresBackend:
         from int to text afterwards was read plainly, and one person's 'n/a' made AVG fail
         where it had answered. The catalogue alone decides, so D and D′ are refused alike."""
         try:
-            self.connection.execute(
-                f"LOCK TABLE {', '.join(self.relations.values())} IN ACCESS SHARE MODE")
-        except psycopg.errors.UndefinedTable as err:
-            # before anything is read: a catalogued table renamed or dropped since connect
-            # failed the exact query after the charge, whichever table the statement read
+            if self.lockable:
+                self.connection.execute(
+                    f"LOCK TABLE {', '.join(self.lockable)} IN ACCESS SHARE MODE")
+        except psycopg.Error as err:
+            # before anything is read, on the catalogue alone: a catalogued table renamed or
+            # dropped since connect failed the exact query after the charge, whichever table
+            # the statement read
             raise DataError(f"a catalogued table is gone from PostgreSQL since dpsql "
                             f"connected: {err}".rstrip(),
                             hint="restore the table (or its name), or reconnect with metadata "
@@ -227,8 +237,13 @@ def _reader(table: TableSpec, spec: ColumnSpec, stored: str) -> str:
     column = _quote(spec.name)
     if stored in _NATIVE[spec.type]:
         return column
-    if spec.type == "text":  # every type has a text form
-        return f"CAST({column} AS TEXT)"
+    if spec.type == "text":
+        # every type has a text form; byte-wise, as DuckDB and release compare text: under a
+        # case-insensitive collation 'x' and D′'s 'X' were one group spelt as the data chose,
+        # and the histogram of x lost every row to a key no release matched; a character(n)
+        # came back padded ('a  '), so no MEDIAN found its group's rows
+        return f'CAST({column} AS TEXT) COLLATE "C"'
+
     kind = _TYPES.get(stored)
     if stored == "numeric" and spec.type == "float":
         return _NUMERIC_AS_DOUBLE.format(c=column)
@@ -243,8 +258,9 @@ def _reader(table: TableSpec, spec: ColumnSpec, stored: str) -> str:
     raise DataError(
         f"column {table.name}.{spec.name} is declared {spec.type} but stored as {stored}, "
         f"which PostgreSQL cannot read as {spec.type} without failing on some values",
-        hint=f"declare it as {kind or 'text'} in the metadata, or CAST it in a view that "
-        "the metadata names instead")
+        hint=f"declare it as {kind or 'text'} in the metadata, or store it as {spec.type} "
+        "(ALTER TABLE ... TYPE ... USING); a view that CASTs it fails on one person's bad "
+        "value, and so does every query that reads it, charged")
 
 
 def _quote(name: str) -> str:
