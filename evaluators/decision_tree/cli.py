@@ -36,7 +36,8 @@ from evaluators.decision_tree.tree import DPDecisionTree
               help="Equal-width public bins of numeric columns over their declared bounds.")
 @click.option("--exclude", multiple=True, help="Column not to split on (repeatable).")
 @click.option("--trees", type=click.IntRange(min=1), default=1, show_default=True,
-              help="More than 1: a random forest of trees on disjoint parts (same total ε).")
+              help="More than 1: a random forest of trees on disjoint parts (same total ε); "
+              "at most the nodes one script counts (10,000 on Adult, fewer with many classes).")
 @click.option("--show-tree", is_flag=True, help="Print the tree (text output only).")
 def command(metadata: str, table: str, epsilon: float, output: str | None, seed: int | None,
             insecure_seed: int | None, as_json: bool, analyst: str | None, ledger: str | None,
