@@ -20,14 +20,16 @@ from decimal import Decimal
 from fractions import Fraction
 
 BOOL, INT8, INT4, TEXT, FLOAT8, DATE, TIMESTAMP = 16, 20, 23, 25, 701, 1082, 1114
+# the other types drivers send parameters of (pgparams.py)
+INT2, OID, FLOAT4, NUMERIC, TIMESTAMPTZ, UUID = 21, 26, 700, 1700, 1184, 2950
 # an answer column's type (cursor.description's type code) -> its oid
 OIDS = {"BIGINT": INT8, "INTEGER": INT4, "DOUBLE": FLOAT8, "BOOLEAN": BOOL, "DATE": DATE,
         "TIMESTAMP": TIMESTAMP, "VARCHAR": TEXT, "TEXT": TEXT}
 # format_type's name of each
 NAMES = {BOOL: "boolean", INT8: "bigint", INT4: "integer", TEXT: "text",
          FLOAT8: "double precision", DATE: "date", TIMESTAMP: "timestamp without time zone"}
-_EPOCH_DAY = date(2000, 1, 1).toordinal()  # PostgreSQL's dates and timestamps count from it
-_EPOCH, _MICROSECOND = datetime(2000, 1, 1), timedelta(microseconds=1)
+EPOCH_DAY = date(2000, 1, 1).toordinal()  # PostgreSQL's dates and timestamps count from it
+EPOCH, MICROSECOND = datetime(2000, 1, 1), timedelta(microseconds=1)
 _INT8, _INT4, _DOUBLE = struct.Struct("!q"), struct.Struct("!i"), struct.Struct("!d")
 
 
@@ -104,8 +106,8 @@ _BINARY: dict[int, Callable[[object], bytes]] = {
     BOOL: lambda value: b"\x01" if value else b"\x00",
     INT8: lambda value: _INT8.pack(value), INT4: lambda value: _INT4.pack(value),
     FLOAT8: lambda value: _DOUBLE.pack(value),
-    DATE: lambda value: _INT4.pack(value.toordinal() - _EPOCH_DAY),
-    TIMESTAMP: lambda value: _INT8.pack((value - _EPOCH) // _MICROSECOND),
+    DATE: lambda value: _INT4.pack(value.toordinal() - EPOCH_DAY),
+    TIMESTAMP: lambda value: _INT8.pack((value - EPOCH) // MICROSECOND),
 }
 
 

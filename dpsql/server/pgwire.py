@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property, partial
 
-from dpsql.server import pgcatalog, pgcopy, pgdescribe, pgexplain, pgtypes
+from dpsql.server import pgcatalog, pgcopy, pgdescribe, pgexplain, pgparams, pgtypes
 from dpsql.server.balance import Acceptor, Sessions
 from dpsql.server.config import Analyst
+from dpsql.server.pgparams import utf8
 from dpsql.server.service import Answer, Failure, Service, ServiceError
 from dpsql.sqltext import dollar_to_qmark, split_statements
 
@@ -54,8 +55,6 @@ HELD_CELL = 32  # bytes a held result's value costs besides its text (its object
 INLINE_SQL = 2048  # longer SQL is tokenized on a worker thread (16 KiB: 0.15 s of the loop)
 MAX_PARAMETER = 65_535  # a Bind's count of parameters is 16 bits: no $n above can be bound
 IDLE_TIMEOUT = 600.0
-_PARAM_INT = {20, 21, 23, 26}
-_PARAM_FLOAT = {700, 701, 1700}
 
 
 class ProtocolError(Exception):
@@ -64,16 +63,7 @@ class ProtocolError(Exception):
 
 def _cstr(data: bytes, pos: int) -> tuple[str, int]:
     end = data.index(b"\0", pos)
-    return _utf8(data[pos:end]), end + 1
-
-
-def _utf8(raw: bytes) -> str:
-    """Client text, refused unless it is UTF-8 (replacing bytes would run other SQL)."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ServiceError("bad_encoding", "invalid byte sequence for encoding UTF8",
-                           hint="send UTF-8 text (client_encoding is UTF8)") from None
+    return utf8(data[pos:end]), end + 1
 
 
 def _message(kind: bytes, payload: bytes = b"") -> bytes:
@@ -746,7 +736,7 @@ class Session:
                 pos += max(size, 0)
                 fmt = formats[i] if len(formats) > 1 else (formats[0] if formats else 0)
                 oid = types[i] if i < len(types) else 0
-                values.append(_param(raw, fmt, oid))
+                values.append(pgparams.value(raw, fmt, oid))
             needed = max(order, default=0)
             if count != needed or any(n < 1 for n in order):
                 raise ServiceError("protocol", f"bind message supplies {count} parameters, "
@@ -764,9 +754,11 @@ class Session:
         elif kind == b"D":
             target, (name, _) = data[:1], _cstr(data, 1)
             if target == b"S":
-                text, order, types, _ = self.statements.get(name, ("", [], [], 0))
-                n = max(order, default=0)
-                oids = [types[i] if i < len(types) and types[i] else 25 for i in range(n)]
+                text, order, types, size = self.statements.get(name, ("", [], [], 0))
+                oids = await self._parameter_types(text, order, types)
+                if name in self.statements:  # Bind reads its values as these types
+                    self.statements[name] = (text, order, array.array("I", oids), size)
+                n = len(oids)
                 columns = await self._described(text, len(order))
                 # a statement's columns are described in text: their formats come with Bind
                 described = _row_description(columns, [
@@ -799,6 +791,16 @@ class Session:
             await self.send(flush=False, data=_message(b"3"))
         elif kind == b"H":
             await self.send(b"")
+
+    async def _parameter_types(self, text: str, order: list[int], declared) -> list[int]:
+        """The oids Describe reports for a prepared statement's parameters (``pgparams``),
+        read off the event loop (a statement's parse takes up to tens of milliseconds)."""
+        count = max(order, default=0)
+        if len(declared) >= count and all(declared[:count]):  # as the client declared them
+            return list(declared[:count])
+        tables = self.service.catalogue(self.user, self.dataset)[self.dataset]["tables"]
+        return await asyncio.get_running_loop().run_in_executor(
+            self.server.executor, pgparams.types, text, order, list(declared), tables)
 
     async def _described(self, text: str, placeholders: int) -> list[dict] | None:
         """The columns a prepared SELECT will answer with, planned with its parameters NULL
@@ -903,33 +905,6 @@ def _cursor_name(name: str) -> str:
     if name.startswith('"'):
         return name[1:-1].replace('""', '"')
     return name.lower()
-
-
-def _param(raw: bytes | None, fmt: int, oid: int):
-    """A bound parameter as a Python value for dpsql's qmark binding."""
-    if raw is None:
-        return None
-    if fmt == 1:
-        if oid in (20, 21, 23) and len(raw) in (2, 4, 8):
-            return int.from_bytes(raw, "big", signed=True)
-        if oid == 701 and len(raw) == 8:
-            return struct.unpack("!d", raw)[0]
-        if oid == 700 and len(raw) == 4:
-            return struct.unpack("!f", raw)[0]
-        if oid == 16 and len(raw) == 1:
-            return raw != b"\0"
-        if oid in (25, 1043, 0):
-            return _utf8(raw)
-        raise ServiceError("protocol", f"binary parameters of type oid {oid} are not "
-                           "supported", hint="send parameters in text format")
-    text = _utf8(raw)
-    if oid in _PARAM_INT:
-        return int(text)
-    if oid in _PARAM_FLOAT:
-        return float(text)
-    if oid == 16:
-        return text.lower() in ("t", "true", "1", "on", "yes")
-    return text
 
 
 class PgServer:
