@@ -13,6 +13,7 @@ naming ``pg_catalog`` or ``information_schema`` is refused with a hint to
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any
 
 from dpsql.server import pgdescribe
@@ -22,7 +23,6 @@ from dpsql.server.service import ServiceError
 SERVER_VERSION = "16.0 (dpsql)"
 # (column name, type, value) of the session queries drivers send on connect and to ping
 _SESSION = {
-    "select 1": ("?column?", "INTEGER", 1),
     "select pg_catalog.version()": ("version", "TEXT", f"PostgreSQL {SERVER_VERSION}"),
     "select version()": ("version", "TEXT", f"PostgreSQL {SERVER_VERSION}"),
     "select current_schema()": ("current_schema", "TEXT", SCHEMA),
@@ -49,6 +49,18 @@ _GDESC_ROW = re.compile(r"\((" + _LITERAL + r"), '(\d{1,10})'::pg_catalog\.oid, 
 _GDESC = re.compile(r'SELECT name AS "([^"]*)", pg_catalog\.format_type\(tp, tpm\) AS '
                     r'"([^"]*)"\nFROM \(VALUES ((?:' + _GDESC_ROW.pattern + r",?)+)\) "
                     r"s\(name, tp, tpm\)")
+# a SELECT of constants without FROM (pools' pre-pings: 'SELECT 1', 'SELECT 1 AS x'): numbers
+# (exponents of 3 digits at most: 1e999999999 is written with a billion digits), '' strings,
+# booleans and NULL, each with an alias or none (a bare one not a keyword that
+# would start a clause: 'SELECT 1 FROM t' is not 'SELECT 1 AS from' and then 't')
+_CONSTANT = (r"""([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d{1,3})?|'(?:[^']|'')*'|true|false|null)"""
+             r"""(?:\s+as\s+(\w+|"(?:[^"]|"")+")|\s+(?!(?:from|where|group|having|window|"""
+             r"""order|limit|offset|fetch|for|into|union|intersect|except)\b)(\w+|"(?:[^"]|"")+"))?""")
+_CONSTANTS = re.compile(rf"\s*select\s+({_CONSTANT}(?:\s*,\s*{_CONSTANT})*)\s*;?\s*",
+                        re.IGNORECASE)
+_CONSTANT_ITEM = re.compile(_CONSTANT, re.IGNORECASE)
+MAX_CONSTANT_SQL = 4096  # matched on the event loop; a pre-ping is short
+_INT4, _INT8 = 2**31, 2**63
 _CATALOGUES = re.compile(r"\b(pg_catalog|information_schema)\s*\.|\bpg_(class|namespace|"
                          r"attribute|type|database|tables|settings)\b")
 
@@ -63,6 +75,8 @@ def answer(text: str, params: list | None, tables: dict) -> tuple[Columns, list]
     if normal in _SESSION:
         name, kind, value = _SESSION[normal]
         return [{"name": name, "type": kind}], [[value]]
+    if len(text) <= MAX_CONSTANT_SQL and _CONSTANTS.fullmatch(text):
+        return constants(text)
     if normal == _TYPE_INFO:  # the server has no extension types
         return _text_columns("name", "oid", "array_oid", "regtype", "delimiter"), []
     if normal == _HAS_TABLE:
@@ -84,6 +98,38 @@ def answer(text: str, params: list | None, tables: dict) -> tuple[Columns, list]
             hint="SHOW dpsql.columns lists each table's columns, types, bounds and public "
             "values (SHOW dpsql.catalogue as JSON, GET /api/v1/catalogue over HTTP)") from None
     return _text_columns(*names), rows
+
+
+def constants(text: str) -> tuple[Columns, list]:
+    """The one row of a SELECT of constants (``_CONSTANTS``), typed and named as PostgreSQL
+    types and names them: integer, bigint past 32 bits, numeric past 64 bits or with a
+    fraction or exponent, text, boolean; NULL as text; '?column?' where there is no alias."""
+    columns, row = [], []
+    for match in _CONSTANT_ITEM.finditer(text, text.lower().index("select") + 6):
+        written, alias = match.group(1), match.group(2) or match.group(3)
+        kind, value = _constant(written)
+        columns.append({"name": _alias(alias) if alias else "?column?", "type": kind})
+        row.append(value)
+    return columns, [row]
+
+
+def _constant(written: str) -> tuple[str, Any]:
+    """A constant's type and value."""
+    lowered = written.lower()
+    if lowered in ("true", "false", "null"):
+        return ("TEXT", None) if lowered == "null" else ("BOOLEAN", lowered == "true")
+    if written.startswith("'"):
+        return "TEXT", written[1:-1].replace("''", "'")
+    if not written.lstrip("+-").isdigit():
+        return "NUMERIC", Decimal(written)
+    value = int(written)
+    return ("INTEGER" if -_INT4 <= value < _INT4 else "BIGINT" if -_INT8 <= value < _INT8
+            else "NUMERIC"), value if abs(value) < _INT8 else Decimal(value)
+
+
+def _alias(written: str) -> str:
+    """An alias as PostgreSQL reads it: quoted as written, else in lower case."""
+    return written[1:-1].replace('""', '"') if written.startswith('"') else written.lower()
 
 
 def column_rows(tables: dict) -> tuple[Columns, list]:

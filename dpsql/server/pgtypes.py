@@ -24,10 +24,11 @@ BOOL, INT8, INT4, TEXT, FLOAT8, DATE, TIMESTAMP = 16, 20, 23, 25, 701, 1082, 111
 INT2, OID, FLOAT4, NUMERIC, TIMESTAMPTZ, UUID = 21, 26, 700, 1700, 1184, 2950
 # an answer column's type (cursor.description's type code) -> its oid
 OIDS = {"BIGINT": INT8, "INTEGER": INT4, "DOUBLE": FLOAT8, "BOOLEAN": BOOL, "DATE": DATE,
-        "TIMESTAMP": TIMESTAMP, "VARCHAR": TEXT, "TEXT": TEXT}
+        "TIMESTAMP": TIMESTAMP, "VARCHAR": TEXT, "TEXT": TEXT, "NUMERIC": NUMERIC}
 # format_type's name of each
 NAMES = {BOOL: "boolean", INT8: "bigint", INT4: "integer", TEXT: "text",
-         FLOAT8: "double precision", DATE: "date", TIMESTAMP: "timestamp without time zone"}
+         FLOAT8: "double precision", DATE: "date", TIMESTAMP: "timestamp without time zone",
+         NUMERIC: "numeric"}
 EPOCH_DAY = date(2000, 1, 1).toordinal()  # PostgreSQL's dates and timestamps count from it
 EPOCH, MICROSECOND = datetime(2000, 1, 1), timedelta(microseconds=1)
 _INT8, _INT4, _DOUBLE = struct.Struct("!q"), struct.Struct("!i"), struct.Struct("!d")
@@ -92,7 +93,7 @@ def _timestamp(value: datetime) -> str:
 
 _TEXT: dict[type, Callable[[object], str]] = {
     bool: lambda value: "t" if value else "f", int: str, float: float8, str: str,
-    date: date.isoformat, datetime: _timestamp}
+    date: date.isoformat, datetime: _timestamp, Decimal: lambda value: format(value, "f")}
 
 
 def text(value: object) -> bytes | None:
@@ -102,12 +103,33 @@ def text(value: object) -> bytes | None:
     return _TEXT.get(type(value), str)(value).encode("utf-8")
 
 
+def _numeric(value: Decimal | int) -> bytes:
+    """numeric_send's form of a finite number: its base-10,000 digits from the first that is
+    not 0, the weight of that one, the sign and the display scale (its digits after the
+    point)."""
+    value = Decimal(value)
+    scale = max(-value.as_tuple().exponent, 0)
+    pad = -scale % 4  # the point falls between two base-10,000 digits
+    number = int(abs(value).scaleb(scale + pad))
+    digits = []
+    while number:
+        number, digit = divmod(number, 10_000)
+        digits.append(digit)
+    digits.reverse()
+    weight = len(digits) - 1 - (scale + pad) // 4
+    while digits and digits[-1] == 0:
+        digits.pop()
+    return struct.pack(f"!hhHh{len(digits)}H", len(digits), weight if digits else 0,
+                       0x4000 if value < 0 else 0, scale, *digits)
+
+
 _BINARY: dict[int, Callable[[object], bytes]] = {
     BOOL: lambda value: b"\x01" if value else b"\x00",
     INT8: lambda value: _INT8.pack(value), INT4: lambda value: _INT4.pack(value),
     FLOAT8: lambda value: _DOUBLE.pack(value),
     DATE: lambda value: _INT4.pack(value.toordinal() - EPOCH_DAY),
     TIMESTAMP: lambda value: _INT8.pack((value - EPOCH) // MICROSECOND),
+    NUMERIC: _numeric,
 }
 
 

@@ -21,7 +21,7 @@ import dpsql
 from dpsql.server import pgtypes
 
 POSTGRES = os.environ.get("DPSQL_TEST_POSTGRES", "postgresql://dpsql@127.0.0.1:55432/postgres")
-ANALYSTS = ["gil", "hal", "ida", "jon"]
+ANALYSTS = ["gil", "hal", "ida", "jon", "kit"]
 # one value of each type the server answers with, as dpsql's SQL and as PostgreSQL's
 VALUES = [
     ("DATE '2024-01-05'", "DATE '2024-01-05'"),
@@ -145,6 +145,34 @@ def test_gdesc_describes_without_running_or_charging(server):
     with httpx.Client(base_url=server.http, auth=("ida", password("ida"))) as http:
         history = http.get("/api/v1/history").json()
     assert [item["action"] for item in history if item["action"] != "login"] == []
+
+
+def test_constant_selects_are_answered_as_postgresql_answers_them(server):
+    # 'SELECT 1 AS x', a pool's pre-ping, was refused ('the SELECT has no FROM clause')
+    sql = ("SELECT 1 AS x, 'it''s' \"Q q\", TRUE, NULL AS n, -2, 3000000000, 1.50 AS d, "
+           "1e3, 99999999999999999999 big")
+    shown = ["\\pset format unaligned"]
+    out = psql(server, "kit", *shown, sql, "select 1 as ping")
+    assert out.returncode == 0, out.stderr
+    expected = _psql_postgres(*shown, sql, "select 1 as ping")
+    assert out.stdout == expected.stdout and "x|Q q|?column?|n|" in out.stdout
+    described = psql(server, "kit", script=f"{sql} \\gdesc\n")
+    assert described.returncode == 0, described.stderr
+    assert described.stdout == subprocess.run(
+        ["psql", "-X", POSTGRES, "-f", "-"], input=f"{sql} \\gdesc\n", capture_output=True,
+        text=True, timeout=30, check=True).stdout
+    with psycopg.connect(POSTGRES) as con:
+        theirs = con.cursor(binary=True).execute(sql).fetchone()
+    with psycopg.connect(server.dsn("kit"), autocommit=True) as con:
+        assert con.cursor(binary=True).execute(sql).fetchone() == theirs
+        with pytest.raises(psycopg.Error, match="not aggregates"):  # over a table: refused
+            con.execute("SELECT 1 AS x FROM visits")
+    assert spent(server, "kit") == 0
+    with httpx.Client(base_url=server.http, auth=("kit", password("kit"))) as http:
+        history = http.get("/api/v1/history").json()
+    # nothing ran: the one request is the refused SELECT over visits
+    assert [item["statement"] for item in history if item["action"] != "login"] == [
+        "SELECT 1 AS x FROM visits"]
 
 
 def test_explain_is_text_or_json_and_analyze_is_refused(server):
