@@ -787,7 +787,7 @@ def _span(value) -> _Span:
 class _Taylor:
     """A function over a box to second order: the ranges over the box of its value
     (``value``), first derivatives (``slope``) and second derivatives (``curve``), carried
-    through + − × ÷ and squares by the chain rule in interval arithmetic."""
+    through + − × ÷, squares and 1/sqrt by the chain rule in interval arithmetic."""
 
     value: _Span
     slope: tuple[_Span, ...]
@@ -848,6 +848,12 @@ class _Taylor:
             raise InternalError(f"no expansion of a power {power}")
         return self._chain(v.square(), 2 * v, _span(2.0))
 
+    def rsqrt(self) -> _Taylor:
+        """1/sqrt(f), for f > 0 over the box."""
+        v = self.value
+        root = _Span(math.sqrt(v.low), math.sqrt(v.high))
+        return self._chain(1 / root, -0.5 / (root * v), 0.75 / (root * v.square()))
+
     def reciprocal(self) -> _Taylor:
         """1/f, for f of one sign over the box."""
         v = self.value
@@ -873,9 +879,10 @@ def _covariance(agg, parts: dict, noisy: dict, confidence: float) -> tuple[list,
     VAR's. CORR = C / sqrt((Qx − Sx²/N)·(Qy − Sy²/N)) clamped to [−1, 1], and None (NULL)
     where N < 2 or a variance's estimate is ≤ 0 (no spread to correlate).
 
-    A covariance's interval is its range over the box of the m parts' intervals, each at
-    1 − 0.3·(1 − confidence)/m, narrowed by its expansion (``_tightened``); CORR's is its
-    range over the box at 1 − (1 − confidence)/m each (Bonferroni). A covariance is linear
+    The interval is the range over the box of the m parts' intervals, each at
+    1 − 0.3·(1 − confidence)/m, narrowed by the formula's expansion (``_tightened``; CORR's
+    Bonferroni box at 1 − (1 − confidence)/m was 1.9-2.1 times the narrowest covering width
+    for Adult's CORR(age, hours-per-week) by sex and overall). A covariance is linear
     in P and in each of Sx and Sy, so its range over them is at their ends, and
     a/N − b/N² (pop) or (a − b/N)/(N − 1) (samp) in N peaks at 2b/a or at a root of
     a·N² − 2b·N + b. CORR's is interval arithmetic over C, Qx − Sx²/N and Qy − Sy²/N
@@ -887,12 +894,9 @@ def _covariance(agg, parts: dict, noisy: dict, confidence: float) -> tuple[list,
     sample = agg.kind == "covar_samp"
     names = ["sum_x", "sum_y", "products", "count"] + (["sumsq_x", "sumsq_y"] if corr else [])
     distinct = {parts[name].column for name in names}
-    # CORR's expansion in interval arithmetic is too loose to narrow its range (Adult's
-    # CORR(age, hours) by education at ε 1: 1.2 times the Bonferroni box's width): its box
-    # stays that one
     miss = 1 - confidence
-    box_miss = miss if corr else miss * _BOX_SHARE
-    widths = {name: _half_width(parts[name], 1 - box_miss / len(distinct)) for name in names}
+    widths = {name: _half_width(parts[name], 1 - miss * _BOX_SHARE / len(distinct))
+              for name in names}
     values = {name: noisy[parts[name].column] for name in names}
     top = 1.0 if corr else float((agg.upper - agg.lower) * (agg.other_upper - agg.other_lower)
                                  / 4)
@@ -929,10 +933,10 @@ def _covariance(agg, parts: dict, noisy: dict, confidence: float) -> tuple[list,
             highs.append(1.0)
             continue
         raw = _unclamped(corr, sample, **cell)
-        if not corr:
-            box = _Taylor.variables([_Span(*ends[name]) for name in names])
-            found = _tightened(raw, found, _covariance_formula(sample, *box),
-                               [parts[name] for name in names],
+        box = _Taylor.variables([_Span(*ends[name]) for name in names])
+        expansion = _correlation_formula(*box) if corr else _covariance_formula(sample, *box)
+        if expansion is not None:
+            found = _tightened(raw, found, expansion, [parts[name] for name in names],
                                [widths[name] for name in names], miss)
         widest = min(top * low_n / (low_n - 1), 2 * top) if sample else top
         low, high = _moved_range(raw, found, value, (-widest, widest))
@@ -949,6 +953,15 @@ def _unclamped(corr: bool, sample: bool, sum_x, sum_y, products, count, sumsq_x=
         return (products - sum_x * sum_y / count) / math.sqrt(
             (sumsq_x - sum_x * sum_x / count) * (sumsq_y - sum_y * sum_y / count))
     return _covariance_formula(sample, sum_x, sum_y, products, count)
+
+
+def _correlation_formula(sum_x, sum_y, products, count, sumsq_x, sumsq_y) -> _Taylor | None:
+    """CORR's expansion over a box (``_Taylor``), or None where a variance's range over it
+    reaches 0 (rounding can put it there where ``_correlation_range`` did not)."""
+    spreads = [sumsq_x - sum_x ** 2 / count, sumsq_y - sum_y ** 2 / count]
+    if min(spread.value.low for spread in spreads) <= 0:
+        return None
+    return (products - sum_x * sum_y / count) * spreads[0].rsqrt() * spreads[1].rsqrt()
 
 
 def _covariance_formula(sample: bool, sum_x, sum_y, products, count):
