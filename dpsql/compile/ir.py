@@ -82,12 +82,23 @@ def conjuncts(condition: Expr) -> list[Expr]:
     return [condition]
 
 
-def distinct(values) -> tuple | None:
+class Domain(tuple):
+    """Values as ``distinct`` made them: each once, canonical, at most ``MAX_DOMAIN_VALUES``.
+    ``distinct`` returns one as it is: an expression made with a column's domain does not
+    check its values again on each reference (a 1,000-value column read in 7,000 comparisons
+    was 7 M steps)."""
+
+    __slots__ = ()
+
+
+def distinct(values) -> Domain | None:
     """A domain's values, each once as the backends compare them (every NaN is one value:
     NaN = NaN in SQL, where Python kept each NaN object apart, so a key whose domain held
     two NaNs released one cell twice, each with its own noise), or None past
     ``MAX_DOMAIN_VALUES``."""
-    kept = tuple(dict.fromkeys(canonical(v) for v in values))
+    if isinstance(values, Domain):
+        return values
+    kept = Domain(dict.fromkeys(canonical(v) for v in values))
     return kept if len(kept) <= MAX_DOMAIN_VALUES else None
 
 
@@ -114,6 +125,11 @@ class ColumnInfo:
     origin: tuple[str, str] | None = None  # (public table, column) it is read from, if any
     per_person: str | None = None  # the aggregate of one person's rows it holds (SUM, ...)
     identifies: bool = False  # computed from the privacy unit (uid + 0, MAX(uid)): names persons
+
+    def __post_init__(self) -> None:
+        # checked once here, not on each reference (``column``)
+        if self.domain is not None:
+            object.__setattr__(self, "domain", distinct(self.domain))
 
 
 # --- relations ---------------------------------------------------------------------------

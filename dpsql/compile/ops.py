@@ -185,8 +185,15 @@ def refusal(node: exp.Expression, scope: Scope) -> UnsupportedSQLError:
 
 # --- typing helpers ----------------------------------------------------------------------
 
-def unify(types: list[str], what: str, scope: Scope) -> str:
-    """The common type of values that meet (CASE branches, IN lists, comparisons)."""
+def excerpt(node: exp.Expression, limit: int = 60) -> str:
+    """The start of a node's SQL, for a message: a key or a comparison can be many kB."""
+    text = node.sql(dialect="duckdb")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def unify(types: list[str], what: str | Callable[[], str], scope: Scope) -> str:
+    """The common type of values that meet (CASE branches, IN lists, comparisons); ``what``
+    names them in the error, or renders that name (only then: rendering SQL is slow)."""
     known = [t for t in types if t != "null"]
     if not known:
         return "null"
@@ -194,6 +201,7 @@ def unify(types: list[str], what: str, scope: Scope) -> str:
         return "float" if "float" in known else "int"
     if len(set(known)) == 1:
         return known[0]
+    what = what() if callable(what) else what
     raise ProgrammingError(f"{what} mixes values of types {', '.join(sorted(set(known)))}",
                            sql=scope.sql, hint="CAST one side so that both have one type")
 
@@ -1324,7 +1332,8 @@ def _bool(op: str, args: tuple[Expr, ...], nullable: bool, value=None) -> Expr:
     return Expr(op, args, "bool", value, BOOL, BOOL, (False, True), nullable)
 
 
-def comparable(left: Expr, right: Expr, what: str, scope: Scope) -> tuple[Expr, Expr]:
+def comparable(left: Expr, right: Expr, what: str | Callable[[], str],
+               scope: Scope) -> tuple[Expr, Expr]:
     """Both sides of a comparison in one type, literals (and NULLs) converted at compile
     time."""
     if (left.op == "lit" and right.op != "lit") or left.type == "null":
@@ -1338,7 +1347,7 @@ def comparable(left: Expr, right: Expr, what: str, scope: Scope) -> tuple[Expr, 
 @builds(*_COMPARISONS)
 def _compare(node: exp.Expression, scope: Scope) -> Expr:
     left, right = comparable(build(node.this, scope), build(node.expression, scope),
-                             f"the comparison {node.sql(dialect='duckdb')[:60]}", scope)
+                             lambda: f"the comparison {excerpt(node)}", scope)
     op = _COMPARISONS[type(node)]
     return _bool(op, (left, right), op.startswith("is_") is False and _nullable(left, right))
 

@@ -466,7 +466,7 @@ class Resolver:
                 raise ProgrammingError("a subquery in FROM needs an alias", sql=self.sql,
                                        hint="write (SELECT ...) AS t")
             return self.derived(node.this, alias, self.with_clause(node, ctes))
-        raise UnsupportedSQLError(f"{node.sql(dialect='duckdb')[:60]!r} is not supported in "
+        raise UnsupportedSQLError(f"{ops.excerpt(node)!r} is not supported in "
                                   "FROM", sql=self.sql,
                                   hint="select from a declared table, a CTE or a row-level "
                                   "subquery")
@@ -845,7 +845,7 @@ def predicate(node: exp.Expression, scope: Scope) -> Expr:
     """A row-level condition (WHERE, ON): a boolean expression (WHERE NULL: a NULL one)."""
     built = build(node, scope)
     if built.type not in ("bool", "null"):
-        raise ProgrammingError(f"{node.sql(dialect='duckdb')[:60]!r} is not a condition",
+        raise ProgrammingError(f"{ops.excerpt(node)!r} is not a condition",
                                sql=scope.sql, hint="compare it, e.g. x > 0")
     return ops.coerce(built, "bool", scope)
 

@@ -420,7 +420,7 @@ class _Compiler:
                 name = node.name if isinstance(node, exp.Column) else f"key_{index}"
             if expr.domain is None and not self.private_keys:
                 raise PrivateGroupKeysError(
-                    f"the GROUP BY key {node.sql(dialect='duckdb')!r} has no public domain"
+                    f"the GROUP BY key {ops.excerpt(node)!r} has no public domain"
                     f"{_too_many(expr)}, so releasing its values could reveal a person",
                     sql=self.sql, position=_position(node), hint=self._domain_hint(node, expr))
             if expr.domain is not None and expr.type == "null":
@@ -486,7 +486,7 @@ class _Compiler:
         bounds, bucket, or give a δ."""
         per_person = sorted({info.per_person for c in expr.columns()
                              if (info := self.relation.columns.get(c)) and info.per_person})
-        text = node.sql(dialect="duckdb")
+        text = ops.excerpt(node)
         if per_person == ["COUNT"]:
             return (f"clamp the per-person count to a range, e.g. GROUP BY LEAST({text}, 5): "
                     "its values 0 to 5 are then the key's public domain")
@@ -670,7 +670,7 @@ class _Compiler:
                              for c in expr.columns() & self.relation.identifying)
         if expr.domain is not None or not identifying:
             return
-        text = node.sql(dialect="duckdb")
+        text = ops.excerpt(node)
         ranged = f"LEAST(GREATEST({text}, 0), 99) (its 100 values are released, each " \
             "noised, zeros included), " if expr.type == "int" else ""
         raise PrivateGroupKeysError(
