@@ -529,10 +529,11 @@ def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: Random
     The utility of bin b is −(distance from q·n to the rank interval [c_b, c_{b+1}] that
     the bin covers), which moves by at most 1 per row; a bin is drawn with probability
     exactly ∝ exp(ε·u/(2Δ)) (``mechanisms.exponential``: q·n and the utilities are exact
-    Fractions, no float exp). Then the value is the bin's integer when bins are integers, or
-    else a uniform point of a grid of 2^52 values inside the bin, drawn by ``below``: the
-    choice inside a bin is independent of the data, so it costs nothing and needs no
-    exactness, but it draws from the same source as every other sample.
+    Fractions, no float exp). Then the value is the bin's integer when bins are integers,
+    the integer nearest the bin's middle for a wider int range (``_bin_integer``), or else a
+    uniform point of a grid of 2^52 values inside the bin, drawn by ``below``: the choice
+    inside a bin is independent of the data, so it costs nothing and needs no exactness, and
+    any point of the bin keeps the rank error (``calibrate.quantile_rank_error``).
     """
     per_key: dict[tuple, list[int]] = {}
     if not keys:  # private keys, none of which cleared the threshold
@@ -557,6 +558,8 @@ def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: Random
         chosen = exponential(utilities, part.sensitivity * d, part.epsilon, rng)
         if integral_bins:
             values.append(whole(low + chosen))
+        elif agg.integral:
+            values.append(float(_bin_integer(agg, step, chosen, part.bins)))
         else:
             offset = Fraction(rng.below(_INSIDE_BIN), _INSIDE_BIN)
             values.append(float(low + (chosen + offset) * step))
@@ -564,6 +567,23 @@ def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: Random
 
 
 _INSIDE_BIN = 2 ** 52  # grid points inside a quantile's bin
+
+
+def _bin_integer(agg, step: Fraction, chosen: int, bins: int) -> int:
+    """The integer nearest the middle of bin ``chosen`` of an int input's histogram, among
+    those ``rewrite.bin_of`` puts in it (FLOOR((x − L) / width) in doubles; a bin spans
+    ≥ 1, so it holds one). A uniform point of the bin was a fraction, which the column
+    cannot hold, and further off: Adult's fnlwgt at ε 1 (bins of 1,478), quantiles 0.1, 0.5
+    and 0.9, mean error 553, 410 and 390 against 522, 217 and 287 now."""
+    width = float(step)
+    middle = agg.lower + (chosen + Fraction(1, 2)) * step
+    near = sorted(range(math.floor(middle) - 1, math.floor(middle) + 3),
+                  key=lambda k: abs(k - middle))
+    for k in near:
+        if agg.lower <= k <= agg.upper and \
+                min(max(math.floor(float(k - agg.lower) / width), 0), bins - 1) == chosen:
+            return k
+    raise InternalError(f"no integer in bin {chosen} of {bins} over [{agg.lower}, {agg.upper}]")
 
 
 def _spread(agg, parts, noisy: dict, confidence: float) -> tuple[list, list, list]:

@@ -1,0 +1,37 @@
+"""A quantile of an int column wider than the quantile grid is released as an integer: the
+one nearest the middle of the bin the exponential mechanism chose."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import dpsql
+
+STEP = 99999 / 1000  # [0, 99999] in 1,000 bins
+
+
+def metadata(folder: Path) -> dict:
+    rng = np.random.default_rng(5)
+    pd.DataFrame({"x": rng.integers(0, 100_000, 5_000)}).to_csv(folder / "t.csv", index=False)
+    return {"name": "wide", "neighbouring": "add_remove",
+            "budget": {"epsilon": 1e6, "delta": 1e-6},
+            "tables": {"t": {"source": str(folder / "t.csv"), "privacy_unit": None,
+                             "columns": {"x": {"type": "int", "lower": 0, "upper": 99999}}}}}
+
+
+def test_a_wide_int_columns_quantiles_are_bin_middles(tmp_path):
+    """At ε 20 the chosen bin holds the true quantile or is next to it: the released value is
+    the integer nearest its middle (a uniform point of the bin, before: a fraction)."""
+    data = pd.read_csv(metadata(tmp_path)["tables"]["t"]["source"]).x
+    with dpsql.connect(metadata=metadata(tmp_path), ledger=tmp_path / "l.sqlite",
+                       insecure_seed=3) as con:
+        for q in (0.1, 0.5, 0.9):
+            truth = data.sort_values().iloc[int(q * len(data))]
+            sql = f"SELECT QUANTILE_CONT(x, {q}) AS v FROM t"
+            values = [con.cursor().execute(sql, epsilon=20).fetchone()[0] for _ in range(30)]
+            middles = [(v // STEP + 0.5) * STEP for v in values]
+            assert all(v == round(v) and abs(v - m) <= 0.5 for v, m in zip(values, middles)), \
+                values
+            assert max(abs(v - truth) for v in values) <= 1.5 * STEP, (q, truth, values)
