@@ -303,12 +303,13 @@ def test_cli_prints_the_metadata_snippet(tmp_path):
         "--ledger", str(tmp_path / "l.sqlite"), "--columns", "amount"])
     assert text.exit_code == 0 and "max_rows_per_group:" in text.output
     assert "are extrapolated; the data owner's truncation_report measures them" in text.output
-    # the rows' share measured, with its sd and a 95% bound (the model's 99% was read where
-    # 16-80% were kept at tune=0.1)
-    assert "they keep " in text.output and "nothing bounds it from below" in text.output
+    # the rows' share measured, with its sd, as a lower bound of the rows dropped (the model's
+    # 99% kept was read where 16-80% were kept at tune=0.1)
+    assert "; in all " in text.output and "is not measured" in text.output
     # rows dropped measured, whatever the draw: the model was shown where the noise outweighed
     # the measurement, so only the high draws were (a statistician: 5-89× the truth)
-    assert "together they drop at least ≈ " in text.output and "rows up to " in text.output
+    assert "together they drop at least ≈ " in text.output and \
+        "dropped rows are counted up to " in text.output
     assert "est. bias" in text.output and "modelled from the quantiles" in text.output
 
 
@@ -970,7 +971,7 @@ def test_what_the_bounds_drop_is_printed_within_its_stated_uncertainty(tmp_path)
         "--metadata", str(tmp_path / "meta.yaml"), "--table", "visits", "--epsilon", "1",
         "--group-by", "day", "--ledger", str(tmp_path / "l.sqlite")]).output
     assert text.count("together they drop at least ≈ ") == 1 and \
-        text.count("nothing bounds it from below") == 1
+        text.count("is not measured") == 1
     assert "persons (95%: " in text and "% of the persons (95%: " in text, text
 
 
