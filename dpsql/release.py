@@ -8,6 +8,7 @@ post-processing query runs on a fresh DuckDB that holds only the noisy frame.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import math
 from dataclasses import dataclass, field
@@ -93,16 +94,28 @@ def dump_results(results: list[NoisyResult]) -> str:
 
 
 def load_results(text: str) -> list[NoisyResult]:
-    """Results stored by ``dump_results``; they cost nothing to return again, and warn as
-    they did the first time (answers stored before the warnings were kept have none)."""
-    return [NoisyResult(columns=[ColumnInfo(**c) for c in item["columns"]],
-                        rows=[tuple(row) for row in item["rows"]],
-                        intervals={k: [tuple(b) for b in v] for k, v in item["intervals"].items()},
-                        epsilon=Fraction(0), sensitivity=Fraction(item["sensitivity"]),
-                        reused=True,
-                        ranking_warnings=tuple(item.get("ranking_warnings", ())),
-                        notes=tuple(item.get("notes", ())))
-            for item in json.loads(text)]
+    """Results stored by ``dump_results``, each value of the type the first release gave it;
+    they cost nothing to return again, and warn as they did the first time (answers stored
+    before the warnings were kept have none)."""
+    results = []
+    for item in json.loads(text):
+        columns = [ColumnInfo(**c) for c in item["columns"]]
+        readers = [_STORED_AS_TEXT.get(c.type) for c in columns]
+        rows = [tuple(v if read is None or v is None else read(v)
+                      for read, v in zip(readers, row, strict=True)) for row in item["rows"]]
+        results.append(NoisyResult(
+            columns=columns, rows=rows,
+            intervals={k: [tuple(b) for b in v] for k, v in item["intervals"].items()},
+            epsilon=Fraction(0), sensitivity=Fraction(item["sensitivity"]), reused=True,
+            ranking_warnings=tuple(item.get("ranking_warnings", ())),
+            notes=tuple(item.get("notes", ()))))
+    return results
+
+
+# the types ``dump_results`` stores as text, read back: a reused answer's dates were strings
+# ('1997-09-01'), which a server's binary-format clients failed on (XX000)
+_STORED_AS_TEXT = {"date": datetime.date.fromisoformat,
+                   "timestamp": datetime.datetime.fromisoformat}
 
 
 def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: RandomSource,

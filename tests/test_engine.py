@@ -243,6 +243,27 @@ def test_repeated_statement_returns_the_stored_answer_at_no_cost(connect):
     assert con.cursor().execute(sql, epsilon=0.5).epsilon_spent == Fraction(1, 2)
 
 
+def test_a_stored_answer_keeps_its_dates_and_timestamps(tmp_path):
+    """Stored answers are JSON, dates as text: a reused answer's dates and timestamps were
+    strings ('2024-01-01'), which a server's binary-format clients failed on (XX000)."""
+    import datetime
+
+    pd.DataFrame({"uid": range(20), "ts": ["2024-01-02 10:00:00", "2024-02-03 11:00:00"] * 10}
+                 ).to_csv(tmp_path / "dated.csv", index=False)
+    meta = {"name": "dated", "budget": {"epsilon": 10}, "tables": {"dated": {
+        "source": str(tmp_path / "dated.csv"), "privacy_unit": "uid",
+        "max_groups_per_unit": 1, "max_rows_per_group": 1, "columns": {
+            "uid": "int", "ts": {"type": "timestamp", "lower": "2024-01-01 00:00:00",
+                                 "upper": "2024-02-29 23:59:59"}}}}}
+    sql = ("SELECT CAST(DATE_TRUNC('month', ts) AS DATE) AS m, DATE_TRUNC('month', ts) AS t,"
+           " COUNT(*) AS n FROM dated GROUP BY 1, 2")
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite") as con:
+        first = con.execute(sql, epsilon=1).fetchall()
+        again = con.execute(sql, epsilon=1)
+        assert again.epsilon_spent == 0 and again.fetchall() == first
+        assert [type(v) for v in first[0]] == [datetime.date, datetime.datetime, int]
+
+
 def test_a_clause_dropped_from_the_statement_text_does_not_share_its_cache(connect):
     """Statement.sql, rendered for DuckDB, drops FOR UPDATE, T-SQL's WITH (NOLOCK), MySQL's
     USE INDEX and Spark's hints: keyed on it, the compile cache answered them."""
