@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 
 import dpsql
+from dpsql import explain_text
 from dpsql.cli_params import connection_options
 
 # `dpsql --help` and each command's --help import neither the query stack (DuckDB, sqlglot,
@@ -376,54 +377,8 @@ def explain(script, metadata, db, analyst, ledger, epsilon, delta, dialect, boun
     if as_json:
         click.echo(json.dumps(plan, indent=2))
         return
-    click.echo(f"dataset {plan['dataset']}, neighbouring {plan['neighbouring']}, "
-               f"ε {plan['epsilon']:g} for the script, total L1 sensitivity "
-               f"{plan['total_sensitivity']}")
-    if remaining is None:
-        click.echo("budget: the metadata declares none, so any ε fits")
-    else:
-        click.echo(f"budget: {remaining.describe()} remaining; this request "
-                   + ("fits" if plan["fits_budget"] else "does NOT fit (it would be refused)"))
-    for index, statement in enumerate(plan["statements"], 1):
-        click.echo(f"\n-- statement {index}: {statement['sql']}")
-        if statement.get("public"):
-            click.echo("   public tables only: exact, no noise, no cost")
-            continue
-        click.echo(f"   sensitivity {statement['sensitivity']}, ε {statement['epsilon']:g}, "
-                   f"{statement['groups']} group(s)")
-        if statement.get("contribution"):
-            click.echo("   " + statement["contribution"]["note"])
-        # each block of measurements drawn together, in order, as (its label, its joint)
-        blocks = list({tuple(p["joint"]["measurements"]): p["joint"]
-                       for p in statement["aggregates"] if p.get("joint")}.items())
-        labels = {key: "ℓ∞" if len(blocks) == 1 else f"ℓ∞ {n}"
-                  for n, (key, _) in enumerate(blocks, 1)}
-        for part in statement["aggregates"]:
-            shown = "" if part.get("paid", True) else f"  (shown from {part['shared']}: no ε)"
-            if part.get("joint"):
-                shown += f"  ({labels[tuple(part['joint']['measurements'])]})"
-            error = f"95% error ±{part['ci95_half_width']:.4g}" if part["part"] != "quantile" \
-                else f"95% rank error ±{part['rank_error_95']:.4g} rows"
-            click.echo(f"   {part['aggregate']:<28} {part['part']:<8} Δ={part['sensitivity']:<10g}"
-                       f" ε={part['epsilon']:<8.4g} scale={part['scale']:<10.4g}"
-                       f" {error}{shown}")
-        for key, joint in blocks:
-            click.echo(f"   ({labels[key]}): one joint draw per group of {len(key)} measurements "
-                       f"at ε {joint['epsilon']:.4g} in all (the ε shown are its shares); scale: "
-                       "the Laplace scale of the same variance")
-            others = [m for m in key if m.startswith("statement ")]
-            if others:
-                click.echo(f"   ({labels[key]}): drawn with {'; '.join(others)}")
-        if "snapshot" in statement:
-            click.echo("   reads a bounded snapshot (persons bounded once, before WHERE), "
-                       "made if absent by:")
-            click.echo(f"     {statement['snapshot']}")
-        shown = ([("rewritten", statement["rewritten"])] if "rewritten" in statement else []) \
-            + [(f"histogram of {column}", sql)
-               for column, sql in statement.get("histograms", {}).items()]
-        for label, sql in shown:
-            click.echo(f"   {label}:")
-            click.echo("\n".join("     " + line for line in sql.splitlines()))
+    left = None if remaining is None else remaining.describe()
+    click.echo("\n".join(explain_text.lines(plan, left)))
 
 
 def _fits(plan: dict, remaining) -> bool:

@@ -2,8 +2,8 @@
 and never charged (``Service.explain`` plans it; the engine's explain reads no private data,
 only public tables' values for their domains).
 
-As PostgreSQL's, the plan is text rows by default and with ``FORMAT TEXT`` (the lines of
-``dpsql explain``), one JSON value with ``FORMAT JSON`` (what the Python client reads).
+As PostgreSQL's, the plan is text rows by default and with ``FORMAT TEXT`` (the lines
+``dpsql explain`` prints: ``explain_text.py``), one JSON value with ``FORMAT JSON`` (what the Python client reads).
 ``ANALYZE`` is refused: it would run the statement on the private data and show its exact
 row counts, which only a release may show, noised and charged.
 """
@@ -67,31 +67,3 @@ def _analyze() -> ServiceError:
         "not_supported", "EXPLAIN ANALYZE is not offered: it would run the statement on the "
         "private data and show its exact row counts, which only a release shows (noised and "
         "charged)", hint=_HINT + "; run the SELECT itself for its answer")
-
-
-def lines(plan: dict) -> list[str]:
-    """The plan (``Service.explain``) as the lines ``dpsql explain`` prints: its cost and
-    whether it fits the analyst's share, then each statement's sensitivity, groups and each
-    noised part's mechanism, ε, scale and 95% error."""
-    out = [(f"dataset {plan['dataset']}, neighbouring {plan['neighbouring']}, "
-            f"ε {plan['epsilon']:g} for the statement, total L1 sensitivity "
-            f"{plan['total_sensitivity']}"),
-           f"budget: ε {plan['budget_remaining']['epsilon']:g} of your share left; this "
-           + ("request fits" if plan["fits_budget"] else "request does NOT fit (it would be "
-              "refused)")]
-    for statement in plan["statements"]:
-        out.append(f"statement: {statement['sql']}")
-        if statement.get("public"):
-            out.append("  public tables only: exact, no noise, no cost")
-            continue
-        out.append(f"  sensitivity {statement['sensitivity']}, ε {statement['epsilon']:g}, "
-                   f"{statement['groups']} group(s)")
-        if statement.get("contribution"):
-            out.append("  " + statement["contribution"]["note"])
-        for part in statement["aggregates"]:
-            error = f"95% error ±{part['ci95_half_width']:.4g}" if part["part"] != "quantile" \
-                else f"95% rank error ±{part['rank_error_95']:.4g} rows"
-            out.append(f"  {part['aggregate']:<28} {part['part']:<8} "
-                       f"Δ={part['sensitivity']:<10g} ε={part['epsilon']:<8.4g} "
-                       f"{part['mechanism']} scale={part['scale']:<10.4g} {error}")
-    return out

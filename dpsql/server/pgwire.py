@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property, partial
 
+from dpsql import explain_text
 from dpsql.server import pgcatalog, pgcopy, pgdescribe, pgexplain, pgparams, pgtypes
 from dpsql.server.balance import Acceptor, Sessions
 from dpsql.server.config import Analyst
@@ -401,7 +402,9 @@ class Session:
                     self.user, self.dataset, explain.query, default_epsilon=self.epsilon,
                     default_delta=self.delta, dialect=self._dialect(), interface="pg"))
             lines = json.dumps(plan, indent=2, ensure_ascii=False).splitlines() \
-                if explain.json else pgexplain.lines(plan)
+                if explain.json else explain_text.lines(
+                    plan, f"ε {plan['budget_remaining']['epsilon']:g} of your share",
+                    "statement")
             return _Result("EXPLAIN", [{"name": "QUERY PLAN", "type": "TEXT"}],
                            [[line] for line in lines])
         cursor = self._cursor_command(text)

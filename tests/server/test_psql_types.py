@@ -10,6 +10,7 @@ import os
 import random
 import struct
 import subprocess
+import sys
 
 import httpx
 import psycopg
@@ -197,6 +198,26 @@ def test_explain_is_text_or_json_and_analyze_is_refused(server):
     out = psql(server, "jon", f"EXPLAIN ANALYZE {sql}")
     assert "ERROR:  0A000" in out.stderr and "exact row counts" in out.stderr
     assert spent(server, "jon") == 0
+
+
+def test_explain_rows_are_dpsql_explains_lines(server, tmp_path):
+    # the server printed its own copy of the CLI's lines, without the joint draws' marks and
+    # their footer
+    sql = "SELECT day, COUNT(*) AS n, AVG(amount) AS a FROM visits GROUP BY day"
+    out = psql(server, "jon", "\\pset format unaligned", "\\pset tuples_only on",
+               f"EXPLAIN {sql}")
+    assert out.returncode == 0, out.stderr
+    cli = subprocess.run([sys.executable, "-m", "dpsql", "explain", "-", "-m",
+                          str(server.home / "private-metadata" / "visits.yaml"), "-e", "0.25",
+                          "--ledger", str(tmp_path / "ledger.sqlite")], input=sql,
+                         capture_output=True, text=True, timeout=60, check=True)
+    rows = [row for row in out.stdout.splitlines() if not row.startswith("Output format")]
+    lines = cli.stdout.splitlines()
+    lines = lines[:lines.index("   rewritten:")]  # the server does not show its SQL
+    assert rows[0].endswith("ε 0.25 for the statement, total L1 sensitivity 2912")
+    assert rows[1] == "budget: ε 1 of your share remaining; this request fits"
+    assert rows[2:] == lines[2:] and lines[2:4] == ["", f"-- statement 1: {sql}"]
+    assert sum("(ℓ∞)" in line for line in rows) == 4
 
 
 def test_client_connections_say_what_they_are(server, tmp_path):
