@@ -6,11 +6,14 @@ columns, as the DuckDB backend does. The exact SQL is rendered from the IR in Sp
 (``compile.render.SparkDialect``: try_* arithmetic, xxhash64, sums as DECIMAL(38, 0) where
 they must not wrap).
 
-A declared column the session stores as another type (a string column of
-``spark.read.csv`` without ``inferSchema``, an INT, a DECIMAL) is read through a temporary
-view that applies ``try_cast`` to its declared type, as DuckDB reads a source: a value that
-does not convert is NULL, so no stored value can make a query fail on one person's rows. Only
-the tables' schemas are read for this, never the data. dpsql's queries run with the session's
+Every declared column is read through a subquery that applies ``try_cast`` to its declared
+type, as DuckDB reads a source: a value that does not convert (a string column of
+``spark.read.csv`` without ``inferSchema``, an INT, a DECIMAL) is NULL, so no stored value can
+make a query fail on one person's rows. Spark resolves the subquery at each query, so a view
+replaced after connect by one that stores the column as another type is converted too (a cast
+of a column already of its declared type costs nothing: the optimizer drops it), and one that
+Spark cannot convert, or that lacks the column, is refused before anything runs. Only the
+tables' schemas are read for this, never the data. dpsql's queries run with the session's
 time zone set to UTC (and restored after), so timestamps are UTC wall clock on every backend.
 """
 
@@ -72,18 +75,20 @@ class SparkBackend:
         # process with a table of the same name would replace a shared view with its rows
         self._views = {name: f"__dpsql_{next(_VIEW_IDS)}_{name}"
                        for name, table in catalog.tables.items() if table.source is not None}
-        self._typed: dict[str, str] = {}  # tables read through a view of declared types
-        self.sources = {name: _quote(self._views.get(name, name)) for name in catalog.tables}
+        # what each table is stored as: the session's table or view, or a source's own view
+        self.relations = {name: _quote(self._views.get(name, name)) for name in catalog.tables}
         for table in catalog.tables.values():
             if table.source is not None:
                 self._register(table)
-        stored = {name: self._stored(name) for name in catalog.tables}
+        stored = self._stored_types = {name: self._stored(name) for name in catalog.tables}
         self.catalog = with_stored_columns(catalog, {
             name: {column: _TYPES.get(kind.split("(")[0], "text") for column, kind in
                    columns.items()} for name, columns in stored.items()})
+        self.sources: dict[str, str] = {}
         for table in self.catalog.tables.values():
             self._check(table)
-            self._convert(table, stored[table.name])
+            self._convertible(table, stored[table.name])
+            self.sources[table.name] = self._reader(table)
 
     def _register(self, table: TableSpec) -> None:
         reader = self.session.read
@@ -99,10 +104,8 @@ class SparkBackend:
                                nullValue=_first(options.get("null")))
             if "names" in options:
                 frame = frame.toDF(*options["names"])
-        columns = [f"try_cast({_quote(n)} AS {_CASTS[s.type]}) AS {_quote(n)}"
-                   for n, s in table.columns.items()]
         try:
-            frame.selectExpr(*columns).createOrReplaceTempView(self._views[table.name])
+            frame.selectExpr(*_typed(table)).createOrReplaceTempView(self._views[table.name])
         except PySparkException as err:
             raise DataError(f"table {table.name!r}: cannot read {table.source!r}: {err}",
                             hint="check the csv options and that every declared column exists "
@@ -111,7 +114,7 @@ class SparkBackend:
     def _stored(self, name: str) -> dict[str, str]:
         """The stored type of each column of a table (empty when it is absent)."""
         try:
-            schema = self.session.sql(f"SELECT * FROM {self.sources[name]}").schema
+            schema = self.session.sql(f"SELECT * FROM {self.relations[name]}").schema
         except PySparkException:  # _check says what is missing
             return {}
         return {field.name: field.dataType.simpleString() for field in schema.fields}
@@ -119,37 +122,65 @@ class SparkBackend:
     def _check(self, table: TableSpec) -> None:
         columns = ", ".join(_quote(name) for name in table.columns) or "*"
         try:
-            # analysed when built, so a missing table or column raises here without a job
-            self.session.sql(f"SELECT {columns} FROM {self.sources[table.name]}")
+            # analysed, so a missing table or column raises here without a job
+            frame = self.session.sql(f"SELECT {columns} FROM {self.relations[table.name]}")
+            frame.schema  # noqa: B018 (Spark Connect analyses a frame only when asked)
         except PySparkException as err:
             raise DataError(f"table {table.name!r} is not readable in Spark: {err}",
                             hint="create the table or view, or give it a 'source' file, and "
                             "declare the columns by their names in it") from err
 
-    def _convert(self, table: TableSpec, stored: dict[str, str]) -> None:
-        """Read the table through a view of its declared columns, each ``try_cast`` to its
-        declared type, when one of them is stored as another type."""
+    def _convertible(self, table: TableSpec, stored: dict[str, str]) -> None:
+        """Refuse a declared column stored as a type Spark cannot ``try_cast`` to its declared
+        one (a struct declared int)."""
         kinds = {name.lower(): kind for name, kind in stored.items()}
-        if all(kinds[n.lower()] == _CASTS[s.type].lower() for n, s in table.columns.items()):
-            return
-        frame = self.session.sql(f"SELECT * FROM {self.sources[table.name]}")
-        columns = []
         for name, spec in table.columns.items():
-            column = f"try_cast({_quote(name)} AS {_CASTS[spec.type]}) AS {_quote(name)}"
-            try:
-                frame.selectExpr(column)
-            except PySparkException as err:
+            kind = kinds[name.lower()]
+            if kind != _CASTS[spec.type].lower() and not self._castable(table, name):
                 raise DataError(
-                    f"column {table.name}.{name} is declared {spec.type} but stored as "
-                    f"{kinds[name.lower()]}, which Spark cannot convert to {spec.type}",
+                    f"column {table.name}.{name} is declared {spec.type} but stored as {kind}, "
+                    f"which Spark cannot convert to {spec.type}",
                     hint="declare its stored type in the metadata, or convert it in the view "
                     "the metadata names (spark.read.csv(..., inferSchema=True) or a "
-                    "schema)") from err
-            columns.append(column)
-        view = f"__dpsql_{next(_VIEW_IDS)}_{table.name}"
-        frame.selectExpr(*columns).createOrReplaceTempView(view)
-        self._typed[table.name] = view
-        self.sources[table.name] = _quote(view)
+                    "schema)")
+
+    def _castable(self, table: TableSpec, column: str) -> bool:
+        """Whether Spark can ``try_cast`` the column as now stored to its declared type."""
+        try:
+            frame = self.session.sql(f"SELECT * FROM {self.relations[table.name]}")
+            # a Spark Connect session analyses a frame only when its schema is asked for
+            frame.selectExpr(*_typed(table, column)).schema  # noqa: B018
+        except PySparkException:
+            return False
+        return True
+
+    def _reader(self, table: TableSpec) -> str:
+        """The subquery the SQL reads the table by: its declared columns, each ``try_cast`` to
+        its declared type whatever Spark stores when the query is analysed."""
+        alias = _quote(table.name.rpartition(".")[2])
+        return (f"(SELECT {', '.join(_typed(table))} FROM {self.relations[table.name]}) "
+                f"AS {alias}")
+
+    def _retyped(self) -> DataError | None:
+        """The refusal of a query that Spark could not analyse because a declared column is
+        now missing or stored as a type it cannot convert (the table or view was replaced
+        after connect), or None. Schemas alone decide, so D and D′ are refused alike."""
+        for name, stored in self._stored_types.items():
+            table = self.catalog.tables[name]
+            before = {column.lower(): kind for column, kind in stored.items()}
+            now = {column.lower(): kind for column, kind in self._stored(name).items()}
+            for column, spec in table.columns.items():
+                after = now.get(column.lower())
+                if after is not None and (after == before.get(column.lower())
+                                          or self._castable(table, column)):
+                    continue
+                return DataError(
+                    f"column {name}.{column} is stored as {after or 'nothing (dropped)'} now, "
+                    f"and was {before.get(column.lower(), 'absent')} when dpsql connected: "
+                    f"Spark cannot read it as {spec.type}",
+                    hint=f"store it as a type Spark casts to {spec.type} in the table or view "
+                    "the metadata names, or declare it as its stored type and reconnect")
+        return None
 
     @contextlib.contextmanager
     def _utc(self) -> Iterator[None]:
@@ -165,12 +196,16 @@ class SparkBackend:
     def run_sql(self, sql: str, timeout: float | None = None
                 ) -> tuple[list[str], list[tuple]]:
         """Execute SQL rendered in Spark's dialect."""
-        try:
-            with self._utc():
+        with self._utc():
+            try:  # analysed here, before any job runs: only the tables' schemas are read
                 frame = _wall_clock(self.session.sql(sql))
+            except PySparkException as err:
+                raise (self._retyped() or BackendError(
+                    f"Spark failed to analyse the exact query: {err}")) from err
+            try:
                 rows = frame.collect()
-        except PySparkException as err:
-            raise BackendError(f"Spark failed to run the exact query: {err}") from err
+            except PySparkException as err:
+                raise BackendError(f"Spark failed to run the exact query: {err}") from err
         return list(frame.columns), exact_rows(rows)
 
     run_public = run_sql
@@ -208,7 +243,7 @@ class SparkBackend:
                 _STARTED.discard(key)
                 self.session.stop()
                 return
-        for view in [*self._views.values(), *self._typed.values()]:
+        for view in self._views.values():
             self.session.catalog.dropTempView(view)
 
 
@@ -229,6 +264,13 @@ def _wall_clock(frame):
         f"CAST({_quote(field.name)} AS TIMESTAMP_NTZ) AS {_quote(field.name)}"
         if field.dataType.typeName() == "timestamp" else _quote(field.name)
         for field in frame.schema.fields))
+
+
+def _typed(table: TableSpec, *names: str) -> list[str]:
+    """``try_cast`` of the table's declared columns (or of ``names``) to their declared types,
+    each named as the column."""
+    return [f"try_cast({_quote(n)} AS {_CASTS[table.columns[n].type]}) AS {_quote(n)}"
+            for n in names or table.columns]
 
 
 def _quote(name: str) -> str:

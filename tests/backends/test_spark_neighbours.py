@@ -1,7 +1,8 @@
 """The neighbour contract on Spark: D and D′ = D plus one adversarial person, each read by a
 Spark session, for the filtered counts scaled to L∞ of a person's rows (compile/per_person.py),
-columns stored as another type than declared (read through ``try_cast`` views) and shapes of
-the extreme battery; and Spark's exact scaled counts equal DuckDB's.
+columns stored as another type than declared (read through ``try_cast`` subqueries), views
+replaced after connect by ones that store a column as another type, and shapes of the extreme
+battery; and Spark's exact scaled counts equal DuckDB's.
 
 Spark runs in local mode and a grouped statement's exact query takes 5-60 s there, so these
 are a sample of what was run when this file was written: the four filtered-count statements of
@@ -156,3 +157,62 @@ def stored_pair(spark, tmp_path_factory):
 @pytest.mark.parametrize("sql", STORED_STATEMENTS)
 def test_typed_columns_stored_as_others_keep_the_contract_on_spark(stored_pair, sql):
     assert nb.check_statement(stored_pair, sql) == "released"
+
+
+# --- a view replaced after connect -----------------------------------------------------------
+
+REPLACED = {"name": "spark_replaced", "budget": {"epsilon": 1e9}, "tables": {"people": {
+    "privacy_unit": "pid", "max_groups_per_unit": 1, "max_rows_per_group": 2,
+    "columns": {"pid": "int", "score": {"type": "int", "lower": 0, "upper": 100}}}}}
+# what D′'s newcomer (pid 1000, 40 rows) stores once people.score is a STRING
+NEWCOMER = ["n/a", "1e400", "-9223372036854775809", " 5 ", "NaN", "Infinity", None]
+
+
+def _scores(cast: type, extra: bool) -> list[tuple]:
+    """60 persons with 1-3 scores each, as ``cast``; with ``extra`` the newcomer."""
+    rows = [(i, cast(i % 50)) for i in range(60) for _ in range(1 + i % 3)]
+    return rows + [(1000, NEWCOMER[k % len(NEWCOMER)]) for k in range(40)] * extra
+
+
+def _replaced_pair(spark, root: Path, kind: str, rows) -> nb.Pair:
+    """D and D′ connected while people.score is a BIGINT, then each view replaced by one that
+    stores it as ``kind``, holding ``rows(extra)``: what a custodian's refresh does."""
+    connections = []
+    for side, extra in (("d", False), ("d_prime", True)):
+        own = spark.newSession()
+        with warnings.catch_warnings():  # pyspark warns about its pandas versions
+            warnings.simplefilter("ignore")
+            own.createDataFrame(_scores(int, False), "pid BIGINT, score BIGINT") \
+                .createOrReplaceTempView("people")
+            connections.append(dpsql.connect(own, metadata=REPLACED, insecure_seed=11,
+                                             ledger=root / f"{side}.sqlite"))
+            own.createDataFrame(rows(extra), f"pid BIGINT, score {kind}") \
+                .createOrReplaceTempView("people")
+    return nb.Pair(*connections, folders=(root, root))
+
+
+def test_a_view_retyped_after_connect_keeps_the_contract_on_spark(spark, tmp_path):
+    """The stored types were read at connect only, and a column stored as its declared type
+    read plainly: after the view was replaced by one storing score as a STRING, D′'s 'n/a'
+    made AVG(score) fail (InternalError, ε charged) where D answered. Every column is now
+    try_cast to its declared type as Spark analyses each query."""
+    pair = _replaced_pair(spark, tmp_path, "STRING", lambda extra: _scores(str, extra))
+    try:
+        assert nb.check_statement(pair, "SELECT AVG(score) AS a FROM people") == "released"
+    finally:
+        pair.close()
+
+
+def test_a_view_retyped_beyond_conversion_is_refused_alike_on_spark(spark, tmp_path):
+    """A column replaced by one Spark cannot cast to its declared type (a map declared int)
+    is refused before any job runs, on D and D′ alike, naming it and both types; nothing is
+    charged."""
+    pair = _replaced_pair(spark, tmp_path, "MAP<STRING, INT>", lambda _: [(1, {"a": 1})])
+    try:
+        assert nb.check_statement(pair, "SELECT AVG(score) AS a FROM people") == "data"
+        with pytest.raises(dpsql.DataError, match="people.score is stored as "
+                           "map<string,int> now, and was bigint when dpsql connected"):
+            pair.d.execute("SELECT COUNT(*) AS n FROM people", epsilon=1)
+        assert pair.d.budget_spent.epsilon == 0
+    finally:
+        pair.close()
