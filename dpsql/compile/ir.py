@@ -125,6 +125,7 @@ class ColumnInfo:
     origin: tuple[str, str] | None = None  # (public table, column) it is read from, if any
     per_person: str | None = None  # the aggregate of one person's rows it holds (SUM, ...)
     identifies: bool = False  # computed from the privacy unit (uid + 0, MAX(uid)): names persons
+    proven: Interval | None = None  # where its SQL keeps it whatever the data, if not its type
 
     def __post_init__(self) -> None:
         # checked once here, not on each reference (``column``)
@@ -248,8 +249,8 @@ def shown_parts(node, nullable: bool = False) -> Iterator[tuple[Any, bool]]:
 
 def column(info: ColumnInfo) -> Expr:
     """A reference to a relation's column."""
-    return Expr("col", (), info.type, info.name, info.interval, _type_range(info.type),
-                info.domain, info.nullable)
+    return Expr("col", (), info.type, info.name, info.interval,
+                info.proven or _type_range(info.type), info.domain, info.nullable)
 
 
 def _type_range(kind: str) -> Interval | None:

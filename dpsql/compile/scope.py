@@ -23,6 +23,7 @@ join beside one row a person; the statement uses one when its keys are the entry
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
@@ -164,10 +165,7 @@ class Scope:
 
     def lookup(self, node: exp.Column) -> Expr:
         """The column a reference names."""
-        info = self.relation.columns[self.resolve(node)]
-        if info.per_person == "COUNT":  # a count of a person's rows is never negative
-            return replace(column(info), proven=COUNTS)
-        return column(info)
+        return column(self.relation.columns[self.resolve(node)])
 
     def resolve(self, node: exp.Column) -> str:
         """Internal name of the column ``node`` refers to; UnknownColumnError if none."""
@@ -301,7 +299,8 @@ class GroupScope:
             frozenset({"this"})
         ops.refuse_unread(node, reads, self.sql)
         arg = node.this
-        count = ColumnInfo("", "int", nullable=False, label=text)
+        # a count of a person's rows is never negative
+        count = ColumnInfo("", "int", nullable=False, label=text, proven=COUNTS)
         if isinstance(node, exp.Count) and isinstance(arg, exp.Star):
             return "count_star", None, count
         if isinstance(arg, exp.Distinct):
@@ -327,7 +326,8 @@ class GroupScope:
                 "the subquery with LEAST(GREATEST(x, low), high)")
         clamped = _clamp(x, x.interval, self)
         if isinstance(node, exp.Sum):
-            return "sum", clamped, ColumnInfo("", "float", None, None, x.nullable, text)
+            return "sum", clamped, ColumnInfo("", "float", None, None, x.nullable, text,
+                                              proven=_sum_range(x.interval))
         bounds = Interval(x.interval.lower, x.interval.upper, False)
         return "avg", clamped, ColumnInfo("", "float", bounds, None, x.nullable, text)
 
@@ -337,6 +337,14 @@ def _aggregates(select: exp.Select) -> bool:
     parts = [*select.expressions, select.args.get("having")]
     return any(isinstance(n, exp.AggFunc) and not isinstance(n.parent, exp.Window)
                for part in parts if part is not None for n in part.walk())
+
+
+def _sum_range(each: Interval) -> Interval | None:
+    """Where a SUM of values clamped to ``each`` (by ``_clamp``, in its SQL) stays whatever
+    the data: never negative when they are not (a person's SUM of amounts declared [0, 1000]),
+    and unbounded above, since a person may have any number of rows."""
+    return Interval(Fraction(0), Fraction(sys.float_info.max), False) if each.lower >= 0 \
+        else None
 
 
 def _clamp(x: Expr, bounds: Interval, scope) -> Expr:
@@ -567,9 +575,8 @@ class Resolver:
                 qualifier = projection.table.lower() if isinstance(projection, exp.Column) \
                     and projection.table else None
                 for (q, n), internal in inner.names.items():
-                    if qualifier is None or q == qualifier:
-                        if (alias_key, n) not in names:
-                            add(inner.columns[internal].label or n, column(inner.columns[internal]))
+                    if (qualifier is None or q == qualifier) and (alias_key, n) not in names:
+                        add(inner.columns[internal].label or n, column(inner.columns[internal]))
                 continue
             body_expr = projection.unalias()
             name = projection.alias or (body_expr.name if isinstance(body_expr, exp.Column)
