@@ -8,7 +8,9 @@ offers to an analyst — ``cursor().execute(sql, params, epsilon=...)``, ``descr
 ledger stay on the server: nothing here can change them.
 
 URL: ``dpsql://USER[:PASSWORD]@HOST[:PORT]/DATASET[?sslmode=require&sslrootcert=...]``;
-the password may also come from ``password=`` or ``$DPSQL_PASSWORD``.
+the password may also come from ``password=`` or ``$DPSQL_PASSWORD``. ``dialect=`` is the SQL
+dialect the session's statements are read in (``SET dpsql.dialect``); by default the
+dataset's metadata's, else DuckDB's, as embedded (psql's sessions read PostgreSQL's).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dpsql.budget import PrivacyLoss
 from dpsql.cursor import Column
 from dpsql.dbapi20 import ConnectionBase, fetch_size
 from dpsql.engine import refuse_epsilon_with_hint
-from dpsql.parse import clause_parameters, parse_one
+from dpsql.parse import check_dialect, clause_parameters, parse_one
 from dpsql.sqltext import qmark_to_dollar, split_statements
 
 if TYPE_CHECKING:
@@ -246,13 +248,15 @@ class RemoteConnection(ConnectionBase):
     __module__ = "dpsql"
 
     def __init__(self, url: str, *, password: str | None = None,
-                 epsilon_per_query: float | None = None, connect_timeout: float = 10) -> None:
+                 epsilon_per_query: float | None = None, connect_timeout: float = 10,
+                 dialect: str | None = None) -> None:
         try:
             import psycopg
         except ImportError as err:  # pragma: no cover - psycopg is in the extras
             raise errors.InterfaceError("the dpsql client needs psycopg",
                                         hint="pip install 'psycopg[binary]'") from err
         self._psycopg = psycopg
+        dialect = None if dialect is None else check_dialect(dialect)
         parts = urlsplit(url)
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         self.dataset = unquote(parts.path.lstrip("/"))
@@ -288,8 +292,14 @@ class RemoteConnection(ConnectionBase):
         self._remaining: dict | None = None  # the budget_remaining of the last release
         # the session's ε, restored after a call with its own epsilon=
         self._session = {"dpsql.epsilon": epsilon_per_query, "dpsql.tune": None}
-        if epsilon_per_query is not None:
-            self._restore(["dpsql.epsilon"])
+        try:
+            if epsilon_per_query is not None:
+                self._restore(["dpsql.epsilon"])
+            if dialect is not None:  # a reading choice of the session, not a server resource
+                self._simple(f"SET dpsql.dialect = {dialect}")
+        except errors.Error:
+            self._db.close()
+            raise
 
     def _simple(self, sql: str) -> list[tuple]:
         try:
@@ -430,7 +440,7 @@ def _epsilon_only(**given: Any) -> None:
 
 def connect_remote(url: str, **options: Any) -> RemoteConnection:
     """Open a connection to a dpsql server (see the module docstring)."""
-    allowed = {"password", "epsilon_per_query", "connect_timeout"}
+    allowed = {"password", "epsilon_per_query", "connect_timeout", "dialect"}
     refused = sorted(k for k, v in options.items() if v is not None and k not in allowed)
     if refused:
         raise errors.InterfaceError(

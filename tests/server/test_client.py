@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from server_harness import server  # noqa: F401 - the fixture
 
 import dpsql
+from dpsql.remote import connect_remote
 
 
 def test_client_query_description_and_intervals(server):
@@ -214,3 +215,19 @@ def test_client_warns_of_a_noisy_ranking_as_embedded(server):
     with dpsql.connect(server.url("dave")) as con, \
             pytest.warns(dpsql.NoisyRankingWarning, match="noise decides which rows"):
         assert len(con.execute(top3, epsilon=0.05).fetchall()) == 3
+
+
+def test_client_reads_the_dialect_it_is_given(server):
+    # dialect= was refused for a dpsql:// URL ('a dpsql server holds the data and sets its own
+    # resources'): the client's SQL was DuckDB's, whose strftime reads no 'YYYY-MM'
+    sql = "SELECT TO_CHAR(DATE '2024-01-05', 'YYYY-MM') AS ym, COUNT(*) AS n FROM regions " \
+          "GROUP BY 1"
+    with connect_remote(server.url("sam")) as con:
+        with pytest.raises(dpsql.UnsupportedSQLError, match="YYYY-MM"):
+            con.cursor().execute(sql)
+        assert con.cursor().execute("SHOW dpsql.dialect").fetchall() == [("duckdb",)]
+    with connect_remote(server.url("sam"), dialect="Postgres") as con:
+        assert con.cursor().execute(sql).fetchall() == [("2024-01", 5)]  # a public table
+        assert con.cursor().execute("SHOW dpsql.dialect").fetchall() == [("postgres",)]
+    with pytest.raises(dpsql.ProgrammingError, match="unknown SQL dialect 'klingon'"):
+        connect_remote(server.url("sam"), dialect="klingon")
