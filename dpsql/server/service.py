@@ -33,7 +33,7 @@ from typing import Any
 
 import dpsql
 from dpsql import frames
-from dpsql.backends import is_file_database
+from dpsql.backends import is_file_database, is_postgres_url
 from dpsql.budget import PrivacyLoss, budget_exhausted, positive, probability
 from dpsql.errors import ServerConfigError
 from dpsql.parse import check_dialect
@@ -313,6 +313,8 @@ class Service:
         """Open each dataset's own connection and check it can be served as configured."""
         paths = set(config.private_paths)
         for name in config.datasets:
+            for analyst in config.analysts.values():  # before a cluster is started for it
+                _check_timeout(config.datasets[name], analyst)
             # a catalogue's warnings (a table without bounds) went to stderr only, which a
             # daemonised server loses; kept for its log
             with warnings.catch_warnings(record=True) as caught:
@@ -330,7 +332,6 @@ class Service:
                     source = os.path.abspath(str(table.source))
                     paths.update((source, os.path.dirname(source)))
             for analyst in config.analysts.values():
-                _check_timeout(config.datasets[name], analyst)
                 share = analyst.budgets.get(name)
                 if share is not None and catalog.budget is not None and \
                         not catalog.budget.covers(share):
@@ -858,17 +859,18 @@ def _login_secret(state_dir) -> bytes:
 
 
 def _check_timeout(dataset, account: Analyst) -> None:
-    """Refuse a warehouse dataset for an analyst held to ``limits.timeout``: the engine
-    times out DuckDB's queries only, and the first query of every analyst was refused."""
+    """Refuse a Spark dataset for an analyst held to ``limits.timeout``: the engine times
+    out DuckDB's and PostgreSQL's queries only, and the first query of every analyst was
+    refused."""
     database = dataset.database
     if account.limits.timeout is None or dataset.name not in account.budgets or \
-            database is None or is_file_database(database):
+            database is None or is_file_database(database) or is_postgres_url(database):
         return
     raise ServerConfigError(
         f"datasets.{dataset.name} is read from {str(database).split('://')[0]}, where "
         f"limits.timeout ({account.limits.timeout:g} s for {account.name!r}) cannot stop "
         "a query", hint="set limits.timeout: null (in limits:, and in the analysts' own) and "
-        "limit the warehouse's role instead (PostgreSQL: ALTER ROLE ... SET statement_timeout)")
+        "limit the cluster's jobs instead")
 
 
 def _check_servable(name: str, catalog) -> None:

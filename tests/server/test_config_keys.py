@@ -127,11 +127,39 @@ def test_a_postgresql_dataset_is_served(tmp_path, warehouse_url):
         assert r.status_code == 200 and len(r.json()["rows"]) == 7, r.text
 
 
-def test_a_warehouse_dataset_under_a_timeout_is_refused_at_start(tmp_path, warehouse_url):
-    """The engine times out DuckDB's queries only: every analyst's first query was refused."""
-    done = _serve(_warehouse(tmp_path, warehouse_url, 20))
+def test_a_postgresql_dataset_under_a_timeout_stops_a_long_query(tmp_path, warehouse_url):
+    """The server refused to start a PostgreSQL dataset under limits.timeout ('cannot stop a
+    query'); the engine stops its queries since 7a742d2 (statement_timeout): a runaway one is
+    refused with 57014 and charged, as on DuckDB, and the next is answered."""
+    import psycopg
+
+    with psycopg.connect(warehouse_url, autocommit=True) as con:  # one person's 20,000 rows
+        con.execute("INSERT INTO visits SELECT 1000000, 'Mon', g % 5, 0, false "
+                    "FROM generate_series(1, 20000) AS g")
+    slow = "SELECT SUM(v.amount * w.amount / 100) AS s FROM visits v JOIN visits w " \
+        "ON v.uid = w.uid"  # 4·10^8 rows of that person: seconds
+    try:
+        for server in serving(tmp_path, _warehouse(tmp_path, warehouse_url, 1)):
+            with httpx.Client(base_url=server.http, auth=("alice", password("alice")),
+                              timeout=60) as http:
+                path = "/api/v1/datasets/visits/query"
+                stopped = http.post(path, json={"sql": slow, "epsilon": 0.25})
+                assert stopped.status_code == 408, stopped.text
+                assert stopped.json()["code"] == "timeout"
+                assert stopped.json()["epsilon_spent"] == 0.25
+                answered = http.post(path, json={"sql": "SELECT day, COUNT(*) AS n FROM "
+                                                 "visits GROUP BY day", "epsilon": 0.25})
+                assert answered.status_code == 200 and len(answered.json()["rows"]) == 7
+    finally:
+        with psycopg.connect(warehouse_url, autocommit=True) as con:
+            con.execute("DELETE FROM visits WHERE uid = 1000000")
+
+
+def test_a_spark_dataset_under_a_timeout_is_refused_at_start(tmp_path):
+    """Spark's jobs run on past the engine's timeout: refused before a cluster is started."""
+    done = _serve(_warehouse(tmp_path, "local[1]", 20))
     assert done.returncode == 1
-    assert "datasets.visits is read from postgresql, where limits.timeout (20 s for " \
+    assert "datasets.visits is read from local[1], where limits.timeout (20 s for " \
            "'alice') cannot stop a query\nHint: set limits.timeout: null" in done.stderr
 
 
