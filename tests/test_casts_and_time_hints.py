@@ -224,6 +224,23 @@ def test_timestamps_written_the_postgresql_way_are_answered(numbers, dialect, wh
         assert rows == expected and 0 < rows[0][0] < len(_frame())
 
 
+def test_timestamp_and_date_literals_in_a_list_are_read_as_a_comparison_reads_them(numbers):
+    """ts IN ('1997-...', ...) was refused (IN mixes values of types text, timestamp), where
+    ts = '1997-...' was answered."""
+    stamps = [str(datetime.datetime.fromtimestamp(s, datetime.UTC).replace(tzinfo=None))
+              for s in SECONDS[:3]]
+    days = [stamp[:10] for stamp in stamps]
+    with dpsql.connect(metadata=_metadata(numbers), ledger=":memory:") as con:
+        for column, values in (("TO_TIMESTAMP(s)", stamps), ("CAST(TO_TIMESTAMP(s) AS DATE)",
+                                                              days)):
+            listed = ", ".join(f"'{v}'" for v in values)
+            either = " OR ".join(f"{column} = '{v}'" for v in values)
+            rows = con.execute(f"SELECT COUNT(*) AS n FROM numbers WHERE {column} IN ({listed})",
+                               epsilon=1e12).fetchall()
+            assert rows == _answers(con, f"SELECT COUNT(*) AS n FROM numbers WHERE {either}")
+            assert rows[0][0] > 0
+
+
 def test_a_timestamp_column_moved_by_days_says_how_to_write_it(numbers):
     with dpsql.connect(metadata=_metadata(numbers), ledger=":memory:") as con:
         with pytest.raises(dpsql.UnsupportedSQLError, match="for constants only") as refused:
@@ -249,6 +266,9 @@ CONTRACT = [
     "SELECT CAST(TO_TIMESTAMP(x * 1e7) AS DATE) AS k, COUNT(*) AS n FROM events GROUP BY k",
     "SELECT DATE(ts) AS k, SUM(x) AS s FROM events GROUP BY k",
     "SELECT CAST(DATE_TRUNC('day', ts) AS DATE) AS k, AVG(x) AS a FROM events GROUP BY k",
+    ("SELECT DATE_TRUNC('month', ts) AS k, COUNT(*) AS n FROM events "
+     "WHERE ts IN ('2000-03-04 05:06:07', '2001-12-31 23:59:59', DATE '2001-01-01') GROUP BY k"),
+    "SELECT COUNT(*) AS n, SUM(x) AS s FROM events WHERE d IN ('2000-01-01', '2001-12-31')",
 ]
 
 

@@ -1259,12 +1259,8 @@ def _power(node: exp.Pow, scope: Scope) -> Expr:
 
 @builds(exp.Least, exp.Greatest, reads=("this", "expressions", "ignore_nulls"))
 def _least_greatest(node: exp.Expression, scope: Scope) -> Expr:
-    args = tuple(build(a, scope) for a in [node.this, *node.expressions])
+    args = _met(tuple(build(a, scope) for a in [node.this, *node.expressions]), scope)
     name = "LEAST" if isinstance(node, exp.Least) else "GREATEST"
-    # literals take the type of the values they meet: GREATEST(d, '2000-01-01') is of dates
-    met = next((a.type for a in args if a.op != "lit" and a.type != "null"), None)
-    if met is not None:
-        args = tuple(coerce(a, met, scope) for a in args)
     kind = unify([a.type for a in args], name, scope)
     args = tuple(coerce(a, kind, scope) for a in args)
     least = isinstance(node, exp.Least)
@@ -1332,6 +1328,14 @@ def _bool(op: str, args: tuple[Expr, ...], nullable: bool, value=None) -> Expr:
     return Expr(op, args, "bool", value, BOOL, BOOL, (False, True), nullable)
 
 
+def _met(args: tuple[Expr, ...], scope: Scope) -> tuple[Expr, ...]:
+    """``args`` with their literals in the type of the first other value among them, as a
+    comparison converts them: GREATEST(d, '2000-01-01') is of dates, and so is
+    d IN ('2000-01-01', '2000-01-02')."""
+    kind = next((a.type for a in args if a.op != "lit" and a.type != "null"), None)
+    return args if kind is None else tuple(coerce(a, kind, scope) for a in args)
+
+
 def comparable(left: Expr, right: Expr, what: str | Callable[[], str],
                scope: Scope) -> tuple[Expr, Expr]:
     """Both sides of a comparison in one type, literals (and NULLs) converted at compile
@@ -1381,10 +1385,9 @@ def _in(node: exp.In, scope: Scope) -> Expr:
     if node.args.get("query") is not None or node.args.get("unnest") is not None or \
             node.args.get("field") is not None:
         raise refusal(exp.Subquery(), scope)
-    subject = build(node.this, scope)
-    items = [build(e, scope) for e in node.expressions]
-    if not items:
+    if not node.expressions:
         raise ProgrammingError("IN () needs at least one value", sql=scope.sql)
+    subject, *items = _met(tuple(build(e, scope) for e in (node.this, *node.expressions)), scope)
     kind = unify([subject.type, *(i.type for i in items)], "IN", scope)
     subject, *items = (coerce(e, kind, scope) for e in (subject, *items))
     return _bool("in", (subject, *items), True)
