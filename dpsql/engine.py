@@ -110,7 +110,7 @@ class Engine:
                  rng: RandomSource, epsilon_per_query: Fraction | None,
                  delta_per_query: Fraction | None = None, accuracy: float | None = None,
                  bounding: str = "per_query", timeout: float | None = None,
-                 dialect: str = "duckdb") -> None:
+                 dialect: str = "duckdb", tuned: bool = False) -> None:
         if bounding not in snapshot.MODES:
             raise ProgrammingError(f"unknown bounding {bounding!r}",
                                    hint=f"use one of {', '.join(snapshot.MODES)}")
@@ -134,19 +134,22 @@ class Engine:
         self.analyst, self.rng, self.epsilon_per_query = analyst, rng, epsilon_per_query
         self.delta_per_query = delta_per_query
         self.accuracy = accuracy
+        self.tuned = tuned  # the catalogue's bounds were chosen from the data by tune=
         self.post = PostProcessor()
         self._analysed: dict[tuple[str, bool], CheckedQuery | PublicQuery] = {}
         self._domains: dict[tuple[str, str], tuple | None] = {}
         self._tuples: dict[str, tuple | None] = {}  # by the SQL that reads them
 
-    def under(self, catalog: Catalog) -> Engine:
+    def under(self, catalog: Catalog, *, tuned: bool = False) -> Engine:
         """An engine with every setting of this one (backend, ledger, analyst, random source,
-        defaults, bounding, timeout, dialect) over another catalogue."""
+        defaults, bounding, timeout, dialect) over another catalogue; ``tuned``: one whose
+        bounds tune= chose from the data, which its statements' notes then say."""
         return Engine(catalog=catalog, backend=self.backend, ledger=self.ledger,
                       analyst=self.analyst, rng=self.rng,
                       epsilon_per_query=self.epsilon_per_query,
                       delta_per_query=self.delta_per_query, accuracy=self.accuracy,
-                      bounding=self.bounding, timeout=self.timeout, dialect=self.dialect)
+                      bounding=self.bounding, timeout=self.timeout, dialect=self.dialect,
+                      tuned=tuned)
 
     def plan(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None,
              rho=None, script: bool = False, weights: dict | None = None) -> Planned:
@@ -254,6 +257,8 @@ class Engine:
                                             public_tuples=self._public_tuples)
             except RecursionError:
                 raise too_deep(statement.sql) from None
+            if self.tuned and not isinstance(checked, PublicQuery):
+                checked = replace(checked, tuned=True)
             if not isinstance(checked, PublicQuery):
                 self.post.check(checked)
             if len(self._analysed) >= ANALYSED_KEPT:

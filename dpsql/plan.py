@@ -161,6 +161,8 @@ class CheckedQuery:
     # FROM gives each person at most one row by its SQL (a subquery grouped by the unit:
     # ``compile.ir.one_row_a_person``), so the contribution bounds drop nothing
     one_row_a_person: bool = False
+    # its tables' bounds were chosen from the data by tune= (``Engine.under(..., tuned=True)``)
+    tuned: bool = False
 
     @property
     def has_private_keys(self) -> bool:
@@ -219,11 +221,13 @@ class CheckedQuery:
                 f"each person counts in at most {groups} group(s): a person's groups beyond "
                 "are dropped before the noise, a bias the intervals do not cover" + why)
         total = table.max_rows_per_unit
+        chosen = "chosen from the data by tune=: cursor.tuned_bounds" if self.tuned else \
+            "dpsql tune proposes bounds"
         return (f"each person counts with at most {groups} group(s) × "
                 f"{table.max_rows_per_group} row(s)"
                 + (f", {total} rows in all" if total is not None else "")
                 + ": rows beyond are dropped before the noise, a bias the intervals do not "
-                "cover (dpsql tune proposes bounds)" + why)
+                f"cover ({chosen})" + why)
 
 
 @dataclass(frozen=True, slots=True)
