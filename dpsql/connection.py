@@ -338,7 +338,8 @@ def connect(database: str | os.PathLike | Any | None = None, *,
             data). Default: no limit.
         dialect: the SQL dialect the analyst writes (sqlglot's names: duckdb, postgres,
             bigquery, snowflake, spark, tsql, mysql, sqlite, ...); default the metadata's
-            ``dialect:`` key, else duckdb.
+            ``dialect:`` key, else duckdb (on a dpsql server too: the session's
+            ``SET dpsql.dialect``).
         sources: in-memory data of declared tables, ``{"visits": frame}``: pandas, polars
             or pyarrow frames, or DuckDB relations, copied into the embedded DuckDB as typed
             tables of the declared columns (instead of the metadata's ``source``).
@@ -361,14 +362,14 @@ def connect(database: str | os.PathLike | Any | None = None, *,
     from dpsql.remote import connect_remote, is_remote_url
 
     if is_remote_url(database):
-        if any(v is not None for v in (sources, dialect, memory_limit, temp_directory)):
+        if any(v is not None for v in (sources, memory_limit, temp_directory)):
             raise InterfaceError("a dpsql server holds the data and sets its own resources: "
-                                 "sources=, dialect=, memory_limit= and temp_directory= are "
-                                 "for embedded use", hint="leave them out for a dpsql:// URL")
+                                 "sources=, memory_limit= and temp_directory= are for "
+                                 "embedded use", hint="leave them out for a dpsql:// URL")
         return connect_remote(
             str(database), metadata=metadata, analyst=analyst, delta_per_query=delta_per_query,
             accuracy=accuracy, ledger=ledger, insecure_seed=insecure_seed, timeout=timeout,
-            epsilon_per_query=epsilon_per_query, password=password,
+            epsilon_per_query=epsilon_per_query, password=password, dialect=dialect,
             bounding=None if bounding == "per_query" else bounding)
     if password is not None:
         raise InterfaceError("password= is for a dpsql:// server URL")

@@ -131,14 +131,16 @@ WEEKS = (datetime.date(2025, 1, 6) - datetime.date(2023, 12, 18)).days // 7 + 1
 
 
 @pytest.mark.parametrize(("key", "domain"), [
+    # keys that grow with d keep those the WHERE's d < 2024-01-10 allows (narrow.py)
     ("DATE_TRUNC('week', d)", [datetime.date(2023, 12, 18) + datetime.timedelta(weeks=w)
-                               for w in range(WEEKS)]),
+                               for w in range(4)]),
     ("DAYNAME(d)", ["Friday", "Monday", "Saturday", "Sunday", "Thursday", "Tuesday",
                     "Wednesday"]),
     ("MONTHNAME(ts)", sorted(datetime.date(2000, m, 1).strftime("%B") for m in range(1, 13))),
     ("STRFTIME(d, '%b')", sorted(datetime.date(2000, m, 1).strftime("%b") for m in range(1, 13))),
     ("STRFTIME(ts, '%Y-%m')", ["2023-12", *(f"2024-{m:02d}" for m in range(1, 13)), "2025-01"]),
-    ("STRFTIME(d, '%Y')", ["2023", "2024", "2025"]),
+    ("STRFTIME(d, '%Y')", ["2023", "2024"]),
+    ("STRFTIME(ts, '%Y')", ["2023", "2024", "2025"]),
     # a private key, refused without δ, where DATE_TRUNC('day', ts) had the same days
     ("CAST(ts AS DATE)", list(pd.date_range(LOWER, UPPER).date)),
     # the truncation's months as dates: every day of the bounds (411 keys) was released

@@ -859,17 +859,29 @@ def format_date(date: datetime.date, parts: list[str]) -> str:
     return "".join(FORMAT_PARTS[p](date) if p in FORMAT_PARTS else p for p in parts)
 
 
+# a pattern such as 'YYYY-MM' read as strftime's (DuckDB's, the default dialect, whose formats
+# parse does not convert: no "written"): PostgreSQL's TO_CHAR is read under the postgres
+# dialect, which each interface chooses its own way
+_DIALECT_HINT = (
+    "this is PostgreSQL's TO_CHAR pattern; the SQL is read as DuckDB's, whose format is "
+    "STRFTIME(d, '%Y-%m'). To write PostgreSQL's SQL choose its dialect: "
+    "dpsql.connect(..., dialect='postgres') (a dpsql:// server URL too), SET dpsql.dialect = "
+    "postgres in psql, \"dialect\": \"postgres\" in an HTTP query, --dialect postgres on "
+    "the command line, or dialect: postgres in the metadata")
+
+
 def formatted(arg: Expr, fmt: str, scope: Scope, written: str | None = None) -> Expr:
     """A date or timestamp formatted with an allowed format (``format_parts``): text with
     a public domain, NULL outside ``YEARS``."""
     parts = format_parts(fmt)
     if parts is None:
+        postgres_pattern = written is None and "%" not in fmt and "Y" in fmt.upper()
         raise UnsupportedSQLError(
             f"the date format {fmt if written is None else written!r} is not supported",
-            sql=scope.sql,
-            hint="format with the year, month, day, day name and month name, separated by "
-            "one of - / . , : or a space, e.g. STRFTIME(d, '%Y-%m') (PostgreSQL: TO_CHAR(d, "
-            "'YYYY-MM')), DAYNAME(d) or MONTHNAME(d)")
+            sql=scope.sql, hint=_DIALECT_HINT if postgres_pattern else (
+                "format with the year, month, day, day name and month name, separated by "
+                "one of - / . , : or a space, e.g. STRFTIME(d, '%Y-%m') (PostgreSQL: "
+                "TO_CHAR(d, 'YYYY-MM')), DAYNAME(d) or MONTHNAME(d)"))
     if arg.type == "text" and arg.op == "lit":
         arg = coerce(arg, "date", scope)
     arg = _require(arg, ("date", "timestamp"), "a date format", scope)

@@ -9,7 +9,6 @@ import sqlalchemy as sa
 from server_harness import server  # noqa: F401 - the fixture
 
 import dpsql
-from dpsql.remote import connect_remote
 
 
 def test_client_query_description_and_intervals(server):
@@ -222,12 +221,12 @@ def test_client_reads_the_dialect_it_is_given(server):
     # resources'): the client's SQL was DuckDB's, whose strftime reads no 'YYYY-MM'
     sql = "SELECT TO_CHAR(DATE '2024-01-05', 'YYYY-MM') AS ym, COUNT(*) AS n FROM regions " \
           "GROUP BY 1"
-    with connect_remote(server.url("sam")) as con:
+    with dpsql.connect(server.url("sam")) as con:
         with pytest.raises(dpsql.UnsupportedSQLError, match="YYYY-MM"):
             con.cursor().execute(sql)
         assert con.cursor().execute("SHOW dpsql.dialect").fetchall() == [("duckdb",)]
-    with connect_remote(server.url("sam"), dialect="Postgres") as con:
+    with dpsql.connect(server.url("sam"), dialect="Postgres") as con:
         assert con.cursor().execute(sql).fetchall() == [("2024-01", 5)]  # a public table
         assert con.cursor().execute("SHOW dpsql.dialect").fetchall() == [("postgres",)]
     with pytest.raises(dpsql.ProgrammingError, match="unknown SQL dialect 'klingon'"):
-        connect_remote(server.url("sam"), dialect="klingon")
+        dpsql.connect(server.url("sam"), dialect="klingon")
