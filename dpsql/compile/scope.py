@@ -22,6 +22,7 @@ join beside one row a person; the statement uses one when its keys are the entry
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from dataclasses import dataclass, field, replace
@@ -365,12 +366,25 @@ def build(node: exp.Expression, scope) -> Expr:
 
 def with_public_domain(expr: Expr, relation: Relation, public_values) -> Expr:
     """A column of a public table with the table's distinct values (``public_values(table,
-    column)``, None when too many) as its domain; any other expression as it is."""
+    column)``, None when too many) as its domain and, a number declared without bounds, their
+    least and greatest as its interval; any other expression as it is. The values are public,
+    and an aggregate's input is clamped to its interval by the SQL that runs, so the bounds
+    hold even where the table has changed since it was read."""
     if expr.domain is not None or expr.op != "col" or public_values is None:
         return expr
     origin = relation.columns[expr.value].origin
     values = public_values(*origin) if origin else None
-    return expr if values is None else replace(expr, domain=values)
+    if values is None:
+        return expr
+    return replace(expr, domain=values, interval=expr.interval or _span(values, expr.type))
+
+
+def _span(values: tuple, kind: str) -> Interval | None:
+    """The least and greatest of a public column's numbers, if all are finite (a NaN or an
+    infinity bounds nothing)."""
+    if kind not in NUMERIC or not all(math.isfinite(v) for v in values):
+        return None
+    return Interval(Fraction(min(values)), Fraction(max(values)), kind == "int")
 
 
 def tuples_sql(d, sources: dict[str, str], part, keys: tuple[Expr, ...],

@@ -727,8 +727,9 @@ class _Compiler:
         return Aggregate(kind=kind, **common)
 
     def _bounded(self, arg: exp.Expression, text: str) -> Expr:
-        """The numeric input of ``text``, refused when nothing bounds it (or past 1e15)."""
-        built = ops.build(arg, self.scope)
+        """The numeric input of ``text``, refused when nothing bounds it (or past 1e15); a
+        public table's column is bounded by its values (``with_public_domain``)."""
+        built = ops.build(arg, PublicDomains(self.scope, self.public_values))
         if built.type not in ("int", "float", "bool"):
             raise ProgrammingError(f"{text} needs a numeric input, got {built.type}",
                                    sql=self.sql, hint="aggregate a number, or CAST it")
