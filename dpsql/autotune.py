@@ -89,7 +89,7 @@ def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilo
                     columns=(), compiled=checked, query_epsilon=float(rest),
                     count_noise=planned_count_noise(planned.release.statements[0]),
                     timeout=engine.timeout, measure=False)
-    tuned = engine.under(with_bounds(engine.catalog, proposal))
+    tuned = engine.under(with_bounds(engine.catalog, proposal), tuned=True)
     try:
         results = tuned.execute(sql, params, epsilon=rest, delta=delta, weights=weights)
     except Error as err:  # the tuning's quantiles were drawn and charged: say so

@@ -50,6 +50,9 @@ def test_the_tuning_is_part_of_the_statements_epsilon(tmp_path, meta):
     # the bounds the answer was noised for are shown (they were not): all 7 days kept
     assert cursor.tuned_bounds["max_groups_per_unit"] == 7, cursor.tuned_bounds
     assert {"max_rows_per_group"} <= set(cursor.tuned_bounds)
+    # the note says tune= chose the bounds (it advised "dpsql tune proposes bounds")
+    assert any("chosen from the data by tune=" in n for n in cursor.notes), cursor.notes
+    assert not any("dpsql tune proposes bounds" in n for n in cursor.notes)
 
 
 @pytest.mark.parametrize(("sql", "options", "error"), [
