@@ -15,8 +15,13 @@ import pandas as pd
 import pytest
 from conftest import DAYS, catalogue, make_adult, make_visits
 
-sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
-from neighbours import contract, every_neighbour
+sys.path[:0] = [str(Path(__file__).parent / "fuzz"), str(Path(__file__).parent / "backends")]
+import neighbours as nb
+from servers import databases  # noqa: F401 (fixture)
+from test_neighbours_on_postgresql import (
+    neighbour_fixtures,
+    pairs,  # noqa: F401 - the fixture
+)
 
 import dpsql
 
@@ -30,13 +35,22 @@ CONTRACT = [
 ]
 
 
-@pytest.fixture(scope="module")
-def pairs(tmp_path_factory):
-    yield from every_neighbour(tmp_path_factory.mktemp("public-bounds"))
+def heavy_in_every_region() -> dict[str, pd.DataFrame]:
+    """A person with 600 visits at the upper bound, joined to every public region, to ids
+    the public table lacks (5-9) and to none (NULL)."""
+    regions = [*map(str, range(10)), None]
+    return {"visits": pd.DataFrame({
+        "uid": [str(nb.TARGET)] * 600, "day": [DAYS[i % 7] for i in range(600)],
+        "amount": ["100"] * 600, "region_id": [regions[i % 11] for i in range(600)]},
+        dtype=object)}
 
 
-def test_the_neighbour_contract_holds(pairs):
-    outcomes = contract(pairs, CONTRACT)
+duck_pairs, extra_on_postgres, neighbours = neighbour_fixtures(
+    "public-bounds", heavy_in_every_region)
+
+
+def test_the_neighbour_contract_holds(neighbours):
+    outcomes = nb.contract(neighbours, CONTRACT)
     assert all(o == "released" for row in outcomes for o in row), outcomes
 
 
