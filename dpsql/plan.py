@@ -101,6 +101,16 @@ def whole_bins(agg: Aggregate) -> bool:
         agg.upper - agg.lower + 1 <= QUANTILE_BINS
 
 
+def inner_bin_width(agg: Aggregate, bins: int) -> Fraction:
+    """The width of a quantile histogram's inner bins where they are not whole values: bin
+    0 holds the input at or below its lower bound and bin ``bins`` − 1 at or above its upper
+    bound (clamping and skewed data pile rows there: 91.7% of Adult's capital-gain is its
+    lower bound 0, whose median was a point of a bin [0, 100)), the bins between split the
+    open range evenly. A function of the metadata alone; ``rewrite.bin_of`` writes it and
+    release reads it."""
+    return Fraction(agg.upper - agg.lower) / (bins - 2)
+
+
 def released_int(agg: Aggregate) -> bool:
     """Whether an aggregate is released as a whole number, typed int as SQL types it: a
     count, a SUM of whole numbers, and a MIN or MAX of an int drawn from its whole values

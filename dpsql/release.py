@@ -35,7 +35,15 @@ from dpsql.mechanisms.samplers import (
     discrete_laplace,
     discrete_linf,
 )
-from dpsql.plan import COUNT_KINDS, Joint, StatementPlan, released_int, shown_part, whole_bins
+from dpsql.plan import (
+    COUNT_KINDS,
+    Joint,
+    StatementPlan,
+    inner_bin_width,
+    released_int,
+    shown_part,
+    whole_bins,
+)
 from dpsql.rewrite import (
     COVARIANCE_KINDS,
     SPREAD_KINDS,
@@ -542,11 +550,12 @@ def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: Random
     The utility of bin b is −(distance from q·n to the rank interval [c_b, c_{b+1}] that
     the bin covers), which moves by at most 1 per row; a bin is drawn with probability
     exactly ∝ exp(ε·u/(2Δ)) (``mechanisms.exponential``: q·n and the utilities are exact
-    Fractions, no float exp). Then the value is the bin's integer when bins are integers,
-    the integer nearest the bin's middle for a wider int range (``_bin_integer``), or else a
-    uniform point of a grid of 2^52 values inside the bin, drawn by ``below``: the choice
-    inside a bin is independent of the data, so it costs nothing and needs no exactness, and
-    any point of the bin keeps the rank error (``calibrate.quantile_rank_error``).
+    Fractions, no float exp). Then the value is the bin's integer when bins are integers;
+    else the bound an end bin holds (``plan.inner_bin_width``), and for an inner bin the
+    integer nearest its middle for an int input (``_bin_integer``), or a uniform point of a
+    grid of 2^52 values inside it, drawn by ``below``: the choice inside a bin is
+    independent of the data, so it costs nothing and needs no exactness, and any point of
+    the bin keeps the rank error (``calibrate.quantile_rank_error``).
     """
     per_key: dict[tuple, list[int]] = {}
     if not keys:  # private keys, none of which cleared the threshold
@@ -555,8 +564,8 @@ def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: Random
     for row in histogram:
         per_key.setdefault(tuple(row[:width]), [0] * part.bins)[int(row[width])] += int(row[-1])
     q, low = Fraction(agg.quantile), Fraction(agg.lower)
-    step = Fraction(agg.upper - agg.lower) / part.bins
     integral_bins, whole = whole_bins(agg), int if released_int(agg) else float
+    step = None if integral_bins else inner_bin_width(agg, part.bins)
     # Utilities in units of 1/d (d = q's denominator) are integers, as is q·n·d; scaling the
     # utilities and Δ alike leaves ε·u/(2Δ), so the draw, unchanged.
     d = q.denominator
@@ -571,11 +580,13 @@ def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: Random
         chosen = exponential(utilities, part.sensitivity * d, part.epsilon, rng)
         if integral_bins:
             values.append(whole(low + chosen))
-        elif agg.integral:
+        elif chosen in (0, part.bins - 1):
+            values.append(whole(agg.lower if chosen == 0 else agg.upper))
+        elif agg.integral and step >= 1:  # each inner bin holds an integer
             values.append(float(_bin_integer(agg, step, chosen, part.bins)))
         else:
             offset = Fraction(rng.below(_INSIDE_BIN), _INSIDE_BIN)
-            values.append(float(low + (chosen + offset) * step))
+            values.append(float(low + (chosen - 1 + offset) * step))
     return values
 
 
@@ -583,18 +594,18 @@ _INSIDE_BIN = 2 ** 52  # grid points inside a quantile's bin
 
 
 def _bin_integer(agg, step: Fraction, chosen: int, bins: int) -> int:
-    """The integer nearest the middle of bin ``chosen`` of an int input's histogram, among
-    those ``rewrite.bin_of`` puts in it (FLOOR((x − L) / width) in doubles; a bin spans
-    ≥ 1, so it holds one). A uniform point of the bin was a fraction, which the column
-    cannot hold, and further off: Adult's fnlwgt at ε 1 (bins of 1,478), quantiles 0.1, 0.5
-    and 0.9, mean error 553, 410 and 390 against 522, 217 and 287 now."""
+    """The integer nearest the middle of inner bin ``chosen`` of an int input's histogram,
+    among those ``rewrite.bin_of`` puts in it (1 + FLOOR((x − L) / width) in doubles, for
+    L < x < U; a bin spans ≥ 1, so it holds one). A uniform point of the bin was a fraction,
+    which the column cannot hold, and further off: Adult's fnlwgt at ε 1 (bins of 1,478),
+    quantiles 0.1, 0.5 and 0.9, mean error 553, 410 and 390 against 522, 217 and 287."""
     width = float(step)
-    middle = agg.lower + (chosen + Fraction(1, 2)) * step
+    middle = agg.lower + (chosen - Fraction(1, 2)) * step
     near = sorted(range(math.floor(middle) - 1, math.floor(middle) + 3),
                   key=lambda k: abs(k - middle))
     for k in near:
-        if agg.lower <= k <= agg.upper and \
-                min(max(math.floor(float(k - agg.lower) / width), 0), bins - 1) == chosen:
+        if agg.lower < k < agg.upper and \
+                min(max(1 + math.floor(float(k - agg.lower) / width), 1), bins - 2) == chosen:
             return k
     raise InternalError(f"no integer in bin {chosen} of {bins} over [{agg.lower}, {agg.upper}]")
 

@@ -47,6 +47,7 @@ from dpsql.plan import (
     ExactQuery,
     NoisePart,
     StatementPlan,
+    inner_bin_width,
     whole_bins,
 )
 from dpsql.sensitivity import (
@@ -763,21 +764,24 @@ def _row(checked: CheckedQuery, positions: tuple[int, ...], row: tuple, d: SqlWr
 
 
 def bin_of(agg: Aggregate, bins: int, d: SqlWriter) -> str:
-    """SQL of the candidate bin (0 .. bins−1) of an aggregate's input over [lower, upper].
+    """SQL of the candidate bin (0 .. bins−1) of an aggregate's input over [lower, upper]:
+    its whole value's, or the end bins for the bounds and ``plan.inner_bin_width`` between.
 
-    The input is clamped to [lower, upper] first, so NaN, ±inf and huge values fall in the
-    end bins instead of failing the conversion to an integer.
+    Values at or past the bounds (NaN, ±inf and huge ones among them: every backend orders
+    NaN above all numbers) fall in the end bins before anything is converted to an integer.
     """
     types = d.dialect.types
     arg = f"CAST({d.expr(agg.arg)} AS {types['float']})"
     low, high = d.number(agg.lower), d.number(agg.upper)
-    clamped = f"(CASE WHEN {arg} < {low} THEN {low} WHEN {arg} > {high} THEN {high} ELSE {arg} END)"
     if whole_bins(agg):
+        clamped = f"(CASE WHEN {arg} < {low} THEN {low} WHEN {arg} > {high} THEN {high} " \
+            f"ELSE {arg} END)"
         position = f"CAST({d.dialect.round_half_away(clamped)} AS {types['int']}) - {low}"
-    else:
-        width = d.number(Fraction(float((agg.upper - agg.lower) / bins)))
-        position = f"CAST({d.dialect.bin_of(f'{clamped} - {low}', width)} AS {types['int']})"
-    return f"LEAST(GREATEST({position}, 0), {bins - 1})"
+        return f"LEAST(GREATEST({position}, 0), {bins - 1})"
+    width = d.number(Fraction(float(inner_bin_width(agg, bins))))
+    inner = f"1 + CAST({d.dialect.bin_of(f'{arg} - {low}', width)} AS {types['int']})"
+    return (f"(CASE WHEN {arg} <= {low} THEN 0 WHEN {arg} >= {high} THEN {bins - 1} "
+            f"ELSE LEAST(GREATEST({inner}, 1), {bins - 2}) END)")
 
 
 def _histogram_sql(checked: CheckedQuery, part: NoisePart, salt: int, source: str | None,
