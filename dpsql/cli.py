@@ -209,7 +209,8 @@ _bounding_option = click.option(
               help="Reproducible noise for tests only: gives NO privacy.")
 @_bounding_option
 @click.option("--timeout", type=float, default=None,
-              help="Stop an exact query after this many seconds (DuckDB); it is charged.")
+              help="Stop an exact query after this many seconds (DuckDB, PostgreSQL; refused on "
+              "Spark); it is charged.")
 @click.option("--memory-limit", default=None,
               help="Memory DuckDB may use before it spills to disk, e.g. 8GB (default: the "
               "metadata's resources, else 4 GiB or half the RAM).")
