@@ -271,7 +271,7 @@ def test_tune_starts_from_the_entrys_bounds_and_says_it_is_for_them(tmp_path):
         notes = wide.tune("ratings", epsilon=1, group_by=["item"], columns=[]).notes
     assert max(chosen) <= 2, chosen
     [note] = [n for n in notes if n.startswith("this GROUP BY is answered under other bounds")]
-    assert "key_bounds entry declares L0 = 200" in note
+    assert "key_bounds entry gives L0 = 200" in note
 
 
 def test_a_where_pinned_statement_is_bounded_per_query_under_snapshots(tmp_path):

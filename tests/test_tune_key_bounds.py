@@ -80,7 +80,9 @@ def test_tune_answers_under_the_entry_it_proposes_and_keeps_the_tables_r(tmp_pat
         declared = con.catalog.table("ratings").key_bounds[0]
     assert set(chosen) == {"max_groups_per_unit", "max_rows_per_group"}
     l0, linf = chosen["max_groups_per_unit"], chosen["max_rows_per_group"]
-    assert any(f"key_bounds entry declares L0 = {l0} and L∞ = {linf}" in note
+    # the entry's tuned bounds, which the note does not say the metadata declares (it said
+    # "whose key_bounds entry declares L0 = 15" where the metadata declares 200)
+    assert any(f"key_bounds entry gives L0 = {l0} and L∞ = {linf}" in note
                for note in cursor.notes), cursor.notes
     assert any("30 rows in all" in note for note in cursor.notes), cursor.notes
     assert declared.max_groups_per_unit == 200  # the connection's metadata is as declared

@@ -531,8 +531,9 @@ class _Compiler:
                 tuples = f", beside keys read from the same public rows (at most {spread} " \
                     f"of their tuples share a value of it: L0 = {bound.l0} × {spread})" \
                     if beside else ""
+                # "gives", not "declares": under tune= the entry's bounds are the tuned ones
                 return (f"the GROUP BY keys are {bound.written}{tuples}, whose key_bounds "
-                        f"entry declares L0 = {bound.l0} and L∞ = {bound.linf}, where the "
+                        f"entry gives L0 = {bound.l0} and L∞ = {bound.linf}, where the "
                         f"tables declare {relation.l0} and {relation.linf}")
         if all(k.expr.columns() <= relation.unit_columns | relation.personal
                for k in self.keys):
@@ -587,7 +588,7 @@ class _Compiler:
         self.relation = replace(relation, l0=1, linf=rows)
         self.where_pinned = True
         return (f"the WHERE keeps {cells} value(s) of {bound.written}, whose key_bounds entry "
-                f"declares L0 = {bound.l0} and L∞ = {bound.linf}: a person's rows there are at "
+                f"gives L0 = {bound.l0} and L∞ = {bound.linf}: a person's rows there are at "
                 f"most {rows}, in one group, where the tables declare L∞ = {relation.linf}")
 
     def _values_kept(self, name: str) -> int | None:
