@@ -437,10 +437,6 @@ def _pivoted(checked: CheckedQuery, parts, values, keys: list[str], salt: int, w
         sums += _summed(parts, wide, tag=f"_{c}", present=f"COUNT(__rows_{c})")
     ctes.append(f"__cells AS (SELECT {', '.join(sums)} FROM {source})")
     names = [p.column for p in parts] + ([] if wide else [TERMS])
-    rows = " UNION ALL ".join(
-        "SELECT " + ", ".join([f"{lit} AS {key}" for lit, key in zip(literals[c], keys,
-                                                                      strict=True)]
-                              + [f"{n}_{c} AS {n}" for n in names]) + " FROM __cells"
-        for c in cells)
-    ctes.append(f"__exact AS ({rows})")
+    rows = [[*literals[c], *(f"{n}_{c}" for n in names)] for c in cells]
+    ctes.append(f"__exact AS ({d.dialect.unpivot(rows, [*keys, *names], '__cells')})")
     return ctes

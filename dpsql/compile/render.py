@@ -66,6 +66,13 @@ class Dialect:
     types = {"int": "BIGINT", "float": "DOUBLE", "text": "VARCHAR", "bool": "BOOLEAN",
              "date": "DATE", "timestamp": "TIMESTAMP", "null": "VARCHAR"}
 
+    def unpivot(self, rows: list[list[str]], names: list[str], source: str) -> str:
+        """A query of ``len(rows)`` rows from the one row of ``source``: each row's values, in
+        SQL over ``source``'s columns, named ``names``."""
+        return " UNION ALL ".join(
+            "SELECT " + ", ".join(f"{value} AS {name}" for value, name in zip(
+                row, names, strict=True)) + f" FROM {source}" for row in rows)
+
     # --- names and literals ------------------------------------------------------------
     def quote(self, name: str) -> str:
         """A quoted identifier."""
@@ -685,6 +692,14 @@ class SparkDialect(Dialect):
 
     def quote(self, name: str) -> str:
         return "`" + name.replace("`", "``") + "`"
+
+    def unpivot(self, rows: list[list[str]], names: list[str], source: str) -> str:
+        # one stack() reads the row once: Spark inlines a CTE that each UNION ALL branch reads
+        # and merges the copies into a scalar subquery (MergeSubplans), which adaptive
+        # execution plans once a reference (43 for 7 days × 5 parts): a small grouped FILTER
+        # statement took 3.81 s, 0.90 s with stack (docs/benchmarks-scale.md)
+        values = ", ".join(value for row in rows for value in row)
+        return f"SELECT stack({len(rows)}, {values}) AS ({', '.join(names)}) FROM {source}"
 
     def string(self, text: str) -> str:
         return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
