@@ -14,8 +14,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
-from dpsql.backends import columns_by_table
+from dpsql.backends import PublicLimits, columns_by_table
 from dpsql.backends.watchdog import WATCHDOG
 from dpsql.catalog import ENCODINGS, Catalog, ColumnSpec, TableSpec
 from dpsql.errors import BackendError, DataError, ProgrammingError, QueryTimeoutError
@@ -67,7 +66,7 @@ def _no_progress_bar(connection: duckdb.DuckDBPyConnection) -> None:
             raise
 
 
-class DuckDBBackend:
+class DuckDBBackend(PublicLimits):
     """Runs exact queries on DuckDB; each catalogue source is a view of its declared columns."""
 
     name = "duckdb"
@@ -79,7 +78,6 @@ class DuckDBBackend:
         self._frames = dict(frames or {})  # in-memory sources (backends/sources.py)
         self.sources = {name: _quote(name) for name in catalog.tables}
         self._public: DuckDBBackend | None = None
-        self._public_limits: tuple[float | None, int | None] = (None, None)
         self.loaded_versions: dict[str, str | None] = {}  # CSV sources, as read at opening
         self._config = self._resource_config(catalog.resources)
         try:
@@ -184,18 +182,6 @@ class DuckDBBackend:
         self.connection.execute("SET enable_external_access = false")
         self.connection.execute("SET lock_configuration = true")
 
-    @contextmanager
-    def public_limits(self, timeout: float | None, max_rows: int | None) -> Iterator[None]:
-        """Within the block, statements over public tables stop after ``timeout`` seconds and
-        read at most ``max_rows`` rows (where ``run_public`` is given none): a join of a
-        5-row public table with itself 10 times ran free of any timeout and built its 9.8
-        million rows (2.4 GB) for a server that answers 1,000 of them."""
-        saved, self._public_limits = self._public_limits, (timeout, max_rows)
-        try:
-            yield
-        finally:
-            self._public_limits = saved
-
     def run_public(self, sql: str, timeout: float | None = None, max_rows: int | None = None
                    ) -> tuple[list[str], list[tuple]]:
         """Run a statement over public tables on a database that holds only those, stopped
@@ -213,10 +199,8 @@ class DuckDBBackend:
             self._public._catalogued(self.database, public)
             self._public._lock([t.source for t in public if t.source is not None
                                 and t.source.lower().endswith(".parquet")])
-        default_timeout, default_rows = self._public_limits
         try:
-            return self._public.run_sql(sql, default_timeout if timeout is None else timeout,
-                                        default_rows if max_rows is None else max_rows)
+            return self._public.run_sql(sql, *self._limits(timeout, max_rows))
         except QueryTimeoutError:
             raise
         except (BackendError, ProgrammingError) as err:

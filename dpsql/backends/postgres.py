@@ -17,14 +17,12 @@ this, never the data. The session's TimeZone is UTC: a timestamptz is read at UT
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from sqlglot import exp
 
-from dpsql.backends import columns_by_table, exact_rows, with_stored_columns
+from dpsql.backends import PublicLimits, columns_by_table, exact_rows, with_stored_columns
 from dpsql.catalog import Catalog, ColumnSpec, TableSpec
 from dpsql.compile.ir import Expr
 from dpsql.compile.render import dialect
@@ -65,7 +63,7 @@ JOIN pg_type t ON t.oid = a.atttypid
 WHERE a.attnum > 0 AND NOT a.attisdropped"""
 
 
-class PostgresBackend:
+class PostgresBackend(PublicLimits):
     """Runs exact queries on a PostgreSQL server; the analyst's session is read-only."""
 
     name = "postgresql"
@@ -76,7 +74,6 @@ class PostgresBackend:
         # the stored tables themselves, whose figures version the data (``versions.py``): a
         # source becomes a converting subquery where a column is stored as another type
         self.relations = dict(self.sources)
-        self._public_limits: tuple[float | None, int | None] = (None, None)
         try:
             self.connection = psycopg.connect(url, autocommit=True)
             # the rendered SQL writes literals the standard way ('a\' is a, backslash):
@@ -164,24 +161,10 @@ class PostgresBackend:
             raise BackendError(f"PostgreSQL failed to run the exact query: {err}") from err
         return [d.name for d in cursor.description], exact_rows(rows)
 
-    @contextmanager
-    def public_limits(self, timeout: float | None, max_rows: int | None) -> Iterator[None]:
-        """Within the block, statements over public tables stop after ``timeout`` seconds and
-        read at most ``max_rows`` rows (where ``run_public`` is given none), as on DuckDB: a
-        server answered every public statement of a PostgreSQL dataset with an
-        AttributeError for want of this."""
-        saved, self._public_limits = self._public_limits, (timeout, max_rows)
-        try:
-            yield
-        finally:
-            self._public_limits = saved
-
     def run_public(self, sql: str, timeout: float | None = None, max_rows: int | None = None
                    ) -> tuple[list[str], list[tuple]]:
         """Run a statement over public tables, each limit None for ``public_limits``'."""
-        default_timeout, default_rows = self._public_limits
-        return self.run_sql(sql, default_timeout if timeout is None else timeout,
-                            default_rows if max_rows is None else max_rows)
+        return self.run_sql(sql, *self._limits(timeout, max_rows))
 
     def _hold_stored_types(self) -> None:
         """Lock the catalogued tables against ALTER until the transaction ends, and refuse

@@ -27,7 +27,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from sqlglot import exp
 
-from dpsql.backends import exact_rows, with_stored_columns
+from dpsql.backends import PublicLimits, exact_rows, with_stored_columns
 from dpsql.catalog import Catalog, TableSpec
 from dpsql.errors import BackendError, DataError
 
@@ -48,7 +48,7 @@ _USERS: dict[int, int] = {}  # open backends per session (by id)
 _STARTED: set[int] = set()  # sessions dpsql started, stopped when their last backend closes
 
 
-class SparkBackend:
+class SparkBackend(PublicLimits):
     """Runs exact queries on a SparkSession (given, or built for a master URL)."""
 
     name = "spark"
@@ -193,9 +193,10 @@ class SparkBackend:
         finally:
             conf.set(_TIME_ZONE, before)
 
-    def run_sql(self, sql: str, timeout: float | None = None
+    def run_sql(self, sql: str, timeout: float | None = None, max_rows: int | None = None
                 ) -> tuple[list[str], list[tuple]]:
-        """Execute SQL rendered in Spark's dialect."""
+        """Execute SQL rendered in Spark's dialect, reading at most its first ``max_rows``
+        rows (Spark has no per-query time limit: the engine refuses ``timeout=``)."""
         with self._utc():
             try:  # analysed here, before any job runs: only the tables' schemas are read
                 frame = _wall_clock(self.session.sql(sql))
@@ -203,12 +204,15 @@ class SparkBackend:
                 raise (self._retyped() or BackendError(
                     f"Spark failed to analyse the exact query: {err}")) from err
             try:
-                rows = frame.collect()
+                rows = frame.collect() if max_rows is None else frame.take(max_rows)
             except PySparkException as err:
                 raise BackendError(f"Spark failed to run the exact query: {err}") from err
         return list(frame.columns), exact_rows(rows)
 
-    run_public = run_sql
+    def run_public(self, sql: str, timeout: float | None = None, max_rows: int | None = None
+                   ) -> tuple[list[str], list[tuple]]:
+        """Run a statement over public tables, its row limit None for ``public_limits``'."""
+        return self.run_sql(sql, max_rows=self._limits(timeout, max_rows)[1])
 
     def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
         """Execute a custodian's query tree, written in Spark's dialect, its source tables

@@ -1,5 +1,6 @@
-"""Fixtures of the backend suite (test modules import them by name): a real PostgreSQL server and a local Spark session, each
-loaded with the generated adult and visits tables of tests/conftest.py.
+"""Fixtures of the backend suite (test modules import them by name): a real PostgreSQL server
+and a local Spark session, each loaded with the generated adult and visits tables of
+tests/conftest.py.
 
 Start the server with ``bash scripts/services.sh`` (it prints the URL); point the tests at
 another one with ``DPSQL_TEST_POSTGRES=postgresql://...``. Without a server, pyspark or
@@ -79,17 +80,6 @@ def metadata(folder: Path, *, warehouse: bool = False, budget: float = 1000.0,
 def backend_metadata():
     """The ``metadata`` builder, as a fixture."""
     return metadata
-
-
-@pytest.fixture
-def sql_writers() -> dict:
-    """The dialect writers of the PostgreSQL and Spark backends."""
-    try:
-        from dpsql.backends.postgres import to_postgres
-        from dpsql.backends.spark import to_spark
-    except ImportError as err:
-        require(False, f"a backend driver is not installed ({err})")
-    return {"postgres": to_postgres, "spark": to_spark}
 
 
 @pytest.fixture(scope="module")

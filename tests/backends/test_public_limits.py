@@ -2,6 +2,7 @@
 
 A join of the 5-row public table ``regions`` with itself k times has 5^k rows: it ran free of
 any timeout, and every row was built in Python before a server kept its first 1,000."""
+# ruff: noqa: F811 (the imported server fixtures are requested by name as parameters)
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from servers import spark  # noqa: F401 (a fixture)
 
 import dpsql
 
@@ -87,3 +89,17 @@ def test_public_limits_hold_on_postgresql(tmp_path):
                 assert len(cur.fetchall()) == 4
             assert len(con.execute("SELECT a.region_id FROM regions a JOIN regions b "
                                    "ON b.region_id >= 0").fetchall()) == 25
+
+
+@pytest.mark.spark
+def test_public_limits_hold_on_spark(spark, tmp_path):
+    """Spark's backend had no public_limits either: a server's public statement failed with
+    an AttributeError. It reads at most max_rows (Spark has no per-query time limit)."""
+    spark.range(1, 6).withColumnRenamed("id", "region_id").createOrReplaceTempView("regions")
+    meta = {"name": "pub", "tables": {"regions": {"public": True,
+                                                  "columns": {"region_id": "int"}}}}
+    with dpsql.connect(spark, metadata=meta, ledger=tmp_path / "l.sqlite") as con:
+        joined = "SELECT a.region_id FROM regions a JOIN regions b ON b.region_id >= 0"
+        with con._backend.public_limits(None, 4):
+            assert len(con.execute(joined).fetchall()) == 4
+        assert len(con.execute(joined).fetchall()) == 25
