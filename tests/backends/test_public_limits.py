@@ -1,4 +1,4 @@
-"""Statements over public tables on DuckDB: a timeout and a row limit, as exact queries have.
+"""Statements over public tables: a timeout and a row limit, as exact queries have.
 
 A join of the 5-row public table ``regions`` with itself k times has 5^k rows: it ran free of
 any timeout, and every row was built in Python before a server kept its first 1,000."""
