@@ -158,6 +158,21 @@ def test_public_domains_are_zero_filled(dated, key, domain):
         assert sorted(k for k, _ in con.execute(sql, epsilon=1e12).fetchall()) == domain
 
 
+def test_a_dates_midnight_keeps_its_domain(dated):
+    """CAST(date AS TIMESTAMP) had no domain: a GROUP BY of a month's midnight was a private
+    key, refused without δ. It has the midnights of the date's domain."""
+    months = [datetime.datetime(2023, 12, 1), *(datetime.datetime(2024, m, 1)
+                                                for m in range(1, 13)),
+              datetime.datetime(2025, 1, 1)]
+    with dpsql.connect(metadata=_metadata(dated), ledger=":memory:", insecure_seed=1) as con:
+        sql = "SELECT CAST(DATE_TRUNC('month', d) AS TIMESTAMP) AS k, COUNT(*) AS n " \
+            "FROM dated GROUP BY k"
+        assert con.explain(sql)["statements"][0]["keys"][0]["domain_size"] == len(months)
+        rows = con.execute(sql, epsilon=1e12).fetchall()
+        assert sorted(k for k, _ in rows) == months
+        assert sum(n for _, n in rows) == len(DAYS)
+
+
 @pytest.mark.parametrize(("dialect", "spelled", "duckdbs"), [
     ("postgres", "to_char(d, 'FMDay')", "DAYNAME(d)"),
     ("postgres", "to_char(ts, 'Dy, FMMonth YYYY')", "STRFTIME(ts, '%a, %B %Y')"),

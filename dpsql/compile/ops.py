@@ -1621,6 +1621,13 @@ def cast_to(arg: Expr, target: str, scope: Scope) -> Expr:
         return epoch_time(arg, 0, scope)
     if target == "date" and arg.type == "timestamp":
         return _as_date(arg, scope)
+    if target == "timestamp" and arg.type == "date":  # each day's midnight
+        seconds = None if arg.interval is None else Interval(
+            arg.interval.lower * 86400, arg.interval.upper * 86400, True)
+        domain = None if arg.domain is None else tuple(
+            None if v is None else datetime.datetime.combine(v, datetime.time())
+            for v in arg.domain)
+        return Expr("cast", (arg,), target, target, seconds, None, domain, True)
     interval = proven = None
     if target in NUMERIC and arg.type in (*NUMERIC, "bool"):
         interval, proven = arg.interval, arg.proven
