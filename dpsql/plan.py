@@ -113,11 +113,12 @@ def inner_bin_width(agg: Aggregate, bins: int) -> Fraction:
 
 def released_int(agg: Aggregate) -> bool:
     """Whether an aggregate is released as a whole number, typed int as SQL types it: a
-    count, a SUM of whole numbers, and a MIN or MAX of an int drawn from its whole values
-    (a MEDIAN of ints is one too, but SQL's is a DOUBLE)."""
+    count, a SUM of whole numbers, and a MIN or MAX of an int between whole bounds (a bin's
+    whole value, a bound, or an inner bin's integer: ``release._quantiles``; a MEDIAN of
+    ints is one too, but SQL's is a DOUBLE)."""
     return agg.kind in COUNT_KINDS or (agg.kind == "sum" and agg.integral) or (
         agg.kind == "quantile" and agg.quantile in (0, 1) and agg.arg.type == "int"
-        and whole_bins(agg))
+        and agg.integral and agg.lower.denominator == 1 and agg.upper.denominator == 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -583,7 +583,7 @@ def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: Random
         elif chosen in (0, part.bins - 1):
             values.append(whole(agg.lower if chosen == 0 else agg.upper))
         elif agg.integral and step >= 1:  # each inner bin holds an integer
-            values.append(float(_bin_integer(agg, step, chosen, part.bins)))
+            values.append(whole(_bin_integer(agg, step, chosen, part.bins)))
         else:
             offset = Fraction(rng.below(_INSIDE_BIN), _INSIDE_BIN)
             values.append(float(low + (chosen - 1 + offset) * step))

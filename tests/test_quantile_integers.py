@@ -53,3 +53,14 @@ def test_values_at_a_bound_are_released_as_the_bound(tmp_path):
         rows = con.execute("SELECT QUANTILE_CONT(x, 0.1) AS a, MEDIAN(x) AS m, "
                            "QUANTILE_CONT(x, 0.99) AS top FROM t", epsilon=3).fetchall()
     assert rows == [(0.0, 0.0, 99999.0)]
+
+
+def test_min_and_max_of_a_wide_int_column_are_ints(tmp_path):
+    """MIN and MAX of an int are ints in SQL: a wide column's (more values than bins) were
+    whole numbers typed DOUBLE."""
+    with dpsql.connect(metadata=metadata(tmp_path), ledger=":memory:", insecure_seed=3) as con:
+        cursor = con.execute("SELECT MIN(x) AS lo, MAX(x) AS hi, MEDIAN(x) AS m FROM t",
+                             epsilon=5)
+        low, high, median = cursor.fetchone()
+    assert [d[1] for d in cursor.description] == ["BIGINT", "BIGINT", "DOUBLE"]
+    assert type(low) is int and type(high) is int and type(median) is float
