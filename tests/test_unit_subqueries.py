@@ -46,6 +46,14 @@ EXACT = [
     # joined to one row a person, the table kept L0 = L∞ = 1: one row of each person
     "SELECT item, COUNT(*) AS n FROM (SELECT uid, COUNT(*) AS c FROM r GROUP BY uid) t "
     "JOIN r ON t.uid = r.uid WHERE t.c > 4 GROUP BY item",
+    # buckets of a per-person count clamped after FLOOR, '/' or '//' (the count is at least
+    # 0): private keys, refused without δ, where LEAST(n, 12) // 4 was answered
+    "SELECT LEAST(FLOOR(n / 4), 3) * 4 AS b, COUNT(*) AS k FROM (SELECT uid, COUNT(*) AS n "
+    "FROM r GROUP BY uid) t GROUP BY b",
+    "SELECT GREATEST(LEAST(FLOOR(n / 4), 3), 0) AS b, COUNT(*) AS k FROM (SELECT uid, "
+    "COUNT(*) AS n FROM r GROUP BY uid) t GROUP BY b",
+    "SELECT LEAST(n // 5, 2) AS b, AVG(LEAST(n, 20)) AS a FROM (SELECT uid, COUNT(*) AS n "
+    "FROM r GROUP BY uid) t GROUP BY b",
 ]
 
 ANSWERED = [
@@ -87,6 +95,12 @@ ANSWERED = [
     # where the backend read them as positions: a Binder Error
     "SELECT COUNT(*) FROM (SELECT uid, COUNT(*) AS c FROM visits GROUP BY uid, -1, "
     "CAST(3 AS INT)) t WHERE c > 1",
+    # a per-person count bucketed and clamped: the domain 0 .. 3 (x 4) from the count's
+    # proven lower end 0 (the adversary has 700 visits)
+    "SELECT LEAST(FLOOR(n / 4), 3) * 4 AS b, COUNT(*) FROM (SELECT uid, COUNT(*) AS n "
+    "FROM visits GROUP BY uid) t GROUP BY b",
+    "SELECT LEAST(n // 5, 2) AS b, SUM(LEAST(n, 9)) FROM (SELECT uid, COUNT(*) AS n "
+    "FROM visits GROUP BY uid) t GROUP BY b",
 ]
 
 PRIVATE_KEYS = [  # keys without a public domain: released above a threshold, with δ
@@ -141,7 +155,10 @@ REFUSED = [
      dpsql.PrivateGroupKeysError, "group by a public attribute"),
     # a per-person count as a key: the hint pointed to metadata values, not to a clamp
     ("SELECT d, COUNT(*) FROM (SELECT uid, COUNT(DISTINCT day) AS d FROM visits "
-     "GROUP BY uid) t GROUP BY d", dpsql.PrivateGroupKeysError, "GROUP BY LEAST(d, 5)"),
+     "GROUP BY uid) t GROUP BY d", dpsql.PrivateGroupKeysError, "GROUP BY LEAST(d, 10)"),
+    # a quotient that is not whole: the hint wrote LEAST(n / 50, 5), refused alike
+    ("SELECT n / 50 AS b, COUNT(*) FROM (SELECT uid, COUNT(*) AS n FROM visits GROUP BY uid) t "
+     "GROUP BY b", dpsql.PrivateGroupKeysError, "GROUP BY LEAST(FLOOR(n / 50), 10) * 50"),
     ("SELECT s, COUNT(*) FROM (SELECT uid, SUM(amount) AS s FROM visits GROUP BY uid) t "
      "GROUP BY s", dpsql.PrivateGroupKeysError, "clamp the per-person SUM to a range"),
     # an aggregate without its argument was an AttributeError

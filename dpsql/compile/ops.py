@@ -981,14 +981,18 @@ def _divide(node: exp.Div, scope: Scope) -> Expr:
     if node.args.get("typed") and left.type == right.type == "int":
         # PostgreSQL, T-SQL and SQLite divide integers as integers (truncating)
         return _int_quotient(left, right)
-    interval = None
-    if left.interval is not None and right.op == "lit" and right.value:
-        ends = sorted((left.interval.lower / Fraction(right.value),
-                       left.interval.upper / Fraction(right.value)))
-        interval = _rounded(Interval(ends[0], ends[1], False))
+    def quotient(a: Interval | None) -> Interval | None:
+        if a is None or right.op != "lit" or not right.value:
+            return None
+        ends = sorted((a.lower / Fraction(right.value), a.upper / Fraction(right.value)))
+        return _rounded(Interval(ends[0], ends[1], False))
+
     domain = _binary_domain(left, right, lambda a, b: a / b if b else None, "float") \
         if right.op == "lit" and right.value else None
-    return Expr("div", (left, right), "float", None, interval, None, domain, True)
+    # the proven range carries one-sided knowledge on (a per-person COUNT's n / 50 is never
+    # negative, so LEAST(FLOOR(n / 50), 10) lies in [0, 10])
+    return Expr("div", (left, right), "float", None, quotient(left.interval),
+                quotient(left.proven), domain, True)
 
 
 @builds(exp.SafeDivide)
@@ -1011,14 +1015,17 @@ def _int_divide(node: exp.IntDiv, scope: Scope) -> Expr:
 
 def _int_quotient(left: Expr, right: Expr) -> Expr:
     """Integer division truncating toward zero (NULL for a zero divisor)."""
-    interval = None
-    if left.interval is not None and right.op == "lit" and right.value:
-        ends = sorted((int(left.interval.lower / right.value),
-                       int(left.interval.upper / right.value)))
-        interval = Interval(Fraction(ends[0]), Fraction(ends[1]), True)
+    def quotient(a: Interval | None) -> Interval | None:
+        if a is None or right.op != "lit" or not right.value:
+            return None
+        ends = sorted((int(a.lower / right.value), int(a.upper / right.value)))
+        return Interval(Fraction(ends[0]), Fraction(ends[1]), True)
+
+    interval = quotient(left.interval)
     domain = _binary_domain(left, right, _truncated_quotient, "int") \
         if right.op == "lit" and right.value else None
-    return Expr("intdiv", (left, right), "int", None, interval, int_result(None),
+    return Expr("intdiv", (left, right), "int", None, interval,
+                int_result(quotient(left.proven)),
                 domain or _domain_from_interval(interval, "int"), True)
 
 
@@ -1326,7 +1333,11 @@ def _clamped(args: tuple[Expr, ...], least: bool, field: str, kind: str) -> Inte
     low, high = _ends(Expr("least" if least else "greatest", args, kind), field)
     if low is None or high is None:
         return None
-    return Interval(low, high, kind == "int")
+    # LEAST/GREATEST picks one of its arguments: whole numbers when each is (FLOOR(n / 50)
+    # and 10, so LEAST of them has the domain 0.0 ... 10.0)
+    whole = all(known is not None and known.integral
+                for known in (getattr(a, field) or a.proven for a in args))
+    return Interval(low, high, kind == "int" or whole)
 
 
 # --- predicates --------------------------------------------------------------------------

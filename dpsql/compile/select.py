@@ -482,14 +482,22 @@ class _Compiler:
 
     def _domain_hint(self, node: exp.Expression, expr: Expr) -> str:
         """How to give a GROUP BY key a public domain: clamp a per-person aggregate of a
-        subquery (a count is at least 0, so LEAST alone bounds it), else declare values or
-        bounds, bucket, or give a δ."""
-        per_person = sorted({info.per_person for c in expr.columns()
-                             if (info := self.relation.columns.get(c)) and info.per_person})
+        subquery (a count is at least 0, so LEAST alone bounds a whole number of it), else
+        declare values or bounds, bucket, or give a δ."""
+        read = [info for c in sorted(expr.columns())
+                if (info := self.relation.columns.get(c)) and info.per_person]
+        per_person = sorted({info.per_person for info in read})
         text = ops.excerpt(node)
         if per_person == ["COUNT"]:
-            return (f"clamp the per-person count to a range, e.g. GROUP BY LEAST({text}, 5): "
-                    "its values 0 to 5 are then the key's public domain")
+            proven = expr.proven
+            if proven is not None and proven.integral and proven.lower >= 0:
+                return (f"clamp it above, e.g. GROUP BY LEAST({text}, 10): a per-person count "
+                        "is at least 0, so its values 0 to 10 are then the key's public domain")
+            count = read[0].label or "n"
+            return (f"bucket the per-person count into whole numbers and clamp them above, e.g. "
+                    f"GROUP BY LEAST(FLOOR({count} / 50), 10) * 50: {count} is at least 0, so "
+                    "0, 50, ..., 500 are then the key's public domain (500 holds every count "
+                    "from 500 up)")
         if per_person:
             return (f"clamp the per-person {'/'.join(per_person)} to a range and round it, e.g. "
                     f"GROUP BY LEAST(GREATEST(CAST({text} AS INT), 0), 10)")
