@@ -55,7 +55,14 @@ def grid_exponent(scale: Fraction, magnitude: Fraction, max_units_exp: int = 40)
     """
     fine = math.floor(math.log2(scale)) - 20 if scale > 0 else -20
     coarse = math.ceil(math.log2(magnitude)) - max_units_exp if magnitude > 0 else fine
-    return max(fine, coarse)
+    return max(fine, coarse, FINEST_GRID_EXP)
+
+
+# the finest grid: its factor 2^960 (and a value times it) is a double. A sum of an input
+# bounded below 1e-300 (amount * 1e-310) took 2^-1025, whose factor is none: DuckDB converted
+# it only when a row reached it, so a statement answered on D failed on D′. Coarser grids
+# only round such values to 0 units.
+FINEST_GRID_EXP = -960
 
 
 def private_key_threshold(scale: Fraction, delta: Fraction, groups_per_person: int) -> int:

@@ -385,6 +385,19 @@ def test_a_public_domain_holds_each_nan_once(pairs):
     assert all(outcome == "released" for row in outcomes for outcome in row)
 
 
+def test_sums_of_tiny_bounds_run_in_doubles(pairs):
+    """A sum of an input bounded below about 1e-300 (amount * 1e-310) had a grid of 2^-1025:
+    its factor 2^1025 is no double, and DuckDB converted it only when a row reached it, so
+    WHERE uid = 42 answered on D (no person 42) and failed on D′, charged (the adversary's
+    membership test). The grid is never finer than 2^-960; such sums answer on both."""
+    outcomes = contract(pairs, [
+        "SELECT SUM(amount * 1e-310) AS s FROM visits WHERE uid = 42",
+        "SELECT AVG(amount * 1e-305) AS a FROM visits WHERE uid = 42",
+        "SELECT SUM(amount / 1e308) AS s FROM visits WHERE uid = 42",
+        "SELECT day, SUM(amount * 1e-310) AS s FROM visits WHERE uid = 42 GROUP BY day"])
+    assert all(outcome == "released" for row in outcomes for outcome in row)
+
+
 def test_extract_of_an_infinite_date_counts_as_null_under_replace(tmp_path):
     """EXTRACT of ±infinity is NULL (DuckDB), so a row-privacy sum of it is not "never NULL":
     replacing a person dated 2000-03-01 by one dated infinity moved SUM(EXTRACT(year ...)) by
