@@ -254,7 +254,8 @@ class Engine:
             try:
                 checked = compile_statement(statement, self.catalog, private_keys=private_keys,
                                             public_values=self._public_values,
-                                            public_tuples=self._public_tuples)
+                                            public_tuples=self._public_tuples,
+                                            public_rows=self._public_rows)
             except RecursionError:
                 raise too_deep(statement.sql) from None
             if self.tuned and not isinstance(checked, PublicQuery):
@@ -416,6 +417,13 @@ class Engine:
             self._tuples[sql] = tuple(map(tuple, rows)) if len(rows) <= MAX_DOMAIN_CELLS \
                 else None
         return self._tuples[sql]
+
+    def _public_rows(self, query: PublicQuery, limit: int) -> list[tuple]:
+        """The first ``limit`` rows of a statement over public tables (a subquery of IN that
+        the compile stage lists as literals), read from the public tables."""
+        sql = query.sql(self._public_dialect(), self.backend.sources)
+        return self.backend.run_public(f"SELECT * FROM ({sql}) AS __listed LIMIT {limit}",
+                                       self.timeout)[1]
 
     def _public_dialect(self) -> Dialect:
         return dialect(self.backend.dialect)

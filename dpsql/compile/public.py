@@ -7,6 +7,7 @@ only the public tables exist.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -19,6 +20,7 @@ from dpsql.compile.scope import (
     GROUP_CLAUSES,
     ORDERED_CLAUSES,
     Relation,
+    Resolver,
     Scope,
     predicate,
 )
@@ -26,6 +28,8 @@ from dpsql.compile.select import with_sql
 from dpsql.compile.window import compile_window, refuse_misplaced_windows, window_sql
 from dpsql.errors import ProgrammingError, UnsupportedSQLError
 from dpsql.plan import Statement
+
+MAX_LISTED = 10_000  # values a subquery of IN over public tables may list as literals
 
 _AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min",
                exp.Max: "max", exp.Variance: "var_samp", exp.VariancePop: "var_pop",
@@ -74,6 +78,58 @@ class PublicQuery:
         if self.offset is not None:
             sql += f" OFFSET {self.offset}"
         return sql
+
+
+def inlined_lists(select: exp.Select, catalog, statement: Statement, public_values,
+                  public_rows) -> exp.Select:
+    """``x IN (SELECT c FROM <public tables>)`` as ``x IN (<its values>)``: a subquery of an
+    expression that reads public tables alone is compiled as a public statement (with the
+    CTEs of ``select`` in scope), run by ``public_rows`` (at most ``MAX_LISTED`` + 1 rows) and
+    replaced by its values as literals, which the allow-list then reads as any IN list
+    (NULL kept: NOT IN a list holding a NULL is never true; an empty list is FALSE). The
+    values come from public rows only, so the statement is the same on every neighbour.
+    Any other subquery is left in place, where ``ops`` refuses it."""
+    for node in list(select.find_all(exp.In)):
+        query = node.args.get("query")
+        if node.root() is not select or not isinstance(query, exp.Subquery) or \
+                not isinstance(query.this, exp.Select):
+            continue  # inside a subquery replaced already, or not a subquery
+        inner = query.this.copy()
+        if select.args.get("with_") is not None and inner.args.get("with_") is None:
+            inner.set("with_", select.args["with_"].copy())
+        inner = inlined_lists(inner, catalog, statement, public_values, public_rows)
+        relation = Resolver(catalog, statement.sql, public_values=public_values
+                            ).from_clause(inner)
+        if not relation.public:
+            continue
+        listed = compile_public(inner, relation, statement)
+        if len(listed.outputs) != 1:
+            raise ProgrammingError(
+                f"a subquery of IN selects {len(listed.outputs)} columns", sql=statement.sql,
+                hint="select one column: x IN (SELECT c FROM t WHERE ...)")
+        rows = public_rows(listed, MAX_LISTED + 1)
+        if len(rows) > MAX_LISTED:
+            raise UnsupportedSQLError(
+                f"a subquery of IN over public tables returns more than {MAX_LISTED:,} "
+                "values", sql=statement.sql, hint="join the public table on the value instead "
+                "(JOIN items i ON r.item = i.item WHERE i.Horror = 1)")
+        kind = listed.outputs[0][1].type
+        values = [_literal(row[0], kind) for row in rows]
+        node.replace(exp.In(this=node.this, expressions=values) if values else exp.false())
+    return select
+
+
+def _literal(value, kind: str) -> exp.Expression:
+    """A value read from a public table as the SQL literal of its type."""
+    if value is None:
+        return exp.Null()
+    if kind == "bool":
+        return exp.Boolean(this=bool(value))
+    if kind in ("int", "float") and isinstance(value, int | float) and math.isfinite(value):
+        return exp.Literal.number(repr(value) if kind == "float" else str(int(value)))
+    target = {"float": "DOUBLE", "date": "DATE", "timestamp": "TIMESTAMP"}.get(kind)
+    text = exp.Literal.string(str(value))
+    return exp.cast(text, target) if target else text
 
 
 class _Render:

@@ -424,6 +424,32 @@ class PublicDomains:
                                   self.public_values)
 
 
+def _not_a_select(body: exp.Expression, sql: str | None) -> UnsupportedSQLError:
+    """The refusal of a subquery or CTE that is not one SELECT, naming what it is (UNPIVOT
+    was named PIVOT) and, for a long form of a table's flag columns (UNPIVOT, or a UNION of
+    one SELECT a flag), the wide form that asks the same question over a JOIN."""
+    unpivot = isinstance(body, exp.Pivot) and body.args.get("unpivot")
+    what = "UNPIVOT" if unpivot else body.key.upper()
+    hint = ("use one SELECT, row by row or grouped by the privacy unit; aggregate the rest in "
+            "the outer query")
+    table = body.find(exp.Table)
+    if table is not None and (unpivot or isinstance(body, exp.SetOperation)):
+        if unpivot:
+            flags = [c.name for c in body.expressions]
+        else:  # the column each branch's WHERE reads first (WHERE Comedy = 1)
+            flags = [column.name for branch in (body.left, body.right)
+                     if (where := branch.args.get("where")) is not None
+                     and (column := where.find(exp.Column)) is not None]
+        flags = (flags + ["flag1", "flag2"])[:2] if len(flags) < 2 else flags[:2]
+        sums = ", ".join(f"SUM(i.{f}) AS {f}" for f in flags)
+        hint = (f"ask in the wide form, one column a category, over a JOIN of {table.name}: "
+                f"SELECT ..., {sums} FROM <table> t JOIN {table.name} i ON ... GROUP BY ... "
+                f"(a SUM of 0/1 flags counts each category's rows), or send one SELECT a "
+                f"category (... WHERE i.{flags[0]} = 1) as one script")
+    return UnsupportedSQLError(f"{what} is not supported in a subquery or CTE", sql=sql,
+                               hint=hint)
+
+
 class Resolver:
     """Compiles the FROM clauses of one statement against the catalogue."""
 
@@ -531,8 +557,7 @@ class Resolver:
         """A subquery or CTE: row-level (each input row gives at most one output row), or
         grouped by the privacy unit (each output row is a function of one person's rows)."""
         if not isinstance(body, exp.Select):
-            raise UnsupportedSQLError(f"{body.key.upper()} is not supported in a subquery or "
-                                      "CTE", sql=self.sql, hint="use one row-level SELECT")
+            raise _not_a_select(body, self.sql)
         for clause, what in (("limit", "LIMIT"), ("offset", "OFFSET"), ("distinct", "DISTINCT"),
                              ("order", "ORDER BY"), ("qualify", "QUALIFY")):
             if body.args.get(clause) is not None:
