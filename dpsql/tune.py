@@ -88,7 +88,10 @@ How a bound is proposed (post-processing: no further access to the data). Throug
 noisy quantiles of each distribution a CDF is drawn (``spread.Spread``): piecewise linear
 from the grid's first point to the top quantile, then an exponential tail as heavy as the
 quantiles below imply (a count's draws that coincide imply none: its tail is then drawn from
-1), its mass the persons beyond the top quantile of rows counted with discrete Laplace noise
+1), or for a count whose three draws' spacings grow as a Pareto's do a power tail up to where
+it leaves one person (``spread.power_index``: 20,000 persons with Pareto(1.3) rows had an
+exponential of θ ≈ 40 above ≈ 100 rows, where they reach 2,000), its mass the persons
+beyond the top quantile of rows counted with discrete Laplace noise
 (``counted_tails``, sensitivity 1, at ε/k·``TAIL_SHARES``; for keys and a key's rows, whose
 top is at or above it, at most that), not the 1 − q_t the top level leaves: 16/ε_q persons
 above it are invisible to the draws, and a table of one row a person, every draw at 1, was
@@ -104,9 +107,12 @@ benchmark, COUNT and SUM in one block, sd 2·Δ₁/ε_q rather than √2·Δ₁/
 - R binding (``max_rows_per_unit``), with L0 = min(R, K) and L∞ = R left loose: rows
   dropped n̂·(e_R(R) + S_R(R)·(E[G] − 1)/2), the second term the partials floored by the
   scaling to R rows; Δ₁ = Δ₂ = R;
-- (L0, L∞) binding, no R: rows dropped n̂·E[R]·e_G(L0)/E[G] + n̂·e_M(L∞) (L0 ≤ K when the
-  keys have public domains: nobody touches more cells than exist); Δ₁ = L0·L∞,
-  Δ₂ = √L0·L∞.
+- (L0, L∞) binding, no R: rows dropped n̂·E[R]·e_G(L0)/E[G] + n̂·max(e_M(L∞), E[(R −
+  K·L∞)⁺·[G = K]]) (L0 ≤ K when the keys have public domains: nobody touches more cells than
+  exist; a person in all K cells loses at least R − K·L∞, those persons taken to be the
+  heaviest, ``spread.beyond_each``, where the draws reach the top 7%, ``spread.resolves``:
+  the busiest key's excess alone had the Pareto's 7 days proposed 7 × 22-31 where 7 × 108
+  is best); Δ₁ = L0·L∞, Δ₂ = √L0·L∞.
 
 These modelled rows choose the bounds; the rows printed as dropped are the measured ones.
 
@@ -158,9 +164,11 @@ from dpsql.rewrite import SqlWriter, person_and_keys, source_rows
 from dpsql.spread import (
     COUNT_GRID,
     Spread,
+    beyond_each,
     draw_levels,
     quantile_levels,
     resolution,
+    resolves,
     value_grid,
 )
 
@@ -663,10 +671,12 @@ class Contribution:
 
 def choose_contribution(spreads: dict[str, Spread], persons: int, cells: int,
                         public_cells: bool, count_sd: Callable[[float, float], float],
-                        *, per_unit: bool = True, total: int | None = None) -> Contribution:
+                        *, per_unit: bool = True, total: int | None = None,
+                        resolved: bool = True) -> Contribution:
     """The bounds minimising a COUNT per key's expected error, as the compile stage applies
     them (``sensitivity.person_rows``: Δ₁ = min(L0·L∞, R) rows), with ``count_sd(Δ₁, Δ₂)``
-    the noise sd of the count at sensitivities Δ₁ and Δ₂. ``per_unit=False`` (a shape a
+    the noise sd of the count at sensitivities Δ₁ and Δ₂; ``resolved``: the draws' levels
+    reach far enough to read a tail's shape (``spread.resolves``). ``per_unit=False`` (a shape a
     key_bounds entry governs: an entry declares L0 and L∞, no R) proposes no R, and the
     options keep ``total``, the table's declared R (None: none), which caps them still.
 
@@ -687,7 +697,12 @@ def choose_contribution(spreads: dict[str, Spread], persons: int, cells: int,
     per_group = r.mean / max(g.mean, 1)
     beyond_groups = {a: persons * per_group * g.excess(a) for a in COUNT_GRID
                      if a <= cells or not public_cells}
-    beyond_rows = {b: persons * m.excess(b) for b in COUNT_GRID}
+    # a person's rows beyond L∞ in all their keys: at least the busiest key's, and R − K·L∞
+    # for a person in all K cells of public domains, where the draws reach far enough to tell
+    # R's tail (MovieLens' six films at tune 0.2 of ε 1, 506 persons of at most 6 rows: drawn
+    # at 215-512 rows near the prior's anchor, 200, and L∞ 3-6,889 was proposed)
+    beyond = beyond_each(r, g, cells) if public_cells and resolved else lambda b: 0.0
+    beyond_rows = {b: persons * max(m.excess(b), beyond(b)) for b in COUNT_GRID}
     options += [Contribution(a, b, total, lost + beyond_rows[b],
                              count_sd(min(a * b, total or a * b), math.sqrt(a) * b))
                 for a, lost in beyond_groups.items() for b in COUNT_GRID]
@@ -718,9 +733,19 @@ def counted_tails(spreads: dict[str, Spread], rows: list[tuple[float, int]], per
         elif x_top >= top:
             level = max(level, 1 - share)
         # the CDF stays non-decreasing (a count beyond what the level below leaves)
-        out[part] = dataclasses.replace(spread, points=(*spread.points[:-1],
-                                                        (x_top, max(level, below))))
+        level = max(level, below)
+        out[part] = dataclasses.replace(spread, points=(*spread.points[:-1], (x_top, level)),
+                                        ceiling=min(spread.ceiling, _reach(spread, x_top,
+                                                                           persons * (1 - level))))
     return out
+
+
+def _reach(spread: Spread, top: float, beyond: float) -> float:
+    """Where a power tail from ``top`` with ``beyond`` persons above it leaves one: the
+    expected largest value (inf for an exponential tail)."""
+    if math.isinf(spread.alpha):
+        return math.inf
+    return top * max(beyond, 1) ** (1 / spread.alpha)
 
 
 def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, table: str,
@@ -833,7 +858,8 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
                    for part in quantiles}
         spreads = counted_tails(spreads, values["r"], persons, TAIL_SHARES * share, rng)
         best = choose_contribution(spreads, persons, cells, public_cells, count_sd,
-                                   per_unit=entry is None, total=spec.max_rows_per_unit)
+                                   per_unit=entry is None, total=spec.max_rows_per_unit,
+                                   resolved=resolves(uppers))
         row_sd = best.count_sd
         if measure:
             try:  # the bounds are released (post-processing): the read is of public integers

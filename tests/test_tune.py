@@ -908,6 +908,29 @@ def test_the_rows_a_heavy_tail_drops_are_measured_within_a_factor_of_two(tmp_pat
     assert misses <= 1, ratios
 
 
+def test_a_heavy_tails_reach_is_tuned_near_the_bias_variance_optimum(tmp_path):
+    """20,000 persons with Pareto(1.3) rows (1-2,000), GROUP BY day, tune ε 1, queries at ε
+    0.9: the best bounds keep about 100 rows a day (7 × 108, or R = 609-724). Above the top
+    quantile of rows (≈ 100) the tail was an exponential as heavy as the draws below imply
+    (θ ≈ 40), and L∞ was charged the busiest day's rows beyond it only: 7 × 22-31 was
+    proposed, 2.2-3.6× the optimum's root error in 40 of 40 seeds (mean 2.61). The draws'
+    spacings now give a power tail, and a person on all 7 days loses R − 7·L∞: 1.00-1.40×
+    over the same 40 seeds (mean 1.05)."""
+    frame = _pareto_visits(20_000, seed=11)
+    meta = _write(tmp_path, frame)
+    cells = frame.groupby(["uid", "day"]).size().rename("n").reset_index()
+    # every heavy person is on all 7 days: L0 = 7 is the best
+    best = min(min(_exact_error(cells, 7, b, total, 0.9) for total in (b, None))
+               for b in COUNT_GRID[32:56])
+    for seed in range(4):
+        with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=seed) as con:
+            spec = con.tune("visits", epsilon=1, group_by=["day"], columns=[],
+                            query_epsilon=0.9).metadata["tables"]["visits"]
+        error = _exact_error(cells, spec["max_groups_per_unit"], spec["max_rows_per_group"],
+                             spec.get("max_rows_per_unit"), 0.9)
+        assert (error / best) ** 0.5 <= 1.5, (seed, spec, error, best)
+
+
 def _engine_kept(folder: Path, meta: dict, spec: dict) -> float:
     """The rows the engine's exact COUNT(*) GROUP BY day keeps under the bounds ``spec``
     (declared in the metadata: L0 by keyed hash, L∞, R with its scaling's floor)."""
@@ -940,14 +963,17 @@ def test_what_the_bounds_drop_is_printed_within_its_stated_uncertainty(tmp_path)
     with Pareto(1.3) rows (1-2,000), tune ε 1, GROUP BY day, 50 seeds: the 95% upper bound
     of the rows kept is above the engine's exact share (its bounded COUNT(*)), the 95%
     interval of the persons kept holds the exact share, and the persons' holds 20,000, each in
-    at least 45 seeds (P(Binomial(50, 0.05) > 5) = 4%; 0, 1 and 1 missed). The bound on the
-    rows is weak (the rows dropped, capped at 4·L0·L∞ = 700 a person, get noise of scale
-    15,400 against 21,168 at half of one share): below 100% in a few seeds (92% where 82%
-    are kept). The CLI prints one line for the three bounds."""
+    at least 45 seeds (P(Binomial(50, 0.05) > 5) = 4%; 0, 2 and 2 missed; 0, 1 and 1 under
+    the 7 × 25 an exponential tail proposed). The bound on the rows is weak: under 7 × 25 (the
+    rows dropped, capped at 4·L0·L∞ = 700 a person, got noise of scale 15,400 against 21,168
+    at half of one share) it was below 100% in a few seeds (92% where 82% were kept); under
+    the bounds proposed now, nearer the optimum (7 × 54-152 or R 431-1,218: caps of
+    1,512-4,872 rows, noise of scale 34,776-112,056 against 2,763-13,748 dropped), it is 100%
+    in every seed. The CLI prints one line for the three bounds."""
     frame = _pareto_visits(20_000, seed=11)
     meta = _write(tmp_path, frame)
     misses = {"rows": 0, "persons": 0, "count": 0}
-    bounds, kept_by = [], {}
+    kept_by = {}
     for seed in range(50):
         with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=seed) as con:
             result = con.tune("visits", epsilon=1, group_by=["day"], columns=[])
@@ -963,9 +989,7 @@ def test_what_the_bounds_drop_is_printed_within_its_stated_uncertainty(tmp_path)
         misses["rows"] += rows_kept > at_most
         misses["persons"] += not low <= persons_kept <= high
         misses["count"] += not persons_low <= 20_000 <= persons_high
-        bounds.append(at_most)
     assert max(misses.values()) <= 5, misses
-    assert sum(b < 1 for b in bounds) >= 2, sorted(bounds)  # weak, not always vacuous
     (tmp_path / "meta.yaml").write_text(yaml.safe_dump(meta))
     text = CliRunner().invoke(command, [
         "--metadata", str(tmp_path / "meta.yaml"), "--table", "visits", "--epsilon", "1",
