@@ -12,6 +12,7 @@ import dataclasses
 import math
 import numbers
 import re
+import warnings
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
@@ -32,6 +33,7 @@ from dpsql.compile.scope import tuples_sql
 from dpsql.errors import (
     BackendError,
     CatalogError,
+    EmptyFilterWarning,
     Error,
     NotSupportedError,
     PrivacyParameterError,
@@ -265,6 +267,8 @@ class Engine:
             if len(self._analysed) >= ANALYSED_KEPT:
                 self._analysed.pop(next(iter(self._analysed)))
             self._analysed[key] = checked
+        for message in () if isinstance(checked, PublicQuery) else checked.empty_filters:
+            warnings.warn(EmptyFilterWarning(message), stacklevel=4)  # each time, reused too
         return checked
 
     def execute(self, sql: str, params=None, *, epsilon=None, delta=None, accuracy=None,
@@ -339,12 +343,17 @@ class Engine:
         for kind, i in planned.order:
             if kind == "dp":
                 names, rows = exact[i]
+                statement = planned.release.statements[i]
                 try:
-                    results.append(release(planned.release.statements[i], names, rows,
-                                           self.rng, self.post, histograms[i], shared_values))
+                    result = release(statement, names, rows, self.rng, self.post,
+                                     histograms[i], shared_values)
                 except Error as err:  # after the charge: say that it was spent
                     err.epsilon_spent = planned.release.loss.epsilon
                     raise
+                # a WHERE no declared value passes: in the answer's notes too, which a
+                # server's clients see (psql NOTICEs, HTTP), where a Python warning is lost
+                result.notes = (*statement.checked.empty_filters, *result.notes)
+                results.append(result)
             else:
                 names, rows = public[i]
                 types = [e.type for _, e in planned.public[i].outputs]

@@ -174,6 +174,9 @@ class CheckedQuery:
     one_row_a_person: bool = False
     # its tables' bounds were chosen from the data by tune= (``Engine.under(..., tuned=True)``)
     tuned: bool = False
+    # WHERE conjuncts no declared value passes, in words: the engine warns of them
+    # (EmptyFilterWarning) each time the statement is planned, its compiled form reused or not
+    empty_filters: tuple[str, ...] = ()
 
     @property
     def has_private_keys(self) -> bool:

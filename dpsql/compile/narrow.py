@@ -177,6 +177,72 @@ def unmatched_columns(where: Expr | None) -> list[Expr]:
     return found
 
 
+def out_of_bounds(where: Expr | None) -> list[Expr]:
+    """The date and timestamp columns with declared bounds that the WHERE's top-level
+    conjuncts comparing them with literals (>=, >, <, <=, =, BETWEEN, IN) confine to no
+    instant within those bounds (``ts >= '2005-01-01'`` for bounds ending 2001-12-31, or
+    ``ts >= x AND ts < x``): only rows outside the metadata's bounds pass. Decided on the
+    declared bounds and the literals alone."""
+    found: dict[str, tuple[Expr, list]] = {}
+    for conjunct in conjuncts(where) if where is not None else []:
+        compared = _compared(conjunct)
+        if compared is not None:
+            col, op, values = compared
+            found.setdefault(col.value, (col, []))[1].append((op, values))
+    empty = []
+    for col, tests in found.values():
+        try:
+            if _confined_to_none(col, tests):
+                empty.append(col)
+        except (OverflowError, ValueError):  # bounds past the years Python's dates hold
+            continue
+    return empty
+
+
+def _compared(e: Expr) -> tuple[Expr, str, list] | None:
+    """(column, operation, the literals as dates or datetimes) of a comparison of a bounded
+    date or timestamp column with non-NULL literals of its type, the column first."""
+    if e.op not in _FLIPPED and e.op != "in" or len(e.args) < 2:
+        return None
+    subject, *literals = e.args
+    op = e.op
+    if op in _FLIPPED and subject.op == "lit":
+        subject, literals, op = literals[0], [subject], _FLIPPED[op]
+    if subject.op != "col" or subject.type not in _STEPS or subject.interval is None or \
+            any(lit.op != "lit" or lit.type != subject.type for lit in literals):
+        return None
+    try:
+        values = [_temporal(lit, subject.type) for lit in literals if lit.value is not None]
+    except (_Unsure, ValueError):
+        return None
+    return (subject, op, values) if values else None
+
+
+def _confined_to_none(col: Expr, tests: list[tuple[str, list]]) -> bool:
+    """Whether no instant within ``col``'s declared bounds passes every (op, literals)."""
+    step = _STEPS[col.type]
+    # the IR holds a timestamp's bounds in whole seconds: read them a second wider
+    wider = datetime.timedelta(seconds=1) if col.type == "timestamp" else datetime.timedelta()
+    low, high = (instant(end, col.type) for end in (col.interval.lower, col.interval.upper))
+    low, high = low - wider, high + wider
+    for op, values in tests:
+        end = values[0] + {"gt": step, "lt": -step}.get(op, step * 0)  # x < t is x <= t - step
+        if op in ("ge", "gt", "eq"):
+            low = max(low, end)
+        if op in ("le", "lt", "eq"):
+            high = min(high, end)
+    return low > high or any(op == "in" and all(not low <= v <= high for v in values)
+                             for op, values in tests)
+
+
+def instant(number, kind: str) -> datetime.date:
+    """The date (days) or timestamp (seconds since 1970-01-01) an interval's end holds."""
+    epoch = datetime.datetime(1970, 1, 1)
+    if kind == "date":
+        return epoch.date() + datetime.timedelta(days=int(number))
+    return epoch + datetime.timedelta(seconds=int(number))
+
+
 def _only_column(e: Expr) -> Expr | None:
     """The column ``e`` reads, when it reads exactly one."""
     if len(e.columns()) != 1:

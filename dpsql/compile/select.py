@@ -14,7 +14,6 @@ over the noisy frame only.
 from __future__ import annotations
 
 import math
-import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -36,7 +35,13 @@ from dpsql.compile.ir import (
     scans,
     shown_parts,
 )
-from dpsql.compile.narrow import kept_by_where, may_keep_null, unmatched_columns
+from dpsql.compile.narrow import (
+    instant,
+    kept_by_where,
+    may_keep_null,
+    out_of_bounds,
+    unmatched_columns,
+)
 from dpsql.compile.render import dialect
 from dpsql.compile.scope import (
     COUNT_CLAUSES,
@@ -57,7 +62,6 @@ from dpsql.compile.window import (
     window_sql,
 )
 from dpsql.errors import (
-    EmptyFilterWarning,
     InternalError,
     MissingBoundsError,
     NonAggregateQueryError,
@@ -293,7 +297,6 @@ class _Compiler:
         self.scope = Scope(self.relation, self.sql)
         where = select.args.get("where")
         self.where = predicate(where.this, self.scope) if where is not None else None
-        self._warn_unmatched()
         self.keys = self._group_keys()
         self.key_tuples = self._key_tuples()
         # the bounds of a key_bounds entry the keys match, then L0 = 1 if every key reads
@@ -366,7 +369,8 @@ class _Compiler:
                             key_tuples=self.key_tuples,
                             one_row_a_person=one_row_a_person(self.relation.node),
                             ranking_sql=ranking_sql,
-                            having_tests=_having_tests(having_expr, self._aggregate_names()))
+                            having_tests=_having_tests(having_expr, self._aggregate_names()),
+                            empty_filters=self._empty_filters())
 
     def _count_clause(self, clause: str) -> int | None:
         node = self.select.args.get(clause)
@@ -633,19 +637,31 @@ class _Compiler:
                 f"{f' ({written})' if written else ''}, so a person's rows fall in one "
                 f"group: L0 = 1, where the tables allow {relation.l0}")
 
-    def _warn_unmatched(self) -> None:
-        """Warn of a WHERE that no declared value of a column passes (``sex = 'male'`` for
-        Female and Male): the answer then counts only rows the metadata does not expect."""
+    def _empty_filters(self) -> tuple[str, ...]:
+        """What a WHERE that no declared value of a column passes says (``sex = 'male'`` for
+        Female and Male, ``ts >= '2005-01-01'`` for bounds ending 2001-12-31): the answer then
+        counts only rows the metadata does not expect. Decided on the metadata and the
+        literals; the answer is as any other's (a neighbour may hold such rows)."""
+        found = []
         for col in unmatched_columns(self.where):
             info = self.relation.columns[col.value]
             if info.source != "values in the metadata":  # rows beyond bounds are only clamped
                 continue
             name = info.label or col.value
             shown = ", ".join(map(str, col.domain[:8])) + (", ..." if len(col.domain) > 8 else "")
-            warnings.warn(EmptyFilterWarning(
+            found.append(
                 f"no declared value of {name} ({shown}) passes the WHERE clause, so the answer "
                 f"counts only rows outside the metadata's values: it is likely noise alone; "
-                f"check the spelling and case of the value compared with {name}"), stacklevel=2)
+                f"check the spelling and case of the value compared with {name}")
+        for col in out_of_bounds(self.where):
+            name = self.relation.columns[col.value].label or col.value
+            low, high = (instant(end, col.type)
+                         for end in (col.interval.lower, col.interval.upper))
+            found.append(
+                f"no {col.type} of {name} within its declared bounds ({low} to {high}) passes "
+                f"the WHERE clause, so the answer counts only rows outside the metadata's "
+                f"bounds: it is likely noise alone; check the {col.type}s compared with {name}")
+        return tuple(found)
 
     def _domain_source(self, expr: Expr) -> str | None:
         """Where a key's public domain comes from, in words (explain shows it)."""
