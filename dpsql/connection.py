@@ -100,10 +100,11 @@ class Connection(_Base):
             self._closed = True
             raise
 
-    def cursor(self) -> Cursor:
-        """A new cursor."""
+    def cursor(self, *, intervals: bool = False) -> Cursor:
+        """A new cursor; ``intervals=True``: its rows and description carry each noisy
+        column's ``<col>_low`` and ``<col>_high`` (``ResultCursor``)."""
         self._check_open()
-        return Cursor(self)
+        return Cursor(self, intervals=intervals)
 
     def _close(self) -> None:
         """Close the engine, the backend and the ledger."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ from dpsql.errors import (
     NotSupportedError,
     PrivacyParameterError,
 )
-from dpsql.release import NoisyResult
+from dpsql.release import ColumnInfo, NoisyResult
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,6 +35,30 @@ def described(columns) -> list[Column]:
     return [Column(c.name, _TYPE_CODES.get(c.type, c.type), noise=c.noise,
                    noise_scale=c.scale, epsilon=c.epsilon, rank_error=c.rank_error,
                    interval=c.interval) for c in columns]
+
+
+def with_interval_columns(result: NoisyResult) -> NoisyResult:
+    """The result with each interval column its description names (``Column.ci_columns``,
+    ``<col>_low`` and ``<col>_high``, of the noisy column's type) in its rows, after the
+    result's columns: the columns a server sends its PostgreSQL and HTTP clients.
+
+    Example:
+        >>> from dpsql.release import ColumnInfo
+        >>> wide = with_interval_columns(NoisyResult(
+        ...     [ColumnInfo("day", "text"), ColumnInfo("n", "int", "discrete_laplace")],
+        ...     [("Mon", 7)], intervals={"n": [(5.0, 9.0)]}))
+        >>> [c.name for c in wide.columns], wide.rows
+        (['day', 'n', 'n_low', 'n_high'], [('Mon', 7, 5.0, 9.0)])
+    """
+    added = [ColumnInfo(name, info.type) for info, column in
+             zip(result.columns, described(result.columns), strict=True)
+             for name in column.ci_columns]
+    if not added:
+        return result
+    data = frames.columns(result, intervals=True)
+    ends = zip(*(data[c.name] for c in added), strict=True)
+    rows = [row + extra for row, extra in zip(result.rows, ends, strict=True)]
+    return replace(result, columns=[*result.columns, *added], rows=rows)
 
 
 class Column(tuple):
@@ -74,90 +99,38 @@ class Column(tuple):
         return self[1]
 
 
-class Cursor:
-    """PEP 249 cursor. Each execute() is one release and spends its ε."""
+class ResultCursor:
+    """The reading half of a PEP 249 cursor over released results (``NoisyResult``): rows,
+    description, frames, intervals and notes. The embedded ``Cursor`` and the server
+    client's ``RemoteCursor`` (``dpsql/remote.py``) share it, so a notebook's code does not
+    change when the data move to a server.
+
+    ``intervals=True`` puts each noisy column's ``<col>_low`` and ``<col>_high`` in the rows
+    and the description too, after the result's columns, as a server's PostgreSQL clients
+    receive them (the SQLAlchemy dialect's cursors: ``pandas.read_sql`` keeps them)."""
 
     __module__ = "dpsql"
     arraysize = 1
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Any, *, intervals: bool = False) -> None:
         self.connection = connection
         self._results: list[NoisyResult] = []
         self._set = 0
         self._pos = 0
         self._closed = False
+        self._wide = intervals
         self.epsilon_spent: Fraction = Fraction(0)
-        self.sensitivity: Fraction = Fraction(0)
-
-    # --- executing -------------------------------------------------------------------
-    def execute(self, operation: str, parameters: Sequence[Any] | None = None, *,
-                epsilon: float | None = None, delta: float | None = None,
-                accuracy: float | None = None, rho: float | None = None,
-                weights: dict[str, float] | None = None, tune: float | None = None) -> Cursor:
-        """Run one SELECT as one release (qmark parameters); returns the cursor.
-
-        ``delta`` > 0 allows GROUP BY keys without a public domain (released above a
-        noisy threshold); it is charged to the budget's δ. Without ``epsilon``, ``accuracy``
-        (a 95% half-width for COUNT/SUM answers) picks the smallest ε that meets it.
-        ``weights`` ({output column: weight}) tells how ε is split among the columns'
-        measurements (default: equal weights, docs/python-api.md). ``tune`` spends that
-        slice of the statement's ε on choosing its table's contribution bounds from the
-        data first (``dpsql/autotune.py``); the statement still costs ``epsilon`` in all.
-        """
-        self._check_open()
-        self._load([])
-        if tune is None:
-            results = self.connection._engine.execute(
-                operation, parameters, epsilon=epsilon, delta=delta, accuracy=accuracy,
-                rho=rho, weights=weights)
-        elif accuracy is not None or rho is not None:
-            raise PrivacyParameterError("tune= takes an explicit ε, not accuracy= or rho=",
-                                        hint="pass epsilon=... with tune=")
-        else:
-            from dpsql.autotune import execute_tuned  # the tuning stack loads when asked for
-
-            results = execute_tuned(self.connection._engine, operation, parameters,
-                                    epsilon=epsilon, tune_epsilon=tune, delta=delta,
-                                    weights=weights)
-        self._load(results)
-        return self
-
-    def executescript(self, script: str, *, epsilon: float | None = None,
-                      delta: float | None = None, accuracy: float | None = None,
-                      rho: float | None = None,
-                      weights: dict[str, float] | None = None) -> Cursor:
-        """Run several SELECTs as ONE release: one ε, total sensitivity = their sum;
-        ``weights`` as ``execute``'s, over the script's output columns (explain's)."""
-        self._check_open()
-        self._load([])
-        self._load(self.connection._engine.execute(script, epsilon=epsilon, delta=delta,
-                                                   accuracy=accuracy, rho=rho, script=True,
-                                                   weights=weights))
-        return self
-
-    def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[Any]],
-                    **privacy: Any) -> None:
-        """Refused: each execution is a separate release with its own cost (whatever privacy
-        parameters, ``epsilon=`` and the like, come with it)."""
-        raise NotSupportedError(
-            "executemany is not offered: every execution is a separate private release",
-            hint="call execute() once per parameter set (each spends ε), or put the "
-            "statements in one script with executescript()")
-
-    def explain(self, operation: str, *, epsilon: float | None = None,
-                delta: float | None = None, accuracy: float | None = None,
-                rho: float | None = None, weights: dict[str, float] | None = None) -> dict:
-        """The plan of a statement or script, without running or spending anything."""
-        self._check_open()
-        return self.connection.explain(operation, epsilon=epsilon, delta=delta,
-                                       accuracy=accuracy, rho=rho, weights=weights)
+        self.sensitivity: Fraction | None = Fraction(0)
 
     def _load(self, results: list[NoisyResult]) -> None:
         """Make ``results`` the cursor's; ``[]`` before an execute, so that a refused one
         leaves no earlier result (description, rowcount, rows, ε) behind."""
-        self._results, self._set, self._pos = results, 0, 0
         self.epsilon_spent = sum((r.epsilon for r in results), Fraction(0))
-        self.sensitivity = sum((r.sensitivity for r in results), Fraction(0))
+        known = [r.sensitivity for r in results]  # None: a server that does not send it
+        self.sensitivity = None if None in known else sum(known, Fraction(0))
+        if self._wide:
+            results = [with_interval_columns(r) for r in results]
+        self._results, self._set, self._pos = results, 0, 0
         for result in results:  # last: the answer is the cursor's before any warning raises
             for message in result.ranking_warnings:
                 warnings.warn(NoisyRankingWarning(message), stacklevel=3)
@@ -239,12 +212,7 @@ class Cursor:
         rank error."""
         if confidence != 0.95:
             raise NotSupportedError("only 95% intervals are computed", hint="use 0.95")
-        current = self._require()
-        frame = self.fetchdf()
-        for name, bounds in current.intervals.items():
-            frame[f"{name}_low"] = [b[0] for b in bounds]
-            frame[f"{name}_high"] = [b[1] for b in bounds]
-        return frame
+        return frames.to_pandas(self._require(), intervals=True)
 
     # --- DuckDB-style results: the whole current set, intervals on request ------------
     def df(self, *, intervals: bool = False) -> pd.DataFrame:
@@ -318,8 +286,77 @@ class Cursor:
             raise InterfaceError("the cursor is closed")
         self.connection._check_open()
 
-    def __enter__(self) -> Cursor:
+    def __enter__(self) -> ResultCursor:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Cursor(ResultCursor):
+    """PEP 249 cursor. Each execute() is one release and spends its ε."""
+
+    connection: Connection
+
+    # --- executing -------------------------------------------------------------------
+    def execute(self, operation: str, parameters: Sequence[Any] | None = None, *,
+                epsilon: float | None = None, delta: float | None = None,
+                accuracy: float | None = None, rho: float | None = None,
+                weights: dict[str, float] | None = None, tune: float | None = None) -> Cursor:
+        """Run one SELECT as one release (qmark parameters); returns the cursor.
+
+        ``delta`` > 0 allows GROUP BY keys without a public domain (released above a
+        noisy threshold); it is charged to the budget's δ. Without ``epsilon``, ``accuracy``
+        (a 95% half-width for COUNT/SUM answers) picks the smallest ε that meets it.
+        ``weights`` ({output column: weight}) tells how ε is split among the columns'
+        measurements (default: equal weights, docs/python-api.md). ``tune`` spends that
+        slice of the statement's ε on choosing its table's contribution bounds from the
+        data first (``dpsql/autotune.py``); the statement still costs ``epsilon`` in all.
+        """
+        self._check_open()
+        self._load([])
+        if tune is None:
+            results = self.connection._engine.execute(
+                operation, parameters, epsilon=epsilon, delta=delta, accuracy=accuracy,
+                rho=rho, weights=weights)
+        elif accuracy is not None or rho is not None:
+            raise PrivacyParameterError("tune= takes an explicit ε, not accuracy= or rho=",
+                                        hint="pass epsilon=... with tune=")
+        else:
+            from dpsql.autotune import execute_tuned  # the tuning stack loads when asked for
+
+            results = execute_tuned(self.connection._engine, operation, parameters,
+                                    epsilon=epsilon, tune_epsilon=tune, delta=delta,
+                                    weights=weights)
+        self._load(results)
+        return self
+
+    def executescript(self, script: str, *, epsilon: float | None = None,
+                      delta: float | None = None, accuracy: float | None = None,
+                      rho: float | None = None,
+                      weights: dict[str, float] | None = None) -> Cursor:
+        """Run several SELECTs as ONE release: one ε, total sensitivity = their sum;
+        ``weights`` as ``execute``'s, over the script's output columns (explain's)."""
+        self._check_open()
+        self._load([])
+        self._load(self.connection._engine.execute(script, epsilon=epsilon, delta=delta,
+                                                   accuracy=accuracy, rho=rho, script=True,
+                                                   weights=weights))
+        return self
+
+    def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[Any]],
+                    **privacy: Any) -> None:
+        """Refused: each execution is a separate release with its own cost (whatever privacy
+        parameters, ``epsilon=`` and the like, come with it)."""
+        raise NotSupportedError(
+            "executemany is not offered: every execution is a separate private release",
+            hint="call execute() once per parameter set (each spends ε), or put the "
+            "statements in one script with executescript()")
+
+    def explain(self, operation: str, *, epsilon: float | None = None,
+                delta: float | None = None, accuracy: float | None = None,
+                rho: float | None = None, weights: dict[str, float] | None = None) -> dict:
+        """The plan of a statement or script, without running or spending anything."""
+        self._check_open()
+        return self.connection.explain(operation, epsilon=epsilon, delta=delta,
+                                       accuracy=accuracy, rho=rho, weights=weights)

@@ -3,9 +3,10 @@
 A PEP 249 connection whose statements run on the data owner's server (``dpsql serve``) over
 the PostgreSQL wire protocol (through psycopg 3). It offers what the embedded connection
 offers to an analyst — ``cursor().execute(sql, params, epsilon=...)``, ``description`` of
-``dpsql.Column`` with the noise of each column, ``fetchdf()``, ``intervals()``, ``explain()``,
-``budget_remaining`` — and raises the same ``dpsql`` error classes. The budget, metadata and
-ledger stay on the server: nothing here can change them.
+``dpsql.Column`` with the noise of each column, the embedded cursor's readers
+(``ResultCursor``: ``df``/``pl``/``arrow`` with ``intervals=True``, ``intervals()``, ``notes``),
+``explain()``, ``budget_remaining`` — and raises the same ``dpsql`` error classes. The
+budget, metadata and ledger stay on the server: nothing here can change them.
 
 URL: ``dpsql://USER[:PASSWORD]@HOST[:PORT]/DATASET[?sslmode=require&sslrootcert=...]``;
 the password may also come from ``password=`` or ``$DPSQL_PASSWORD``. ``dialect=`` is the SQL
@@ -18,22 +19,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import warnings
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from dpsql import errors
 from dpsql.budget import PrivacyLoss
-from dpsql.cursor import Column
-from dpsql.dbapi20 import ConnectionBase, fetch_size
+from dpsql.cursor import _TYPE_CODES, ResultCursor
+from dpsql.dbapi20 import ConnectionBase
 from dpsql.engine import refuse_epsilon_with_hint
 from dpsql.parse import check_dialect, clause_parameters, parse_one
+from dpsql.release import ColumnInfo, NoisyResult
 from dpsql.sqltext import qmark_to_dollar, split_statements
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 DEFAULT_PORT = 6543
 # server codes that are not dpsql error codes -> the dpsql class an analyst catches
@@ -83,22 +81,16 @@ def _translate(err: Exception) -> errors.Error:
     return out
 
 
-class RemoteCursor:
-    """PEP 249 cursor over a server connection; each execute() is one release."""
+class RemoteCursor(ResultCursor):
+    """PEP 249 cursor over a server connection; each execute() is one release. Its result
+    is read as the embedded cursor's is (``ResultCursor``: fetch*, ``df``/``pl``/``arrow``/
+    ``fetchnumpy`` with ``intervals=True``, ``intervals()``, ``notes``, ``tuned_bounds``)."""
 
-    __module__ = "dpsql"
-    arraysize = 1
+    connection: RemoteConnection
 
-    def __init__(self, connection: RemoteConnection) -> None:
-        self.connection = connection
-        self._columns: list[dict] = []
-        self._rows: list[tuple] = []
-        self._pos = 0
-        self._closed = False
-        self._executed = False
-        self.epsilon_spent: Fraction = Fraction(0)
+    def __init__(self, connection: RemoteConnection, *, intervals: bool = False) -> None:
+        super().__init__(connection, intervals=intervals)
         self.reused = False
-        self._notes: tuple[str, ...] = ()
 
     def execute(self, operation: str, parameters: Sequence[Any] | None = None, *,
                 epsilon: float | None = None, delta: float | None = None,
@@ -108,19 +100,14 @@ class RemoteCursor:
         """Run one SELECT on the server as one release (qmark parameters); ``tune`` as in
         embedded use (a slice of ε spent on the table's contribution bounds first)."""
         self._check_open()
+        self._load([])
+        self.reused = False
         _epsilon_only(delta=delta, accuracy=accuracy, rho=rho, weights=weights)
         _check_call_epsilon(operation, parameters, epsilon)
         settings = {"dpsql.epsilon": epsilon, "dpsql.tune": tune}
         rows, release = self.connection._run(operation, parameters, settings)
-        self._rows, self._pos, self._executed = rows, 0, True
-        release = release or {}
-        self._columns = release.get("columns") or []
-        self.epsilon_spent = Fraction(str(release.get("epsilon_spent", 0)))
         self.reused = bool(release.get("reused"))
-        self._notes = tuple(release.get("notes") or ())
-        for message in release.get("warnings") or ():
-            # as embedded: warned once the answer is this cursor's (the server sends them)
-            warnings.warn(errors.NoisyRankingWarning(message), stacklevel=2)
+        self._load([noisy_result(release, rows)])
         return self
 
     def explain(self, operation: str, *, epsilon: float | None = None,
@@ -140,106 +127,42 @@ class RemoteCursor:
             "a time", hint="call execute() once per SELECT (each is one release), or run "
             "the script embedded, where it is one release")
 
-    def _main(self) -> list[int]:
-        return [i for i, c in enumerate(self._columns) if not c.get("interval_of")]
 
-    @property
-    def description(self) -> list[Column] | None:
-        """The released columns (interval columns are in ``intervals()``)."""
-        if not self._executed:
-            return None
-        return [Column(self._columns[i]["name"], self._columns[i]["type"],
-                       noise=self._columns[i].get("noise"),
-                       noise_scale=self._columns[i].get("noise_scale"),
-                       epsilon=self._columns[i].get("epsilon"),
-                       rank_error=self._columns[i].get("rank_error"),
-                       interval=bool(self._columns[i].get("ci_columns")))
-                for i in self._main()]
+# a description's type code -> the released type it names (cursor.described's inverse)
+_TYPES = {code: kind for kind, code in _TYPE_CODES.items()}
 
-    @property
-    def notes(self) -> tuple[str, ...]:
-        """What the result does not show, as embedded (``Cursor.notes``): the rows its
-        contribution bounds drop, bounds tune= chose; () before execute."""
-        return self._notes
 
-    @property
-    def rowcount(self) -> int:
-        """Rows of the result (-1 before execute)."""
-        return len(self._rows) if self._executed else -1
-
-    def _require(self) -> None:
-        self._check_open()
-        if not self._executed:
-            raise errors.InterfaceError("no result: call execute() first")
-
-    def _project(self, rows: list[tuple]) -> list[tuple]:
-        keep = self._main()
-        if len(keep) == len(self._columns):
-            return rows
-        return [tuple(row[i] for i in keep) for row in rows]
-
-    def fetchone(self) -> tuple | None:
-        """Next row, or None."""
-        self._require()
-        if self._pos >= len(self._rows):
-            return None
-        self._pos += 1
-        return self._project([self._rows[self._pos - 1]])[0]
-
-    def fetchmany(self, size: int | None = None) -> list[tuple]:
-        """Up to ``size`` (default arraysize) next rows; a negative size is refused."""
-        self._require()
-        chunk = self._rows[self._pos:self._pos + fetch_size(size, self.arraysize)]
-        self._pos += len(chunk)
-        return self._project(chunk)
-
-    def fetchall(self) -> list[tuple]:
-        """All remaining rows."""
-        self._require()
-        chunk = self._rows[self._pos:]
-        self._pos = len(self._rows)
-        return self._project(chunk)
-
-    def fetchdf(self) -> pd.DataFrame:
-        """The result as a DataFrame (without the interval columns)."""
-        self._require()
-        import pandas as pd
-
-        return pd.DataFrame(self._project(self._rows),
-                            columns=[self._columns[i]["name"] for i in self._main()])
-
-    def intervals(self, confidence: float = 0.95) -> pd.DataFrame:
-        """The result with ``<col>_low`` / ``<col>_high`` 95% intervals of each noisy column."""
-        if confidence != 0.95:
-            raise errors.NotSupportedError("only 95% intervals are computed", hint="use 0.95")
-        self._require()
-        import pandas as pd
-
-        return pd.DataFrame(self._rows, columns=[c["name"] for c in self._columns])
-
-    def __iter__(self):
-        return iter(self.fetchone, None)
-
-    def setinputsizes(self, sizes: Any) -> None:
-        """PEP 249: no-op."""
-
-    def setoutputsize(self, size: Any, column: Any = None) -> None:
-        """PEP 249: no-op."""
-
-    def close(self) -> None:
-        """Close the cursor."""
-        self._closed = True
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise errors.InterfaceError("the cursor is closed")
-        self.connection._check_open()
-
-    def __enter__(self) -> RemoteCursor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def noisy_result(release: dict, rows: list[tuple]) -> NoisyResult:
+    """The server's answer as the embedded release it was (``NoisyResult``): ``release`` is
+    ``SHOW dpsql.last_release`` (or the HTTP answer's body), ``rows`` its rows, whose columns
+    flagged ``interval_of`` become the result's intervals (a quantile's are None, which the
+    server does not send as columns)."""
+    columns = release.get("columns") or []
+    main = [i for i, c in enumerate(columns) if not c.get("interval_of")]
+    ends: dict[str, list[int]] = {}
+    for i, column in enumerate(columns):
+        if column.get("interval_of"):
+            ends.setdefault(column["interval_of"], []).append(i)
+    shown = [columns[i] for i in main]
+    intervals = {}
+    for column in shown:
+        if column["name"] in ends:
+            low, high = ends[column["name"]]
+            intervals[column["name"]] = [(row[low], row[high]) for row in rows]
+        elif column.get("noise") == "exponential":  # a quantile's: none, as embedded
+            intervals[column["name"]] = [(None, None)] * len(rows)
+    sensitivity = release.get("sensitivity")
+    return NoisyResult(
+        columns=[ColumnInfo(c["name"], _TYPES.get(c["type"], c["type"]), c.get("noise"),
+                            c.get("noise_scale"), c.get("epsilon"), c.get("rank_error"),
+                            bool(c.get("ci_columns"))) for c in shown],
+        rows=[tuple(row[i] for i in main) for row in rows], intervals=intervals,
+        epsilon=Fraction(str(release.get("epsilon_spent", 0))),
+        sensitivity=None if sensitivity is None else Fraction(str(sensitivity)),
+        reused=bool(release.get("reused")),
+        tuned_bounds=release.get("tuned_bounds"),
+        ranking_warnings=tuple(release.get("warnings") or ()),
+        notes=tuple(release.get("notes") or ()))
 
 
 class RemoteConnection(ConnectionBase):
@@ -337,15 +260,15 @@ class RemoteConnection(ConnectionBase):
         except self._psycopg.Error as err:
             raise _translate(err) from None
         if not released:  # SHOW, SET, EXPLAIN ...: no release, the last one is not this
-            return rows, {"columns": shown, "epsilon_spent": 0}
+            return rows, {"columns": shown, "epsilon_spent": 0, "sensitivity": 0}
         release = json.loads(self._simple("SHOW dpsql.last_release")[0][0])
         self._remaining = release.get("budget_remaining")
         return rows, release
 
-    def cursor(self) -> RemoteCursor:
-        """A new cursor."""
+    def cursor(self, *, intervals: bool = False) -> RemoteCursor:
+        """A new cursor; ``intervals=True`` as embedded (``Connection.cursor``)."""
         self._check_open()
-        return RemoteCursor(self)
+        return RemoteCursor(self, intervals=intervals)
 
     def execute(self, operation: str, parameters=None, **privacy: Any) -> RemoteCursor:
         """Shortcut: a new cursor's execute()."""

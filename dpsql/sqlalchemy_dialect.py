@@ -16,8 +16,10 @@ An embedded URL's query holds ``dpsql.connect`` arguments: ``metadata`` (require
 ``ledger``, ``analyst``, ``accuracy``, ``bounding``, ``timeout``, and ``epsilon`` and
 ``delta``, the defaults of every query (``epsilon_per_query``, ``delta_per_query``). A
 statement's own ε, δ, ρ or accuracy target are execution options:
-``conn.execution_options(epsilon=0.5)``. Reflection reads the catalogue only (tables, columns
-and declared types), never the data.
+``conn.execution_options(epsilon=0.5)``. A result's rows carry each noisy column's 95%
+interval, ``<col>_low`` and ``<col>_high``, after its columns (as a dpsql server's answers to
+psycopg do). Reflection reads the catalogue only (tables, columns and declared types), never
+the data.
 """
 
 from __future__ import annotations
@@ -105,6 +107,16 @@ def privacy_options(context: Any) -> dict[str, Any]:
     return {key: options[key] for key in EXECUTION_OPTIONS if options.get(key) is not None}
 
 
+class DpsqlExecutionContext(default.DefaultExecutionContext):
+    """Its cursors carry each noisy column's ``<col>_low`` and ``<col>_high`` interval
+    columns in their rows, so that ``pandas.read_sql`` keeps them, as it does through a
+    psycopg connection to a dpsql server (whose answers have them as columns)."""
+
+    def create_default_cursor(self) -> Any:
+        """A dpsql cursor with the interval columns (``ResultCursor``)."""
+        return self._dbapi_connection.cursor(intervals=True)
+
+
 class DpsqlDialect(default.DefaultDialect):
     """The ``dpsql`` SQLAlchemy dialect: qmark parameters, reflection from the catalogue.
 
@@ -115,6 +127,7 @@ class DpsqlDialect(default.DefaultDialect):
 
     name = "dpsql"
     driver = "dpsql"
+    execution_ctx_cls = DpsqlExecutionContext
     default_paramstyle = "qmark"
     supports_statement_cache = True
     supports_alter = False

@@ -243,3 +243,28 @@ def test_a_connection_prints_its_dataset_and_budget(connect):
     assert "backend=duckdb spent ε=1, left ε=999" in repr(con)
     con.close()
     assert repr(con).endswith(" closed>")
+
+
+def test_a_cursor_with_intervals_carries_them_as_columns_as_a_server_sends_them():
+    """pandas.read_sql through the dpsql:// SQLAlchemy engine dropped n_low and n_high,
+    which a psycopg connection to a dpsql server keeps: the dialect's cursors now carry the
+    interval columns the description names (a quantile has none, as on the wire)."""
+    import sqlalchemy as sa
+
+    sql = "SELECT day, COUNT(*) AS n, MEDIAN(amount) AS m, COUNT(*) / 7 AS w FROM visits " \
+          "GROUP BY day"
+    con = dpsql.connect(metadata="data/visits.yaml", ledger=":memory:", insecure_seed=1)
+    cur = con.cursor(intervals=True).execute(sql, epsilon=1)
+    names = ["day", "n", "m", "w", "n_low", "n_high", "w_low", "w_high"]
+    assert [c.name for c in cur.description] == names and cur.rowcount == 7
+    assert cur.description[4].type_code == "BIGINT" and cur.description[4].noise is None
+    rows = cur.fetchall()
+    frame = cur.intervals()
+    assert [row[4:] for row in rows] == \
+        list(frame[["n_low", "n_high", "w_low", "w_high"]].itertuples(index=False, name=None))
+    assert list(cur.df(intervals=True).columns) == [*names, "m_low", "m_high"]
+    url = sa.URL.create("dpsql", query={"metadata": "data/visits.yaml", "epsilon": "0.5",
+                                        "ledger": ":memory:"})
+    engine = sa.create_engine(url)
+    assert list(pd.read_sql(sql, engine).columns) == names
+    engine.dispose()

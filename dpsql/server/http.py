@@ -101,7 +101,9 @@ def openapi() -> dict:
                     "epsilon_spent": {"type": "number"}, "reused": {"type": "boolean"},
                     "truncated": {"type": "boolean"}, "budget_remaining": obj,
                     "warnings": {"type": "array", "items": {"type": "string"}},
-                    "notes": {"type": "array", "items": {"type": "string"}}}}}},
+                    "notes": {"type": "array", "items": {"type": "string"}},
+                    "sensitivity": {"type": "number"},
+                    "tuned_bounds": {"type": ["object", "null"]}}}}},
         "paths": {
             "/api/v1/me": {"get": op("who you are and your role", obj)},
             "/api/v1/catalogue": {"get": op("tables, columns, types, domains, bounds", obj)},

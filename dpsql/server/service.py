@@ -160,14 +160,23 @@ class Answer:
     dataset: str = ""
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    sensitivity: float = 0  # the statement's L1 sensitivity (``Cursor.sensitivity``)
+    tuned_bounds: dict | None = None  # what tune= chose (``Cursor.tuned_bounds``)
+
+    def release(self) -> dict:
+        """What was released beside the rows: ``SHOW dpsql.last_release``, which the
+        Python client reads as the embedded cursor's result (``remote.noisy_result``)."""
+        return {"columns": self.columns, "epsilon_spent": self.epsilon_spent,
+                "reused": self.reused, "truncated": self.truncated,
+                "budget_remaining": self.remaining, "warnings": self.warnings,
+                "notes": self.notes, "sensitivity": self.sensitivity,
+                "tuned_bounds": self.tuned_bounds}
 
     def to_json(self) -> dict:
-        """The HTTP API's answer body."""
-        return {"ok": True, "dataset": self.dataset, "columns": self.columns,
-                "rows": _plain_rows(self.rows),
-                "epsilon_spent": self.epsilon_spent, "reused": self.reused,
-                "truncated": self.truncated, "budget_remaining": self.remaining,
-                "warnings": self.warnings, "notes": self.notes}
+        """The HTTP API's answer body: the release and its rows."""
+        release = self.release()
+        return {"ok": True, "dataset": self.dataset, "columns": release.pop("columns"),
+                "rows": _plain_rows(self.rows), **release}
 
     def notice(self, analyst: str) -> str:
         """One line for psql users."""
@@ -641,7 +650,8 @@ class Service:
         warned = list(cur._require().ranking_warnings) if cur.description else []
         return Answer(columns, rows, spent, remaining, truncated,
                       reused=spent == 0 and bool(noisy), dataset=dataset, warnings=warned,
-                      notes=list(cur.notes))
+                      notes=list(cur.notes), sensitivity=_plain(cur.sensitivity),
+                      tuned_bounds=cur.tuned_bounds)
 
     def describe(self, user: str, dataset: str, sql: str, params=None, *,
                  default_epsilon=None, default_delta=None,

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ANALYSTS = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan",
             "judy", "mallory", "webby", "olivia", "kim", "leo", "mia", "ned", "oscar", "pat",
             "quinn", "rita", "sam", "tina", "uma", "vera", "walt", "xavier", "yara", "zed",
-            "yves"]
+            "yves", "abe", "bea", "cal", "deb", "gil", "hana"]
 
 
 def password(user: str) -> str:

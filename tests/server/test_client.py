@@ -230,3 +230,69 @@ def test_client_reads_the_dialect_it_is_given(server):
         assert con.cursor().execute("SHOW dpsql.dialect").fetchall() == [("postgres",)]
     with pytest.raises(dpsql.ProgrammingError, match="unknown SQL dialect 'klingon'"):
         dpsql.connect(server.url("sam"), dialect="klingon")
+
+
+def test_client_cursor_reads_its_answer_as_the_embedded_cursor_does(server):
+    """The dpsql:// cursor had no df, pl, arrow, fetch_arrow_table, fetchnumpy, fetchdfs,
+    nextset, callproc or tuned_bounds (AttributeError): a notebook's code changed when the
+    data moved to a server (ana2 F5)."""
+    sql = "SELECT day, COUNT(*) AS n, MEDIAN(amount) AS m FROM visits GROUP BY day"
+    embedded = dpsql.connect(metadata="data/visits.yaml", ledger=":memory:").execute(
+        sql, epsilon=0.1)
+    with dpsql.connect(server.url("abe"), epsilon_per_query=0.1) as con:
+        cur = con.cursor().execute(sql)
+        wide = cur.df(intervals=True)
+        assert list(wide.columns) == list(embedded.df(intervals=True).columns) == \
+            ["day", "n", "m", "n_low", "n_high", "m_low", "m_high"]
+        assert wide.equals(cur.intervals()) and len(wide) == 7 and wide.m_low.isna().all()
+        assert cur.df().equals(cur.fetchdf()) and list(cur.df().columns) == ["day", "n", "m"]
+        assert cur.pl(intervals=True).columns == list(wide.columns)
+        assert cur.arrow(intervals=True).column_names == list(wide.columns)
+        assert cur.fetch_arrow_table().column_names == ["day", "n", "m"]
+        assert list(cur.fetchnumpy(intervals=True)) == list(wide.columns)
+        [frame] = cur.fetchdfs()
+        assert frame.equals(cur.df()) and cur.nextset() is None
+        assert cur.tuned_bounds is None and "n_low" not in [c.name for c in cur.description]
+        assert "<table" in cur._repr_html_()
+        with pytest.raises(dpsql.NotSupportedError, match="stored procedures"):
+            cur.callproc("p")
+        with pytest.raises(dpsql.UnknownTableError):  # a refusal leaves no earlier result
+            cur.execute("SELECT COUNT(*) AS n FROM nowhere")
+        assert cur.description is None and cur.epsilon_spent == 0
+
+
+def test_an_answer_says_its_sensitivity_and_tuned_bounds(server):
+    """The HTTP answer (and the release the dpsql:// client reads) had no sensitivity and no
+    tuned_bounds, which the embedded cursor has."""
+    import httpx
+    from server_harness import password
+
+    sql = "SELECT day, COUNT(*) AS n FROM visits WHERE region_id = 5 GROUP BY day"
+    with httpx.Client(base_url=server.http, auth=("bea", password("bea"))) as http:
+        plan = http.post("/api/v1/datasets/visits/explain", json={"sql": sql}).json()
+        body = http.post("/api/v1/datasets/visits/query", json={"sql": sql}).json()
+        assert body["sensitivity"] == plan["total_sensitivity"] > 0
+        assert body["tuned_bounds"] is None
+        tuned = http.post("/api/v1/datasets/visits/query", json={
+            "sql": "SELECT COUNT(*) AS n FROM visits WHERE region_id = 5", "epsilon": 0.2,
+            "tune": 0.05}).json()
+        assert set(tuned["tuned_bounds"]) == {"max_groups_per_unit", "max_rows_per_group"}
+
+
+@pytest.mark.filterwarnings("ignore:pandas only supports SQLAlchemy")
+def test_read_sql_through_the_dpsql_engine_keeps_the_interval_columns(server):
+    """pandas.read_sql through the dpsql:// SQLAlchemy engine dropped n_low and n_high,
+    which it keeps through a psycopg connection to the same server (ana2 F5)."""
+    import pandas as pd
+    import psycopg
+
+    sql = "SELECT day, COUNT(*) AS n FROM visits WHERE region_id = 6 GROUP BY day"
+    engine = sa.create_engine(server.url("cal")).execution_options(epsilon=0.1)
+    frame = pd.read_sql(sql, engine)
+    engine.dispose()
+    with psycopg.connect(server.dsn("deb"), autocommit=True) as pg:
+        pg.execute("SET dpsql.epsilon = 0.1")
+        stored = pd.read_sql(sql, pg)  # the same release, reused at no cost
+    assert list(frame.columns) == list(stored.columns) == ["day", "n", "n_low", "n_high"]
+    assert frame.values.tolist() == stored.values.tolist() and len(frame) == 7
+
