@@ -55,6 +55,7 @@ from dpsql.errors import (
     UnsupportedSQLError,
     Warning,
 )
+from dpsql.limits import MAX_DOMAIN_CELLS, MAX_DOMAIN_VALUES
 from dpsql.mechanisms.samplers import RandomSource
 
 # name -> module of the attributes imported on first use (they pull in the query stack)
@@ -96,7 +97,8 @@ __all__ = [
     "CustodianConnection", "DataError", "DatabaseError", "Date", "DateFromTicks",
     "EmptyFilterWarning", "Error",
     "InsecureRandomnessWarning", "IntegrityError", "InterfaceError", "InternalError",
-    "LedgerError", "MissingBoundsError", "NoisyRankingWarning", "NonAggregateQueryError",
+    "LedgerError", "MAX_DOMAIN_CELLS", "MAX_DOMAIN_VALUES", "MissingBoundsError",
+    "NoisyRankingWarning", "NonAggregateQueryError",
     "NotSupportedError",
     "OperationalError", "PrivacyLoss", "PrivacyParameterError", "PrivateGroupKeysError",
     "ProgrammingError", "QueryTimeoutError", "RandomSource", "SQLSyntaxError",

@@ -38,6 +38,7 @@ from dpsql.compile.ops import MAX_INT_DOMAIN
 from dpsql.compile.per_person import centred, distinct_values, per_person_ctes
 from dpsql.compile.render import Dialect, dialect
 from dpsql.errors import InternalError, ProgrammingError
+from dpsql.limits import MAX_DOMAIN_CELLS
 from dpsql.mechanisms.calibrate import grid_exponent, private_key_threshold
 from dpsql.plan import (
     QUANTILE_BINS,
@@ -58,7 +59,6 @@ from dpsql.sensitivity import (
     sum_sensitivity,
 )
 
-MAX_DOMAIN_CELLS = 1_000_000
 MAX_EXACT_DOUBLE = 2**53 - 1  # every integer up to here is a DOUBLE, and so is every sum
 
 

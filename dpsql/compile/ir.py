@@ -17,10 +17,10 @@ from fractions import Fraction
 from typing import Any
 
 from dpsql.catalog import temporal_number
+from dpsql.limits import MAX_DOMAIN_VALUES
 
 NUMERIC = ("int", "float")
 INT64 = (-(2**63), 2**63 - 1)
-MAX_DOMAIN_VALUES = 10_000  # a longer public domain is none: the keys are then private
 
 
 @dataclass(frozen=True, slots=True)

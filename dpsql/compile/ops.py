@@ -22,8 +22,9 @@ from typing import Protocol
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
-from dpsql.compile.ir import INT64, MAX_DOMAIN_VALUES, NUMERIC, Expr, Interval, literal
+from dpsql.compile.ir import INT64, NUMERIC, Expr, Interval, literal
 from dpsql.errors import ProgrammingError, UnsupportedSQLError
+from dpsql.limits import MAX_DOMAIN_VALUES
 
 MAX_INT_DOMAIN = 10_000
 

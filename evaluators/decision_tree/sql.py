@@ -20,8 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
-from dpsql.compile.ir import MAX_DOMAIN_VALUES
-from dpsql.rewrite import MAX_DOMAIN_CELLS
+from dpsql import MAX_DOMAIN_CELLS, MAX_DOMAIN_VALUES
 from evaluators.decision_tree.attributes import Attribute, Schema, quote_identifier
 
 ALL_ROWS = "TRUE"  # path predicate of a root that sees the whole table
