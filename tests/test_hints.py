@@ -167,8 +167,41 @@ def test_a_max_of_ints_over_whole_bins_is_an_int(connect):
     assert str(frame["m"].dtype) == "int64"
 
 
-def test_a_max_of_ints_over_more_values_than_bins_stays_a_double(connect):
+def test_a_max_of_ints_over_more_values_than_bins_is_an_int_too(connect):
+    """Since 041e75d a MAX of an int between whole bounds is a whole number typed BIGINT
+    however many values the bounds hold (age * 100: 7,301 values, 1,000 bins)."""
     con = connect(budget=1e15)
     cursor = con.cursor()
     cursor.execute("SELECT MAX(age * 100) AS m FROM adult", epsilon=1)
-    assert cursor.description[0][1] == "DOUBLE"
+    assert cursor.description[0][1] == "BIGINT"
+    assert type(cursor.fetchone()[0]) is int
+
+
+@pytest.mark.parametrize(("group_by", "groupings"), [
+    ("ROLLUP (education, sex)", [["education", "sex"], ["education"], []]),
+    ("CUBE (sex, salary)", [["sex", "salary"], ["sex"], ["salary"], []]),
+    ("sex, GROUPING SETS ((education, salary), (salary), ())",
+     [["sex", "education", "salary"], ["sex", "salary"], ["sex"]]),
+])
+def test_a_rollup_hints_the_script_of_its_groupings(connect, group_by, groupings):
+    """ROLLUP, CUBE and GROUPING SETS said 'send one query per grouping', each then charged
+    on its own: the hint is the script of the groupings, which one ε covers, and it runs."""
+    con = connect(budget=1e15)
+    keys = ", ".join(groupings[0])
+    err = refusal(con, f"SELECT {keys}, COUNT(*) AS n FROM adult WHERE age > 30 "
+                  f"GROUP BY {group_by}", dpsql.UnsupportedSQLError)
+    assert "executescript" in err.hint and "dpsql run" in err.hint
+    script = err.hint.split(":\n", 1)[1]
+    statements = [s for s in script.split(";\n") if s.strip()]
+    assert len(statements) == len(groupings)
+    for statement, keys_of in zip(statements, groupings, strict=True):
+        assert "WHERE age > 30" in statement
+        assert statement.rstrip(";").endswith(f"GROUP BY {', '.join(keys_of)}" if keys_of
+                                              else "age > 30")
+    cursor = con.cursor()
+    cursor.executescript(script, epsilon=1)
+    assert cursor.epsilon_spent == 1
+    sets = [cursor.fetchall()]
+    while cursor.nextset():
+        sets.append(cursor.fetchall())
+    assert [len(rows[0]) for rows in sets] == [len(k) + 1 for k in groupings]

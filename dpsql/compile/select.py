@@ -13,6 +13,7 @@ over the noisy frame only.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -147,6 +148,44 @@ def rewritten_select(tree: exp.Select) -> exp.Select:
         if select.find(*kinds):  # most statements need none: one copy, not one per rule
             select = select.transform(rule, copy=False)
     return select
+
+
+_SHOWN_GROUPINGS = 4  # statements a ROLLUP's hint writes out
+
+
+def _grouping_script(select: exp.Select) -> str:
+    """The statements of a ROLLUP, CUBE or GROUPING SETS, one a grouping (the first few):
+    each groups by its keys, and its SELECT list leaves out the keys it does not group by."""
+    groupings = [[]]
+    for item in select.args["group"].expressions:
+        groupings = [kept + more for kept in groupings for more in _alternatives(item)]
+    every = {k.sql(dialect="duckdb") for g in groupings for k in g}
+    statements = []
+    for keys in groupings[:_SHOWN_GROUPINGS]:
+        shown = {k.sql(dialect="duckdb") for k in keys}
+        one = select.copy()
+        one.set("expressions", [e for e in one.expressions
+                                if e.unalias().sql(dialect="duckdb") not in every - shown])
+        one.set("group", exp.Group(expressions=[k.copy() for k in keys]) if keys else None)
+        statements.append(one.sql(dialect="duckdb") + ";")
+    more = len(groupings) - _SHOWN_GROUPINGS
+    return "\n".join(statements) + (f"\n-- and {more} more grouping(s)" if more > 0 else "")
+
+
+def _alternatives(item: exp.Expression) -> list[list[exp.Expression]]:
+    """The key lists one element of a GROUP BY stands for: a key itself, ROLLUP (a, b)'s
+    (a, b), (a), (); CUBE's every subset, largest first; GROUPING SETS' listed sets."""
+    if isinstance(item, exp.Rollup):
+        keys = item.expressions
+        return [keys[:n] for n in range(len(keys), -1, -1)]
+    if isinstance(item, exp.Cube):
+        keys = item.expressions
+        return [list(c) for n in range(len(keys), -1, -1)
+                for c in itertools.combinations(keys, n)]
+    if isinstance(item, exp.GroupingSets):
+        return [list(s.expressions) if isinstance(s, exp.Tuple) else
+                [s.this] if isinstance(s, exp.Paren) else [s] for s in item.expressions]
+    return [[item]]
 
 
 def _spelled_out(node: exp.Expression) -> exp.Expression:
@@ -391,13 +430,19 @@ class _Compiler:
         group = self.select.args.get("group")
         if group is None:
             return ()
+        if group.args.get("all"):
+            raise UnsupportedSQLError("GROUP BY ALL is not supported", sql=self.sql,
+                                      hint="list the keys: GROUP BY a, b")
         if group.args.get("rollup") or group.args.get("cube") or \
-                group.args.get("grouping_sets") or group.args.get("all") or \
+                group.args.get("grouping_sets") or \
                 any(isinstance(e, (exp.Rollup, exp.Cube, exp.GroupingSets))
                     for e in group.expressions):
-            raise UnsupportedSQLError("ROLLUP, CUBE, GROUPING SETS and GROUP BY ALL are not "
-                                      "supported", sql=self.sql,
-                                      hint="list the keys; send one query per grouping")
+            raise UnsupportedSQLError(
+                "ROLLUP, CUBE and GROUPING SETS are not supported", sql=self.sql,
+                hint="send one SELECT a grouping as one script (cursor.executescript(sql), or "
+                "a .sql file given to dpsql run): one ε covers the script, split over its "
+                "statements' measurements (those they share measured once):\n"
+                + _grouping_script(self.select))
         ops.refuse_unread(group, GROUP_CLAUSES, self.sql)
         aliased = {e.alias.lower(): e.this for e in self.select.expressions
                    if isinstance(e, exp.Alias)}
