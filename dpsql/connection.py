@@ -15,7 +15,7 @@ import duckdb
 from dpsql import errors
 from dpsql.backends import is_file_database, is_postgres_url, open_backend
 from dpsql.backends.sources import check_database, frame_sources
-from dpsql.budget import PrivacyLoss, positive, probability
+from dpsql.budget import PrivacyLoss, exact, positive, probability
 from dpsql.catalog import Catalog, load_catalog, resources
 from dpsql.cursor import Cursor, described
 from dpsql.dbapi20 import ConnectionBase
@@ -122,11 +122,18 @@ class Connection(_Base):
         """Sensitivity, mechanism, scale and expected error of a statement or script (with
         its ``?`` parameters, as ``execute`` takes them).
 
-        Nothing is run and nothing is spent.
+        Nothing is run and nothing is spent. ``fits_budget`` says whether its cost is
+        within what is left of the dataset's budget (True where the metadata declares
+        none), as ``dpsql explain --json`` and a server's explain say.
         """
         self._check_open()
-        return self._engine.explain(sql, params, epsilon=epsilon, delta=delta,
+        plan = self._engine.explain(sql, params, epsilon=epsilon, delta=delta,
                                     accuracy=accuracy, rho=rho, weights=weights)
+        left = self.budget_remaining
+        cost = PrivacyLoss(exact(plan["epsilon"]), exact(plan["delta"], "delta"),
+                           exact(plan["rho"], "rho"))
+        plan["fits_budget"] = left is None or left.covers(cost)
+        return plan
 
     def describe(self, sql: str, params=None, *, epsilon=None, delta=None) -> list:
         """The ``cursor.description`` that executing one statement would give (names, type

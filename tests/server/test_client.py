@@ -296,3 +296,15 @@ def test_read_sql_through_the_dpsql_engine_keeps_the_interval_columns(server):
     assert list(frame.columns) == list(stored.columns) == ["day", "n", "n_low", "n_high"]
     assert frame.values.tolist() == stored.values.tolist() and len(frame) == 7
 
+
+def test_explain_says_whether_it_fits_embedded_and_remote(server):
+    """The embedded con.explain() dict had no fits_budget, which dpsql explain --json, HTTP
+    and the dpsql:// client's explain have (ana2)."""
+    sql = "SELECT COUNT(*) AS n FROM visits"
+    embedded = dpsql.connect(metadata="data/visits.yaml", ledger=":memory:")
+    assert embedded.explain(sql, epsilon=9)["fits_budget"]  # the metadata's budget is ε 10
+    assert not embedded.explain(sql, epsilon=11)["fits_budget"]
+    with dpsql.connect(server.url("gil")) as con:
+        con.execute(sql + " WHERE region_id = 7", epsilon=0.5)
+        assert con.explain(sql, epsilon=0.5)["fits_budget"]  # the share is ε 1
+        assert not con.explain(sql, epsilon=0.75)["fits_budget"]
