@@ -397,11 +397,15 @@ class Dropped:
         """The share of the rows kept, K/(K + D): the estimate, its sd (to first order), and
         an upper bound at ``LEVEL`` (K at its upper, D at its lower end, each missing by at
         most half the miss). The rows dropped are capped, so all lean high; nothing bounds it
-        from below, since one person with any number of rows moves the share anywhere."""
+        from below, since one person with any number of rows moves the share anywhere. Where
+        the rows are not clearly above their noise, the sd is 1 (the share is unmeasured): both
+        noisy counts at or below 0 gave an sd of 0, printed "at least ≈ 0% ± 0%" where 20%
+        were dropped."""
         miss = (1 - LEVEL) / 2
         kept, rows = max(0, self.kept), max(0, self.rows)
-        sd = math.sqrt(2) * math.hypot(kept * self.rows_scale, rows * self.kept_scale) / max(
-            1, kept + rows) ** 2
+        noise = math.sqrt(2) * math.hypot(self.rows_scale, self.kept_scale)
+        sd = 1.0 if kept + rows <= 2 * noise else math.sqrt(2) * math.hypot(
+            kept * self.rows_scale, rows * self.kept_scale) / (kept + rows) ** 2
         return (_share(kept, rows), sd, _share(self.kept + _margin(self.kept_scale, miss),
                                                self.rows - _margin(self.rows_scale, miss)))
 
