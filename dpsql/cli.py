@@ -373,24 +373,12 @@ def explain(script, metadata, db, analyst, ledger, epsilon, delta, dialect, boun
                   epsilon_per_query=epsilon or 1.0, bounding=bounding) as con:
         plan = con.explain(sql, epsilon=epsilon, delta=delta)
         remaining = con.budget_remaining
-    plan["fits_budget"] = _fits(plan, remaining)
     plan["budget_remaining"] = None if remaining is None else float(remaining.epsilon)
     if as_json:
         click.echo(json.dumps(plan, indent=2))
         return
     left = None if remaining is None else remaining.describe()
     click.echo("\n".join(explain_text.lines(plan, left)))
-
-
-def _fits(plan: dict, remaining) -> bool:
-    """Whether the explained request's cost is within what is left of the budget."""
-    if remaining is None:
-        return True
-    from dpsql.budget import PrivacyLoss, exact
-
-    cost = PrivacyLoss(exact(plan.get("epsilon") or 0), exact(plan.get("delta") or 0, "delta"),
-                       exact(plan.get("rho") or 0, "rho"))
-    return remaining.covers(cost)
 
 
 @main.command()

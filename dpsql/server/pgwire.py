@@ -447,10 +447,7 @@ class Session:
                 self.user, self.dataset, text, params, default_epsilon=self.epsilon,
                 default_delta=self.delta, tune=self.tune, dialect=self._dialect(),
                 interface="pg"))
-        self.last_release = {"epsilon_spent": answer.epsilon_spent, "reused": answer.reused,
-                             "truncated": answer.truncated, "columns": answer.columns,
-                             "budget_remaining": answer.remaining,
-                             "warnings": answer.warnings, "notes": answer.notes}
+        self.last_release = answer.release()  # sensitivity and tuned_bounds too
         return _Result(f"SELECT {len(answer.rows)}", answer.columns, answer.rows,
                        answer.notice(self.user), answer.notes, answer.warnings)
 

@@ -308,3 +308,17 @@ def test_explain_says_whether_it_fits_embedded_and_remote(server):
         con.execute(sql + " WHERE region_id = 7", epsilon=0.5)
         assert con.explain(sql, epsilon=0.5)["fits_budget"]  # the share is ε 1
         assert not con.explain(sql, epsilon=0.75)["fits_budget"]
+
+
+def test_client_cursor_says_its_sensitivity_and_tuned_bounds(server):
+    """The dpsql:// cursor had no sensitivity and no tuned_bounds: the server's release did
+    not send them (needs pgwire's last_release to be Answer.release())."""
+    sql = "SELECT day, COUNT(*) AS n FROM visits WHERE region_id = 8 GROUP BY day"
+    with dpsql.connect(server.url("hana")) as con:
+        cur = con.execute(sql, epsilon=0.1)
+        assert cur.sensitivity == con.explain(sql)["total_sensitivity"] > 0
+        assert isinstance(cur.sensitivity, Fraction) and cur.tuned_bounds is None
+        tuned = con.execute("SELECT COUNT(*) AS n FROM visits WHERE region_id = 9",
+                            epsilon=0.2, tune=0.05)
+        assert set(tuned.tuned_bounds) == {"max_groups_per_unit", "max_rows_per_group"}
+        assert cur.execute("SHOW dpsql.epsilon").sensitivity == 0
