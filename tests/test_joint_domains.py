@@ -24,7 +24,6 @@ import sys
 from pathlib import Path
 
 import duckdb
-import pandas as pd
 import pytest
 import yaml
 from conftest import require_dataset
@@ -151,18 +150,8 @@ CONTRACT = [
 CELLS = [5, 3, 7 * 5, 6, 5, 2]  # the products: 25, 15, 175, 36, 25, and the 5 names
 
 
-def regions_absent() -> dict[str, pd.DataFrame]:
-    """A person with 600 visits at the upper bound over every region, regions the public
-    table does not hold (5-9) and NULL."""
-    regions = [*map(str, range(10)), None]
-    return {"visits": pd.DataFrame({
-        "uid": [str(nb.TARGET)] * 600, "day": [nb.DAYS[i % 7] for i in range(600)],
-        "amount": ["100"] * 600, "region_id": [regions[i % 11] for i in range(600)]},
-        dtype=object)}
-
-
 duck_pairs, extra_on_postgres, neighbours = neighbour_fixtures(
-    "joint-domains", regions_absent)
+    "joint-domains", nb.heavy_in_every_region)
 
 
 def test_joint_domains_keep_the_neighbour_contract(neighbours):
@@ -193,4 +182,4 @@ def test_the_pivoted_plan_reads_the_tuples(duck_pairs):
 
 @pytest.mark.parametrize("options", nb.OPTIONS, ids=str)
 def test_bounds_in_all_gaussian_noise_and_replace_keep_the_contract(tmp_path, options):
-    nb.released_under(tmp_path, regions_absent(), options, CONTRACT[:2])
+    nb.released_under(tmp_path, nb.heavy_in_every_region(), options, CONTRACT[:2])

@@ -35,18 +35,8 @@ CONTRACT = [
 ]
 
 
-def heavy_in_every_region() -> dict[str, pd.DataFrame]:
-    """A person with 600 visits at the upper bound, joined to every public region, to ids
-    the public table lacks (5-9) and to none (NULL)."""
-    regions = [*map(str, range(10)), None]
-    return {"visits": pd.DataFrame({
-        "uid": [str(nb.TARGET)] * 600, "day": [DAYS[i % 7] for i in range(600)],
-        "amount": ["100"] * 600, "region_id": [regions[i % 11] for i in range(600)]},
-        dtype=object)}
-
-
 duck_pairs, extra_on_postgres, neighbours = neighbour_fixtures(
-    "public-bounds", heavy_in_every_region)
+    "public-bounds", nb.heavy_in_every_region)
 
 
 def test_the_neighbour_contract_holds(neighbours):

@@ -87,6 +87,16 @@ def _cycled(values: list, rows: int) -> list:
     return [values[i % len(values)] for i in range(rows)]
 
 
+def heavy_in_every_region() -> dict[str, pd.DataFrame]:
+    """A person with 600 visits at the upper bound, joined to every public region, to ids
+    the public table lacks (5-9) and to none (NULL): the adversary of statements that read
+    a public table's rows (joint domains, a public column's bounds)."""
+    regions = [*map(str, range(10)), None]
+    return {"visits": pd.DataFrame({
+        "uid": [str(TARGET)] * 600, "day": _cycled(DAYS, 600), "amount": ["100"] * 600,
+        "region_id": _cycled(regions, 600)}, dtype=object)}
+
+
 def adversary(variant: int) -> dict[str, pd.DataFrame]:
     """One adversarial person: hundreds of rows over every key, at and beyond every bound.
 
