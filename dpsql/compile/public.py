@@ -95,8 +95,11 @@ def inlined_lists(select: exp.Select, catalog, statement: Statement, public_valu
                 not isinstance(query.this, exp.Select):
             continue  # inside a subquery replaced already, or not a subquery
         inner = query.this.copy()
-        if select.args.get("with_") is not None and inner.args.get("with_") is None:
-            inner.set("with_", select.args["with_"].copy())
+        scope = _ctes_in_scope(node) + list(inner.args["with_"].expressions
+                                            if inner.args.get("with_") else [])
+        if scope:  # the subquery's own CTEs last: they shadow the statement's of that name
+            named = {cte.alias_or_name: cte for cte in scope}
+            inner.set("with_", exp.With(expressions=[cte.copy() for cte in named.values()]))
         inner = inlined_lists(inner, catalog, statement, public_values, public_rows)
         relation = Resolver(catalog, statement.sql, public_values=public_values
                             ).from_clause(inner)
@@ -117,6 +120,27 @@ def inlined_lists(select: exp.Select, catalog, statement: Statement, public_valu
         values = [_literal(row[0], kind) for row in rows]
         node.replace(exp.In(this=node.this, expressions=values) if values else exp.false())
     return select
+
+
+def _ctes_in_scope(node: exp.Expression) -> list[exp.CTE]:
+    """The CTEs a node sees, outermost first: of each enclosing WITH, those before the CTE
+    the node lies in (a CTE sees only the ones written before it), or all of them for a node
+    in the query the WITH belongs to. Giving a CTE's subquery the whole WITH (itself
+    included) recursed until Python's limit (55 s to refuse a 25 KB statement), and a
+    subquery with its own WITH lost the statement's, so a CTE named like a public table read
+    the table (78 rows where DuckDB answers 0)."""
+    scopes, path = [], []
+    parent = node.parent
+    while parent is not None:
+        with_ = parent.args.get("with_") if isinstance(parent, exp.Select) else None
+        if with_ is not None:
+            ctes = list(with_.expressions)
+            inside = next((i for i, cte in enumerate(ctes) if any(p is cte for p in path)),
+                          None)
+            scopes.append(ctes if inside is None else ctes[:inside])
+        path.append(parent)
+        parent = parent.parent
+    return [cte for ctes in reversed(scopes) for cte in ctes]
 
 
 def _literal(value, kind: str) -> exp.Expression:
