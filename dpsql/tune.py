@@ -95,7 +95,8 @@ beyond the top quantile of rows counted with discrete Laplace noise
 (``counted_tails``, sensitivity 1, at ε/k·``TAIL_SHARES``; for keys and a key's rows, whose
 top is at or above it, at most that), not the 1 − q_t the top level leaves: 16/ε_q persons
 above it are invisible to the draws, and a table of one row a person, every draw at 1, was
-proposed 3 × 3 × 3 at tune ε 3 (now 1 × 1 × 1 in 28 of 30 seeds, 25 of 30 at ε 1), giving the expected excess e(b) = E[max(0, X − b)] and the share above b, S(b). For a
+proposed 3 × 3 × 3 at tune ε 3 (now 1 × 1 × 1 in 28 of 30 seeds, 25 of 30 at ε 1),
+giving the expected excess e(b) = E[max(0, X − b)] and the share above b, S(b). For a
 query shape of COUNT per key over K cells at the planned ε (``query_epsilon``; ``replace``
 doubles a grouped count's sensitivity), the compile stage's sensitivity is
 Δ₁ = min(L0·L∞, R) rows (``sensitivity.person_rows``), so two shapes are compared, each
@@ -184,7 +185,8 @@ DROPPED_SHARES = 1
 CAP_MULTIPLE = 4
 # The persons beyond the top quantile of rows per person are counted (half a share,
 # sensitivity 1; a whole one took the optimum test's quantiles to ε/12 and its mean root error
-# at tune ε 0.1 from 1.22 to 1.26 of the optimum, half gave 1.21): the tail had been given the 1 − q_t the top level leaves, 16/ε_q persons whatever the
+# at tune ε 0.1 from 1.22 to 1.26 of the optimum, half gave 1.21): the tail had been given
+# the 1 − q_t the top level leaves, 16/ε_q persons whatever the
 # data (59 of a table of one row a person at tune ε 3, every draw at 1, each taken to hold
 # rows beyond it: 3 × 3 × 3 was proposed where 1 × 1 drops nothing).
 TAIL_SHARES = Fraction(1, 2)
@@ -1184,9 +1186,10 @@ def _dropped_lines(result: TuningResult) -> list[str]:
     of rows kept was the model's, ~100% where 84-91% were kept).
 
     The measurement counts each person's dropped rows up to the cap, so it bounds the rows
-    dropped from below only, and the lines say so before any share (and name none kept): "they keep at most ≈ 95%
-    ± 15% of the rows" was read as the share kept where a warehouse's 40 heavy buyers (150-792
-    orders each) left 56%, and a tester had read 22% ± 3% as the 12.3% kept."""
+    dropped from below only, and the lines say so before any share (and name none kept):
+    "they keep at most ≈ 95% ± 15% of the rows" was read as the share kept where a
+    warehouse's 40 heavy buyers (150-792 orders each) left 56%, and a tester had read
+    22% ± 3% as the 12.3% kept."""
     d = result.dropped
     rows, sd, low, high = d.rows_per_cell()
     kept, kept_sd, most = d.rows_kept()

@@ -3,7 +3,8 @@ and never charged (``Service.explain`` plans it; the engine's explain reads no p
 only public tables' values for their domains).
 
 As PostgreSQL's, the plan is text rows by default and with ``FORMAT TEXT`` (the lines
-``dpsql explain`` prints: ``explain_text.py``), one JSON value with ``FORMAT JSON`` (what the Python client reads).
+``dpsql explain`` prints: ``explain_text.py``), one JSON value with ``FORMAT JSON`` (what the
+Python client reads).
 ``ANALYZE`` is refused: it would run the statement on the private data and show its exact
 row counts, which only a release may show, noised and charged.
 """
