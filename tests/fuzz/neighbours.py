@@ -87,6 +87,18 @@ def _cycled(values: list, rows: int) -> list:
     return [values[i % len(values)] for i in range(rows)]
 
 
+def refused_uncharged(con, sql: str, error: type) -> Exception:
+    """The ``error`` that refuses ``sql`` on ``con``, after checking that it spent nothing
+    (neither the error's ``epsilon_spent`` nor the connection's budget moved)."""
+    import pytest
+
+    spent = con.budget_spent
+    with pytest.raises(error) as caught:
+        con.execute(sql, epsilon=1)
+    assert caught.value.epsilon_spent == 0 and con.budget_spent == spent, sql
+    return caught.value
+
+
 def heavy_in_every_region() -> dict[str, pd.DataFrame]:
     """A person with 600 visits at the upper bound, joined to every public region, to ids
     the public table lacks (5-9) and to none (NULL): the adversary of statements that read
