@@ -213,7 +213,8 @@ class Scope:
 class GroupScope:
     """The SELECT list and HAVING of a subquery grouped by the privacy unit: GROUP BY keys,
     and aggregates of one person's rows, each a column of a ``Group`` relation with the
-    interval the metadata alone gives it.
+    interval its input has row by row: the metadata's bounds, or a public table's values for
+    its column declared without bounds (``scope`` is the rows' ``PublicDomains``).
 
     A person's rows are all read, not a bounded number of them: a COUNT or SUM per person
     has no bound (an outer SUM or AVG of it must clamp it), while AVG, MIN and MAX stay in
@@ -222,7 +223,7 @@ class GroupScope:
     is finite and never overflows.
     """
 
-    def __init__(self, rows: Relation, scope: Scope, keys: list[tuple[str, Expr]],
+    def __init__(self, rows: Relation, scope: PublicDomains, keys: list[tuple[str, Expr]],
                  units: set[str], names: Names) -> None:
         self.rows, self.scope, self.sql, self.names = rows, scope, scope.sql, names
         self.keys, self.units = keys, units
@@ -232,7 +233,8 @@ class GroupScope:
         for name, expr in keys:
             self.columns[name] = replace(rows.columns[expr.value], name=name) \
                 if expr.op == "col" else ColumnInfo(name, expr.type, expr.interval,
-                                                    expr.domain, expr.nullable, name)
+                                                    expr.domain, expr.nullable, name,
+                                                    _public_source(expr, rows))
 
     def relation(self) -> Relation:
         """The grouped rows (filtered by HAVING) as a relation of one person each: the unit
@@ -316,7 +318,8 @@ class GroupScope:
             if x.type in ("bool", "null"):
                 raise ProgrammingError(f"{text} needs a number, text or date, got {x.type}",
                                        sql=self.sql, hint="CAST it, e.g. CAST(x AS INT)")
-            return node.key, x, ColumnInfo("", x.type, x.interval, x.domain, x.nullable, text)
+            return node.key, x, ColumnInfo("", x.type, x.interval, x.domain, x.nullable, text,
+                                           _public_source(x, self.rows))
         if x.type not in NUMERIC:
             raise ProgrammingError(f"{text} needs a numeric input, got {x.type}",
                                    sql=self.sql, hint="aggregate a number, or CAST it")
@@ -656,9 +659,11 @@ class Resolver:
                 hint="GROUP BY the privacy unit in the subquery to aggregate each person's "
                 "rows, or aggregate in the outer query")
         ops.refuse_unread(group, GROUP_CLAUSES, self.sql)
+        # keys and aggregates read the rows as the outer query's aggregates do
+        rows_scope = PublicDomains(scope, self.public_values)
         keys: list[tuple[str, Expr]] = []
         for item in group.expressions:
-            expr = build(self._group_item(item, body, scope), scope)
+            expr = build(self._group_item(item, body, scope), rows_scope)
             if all(expr != e for _, e in keys):
                 keys.append((self.names(), expr))
         units = {name for name, e in keys if e.op == "col" and e.value in rows.unit_columns}
@@ -670,7 +675,7 @@ class Resolver:
                 "lets one person change what others' rows add up to", sql=self.sql,
                 hint=f"add the privacy unit to the subquery's GROUP BY (GROUP BY {unit}, ...)"
                 if unit else "this relation has no privacy unit: aggregate in the outer query")
-        grouped = GroupScope(rows, scope, keys, units, self.names)
+        grouped = GroupScope(rows, rows_scope, keys, units, self.names)
         having = body.args.get("having")
         if having is not None:
             named = having.this.transform(
