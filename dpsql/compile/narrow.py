@@ -8,8 +8,9 @@ values are empty on every database, so they are not released. Only what Python c
 exactly as every backend does is evaluated here (comparisons of numbers, dates and
 booleans, equality of texts, IN, IS NULL, NOT, AND, OR); text order follows collations,
 which differ between backends, and anything else keeps the declared domain. The same
-evaluation finds conditions that no declared value passes (``unmatched_columns``), which the
-compiler warns of.
+evaluation finds conditions that no declared value passes (``unmatched_columns``), and
+comparisons with literals that confine a bounded number, date or timestamp column to outside
+its bounds (``out_of_bounds``), which the compiler warns of.
 
 A key that does not decrease as a date or timestamp it is computed from grows
 (DATE_TRUNC('month', ts), CAST(ts AS DATE), EXTRACT(year FROM ts), STRFTIME(ts, '%Y-%m')) is
@@ -23,6 +24,7 @@ from __future__ import annotations
 import datetime
 import math
 import operator
+from fractions import Fraction
 
 from dpsql.compile import ops
 from dpsql.compile.ir import NUMERIC, Expr, conjuncts
@@ -178,11 +180,12 @@ def unmatched_columns(where: Expr | None) -> list[Expr]:
 
 
 def out_of_bounds(where: Expr | None) -> list[Expr]:
-    """The date and timestamp columns with declared bounds that the WHERE's top-level
-    conjuncts comparing them with literals (>=, >, <, <=, =, BETWEEN, IN) confine to no
-    instant within those bounds (``ts >= '2005-01-01'`` for bounds ending 2001-12-31, or
-    ``ts >= x AND ts < x``): only rows outside the metadata's bounds pass. Decided on the
-    declared bounds and the literals alone."""
+    """The date, timestamp and number columns with declared bounds that the WHERE's top-level
+    conjuncts comparing them with literals (>=, >, <, <=, =, BETWEEN, IN) confine to no value
+    within those bounds (``ts >= '2005-01-01'`` for bounds ending 2001-12-31, ``age > 200``
+    for 17 to 90, ``hours BETWEEN -5 AND -1``, ``ts >= x AND ts < x``): the WHERE reads the
+    raw value (only aggregates clamp), so only rows outside the metadata's bounds pass.
+    Decided on the declared bounds and the literals alone."""
     found: dict[str, tuple[Expr, list]] = {}
     for conjunct in conjuncts(where) if where is not None else []:
         compared = _compared(conjunct)
@@ -200,39 +203,83 @@ def out_of_bounds(where: Expr | None) -> list[Expr]:
 
 
 def _compared(e: Expr) -> tuple[Expr, str, list] | None:
-    """(column, operation, the literals as dates or datetimes) of a comparison of a bounded
-    date or timestamp column with non-NULL literals of its type, the column first."""
+    """(column, operation, the literals as dates, datetimes or exact numbers) of a comparison
+    of a bounded date, timestamp or number column with non-NULL literals of its kind, the
+    column first."""
     if e.op not in _FLIPPED and e.op != "in" or len(e.args) < 2:
         return None
     subject, *literals = e.args
     op = e.op
     if op in _FLIPPED and subject.op == "lit":
         subject, literals, op = literals[0], [subject], _FLIPPED[op]
-    if subject.op != "col" or subject.type not in _STEPS or subject.interval is None or \
-            any(lit.op != "lit" or lit.type != subject.type for lit in literals):
+    kinds = NUMERIC if subject.type in NUMERIC else (subject.type,)
+    if subject.op != "col" or subject.type not in (*_STEPS, *NUMERIC) or \
+            subject.interval is None or \
+            any(lit.op != "lit" or lit.type not in kinds for lit in literals):
         return None
     try:
-        values = [_temporal(lit, subject.type) for lit in literals if lit.value is not None]
+        values = [_literal_value(lit) for lit in literals if lit.value is not None]
     except (_Unsure, ValueError):
         return None
     return (subject, op, values) if values else None
 
 
+def _literal_value(lit: Expr):
+    """A literal as Python compares it exactly: a date, a naive datetime or a Fraction."""
+    if lit.type in _STEPS:
+        return _temporal(lit, lit.type)
+    if not math.isfinite(lit.value):
+        raise _Unsure
+    return Fraction(lit.value)
+
+
 def _confined_to_none(col: Expr, tests: list[tuple[str, list]]) -> bool:
-    """Whether no instant within ``col``'s declared bounds passes every (op, literals)."""
-    step = _STEPS[col.type]
-    # the IR holds a timestamp's bounds in whole seconds: read them a second wider
-    wider = datetime.timedelta(seconds=1) if col.type == "timestamp" else datetime.timedelta()
-    low, high = (instant(end, col.type) for end in (col.interval.lower, col.interval.upper))
-    low, high = low - wider, high + wider
+    """Whether no value within ``col``'s declared bounds passes every (op, literals)."""
+    low, high = _declared_ends(col)
+    low_open = high_open = False  # x > low, x < high
     for op, values in tests:
-        end = values[0] + {"gt": step, "lt": -step}.get(op, step * 0)  # x < t is x <= t - step
-        if op in ("ge", "gt", "eq"):
-            low = max(low, end)
-        if op in ("le", "lt", "eq"):
-            high = min(high, end)
-    return low > high or any(op == "in" and all(not low <= v <= high for v in values)
-                             for op, values in tests)
+        if op in ("ge", "gt", "eq") and (values[0], op == "gt") > (low, low_open):
+            low, low_open = values[0], op == "gt"
+        if op in ("le", "lt", "eq") and (values[0], op != "lt") < (high, not high_open):
+            high, high_open = values[0], op == "lt"
+    # a whole number or an instant: the open ends as the next value in, at its resolution
+    if col.type == "int":
+        low = math.floor(low) + 1 if low_open else math.ceil(low)
+        high = math.ceil(high) - 1 if high_open else math.floor(high)
+        low_open = high_open = False
+    elif col.type in _STEPS:
+        low = low + _STEPS[col.type] if low_open else low
+        high = high - _STEPS[col.type] if high_open else high
+        low_open = high_open = False
+
+    def within(v) -> bool:
+        return (low < v or low == v and not low_open) and \
+            (v < high or v == high and not high_open) and \
+            (col.type != "int" or v.denominator == 1)
+
+    return low > high or low == high and (low_open or high_open) or \
+        any(op == "in" and not any(within(v) for v in values) for op, values in tests)
+
+
+def _declared_ends(col: Expr) -> tuple:
+    """A bounded column's declared bounds as its values compare: dates or datetimes (a
+    timestamp's a second wider, since the IR holds them in whole seconds), exact whole numbers,
+    or a float's bounds as the doubles the backends clamp to."""
+    lower, upper = col.interval.lower, col.interval.upper
+    if col.type == "float":
+        return Fraction(float(lower)), Fraction(float(upper))
+    if col.type not in _STEPS:
+        return lower, upper
+    wider = datetime.timedelta(seconds=1) if col.type == "timestamp" else datetime.timedelta()
+    return instant(lower, col.type) - wider, instant(upper, col.type) + wider
+
+
+def shown_bound(number: Fraction, kind: str) -> str:
+    """An interval's end as a message shows it: a date, a timestamp, a whole number or a
+    decimal."""
+    if kind in _STEPS:
+        return str(instant(number, kind))
+    return str(number.numerator) if number.denominator == 1 else repr(float(number))
 
 
 def instant(number, kind: str) -> datetime.date:

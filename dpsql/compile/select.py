@@ -37,10 +37,10 @@ from dpsql.compile.ir import (
     shown_parts,
 )
 from dpsql.compile.narrow import (
-    instant,
     kept_by_where,
     may_keep_null,
     out_of_bounds,
+    shown_bound,
     unmatched_columns,
 )
 from dpsql.compile.render import dialect
@@ -718,14 +718,16 @@ class _Compiler:
 
     def _empty_filters(self) -> tuple[str, ...]:
         """What a WHERE that no declared value of a column passes says (``sex = 'male'`` for
-        Female and Male, ``ts >= '2005-01-01'`` for bounds ending 2001-12-31): the answer then
-        counts only rows the metadata does not expect. Decided on the metadata and the
-        literals; the answer is as any other's (a neighbour may hold such rows)."""
-        found = []
+        Female and Male, ``age > 200`` for bounds 17 to 90, ``ts >= '2005-01-01'`` for bounds
+        ending 2001-12-31): the WHERE reads the raw values (only aggregates clamp), so the
+        answer then counts only rows the metadata does not expect. Decided on the metadata and
+        the literals; the answer is as any other's (a neighbour may hold such rows)."""
+        found, said = [], set()
         for col in unmatched_columns(self.where):
             info = self.relation.columns[col.value]
-            if info.source != "values in the metadata":  # rows beyond bounds are only clamped
+            if info.source != "values in the metadata":  # a domain of bounds: out_of_bounds
                 continue
+            said.add(col.value)
             name = info.label or col.value
             shown = ", ".join(map(str, col.domain[:8])) + (", ..." if len(col.domain) > 8 else "")
             found.append(
@@ -733,13 +735,16 @@ class _Compiler:
                 f"counts only rows outside the metadata's values: it is likely noise alone; "
                 f"check the spelling and case of the value compared with {name}")
         for col in out_of_bounds(self.where):
+            if col.value in said:
+                continue
             name = self.relation.columns[col.value].label or col.value
-            low, high = (instant(end, col.type)
+            what = "value" if col.type in NUMERIC else col.type
+            low, high = (shown_bound(end, col.type)
                          for end in (col.interval.lower, col.interval.upper))
             found.append(
-                f"no {col.type} of {name} within its declared bounds ({low} to {high}) passes "
+                f"no {what} of {name} within its declared bounds ({low} to {high}) passes "
                 f"the WHERE clause, so the answer counts only rows outside the metadata's "
-                f"bounds: it is likely noise alone; check the {col.type}s compared with {name}")
+                f"bounds: it is likely noise alone; check the {what}s compared with {name}")
         return tuple(found)
 
     def _domain_source(self, expr: Expr) -> str | None:
