@@ -477,6 +477,11 @@ def _literal(value: Any) -> exp.Expression:
                          hint="bind None, bool, int, float, Decimal, str, date or datetime")
 
 
+# what a WITH DIFFERENTIAL_PRIVACY OPTIONS(...) clause may say (python-api.md)
+DP_OPTIONS = ("epsilon", "delta", "max_groups_contributed", "max_rows_contributed",
+              "privacy_unit_column")
+
+
 def dp_options(statement: Statement) -> dict[str, str]:
     """The options of a ``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(...)`` clause, lower-case
     names to their text (empty without the clause).
@@ -491,8 +496,14 @@ def dp_options(statement: Statement) -> dict[str, str]:
         if hint.lower().startswith("differential_privacy"):
             for item in hint[len("differential_privacy"):].split(","):
                 name, _, value = item.partition("=")
-                if name.strip():
-                    found[name.strip().lower()] = value.strip().strip("'\"")
+                if not name.strip():
+                    continue
+                if name.strip().lower() not in DP_OPTIONS:
+                    # a misspelt option (max_group_contributed) would change nothing unseen
+                    raise ProgrammingError(
+                        f"unknown DIFFERENTIAL_PRIVACY option {name.strip()!r}",
+                        sql=statement.sql, hint=f"use {', '.join(DP_OPTIONS)}")
+                found[name.strip().lower()] = value.strip().strip("'\"")
     return found
 
 
