@@ -35,11 +35,13 @@ from dpsql.errors import (
     CatalogError,
     EmptyFilterWarning,
     Error,
+    LedgerError,
     NotSupportedError,
     PrivacyParameterError,
     ProgrammingError,
     QueryTimeoutError,
 )
+from dpsql.errors import Warning as DpsqlWarning
 from dpsql.failed import FAILED, charged_failure
 from dpsql.ledger import Ledger
 from dpsql.mechanisms.calibrate import (
@@ -360,7 +362,14 @@ class Engine:
                 results.append(NoisyResult(columns=[ColumnInfo(n, t) for n, t in zip(
                     names, types, strict=True)], rows=rows))
         if reuse:
-            self.ledger.record_answer(release_id, dump_results(results))
+            try:
+                self.ledger.record_answer(release_id, dump_results(results))
+            except LedgerError as err:
+                # charged already: losing the paid answer over its copy would be the worse
+                # failure; a repeat then pays again, which is never unsafe
+                warnings.warn(DpsqlWarning(
+                    f"the answer is released, but the ledger could not store it for reuse "
+                    f"({err}): asking again is charged again"), stacklevel=4)
         return results
 
     def describe(self, sql: str, params=None, *, epsilon=None, delta=None

@@ -9,6 +9,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from fractions import Fraction
 
+import pytest
+
 import dpsql
 from dpsql.budget import PrivacyLoss
 from dpsql.ledger import Ledger
@@ -18,6 +20,8 @@ from conftest import catalogue
 SPEND = """
 import json, sys, warnings
 warnings.simplefilter("ignore")
+import pytest
+
 import dpsql
 meta, ledger = json.loads(sys.argv[1]), sys.argv[2]
 with dpsql.connect(metadata=meta, ledger=ledger, analyst=sys.argv[3]) as con:
@@ -175,3 +179,17 @@ def test_a_privacy_loss_shows_decimals():
 
     assert repr(PrivacyLoss(Fraction(27203, 5000), Fraction(1, 10**6))) == \
         "PrivacyLoss(epsilon=5.4406, delta=1e-06, rho=0)"
+
+
+def test_an_answer_the_ledger_cannot_store_is_still_released_with_its_charge(data_dir):
+    """Storing the answer for reuse comes after the charge: a failure there (here a trigger
+    refusing the write, as a full disk would) released nothing and reported ε 0 spent."""
+    meta = catalogue(data_dir, budget=1.0)
+    ledger = str(data_dir / "ledger.sqlite")
+    with dpsql.connect(metadata=meta, ledger=ledger) as con:
+        con.ledger._db.execute(
+            "CREATE TEMP TRIGGER no_answers BEFORE UPDATE OF answer ON releases "
+            "BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END")
+        with pytest.warns(dpsql.Warning, match="could not store it for reuse"):
+            rows = con.execute("SELECT COUNT(*) AS n FROM adult", epsilon=0.5).fetchall()
+        assert len(rows) == 1 and con.budget_spent.epsilon == Fraction(1, 2)
