@@ -24,6 +24,15 @@ from dpsql.budget import PrivacyLoss, positive, probability, rho_from_epsilon_de
 from dpsql.errors import BoundsDefaultWarning, CatalogError
 
 COLUMN_TYPES = ("int", "float", "text", "bool", "date", "timestamp")
+# SQL's names for them, which a metadata file copied from a schema writes
+_TYPE_NAMES = {
+    **dict.fromkeys(("integer", "bigint", "smallint", "tinyint", "hugeint", "int4", "int8",
+                     "long"), "int"),
+    **dict.fromkeys(("double", "double precision", "numeric", "decimal", "real", "float8",
+                     "float4", "number"), "float"),
+    **dict.fromkeys(("varchar", "string", "char", "character varying", "str"), "text"),
+    "boolean": "bool", "datetime": "timestamp", "timestamptz": "timestamp",
+}
 TEMPORAL = ("date", "timestamp")
 NEIGHBOURING = ("add_remove", "replace")
 MECHANISMS = ("laplace", "gaussian")
@@ -366,9 +375,10 @@ def _table(name: str, raw: Any, base: Path) -> TableSpec:
         warnings.warn(
             f"table {name!r} does not declare {' or '.join(omitted)}: 1 is used, so each "
             "person's rows beyond one group and one row per group are dropped from every "
-            f"answer; run `dpsql tune --metadata META.yaml --table {name} --epsilon 0.5` "
-            f"(Python: con.tune({name!r}, epsilon=0.5)) for bounds chosen privately from the "
-            "data, or declare them (a table of one row a person: declare 1 and 1)",
+            f"answer; run `dpsql tune --metadata <this file> --table {name} --group-by "
+            f"<the keys analysts group by> --epsilon 0.5` (Python: con.tune({name!r}, "
+            "group_by=[...], epsilon=0.5)) for bounds chosen privately from the data, or "
+            "declare them (a table of one row a person: declare 1 and 1)",
             BoundsDefaultWarning, stacklevel=4)
     key_bounds = _key_bounds(name, raw.get("key_bounds"), columns, unit, public, (l0, linf))
     source = raw.get("source")
@@ -509,7 +519,10 @@ def _column(table: str, name: str, raw: Any) -> ColumnSpec:
                            hint="column keys are type, lower, upper, values and missing_value")
     col_type = raw.get("type", "text")
     if col_type not in COLUMN_TYPES:
-        raise CatalogError(f"{where}: type must be one of {COLUMN_TYPES}, got {col_type!r}")
+        meant = _TYPE_NAMES.get(str(col_type).lower().split("(")[0].strip())
+        raise CatalogError(f"{where}: type must be one of {', '.join(COLUMN_TYPES)}, got "
+                           f"{col_type!r}", hint=f"write type: {meant}" if meant else
+                           "declare the type dpsql reads the column as")
     lower, upper = raw.get("lower"), raw.get("upper")
     if (lower is None) != (upper is None):
         raise CatalogError(f"{where}: declare both lower and upper, or neither")

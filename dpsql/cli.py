@@ -52,8 +52,10 @@ def _plugin_help(entry, limit: int) -> str:
 
 
 # a hint's API keyword (epsilon=1.0) as the flag of the command line (--epsilon 1.0); the
-# keywords of a WITH DIFFERENTIAL_PRIVACY OPTIONS(...) clause are SQL and stay as written
-_KEYWORD = re.compile(r"OPTIONS\([^()]*\)|\b(epsilon|delta|tune)=(\.\.\.|\d(?:[\w.+-]*\d)?)?")
+# keywords of a WITH DIFFERENTIAL_PRIVACY OPTIONS(...) clause are SQL, and those of a
+# "(Python: ...)" example Python: both stay as written
+_KEYWORD = re.compile(r"OPTIONS\([^()]*\)|\(Python:[^()]*(?:\([^()]*\)[^()]*)*\)"
+                      r"|\b(epsilon|delta|tune)=(\.\.\.|\d(?:[\w.+-]*\d)?)?")
 
 
 def _flag_syntax(hint: str) -> str:

@@ -538,9 +538,10 @@ class Engine:
                  if a.kind not in (*COUNT_KINDS, "sum")]
         if fixed or any(c.has_private_keys for c in private):
             raise PrivacyParameterError(
-                "an accuracy target fixes the interval of COUNT and SUM answers only; "
-                f"{', '.join(fixed) or 'private keys'} need an explicit ε",
-                hint="pass epsilon=..., or ask for COUNT/SUM and derive the rest")
+                "an accuracy target fixes the interval of COUNT and SUM answers only; an "
+                f"explicit ε is needed for {', '.join(fixed) or 'private keys'}",
+                hint="pass epsilon=... (an AVG's interval also depends on its group's size, "
+                "which explain cannot know), or ask for COUNT/SUM and derive the rest")
         if not math.isfinite(target) or target <= 0:
             raise PrivacyParameterError(f"the accuracy target must be > 0, got {target}")
         probe = [rewrite(c, self.catalog, Fraction(1), salt=0, delta=delta, **self._target())

@@ -402,6 +402,17 @@ def test_hints_name_the_command_lines_flags(tmp_path):
     assert hinted.startswith("drop --epsilon (or the clause's OPTIONS(epsilon=...))")
 
 
+def test_a_warnings_python_example_stays_python(tmp_path):
+    """The default-bounds warning's "(Python: con.tune('t', epsilon=0.5))" was printed as
+    "con.tune('t', --epsilon 0.5)", which is neither Python nor a command line."""
+    meta = tmp_path / "m.yaml"
+    meta.write_text("tables:\n  visits:\n    source: " + str(Path("data/visits.csv").resolve())
+                    + "\n    privacy_unit: uid\n    columns: {uid: int}\n")
+    out = _dpsql("budget", "--metadata", meta, "--ledger", tmp_path / "l.sqlite")
+    assert out.returncode == 0, out.stderr
+    assert "con.tune('visits', group_by=[...], epsilon=0.5)" in out.stderr, out.stderr
+
+
 def test_run_shows_keys_as_written(data_dir):
     """Keys went through the values' format: a year read 1,997 and a decade 10.00."""
     sql = ("SELECT (FLOOR(age / 10) * 10) AS decade, age * 100 + 1000 AS code, COUNT(*) AS n "

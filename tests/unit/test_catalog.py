@@ -20,6 +20,7 @@ def _meta(**table):
     (_meta(columns={"x": {"type": "int", "lower": 5}}), "both lower and upper"),
     (_meta(columns={"x": {"type": "int", "lower": float("nan"), "upper": 1}}), "finite"),
     (_meta(columns={"x": {"type": "blob"}}), "type must be one of"),
+    (_meta(columns={"x": {"type": "numeric(12,2)"}}), "type must be one of int, float"),
     (_meta(columns={"x": {"type": "text", "values": []}}), "non-empty"),
     (_meta(columns={"x": {"type": "text", "values": ["a", "a"]}}), "duplicates"),
     # tune charged its ε, then failed to read these as numbers (a ValueError, or no candidate)
@@ -64,6 +65,8 @@ def test_omitted_contribution_bounds_warn_once_per_table():
     messages = [str(w.message) for w in caught]
     assert len(messages) == 2 and "'a'" in messages[0] and "'b'" in messages[1]
     assert "max_rows_per_group: 1 is used" in messages[0] and "dpsql tune" in messages[0]
+    # tuned without the queries' GROUP BY, the bounds counted every person in one group
+    assert "--group-by" in messages[0] and "group_by=" in messages[0]
     assert (cat.table("b").max_groups_per_unit, cat.table("b").max_rows_per_group) == (1, 1)
 
 
@@ -72,3 +75,12 @@ def test_missing_source_file_is_a_data_error(tmp_path):
                                           "columns": {}}}}
     with pytest.raises(dpsql.DataError, match="does not exist"):
         dpsql.connect(metadata=meta, ledger=":memory:")
+
+
+@pytest.mark.parametrize(("declared", "meant"), [("numeric(12,2)", "float"), ("DOUBLE", "float"),
+                                                 ("bigint", "int"), ("varchar", "text"),
+                                                 ("datetime", "timestamp")])
+def test_a_type_sql_names_is_refused_with_dpsqls_name_for_it(declared, meant):
+    with pytest.raises(dpsql.CatalogError) as refused:
+        load_catalog(_meta(columns={"x": {"type": declared}}))
+    assert refused.value.hint == f"write type: {meant}"
