@@ -654,6 +654,10 @@ class PostgresDialect(Dialect):
             return f"CAST(CAST({arg} AS INT) AS BIGINT)"
         if target == "date" and source == "timestamp":  # every timestamp has a date
             return f"CAST({arg} AS DATE)"
+        if target == "timestamp" and source == "date":
+            # a timestamp ends in 294276 AD, a date in 5874897 AD; both have ±infinity
+            return (f"(CASE WHEN {arg} <= DATE '294276-12-31' OR {arg} = DATE 'infinity' "
+                    f"THEN CAST({arg} AS TIMESTAMP) END)")
         if target == "int" and source == "text":
             return (f"(CASE WHEN {arg} ~ '^{_C_SPACE}*[-+]?[0-9]{{1,18}}{_C_SPACE}*$' THEN "
                     f"CAST({arg} AS BIGINT) END)")

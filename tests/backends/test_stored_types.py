@@ -30,13 +30,15 @@ PEOPLE = 60
 NEWCOMER = PEOPLE + 1000  # D′'s person: absent from D (the harness's TARGET, 42, is in it)
 # stored as text, numeric and real where the metadata declares int and float
 STORED = {"pid": "bigint", "score": "text", "amount": "numeric", "ratio": "real",
-          "flag": "text", "code": "double precision"}
+          "flag": "text", "code": "double precision", "visit": "date"}
 META = {"name": "stored_types", "budget": {"epsilon": 1e9}, "tables": {"people": {
     "privacy_unit": "pid", "max_groups_per_unit": 1, "max_rows_per_group": 1,
     "columns": {"pid": "int", "score": {"type": "int", "lower": 0, "upper": 100},
                 "amount": {"type": "float", "lower": 0, "upper": 100},
                 "ratio": {"type": "float", "lower": 0, "upper": 1},
-                "flag": "bool", "code": {"type": "int", "lower": 0, "upper": 9}}}}}
+                "flag": "bool", "code": {"type": "int", "lower": 0, "upper": 9},
+                "visit": {"type": "timestamp", "lower": "2020-01-01 00:00:00",
+                          "upper": "2020-12-31 23:59:59"}}}}}
 STATEMENTS = [
     "SELECT AVG(score) AS a FROM people",
     "SELECT COUNT(*) AS n FROM people WHERE score > 10",
@@ -45,16 +47,21 @@ STATEMENTS = [
     "SELECT FLOOR(amount / 25) AS b, COUNT(*) AS n FROM people GROUP BY b",
     "SELECT SUM(ratio * ratio) AS s, COUNT(*) FILTER (WHERE flag) AS f FROM people",
     "SELECT code, COUNT(*) AS n FROM people GROUP BY code",
+    # a date declared timestamp: refused at connect ("cannot read as timestamp without failing
+    # on some values"), though only a date past 294276 AD has no timestamp
+    "SELECT DATE_TRUNC('month', visit) AS m, COUNT(*) AS n FROM people GROUP BY m",
+    "SELECT COUNT(*) AS n FROM people WHERE visit >= TIMESTAMP '2020-06-01 12:00:00'",
 ]
 
 
 def _people(extra: bool) -> pd.DataFrame:
     """D: PEOPLE well-formed rows (as text); D′: one more person whose cells no declared
-    type holds ('n/a', 1e400, a NaN real, 'maybe', 1.5 in an int column)."""
+    type holds ('n/a', 1e400, a NaN real, 'maybe', 1.5 in an int column, a date no timestamp
+    holds)."""
     rows = [(str(i), str(i % 50), f"{i * 1.5}", "0.5", "true" if i % 3 else "false",
-             str(i % 10)) for i in range(PEOPLE)]
+             str(i % 10), f"2020-{i % 12 + 1:02d}-15") for i in range(PEOPLE)]
     if extra:
-        rows.append((str(NEWCOMER), "n/a", "1e400", "NaN", "maybe", "1.5"))
+        rows.append((str(NEWCOMER), "n/a", "1e400", "NaN", "maybe", "1.5", "5874897-12-31"))
     return pd.DataFrame(rows, columns=list(STORED))
 
 
