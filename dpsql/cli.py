@@ -255,18 +255,20 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
         # the rows its bounds drop)
         frames, notes = [], []
         keys = []  # each set's columns shown as written: GROUP BY keys and literals
+        reused = []  # whether each set is an earlier identical release's stored answer
         while True:
             noisy = bool(cursor.description) and any(c.noise for c in cursor.description)
             frames.append(result_columns(cursor._require(), intervals=noisy))
             keys.append({c.name for c in cursor.description or () if noisy and not c.noise})
             notes.append(list(cursor.notes))
+            reused.append(cursor._require().reused)
             if not cursor.nextset():
                 break
         remaining = con.budget_remaining
         tuned = cursor.tuned_bounds
     if as_json:
         click.echo(json.dumps({
-            "ok": True, "epsilon_spent": float(cursor.epsilon_spent),
+            "ok": True, "epsilon_spent": float(cursor.epsilon_spent), "reused": all(reused),
             **({"tuned_bounds": tuned} if tuned else {}),
             "total_sensitivity": _plain(cursor.sensitivity),
             "budget_remaining": None if remaining is None else float(remaining.epsilon),
@@ -287,6 +289,8 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
         bounds = ", ".join(f"{k} {v}" for k, v in tuned.items())
         click.echo(f"bounds chosen by --tune: {bounds} (dpsql tune shows what they may drop)")
     click.echo(f"ε spent: {float(cursor.epsilon_spent):g}"
+               + (" (the stored answer of an identical earlier release, returned again)"
+                  if all(reused) else "")
                + ("" if remaining is None else f"; remaining: {float(remaining.epsilon):g}"))
 
 

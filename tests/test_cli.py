@@ -441,3 +441,17 @@ def test_explain_shows_a_quantiles_histogram_query(data_dir):
                  stdin="SELECT MEDIAN(amount) AS m FROM visits")
     assert out.returncode == 0, out.stderr
     assert "__one" not in out.stdout and "histogram of MEDIAN(amount):" in out.stdout, out.stdout
+
+
+def test_run_says_an_answer_is_an_earlier_releases_stored_one(tmp_path):
+    """A repeated script printed "ε spent: 0" alone, as though nothing had been asked."""
+    def run(*extra):
+        out = _dpsql("run", "queries/visits_by_day.sql", "--metadata", "data/visits.yaml",
+                     "--epsilon", "1", "--ledger", tmp_path / "l.sqlite", *extra)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    first = run()
+    assert "ε spent: 1;" in first and "stored answer" not in first
+    assert "ε spent: 0 (the stored answer of an identical earlier release" in run()
+    assert json.loads(run("--json"))["reused"] is True
