@@ -123,7 +123,9 @@ def _formats(codes: tuple[int, ...], count: int) -> list[int]:
     one for all, or one each (as PostgreSQL reads them)."""
     if len(codes) > 1 and len(codes) != count:
         raise ServiceError("protocol", f"bind message has {len(codes)} result formats but "
-                           f"query has {count} columns")
+                           f"query has {count} columns",
+                           hint=f"send one result format code for every column, or one for "
+                           f"each of the {count} columns Describe reports")
     return list(codes) if len(codes) > 1 else [codes[0] if codes else 0] * count
 
 
@@ -747,6 +749,10 @@ class Session:
             if any(code not in (0, 1) for code in results):
                 raise ServiceError("protocol", "unsupported format code: "
                                    f"{next(c for c in results if c not in (0, 1))}")
+            if len(results) > 1:  # one a column: counted here, before anything is charged
+                columns = await self._described(text, params or None)
+                if columns is not None:
+                    _formats(results, len(columns))
             self.portal_results.pop(portal, None)
             self._check_held(self.portals, portal, len(data))
             self.portals[portal] = (text, params, list(order), len(data), results)
@@ -759,7 +765,7 @@ class Session:
                 if name in self.statements:  # Bind reads its values as these types
                     self.statements[name] = (text, order, array.array("I", oids), size)
                 n = len(oids)
-                columns = await self._described(text, len(order))
+                columns = await self._described(text, [None] * len(order) or None)
                 # a statement's columns are described in text: their formats come with Bind
                 described = _row_description(columns, [
                     pgtypes.oid(column, [], i) for i, column in enumerate(columns)],
@@ -802,19 +808,24 @@ class Session:
         return await asyncio.get_running_loop().run_in_executor(
             self.server.executor, pgparams.types, text, order, list(declared), tables)
 
-    async def _described(self, text: str, placeholders: int) -> list[dict] | None:
-        """The columns a prepared SELECT will answer with, planned with its parameters NULL
-        (clients such as asyncpg and JDBC read them before they bind); None for a statement
-        that is not a query or cannot be planned so (NoData, as before)."""
+    async def _described(self, text: str, params: list | None) -> list[dict] | None:
+        """The columns a prepared SELECT will answer with, planned with ``params`` (NULL
+        where not bound yet: clients such as asyncpg and JDBC read them before they bind) and
+        nothing run; a FETCH's are its cursor's. None for a statement that is not a query or
+        cannot be planned so (NoData, as before)."""
         pieces = await self._tokenized(split_statements, text)
         if len(pieces) != 1:
             return None
+        fetch = _FETCH.match(pieces[0])
+        if fetch:
+            declared = self.cursors.get(_cursor_name(fetch.group(3)))
+            return None if declared is None else declared.columns
         fixed = await self._fixed(pieces[0], None)
         if fixed is not None:
             return fixed.columns
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.server.executor, lambda: self.service.describe(
-            self.user, self.dataset, pieces[0], [None] * placeholders or None,
+            self.user, self.dataset, pieces[0], params,
             default_epsilon=self.epsilon, default_delta=self.delta, dialect=self._dialect()))
 
     def _check_held(self, kept: dict, name: str, size: int) -> None:
