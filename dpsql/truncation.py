@@ -47,6 +47,7 @@ from fractions import Fraction
 
 from dpsql.catalog import TEMPORAL, Catalog, ColumnSpec, TableSpec, exact_bound
 from dpsql.compile import PublicQuery, compile_statement, render
+from dpsql.compile.public import PublicReader
 from dpsql.errors import NotSupportedError
 from dpsql.parse import dp_options, parse_one
 
@@ -167,8 +168,10 @@ def query_report(catalog: Catalog, backend, ledger, analyst: str, query: str) ->
             "bounds measured), or declare the bounds to measure in the metadata (key_bounds)")
     # compiled as tune compiles a shape (keys without a domain need no δ here: nothing is
     # released), but a per-person attribute of another private table joined on the unit is
-    # a shape too: the bounds are the joined relation's, as the engine's
-    shape = compile_statement(statement, catalog, private_keys=True)
+    # a shape too: the bounds are the joined relation's, as the engine's; public tables are
+    # read as the engine reads them (key domains, IN/EXISTS/scalar subqueries as literals)
+    shape = compile_statement(statement, catalog, private_keys=True,
+                              **PublicReader(catalog, backend).readers())
     read = [] if isinstance(shape, PublicQuery) else private_tables(shape, catalog)
     bounds = None if not read else shape.table
     if bounds is None or bounds.privacy_unit is None:

@@ -147,6 +147,7 @@ from dpsql.catalog import Catalog, KeyBounds, TableSpec
 from dpsql.cli_params import connection_options
 from dpsql.compile import PublicQuery, compile_statement
 from dpsql.compile.ir import Scan
+from dpsql.compile.public import PublicReader, expression_subqueries
 from dpsql.compile.render import dialect
 from dpsql.engine import LARGEST_EPSILON
 from dpsql.errors import (
@@ -509,11 +510,13 @@ def _ordered(value: float) -> float:
 # --- the query shape ---------------------------------------------------------------------
 
 def tuned_query(catalog: Catalog, table: TableSpec, query: str | None = None,
-                group_by=None) -> CheckedQuery:
+                group_by=None, public: PublicReader | None = None) -> CheckedQuery:
     """The shape to tune ``table`` for, compiled as the engine compiles a statement: ``query``
     (any GROUP BY the compiler accepts: columns, aliases, ordinals, expressions), else
     ``SELECT COUNT(*) FROM table GROUP BY`` the ``group_by`` columns (which take precedence
-    over the query's), else every column with a public domain.
+    over the query's), else every column with a public domain. ``public`` reads the public
+    tables as the engine does (a key's domain, a subquery over them read as literals:
+    ``x IN (SELECT c FROM p)``, ``EXISTS``, a scalar); without it such a subquery is refused.
 
     Raises:
         ProgrammingError: a ``group_by`` name is not a column, the key is the privacy unit,
@@ -524,8 +527,9 @@ def tuned_query(catalog: Catalog, table: TableSpec, query: str | None = None,
         query = _count_by(table, _key_columns(table, group_by), catalog.dialect)
     statement = parse_one(query, None, catalog.dialect)
     # private keys compile here without a δ: tune releases quantiles of counts, not keys
-    return reading_only(compile_statement(statement, catalog, private_keys=True), catalog,
-                        table)
+    readers = public.readers() if public is not None else {}
+    return reading_only(compile_statement(statement, catalog, private_keys=True, **readers),
+                        catalog, table)
 
 
 def reading_only(shape: CheckedQuery | PublicQuery, catalog: Catalog,
@@ -609,7 +613,10 @@ def summed_columns(table: TableSpec, query: str | None, keys: tuple[str, ...]
     them."""
     if query is None:
         return ()
-    read = (column.name for aggregate in _parsed(query).find_all(exp.AggFunc)
+    tree = _parsed(query)
+    for subquery in expression_subqueries(tree):  # (SELECT AVG(c) FROM p) sums no column
+        subquery.pop()
+    read = (column.name for aggregate in tree.find_all(exp.AggFunc)
             if not isinstance(aggregate, exp.Count) for column in aggregate.find_all(exp.Column))
     specs = (table.column(name) for name in read)
     return tuple(dict.fromkeys(c.name for c in specs if c is not None and c.is_numeric
@@ -787,7 +794,7 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
                            hint="add 'budget: {epsilon: ..., delta: ...}' to the metadata")
     columns, group_by = _names(columns, "columns"), _names(group_by, "group_by")
     shape = reading_only(compiled, catalog, spec) if compiled is not None else \
-        tuned_query(catalog, spec, query, group_by)
+        tuned_query(catalog, spec, query, group_by, PublicReader(catalog, backend, timeout))
     keys = tuple(k.name for k in shape.keys) if spec.privacy_unit is not None else ()
     entry = governing_entry(shape, spec)
     entries = spec.key_bounds

@@ -156,8 +156,9 @@ def refusal(node: exp.Expression, scope: Scope) -> UnsupportedSQLError:
             "subqueries are not allowed in expressions (SELECT, WHERE, ON, GROUP BY, HAVING, "
             "ORDER BY): one person's rows could change every other row's value",
             sql=scope.sql, hint="join a public table on a key, or filter rows in a CTE or a "
-            "derived table in FROM; x IN (SELECT c FROM t ...) is read as a list of t's values "
-            "where t is public (one column, at most 10,000 rows, no outer column)")
+            "derived table in FROM; over public tables t alone, x IN (SELECT c FROM t ...), "
+            "(SELECT MAX(c) FROM t ...) and EXISTS (SELECT 1 FROM t WHERE t.k = x.k ...) are "
+            "read before the query as literals")
     if isinstance(node, _TIME_ZONES) or name == "the function timezone()":
         return UnsupportedSQLError(
             f"{name} is not supported: dpsql's timestamps are the UTC wall clock without a "
