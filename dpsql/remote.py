@@ -2,7 +2,9 @@
 
 A PEP 249 connection whose statements run on the data owner's server (``dpsql serve``) over
 the PostgreSQL wire protocol (through psycopg 3). It offers what the embedded connection
-offers to an analyst — ``cursor().execute(sql, params, epsilon=...)``, ``description`` of
+offers to an analyst — ``cursor().execute(sql, params, epsilon=..., delta=..., accuracy=...,
+weights=..., tune=...)`` (the keywords sent as ``SET dpsql.call`` around the statement, and
+read and checked by the server as the embedded call reads them), ``description`` of
 ``dpsql.Column`` with the noise of each column, the embedded cursor's readers
 (``ResultCursor``: ``df``/``pl``/``arrow`` with ``intervals=True``, ``intervals()``, ``notes``),
 ``explain()``, ``budget_remaining`` — and raises the same ``dpsql`` error classes. The
@@ -17,9 +19,12 @@ dataset's metadata's, else DuckDB's, as embedded (psql's sessions read PostgreSQ
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -28,8 +33,7 @@ from dpsql import errors
 from dpsql.budget import PrivacyLoss
 from dpsql.cursor import _TYPE_CODES, ResultCursor
 from dpsql.dbapi20 import ConnectionBase
-from dpsql.engine import refuse_epsilon_with_hint
-from dpsql.parse import check_dialect, clause_parameters, parse_one
+from dpsql.parse import check_dialect
 from dpsql.release import ColumnInfo, NoisyResult
 from dpsql.sqltext import qmark_to_dollar, split_statements
 
@@ -97,23 +101,25 @@ class RemoteCursor(ResultCursor):
                 accuracy: float | None = None, rho: float | None = None,
                 weights: dict[str, float] | None = None,
                 tune: float | None = None) -> RemoteCursor:
-        """Run one SELECT on the server as one release (qmark parameters); ``tune`` as in
-        embedded use (a slice of ε spent on the table's contribution bounds first)."""
+        """Run one SELECT on the server as one release (qmark parameters), with the
+        embedded ``Cursor.execute``'s keywords, which the server reads and checks as that
+        call does (a bad value is refused with its error, nothing spent)."""
         self._check_open()
         self._load([])
         self.reused = False
-        _epsilon_only(delta=delta, accuracy=accuracy, rho=rho, weights=weights)
-        _check_call_epsilon(operation, parameters, epsilon)
-        settings = {"dpsql.epsilon": epsilon, "dpsql.tune": tune}
-        rows, release = self.connection._run(operation, parameters, settings)
+        rows, release = self.connection._run(operation, parameters, {
+            "epsilon": epsilon, "delta": delta, "accuracy": accuracy, "rho": rho,
+            "weights": weights, "tune": tune})
         self.reused = bool(release.get("reused"))
         self._load([noisy_result(release, rows)])
         return self
 
     def explain(self, operation: str, *, epsilon: float | None = None,
-                **unsupported: Any) -> dict:
+                delta: float | None = None, accuracy: float | None = None,
+                rho: float | None = None, weights: dict[str, float] | None = None) -> dict:
         """The server's DP plan of a statement; spends nothing."""
-        return self.connection.explain(operation, epsilon=epsilon, **unsupported)
+        return self.connection.explain(operation, epsilon=epsilon, delta=delta,
+                                       accuracy=accuracy, rho=rho, weights=weights)
 
     def executemany(self, operation: str, seq_of_parameters, **privacy: Any) -> None:
         """Refused: each execution is a separate release with its own cost."""
@@ -213,11 +219,9 @@ class RemoteConnection(ConnectionBase):
         self._closed = False
         self._tls = self._db.pgconn.ssl_in_use
         self._remaining: dict | None = None  # the budget_remaining of the last release
-        # the session's ε, restored after a call with its own epsilon=
-        self._session = {"dpsql.epsilon": epsilon_per_query, "dpsql.tune": None}
         try:
             if epsilon_per_query is not None:
-                self._restore(["dpsql.epsilon"])
+                self._simple(f"SET dpsql.epsilon = {float(epsilon_per_query)!r}")
             if dialect is not None:  # a reading choice of the session, not a server resource
                 self._simple(f"SET dpsql.dialect = {dialect}")
         except errors.Error:
@@ -231,21 +235,25 @@ class RemoteConnection(ConnectionBase):
         except self._psycopg.Error as err:
             raise _translate(err) from None
 
-    def _restore(self, settings) -> None:
-        """Set the session's value of each of ``settings`` (its default where it has none)."""
-        for name in settings:
-            value = self._session[name]
-            self._simple(f"RESET {name}" if value is None else f"SET {name} = {float(value)!r}")
+    @contextmanager
+    def _called(self, keywords: dict) -> Iterator[None]:
+        """The statements sent inside pass ``keywords`` ({name: value or None}, the embedded
+        call's) as their own: ``SET dpsql.call`` to those given, reset afterwards."""
+        given = {name: value for name, value in keywords.items() if value is not None}
+        if given:
+            self._simple(f"SET dpsql.call = {_call_literal(given)}")
+        try:
+            yield
+        finally:
+            if given:
+                self._simple("RESET dpsql.call")
 
-    def _run(self, sql: str, parameters, settings: dict) -> tuple[list[tuple], dict | None]:
-        """The rows and the release of ``sql`` (None unless it is a SELECT), with session
-        ``settings`` ({name: value or None}) set for this statement only."""
+    def _run(self, sql: str, parameters, keywords: dict) -> tuple[list[tuple], dict | None]:
+        """The rows and the release of ``sql`` (None unless it is a SELECT), run with the
+        call's privacy ``keywords``."""
         self._check_open()
         _one_statement(sql)
-        settings = {name: value for name, value in settings.items() if value is not None}
-        try:
-            for name, value in settings.items():
-                self._simple(f"SET {name} = {float(value)!r}")
+        with self._called(keywords):
             try:
                 with self._psycopg.RawCursor(self._db) as cur:
                     if parameters:
@@ -255,10 +263,8 @@ class RemoteConnection(ConnectionBase):
                     rows = cur.fetchall() if cur.description else []
                     released = (cur.statusmessage or "").startswith("SELECT")
                     shown = [{"name": c.name, "type": "TEXT"} for c in cur.description or ()]
-            finally:
-                self._restore(settings)
-        except self._psycopg.Error as err:
-            raise _translate(err) from None
+            except self._psycopg.Error as err:
+                raise _translate(err) from None
         if not released:  # SHOW, SET, EXPLAIN ...: no release, the last one is not this
             return rows, {"columns": shown, "epsilon_spent": 0, "sensitivity": 0}
         release = json.loads(self._simple("SHOW dpsql.last_release")[0][0])
@@ -274,19 +280,14 @@ class RemoteConnection(ConnectionBase):
         """Shortcut: a new cursor's execute()."""
         return self.cursor().execute(operation, parameters, **privacy)
 
-    def explain(self, sql: str, *, epsilon: float | None = None, **unsupported: Any) -> dict:
-        """The server's DP plan: cost, mechanisms, expected error; spends nothing."""
-        self._check_open()
-        _epsilon_only(**unsupported)
-        _one_statement(sql)
-        _check_call_epsilon(sql, None, epsilon)
-        if epsilon is not None:
-            self._simple(f"SET dpsql.epsilon = {float(epsilon)!r}")
-        try:
-            lines = self._simple("EXPLAIN (FORMAT JSON) " + sql)
-        finally:
-            if epsilon is not None:
-                self._restore(["dpsql.epsilon"])
+    def explain(self, sql: str, *, epsilon: float | None = None, delta: float | None = None,
+                accuracy: float | None = None, rho: float | None = None,
+                weights: dict[str, float] | None = None) -> dict:
+        """The server's DP plan: cost, mechanisms, expected error; spends nothing. The
+        keywords are the embedded ``Connection.explain``'s."""
+        lines, _ = self._run("EXPLAIN (FORMAT JSON) " + sql, None, {
+            "epsilon": epsilon, "delta": delta, "accuracy": accuracy, "rho": rho,
+            "weights": weights})
         return json.loads("\n".join(line[0] for line in lines))
 
     @property
@@ -329,36 +330,28 @@ def _one_statement(sql: str) -> None:
                                       "release")
 
 
-def _check_call_epsilon(sql: str, parameters, epsilon) -> None:
-    """The server reads a call's ε as the session's default, which the statement's own
-    OPTIONS(epsilon=...) or ci95 hint overrides: a call's ε beside either is refused before
-    anything is sent, as embedded."""
-    lowered = sql.lower()
-    if epsilon is not None and ("differential_privacy" in lowered or "ci95" in lowered):
-        statements = [parse_one(sql, parameters)]
-        clause_parameters(statements, epsilon, None)
-        refuse_epsilon_with_hint(statements, epsilon)
+def _call_literal(keywords: dict) -> str:
+    """``SET dpsql.call``'s value: the keywords as a JSON object in a SQL string. An exact ε,
+    δ or ρ (a Fraction, a Decimal) goes as its text, which the server reads exactly as the
+    embedded call does (``budget.exact``); a weight as a float, as the engine keeps it."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, (Fraction, Decimal)):
+            return str(value)
+        if isinstance(value, numbers.Integral):  # numpy's, which JSON does not know
+            return int(value)
+        return float(value) if isinstance(value, numbers.Real) else repr(value)
 
-
-# where the statement itself says what a call's keyword cannot carry to the server
-_IN_THE_SQL = {
-    "delta": "give δ in the statement: SELECT WITH DIFFERENTIAL_PRIVACY "
-             "OPTIONS(epsilon=0.5, delta=1e-6) ...",
-    "accuracy": "state the accuracy in the SQL: /* dpsql: ci95 <= 2 */ SELECT ...",
-    "weights": "weigh output columns in the SQL: /* dpsql: weights n=2 */ SELECT ...",
-}
-
-
-def _epsilon_only(**given: Any) -> None:
-    """Refuse privacy parameters a call to the server does not carry (it carries ε and tune),
-    with where the statement can say them: ignored, they would change nothing asked for."""
-    named = sorted(name for name, value in given.items() if value is not None)
-    if named:
-        hints = dict.fromkeys(_IN_THE_SQL.get(name, "pass epsilon=, or none for your default")
-                              for name in named)
-        raise errors.NotSupportedError(
-            f"a call to the server takes ε per query only (epsilon=, tune=), not "
-            f"{', '.join(named)}", hint="; ".join(hints))
+    weights = keywords.get("weights")
+    if isinstance(weights, dict):
+        keywords = {**keywords, "weights": {
+            name: float(value) if isinstance(value, (Fraction, Decimal)) else value
+            for name, value in weights.items()}}
+    try:
+        text = json.dumps(keywords, default=plain)
+    except (TypeError, ValueError) as err:  # a weight named by a tuple ...
+        raise errors.PrivacyParameterError(f"the call's keywords cannot be sent: {err}",
+                                           hint='e.g. weights={"total": 2, "n": 1}') from None
+    return "'" + text.replace("'", "''") + "'"
 
 
 def connect_remote(url: str, **options: Any) -> RemoteConnection:

@@ -33,7 +33,8 @@ from dpsql.server.service import Service, ServiceError, loggable
 
 log = logging.getLogger("dpsql.server")
 MAX_BODY = 64 * 1024
-BODY_KEYS = frozenset({"sql", "epsilon", "delta", "params", "tune", "dialect"})
+BODY_KEYS = frozenset({"sql", "epsilon", "delta", "accuracy", "weights", "params", "tune",
+                       "dialect"})
 _SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
@@ -48,6 +49,12 @@ def _json(body, status: int = 200) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers=_SECURITY_HEADERS)
 
 
+def _privacy(body: dict) -> dict:
+    """A body's privacy keywords, as the embedded ``cursor.execute`` takes them (checked
+    there: a weight that names no column or is not a number > 0 is the engine's refusal)."""
+    return {name: body.get(name) for name in ("epsilon", "delta", "accuracy", "weights")}
+
+
 def openapi() -> dict:
     """The OpenAPI 3.1 description of the API."""
     error = {"$ref": "#/components/schemas/Error"}
@@ -58,6 +65,15 @@ def openapi() -> dict:
                        "delta": {"type": "number", "minimum": 0, "exclusiveMaximum": 1,
                                  "description": "δ of a release whose GROUP BY keys have "
                                  "no public values (default 0: refused)"},
+                       "accuracy": {"type": "number", "exclusiveMinimum": 0,
+                                    "description": "without epsilon: the 95% interval "
+                                    "half-width of COUNT and SUM answers, which picks the "
+                                    "smallest ε that meets it (execute's accuracy=)"},
+                       "weights": {"type": "object",
+                                   "additionalProperties": {"type": "number",
+                                                            "exclusiveMinimum": 0},
+                                   "description": "output column -> weight in the split of "
+                                   "ε among the measurements (execute's weights=)"},
                        "tune": {"type": "number", "exclusiveMinimum": 0,
                                 "description": "slice of epsilon spent on choosing the "
                                 "table's contribution bounds first (query only)"},
@@ -374,12 +390,11 @@ class HttpApi:
         if not isinstance(body, dict) or not isinstance(body.get("sql"), str):
             raise ServiceError("protocol", 'the body must be {"sql": "...", "epsilon": ...}')
         unknown = sorted(set(body) - BODY_KEYS)
-        if unknown:  # ignored, a key such as "weights" would change nothing it asks for
+        if unknown:  # ignored, a misspelt key would change nothing it asks for
             raise ServiceError(
                 "protocol", f"unknown key(s) {unknown} in the body",
-                hint=f"the body takes {', '.join(sorted(BODY_KEYS))}; weigh output columns "
-                     "in the SQL: /* dpsql: weights n=2 */ SELECT ...")
-        for name in ("epsilon", "delta", "tune"):
+                hint=f"the body takes {', '.join(sorted(BODY_KEYS))}")
+        for name in ("epsilon", "delta", "accuracy", "tune"):
             # an explicit null is refused, not read as "the default": the page sent NaN as
             # null, and the default ε was spent
             value = body.get(name)
@@ -387,6 +402,12 @@ class HttpApi:
                                  not isinstance(value, (int, float))):
                 raise ServiceError("bad_privacy_parameter", f"{name} must be a number",
                                    hint=f"leave {name} out for your default")
+        # a null is refused as a number's is, not read as equal weights; other values are
+        # checked by the engine (_privacy)
+        if "weights" in body and body["weights"] is None:
+            raise ServiceError("bad_privacy_parameter", "weights must map output column "
+                               "names to numbers", hint='leave weights out for equal weights, '
+                               'or send e.g. {"total": 2, "n": 1}')
         if "dialect" in body and not isinstance(body["dialect"], str):
             raise ServiceError("protocol", "dialect must be a string such as \"postgres\"",
                                hint="leave dialect out for the dataset's default")
@@ -461,13 +482,12 @@ class HttpApi:
     async def query(self, request: Request) -> JSONResponse:
         dataset = request.path_params["dataset"]
         return await self._call(request, lambda user, body: self.service.query(
-            user, dataset, body["sql"], body.get("params"), epsilon=body.get("epsilon"),
-            delta=body.get("delta"), tune=body.get("tune"), dialect=body.get("dialect"),
-            interface="http").to_json(),
+            user, dataset, body["sql"], body.get("params"), tune=body.get("tune"),
+            dialect=body.get("dialect"), interface="http", **_privacy(body)).to_json(),
             body=True)
 
     async def explain(self, request: Request) -> JSONResponse:
         dataset = request.path_params["dataset"]
         return await self._call(request, lambda user, body: self.service.explain(
-            user, dataset, body["sql"], body.get("params"), epsilon=body.get("epsilon"),
-            delta=body.get("delta"), dialect=body.get("dialect"), interface="http"), body=True)
+            user, dataset, body["sql"], body.get("params"), dialect=body.get("dialect"),
+            interface="http", **_privacy(body)), body=True)

@@ -11,7 +11,8 @@ Statements: a SELECT is one DP release (its noisy columns followed by ``<col>_lo
 spending (``pgexplain.py``);
 ``SET dpsql.epsilon = 0.5`` / ``RESET dpsql.epsilon`` / ``SHOW dpsql.epsilon`` set the ε of
 the following queries (``dpsql.delta`` their δ, ``dpsql.tune`` their tuning slice,
-``dpsql.dialect`` the SQL dialect they are read in: the metadata's, else PostgreSQL's);
+``dpsql.dialect`` the SQL dialect they are read in: the metadata's, else PostgreSQL's;
+``dpsql.call`` a JSON object of the embedded ``cursor.execute``'s keywords, their own);
 ``SHOW dpsql.budget`` and ``SHOW dpsql.last_release`` return JSON;
 ``DECLARE name CURSOR FOR <select>`` is one release whose rows ``FETCH`` returns;
 ``COPY (<select>) TO STDOUT`` one whose rows are written as COPY's text or CSV (``pgcopy.py``);
@@ -141,7 +142,9 @@ _SAVEPOINT = re.compile(r"^(savepoint|release|rollback(?:\s+(?:work|transaction)
 _DEALLOCATE = re.compile(r'^deallocate\s+(?:prepare\s+)?(?:(all)|"((?:[^"]|"")+)"|(\w+))$',
                          re.IGNORECASE)
 _DISCARD = re.compile(r"^discard\s+(all|plans|sequences|temp|temporary)$", re.IGNORECASE)
-_SETTINGS = ("dpsql.epsilon", "dpsql.delta", "dpsql.tune", "dpsql.dialect")
+_SETTINGS = ("dpsql.epsilon", "dpsql.delta", "dpsql.tune", "dpsql.dialect", "dpsql.call")
+# SET dpsql.call's keys: the privacy keywords of the embedded cursor.execute
+_CALL_KEYWORDS = ("epsilon", "delta", "accuracy", "rho", "weights", "tune")
 _NAME = r'("(?:[^"]|"")+"|\w+)'
 MAX_CURSORS = 16  # DECLAREd cursors a session may hold open
 _DECLARE = re.compile(r"^declare\s+" + _NAME + r"\s+(?:(?:no\s+)?scroll\s+)?cursor\s+"
@@ -191,6 +194,7 @@ class Session:
         self.delta: Fraction | None = None  # SET dpsql.delta: δ of the following queries
         self.tune: float | None = None  # SET dpsql.tune: a slice of ε spent on the bounds
         self.dialect: str | None = None  # SET dpsql.dialect, else the default (_dialect)
+        self.call: dict = {}  # SET dpsql.call: the statements' own keywords (_call_keywords)
         self.postgres = True  # a client writing PostgreSQL: any but dpsql's own (remote.py)
         self.last_release: dict | None = None
         self.counted = False  # among its analyst's open sessions (PgServer.open_session)
@@ -402,7 +406,8 @@ class Session:
             plan = await loop.run_in_executor(
                 self.server.executor, lambda: self.service.explain(
                     self.user, self.dataset, explain.query, default_epsilon=self.epsilon,
-                    default_delta=self.delta, dialect=self._dialect(), interface="pg"))
+                    default_delta=self.delta, dialect=self._dialect(), interface="pg",
+                    **self._privacy()))
             lines = json.dumps(plan, indent=2, ensure_ascii=False).splitlines() \
                 if explain.json else explain_text.lines(
                     plan, f"ε {plan['budget_remaining']['epsilon']:g} of your share",
@@ -447,8 +452,8 @@ class Session:
         answer: Answer = await loop.run_in_executor(
             self.server.executor, lambda: self.service.query(
                 self.user, self.dataset, text, params, default_epsilon=self.epsilon,
-                default_delta=self.delta, tune=self.tune, dialect=self._dialect(),
-                interface="pg"))
+                default_delta=self.delta, tune=self.call.get("tune", self.tune),
+                dialect=self._dialect(), interface="pg", **self._privacy()))
         self.last_release = answer.release()  # sensitivity and tuned_bounds too
         return _Result(f"SELECT {len(answer.rows)}", answer.columns, answer.rows,
                        answer.notice(self.user), answer.notes, answer.warnings)
@@ -543,6 +548,7 @@ class Session:
                 self.portal_results.clear()
                 self.cursors.clear()
                 self.epsilon = self.delta = self.tune = self.dialect = None
+                self.call = {}
             return _Result(f"DISCARD {match.group(1).upper()}")
         if _SET_ANY.match(text):
             self._set(text)
@@ -554,21 +560,24 @@ class Session:
         return None
 
     def _set(self, text: str) -> None:
-        """``SET dpsql.epsilon | dpsql.delta | dpsql.tune | dpsql.dialect = value | DEFAULT``;
-        other settings
-        are ignored (docs/server.md), but a misspelt dpsql setting is refused rather than
-        ignored. A refused value leaves the setting as it was."""
+        """``SET dpsql.epsilon | dpsql.delta | dpsql.tune | dpsql.dialect | dpsql.call = value
+        | DEFAULT``; other settings are ignored (docs/server.md), but a misspelt dpsql setting
+        is refused rather than ignored. A refused value leaves the setting as it was."""
         match = _SET.match(text)
         name = match.group(1).lower() if match else ""
         if name not in _SETTINGS:
             if name.startswith("dpsql.") or (not match and "dpsql." in text.lower()):
                 raise ServiceError("not_supported", f"unknown dpsql setting in {text[:80]!r}",
                                    hint="SET dpsql.epsilon = 0.5, SET dpsql.delta = '1e-6', "
-                                   "SET dpsql.tune = 0.05 or SET dpsql.dialect = duckdb")
+                                   "SET dpsql.tune = 0.05, SET dpsql.dialect = duckdb or "
+                                   "SET dpsql.call = '{\"accuracy\": 10}'")
             return
         value = match.group(2).strip()
         if value.lower() == "default":
             self._reset(name)
+            return
+        if name == "dpsql.call":
+            self.call = _call_keywords(value)
             return
         value = value.strip("'\"")
         if name == "dpsql.delta":  # exact, as the embedded API reads it: 0 ≤ δ < 1
@@ -590,6 +599,10 @@ class Session:
         else:
             self.tune = number
 
+    def _privacy(self) -> dict:
+        """The keywords of ``SET dpsql.call`` a statement passes as its own, tune aside."""
+        return {name: value for name, value in self.call.items() if name != "tune"}
+
     def _dialect(self) -> str:
         """The dialect the session's statements are read in (``Service.dialect``)."""
         return self.service.dialect(self.dataset, self.dialect, postgres=self.postgres)
@@ -603,6 +616,8 @@ class Session:
             self.tune = None
         if name in ("dpsql.dialect", "all"):
             self.dialect = None
+        if name in ("dpsql.call", "all"):
+            self.call = {}
 
     def _show(self, name: str) -> _Result:
         values = {
@@ -610,6 +625,7 @@ class Session:
             "dpsql.delta": lambda: "default" if self.delta is None else f"{float(self.delta):g}",
             "dpsql.tune": lambda: "off" if self.tune is None else f"{self.tune:g}",
             "dpsql.dialect": self._dialect,
+            "dpsql.call": lambda: json.dumps(self.call, ensure_ascii=False),
             # JSON for programs (remote.py, psycopg), indented: psql shows a line per line
             "dpsql.budget": lambda: _json(self.service.budget(self.user)),
             "dpsql.last_release": lambda: _json(self.last_release),
@@ -632,8 +648,8 @@ class Session:
         if name not in values:
             raise ServiceError("not_supported", f"unknown setting {name!r}",
                                hint="dpsql.epsilon, dpsql.delta, dpsql.tune, dpsql.dialect, "
-                               "dpsql.columns, dpsql.bounds, dpsql.remaining, dpsql.budget, "
-                               "dpsql.last_release, dpsql.catalogue")
+                               "dpsql.call, dpsql.columns, dpsql.bounds, dpsql.remaining, "
+                               "dpsql.budget, dpsql.last_release, dpsql.catalogue")
         return _Result("SHOW", [{"name": name, "type": "TEXT"}], [[values[name]()]])
 
     def _result_messages(self, result: _Result, describe: bool, limit: int = 0,
@@ -825,8 +841,9 @@ class Session:
             return fixed.columns
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.server.executor, lambda: self.service.describe(
-            self.user, self.dataset, pieces[0], params,
-            default_epsilon=self.epsilon, default_delta=self.delta, dialect=self._dialect()))
+            self.user, self.dataset, pieces[0], params, epsilon=self.call.get("epsilon"),
+            delta=self.call.get("delta"), default_epsilon=self.epsilon,
+            default_delta=self.delta, dialect=self._dialect()))
 
     def _check_held(self, kept: dict, name: str, size: int) -> None:
         """Make room for a statement or portal of ``size`` bytes in ``kept`` under ``name``
@@ -909,6 +926,30 @@ def _check_numbers(order: list[int]) -> None:
         raise ServiceError("syntax", f"there is no parameter ${highest}: a statement has at "
                            f"most {MAX_PARAMETER:,} parameters",
                            hint="number the parameters $1, $2 ... in the order you bind them")
+
+
+def _call_keywords(value: str) -> dict:
+    """``SET dpsql.call``'s value, a JSON object (quoted as a SQL string or not) of the
+    embedded ``cursor.execute``'s privacy keywords (``_CALL_KEYWORDS``), which each
+    following statement passes as its own (the ``dpsql://`` client sets it around one
+    call); null is a keyword left out. Its values are read and checked where the embedded
+    call's are, when a statement runs, so a bad one gets the same refusal (nothing spent)."""
+    if len(value) >= 2 and value[0] == value[-1] == "'":
+        value = value[1:-1].replace("''", "'")
+    try:
+        call = json.loads(value)
+    except (ValueError, RecursionError):
+        call = None
+    if not isinstance(call, dict):
+        raise ServiceError("bad_privacy_parameter", "dpsql.call must be a JSON object of "
+                           f"privacy keywords, got {value[:80]!r}; it was not set",
+                           hint="SET dpsql.call = '{\"accuracy\": 10, \"weights\": {\"n\": 2}}'")
+    unknown = sorted(set(call) - set(_CALL_KEYWORDS))
+    if unknown:
+        raise ServiceError("bad_privacy_parameter", f"dpsql.call takes "
+                           f"{', '.join(_CALL_KEYWORDS)}, not {', '.join(unknown)[:200]}; it "
+                           "was not set", hint="name the keywords as cursor.execute does")
+    return {name: given for name, given in call.items() if given is not None}
 
 
 def _cursor_name(name: str) -> str:

@@ -458,19 +458,23 @@ class Service:
         return named or ("postgres" if postgres else "duckdb")
 
     def query(self, user: str, dataset: str, sql: str, params=None, *, epsilon=None,
-              delta=None, default_epsilon=None, default_delta: Fraction | None = None,
-              tune=None, dialect: str | None = None, interface: str = "http") -> Answer:
-        """Run one DP SELECT for an analyst; every outcome is audited. ``epsilon`` and
-        ``delta`` are the request's own, ``default_epsilon`` and ``default_delta`` the
-        session's (see ``_borrow``). ``tune`` spends that slice of its ε on choosing the
-        table's contribution bounds first (``autotune``). ``dialect``: see ``dialect``."""
+              delta=None, accuracy=None, rho=None, weights=None, default_epsilon=None,
+              default_delta: Fraction | None = None, tune=None, dialect: str | None = None,
+              interface: str = "http") -> Answer:
+        """Run one DP SELECT for an analyst; every outcome is audited. ``epsilon``,
+        ``delta``, ``accuracy``, ``rho`` and ``weights`` are the request's own, read and
+        checked as the embedded ``cursor.execute`` reads its keywords; ``default_epsilon`` and
+        ``default_delta`` the session's (see ``_borrow``). ``tune`` spends that slice of its
+        ε on choosing the table's contribution bounds first (``autotune``). ``dialect``: see
+        ``dialect``."""
         started = time.perf_counter()
+        privacy = {"epsilon": epsilon, "delta": delta, "accuracy": accuracy, "rho": rho,
+                   "weights": weights}
         try:
             account = self.admit(user, dataset, sql)
             defaults = (default_epsilon, default_delta, self.dialect(dataset, dialect))
             with self._slot(user):
-                answer = self._run(account, dataset, sql, params, (epsilon, delta),
-                                   defaults, tune)
+                answer = self._run(account, dataset, sql, params, privacy, defaults, tune)
         except (dpsql.Error, ServiceError) as err:
             failure = self.failure(err)
             self._record(user, dataset, interface, "query", sql, failure.epsilon_spent,
@@ -490,21 +494,22 @@ class Service:
                  1000 * (time.perf_counter() - started))
         return answer
 
-    def _run(self, account: Analyst, dataset: str, sql: str, params, loss: tuple,
+    def _run(self, account: Analyst, dataset: str, sql: str, params, privacy: dict,
              defaults: tuple, tune) -> Answer:
-        """The release at the request's (ε, δ), each None for the session's ``defaults``
-        (ε, δ and dialect)."""
-        epsilon, delta = loss
+        """The release at the request's ``privacy`` keywords (``cursor.execute``'s; ε and δ
+        None for the session's ``defaults`` of ε, δ and dialect)."""
         con = self._borrow(account, dataset, *defaults)
         try:
-            public = self._check_cost(con, account, dataset, sql, params, epsilon, delta)
+            # tune= spends the call's ε as given: the cursor refuses accuracy= and rho= beside
+            # it, which would otherwise be planned (and refused by the cap) first
+            public = self._check_cost(con, account, dataset, sql, params, privacy if tune is None
+                                      else {**privacy, "accuracy": None, "rho": None})
             # the engine gives a statement over public tables neither the timeout nor a row
             # limit (engine.py); the backend reads them from here
             limits = account.limits
             with con._engine.backend.public_limits(limits.timeout, limits.max_rows + 1) \
                     if public else nullcontext():
-                cur = con.cursor().execute(sql, params, epsilon=epsilon, delta=delta,
-                                           tune=tune)
+                cur = con.cursor().execute(sql, params, tune=tune, **privacy)
             return self._answer(cur, account, dataset)
         except dpsql.BudgetExhaustedError as err:  # the ledger's own checks, in a race
             refusal = self._refusal(err.requested, account, dataset)
@@ -565,17 +570,17 @@ class Service:
         return account
 
     def _check_cost(self, con, account: Analyst, dataset: str, sql: str, params,
-                    epsilon, delta) -> bool:
+                    privacy: dict) -> bool:
         """Refuse a query over the per-query cap or the analyst's remaining share, at the
-        (ε, δ) it will really spend (an accuracy hint or OPTIONS(epsilon=...) can pick ε),
-        before anything runs: planning spends nothing. A stored answer is refused too.
-        True when the statement reads public tables only (it releases nothing)."""
-        if epsilon is not None:
-            positive(epsilon, "epsilon")  # NaN, ∞ and ≤ 0 refused before the checks
-        if delta is not None:
-            probability(delta, "delta")  # NaN, ∞, < 0 and ≥ 1 likewise
+        (ε, δ) it will really spend (an accuracy target, hint or OPTIONS(epsilon=...) can
+        pick ε), before anything runs: planning spends nothing. A stored answer is refused
+        too. True when the statement reads public tables only (it releases nothing)."""
+        if privacy["epsilon"] is not None:
+            positive(privacy["epsilon"], "epsilon")  # NaN, ∞ and ≤ 0 refused before the checks
+        if privacy["delta"] is not None:
+            probability(privacy["delta"], "delta")  # NaN, ∞, < 0 and ≥ 1 likewise
         # connection.py offers no public plan with parameters; the engine's spends nothing
-        release = con._engine.plan(sql, params, epsilon=epsilon, delta=delta).release
+        release = con._engine.plan(sql, params, **privacy).release
         if release is not None and release.loss != PrivacyLoss.zero():
             self._check_fits(release.loss, account, dataset)
         return release is None
@@ -653,28 +658,30 @@ class Service:
                       notes=list(cur.notes), sensitivity=_plain(cur.sensitivity),
                       tuned_bounds=cur.tuned_bounds)
 
-    def describe(self, user: str, dataset: str, sql: str, params=None, *,
-                 default_epsilon=None, default_delta=None,
+    def describe(self, user: str, dataset: str, sql: str, params=None, *, epsilon=None,
+                 delta=None, default_epsilon=None, default_delta=None,
                  dialect: str | None = None) -> list[dict] | None:
         """The columns a statement would answer with (those of ``query``, interval columns
-        included), planned with its parameters as given (NULL where not bound yet): nothing
-        is run or spent. None when it cannot be planned so: its refusal comes at execution."""
+        included), planned with its parameters as given (NULL where not bound yet) and the
+        request's ``epsilon`` and ``delta``: nothing is run or spent. None when it cannot be
+        planned so: its refusal comes at execution."""
         account = self.admit(user, dataset, sql)
         dialect = self.dialect(dataset, dialect)
         with self._slot(user):
             con = self._borrow(account, dataset, default_epsilon, default_delta, dialect)
             try:
-                return _columns(con.describe(sql, params))
+                return _columns(con.describe(sql, params, epsilon=epsilon, delta=delta))
             except dpsql.Error:  # not a query (SET, BEGIN, SHOW ...) or refused: at execution
                 return None
             finally:
                 self._give_back(account, dataset, con)
 
     def explain(self, user: str, dataset: str, sql: str, params=None, *, epsilon=None,
-                delta=None, default_epsilon=None, default_delta=None,
-                dialect: str | None = None, interface: str = "http") -> dict:
-        """The DP plan of a statement or script with its parameters bound: cost, mechanisms,
-        errors; spends nothing."""
+                delta=None, accuracy=None, rho=None, weights=None, default_epsilon=None,
+                default_delta=None, dialect: str | None = None,
+                interface: str = "http") -> dict:
+        """The DP plan of a statement or script with its parameters bound and the request's
+        keywords (``query``'s): cost, mechanisms, errors; spends nothing."""
         try:
             account = self.admit(user, dataset, sql)
             dialect = self.dialect(dataset, dialect)
@@ -683,7 +690,8 @@ class Service:
                 try:
                     # connection.py's explain takes no parameters; the engine's does
                     exact_delta = None if delta is None else probability(delta, "delta")
-                    plan = con._engine.explain(sql, params, epsilon=epsilon, delta=exact_delta)
+                    plan = con._engine.explain(sql, params, epsilon=epsilon, delta=exact_delta,
+                                               accuracy=accuracy, rho=rho, weights=weights)
                 finally:
                     self._give_back(account, dataset, con)
         except (dpsql.Error, ServiceError) as err:

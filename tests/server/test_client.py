@@ -42,14 +42,6 @@ def test_client_params_explain_and_refusal(server):
             con.cursor().execute("SELECT COUNT(*) FROM nowhere")
         with pytest.raises(dpsql.NonAggregateQueryError):
             con.cursor().execute("SELECT uid FROM visits")
-        # what the server does not take per query is refused, not ignored, with nothing spent
-        for call in (lambda: con.execute("SELECT COUNT(*) FROM visits", accuracy=10),
-                     lambda: con.cursor().execute("SELECT COUNT(*) AS n FROM visits",
-                                                  weights={"n": 2}),
-                     lambda: con.explain("SELECT COUNT(*) FROM visits", rho=0.1),
-                     lambda: con.cursor().explain("SELECT COUNT(*) FROM visits", delta=1e-6)):
-            with pytest.raises(dpsql.NotSupportedError, match="ε per query only"):
-                call()
         assert con.budget_remaining == left
 
 
@@ -137,37 +129,6 @@ def test_a_calls_epsilon_that_the_statements_clause_contradicts_is_refused(serve
             con.cursor().execute(sql, epsilon=0.02)
         assert con.budget_remaining.epsilon == left
         assert con.cursor().execute(sql, epsilon=0.03).epsilon_spent == Fraction(3, 100)
-
-
-def test_a_calls_delta_is_refused_with_where_the_statement_gives_it(tmp_path):
-    """The refusal said the server takes ε only, though OPTIONS(delta=...) in the statement
-    is read and charged: the hint names the clause, and following it releases the keys."""
-    import yaml
-    from server_harness import start_server, write_config
-
-    config = write_config(tmp_path, analysts=["alice"])
-    raw = yaml.safe_load(config.read_text())
-    raw["analysts"]["alice"]["budgets"]["visits"]["delta"] = 1e-6
-    config.write_text(yaml.safe_dump(raw))
-    running = start_server(tmp_path, config)
-    try:
-        with dpsql.connect(running.url("alice")) as con:
-            keys = "SELECT amount, COUNT(*) AS n FROM visits GROUP BY amount"
-            with pytest.raises(dpsql.NotSupportedError) as info:
-                con.cursor().execute(keys, epsilon=0.2, delta=1e-7)
-            assert "OPTIONS(epsilon=0.5, delta=1e-6)" in info.value.hint
-            with pytest.raises(dpsql.NotSupportedError) as info:
-                con.cursor().execute(keys, accuracy=5)
-            assert "/* dpsql: ci95 <= 2 */" in info.value.hint
-            with pytest.raises(dpsql.PrivateGroupKeysError):
-                con.cursor().execute(keys, epsilon=0.2)
-            assert con.budget_remaining == dpsql.PrivacyLoss(1, Fraction(1, 10**6))
-            cur = con.cursor().execute(keys.replace(
-                "SELECT", "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=0.2, delta=1e-7)"))
-            assert cur.epsilon_spent == Fraction(1, 5)
-            assert con.budget_remaining.delta == Fraction(9, 10**7)
-    finally:
-        running.stop()
 
 
 def test_a_ci95_hint_wins_over_the_session_epsilon_but_not_a_calls(server):

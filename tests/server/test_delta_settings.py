@@ -148,6 +148,6 @@ def test_a_refused_http_delta_is_coded_and_spends_nothing(server, body):
 def test_the_unknown_key_hint_no_longer_says_delta_goes_in_the_sql(server):
     r = httpx.post(server.http + "/api/v1/datasets/visits/query", auth=("erin",
                                                                         password("erin")),
-                   json={"sql": KEYS, "weights": {"n": 2}})
+                   json={"sql": KEYS, "wieghts": {"n": 2}})
     assert r.status_code == 400 and "delta" in r.json()["hint"]
     assert "OPTIONS(delta" not in r.json()["hint"]

@@ -67,9 +67,10 @@ def test_http_errors_have_codes(server):
         assert r.status_code == 400
         # a key the API does not take would be ignored: refused, naming it
         r = http.post("/api/v1/datasets/visits/query",
-                      json={"sql": "SELECT COUNT(*) AS n FROM visits", "weights": {"n": 2}})
-        assert r.status_code == 400 and "weights" in r.json()["error"]
-        assert "dpsql: weights" in r.json()["hint"]
+                      json={"sql": "SELECT COUNT(*) AS n FROM visits", "wieghts": {"n": 2}})
+        assert r.status_code == 400 and "wieghts" in r.json()["error"]
+        assert "accuracy, delta, dialect, epsilon, params, sql, tune, weights" in \
+            r.json()["hint"]
         # ε beyond a float (JSON 1e309 reads as inf) is a bad parameter, not a server failure
         spent = http.get("/api/v1/budget").json()["visits"]["spent"]["epsilon"]
         for epsilon in (b"1e309", b"-1e309"):
