@@ -248,18 +248,21 @@ class RemoteConnection(ConnectionBase):
             if given:
                 self._simple("RESET dpsql.call")
 
-    def _run(self, sql: str, parameters, keywords: dict) -> tuple[list[tuple], dict | None]:
-        """The rows and the release of ``sql`` (None unless it is a SELECT), run with the
-        call's privacy ``keywords``."""
+    def _run(self, sql: str, parameters, keywords: dict,
+             prefix: str = "") -> tuple[list[tuple], dict | None]:
+        """The rows and the release of ``prefix + sql`` (None unless it is a SELECT), run
+        with the call's privacy ``keywords``; ``prefix`` is a command such as EXPLAIN, before
+        which the tokenizer finds no ``?`` (it reads a command's rest as one text)."""
         self._check_open()
         _one_statement(sql)
         with self._called(keywords):
             try:
                 with self._psycopg.RawCursor(self._db) as cur:
                     if parameters:
-                        cur.execute(qmark_to_dollar(sql), list(parameters), prepare=False)
+                        cur.execute(prefix + qmark_to_dollar(sql), list(parameters),
+                                    prepare=False)
                     else:
-                        cur.execute(sql, prepare=False)
+                        cur.execute(prefix + sql, prepare=False)
                     rows = cur.fetchall() if cur.description else []
                     released = (cur.statusmessage or "").startswith("SELECT")
                     shown = [{"name": c.name, "type": "TEXT"} for c in cur.description or ()]
@@ -280,14 +283,14 @@ class RemoteConnection(ConnectionBase):
         """Shortcut: a new cursor's execute()."""
         return self.cursor().execute(operation, parameters, **privacy)
 
-    def explain(self, sql: str, *, epsilon: float | None = None, delta: float | None = None,
-                accuracy: float | None = None, rho: float | None = None,
-                weights: dict[str, float] | None = None) -> dict:
+    def explain(self, sql: str, params=None, *, epsilon: float | None = None,
+                delta: float | None = None, accuracy: float | None = None,
+                rho: float | None = None, weights: dict[str, float] | None = None) -> dict:
         """The server's DP plan: cost, mechanisms, expected error; spends nothing. The
-        keywords are the embedded ``Connection.explain``'s."""
-        lines, _ = self._run("EXPLAIN (FORMAT JSON) " + sql, None, {
+        parameters and keywords are the embedded ``Connection.explain``'s."""
+        lines, _ = self._run(sql, params, {
             "epsilon": epsilon, "delta": delta, "accuracy": accuracy, "rho": rho,
-            "weights": weights})
+            "weights": weights}, prefix="EXPLAIN (FORMAT JSON) ")
         return json.loads("\n".join(line[0] for line in lines))
 
     @property

@@ -405,7 +405,7 @@ class Session:
         if explain is not None:  # the plan, neither run nor charged
             plan = await loop.run_in_executor(
                 self.server.executor, lambda: self.service.explain(
-                    self.user, self.dataset, explain.query, default_epsilon=self.epsilon,
+                    self.user, self.dataset, explain.query, params, default_epsilon=self.epsilon,
                     default_delta=self.delta, dialect=self._dialect(), interface="pg",
                     **self._privacy()))
             lines = json.dumps(plan, indent=2, ensure_ascii=False).splitlines() \

@@ -174,3 +174,15 @@ def test_http_takes_accuracy_and_weights(server, embedded):
                 assert (r.json()["error"], r.json()["hint"]) == (mine.message, mine.hint)
         assert http.get("/api/v1/budget").json()["visits"]["spent"] == before
 
+
+def test_explain_binds_its_parameters(server, embedded):
+    """EXPLAIN over the extended protocol planned its statement without the Bind's values
+    ('the SQL has 1 placeholder(s) (?) but 0 parameter(s) were given'), and the client's
+    explain took no parameters, which the embedded one takes."""
+    sql = "SELECT COUNT(*) AS n FROM visits WHERE region_id = ?"
+    want = embedded.explain(sql, [2], accuracy=100)["epsilon"]
+    with dpsql.connect(server.url("fin")) as con:
+        assert con.explain(sql, [2], accuracy=100)["epsilon"] == want
+    with psycopg.connect(server.dsn("fin"), autocommit=True) as pg:
+        lines = pg.execute("EXPLAIN (FORMAT JSON) " + sql.replace("?", "%s"), [2]).fetchall()
+        assert json.loads("\n".join(line for (line,) in lines))["epsilon"] == 0.25
