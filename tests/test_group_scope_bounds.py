@@ -111,3 +111,18 @@ duck_pairs, extra_on_postgres, neighbours = neighbour_fixtures(
 def test_the_neighbour_contract_holds(neighbours):
     outcomes = nb.contract(neighbours, CONTRACT)
     assert all(o == "released" for row in outcomes for o in row), outcomes
+
+
+def test_a_persons_max_of_an_unbounded_column_names_the_column_not_the_row_count(tmp_path):
+    """The refusal said "it has no bound, since a person may have any number of rows", true
+    of a person's COUNT or SUM only: a MAX stays within its input, which has no bounds."""
+    with _shop(tmp_path, FACTORS) as con:
+        with pytest.raises(dpsql.MissingBoundsError) as refused:
+            con.execute("SELECT AVG(n) AS a FROM (SELECT uid, MAX(uid * 2) AS n FROM visits "
+                        "GROUP BY uid) t", epsilon=1)
+        assert "any number of rows" not in str(refused.value)
+        assert "whose input has no declared bounds" in str(refused.value)
+        with pytest.raises(dpsql.MissingBoundsError) as refused:
+            con.execute("SELECT AVG(n) AS a FROM (SELECT uid, COUNT(*) AS n FROM visits "
+                        "GROUP BY uid) t", epsilon=1)
+        assert "any number of rows" in str(refused.value)

@@ -848,6 +848,14 @@ class _Compiler:
                          if self.relation.columns[c].interval is None
                          and self.relation.columns[c].type in ("int", "float")]
             per_person = next((c for c in unbounded if c.per_person), None)
+            if per_person is not None and per_person.per_person in ("AVG", "MIN", "MAX"):
+                # these stay within their input's bounds: the input has none
+                raise MissingBoundsError(
+                    f"{text} needs bounds on {per_person.label!r}, a {per_person.per_person} "
+                    "of each person's rows in a subquery, whose input has no declared bounds",
+                    sql=self.sql, position=_position(arg),
+                    hint="declare lower and upper for the column it reads in the metadata, or "
+                    f"clamp it here, e.g. {_clamp_example(per_person)}")
             if per_person is not None:
                 raise MissingBoundsError(
                     f"{text} needs bounds on {per_person.label!r}, a {per_person.per_person} "
