@@ -55,6 +55,7 @@ from dpsql.rewrite import (
     part_count,
     person_count_part,
 )
+from dpsql.sensitivity import filter_classes
 
 
 def coefficients(checked: CheckedQuery, parts: list[NoisePart]) -> dict[str, dict[str, float]]:
@@ -139,13 +140,20 @@ def allocate(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction
 
 
 def _split(statements: list[CheckedQuery], epsilon: Fraction, drafts, demand, gaussian: bool,
-           shared: list[list[share.Link | None]]) -> list[list[Fraction]]:
+           shared: list[list[share.Link | None]],
+           partitions: list[tuple[tuple[int, ...], ...]] | None = None
+           ) -> list[list[Fraction]]:
     """``allocate``'s closed-form shares, from the measurements' demands.
 
     Quantiles, measurements no output weighs and the private keys' selection counts (ε/n
     each, in rewrite) keep the even share; the rest of ε is split over the others in
     proportion to their roots (``budget.proportional``), so the measurements spend exactly
-    the release's ε."""
+    the release's ε.
+
+    A statement's FILTER partition (``partitions``, ``_partitions``) spends its share E_π in
+    each class at once: class k costs Σ_{i∈k} A_i/ε_i², least at ε_i ∝ A_i^(1/3) within the
+    class, S_k³/E_π² with S_k = Σ_{i∈k} A_i^(1/3); so the partition weighs as one measurement
+    of demand Σ_k S_k³ (root (Σ_k S_k³)^(1/3)), and each class splits E_π over its own."""
     distinct = sum(part_count(c) for c in statements) - share.duplicates(shared)
     even = epsilon / distinct
     power = 1 / 2 if gaussian else 1 / 3
@@ -153,8 +161,18 @@ def _split(statements: list[CheckedQuery], epsilon: Fraction, drafts, demand, ga
     weighed = [(i, j) for i, parts in enumerate(drafts) for j, _ in enumerate(parts)
                if shared[i][j] is None and (i, j) in roots]
     evens = distinct - len(weighed)
-    portions = dict(zip(weighed, proportional(epsilon - even * evens,
-                                              [roots[key] for key in weighed]), strict=True))
+    parallel = [[[(i, j) for j in members] for members in classes]
+                for i, classes in enumerate(partitions or ()) if classes]
+    inside = {key for classes in parallel for members in classes for key in members}
+    plain = [key for key in weighed if key not in inside]
+    units = proportional(epsilon - even * evens, [roots[key] for key in plain] + [
+        sum(sum(roots[key] for key in members) ** (1 / power) for members in classes) ** power
+        for classes in parallel])
+    portions = dict(zip(plain, units[:len(plain)], strict=True))
+    for classes, budget in zip(parallel, units[len(plain):], strict=True):
+        for members in classes:
+            portions.update(zip(members, proportional(budget, [roots[key] for key in members]),
+                                strict=True))
     shares = [[Fraction(0) if shared[i][j] is not None else portions.get((i, j), even)
                for j, _ in enumerate(parts)] for i, parts in enumerate(drafts)]
     return _shown_as_drawn(shares, shared)
@@ -163,26 +181,38 @@ def _split(statements: list[CheckedQuery], epsilon: Fraction, drafts, demand, ga
 def jointly(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction,
             weights: dict[str, float] | None = None, *,
             shared: list[list[share.Link | None]] | None = None, bounding: str = "per_query"
-            ) -> tuple[list[list[Fraction]], list[joint.Block]]:
+            ) -> tuple[list[list[Fraction]], list[joint.Block | joint.Partition]]:
     """``allocate``'s shares of ε, re-split over the blocks of counts and sums drawn together
     by one ℓ∞ draw per cell (``joint.split``), and those blocks. A block's members come from
     one statement, or from statements that read the same rows the same way (``share.py``'s
     context, bounded alike under ``bounding``). A measurement other statements show takes its
     drawing statement's new share. A family whose blocks hold a member that cannot be drawn
-    at its new share (``_drawable``) keeps the Laplace shares."""
+    at its new share (``_drawable``) keeps the Laplace shares. A statement's FILTER partition
+    (``_partitions``) spends its share in each class at once, and a ``joint.Partition``
+    after the blocks says so to ``joint.joined``, which sets the statement's loss."""
     shared = shared or [[None] * len(measures(c)) for c in statements]
     drafts = _drafts(statements, catalog)
     demand = _demand(statements, catalog, drafts, weights, False, shared)
-    laplace = _split(statements, epsilon, drafts, demand, False, shared)
+    partitions = _partitions(statements, catalog, demand, shared)
+    laplace = _split(statements, epsilon, drafts, demand, False, shared, partitions)
     splits = []  # each family's measurements, their shares re-split and its blocks
     for family, cells in _families(statements, catalog, bounding):
         links = [(i, j) for i in family for j in range(len(drafts[i]))]
         # the family's parts at their shares, named apart (each statement has a p0)
         parts = _priced(links, drafts, laplace, shared)
+        at = {link: k for k, link in enumerate(links)}
+        classes = tuple(tuple(tuple(at[(i, j)] for j in members) for members in partitions[i])
+                        for i in family if partitions[i])
         epsilons, groups = joint.split(parts, {p.column: demand.get(link, 0.0) for p, link
-                                               in zip(parts, links, strict=True)}, cells)
-        splits.append((links, epsilons,
-                       [joint.Block(tuple(links[k] for k in group), cells) for group in groups]))
+                                               in zip(parts, links, strict=True)}, cells, classes)
+        blocks = []
+        for group in groups:
+            drawn, changed = joint.siblings(group, cells, classes)
+            alike = tuple(links[k] for k in group) if len(drawn) > 1 else None
+            blocks += [joint.Block(tuple(links[k] for k in members), changed, alike)
+                       for members in drawn]
+        splits.append((links, epsilons, blocks))
+    parallel = [joint.Partition(i, classes) for i, classes in enumerate(partitions) if classes]
     while True:
         shares = [list(mine) for mine in laplace]
         for links, epsilons, _ in splits:
@@ -191,8 +221,26 @@ def jointly(statements: list[CheckedQuery], catalog: Catalog, epsilon: Fraction,
         shares = _shown_as_drawn(shares, shared)
         drawable = [_drawable(blocks, statements, catalog, shares) for _, _, blocks in splits]
         if all(drawable):
-            return shares, [block for _, _, blocks in splits for block in blocks]
+            return shares, [block for _, _, blocks in splits for block in blocks] + parallel
         splits = [s for s, ok in zip(splits, drawable, strict=True) if ok]
+
+
+def _partitions(statements: list[CheckedQuery], catalog: Catalog, demand,
+                shared: list[list[share.Link | None]]) -> list[tuple[tuple[int, ...], ...]]:
+    """Each statement's FILTER partition (``sensitivity.filter_classes``) of the
+    measurements it pays for and some output weighs, which ``_split`` and ``joint.split``
+    give one share to spend in every class: classes left empty are dropped, and fewer than
+    two make none (the others, as every measurement of a statement without one, spend in
+    sequence)."""
+    found = []
+    for i, checked in enumerate(statements):
+        classes = filter_classes([(m.role, m.arg) for m in measures(checked)],
+                                 grouped=bool(checked.keys), neighbouring=catalog.neighbouring)
+        kept = tuple(k for k in (tuple(j for j in members if shared[i][j] is None
+                                       and demand.get((i, j), 0.0) > 0) for members in classes)
+                     if k)
+        found.append(kept if len(kept) > 1 else ())
+    return found
 
 
 def _drawable(blocks: list[joint.Block], statements: list[CheckedQuery], catalog: Catalog,

@@ -33,6 +33,20 @@ most D_j/(F·R): their members may form one block, with the argument above uncha
 first statement to release such a block draws it for every group; the others add their
 coordinates of the same draws (``release.py``).
 
+A statement's FILTER partition (``sensitivity.filter_classes``: its counts and sums in
+classes whose FILTERs no row meets together) indexes cells a second way. Each of a person's
+rows lies in one class and moves only that class's members of its cell, by at most
+D_j/(F·R), so Σ N(d_(c,k)) ≤ 1 over the (cell, class) pairs, of which a person can change
+C·K for K classes (their rows may lie in every class: nothing keeps a person in one). A run
+of the partition's units (one member a class, ``split``) is drawn as one block a class, all
+at one ε and one resolution L (``Block.alike``): Σ N_L(d_(c,k)) ≤ (L + C·K − 1)/L, and the K
+draws at ε·L/(L + C·K − 1) lose ε together, one share for every class as a block's is for
+every cell. Draws at different resolutions, or some by ℓ∞ and some by Laplace, would not
+add up so, hence the least resolution of the run, and Laplace draws throughout where one of
+its blocks cannot be drawn (Laplace losses add over the classes by the shares of the
+person's rows: ``sensitivity.filter_classes``). A class's members are never drawn with
+other measurements, which all of a person's rows move.
+
 The Gaussian (zCDP) path draws no blocks: for noise N(0, Σ) and changes anywhere in the box
 |d_j| ≤ D_j, ρ = max dᵀΣ⁻¹d/2 is at least its average over the box's corners,
 Σ_j D_j²(Σ⁻¹)_jj/2 ≥ Σ_j D_j²/(2Σ_jj), the cost of independent draws of the same variances.
@@ -51,7 +65,7 @@ from dpsql.errors import InternalError
 from dpsql.mechanisms.calibrate import LINF_MAX_LEVELS, linf_levels
 from dpsql.mechanisms.samplers import linf_kept
 from dpsql.plan import CheckedQuery, Joint, NoisePart, StatementPlan
-from dpsql.sensitivity import contribution_bounds
+from dpsql.sensitivity import contribution_bounds, partitioned_loss
 
 ROLES = ("count", "sum", "sumsq")
 MAX_MEMBERS = 8  # per block
@@ -107,21 +121,36 @@ def noise_epsilon(epsilon: Fraction, chosen: int, cells: int) -> Fraction:
 @dataclass(frozen=True, slots=True)
 class Block:
     """Measurements of a release drawn together: (statement, position) of each member, in
-    the draw's coordinate order, and C, the cells one person can change in each of them."""
+    the draw's coordinate order, and C, the cells one person can change in each of them.
+    Blocks with one ``alike`` key (the classes of one FILTER partition's run, ``split``) are
+    drawn at one resolution, the least any of them takes, or all as Laplace draws."""
 
     members: tuple[tuple[int, int], ...]
     cells: int
+    alike: object = None
 
 
-def joined(plans: tuple[StatementPlan, ...], blocks: list[Block]
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """A statement's measurements in classes that spend its ε side by side (its FILTER
+    partition, ``sensitivity.filter_classes``, as ``allocate.jointly`` split ε over it): the
+    statement loses what its other measurements spend and the most one class spends."""
+
+    statement: int
+    classes: tuple[tuple[int, ...], ...]
+
+
+def joined(plans: tuple[StatementPlan, ...], blocks: list[Block | Partition]
            ) -> tuple[StatementPlan, ...]:
     """The plans with the members of each block marked ``linf``, and so are the measurements
     other statements show from a member (``share.py``: the same quantity, drawn once), so that
-    their intervals are the block's marginals.
+    their intervals are the block's marginals; each statement with a ``Partition`` loses the
+    ε that partition says (``sensitivity.partitioned_loss``).
 
     Each statement holding a member or showing one gets its view of the block's ``Joint``: its
     own parts and those it shows named by its columns, the others as ``statement k, pN``.
-    A block that cannot be drawn (``resolution`` is None) stays as separate Laplace draws.
+    A block that cannot be drawn (``resolution`` is None) stays as separate Laplace draws, and
+    so do the blocks ``alike`` it.
     """
     plans = list(plans)
     showing: dict[str, list[tuple[int, str]]] = {}  # shared id -> (statement, column) showing it
@@ -129,15 +158,26 @@ def joined(plans: tuple[StatementPlan, ...], blocks: list[Block]
         for p in plan.parts:
             if p.shared is not None and not p.paid:
                 showing.setdefault(p.shared, []).append((t, p.column))
-    for b in blocks:
+    drawn = [b for b in blocks if isinstance(b, Block)]
+    levels = []
+    for b in drawn:
         parts = [plans[s].parts[j] for s, j in b.members]
         if not all(_eligible(p) for p in parts):
             raise InternalError("a block to draw together holds a measurement that cannot be")
-        radii = tuple(p.sensitivity / p.grid for p in parts)
-        epsilon = sum((p.epsilon for p in parts), Fraction(0))
-        level = resolution(radii, epsilon, b.cells)
+        levels.append(resolution(tuple(p.sensitivity / p.grid for p in parts),
+                                 sum((p.epsilon for p in parts), Fraction(0)), b.cells))
+    common: dict = {}  # alike key -> the least level of its blocks, None if one has none
+    for b, level in zip(drawn, levels, strict=True):
+        if b.alike is not None:
+            known = common.get(b.alike, level)
+            common[b.alike] = None if known is None or level is None else min(known, level)
+    for b, level in zip(drawn, levels, strict=True):
+        level = level if b.alike is None else common[b.alike]
         if level is None:
             continue
+        parts = [plans[s].parts[j] for s, j in b.members]
+        radii = tuple(p.sensitivity / p.grid for p in parts)
+        epsilon = sum((p.epsilon for p in parts), Fraction(0))
         drawn_by = {s for s, _ in b.members}
         key = f"block of {_label(b.members[0][0], parts[0].column)}" if len(drawn_by) > 1 \
             else None
@@ -161,6 +201,11 @@ def joined(plans: tuple[StatementPlan, ...], blocks: list[Block]
             plans[t] = replace(plans[t], parts=tuple(
                 replace(p, mechanism="linf", joint=views[p.column]) if p.column in views else p
                 for p in plans[t].parts))
+    for partition in (b for b in blocks if isinstance(b, Partition)):
+        plan = plans[partition.statement]
+        spent = partitioned_loss([p.epsilon if p.paid else Fraction(0) for p in plan.parts],
+                                 partition.classes)
+        plans[partition.statement] = replace(plan, loss=replace(plan.loss, epsilon=spent))
     return tuple(plans)
 
 
@@ -169,7 +214,8 @@ def _label(statement: int, column: str) -> str:
     return f"statement {statement + 1}, {column}"
 
 
-def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None
+def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None,
+          classes: tuple[tuple[tuple[int, ...], ...], ...] = ()
           ) -> tuple[list[Fraction], tuple[tuple[int, ...], ...]]:
     """The parts' ε re-split over blocks, and the blocks of two or more drawn together.
 
@@ -184,17 +230,53 @@ def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None
     Laplace allocation, one block the ℓ∞ draw of every member. The members' ε, E in all, is
     split accordingly (``budget.proportional``; a block's members share its ε evenly); the
     other parts keep theirs, and so do all parts when no block wins.
+
+    ``classes`` are FILTER partitions of some members (``allocate._partitions``: each a
+    tuple of classes of positions, which spend one share side by side). A partition whose
+    classes have as many members each is split as units of one member a class (paired in
+    the order of their roles and demands), each unit at one ε in every class and with the
+    demand of its members together; runs of its units are taken apart from the other
+    members, and one of two or more is drawn as one block a class with C·K cells (a tuple
+    here holds them all: ``siblings``; the module docstring says why). A partition whose
+    classes differ in size keeps its Laplace shares.
     """
     epsilons = [p.epsilon for p in parts]
     chosen = [i for i in eligible(parts) if demand.get(parts[i].column, 0.0) > 0]
     if cells is None or len(chosen) < 2:
         return epsilons, ()
-    total = sum((epsilons[i] for i in chosen), Fraction(0))
-    radii = {i: parts[i].sensitivity / parts[i].grid for i in chosen}
+    units: list[tuple[int, ...]] = []  # one member, or one member of each class of a partition
+    kinds: dict[int | None, list[int]] = {None: []}  # units by partition (None: none)
+    total = Fraction(0)
+    taken = {i for partition in classes for members in partition for i in members}
+    for k, partition in enumerate(classes):
+        ordered = [sorted(members, key=lambda i: (ROLES.index(parts[i].role),
+                                                  -demand.get(parts[i].column, 0.0), i))
+                   for members in partition]
+        if len({len(m) for m in ordered}) != 1 or \
+                not all(i in chosen for members in ordered for i in members):
+            continue
+        kinds[k] = list(range(len(units), len(units) + len(ordered[0])))
+        units += list(zip(*ordered, strict=True))
+        total += min(sum((epsilons[i] for i in m), Fraction(0)) for m in ordered)
+    for i in chosen:
+        if i not in taken:
+            kinds[None].append(len(units))
+            units.append((i,))
+            total += epsilons[i]
+    radii = {i: parts[i].sensitivity / parts[i].grid for unit in units for i in unit}
+    wanted = [sum(demand[parts[i].column] for i in unit) for unit in units]
+
+    def cells_of(group: tuple[int, ...]) -> int:
+        kind = next(k for k, members in kinds.items() if group[0] in members)
+        return cells if kind is None else cells * len(classes[kind])
+
+    def boxes(group: tuple[int, ...]) -> list[tuple[Fraction, ...]]:  # one draw a class
+        return [tuple(radii[units[u][c]] for u in group) for c in range(len(units[group[0]]))]
 
     @functools.cache
     def level(group: tuple[int, ...]) -> int | None:
-        return resolution(tuple(radii[i] for i in group), total, cells)
+        found = [resolution(box, total, cells_of(group)) for box in boxes(group)]
+        return None if None in found else min(found)
 
     @functools.cache
     def weight(group: tuple[int, ...]) -> float:
@@ -203,23 +285,27 @@ def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None
         else:
             if level(group) is None:
                 return math.inf
-            loss = (level(group) + cells - 1) / level(group)
+            loss = (level(group) + cells_of(group) - 1) / level(group)
             factor = (len(group) + 1) * (len(group) + 2) / 3 * loss * loss
-        return (sum(demand[parts[i].column] for i in group) * factor) ** (1 / 3)
+        return (sum(wanted[u] for u in group) * factor) ** (1 / 3)
 
     def costly(group: tuple[int, ...], share: Fraction) -> bool:  # as ``joined`` will draw it
-        radii_of = tuple(radii[i] for i in group)
-        level_at = resolution(radii_of, share, cells)
-        return level_at is None or len(group) / linf_kept(
-            radii_of, level_at, noise_epsilon(share, level_at, cells)) > MAX_DRAW_COST
+        for box in boxes(group):
+            level_at = resolution(box, share, cells_of(group))
+            if level_at is None or len(group) / linf_kept(
+                    box, level_at, noise_epsilon(share, level_at, cells_of(group))) \
+                    > MAX_DRAW_COST:
+                return True
+        return False
 
     # the best partition, its blocks of more than four members checked for their cost at
     # their share of ε (which takes a few ms a block, so only the chosen ones are), again
-    # without those too costly
+    # without those too costly; a partition's units run apart from the other members
     barred: set[tuple[int, ...]] = set()
     while True:
-        best = _best_runs(sorted(chosen, key=lambda i: -demand[parts[i].column]),
-                          lambda g: math.inf if g in barred else weight(g))
+        best = tuple(group for members in kinds.values() for group in _best_runs(
+            sorted(members, key=lambda u: -wanted[u]),
+            lambda g: math.inf if g in barred else weight(g)))
         shares = proportional(total, [weight(g) for g in best])
         costly_ones = {g for g, share in zip(best, shares, strict=True)
                        if len(g) > CHEAP_MEMBERS and costly(g, share)}
@@ -229,9 +315,23 @@ def split(parts: list[NoisePart], demand: dict[str, float], cells: int | None
     if all(len(g) == 1 for g in best):  # the Laplace allocation stands as it was
         return epsilons, ()
     for group, share in zip(best, shares, strict=True):
-        for i in group:
-            epsilons[i] = share / len(group)
-    return epsilons, tuple(g for g in best if len(g) > 1)
+        for u in group:
+            for i in units[u]:
+                epsilons[i] = share / len(group)
+    return epsilons, tuple(tuple(sorted(i for u in g for i in units[u]))
+                           for g in best if len(g) > 1)
+
+
+def siblings(group: tuple[int, ...], cells: int,
+             classes: tuple[tuple[tuple[int, ...], ...], ...]
+             ) -> tuple[list[tuple[int, ...]], int]:
+    """The blocks a group ``split`` returns is drawn as, and their C: the group itself, or
+    one block a class of the FILTER partition it comes from, with C·K cells."""
+    for partition in classes:
+        if group[0] in {i for members in partition for i in members}:
+            return [tuple(i for i in group if i in members) for members in partition], \
+                cells * len(partition)
+    return [group], cells
 
 
 def _best_runs(order: list[int], weight) -> tuple[tuple[int, ...], ...]:

@@ -8,9 +8,13 @@ derives every formula; ``sensitivity-cases.md`` lists the reference values.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 
 from dpsql.catalog import TableSpec
+from dpsql.compile.disjoint import Prover, guard
+
+PARTITIONED_ROLES = ("count", "sum", "sumsq")
 
 
 def contribution_bounds(table: TableSpec, domain_size: int | None) -> tuple[int, int]:
@@ -103,3 +107,67 @@ def sum_sensitivity(table: TableSpec, lower: Fraction, upper: Fraction, *, group
         # contributes a value in {0} ∪ [L, U]: U − L only when 0 lies in [L, U]
         return rows * (max(upper, Fraction(0)) - min(lower, Fraction(0)))
     return rows * magnitude
+
+
+def filter_classes(measured: Sequence[tuple[str, object]], *, grouped: bool,
+                   neighbouring: str) -> tuple[tuple[int, ...], ...]:
+    """A statement's FILTER partition: its counts, sums and sums of squares (``measured``:
+    (role, IR input) of each measurement, in order) in classes whose FILTER conditions no
+    row meets together (``compile.disjoint``), the positions of each class, when there are
+    two or more; () otherwise. Every other measurement is in no class.
+
+    Privacy. Each of a person's rows lies in at most one class. Every partial of a person's
+    (person, cell) pair is scaled by one factor, L∞ over their rows in the cell (and all
+    their partials by R over their kept rows: ``compile.per_person``; a snapshot keeps at
+    most L∞ rows a cell, row privacy one row a person), so a person's rows act as at most
+    L0·L∞ (R) weighted rows over all cells and classes. Measurement i moves by at most its
+    per-row bound b_i = Δ_i/(F·R) (``sensitivity.py``: F = 2 for grouped replace, else 1)
+    per weighted row, so with w_k the share of the person's weighted rows (both sides' under
+    replace) in class k, ‖d_i‖₁ ≤ w_k·Δ_i for i in class k and Σ_k w_k ≤ 1. Laplace noise
+    at ε_i loses ε_i·‖d_i‖₁/Δ_i, so the classes together lose Σ_k w_k·Σ_{i∈k} ε_i ≤
+    max_k Σ_{i∈k} ε_i: each class may spend the partition's whole share, as the cells of a
+    GROUP BY do, whether or not a person's rows all fall in one class (columns of one value
+    a person), and whether or not the data keep to the metadata. Without GROUP BY under
+    replace the old and the new person may fall in two classes, each changing its class by
+    up to Δ_i (whose scalar form counts one side), so there is no partition there. COUNT
+    (DISTINCT) and quantiles are bounded otherwise and are never in a class."""
+    if neighbouring == "replace" and not grouped:
+        return ()
+    guarded = [(i, condition) for i, (role, arg) in enumerate(measured)
+               if role in PARTITIONED_ROLES and (condition := guard(arg)) is not None]
+    conditions: list = []  # distinct conditions (compared, never hashed), and each one's
+    of = {}
+    for i, condition in guarded:
+        found = next((k for k, c in enumerate(conditions) if c == condition), None)
+        if found is None:
+            found = len(conditions)
+            conditions.append(condition)
+        of[i] = found
+    # components of "some row may meet both" (``Prover``: unsure past its steps, is yes)
+    component = list(range(len(conditions)))
+
+    def root(k: int) -> int:
+        while component[k] != k:
+            k = component[k]
+        return k
+
+    prover = Prover()
+    for a in range(len(conditions)):
+        for b in range(a):
+            if root(a) != root(b) and not prover.disjoint(conditions[a], conditions[b]):
+                component[root(a)] = root(b)
+    classes: dict[int, list[int]] = {}
+    for i, _ in guarded:
+        classes.setdefault(root(of[i]), []).append(i)
+    return tuple(map(tuple, classes.values())) if len(classes) > 1 else ()
+
+
+def partitioned_loss(epsilons: Sequence[Fraction], classes: tuple[tuple[int, ...], ...]
+                     ) -> Fraction:
+    """The ε a statement's measurements at ``epsilons`` (0 for one it does not pay) lose
+    together: the sum over those in no class, plus the most any class of its FILTER
+    partition spends (``filter_classes``)."""
+    inside = {i for members in classes for i in members}
+    return sum((e for i, e in enumerate(epsilons) if i not in inside), Fraction(0)) + max(
+        (sum((epsilons[i] for i in members), Fraction(0)) for members in classes),
+        default=Fraction(0))
