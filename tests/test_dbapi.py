@@ -271,12 +271,12 @@ def test_a_cursor_with_intervals_carries_them_as_columns_as_a_server_sends_them(
 
 
 def test_an_accuracy_target_picks_its_epsilon_without_a_cap_and_explain_says_it_first():
-    """ana2: accuracy=500 'silently chose ε 3' on MovieLens. It is the smallest ε meeting
-    ±500 (Δ 500), as python-api.md says, not a cap; explain shows it and whether it fits
-    (the embedded explain had no fits_budget)."""
+    """ana2: accuracy=500 'silently chose ε 3' on MovieLens (then Δ 500). It is the smallest
+    ε meeting the target, as python-api.md says (±300 at Δ 300: ε 3), not a cap; explain
+    shows it and whether it fits (the embedded explain had no fits_budget)."""
     sql = "SELECT rating, COUNT(*) AS n FROM ratings GROUP BY rating"
     con = dpsql.connect(metadata="data/datasets/movielens.yaml", ledger=":memory:")
-    plan = con.explain(sql, accuracy=500)
+    plan = con.explain(sql, accuracy=300)
     assert plan["epsilon"] == 3.0 and plan["fits_budget"]
-    assert plan["statements"][0]["sensitivity"] == 500
-    assert not con.explain(sql, accuracy=100)["fits_budget"]  # ε 15 of a budget of 10
+    assert plan["statements"][0]["sensitivity"] == 300
+    assert not con.explain(sql, accuracy=50)["fits_budget"]  # ε 17.8 of a budget of 10

@@ -6,7 +6,7 @@ them as their joint domain, not the product of their domains (``select._key_tupl
   i.item <= 6, releases the 6 films SQL gives (9,984 cells before: 6 items × 1,664 titles);
   GROUP BY i.item, i.title, i.release answers 1,681 films where the product's 671,723,520
   cells were refused; a private key with declared values (r.rating) keeps the product with
-  the tuples; the ratings' item entry (200 × 1) applies to i.item, i.title where ON equates
+  the tuples; the ratings' item entry (100 × 1) applies to i.item, i.title where ON equates
   i.item to r.item and the catalogue holds an item once;
 - the tuples are read from the public table, narrowed by the WHERE conjuncts reading it
   alone, and beside a LEFT JOIN include the keys of its row of NULLs; one key takes them
@@ -118,12 +118,13 @@ def test_one_key_takes_the_values_of_the_rows_the_where_keeps(movielens):
 
 def test_the_item_entry_bounds_item_and_title_of_one_catalogue_row(movielens):
     """ON r.item = i.item and one row an item: a person's ratings of an item lie in one
-    (item, title) cell, so the entry's 200 × 1 applies (the table's 5 × 100 before): COUNT's
-    sensitivity is 6 over 6 films (500 before) and Star Wars counts its 583 ratings."""
+    (item, title) cell, so the entry's 100 × 1 applies (the table's bounds before, then 5 ×
+    100): COUNT's sensitivity is 6 over 6 films (500 before) and Star Wars counts its 583
+    ratings."""
     con, _ = movielens
     plan = _planned(con, FILMS)
     assert (plan.checked.table.max_groups_per_unit, plan.checked.table.max_rows_per_group) == \
-        (200, 1)
+        (100, 1)
     assert plan.parts[0].sensitivity == 6
     star_wars = FILMS.replace("i.item <= 6", "i.title LIKE 'Star Wars%'")
     assert con.cursor().execute(star_wars, epsilon=EXACT).fetchall() == \

@@ -478,4 +478,4 @@ def test_movielens_declares_its_per_item_entry():
     meta = Path(__file__).parents[1] / "data" / "datasets" / "movielens.yaml"
     [entry] = load_catalog(meta).table("ratings").key_bounds
     assert (entry.columns, entry.max_groups_per_unit, entry.max_rows_per_group) == \
-        (("item",), 200, 1)
+        (("item",), 100, 1)

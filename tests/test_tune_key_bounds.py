@@ -19,7 +19,8 @@ PAIR_ENTRY = {"columns": ["item", "rating"], "max_groups_per_unit": 4, "max_rows
 
 def ratings_metadata(folder, people: int = 2000, **table) -> dict:
     """2,000 persons who each rate 1 to 20 distinct items once (as the item entry declares),
-    under the table's 5 × 100 (MovieLens' shape); ``table`` overrides keys of the table."""
+    under the table's 5 × 100 (MovieLens' shape before its 8 × 300 with 300 rows in all);
+    ``table`` overrides keys of the table."""
     rng = np.random.default_rng(11)
     rows = [(u, int(item), int(rng.integers(1, 6))) for u in range(people)
             for item in rng.choice(np.arange(1, ITEMS + 1), rng.integers(1, 21), replace=False)]
