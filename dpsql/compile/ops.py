@@ -87,6 +87,22 @@ def build(node: exp.Expression, scope: Scope) -> Expr:
     return builder(node, scope)
 
 
+# an aggregated input's bounds past it are refused: sums of doubles stop being exact, and a
+# sum of one person's rows could pass a double's range (PostgreSQL then fails: a leak)
+MAX_BOUND = 10**15
+
+
+def refuse_inexact(interval: Interval, text: str, sql: str | None) -> None:
+    """Refuse the input of the aggregate ``text`` when its bounds pass ``MAX_BOUND``."""
+    reach = max(abs(interval.lower), abs(interval.upper))
+    if reach > MAX_BOUND:
+        digits = len(str(reach.numerator // reach.denominator)) - 1
+        raise ProgrammingError(
+            f"{text}: the bounds of its input reach about 1e{digits}, beyond 1e15, where sums "
+            "of doubles stop being exact", sql=sql,
+            hint="rescale the column (for example to thousands) or clamp it")
+
+
 def refuse_unread(node: exp.Expression, reads: frozenset[str], sql: str | None) -> None:
     """Refuse ``node`` when sqlglot set an argument outside ``reads``, naming it: the
     compiler reads SQL through allow-lists (``READS``, and the clause lists of scope.py and

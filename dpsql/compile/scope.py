@@ -328,6 +328,7 @@ class GroupScope:
                 f"{text} of a person's rows needs bounds on its input", sql=self.sql,
                 hint="declare lower and upper for the column in the metadata, or clamp it in "
                 "the subquery with LEAST(GREATEST(x, low), high)")
+        ops.refuse_inexact(x.interval, text, self.sql)
         clamped = _clamp(x, x.interval, self)
         if isinstance(node, exp.Sum):
             return "sum", clamped, ColumnInfo("", "float", None, None, x.nullable, text,

@@ -82,7 +82,6 @@ from dpsql.plan import (
 )
 
 NOISY_FRAME = "__noisy"
-MAX_BOUND = 10**15
 SPREADS = {exp.Variance: "var_samp", exp.VariancePop: "var_pop", exp.Stddev: "stddev_samp",
            exp.StddevSamp: "stddev_samp", exp.StddevPop: "stddev_pop"}
 QUANTILES = (exp.Median, exp.PercentileCont, exp.PercentileDisc, exp.Quantile, exp.Min, exp.Max)
@@ -875,13 +874,7 @@ class _Compiler:
                 sql=self.sql, position=_position(arg),
                 hint="declare lower and upper for the column in the metadata, or clamp it in "
                 "the query with LEAST(GREATEST(col, low), high)")
-        reach = max(abs(interval.lower), abs(interval.upper))
-        if reach > MAX_BOUND:
-            digits = len(str(reach.numerator // reach.denominator)) - 1
-            raise ProgrammingError(
-                f"{text}: the bounds of its input reach about 1e{digits}, beyond 1e15, where "
-                "sums of doubles stop being exact",
-                sql=self.sql, hint="rescale the column (for example to thousands) or clamp it")
+        ops.refuse_inexact(interval, text, self.sql)
         return built
 
     def _covariance(self, node: exp.AggFunc, name: str, text: str) -> Aggregate:
