@@ -144,6 +144,11 @@ def noisy_result(release: dict, rows: list[tuple]) -> NoisyResult:
     flagged ``interval_of`` become the result's intervals (a quantile's are None, which the
     server does not send as columns)."""
     columns = release.get("columns") or []
+    whole = {i for i, c in enumerate(columns) if c["type"] == "BIGINT"}
+    if any(isinstance(row[i], Decimal) for row in rows for i in whole):
+        # a BIGINT past int8 comes typed numeric (the server's pgtypes.oid): an int embedded
+        rows = [tuple(int(v) if isinstance(v, Decimal) and i in whole else v
+                      for i, v in enumerate(row)) for row in rows]
     main = [i for i, c in enumerate(columns) if not c.get("interval_of")]
     ends: dict[str, list[int]] = {}
     for i, column in enumerate(columns):

@@ -32,18 +32,41 @@ NAMES = {BOOL: "boolean", INT8: "bigint", INT4: "integer", TEXT: "text",
 EPOCH_DAY = date(2000, 1, 1).toordinal()  # PostgreSQL's dates and timestamps count from it
 EPOCH, MICROSECOND = datetime(2000, 1, 1), timedelta(microseconds=1)
 _INT8, _INT4, _DOUBLE = struct.Struct("!q"), struct.Struct("!i"), struct.Struct("!d")
+# the integer types' values, narrowest first: a column is announced as the first that holds
+# all of its values, or as numeric
+_INTEGER_RANGES = {INT4: range(-2**31, 2**31), INT8: range(-2**63, 2**63)}
 
 
 def oid(column: dict, rows: list, index: int) -> int:
-    """The oid of an answer's column: its type's, else (a type without one, such as a NULL
+    """The oid of an answer's column: its type's, widened for an integer column whose
+    values it cannot hold (``_integer_oid``), else (a type without one, such as a NULL
     literal's 'null') that of its first value that is not NULL; text when all are."""
     found = OIDS.get(str(column.get("type", "")).upper())
+    if found in _INTEGER_RANGES:
+        return _integer_oid(found, (row[index] for row in rows))
     if found is not None:
         return found
     value = next((row[index] for row in rows if row[index] is not None), None)
     if isinstance(value, bool):
         return BOOL
     return INT8 if isinstance(value, int) else FLOAT8 if isinstance(value, float) else TEXT
+
+
+def _integer_oid(declared: int, values) -> int:
+    """An integer column's oid: ``declared`` (int4 or int8) while it holds every value, else
+    the narrowest wider type that does, bigint then numeric. A BIGINT of arithmetic on
+    aggregates (its interval's ends, ``COUNT(*) * 9223372036854775807``) can pass int8:
+    announced as bigint, its binary form failed after the release was charged, and text
+    clients read as a bigint what is none."""
+    widest = declared
+    for value in values:
+        if value is None or (type(value) is int and value in _INTEGER_RANGES[widest]):
+            continue
+        if type(value) is int and value in _INTEGER_RANGES[INT8]:
+            widest = INT8
+        else:
+            return NUMERIC
+    return widest
 
 
 def float8(value: float) -> str:

@@ -104,15 +104,24 @@ def _row_description(columns: list[dict], oids: list[int], formats: list[int]) -
     return _message(b"T", b"".join(parts))
 
 
-def _data_rows(rows: list, oids: list[int], formats: list[int]) -> bytes:
-    """DataRows of ``rows``, each value in its column's format (text: 0, binary: 1)."""
+def _data_rows(result: _Result, end: int, formats: list[int]) -> bytes:
+    """DataRows of ``result``'s rows from the next to send up to ``end``, each value in its
+    column's format (text: 0, binary: 1); a value that cannot be written so refuses them
+    all (``_Result.unsendable``)."""
     encoders = [pgtypes.text if fmt == 0 else partial(pgtypes.binary, type_oid=oid)
-                for oid, fmt in zip(oids, formats, strict=True)]
+                for oid, fmt in zip(result.oids, formats, strict=True)]
     out = []
-    for row in rows:
+    for row in result.rows[result.sent:end]:
         parts = [struct.pack("!H", len(row))]
-        for value, encode in zip(row, encoders, strict=True):
-            data = encode(value)
+        for column, (value, encode) in enumerate(zip(row, encoders, strict=True)):
+            try:
+                data = encode(value)
+            except (struct.error, ValueError, TypeError, OverflowError, ArithmeticError) as err:
+                log.error("a value of type %s cannot be written as oid %d: %r",
+                          type(value).__name__, result.oids[column], err)
+                raise result.unsendable(column, "holds a value that cannot be written as "
+                                        f"{pgtypes.NAMES.get(result.oids[column], 'text')}"
+                                        ) from None
             parts.append(b"\xff\xff\xff\xff" if data is None else
                          struct.pack("!i", len(data)) + data)
         out.append(_message(b"D", b"".join(parts)))
@@ -155,6 +164,9 @@ _FETCH = re.compile(r"^fetch\s+(?:(forward|next)\s+)?(all|\d{1,18})?\s*(?:from|i
 _CLOSE = re.compile(r"^close\s+" + _NAME + "$", re.IGNORECASE)
 
 
+_BUG = "this is a bug of the server: tell the data owner"
+
+
 @dataclass
 class _Result:
     """What one statement produced: rows (with their columns) or only a command tag."""
@@ -167,6 +179,9 @@ class _Result:
     warnings: list[str] = field(default_factory=list)  # sent as WARNINGs, with the notice
     copy: list[bytes] | None = None  # COPY ... TO STDOUT: its messages, in place of rows
     sent: int = 0  # rows already sent by Executes with a row limit
+    epsilon: float = 0  # what the release of these rows charged (said if they cannot be sent)
+    types: list[int] | None = None  # its columns' oids, when not its own (a FETCH's cursor's)
+    described: bool = False  # its RowDescription was sent: the client knows its oids
 
     @cached_property
     def size(self) -> int:
@@ -176,8 +191,19 @@ class _Result:
 
     @cached_property
     def oids(self) -> list[int]:
-        """Its columns' type oids."""
-        return [pgtypes.oid(column, self.rows, i) for i, column in enumerate(self.columns)]
+        """Its columns' type oids (an integer column's widened to hold its values)."""
+        return self.types or [pgtypes.oid(column, self.rows, i)
+                              for i, column in enumerate(self.columns)]
+
+    def unsendable(self, column: int, why: str, hint: str = _BUG) -> ServiceError:
+        """The refusal of rows that cannot be sent as they are typed (``why``, of the
+        ``column``-th column), saying what their release charged."""
+        charged = f" and ε {self.epsilon:g} was charged" if self.epsilon else ""
+        refusal = ServiceError("data", f"the answer was released{charged}, but its column "
+                               f"{self.columns[column]['name']!r} {why}; its rows were not "
+                               "sent", hint=hint)
+        refusal.epsilon_spent = self.epsilon
+        return refusal
 
 
 class Session:
@@ -438,7 +464,7 @@ class Session:
         result = await self._fixed(copy.query, params or []) or \
             await self._release(copy.query, params)
         names = [column["name"] for column in result.columns]
-        cells = [[None if value is None else pgtypes.text(value).decode() for value in row]
+        cells = [[_copy_text(result, column, value) for column, value in enumerate(row)]
                  for row in result.rows]
         messages = [_message(b"H", struct.pack(f"!bH{len(names)}h", 0, len(names),
                                                *[0] * len(names)))]
@@ -456,7 +482,8 @@ class Session:
                 dialect=self._dialect(), interface="pg", **self._privacy()))
         self.last_release = answer.release()  # sensitivity and tuned_bounds too
         return _Result(f"SELECT {len(answer.rows)}", answer.columns, answer.rows,
-                       answer.notice(self.user), answer.notes, answer.warnings)
+                       answer.notice(self.user), answer.notes, answer.warnings,
+                       epsilon=answer.epsilon_spent)
 
     async def _fixed(self, text: str, params: list | None) -> _Result | None:
         """The server's own answer to what clients send by themselves (``pgcatalog.py``),
@@ -497,7 +524,7 @@ class Session:
                 result.sent + (int(count) if count else 1)
             rows = result.rows[result.sent:end]
             result.sent += len(rows)
-            return _Result(f"FETCH {len(rows)}", result.columns, rows)
+            return _Result(f"FETCH {len(rows)}", result.columns, rows, types=result.oids)
         match = _CLOSE.match(text)
         if match:
             if match.group(1).lower() == "all":
@@ -670,10 +697,13 @@ class Session:
         formats = [] if result.columns is None else _formats(codes, len(result.columns))
         if result.columns is not None and describe:
             out.append(_row_description(result.columns, result.oids, formats))
+            result.described = True
         start = result.sent
         end = len(result.rows) if limit <= 0 else min(start + limit, len(result.rows))
         if result.columns is not None:
-            out.append(_data_rows(result.rows[start:end], result.oids, formats))
+            if not result.described:
+                _check_announced(result)
+            out.append(_data_rows(result, end, formats))
         out.extend(result.copy or ())
         result.sent = end
         if end < len(result.rows):
@@ -711,10 +741,11 @@ class Session:
         for statement in statements:
             try:
                 result = await self.run(statement)
+                messages = self._result_messages(result, describe=True)
             except (ServiceError, Exception) as err:  # noqa: BLE001 - every error is shown
                 await self.send(self._fail(err), flush=False)
                 break
-            await self.send(self._result_messages(result, describe=True), flush=False)
+            await self.send(messages, flush=False)
         await self.send(self._ready())
 
     # --- extended protocol ---------------------------------------------------------------
@@ -794,6 +825,8 @@ class Session:
                 result, codes = self.cursors[name], ()
             else:
                 result, codes = await self._portal_result(name), self.portals[name][4]
+            if result.columns is not None:
+                result.described = True
             await self.send(flush=False, data=_message(b"n") if result.columns is None else
                             _row_description(result.columns, result.oids,
                                              _formats(codes, len(result.columns))))
@@ -915,6 +948,34 @@ class Session:
             if self.counted:
                 self.server.close_session(self.user)
             self.writer.close()
+
+
+def _check_announced(result: _Result) -> None:
+    """Refuse rows whose columns the client was not told the types of with them (an Execute
+    of a portal it did not Describe: asyncpg's, JDBC's) where a column's type was widened
+    to hold its values (``pgtypes.oid``): the statement's Describe announced the declared
+    type, before it ran, and a value of the wider one read as that type is no value."""
+    for i, column in enumerate(result.columns):
+        announced = pgtypes.oid(column, [], i)
+        if result.oids[i] != announced:
+            raise result.unsendable(
+                i, f"holds a value past {pgtypes.NAMES.get(announced, 'its type')}, the type "
+                "Describe announced before the statement ran", hint="ask again at the same ε "
+                "from a client that reads the columns' types with the rows (psql, psycopg, "
+                "the dpsql:// client): the stored answer is given again at no cost, the "
+                "column typed to hold it")
+
+
+def _copy_text(result: _Result, column: int, value) -> str | None:
+    """A value of ``result``'s ``column`` as COPY's text writes it (None: NULL)."""
+    try:
+        written = pgtypes.text(value)
+    except (ValueError, TypeError, ArithmeticError) as err:
+        log.error("a value of type %s cannot be written as text: %r", type(value).__name__,
+                  err)
+        raise result.unsendable(column, "holds a value that cannot be written as text"
+                                ) from None
+    return None if written is None else written.decode()
 
 
 def _check_numbers(order: list[int]) -> None:

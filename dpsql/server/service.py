@@ -82,6 +82,7 @@ ERROR_CODES: dict[str, tuple[str, int]] = {
     "media_type": ("08P01", 415),
     "cross_site": ("42501", 403),
     "server": ("XX000", 500),
+    "data": ("22003", 500),  # the wire server: an answer's value its announced type cannot hold
 }
 # engine errors whose message is written for the analyst (interface: a parameter that cannot
 # be bound, such as NaN); every other one (ledger, data ...) is replaced by a reference number
