@@ -28,8 +28,7 @@ from dpsql.budget import (
 )
 from dpsql.catalog import Catalog
 from dpsql.compile import PublicQuery, compile_statement
-from dpsql.compile.render import Dialect, dialect
-from dpsql.compile.scope import tuples_sql
+from dpsql.compile.public import PublicReader
 from dpsql.errors import (
     BackendError,
     CatalogError,
@@ -71,7 +70,6 @@ from dpsql.release import (
 )
 from dpsql.rewrite import (
     COVARIANCE_KINDS,
-    MAX_DOMAIN_CELLS,
     QUANTILES_ONLY,
     covariance_parts,
     part_count,
@@ -141,8 +139,7 @@ class Engine:
         self.tuned = tuned  # the catalogue's bounds were chosen from the data by tune=
         self.post = PostProcessor()
         self._analysed: dict[tuple[str, bool], CheckedQuery | PublicQuery] = {}
-        self._domains: dict[tuple[str, str], tuple | None] = {}
-        self._tuples: dict[str, tuple | None] = {}  # by the SQL that reads them
+        self.public = PublicReader(catalog, backend, timeout)  # key domains, subqueries
 
     def under(self, catalog: Catalog, *, tuned: bool = False) -> Engine:
         """An engine with every setting of this one (backend, ledger, analyst, random source,
@@ -257,9 +254,7 @@ class Engine:
         if checked is None:
             try:
                 checked = compile_statement(statement, self.catalog, private_keys=private_keys,
-                                            public_values=self._public_values,
-                                            public_tuples=self._public_tuples,
-                                            public_rows=self._public_rows)
+                                            **self.public.readers())
             except RecursionError:
                 raise too_deep(statement.sql) from None
             if self.tuned and not isinstance(checked, PublicQuery):
@@ -326,7 +321,7 @@ class Engine:
                     "connect(memory_limit=...) / dpsql run --memory-limit")) from None
         try:
             public = [self.backend.run_public(
-                q.sql(self._public_dialect(), self.backend.sources), self.timeout)
+                q.sql(self.public.dialect, self.backend.sources), self.timeout)
                 for q in planned.public]
         except QueryTimeoutError:  # public data only: nothing to charge
             # (a server sets its analysts' limit on the backend: this connection may have none)
@@ -399,52 +394,6 @@ class Engine:
         for statement in query.setup:  # only DuckDB engines plan snapshots (__init__)
             self.backend.run_sql(statement, self.timeout)
         return self.backend.run_sql(query.sql, self.timeout)
-
-    def _public_values(self, table: str, column: str) -> tuple | None:
-        """The distinct non-NULL values of a public table's column (a GROUP BY key's public
-        domain), read from the public table; None when there are more than a domain may
-        hold. Cached for the connection."""
-        key = (table, column)
-        if key not in self._domains:
-            d = self._public_dialect()
-            name = value = d.quote(column)
-            spec = self.catalog.table(table).columns.get(column)
-            if spec is not None and spec.type == "text":
-                # as the key is compared: a PostgreSQL CHAR(5)'s 'cd   ' matches the text 'cd'
-                # only, so a padded domain matched no row and every cell was released as 0
-                value = f"CAST({name} AS {d.types['text']})"
-            sql = (f"SELECT DISTINCT {value} FROM {self.backend.sources[table]} WHERE {name} IS "
-                   f"NOT NULL ORDER BY 1 LIMIT {MAX_DOMAIN_CELLS + 1}")
-            _, rows = self.backend.run_public(sql)
-            values = tuple(row[0] for row in rows)
-            self._domains[key] = values if 0 < len(values) <= MAX_DOMAIN_CELLS else None
-        return self._domains[key]
-
-    def _public_tuples(self, part, keys: tuple, filters: tuple, nulls: dict | None
-                       ) -> tuple | None:
-        """The distinct tuples of GROUP BY keys over a public part of a statement's FROM (the
-        joint domain of keys read from one public table, ``scope.tuples_sql``), read from the
-        public tables; None when there are more than a domain may hold. The last
-        ``ANALYSED_KEPT`` are kept for the connection."""
-        sql = tuples_sql(self._public_dialect(), self.backend.sources, part, keys, filters,
-                         nulls, MAX_DOMAIN_CELLS + 1)
-        if sql not in self._tuples:
-            _, rows = self.backend.run_public(sql)
-            if len(self._tuples) >= ANALYSED_KEPT:
-                self._tuples.pop(next(iter(self._tuples)))
-            self._tuples[sql] = tuple(map(tuple, rows)) if len(rows) <= MAX_DOMAIN_CELLS \
-                else None
-        return self._tuples[sql]
-
-    def _public_rows(self, query: PublicQuery, limit: int) -> list[tuple]:
-        """The first ``limit`` rows of a statement over public tables (a subquery of IN that
-        the compile stage lists as literals), read from the public tables."""
-        sql = query.sql(self._public_dialect(), self.backend.sources)
-        return self.backend.run_public(f"SELECT * FROM ({sql}) AS __listed LIMIT {limit}",
-                                       self.timeout)[1]
-
-    def _public_dialect(self) -> Dialect:
-        return dialect(self.backend.dialect)
 
     def close(self) -> None:
         """Release the post-processing database."""

@@ -127,7 +127,7 @@ def test_a_where_on_the_keys_expression_narrows_its_domain(pairs, sql, kept):
 def test_a_subquerys_column_computed_from_a_public_table_has_a_domain(pairs, sql, domain):
     con = pairs[0].d
     select = parse_one(sql).tree
-    relation = Resolver(con.catalog, sql, public_values=con._engine._public_values
+    relation = Resolver(con.catalog, sql, public_values=con._engine.public.values
                         ).from_clause(select)
     key = next(info for info in relation.columns.values() if info.label == "k")
     assert set(key.domain) == domain

@@ -396,7 +396,7 @@ def tuples_sql(d, sources: dict[str, str], part, keys: tuple[Expr, ...],
     """SQL of the distinct tuples of GROUP BY ``keys`` (none NULL, at most ``limit``) over
     the rows of a public ``part`` of a relation that ``filters``, the WHERE conjuncts reading
     the part alone, keep; rendered from the IR in the dialect ``d`` as the exact query
-    computes the keys (a text as text, as ``Engine._public_values`` reads a domain).
+    computes the keys (a text as text, as ``PublicReader.values`` reads a domain).
     ``nulls`` (the part's columns and types) adds the row of NULLs a LEFT JOIN shows where
     the part matched nothing (COALESCE(i.title, 'none') is a key there too)."""
     rows = d.relation(part, sources)
