@@ -38,6 +38,10 @@ from dpsql.release import ColumnInfo, NoisyResult
 from dpsql.sqltext import qmark_to_dollar, split_statements
 
 DEFAULT_PORT = 6543
+_COPY = re.compile(r"copy\b", re.IGNORECASE)
+# a column's type oid, where the server answered a statement itself -> the type it names
+_PG_TYPES = {16: "BOOLEAN", 20: "BIGINT", 21: "BIGINT", 23: "BIGINT", 700: "DOUBLE",
+             701: "DOUBLE", 1082: "DATE", 1114: "TIMESTAMP", 1700: "NUMERIC"}
 # server codes that are not dpsql error codes -> the dpsql class an analyst catches
 _SERVICE_CODES = {
     "epsilon_limit": errors.BudgetExhaustedError, "rate_limited": errors.OperationalError,
@@ -224,6 +228,7 @@ class RemoteConnection(ConnectionBase):
         self._closed = False
         self._tls = self._db.pgconn.ssl_in_use
         self._remaining: dict | None = None  # the budget_remaining of the last release
+        self._released: int | None = None  # the session's number of the last release read
         try:
             if epsilon_per_query is not None:
                 self._simple(f"SET dpsql.epsilon = {float(epsilon_per_query)!r}")
@@ -254,12 +259,13 @@ class RemoteConnection(ConnectionBase):
                 self._simple("RESET dpsql.call")
 
     def _run(self, sql: str, parameters, keywords: dict,
-             prefix: str = "") -> tuple[list[tuple], dict | None]:
-        """The rows and the release of ``prefix + sql`` (None unless it is a SELECT), run
-        with the call's privacy ``keywords``; ``prefix`` is a command such as EXPLAIN, before
-        which the tokenizer finds no ``?`` (it reads a command's rest as one text)."""
+             prefix: str = "") -> tuple[list[tuple], dict]:
+        """The rows of ``prefix + sql`` and its release (``SHOW dpsql.last_release``), or
+        for a statement that released nothing its columns at ε 0; run with the call's
+        privacy ``keywords``. ``prefix`` is a command such as EXPLAIN, before which the
+        tokenizer finds no ``?`` (it reads a command's rest as one text)."""
         self._check_open()
-        _one_statement(sql)
+        _check_sendable(sql)
         with self._called(keywords):
             try:
                 with self._psycopg.RawCursor(self._db) as cur:
@@ -269,15 +275,32 @@ class RemoteConnection(ConnectionBase):
                     else:
                         cur.execute(prefix + sql, prepare=False)
                     rows = cur.fetchall() if cur.description else []
-                    released = (cur.statusmessage or "").startswith("SELECT")
-                    shown = [{"name": c.name, "type": "TEXT"} for c in cur.description or ()]
+                    tag = cur.statusmessage or ""
+                    shown = [{"name": c.name, "type": _PG_TYPES.get(c.type_code, "VARCHAR")}
+                             for c in cur.description or ()]
             except self._psycopg.Error as err:
                 raise _translate(err) from None
-        if not released:  # SHOW, SET, EXPLAIN ...: no release, the last one is not this
+        release = self._release_of(tag)
+        if release is None:  # SHOW, SET, EXPLAIN, FETCH, SELECT 1 ...
             return rows, {"columns": shown, "epsilon_spent": 0, "sensitivity": 0}
-        release = json.loads(self._simple("SHOW dpsql.last_release")[0][0])
         self._remaining = release.get("budget_remaining")
+        if tag.startswith("DECLARE"):  # its rows come with FETCH, as the server's
+            release = {**release, "columns": []}
         return rows, release
+
+    def _release_of(self, tag: str) -> dict | None:
+        """The release of the statement just run, whose command ``tag`` says whether it can
+        be one (SELECT, DECLARE CURSOR); None when it released nothing. The server answers
+        some SELECTs itself (``SELECT 1``, ``version()``): ``SHOW dpsql.last_release`` then
+        names an earlier release, or none, which was read as this one's (a wrong
+        description, an IndexError), so releases are told apart by their number."""
+        if not tag.startswith(("SELECT", "DECLARE")):
+            return None
+        release = json.loads(self._simple("SHOW dpsql.last_release")[0][0])
+        if release is None or release.get("release") == self._released:
+            return None
+        self._released = release.get("release")
+        return release
 
     def cursor(self, *, intervals: bool = False) -> RemoteCursor:
         """A new cursor; ``intervals=True`` as embedded (``Connection.cursor``)."""
@@ -328,14 +351,21 @@ class RemoteConnection(ConnectionBase):
                 f"server={self.address}{' tls' if self._tls else ''} {state}>")
 
 
-def _one_statement(sql: str) -> None:
-    """Refuse several statements as embedded does: the server would run (and charge) each
-    as a release of its own."""
-    statements = len(split_statements(sql))
-    if statements > 1:
-        raise errors.ProgrammingError(f"expected one statement, got {statements}",
+def _check_sendable(sql: str) -> None:
+    """Refuse, before anything is sent, several statements as embedded does (the server
+    would run and charge each as a release of its own), and COPY, which psycopg cannot
+    read as rows: the server ran and charged its SELECT, then the client failed."""
+    statements = split_statements(sql)
+    if len(statements) > 1:
+        raise errors.ProgrammingError(f"expected one statement, got {len(statements)}",
                                       hint="call execute() once per SELECT; each is one "
                                       "release")
+    if statements and _COPY.match(statements[0]):  # as the server finds it (pgcopy.py)
+        raise errors.NotSupportedError(
+            "COPY is psql's way to write an answer to a file; the dpsql:// client gives you "
+            "the answer itself. Nothing was sent or spent",
+            hint="execute the SELECT and write its frame: "
+            "cur.df(intervals=True).to_csv('answer.csv', index=False)")
 
 
 def _call_literal(keywords: dict) -> str:

@@ -223,6 +223,7 @@ class Session:
         self.call: dict = {}  # SET dpsql.call: the statements' own keywords (_call_keywords)
         self.postgres = True  # a client writing PostgreSQL: any but dpsql's own (remote.py)
         self.last_release: dict | None = None
+        self.releases = 0  # the session's releases so far (last_release's "release")
         self.counted = False  # among its analyst's open sessions (PgServer.open_session)
         self.status = b"I"
         self.statements: dict[str, tuple[str, list[int], array.array, int]] = {}  # ..., size
@@ -480,7 +481,10 @@ class Session:
                 self.user, self.dataset, text, params, default_epsilon=self.epsilon,
                 default_delta=self.delta, tune=self.call.get("tune", self.tune),
                 dialect=self._dialect(), interface="pg", **self._privacy()))
-        self.last_release = answer.release()  # sensitivity and tuned_bounds too
+        # sensitivity and tuned_bounds too; numbered, so that a client can tell this release
+        # from the one before when a statement answered by the server itself came between
+        self.releases += 1
+        self.last_release = {**answer.release(), "release": self.releases}
         return _Result(f"SELECT {len(answer.rows)}", answer.columns, answer.rows,
                        answer.notice(self.user), answer.notes, answer.warnings,
                        epsilon=answer.epsilon_spent)
