@@ -40,6 +40,7 @@ from dpsql.parse import check_dialect
 from dpsql.server.auth import LoginLimiter, ScramExchange, check_password, mock_salt
 from dpsql.server.config import Analyst, ServerConfig
 from dpsql.sqltext import split_statements
+from dpsql.versions import file_version
 
 log = logging.getLogger("dpsql.server")
 
@@ -113,6 +114,7 @@ CREATE INDEX IF NOT EXISTS requests_analyst ON requests (analyst, id);
 
 
 IDLE_CONNECTIONS = 64  # pooled engine connections kept per process (each holds a DuckDB)
+OPENING_TRIES = 3  # opens of a connection whose sources changed while it read them
 # a number as SQL or Python writes one (or a fraction a/b, as the embedded API takes), its
 # exponent at most 4 digits: Fraction('1e-30000000') holds the interpreter for 40 s
 _NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d{1,4})?|\d+/\d+)",
@@ -350,6 +352,23 @@ class Service:
         self._paths = sorted(paths, key=len, reverse=True)
 
     # --- connections ---------------------------------------------------------------------
+    def _open_current(self, dataset: str, account: Analyst):
+        """An analyst's new connection whose tables hold what their sources hold now
+        (``_current``); its public tables are read at once too, for DuckDB reads them into
+        a database of their own at its first public read (``run_public``), which could
+        otherwise hold a newer version than the private rows it is joined with. Refused,
+        nothing run, while the sources keep changing as they are read."""
+        for _ in range(OPENING_TRIES):
+            con = self._open(dataset, account.name, account)
+            if getattr(con._engine.backend, "loaded_versions", None):
+                con._engine.backend.run_public("SELECT 1")
+            if _current(con):
+                return con
+            con.close()
+        raise ServiceError("backend", f"the data of {dataset!r} changed while it was read, "
+                           f"{OPENING_TRIES} times; nothing was run or charged",
+                           hint="send the statement again once the data owner's update is over")
+
     def _open(self, dataset: str, analyst: str, account: Analyst | None = None):
         spec = self.config.datasets[dataset]
         limits = account.limits if account else None
@@ -379,7 +398,12 @@ class Service:
             con = pool.pop() if pool else None
             if con is not None:
                 self._idle = [entry for entry in self._idle if entry[2] is not con]
-        con = con or self._open(dataset, account.name, account)
+        if con is not None and not _current(con):
+            # its rows are its sources' as they were when it opened: answers from them were
+            # new releases of old data, while a new connection read the new
+            con.close()
+            con = None
+        con = con or self._open_current(dataset, account)
         # borrowed by this request alone; connection.py has no setter for the defaults
         con._engine.epsilon_per_query = default
         con._engine.delta_per_query = default_delta
@@ -844,6 +868,14 @@ class Service:
         for path in self._paths:
             text = text.replace(path, "<server>")
         return text
+
+
+def _current(con) -> bool:
+    """Whether the tables a connection read from its sources when it opened (DuckDB reads
+    a CSV source then, once: ``versions.py``) are what those sources hold now."""
+    loaded = getattr(con._engine.backend, "loaded_versions", {})
+    return all(version is not None and version == file_version(con.catalog.tables[name].source)
+               for name, version in loaded.items())
 
 
 def _private_state(state_dir: Path) -> None:
