@@ -35,6 +35,7 @@ log = logging.getLogger("dpsql.server")
 MAX_BODY = 64 * 1024
 BODY_KEYS = frozenset({"sql", "epsilon", "delta", "accuracy", "weights", "params", "tune",
                        "dialect"})
+EXPLAIN_KEYS = BODY_KEYS - {"tune"}  # a "tune" is refused (Service.explain)
 _SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
@@ -58,29 +59,31 @@ def _privacy(body: dict) -> dict:
 def openapi() -> dict:
     """The OpenAPI 3.1 description of the API."""
     error = {"$ref": "#/components/schemas/Error"}
-    sql_body = {"required": True, "content": {"application/json": {"schema": {
-        "type": "object", "required": ["sql"], "additionalProperties": False,
-        "properties": {"sql": {"type": "string", "maxLength": 16384},
-                       "epsilon": {"type": "number", "exclusiveMinimum": 0},
-                       "delta": {"type": "number", "minimum": 0, "exclusiveMaximum": 1,
-                                 "description": "δ of a release whose GROUP BY keys have "
-                                 "no public values (default 0: refused)"},
-                       "accuracy": {"type": "number", "exclusiveMinimum": 0,
-                                    "description": "without epsilon: the 95% interval "
-                                    "half-width of COUNT and SUM answers, which picks the "
-                                    "smallest ε that meets it (execute's accuracy=)"},
-                       "weights": {"type": "object",
-                                   "additionalProperties": {"type": "number",
-                                                            "exclusiveMinimum": 0},
-                                   "description": "output column -> weight in the split of "
-                                   "ε among the measurements (execute's weights=)"},
-                       "tune": {"type": "number", "exclusiveMinimum": 0,
-                                "description": "slice of epsilon spent on choosing the "
-                                "table's contribution bounds first (query only)"},
-                       "dialect": {"type": "string", "description": "the SQL dialect of "
-                                   "sql (duckdb, postgres, spark, ...; default: the "
-                                   "metadata's, else duckdb)"},
-                       "params": {"type": "array", "items": {}}}}}}}
+    fields = {
+        "sql": {"type": "string", "maxLength": 16384},
+        "epsilon": {"type": "number", "exclusiveMinimum": 0},
+        "delta": {"type": "number", "minimum": 0, "exclusiveMaximum": 1,
+                  "description": "δ of a release whose GROUP BY keys have no public values "
+                  "(default 0: refused)"},
+        "accuracy": {"type": "number", "exclusiveMinimum": 0,
+                     "description": "without epsilon: the 95% interval half-width of COUNT "
+                     "and SUM answers, which picks the smallest ε that meets it (execute's "
+                     "accuracy=)"},
+        "weights": {"type": "object",
+                    "additionalProperties": {"type": "number", "exclusiveMinimum": 0},
+                    "description": "output column -> weight in the split of ε among the "
+                    "measurements (execute's weights=)"},
+        "tune": {"type": "number", "exclusiveMinimum": 0,
+                 "description": "slice of epsilon spent on choosing the table's contribution "
+                 "bounds first"},
+        "dialect": {"type": "string", "description": "the SQL dialect of sql (duckdb, "
+                    "postgres, spark, ...; default: the metadata's, else duckdb)"},
+        "params": {"type": "array", "items": {}}}
+
+    def sql_body(keys: frozenset) -> dict:
+        return {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["sql"], "additionalProperties": False,
+            "properties": {name: kind for name, kind in fields.items() if name in keys}}}}}
 
     def op(summary: str, ok: dict, *, body: dict | None = None, dataset: bool = False) -> dict:
         item = {"summary": summary, "security": [{"basic": []}],
@@ -127,10 +130,10 @@ def openapi() -> dict:
             "/api/v1/history": {"get": op("your own requests with their answers", obj)},
             "/api/v1/datasets/{dataset}/query": {"post": op(
                 "run one DP SELECT (spends ε)", {"$ref": "#/components/schemas/Answer"},
-                body=sql_body, dataset=True)},
+                body=sql_body(BODY_KEYS), dataset=True)},
             "/api/v1/datasets/{dataset}/explain": {"post": op(
-                "the DP plan of one statement; spends nothing", obj, body=sql_body,
-                dataset=True)},
+                "the DP plan of one statement; spends nothing", obj,
+                body=sql_body(EXPLAIN_KEYS), dataset=True)},
             "/api/v1/admin/overview": {"get": op(
                 "data owner only: every analyst's spend, totals, refusals", obj)},
         },
@@ -483,11 +486,12 @@ class HttpApi:
         dataset = request.path_params["dataset"]
         return await self._call(request, lambda user, body: self.service.query(
             user, dataset, body["sql"], body.get("params"), tune=body.get("tune"),
-            dialect=body.get("dialect"), interface="http", **_privacy(body)).to_json(),
+            tune_said=f'"tune": {body.get("tune")!r}', dialect=body.get("dialect"),
+            interface="http", **_privacy(body)).to_json(),
             body=True)
 
     async def explain(self, request: Request) -> JSONResponse:
         dataset = request.path_params["dataset"]
         return await self._call(request, lambda user, body: self.service.explain(
             user, dataset, body["sql"], body.get("params"), dialect=body.get("dialect"),
-            interface="http", **_privacy(body)), body=True)
+            tune=body.get("tune"), interface="http", **_privacy(body)), body=True)

@@ -433,8 +433,8 @@ class Session:
             plan = await loop.run_in_executor(
                 self.server.executor, lambda: self.service.explain(
                     self.user, self.dataset, explain.query, params, default_epsilon=self.epsilon,
-                    default_delta=self.delta, dialect=self._dialect(), interface="pg",
-                    **self._privacy()))
+                    default_delta=self.delta, tune=self.call.get("tune"),
+                    dialect=self._dialect(), interface="pg", **self._privacy()))
             lines = json.dumps(plan, indent=2, ensure_ascii=False).splitlines() \
                 if explain.json else explain_text.lines(
                     plan, f"ε {plan['budget_remaining']['epsilon']:g} of your share",
@@ -476,11 +476,14 @@ class Session:
     async def _release(self, text: str, params: list | None) -> _Result:
         """One DP SELECT through the service: its rows and the release's notice."""
         loop = asyncio.get_running_loop()
+        # the call's tune (the dpsql:// client's execute(tune=)), else the session's
+        tune, said = (self.call["tune"], f"tune={self.call['tune']!r}") if "tune" in self.call \
+            else (self.tune, f"SET dpsql.tune = {self.tune!r}")
         answer: Answer = await loop.run_in_executor(
             self.server.executor, lambda: self.service.query(
                 self.user, self.dataset, text, params, default_epsilon=self.epsilon,
-                default_delta=self.delta, tune=self.call.get("tune", self.tune),
-                dialect=self._dialect(), interface="pg", **self._privacy()))
+                default_delta=self.delta, tune=tune, tune_said=said, dialect=self._dialect(),
+                interface="pg", **self._privacy()))
         # sensitivity and tuned_bounds too; numbered, so that a client can tell this release
         # from the one before when a statement answered by the server itself came between
         self.releases += 1

@@ -36,7 +36,7 @@ from dpsql import frames
 from dpsql.backends import is_file_database, is_postgres_url
 from dpsql.budget import PrivacyLoss, budget_exhausted, positive, probability
 from dpsql.errors import ServerConfigError
-from dpsql.parse import check_dialect
+from dpsql.parse import check_dialect, dp_options
 from dpsql.server.auth import LoginLimiter, ScramExchange, check_password, mock_salt
 from dpsql.server.config import Analyst, ServerConfig
 from dpsql.sqltext import split_statements
@@ -484,14 +484,15 @@ class Service:
 
     def query(self, user: str, dataset: str, sql: str, params=None, *, epsilon=None,
               delta=None, accuracy=None, rho=None, weights=None, default_epsilon=None,
-              default_delta: Fraction | None = None, tune=None, dialect: str | None = None,
-              interface: str = "http") -> Answer:
+              default_delta: Fraction | None = None, tune=None, tune_said: str | None = None,
+              dialect: str | None = None, interface: str = "http") -> Answer:
         """Run one DP SELECT for an analyst; every outcome is audited. ``epsilon``,
         ``delta``, ``accuracy``, ``rho`` and ``weights`` are the request's own, read and
         checked as the embedded ``cursor.execute`` reads its keywords; ``default_epsilon`` and
         ``default_delta`` the session's (see ``_borrow``). ``tune`` spends that slice of its
-        ε on choosing the table's contribution bounds first (``autotune``). ``dialect``: see
-        ``dialect``."""
+        ε on choosing the table's contribution bounds first (``autotune``); ``tune_said`` is
+        how the analyst asked for it (``SET dpsql.tune = 0.05``), named in its refusals.
+        ``dialect``: see ``dialect``."""
         started = time.perf_counter()
         privacy = {"epsilon": epsilon, "delta": delta, "accuracy": accuracy, "rho": rho,
                    "weights": weights}
@@ -499,7 +500,8 @@ class Service:
             account = self.admit(user, dataset, sql)
             defaults = (default_epsilon, default_delta, self.dialect(dataset, dialect))
             with self._slot(user):
-                answer = self._run(account, dataset, sql, params, privacy, defaults, tune)
+                answer = self._run(account, dataset, sql, params, privacy, defaults,
+                                   (tune, tune_said or f"tune={tune!r}"))
         except (dpsql.Error, ServiceError) as err:
             failure = self.failure(err)
             self._record(user, dataset, interface, "query", sql, failure.epsilon_spent,
@@ -520,15 +522,18 @@ class Service:
         return answer
 
     def _run(self, account: Analyst, dataset: str, sql: str, params, privacy: dict,
-             defaults: tuple, tune) -> Answer:
+             defaults: tuple, tuning: tuple) -> Answer:
         """The release at the request's ``privacy`` keywords (``cursor.execute``'s; ε and δ
-        None for the session's ``defaults`` of ε, δ and dialect)."""
+        None for the session's ``defaults`` of ε, δ and dialect) and ``tuning`` (the tune
+        slice or None, and how it was asked for)."""
+        tune, said = tuning
         con = self._borrow(account, dataset, *defaults)
         try:
             # tune= spends the call's ε as given: the cursor refuses accuracy= and rho= beside
             # it, which would otherwise be planned (and refused by the cap) first
             public = self._check_cost(con, account, dataset, sql, params, privacy if tune is None
-                                      else {**privacy, "accuracy": None, "rho": None})
+                                      else {**privacy, "accuracy": None, "rho": None},
+                                      tuned=None if tune is None else said)
             # the engine gives a statement over public tables neither the timeout nor a row
             # limit (engine.py); the backend reads them from here
             limits = account.limits
@@ -595,17 +600,21 @@ class Service:
         return account
 
     def _check_cost(self, con, account: Analyst, dataset: str, sql: str, params,
-                    privacy: dict) -> bool:
+                    privacy: dict, tuned: str | None = None) -> bool:
         """Refuse a query over the per-query cap or the analyst's remaining share, at the
         (ε, δ) it will really spend (an accuracy target, hint or OPTIONS(epsilon=...) can
-        pick ε), before anything runs: planning spends nothing. A stored answer is refused
-        too. True when the statement reads public tables only (it releases nothing)."""
+        pick ε), before anything runs: planning spends nothing, and so does a statement
+        ``tuned`` (how tune was asked for) that fixes its own ε (``_check_tunable``). A
+        stored answer is refused too. True when the statement reads public tables only (it
+        releases nothing)."""
         if privacy["epsilon"] is not None:
             positive(privacy["epsilon"], "epsilon")  # NaN, ∞ and ≤ 0 refused before the checks
         if privacy["delta"] is not None:
             probability(privacy["delta"], "delta")  # NaN, ∞, < 0 and ≥ 1 likewise
         # connection.py offers no public plan with parameters; the engine's spends nothing
         release = con._engine.plan(sql, params, **privacy).release
+        if tuned is not None and release is not None:
+            _check_tunable(release, tuned)
         if release is not None and release.loss != PrivacyLoss.zero():
             self._check_fits(release.loss, account, dataset)
         return release is None
@@ -702,12 +711,20 @@ class Service:
                 self._give_back(account, dataset, con)
 
     def explain(self, user: str, dataset: str, sql: str, params=None, *, epsilon=None,
-                delta=None, accuracy=None, rho=None, weights=None, default_epsilon=None,
-                default_delta=None, dialect: str | None = None,
+                delta=None, accuracy=None, rho=None, weights=None, tune=None,
+                default_epsilon=None, default_delta=None, dialect: str | None = None,
                 interface: str = "http") -> dict:
         """The DP plan of a statement or script with its parameters bound and the request's
-        keywords (``query``'s): cost, mechanisms, errors; spends nothing."""
+        keywords (``query``'s): cost, mechanisms, errors; spends nothing. A ``tune`` is
+        refused: it was ignored, and the plan shown was not the one the query would run."""
         try:
+            if tune is not None:
+                raise ServiceError(
+                    "not_supported", "explain takes no tune: the contribution bounds tune "
+                    "chooses are drawn from the data when the query runs, so no plan can show "
+                    "the answer's noise under them; nothing was planned",
+                    hint="explain without tune: the plan is then the query's under the "
+                    "declared bounds, and with tune the query costs the same ε in all")
             account = self.admit(user, dataset, sql)
             dialect = self.dialect(dataset, dialect)
             with self._slot(user):
@@ -868,6 +885,22 @@ class Service:
         for path in self._paths:
             text = text.replace(path, "<server>")
         return text
+
+
+def _check_tunable(release, said: str) -> None:
+    """Refuse tune (asked for as ``said``) beside a statement's own OPTIONS(epsilon=...):
+    tune answers at what is left of the ε after its slice, which the clause fixes, and the
+    engine's refusal of that pair named the rest as an ε the analyst had passed ('the
+    clause says epsilon=0.9 but 1/20 was passed', after SET dpsql.tune = 0.2)."""
+    for planned in release.statements:
+        stated = dp_options(planned.checked.statement).get("epsilon")
+        if stated is not None:
+            raise dpsql.PrivacyParameterError(
+                f"{said} spends part of the statement's ε on choosing its contribution "
+                f"bounds, but the statement fixes its ε itself in OPTIONS(epsilon={stated}); "
+                "the two cannot be combined, and nothing was run or charged",
+                hint=f"drop epsilon from OPTIONS and ask for ε {stated} where you asked for "
+                "tune, or ask without tune")
 
 
 def _current(con) -> bool:
