@@ -116,6 +116,9 @@ ITEM_KEYS = [
     f"SELECT g.item, COUNT(*) AS n {PUBLIC} GROUP BY g.item",
     ("SELECT g.item, COUNT(*) AS n FROM ratings r JOIN genres g ON g.item = r.item "
      "AND g.genre = 'drama' GROUP BY g.item"),
+    # r.item holds g.item's value on every row of the INNER JOIN: the genres' (item, genre)
+    # tuples, one an item, as GROUP BY g.item, g.genre reads them
+    f"SELECT r.item, g.genre, COUNT(*) AS n {PUBLIC} GROUP BY r.item, g.genre",
     f"SELECT r.item, SUM(r.rating) AS s, COUNT(*) AS n {JOIN} GROUP BY r.item",
     # a key of one value a person splits no person's group
     f"SELECT r.item, p.band, COUNT(*) AS n {JOIN} GROUP BY r.item, p.band",
@@ -138,7 +141,6 @@ TABLE_BOUNDS = [
     "SELECT item % 10 AS b, COUNT(*) AS n FROM ratings GROUP BY b",
     "SELECT item + 0 AS i, COUNT(*) AS n FROM ratings GROUP BY i",
     "SELECT t.i, COUNT(*) AS n FROM (SELECT item + 0 AS i FROM ratings) t GROUP BY t.i",
-    f"SELECT r.item, g.genre, COUNT(*) AS n {PUBLIC} GROUP BY r.item, g.genre",
     f"SELECT g.genre, COUNT(*) AS n {PUBLIC} GROUP BY g.genre",
     # ON equates an expression of the column, not the column
     ("SELECT g.item, COUNT(*) AS n FROM ratings r JOIN genres g ON r.item + 0 = g.item "

@@ -44,6 +44,7 @@ from dpsql.compile.ir import (
     Number,
     Project,
     Scan,
+    canonical,
     column,
     conjuncts,
     literal,
@@ -124,6 +125,9 @@ class Relation:
     personal: set[str] = field(default_factory=set)
     # the bounds of a GROUP BY on some of the private table's own columns (``key_bounds``)
     key_bounds: tuple[KeyBound, ...] = ()
+    # pairs of columns of one type that a top-level conjunct of an INNER JOIN's ON equates
+    # (``a.ward = w.ward``): equal on every row (a LEFT JOIN's hold only where it matched)
+    equated: tuple[tuple[str, str], ...] = ()
 
     @property
     def one_value(self) -> set[str]:
@@ -368,19 +372,52 @@ def build(node: exp.Expression, scope) -> Expr:
     return ops.build(node, scope)
 
 
+def public_origins(relation: Relation, name: str) -> list[tuple[str, str]]:
+    """The (public table, column) pairs whose values a relation's column holds on every row:
+    its own, if it is read from a public table, and those of the public columns an INNER
+    JOIN's ON equates it to (``Relation.equated``: ``a.ward = w.ward`` leaves no row whose
+    a.ward is not one of w.ward's values). A LEFT JOIN's ON equates nothing: it keeps rows
+    that matched no public row."""
+    found = [relation.columns[name].origin]
+    for a, b in relation.equated:
+        if name in (a, b):
+            found.append(relation.columns[b if a == name else a].origin)
+    return list(dict.fromkeys(o for o in found if o is not None))
+
+
 def with_public_domain(expr: Expr, relation: Relation, public_values) -> Expr:
-    """A column of a public table with the table's distinct values (``public_values(table,
-    column)``, None when too many) as its domain and, a number declared without bounds, their
-    least and greatest as its interval; any other expression as it is. The values are public,
-    and an aggregate's input is clamped to its interval by the SQL that runs, so the bounds
-    hold even where the table has changed since it was read."""
-    if expr.domain is not None or expr.op != "col" or public_values is None:
+    """A column whose values a public table's column holds (``public_origins``) with that
+    column's distinct values (``public_values(table, column)``, None when too many) as its
+    domain, within the declared one if any, and a number's interval narrowed to their least
+    and greatest (declared bounds of 0 to 100 over values 1 to 7: 1 to 7); any other
+    expression as it is. The values are public, and an aggregate's input is clamped to its
+    interval by the SQL that runs (a key's rows outside its domain are in no cell), so the
+    bounds hold even where the table has changed since it was read. Values that leave
+    nothing of the declared domain or bounds (a table outside its metadata) narrow
+    nothing."""
+    if expr.op != "col" or public_values is None:
         return expr
-    origin = relation.columns[expr.value].origin
-    values = public_values(*origin) if origin else None
-    if values is None:
-        return expr
-    return replace(expr, domain=values, interval=expr.interval or _span(values, expr.type))
+    for origin in public_origins(relation, expr.value):
+        values = public_values(*origin)
+        if values is None:
+            continue
+        held = {canonical(v) for v in values}
+        domain = values if expr.domain is None else \
+            tuple(v for v in expr.domain if canonical(v) in held) or expr.domain
+        expr = replace(expr, domain=domain,
+                       interval=_narrowed(expr.interval, _span(values, expr.type)))
+    return expr
+
+
+def _narrowed(declared: Interval | None, span: Interval | None) -> Interval | None:
+    """The declared bounds within the values' span (either alone where the other is None;
+    the declared ones where the two do not meet)."""
+    if declared is None or span is None:
+        return declared or span
+    lower, upper = max(declared.lower, span.lower), min(declared.upper, span.upper)
+    if lower > upper:
+        return declared
+    return Interval(lower, upper, declared.integral or span.integral)
 
 
 def _span(values: tuple, kind: str) -> Interval | None:
@@ -768,7 +805,7 @@ class Resolver:
             {name: replace(column, nullable=True) for name, column in right.columns.items()}
         combined = Relation(node=None, columns=left.columns | right_columns, names=names,
                             unit=None, public=left.public and right.public,
-                            merged=dict(left.merged))
+                            merged=dict(left.merged), equated=left.equated + right.equated)
         scope = Scope(combined, self.sql)
         using = join.args.get("using") or []
         if using:
@@ -786,16 +823,20 @@ class Resolver:
         else:
             on = predicate(join.args["on"], scope)
         node = Join(left.node, right.node, kind, on)
+        pairs = _equalities(on)
+        if kind == "inner":
+            combined.equated += tuple((a, b) for a, b in pairs
+                                      if combined.columns[a].type == combined.columns[b].type)
         if right.public:
             return replace(combined, node=node, unit=left.unit, public=left.public,
                            l0=left.l0, linf=left.linf, total=left.total,
                            unit_columns=set(left.unit_columns), personal=left.one_value,
-                           key_bounds=_equated_bounds(left.key_bounds, on, right.columns))
+                           key_bounds=_equated_bounds(left.key_bounds, pairs, right.columns))
         if left.public:
             return replace(combined, node=node, unit=right.unit, public=False, l0=right.l0,
                            linf=right.linf, total=right.total,
                            unit_columns=set(right.unit_columns), personal=right.one_value,
-                           key_bounds=_equated_bounds(right.key_bounds, on, left.columns))
+                           key_bounds=_equated_bounds(right.key_bounds, pairs, left.columns))
         if not _equates_units(on, left.unit_columns, right.unit_columns):
             raise UnsupportedSQLError(
                 "private tables can only be joined on their privacy units (otherwise one "
@@ -817,9 +858,10 @@ def _public_source(expr: Expr, rows: Relation) -> str | None:
     """Where a computed column's domain comes from, when public tables' columns (or columns
     computed from them) give it: 'computed from public table regions.region_id'."""
     read = set()
-    for info in (rows.columns[c] for c in expr.columns()):
-        if info.origin is not None:
-            read.add(".".join(info.origin))
+    for name in expr.columns():
+        info = rows.columns[name]
+        if origins := public_origins(rows, name):
+            read.update(".".join(origin) for origin in origins)
         elif info.source is not None and info.source.startswith(_FROM_PUBLIC):
             read.update(info.source.removeprefix(_FROM_PUBLIC).split(", "))
     if expr.domain is None or not read:
@@ -880,14 +922,14 @@ def _equates_units(on: Expr, left: set[str], right: set[str]) -> bool:
                for a, b in _equalities(on))
 
 
-def _equated_bounds(bounds: tuple[KeyBound, ...], on: Expr, public: dict[str, ColumnInfo]
-                    ) -> tuple[KeyBound, ...]:
+def _equated_bounds(bounds: tuple[KeyBound, ...], pairs: list[tuple[str, str]],
+                    public: dict[str, ColumnInfo]) -> tuple[KeyBound, ...]:
     """The key bounds of a private relation joined with a public one: a public column that a
-    top-level conjunct of ``on`` equates to a column carrying an entry's column carries it
-    too (``r.item = i.item``: on every joined row that is not NULL there i.item holds
-    r.item's value, so a GROUP BY i.item groups as GROUP BY r.item)."""
-    pairs = _equalities(on)
-    pairs += [(b, a) for a, b in pairs]
+    top-level conjunct of the ON equates to a column carrying an entry's column (``pairs``,
+    ``_equalities``) carries it too (``r.item = i.item``: on every joined row that is not
+    NULL there i.item holds r.item's value, so a GROUP BY i.item groups as GROUP BY
+    r.item)."""
+    pairs = pairs + [(b, a) for a, b in pairs]
     return tuple(replace(bound, columns=tuple(
         carried | {b for a, b in pairs if a in carried and b in public}
         for carried in bound.columns)) for bound in bounds)

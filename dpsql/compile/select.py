@@ -52,6 +52,7 @@ from dpsql.compile.scope import (
     Relation,
     Scope,
     predicate,
+    public_origins,
     with_public_domain,
 )
 from dpsql.compile.window import (
@@ -527,9 +528,12 @@ class _Compiler:
         domain, instead of the product of their domains. Every row of the relation holds in
         those columns one of the part's rows (or NULLs, beside a LEFT JOIN), so no cell is
         lost; the tuples are read from the public table (``public_tuples``), never from
-        private rows. One key takes them too where such a conjunct narrows its domain
-        (``GROUP BY i.title WHERE i.Comedy = 1``). Too many tuples keep the product; none
-        is refused, uncharged: every cell is empty on every database."""
+        private rows. A key reading a column that an INNER JOIN's ON equates to one of the
+        part's (``a.ward`` beside ``ON a.ward = w.ward``) is read as that column
+        (``_read_in``): the two are equal on every row. One key takes them too where such a
+        conjunct narrows its domain (``GROUP BY i.title WHERE i.Comedy = 1``). Too many
+        tuples keep the product; none is refused, uncharged: every cell is empty on every
+        database."""
         if self.public_tuples is None:
             return ()
         found, taken = [], set()
@@ -537,19 +541,19 @@ class _Compiler:
             if not all(self.catalog.table(scan.table).public for scan in scans(part)):
                 continue
             shown = outputs(part)
-            positions = tuple(i for i, k in enumerate(self.keys)
-                              if i not in taken and k.domain is not None and
-                              k.expr.columns() and k.expr.columns() <= set(shown))
+            read = {i: e for i, k in enumerate(self.keys)
+                    if i not in taken and k.domain is not None and
+                    (e := self._read_in(k.expr, set(shown))) is not None}
+            positions = tuple(read)
             filters = tuple(c for c in (conjuncts(self.where) if self.where is not None else ())
                             if c.columns() and c.columns() <= set(shown))
             if len(positions) < (1 if filters else 2):  # one key: its domain, unless narrowed
                 continue
             nulls = {c: self.relation.columns[c].type for c in shown} if nullable else None
-            read = self.public_tuples(part, tuple(self.keys[i].expr for i in positions),
-                                      filters, nulls)
-            if read is None:
+            tuples = self.public_tuples(part, tuple(read.values()), filters, nulls)
+            if tuples is None:
                 continue
-            rows = _within(read, [self.keys[i].domain for i in positions])
+            rows = _within(tuples, [self.keys[i].domain for i in positions])
             tables = ", ".join(sorted({scan.table for scan in scans(part)}))
             if not rows:  # decided on public rows alone: the same refusal on every database
                 raise ProgrammingError(
@@ -561,6 +565,22 @@ class _Compiler:
             found.append(KeyTuples(positions, rows, f"the distinct rows of public table {tables}"
                                    + (", those WHERE keeps" if filters else "")))
         return tuple(found)
+
+    def _read_in(self, key: Expr, shown: set[str]) -> Expr | None:
+        """A key computed from columns as an expression of the ``shown`` columns alone: each
+        column it reads that is not one of them replaced by a shown column an INNER JOIN's
+        ON equates to it (``Relation.equated``); None where one has none (or it reads no
+        column)."""
+        if not key.columns():
+            return None
+        if key.op != "col":
+            args = [self._read_in(a, shown) if a.columns() else a for a in key.args]
+            return None if None in args else replace(key, args=tuple(args))
+        if key.value in shown:
+            return key
+        equal = {b if a == key.value else a for a, b in self.relation.equated
+                 if key.value in (a, b)} & shown
+        return column(self.relation.columns[min(equal)]) if equal else None
 
     def _domain_hint(self, node: exp.Expression, expr: Expr) -> str:
         """How to give a GROUP BY key a public domain: clamp a per-person aggregate of a
@@ -752,11 +772,17 @@ class _Compiler:
             return None
         if expr.op == "col":
             info = self.relation.columns[expr.value]
-            if info.source is None and info.origin is not None:
-                return f"public table {info.origin[0]}.{info.origin[1]}"
-            return info.source or "a subquery's column, from the metadata"
-        inner = sorted({self._domain_source(column(self.relation.columns[c])) or "its bounds"
-                        for c in expr.columns()})
+            read = " and ".join(f"public table {table}.{name}" for table, name in
+                                public_origins(self.relation, expr.value))
+            if read and info.domain is None:
+                return read
+            declared = info.source or "a subquery's column, from the metadata"
+            if read and len(expr.domain) < len(info.domain):
+                return f"{declared}, those {read} holds"
+            return declared
+        inner = sorted({self._domain_source(with_public_domain(
+            column(self.relation.columns[c]), self.relation, self.public_values)) or
+            "its bounds" for c in expr.columns()})
         if not inner:
             return "literals of the query"
         if expr.op == "case":
