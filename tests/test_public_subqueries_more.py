@@ -121,6 +121,11 @@ REFUSED = [
      "more than 10,000"),
     ("SELECT COUNT(*) FROM visits WHERE region_id = ANY (SELECT region_id FROM regions)",
      dpsql.UnsupportedSQLError, "not supported"),
+    # its value 1 was written there and read as a position: grouped by day, 7 rows
+    ("SELECT day, COUNT(*) AS n FROM visits GROUP BY day, (SELECT 1 FROM regions LIMIT 1)",
+     dpsql.ProgrammingError, "is a constant"),
+    ("SELECT day, COUNT(*) AS n FROM visits GROUP BY day ORDER BY (SELECT 2 FROM regions "
+     "LIMIT 1) DESC", dpsql.ProgrammingError, "is a constant"),
 ]
 
 

@@ -244,6 +244,12 @@ class _Inliner:
         read = self._read(node.this, node)
         if read is None:
             return None
+        if isinstance(node.parent, (exp.Group, exp.Ordered)):
+            # its value written there would be read as a position (GROUP BY 1 is the first
+            # output); in SQL it is a constant, which groups and sorts nothing
+            raise ProgrammingError(
+                "a scalar subquery as a GROUP BY or ORDER BY item is a constant: it groups "
+                "and sorts nothing", sql=self.sql, hint="remove it, or name an output column")
         listed = self._compiled(*read, "a scalar subquery")
         rows = self.public_rows(listed, 2)
         if len(rows) > 1:
