@@ -202,6 +202,7 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
                        epsilon=plan.loss.epsilon, sensitivity=plan.sensitivity,
                        ranking_warnings=warned,
                        notes=tuple(n for n in [*_column_notes(columns, intervals),
+                                               *_read_quantiles(plan),
                                                checked.contribution_note,
                                                *_null_correlations(checked, frame, len(rows))]
                                    if n))
@@ -215,6 +216,38 @@ def _column_notes(columns: list[ColumnInfo], intervals: dict[str, list]) -> list
             + [f"{c.name}: no interval (—) where a divisor's interval holds 0" for c in columns
                if c.noise == "derived" and any(bounds is None or None in bounds
                                                for bounds in intervals.get(c.name, ()))])
+
+
+def _read_quantiles(plan: StatementPlan) -> list[str]:
+    """The rank error of each quantile that no output shows as is, but arithmetic, HAVING or
+    ORDER BY reads (``SUM(x) / MAX(w.beds)``): no interval says how far it is, nor has what
+    is computed from it one. Of a public table's column, the way to read it exactly: a
+    GROUP BY key of it (a quantile of it over private rows depends on which rows exist)."""
+    checked = plan.checked
+    shown = {o.aggregate for o in checked.outputs}
+    notes = []
+    for agg in checked.aggregates:
+        if agg.kind != "quantile" or agg.name in shown:
+            continue
+        part = next(p for p in plan.parts if agg.name in p.feeds and p.role == "quantile")
+        note = (f"{agg.sql}: a DP quantile, its rank within ±{quantile_rank_error(part):,.0f} "
+                "rows of the true one's (95%); no interval in values, so what is computed "
+                "from it has none")
+        written = _public_column(checked.relation, agg.arg)
+        if written is not None:
+            note += (f"; {written} is a public table's column: GROUP BY {written} beside the "
+                     f"other keys reads its value exactly (then compute with {written} "
+                     "over the released rows)")
+        notes.append(note)
+    return notes
+
+
+def _public_column(relation, arg) -> str | None:
+    """How the query names ``arg``, when it is a public table's column as it is."""
+    if arg is None or arg.op != "col" or relation.columns[arg.value].origin is None:
+        return None
+    return min((f"{q}.{n}" for (q, n), c in relation.names.items() if c == arg.value),
+               default=None)
 
 
 def _null_correlations(checked, frame: dict[str, list], cells: int) -> list[str]:

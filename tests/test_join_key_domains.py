@@ -7,6 +7,8 @@ column's values, and a public table's column holds its own values whatever bound
   cells before: 11 declared wards × 9 bed counts, 89 of them impossible, each noised); GROUP
   BY a.ward alone releases the 10 wards the table holds (11 before), and WHERE w.building =
   'A' keeps its 4; a LEFT JOIN keeps every declared ward, one without a public row too;
+- a quantile that only feeds an expression (SUM(a.los) / MAX(w.beds)) has its rank error in
+  ``cur.notes``, with the hint that GROUP BY w.beds reads the public column exactly;
 - a public column declared 0 to 100 that holds 1 to 7 bounds an aggregate by 1 to 7 (the
   sensitivity of SUM(w.floor) 119 = 17 rows × 7, not 1,700), and the SQL clamps to what was
   read when the table changes after;
@@ -175,6 +177,19 @@ def test_a_left_join_keeps_the_private_keys_that_match_nothing(con):
     assert set(released) == set(DECLARED) and abs(released["XTRA"] - truth[("XTRA",)]) <= 1
     assert _planned(con, f"SELECT a.ward, w.beds, COUNT(*) AS n {LEFT} "
                          "GROUP BY a.ward, w.beds").cells == 11 * 9
+
+
+def test_a_quantile_in_an_expression_says_its_rank_error(con):
+    """SUM(a.los) / MAX(w.beds): MAX is a DP quantile, whose rank error no interval shows
+    (the ratio has none); the note says so and how to read beds exactly."""
+    con, _ = con
+    cur = con.execute(OCCUPANCY, epsilon=1)
+    [note] = [n for n in cur.notes if n.startswith("MAX(w.beds)")]
+    assert "a DP quantile, its rank within ±" in note and "what is computed from it has none" \
+        in note and "GROUP BY w.beds beside the other keys reads its value exactly" in note
+    assert list(cur.intervals().columns) == ["ward_name", "r"]  # the ratio: no interval
+    exact = f"SELECT w.ward_name, w.beds, SUM(a.los) AS s {JOINED} GROUP BY w.ward_name, w.beds"
+    assert _planned(con, exact).cells == 10  # the hint's statement: one cell a ward
 
 
 def test_declared_bounds_of_a_public_column_narrow_to_its_values(con):
