@@ -11,7 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import DAYS, catalogue, make_adult, make_visits
 
@@ -38,10 +39,10 @@ def _shop(folder: Path, factors: list[float]) -> dpsql.Connection:
     declared without bounds."""
     make_adult().to_csv(folder / "adult.csv", index=False)
     make_visits().to_csv(folder / "visits.csv", index=False)
-    pd.DataFrame({"day": DAYS, "factor": factors}).to_csv(folder / "prices.csv", index=False,
-                                                          na_rep="nan")
+    # Parquet (read at each query, where a CSV is loaded at connect), NaN kept as NaN
+    pq.write_table(pa.table({"day": DAYS, "factor": factors}), folder / "prices.parquet")
     meta = catalogue(folder, budget=1e9)
-    meta["tables"]["prices"] = {"public": True, "source": str(folder / "prices.csv"),
+    meta["tables"]["prices"] = {"public": True, "source": str(folder / "prices.parquet"),
                                 "columns": {"day": "text", "factor": "float"}}
     return dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=3)
 
@@ -72,8 +73,7 @@ def test_the_sql_clamps_to_the_values_read(tmp_path):
         for sql in (summed, greatest):
             con.explain(sql)
         # the table changes after its values were read: each factor is read as at most 3.5
-        pd.DataFrame({"day": DAYS, "factor": [1e6] * 7}).to_csv(tmp_path / "prices.csv",
-                                                                  index=False)
+        pq.write_table(pa.table({"day": DAYS, "factor": [1e6] * 7}), tmp_path / "prices.parquet")
         (average,) = con.execute(summed, epsilon=1e6).fetchone()
         (total,) = con.execute(greatest, epsilon=1e6).fetchone()
     visits = make_visits()

@@ -11,7 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import DAYS, catalogue, make_adult, make_visits
 
@@ -48,10 +49,10 @@ def _shop(folder: Path, factors: list[float]) -> dpsql.Connection:
     """visits (L0 3, L∞ 2, amount in [0, 100]) and a public table of a factor a day."""
     make_adult().to_csv(folder / "adult.csv", index=False)
     make_visits().to_csv(folder / "visits.csv", index=False)
-    pd.DataFrame({"day": DAYS, "factor": factors}).to_csv(folder / "prices.csv", index=False,
-                                                          na_rep="nan")
+    # Parquet (read at each query, where a CSV is loaded at connect), NaN kept as NaN
+    pq.write_table(pa.table({"day": DAYS, "factor": factors}), folder / "prices.parquet")
     meta = catalogue(folder, budget=1e9)
-    meta["tables"]["prices"] = {"public": True, "source": str(folder / "prices.csv"),
+    meta["tables"]["prices"] = {"public": True, "source": str(folder / "prices.parquet"),
                                 "columns": {"day": "text", "factor": "float"}}
     return dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=3)
 
@@ -64,8 +65,7 @@ def test_the_public_values_bound_the_column_and_the_sql_clamps_to_them(tmp_path)
         part = con.explain(SUM)["statements"][0]["aggregates"][0]
         assert part["sensitivity"] == 2 * 100 * 3.5  # no GROUP BY: L∞ rows, each ≤ 350
         # the table changes after its values were read: every row's product is clamped to 350
-        pd.DataFrame({"day": DAYS, "factor": [1e6] * 7}).to_csv(tmp_path / "prices.csv",
-                                                                  index=False)
+        pq.write_table(pa.table({"day": DAYS, "factor": [1e6] * 7}), tmp_path / "prices.parquet")
         (total,) = con.execute(SUM, epsilon=1e6).fetchone()
     rows = make_visits().groupby("uid").size().clip(upper=2).sum()  # at most L∞ a person
     assert 0 < total <= rows * 350 + 1
