@@ -5,7 +5,8 @@ The public contract is this module's ``__all__``; every other ``dpsql.<module>``
 Importing ``dpsql`` is cheap: the exception classes, DB-API type objects, ``PrivacyLoss`` and
 ``RandomSource`` are imported here (standard library only); the connection and cursor classes,
 which need DuckDB, sqlglot, pandas and numpy, are imported on first use (PEP 562
-``__getattr__``), as is any ``dpsql.<submodule>`` reached as an attribute.
+``__getattr__``), as is any ``dpsql.<submodule>`` reached as an attribute. ``connect`` opening
+a ``dpsql://`` server imports psycopg and the result readers only (``dpsql/entry.py``).
 """
 
 import importlib
@@ -61,7 +62,7 @@ from dpsql.mechanisms.samplers import RandomSource
 # name -> module of the attributes imported on first use (they pull in the query stack)
 _LAZY = {
     "Connection": "dpsql.connection", "CustodianConnection": "dpsql.connection",
-    "connect": "dpsql.connection", "connect_custodian": "dpsql.connection",
+    "connect": "dpsql.entry", "connect_custodian": "dpsql.connection",
     "Column": "dpsql.cursor", "Cursor": "dpsql.cursor",
 }
 

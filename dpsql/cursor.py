@@ -16,7 +16,7 @@ from dpsql.errors import (
     NotSupportedError,
     PrivacyParameterError,
 )
-from dpsql.release import ColumnInfo, NoisyResult
+from dpsql.result import ColumnInfo, NoisyResult
 
 if TYPE_CHECKING:
     import numpy as np

@@ -13,7 +13,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from dpsql.errors import InterfaceError
-from dpsql.release import NoisyResult
+from dpsql.result import NoisyResult
 
 if TYPE_CHECKING:
     import numpy as np

@@ -33,8 +33,7 @@ from dpsql import errors
 from dpsql.budget import PrivacyLoss
 from dpsql.cursor import _TYPE_CODES, ResultCursor
 from dpsql.dbapi20 import ConnectionBase
-from dpsql.parse import check_dialect
-from dpsql.release import ColumnInfo, NoisyResult
+from dpsql.result import ColumnInfo, NoisyResult
 from dpsql.sqltext import qmark_to_dollar, split_statements
 
 DEFAULT_PORT = 6543
@@ -51,13 +50,6 @@ _SERVICE_CODES = {
     "bad_encoding": errors.DataError, "in_failed_transaction": errors.OperationalError,
     "server": errors.OperationalError,
 }
-
-
-def is_remote_url(database: Any) -> bool:
-    """Whether ``database`` is a ``dpsql://user@host/...`` server URL."""
-    if not isinstance(database, str) or not database.startswith("dpsql://"):
-        return False
-    return bool(urlsplit(database).hostname)
 
 
 def _translate(err: Exception) -> errors.Error:
@@ -194,7 +186,10 @@ class RemoteConnection(ConnectionBase):
             raise errors.InterfaceError("the dpsql client needs psycopg",
                                         hint="pip install 'psycopg[binary]'") from err
         self._psycopg = psycopg
-        dialect = None if dialect is None else check_dialect(dialect)
+        if dialect is not None:
+            from dpsql.parse import check_dialect  # sqlglot's dialects, when one is named
+
+            dialect = check_dialect(dialect)
         parts = urlsplit(url)
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         self.dataset = unquote(parts.path.lstrip("/"))

@@ -2,16 +2,14 @@
 
 The server's wire protocol and the remote client both need to split statements and rewrite
 placeholders in text that may hold ``;``, ``?`` or ``$1`` inside a string literal, a quoted
-identifier or a comment; those must be left alone.
+identifier or a comment; those must be left alone. sqlglot's tokenizer is imported only
+where placeholders are read, so that the ``dpsql://`` client splits statements without it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-from sqlglot.dialects.dialect import Dialect
-from sqlglot.errors import TokenError
-from sqlglot.tokens import TokenType
+from functools import cache
 
 
 def spans(sql: str) -> Iterator[tuple[str, bool]]:
@@ -71,6 +69,10 @@ def split_statements(sql: str) -> list[str]:
 def qmarks(sql: str, dialect: str = "duckdb") -> list[tuple[int, int]]:
     """Where the ``?`` placeholders are (start, end), as the dialect's tokenizer (sqlglot's)
     finds them: not in its strings, quoted names or comments, nested ones too."""
+    from sqlglot.dialects.dialect import Dialect
+    from sqlglot.errors import TokenError
+    from sqlglot.tokens import TokenType
+
     try:
         tokens = Dialect.get_or_raise(dialect).tokenize(sql)
     except TokenError:
@@ -80,17 +82,22 @@ def qmarks(sql: str, dialect: str = "duckdb") -> list[tuple[int, int]]:
         if token.token_type == TokenType.PLACEHOLDER and token.text == "?":
             found.append((token.start, token.end))
         elif token.token_type == TokenType.QDCOLON and (
-                before is None or before.token_type not in _OPERAND_ENDS):
+                before is None or before.token_type not in _operand_ends()):
             # '?::date' is one token (Databricks' try-cast operator after an operand): where
             # no operand precedes it, it is a placeholder cast, as PostgreSQL users write it
             found.append((token.start, token.start))
     return found
 
 
-# tokens that end an operand: a '?::' after one is Databricks' try-cast, not a placeholder
-_OPERAND_ENDS = {TokenType.VAR, TokenType.NUMBER, TokenType.STRING, TokenType.IDENTIFIER,
-                 TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.NULL, TokenType.TRUE,
-                 TokenType.FALSE}
+@cache
+def _operand_ends() -> frozenset:
+    """The tokens that end an operand: a '?::' after one is Databricks' try-cast, not a
+    placeholder."""
+    from sqlglot.tokens import TokenType
+
+    return frozenset({TokenType.VAR, TokenType.NUMBER, TokenType.STRING, TokenType.IDENTIFIER,
+                      TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.NULL, TokenType.TRUE,
+                      TokenType.FALSE})
 
 
 def replace_qmarks(sql: str, spelling, dialect: str = "duckdb") -> str:
@@ -114,6 +121,10 @@ def dollar_to_qmark(sql: str) -> tuple[str, list[int]]:
     dollar-quoted and E'' strings and nested comments: ``spans`` does not, and rewrote a $1
     inside $$x$1$$, so the values bound one place off.
     """
+    from sqlglot.dialects.dialect import Dialect
+    from sqlglot.errors import TokenError
+    from sqlglot.tokens import TokenType
+
     tokenizer = Dialect.get_or_raise("postgres")
     try:
         tokens, skipped = tokenizer.tokenize(sql), 0
