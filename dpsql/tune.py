@@ -113,7 +113,11 @@ benchmark, COUNT and SUM in one block, sd 2·Δ₁/ε_q rather than √2·Δ₁/
   exist; a person in all K cells loses at least R − K·L∞, those persons taken to be the
   heaviest, ``spread.beyond_each``, where the draws reach the top 7%, ``spread.resolves``:
   the busiest key's excess alone had the Pareto's 7 days proposed 7 × 22-31 where 7 × 108
-  is best); Δ₁ = L0·L∞, Δ₂ = √L0·L∞.
+  is best); Δ₁ = L0·L∞, Δ₂ = √L0·L∞; under a declared R, at least n̂·e_R(R) (its rows beyond
+  it, which had been left out: the declared R was kept whatever it dropped).
+
+A shape without GROUP BY (the whole table, one cell) proposes no L0: one cell says nothing of
+the groups a person touches (L0 = 1 was proposed, and dropped 57% of GROUP BY ward's rows).
 
 These modelled rows choose the bounds; the rows printed as dropped are the measured ones.
 
@@ -716,7 +720,10 @@ def choose_contribution(spreads: dict[str, Spread], persons: int, cells: int,
     # at 215-512 rows near the prior's anchor, 200, and L∞ 3-6,889 was proposed)
     beyond = beyond_each(r, g, cells) if public_cells and resolved else lambda b: 0.0
     beyond_rows = {b: persons * max(m.excess(b), beyond(b)) for b in COUNT_GRID}
-    options += [Contribution(a, b, total, lost + beyond_rows[b],
+    # a declared R still drops each person's rows beyond it: left out, L∞ 304 under the
+    # declared R 17 was proposed as dropping nothing for a whole table whose persons reach 45
+    beyond_total = 0.0 if total is None else persons * r.excess(total)
+    options += [Contribution(a, b, total, max(lost + beyond_rows[b], beyond_total),
                              count_sd(min(a * b, total or a * b), math.sqrt(a) * b))
                 for a, lost in beyond_groups.items() for b in COUNT_GRID]
     return min(options, key=lambda c: c.error(cells))
@@ -884,10 +891,13 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
         kept_per_person = max(spreads["r"].mean - best.dropped / persons, 1.0)  # modelled
         shown = {p: _shown(quantiles[p]) for p in quantiles}
         # what the three bounds drop is one measurement (``dropped``), not one per bound
+        # one cell (no GROUP BY) says nothing of the groups a person touches: its L0 is 1 by
+        # construction, and pasted as the table's it dropped 57% of GROUP BY ward's rows
         choices += [Choice(key, value, None, best.count_sd, shown[part]) for key, value, part in
                     (("max_groups_per_unit", best.l0, "g"), ("max_rows_per_group", best.linf, "m"),
                      ("max_rows_per_unit", best.total, "r"))
-                    if value is not None and (entry is None or part != "r")]
+                    if value is not None and (entry is None or part != "r")
+                    and (shape.keys or part != "g")]
         if entry is not None:
             entries = tuple(dataclasses.replace(e, max_groups_per_unit=best.l0,
                                                 max_rows_per_group=best.linf)
@@ -921,7 +931,8 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
                               per_cell * high.excess(upper), sd, _shown(highs),
                               persons_kept=1 - high.survival(upper)))
         shown |= {f"{name}.lo": _shown(lows), f"{name}.hi": _shown(highs)}
-    return TuningResult(table=spec.name, epsilon=epsilon, query_epsilon=eq, group_by=keys,
+    return TuningResult(table=spec.name, epsilon=epsilon, query_epsilon=eq,
+                        group_by=tuple(k.name for k in shape.keys),
                         persons=persons, choices=tuple(choices), draws=draws, quantiles=shown,
                         persons_scale=float(1 / share), dropped=dropped,
                         entry=None if entry is None else entry.columns, key_bounds=entries,
@@ -929,6 +940,7 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
                                     + _undeclared(spec, names)
                                     + _unbounded(spec, names, columns, query)
                                     + _loosened(shape.table, choices)
+                                    + _whole_table(spec, shape)
                                     + _not_the_tables(shape, entry)))
 
 
@@ -1010,6 +1022,20 @@ def governing_entry(shape: CheckedQuery, table: TableSpec) -> KeyBounds | None:
             return next((e for e in table.key_bounds
                          if {c.lower() for c in e.columns} == named), None)
     return None
+
+
+def _whole_table(table: TableSpec, shape: CheckedQuery) -> list[str]:
+    """A note when the shape has no GROUP BY: its one cell tells nothing of how many groups
+    a person touches, so no max_groups_per_unit is proposed (a whole-table tune proposed 1,
+    and pasted into the metadata GROUP BY ward then dropped 57% of the rows, ward and month
+    63%)."""
+    if shape.keys or table.privacy_unit is None:
+        return []
+    return [(f"no GROUP BY: the whole table is one cell, which says nothing of how many groups "
+             f"a person touches, so max_groups_per_unit is not proposed (the metadata's, "
+             f"{table.max_groups_per_unit}, stays); tune with "
+             "--group-by (group_by=[...]) the keys the analysts group by, or --query, to have "
+             "it proposed")]
 
 
 def _loosened(table: TableSpec, choices: list[Choice]) -> list[str]:
@@ -1159,8 +1185,9 @@ def command(metadata: str, table: str, epsilon: float, db: str | None, ledger: s
     click.echo(f"# dpsql tune {result.table}: ε spent {float(result.epsilon):g} "
                f"({float(result.draws):g} draws); ~{result.persons} persons "
                f"(95%: {low:.0f}-{high:.0f});"
-               f" queries at ε = {result.query_epsilon:g}, GROUP BY "
-               f"{', '.join(result.group_by) or '-'}")
+               f" queries at ε = {result.query_epsilon:g}, "
+               + (f"GROUP BY {', '.join(result.group_by)}" if result.group_by
+                  else "no GROUP BY: the whole table"))
     bounds = [c for c in result.choices if not c.key.startswith("columns.")]
     if bounds:
         entry = "" if result.entry is None else \
@@ -1175,6 +1202,12 @@ def command(metadata: str, table: str, epsilon: float, db: str | None, ledger: s
             click.echo(f"#   {c.key} = {c.value}: est. bias {c.bias:.3g}, noise sd "
                        f"{c.noise_sd:.3g} per cell; ~{c.persons_kept:.0%} of the persons have "
                        "no value beyond it (both modelled from the quantiles)")
+    if result.group_by and any(c.key.startswith("columns.") for c in result.choices):
+        # a Psychiatry ward's average stay fell 21% under an upper whose bias read 264 a
+        # cell, where the other wards lost ~1%: the average hid where the bias falls
+        click.echo("#   each est. bias is an average over the cells: it falls on the cells "
+                   "whose values run high (an upper) or low (a lower), which can lose many "
+                   "times it while the others lose little")
     for note in result.notes:
         click.echo(f"# note: {note}")
     top = max((float(q) for part in result.quantiles.values() for q in part), default=None)
