@@ -689,13 +689,16 @@ class Contribution:
 def choose_contribution(spreads: dict[str, Spread], persons: int, cells: int,
                         public_cells: bool, count_sd: Callable[[float, float], float],
                         *, per_unit: bool = True, total: int | None = None,
-                        resolved: bool = True) -> Contribution:
+                        resolved: bool = True, grouped: bool = True) -> Contribution:
     """The bounds minimising a COUNT per key's expected error, as the compile stage applies
     them (``sensitivity.person_rows``: Δ₁ = min(L0·L∞, R) rows), with ``count_sd(Δ₁, Δ₂)``
     the noise sd of the count at sensitivities Δ₁ and Δ₂; ``resolved``: the draws' levels
     reach far enough to read a tail's shape (``spread.resolves``). ``per_unit=False`` (a shape a
     key_bounds entry governs: an entry declares L0 and L∞, no R) proposes no R, and the
     options keep ``total``, the table's declared R (None: none), which caps them still.
+    ``grouped=False`` (no GROUP BY: one cell, where a person's rows are their busiest key's)
+    proposes R only: an L∞ without R left a grouped statement L0·L∞ under the declared L0 (10 ×
+    30 for a whole table tuned to 30 rows), where R caps it at 30.
 
     Two shapes are compared. With R binding the noise is R's whatever L0 and L∞ are, so they
     are set loose (L0 = min(R, cells), L∞ = R: a person within R rows loses nothing to them)
@@ -711,6 +714,8 @@ def choose_contribution(spreads: dict[str, Spread], persons: int, cells: int,
                             persons * (r.excess(b) + r.survival(b) * partial_loss),
                             count_sd(b, b))
                for b in COUNT_GRID] if per_unit else []
+    if options and not grouped:
+        return min(options, key=lambda c: c.error(cells))
     per_group = r.mean / max(g.mean, 1)
     beyond_groups = {a: persons * per_group * g.excess(a) for a in COUNT_GRID
                      if a <= cells or not public_cells}
@@ -879,7 +884,7 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
         spreads = counted_tails(spreads, values["r"], persons, TAIL_SHARES * share, rng)
         best = choose_contribution(spreads, persons, cells, public_cells, count_sd,
                                    per_unit=entry is None, total=spec.max_rows_per_unit,
-                                   resolved=resolves(uppers))
+                                   resolved=resolves(uppers), grouped=bool(shape.keys))
         row_sd = best.count_sd
         if measure:
             try:  # the bounds are released (post-processing): the read is of public integers

@@ -49,7 +49,7 @@ def test_a_whole_table_proposes_no_max_groups_per_unit(tmp_path):
                  "--epsilon", "1", "--query", "SELECT COUNT(*) FROM adm")
     snippet = yaml.safe_load(meta[meta.index("tables:"):])["tables"]["adm"]
     assert "max_groups_per_unit" not in snippet
-    assert snippet["max_rows_per_group"] > 5
+    assert snippet["max_rows_per_unit"] == snippet["max_rows_per_group"] > 5
     assert "no GROUP BY: the whole table" in meta.splitlines()[0]
     assert "GROUP BY -" not in meta
     assert "max_groups_per_unit is not proposed (the metadata's, 4, stays)" in meta
