@@ -945,7 +945,8 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
                                     + _undeclared(spec, names)
                                     + _unbounded(spec, names, columns, query)
                                     + _loosened(shape.table, choices)
-                                    + _whole_table(spec, shape)
+                                    # tune= answers the statement itself: no snippet
+                                    + (_whole_table(spec, shape) if measure else [])
                                     + _not_the_tables(shape, entry)))
 
 

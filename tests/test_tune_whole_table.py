@@ -63,14 +63,16 @@ def test_a_whole_table_proposes_no_max_groups_per_unit(tmp_path):
 
 
 def test_tune_eq_over_a_whole_table_keeps_the_declared_l0(tmp_path):
-    """tune= reads the proposal's snippet: over a whole table it answers with the table's
-    L0 as declared and reports no L0 as chosen."""
+    """tune= reads the proposal's snippet: over a whole table it answers, reports no L0 as
+    chosen, and its notes say nothing of tuning with --group-by."""
     meta = _admissions(tmp_path, max_groups_per_unit=4, max_rows_per_group=5)
     with dpsql.connect(metadata=meta, ledger=str(tmp_path / "l.sqlite"),
                        insecure_seed=1) as con:
         cur = con.execute("SELECT COUNT(*) AS n FROM adm", epsilon=2, tune=0.5)
         assert "max_groups_per_unit" not in cur.tuned_bounds
         assert cur.fetchall()[0][0] > 0
+        # the answer's notes do not send the analyst to tune a snippet it does not print
+        assert not any("no GROUP BY" in note for note in cur.notes)
 
 
 def test_a_declared_max_rows_per_unit_drops_rows_in_the_model(tmp_path):
