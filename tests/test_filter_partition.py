@@ -425,3 +425,33 @@ def test_a_column_declared_one_value_a_person_that_the_rows_break(tmp_path):
             check_revealed(pair, sql)
     finally:
         pair.close()
+
+
+def test_a_duckdb_text_column_stored_with_a_collation_is_compared_byte_wise(tmp_path):
+    """A VARCHAR stored COLLATE NOCASE (DESCRIBE does not show it) was read as it was: D′'s
+    person's 'mon' met both day = 'Mon' and day = 'MON', FILTERs judged disjoint (2 ε
+    revealed where 1 was charged), and fell in both cells of a GROUP BY day whose values hold
+    both (a part moved by 20 where its sensitivity is 10)."""
+    import duckdb
+
+    meta = {"budget": {"epsilon": 1e9}, "tables": {"t": {
+        "privacy_unit": "uid", "max_groups_per_unit": 1, "max_rows_per_group": 10,
+        "columns": {"uid": "int", "day": {"type": "text", "values": ["Mon", "MON", "Tue"]}}}}}
+    connections = []
+    for side, extra in (("d", 0), ("d_prime", 30)):
+        path = tmp_path / f"{side}.duckdb"
+        with duckdb.connect(str(path)) as db:
+            db.execute("CREATE TABLE t (uid BIGINT, day VARCHAR COLLATE NOCASE)")
+            db.executemany("INSERT INTO t VALUES (?, ?)",
+                           [(i, ("Mon", "Tue")[i % 2]) for i in range(200)] +
+                           [(10**5, "mon")] * extra)
+        connections.append(dpsql.connect(str(path), metadata=meta, insecure_seed=11,
+                                         ledger=tmp_path / f"{side}.sqlite"))
+    pair = nb.Pair(*connections, folders=(tmp_path, tmp_path))
+    try:
+        check_revealed(pair, "SELECT COUNT(*) FILTER (WHERE day = 'Mon') AS a, "
+                             "COUNT(*) FILTER (WHERE day = 'MON') AS b FROM t")
+        assert nb.check_statement(pair, "SELECT day, COUNT(*) AS n FROM t GROUP BY day") == \
+            "released"
+    finally:
+        pair.close()

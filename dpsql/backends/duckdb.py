@@ -397,10 +397,14 @@ def _column_sql(table: TableSpec, name: str, stored: dict[str, str] | None = Non
     spec = table.columns[name]
     source = _quote(name)
     target = _CASTS.get(spec.type, "VARCHAR")
+    # a VARCHAR stored with a collation (NOCASE, NOACCENT; DESCRIBE does not show it) made
+    # texts that dpsql holds apart equal ('mon' in the cells of 'Mon' and 'MON', and in two
+    # FILTERs judged disjoint): every text is read byte by byte, as release compares it
+    byte_wise = " COLLATE C" if target == "VARCHAR" else ""
     if stored is not None and stored.get(name.lower()) == target:
-        return f"{source} AS {source}"
+        return f"{source}{byte_wise} AS {source}"
     text = f"TRIM({source})" if table.csv.get("trim") and _is_csv(table) else source
     if spec.type in _CASTS:
         # a value that does not parse as the declared type becomes NULL (ignored by aggregates)
         return f"TRY_CAST({text} AS {_CASTS[spec.type]}) AS {source}"
-    return f"CAST({text} AS VARCHAR) AS {source}"
+    return f"CAST({text} AS VARCHAR){byte_wise} AS {source}"
