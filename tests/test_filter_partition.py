@@ -3,7 +3,7 @@ cells are (``sensitivity.filter_classes``): each class spends the statement's sh
 
 - ``COUNT(*) FILTER (WHERE sex = 'Female'), COUNT(*) FILTER (WHERE sex = 'Male')`` is as
   accurate as ``GROUP BY sex`` (Adult at ε 0.1: ±30 each, ±41 before; MovieLens' gender over
-  the ratings: ±300, as GROUP BY u.gender), beside a GROUP BY too; AVGs of two classes are
+  the ratings: ±900, as GROUP BY u.gender), beside a GROUP BY too; AVGs of two classes are
   drawn as one ℓ∞ block a class, with C·K cells at one resolution;
 - which conditions are apart is decided on the IR (NULL, NaN, −0.0, literal types, text
   bytes): unsure is no, and a statement whose FILTERs overlap keeps the sequential split, as
@@ -93,8 +93,8 @@ def test_the_noise_of_the_comparison_is_the_group_by_forms(connect):
 
 def test_movielens_gender_over_the_ratings_is_as_accurate_as_its_group_by():
     """u.gender is one value a person (users joined on the unit); a person's ratings are
-    scaled to L∞ = 100 over their rows, so the two FILTER counts move by 100 together as
-    GROUP BY u.gender's cells do (its L0 = 1): ±300 each at ε 1 (the FILTER counts on a
+    scaled to L∞ = 300 (300 in all) over their rows, so the two FILTER counts move by 300
+    together as GROUP BY u.gender's cells do (its L0 = 1): ±900 each at ε 1 (the FILTER counts on a
     fine grid, a fraction of a unit apart)."""
     folder = require_dataset("ml-100k/u.item").parent
     meta = yaml.safe_load((DATA / "movielens.yaml").read_text())
