@@ -132,6 +132,9 @@ def with_bounds(catalog: Catalog, proposal: TuningResult) -> Catalog:
             KeyBounds(tuple(e["columns"]), e["max_groups_per_unit"], e["max_rows_per_group"])
             for e in proposed["key_bounds"]))
     else:
-        bounds = {key: proposed.get(key) for key in BOUND_KEYS}
+        # a whole-table proposal leaves L0 as declared (one cell says nothing of it)
+        bounds = {key: proposed.get(key, spec.max_groups_per_unit
+                                    if key == "max_groups_per_unit" else None)
+                  for key in BOUND_KEYS}
         tuned = dataclasses.replace(spec, **bounds, key_bounds=())
     return dataclasses.replace(catalog, tables={**catalog.tables, spec.name: tuned})
