@@ -237,7 +237,8 @@ def test_an_answer_says_its_sensitivity_and_tuned_bounds(server):
         tuned = http.post("/api/v1/datasets/visits/query", json={
             "sql": "SELECT COUNT(*) AS n FROM visits WHERE region_id = 5", "epsilon": 0.2,
             "tune": 0.05}).json()
-        assert set(tuned["tuned_bounds"]) == {"max_groups_per_unit", "max_rows_per_group"}
+        # no GROUP BY: R and L∞ = R, L0 as declared (tune.py since e90d898)
+        assert set(tuned["tuned_bounds"]) == {"max_rows_per_group", "max_rows_per_unit"}
 
 
 @pytest.mark.filterwarnings("ignore:pandas only supports SQLAlchemy")
@@ -281,5 +282,5 @@ def test_client_cursor_says_its_sensitivity_and_tuned_bounds(server):
         assert isinstance(cur.sensitivity, Fraction) and cur.tuned_bounds is None
         tuned = con.execute("SELECT COUNT(*) AS n FROM visits WHERE region_id = 9",
                             epsilon=0.2, tune=0.05)
-        assert set(tuned.tuned_bounds) == {"max_groups_per_unit", "max_rows_per_group"}
+        assert set(tuned.tuned_bounds) == {"max_rows_per_group", "max_rows_per_unit"}
         assert cur.execute("SHOW dpsql.epsilon").sensitivity == 0
