@@ -138,6 +138,14 @@ class _Group(click.Group):
     def _invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except click.UsageError as err:
+            if "--json" not in sys.argv[1:]:
+                raise  # click prints it with the command's usage, exit 2
+            hint = f"see {err.ctx.command_path} --help" if err.ctx is not None else None
+            click.echo(json.dumps({"ok": False, "error": err.format_message(), "code": "usage",
+                                   "class": "UsageError", "hint": hint, "epsilon_spent": 0.0}),
+                       err=True)
+            ctx.exit(err.exit_code)
         except dpsql.Error as err:
             if err.hint:
                 err.hint = _flag_syntax(err.hint)

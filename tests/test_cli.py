@@ -455,3 +455,16 @@ def test_run_says_an_answer_is_an_earlier_releases_stored_one(tmp_path):
     assert "ε spent: 1;" in first and "stored answer" not in first
     assert "ε spent: 0 (the stored answer of an identical earlier release" in run()
     assert json.loads(run("--json"))["reused"] is True
+
+
+def test_a_usage_error_under_json_is_json(tmp_path):
+    """A bad flag printed click's plain text even with --json, where every other error is a
+    JSON object on stderr."""
+    out = _dpsql("run", "queries/visits_by_day.sql", "--metadata", "data/visits.yaml",
+                 "--epsilon", "one", "--json")
+    assert out.returncode == 2, out.stderr
+    error = json.loads(out.stderr)
+    assert error["code"] == "usage" and "--epsilon" in error["error"] and error["hint"]
+    plain = _dpsql("run", "queries/visits_by_day.sql", "--metadata", "data/visits.yaml",
+                   "--epsilon", "one")
+    assert plain.returncode == 2 and plain.stderr.startswith("Usage:"), plain.stderr
