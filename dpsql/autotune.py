@@ -28,7 +28,7 @@ from dpsql.budget import PrivacyLoss, budget_exhausted, positive
 from dpsql.catalog import Catalog, KeyBounds
 from dpsql.engine import Engine, hinted_accuracy
 from dpsql.errors import Error, NotSupportedError, PrivacyParameterError
-from dpsql.parse import dp_options
+from dpsql.parse import dp_options, parse_script
 from dpsql.plan import CheckedQuery
 from dpsql.release import NoisyResult
 from dpsql.tune import TuningResult, planned_count_noise, private_tables, tune
@@ -61,6 +61,13 @@ def execute_tuned(engine: Engine, sql: str, params=None, *, epsilon, tune_epsilo
     if engine.catalog.mechanism == "gaussian":
         raise NotSupportedError("tune= is for pure ε-DP datasets; this one uses Gaussian noise",
                                 hint="run dpsql tune once and declare the bounds it proposes")
+    stated = {dp_options(s).get("epsilon") for s in parse_script(sql, params, engine.dialect)}
+    if stated - {None}:  # the statement's ε is its own: no slice of it is this call's to give
+        raise PrivacyParameterError(
+            "tune= spends part of the statement's ε on choosing its contribution bounds, but "
+            f"the statement fixes its ε itself in OPTIONS(epsilon={min(stated - {None})}); "
+            "nothing was run or charged",
+            hint="drop epsilon from OPTIONS and pass it as epsilon= beside tune=, or drop tune=")
     rest = whole - part
     planned = engine.plan(sql, params, epsilon=rest, delta=delta, weights=weights)
     if planned.release is None or planned.public or len(planned.release.statements) != 1:

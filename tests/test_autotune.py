@@ -224,3 +224,12 @@ def test_one_row_a_person_is_tuned_one_row_a_person(tmp_path):
                                       "region", epsilon=3, tune=1).tuned_bounds)
     ones = {"max_groups_per_unit": 1, "max_rows_per_group": 1, "max_rows_per_unit": 1}
     assert sum(c == ones for c in chosen) >= 4, chosen
+
+
+def test_tune_beside_a_statements_own_epsilon_is_refused_saying_so(tmp_path, meta):
+    """It said "the clause says epsilon=0.9 but 1/20 was passed", with epsilon=0.9 passed."""
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=1) as con:
+        with pytest.raises(dpsql.PrivacyParameterError, match="fixes its ε itself"):
+            con.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=0.9) day, COUNT(*) "
+                        "FROM visits GROUP BY day", epsilon=0.9, tune=0.1)
+        assert con.budget_spent.epsilon == 0
