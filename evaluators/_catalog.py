@@ -1,11 +1,12 @@
-"""What the evaluators need of a catalogue beyond dpsql's own checks: a table by name, and
-its class column."""
+"""What the evaluators need of a catalogue beyond dpsql's own checks: a table by name, its
+class column, and a number of public bins the engine can release."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 import dpsql
+from dpsql import MAX_DOMAIN_VALUES
 from dpsql.catalog import TableSpec, load_catalog
 
 
@@ -42,3 +43,18 @@ def class_column(spec, name: str):
             f"class column {column.name!r} of table {spec.name!r} has no declared values",
             hint="the class needs a public domain: add 'values: [...]' to its metadata")
     return column
+
+
+def check_bins(bins: int) -> None:
+    """Refuse more equal-width bins than one GROUP BY key may have public values, before
+    anything is read: past ``dpsql.MAX_DOMAIN_VALUES`` the engine took the bins for a private
+    key (after minutes of work, and a hint to give a δ).
+
+    Raises:
+        dpsql.ProgrammingError: ``bins`` exceeds ``dpsql.MAX_DOMAIN_VALUES``.
+    """
+    if bins > MAX_DOMAIN_VALUES:
+        raise dpsql.ProgrammingError(
+            f"{bins:,} bins are more than the {MAX_DOMAIN_VALUES:,} public values the engine "
+            f"releases for one GROUP BY key",
+            hint=f"use at most {MAX_DOMAIN_VALUES:,} bins (--bins)")

@@ -104,7 +104,8 @@ def equal_width_bins(name: str, lower: float, upper: float, bins: int, *,
                      integer: bool = False) -> Attribute:
     """Public equal-width bins of a numeric column over its declared bounds.
 
-    Values below ``lower`` fall in the first bin and values above ``upper`` in the last, as the
+    At most ``dpsql.MAX_DOMAIN_VALUES`` bins: the engine releases no more public values for a
+    key. Values below ``lower`` fall in the first bin and values above ``upper`` in the last, as the
     engine's clamping would put them. For an int column the range is [lower, upper + 1) so
     that each bin holds the same number of whole values when they divide evenly.
 
@@ -114,6 +115,7 @@ def equal_width_bins(name: str, lower: float, upper: float, bins: int, *,
     """
     if bins < 1:
         raise dpsql.ProgrammingError(f"bins must be >= 1, got {bins}", hint="use bins=5")
+    _catalog.check_bins(bins)
     top = upper + 1 if integer else upper
     width = (top - lower) / bins
     cuts = [lower + i * width for i in range(bins + 1)]
@@ -195,13 +197,16 @@ def contingency_statements(table: str, class_column: str, attributes: Sequence[A
                            with_class_count: bool = False) -> list[str]:
     """One GROUP BY statement per attribute (and optionally the class count), in order.
 
+    GROUP BY names its keys by position: a table column named like the alias ``key`` would be
+    read in place of the binned key.
+
     Example:
         >>> contingency_statements("car", "class", [Attribute("doors", ("2", "3"))])[0]
-        'SELECT "doors" AS "key", "class", COUNT(*) AS n FROM "car" GROUP BY "key", "class"'
+        'SELECT "doors" AS "key", "class", COUNT(*) AS n FROM "car" GROUP BY 1, 2'
     """
     target, source = quote(class_column), quote(table)
     statements = [
-        f'SELECT {a.key} AS "key", {target}, COUNT(*) AS n FROM {source} GROUP BY "key", {target}'
+        f'SELECT {a.key} AS "key", {target}, COUNT(*) AS n FROM {source} GROUP BY 1, 2'
         for a in attributes
     ]
     if with_class_count:

@@ -226,6 +226,7 @@ def equal_width_thresholds(lower: float, upper: float, bins: int, *,
     """
     if bins < 2:
         raise dpsql.ProgrammingError(f"numeric_bins must be at least 2, got {bins}")
+    _catalog.check_bins(bins)
     width = (upper - lower) / bins
     cuts = [lower + i * width for i in range(1, bins)]
     if integer:

@@ -5,7 +5,9 @@ END`` (no ELSE). The nodes of one level have disjoint paths, so each row lands i
 node and the statement is one contingency table of sensitivity 1 (add/remove) whatever the
 number of nodes: the nodes compose in parallel. Rows of finished branches match no WHEN, get a
 NULL node id and are dropped by the engine. All keys (node ids, attribute values or public bins,
-classes) have public domains, so the engine releases every cell, zeros included.
+classes) have public domains, so the engine releases every cell, zeros included. GROUP BY
+names the keys by position: a table column named like an output alias (CM1 has a column ``v``)
+would be grouped in its place.
 
 A forest's nodes lie in the parts of its trees, so the CASE first picks the part from the
 partition column, once (``CASE "tree_part" WHEN 0 THEN ... END``), and only then tests the
@@ -116,7 +118,7 @@ def path_predicate(conditions: Sequence[str]) -> str:
 def class_statement(schema: Schema, paths: Mapping[int, Path]) -> CountStatement:
     """Node × class counts: node sizes, class distributions and leaf labels."""
     sql = (f"SELECT {node_case(paths)} AS node, {quote_identifier(schema.target)} AS c, "
-           f"COUNT(*) AS n FROM {quote_identifier(schema.table)} GROUP BY node, c")
+           f"COUNT(*) AS n FROM {quote_identifier(schema.table)} GROUP BY 1, 2")
     return CountStatement(sql=sql, nodes=tuple(paths))
 
 
@@ -125,7 +127,7 @@ def attribute_statement(schema: Schema, attribute: Attribute,
     """Node × attribute value × class counts for the nodes where ``attribute`` is a candidate."""
     sql = (f"SELECT {node_case(paths)} AS node, {attribute.value_sql()} AS v, "
            f"{quote_identifier(schema.target)} AS c, COUNT(*) AS n "
-           f"FROM {quote_identifier(schema.table)} GROUP BY node, v, c")
+           f"FROM {quote_identifier(schema.table)} GROUP BY 1, 2, 3")
     return CountStatement(sql=sql, nodes=tuple(paths), attribute=attribute)
 
 

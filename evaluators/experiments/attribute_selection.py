@@ -733,7 +733,7 @@ quantiles over repetitions).
   paper's Connect-4 figures (ε and record sweeps, Figs. 4, 5, 8) are run on Adult and Car.
 - Protocol: 3-fold cross-validation (3 equal parts, train on 2, test on 1); selection, its noise
   and every model use the training part only.
-- DP selection: one dpsql script of k `SELECT key, class, COUNT(*) ... GROUP BY key, class`
+- DP selection: one dpsql script of k `SELECT key, class, COUNT(*) ... GROUP BY 1, 2`
   statements (all candidate attributes), `neighbouring: replace` as in the paper, so the engine
   reports sensitivity 2k and adds discrete Laplace noise of scale 2k/ε to every cell; numeric
   attributes (Adult's 6, all of CM1) are cut into 10 public equal-width bins over the metadata

@@ -341,3 +341,43 @@ def test_the_reports_cli_rows_are_what_the_printed_commands_select(
     result = CliRunner().invoke(main, [*shlex.split(command_line)[1:], "--json"],
                                 catch_exceptions=False)
     assert ", ".join(json.loads(result.stdout)["selected"]) == row["selected, best first"]
+
+
+def _alias_named_table(tmp_path) -> tuple[dict, str]:
+    """A table whose columns are named like the aliases of the contingency SQL (key, n) and
+    hold raw values with no public domain; the class decides which half of key a row is in."""
+    database = str(tmp_path / "aliases.duckdb")
+    with duckdb.connect(database) as con:
+        con.execute("CREATE TABLE t AS SELECT i * 0.37 AS key, i AS n, "
+                    "'k' || (i // 100) AS class FROM range(200) r(i)")
+    metadata = {"name": "aliases", "budget": {"epsilon": 1e9}, "tables": {"t": {
+        "privacy_unit": None, "columns": {
+            "key": {"type": "float", "lower": 0, "upper": 74},
+            "n": {"type": "int", "lower": 0, "upper": 199},
+            "class": {"type": "text", "values": ["k0", "k1"]}}}}}
+    return metadata, database
+
+
+def test_a_column_named_like_an_output_alias_is_not_grouped_in_its_place(tmp_path):
+    """`GROUP BY "key"` grouped a column named key by its raw floats, not by the public bins
+    aliased key, and the engine refused the script. GROUP BY now names its keys by position."""
+    metadata, database = _alias_named_table(tmp_path)
+    connection = dpsql.connect(database, metadata=metadata, ledger=":memory:", insecure_seed=0)
+    selection = select_attributes(connection, "t", "class", epsilon=1e6, bins=2, n=1)
+    assert selection.selected == ["key"]
+
+
+def test_more_bins_than_a_key_has_public_values_are_refused_before_reading(tmp_path):
+    """--bins 10,001 went to the engine, which after 62 s on Adult took the bins for a private
+    key and hinted at a δ; it is now refused from the metadata, with the limit."""
+    metadata, database = _alias_named_table(tmp_path)
+    with duckdb.connect(database) as con:
+        con.execute(f"COPY t TO '{tmp_path / 't.csv'}' (HEADER)")
+    metadata["tables"]["t"]["source"] = str(tmp_path / "t.csv")
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(metadata))
+    result = CliRunner().invoke(main, [
+        "evaluate", "attribute-selection", "-m", str(tmp_path / "t.yaml"), "-t", "t",
+        "--class", "class", "-e", "1", "--bins", str(dpsql.MAX_DOMAIN_VALUES + 1),
+        "--ledger", ":memory:"])
+    assert result.exit_code == 1 and "use at most 10,000 bins" in result.output, result.output
+    assert len(equal_width_bins("key", 0, 1, dpsql.MAX_DOMAIN_VALUES).domain) == 10_000

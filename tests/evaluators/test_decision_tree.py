@@ -259,7 +259,7 @@ def test_cli_json_contract(car, tmp_path):
     assert out["epsilon_spent"] == 2.0 and exact["test_rows"] == 518
     assert 0.6 < exact["majority_accuracy"] < 0.8 and exact["test_accuracy"] >= 0.6
     assert sum(q["epsilon"] for q in out["queries"]) == pytest.approx(2.0)
-    assert all("GROUP BY node" in q["sql"] for q in out["queries"])
+    assert all("GROUP BY 1, 2" in q["sql"] for q in out["queries"])
 
 
 def test_cli_refuses_an_unknown_class_column(car, tmp_path):
@@ -521,3 +521,70 @@ def test_the_report_is_generated_from_its_results_with_no_typed_numbers():
     readme = experiment._markdown(results, cost)
     assert readme == (folder / "README.md").read_text()
     assert "nan" not in readme and "What changed since the previous run" in readme
+
+
+def test_a_quick_report_leaves_out_the_full_runs_reading():
+    """A quick run's README said "this report is a full rerun" and read its few numbers with
+    the full run's typed verdicts and run time. run.json now records a quick run, and its
+    README says so and leaves those sections out."""
+    folder = dpsql.catalog.PROJECT_ROOT / "docs" / "reports" / "decision_tree"
+    results = pd.read_csv(folder / "results.csv").drop_duplicates()
+    cost = {**json.loads((folder / "run.json").read_text()), "quick": True}
+    readme = experiment._markdown(results[results["rep"] == 0], cost)
+    assert "QUICK RUN" in readme and "full rerun" not in readme
+    assert "Reading the numbers" not in readme and "the full run took" not in readme
+
+
+# --- generated SQL against tables whose columns are named like its aliases -------------------
+
+
+def _alias_named_table(tmp_path) -> tuple[dict, str]:
+    """A table whose columns are named like every alias the tree's SQL gives its outputs
+    (node, v, c, n): raw values with no public domain as v and n, the class c decided by node."""
+    database = str(tmp_path / "aliases.duckdb")
+    with duckdb.connect(database) as con:
+        con.execute("CREATE TABLE t AS SELECT (i % 2)::VARCHAR AS node, i * 0.37 AS v, "
+                    "'k' || (i % 2) AS c, i AS n FROM range(200) r(i)")
+    metadata = {"name": "aliases", "budget": {"epsilon": 1e9}, "tables": {"t": {
+        "privacy_unit": None, "columns": {
+            "node": {"type": "text", "values": ["0", "1"]},
+            "v": {"type": "float", "lower": 0, "upper": 80},
+            "c": {"type": "text", "values": ["k0", "k1"]},
+            "n": {"type": "int", "lower": 0, "upper": 199}}}}}
+    return metadata, database
+
+
+def test_a_column_named_like_an_output_alias_is_not_grouped_in_its_place(tmp_path):
+    """CM1 has a column v: `GROUP BY node, v, c` grouped its raw floats, not the public bins
+    aliased v, and the engine refused the script ('the GROUP BY key 'v' has no public
+    domain'). GROUP BY now names its keys by position."""
+    metadata, database = _alias_named_table(tmp_path)
+    connection = dpsql.connect(database, metadata=metadata, ledger=":memory:", insecure_seed=0)
+    tree = DPDecisionTree(1e6, max_depth=2, random_state=0).fit(connection, metadata, "t", "c")
+    assert tree.roots[0].split.name == "node"  # node decides the class
+    assert connection.budget_spent.epsilon == pytest.approx(1e6)
+
+
+def test_cli_grows_a_tree_on_cm1_whose_column_v_is_named_like_an_alias(monkeypatch):
+    """The researcher's command, refused before the fix."""
+    require_dataset("cm1.csv")
+    result = _invoke(monkeypatch, [
+        "evaluate", "tree", "-m", str(METADATA / "cm1.yaml"), "-t", "cm1", "--class",
+        "defects", "-e", "1", "--ledger", ":memory:", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["epsilon_spent"] == 1
+
+
+def test_cli_refuses_more_bins_than_a_key_has_public_values_before_reading(tmp_path, monkeypatch):
+    """--bins 10,001 was sent to the engine, which took the bins for a private key and hinted
+    at a δ; it is now refused from the metadata, with the limit."""
+    metadata, database = _alias_named_table(tmp_path)
+    with duckdb.connect(database) as con:
+        con.execute(f"COPY t TO '{tmp_path / 't.csv'}' (HEADER)")
+    metadata["tables"]["t"]["source"] = str(tmp_path / "t.csv")
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(metadata))
+    result = _invoke(monkeypatch, [
+        "evaluate", "tree", "-m", str(tmp_path / "t.yaml"), "-t", "t", "--class", "c",
+        "-e", "1", "--bins", str(dpsql.MAX_DOMAIN_VALUES + 1), "--ledger", ":memory:"])
+    assert result.exit_code == 1 and "use at most 10,000 bins" in result.output, result.output
+    assert schema_from_metadata(metadata, "t", "c", numeric_bins=dpsql.MAX_DOMAIN_VALUES)
