@@ -251,3 +251,24 @@ def test_cli_logs_the_read_and_charges_the_analyst_in_the_datasets_ledger(car, t
         assert [row["kind"] for row in book.history(catalog.name)] == ["exact"]
     finally:
         book.close()
+
+
+def test_a_quick_report_states_only_what_its_own_numbers_show(tmp_path):
+    """A quick report said "Central DP is at least as accurate as local DP at every ε we
+    tried" while its table showed local beating central at ε = 16, and kept the full run's
+    typed verdicts and run time. The verdict is now read from the numbers, and the typed
+    ones are left out of a quick run."""
+    from evaluators.experiments import naive_bayes_rr as experiment
+
+    folder = Path(__file__).resolve().parents[2] / "docs" / "reports" / "naive_bayes_rr"
+    results = pd.read_csv(folder / "results.csv")
+    local_at_16 = ((results.dataset == "adult") & (results.part == "C")
+                   & (results.variant == "local equal split") & np.isclose(results.epsilon, 16))
+    results.loc[local_at_16, "accuracy"] = 1.0
+    experiment.write_report(experiment.summarize(results), results, tmp_path / "report.md",
+                            quick=True, minutes=2.0)
+    report = (tmp_path / "report.md").read_text()
+    assert "at least as accurate as local DP at every ε we tried**," not in report
+    assert "**Central DP is not at least as accurate" in report
+    assert "local DP is more accurate on adult at ε = 16." in report
+    assert "confirmed on Car" not in report and "The full" not in report
