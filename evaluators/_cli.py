@@ -5,7 +5,8 @@ Each evaluator command takes the same names with the same meaning:
 ``--metadata/-m``   the YAML catalogue;            ``--table/-t``  the private table;
 ``--epsilon/-e``    the ε the evaluator spends;    ``--json``      one JSON object on stdout;
 ``--output/-o``     where the result is written;   ``--seed``      the evaluator's own sampling
-(train/test splits; commands that draw none do not offer it); ``--insecure-seed`` reproducible
+(train/test splits; commands that draw none do not offer it; each command's ``seed_help`` says
+what else it fixes, e.g. the noise in naive-bayes and cf); ``--insecure-seed`` reproducible
 noise for experiments, which gives NO privacy; ``--analyst`` who is charged and logged;
 ``--ledger`` the dataset's ledger (default: beside the metadata, ``dataset_ledger``).
 ``evaluator_options`` adds them in this order and makes the engine's
