@@ -15,21 +15,38 @@ of a column already of its declared type costs nothing: the optimizer drops it),
 Spark cannot convert, or that lacks the column, is refused before anything runs. Only the
 tables' schemas are read for this, never the data. dpsql's queries run with the session's
 time zone set to UTC (and restored after), so timestamps are UTC wall clock on every backend.
+
+A source file's view keeps the file's listing (its length) and schema of when it was made:
+Spark read a file replaced since by its first bytes of the old length (101 rows of a CSV grown
+to 1,000; on D′, whose old file was longer, more rows of other persons than on D) and failed
+on a column stored as a new type. So before each query the view of a source whose file changed
+(``versions.file_version``; always, when that cannot tell) is made anew, and a file Spark
+cannot read as declared any more is refused, as DuckDB reads a Parquet source at each query.
+
+``timeout=`` runs a query's jobs in a job group of its own, cancelled at the deadline with
+the jobs it would start later (``cancelJobGroupAndFutureJobs``, Spark 4.0+; a plain
+``cancelJobGroup`` missed a query still planning, whose jobs then ran to the end), or on
+Spark Connect under a tag that ``interruptTag`` interrupts. A task stops at its next check for
+cancellation (a nested-loop join: after 1,000 rows of its streamed side).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 
+from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from sqlglot import exp
 
 from dpsql.backends import PublicLimits, exact_rows, with_stored_columns
+from dpsql.backends.watchdog import WATCHDOG
 from dpsql.catalog import Catalog, TableSpec
-from dpsql.errors import BackendError, DataError
+from dpsql.errors import BackendError, DataError, QueryTimeoutError
+from dpsql.versions import file_version
 
 _JAVA_ENCODINGS = {"utf-8": "UTF-8", "utf-16": "UTF-16", "latin-1": "ISO-8859-1"}  # Java's
 _CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE", "text": "STRING",
@@ -41,6 +58,8 @@ _TYPES = {"bigint": "int", "int": "int", "smallint": "int", "tinyint": "int", "d
           "char": "text", "boolean": "bool", "date": "date", "timestamp": "timestamp",
           "timestamp_ntz": "timestamp"}
 _TIME_ZONE = "spark.sql.session.timeZone"
+# what SparkContext.setJobGroup sets on the calling thread, restored after a timed query
+_JOB_GROUP = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
 
 
 _VIEW_IDS = itertools.count()
@@ -67,6 +86,7 @@ class SparkBackend(PublicLimits):
                                hint="check the master or Spark Connect URL; a local master "
                                "needs Java 17+, sc:// needs pip install 'pyspark[connect]'"
                                ) from err
+        self._connect = type(self.session).__module__.startswith("pyspark.sql.connect")
         key = id(self.session)
         if started:
             _STARTED.add(key)
@@ -77,6 +97,7 @@ class SparkBackend(PublicLimits):
                        for name, table in catalog.tables.items() if table.source is not None}
         # what each table is stored as: the session's table or view, or a source's own view
         self.relations = {name: _quote(self._views.get(name, name)) for name in catalog.tables}
+        self._read_versions: dict[str, str | None] = {}  # each source's file, as its view read it
         for table in catalog.tables.values():
             if table.source is not None:
                 self._register(table)
@@ -90,26 +111,72 @@ class SparkBackend(PublicLimits):
             self._convertible(table, stored[table.name])
             self.sources[table.name] = self._reader(table)
 
-    def _register(self, table: TableSpec) -> None:
-        reader = self.session.read
-        if table.source.lower().endswith(".parquet"):
-            frame = reader.parquet(table.source)
-        else:
-            options = table.csv
-            trim = bool(options.get("trim"))
-            frame = reader.csv(table.source, header=options.get("header", True),
-                               sep=options.get("delimiter", ","),
-                               encoding=_JAVA_ENCODINGS[options.get("encoding", "utf-8")],
-                               ignoreLeadingWhiteSpace=trim, ignoreTrailingWhiteSpace=trim,
-                               nullValue=_first(options.get("null")))
-            if "names" in options:
-                frame = frame.toDF(*options["names"])
+    def _register(self, table: TableSpec, replaced: bool = False) -> None:
+        """Make the view of a source file's declared columns, each ``try_cast`` to its type,
+        and note the file's version it read; ``replaced``: the file changed since connect,
+        and a refusal names what Spark cannot read now (schemas only)."""
+        before = file_version(table.source)
         try:
+            frame = self._source_frame(table)
             frame.selectExpr(*_typed(table)).createOrReplaceTempView(self._views[table.name])
-        except PySparkException as err:
+        except (PySparkException, Py4JError) as err:
+            if replaced:
+                raise self._unreadable(table) from None
             raise DataError(f"table {table.name!r}: cannot read {table.source!r}: {err}",
                             hint="check the csv options and that every declared column exists "
                             "in the file") from err
+        # a file replaced while Spark listed it: read anew at the next query
+        self._read_versions[table.name] = before if file_version(table.source) == before \
+            else None
+
+    def _source_frame(self, table: TableSpec) -> DataFrame:
+        """The source file as Spark reads it now (its listing and schema, no rows)."""
+        reader = self.session.read
+        if table.source.lower().endswith(".parquet"):
+            return reader.parquet(table.source)
+        options = table.csv
+        trim = bool(options.get("trim"))
+        frame = reader.csv(table.source, header=options.get("header", True),
+                           sep=options.get("delimiter", ","),
+                           encoding=_JAVA_ENCODINGS[options.get("encoding", "utf-8")],
+                           ignoreLeadingWhiteSpace=trim, ignoreTrailingWhiteSpace=trim,
+                           nullValue=_first(options.get("null")))
+        return frame.toDF(*options["names"]) if "names" in options else frame
+
+    def _unreadable(self, table: TableSpec) -> DataError:
+        """The refusal of a query over a source file replaced since connect by one Spark
+        cannot read as declared, naming the first declared column it lacks or stores as a
+        type Spark cannot convert (names from the metadata, and types: a private file's own
+        column names can be its first row)."""
+        what = "Spark cannot read it"
+        try:
+            frame = self._source_frame(table)
+            kinds = {field.name.lower(): field.dataType.simpleString()
+                     for field in frame.schema.fields}
+            for column, spec in table.columns.items():
+                kind = kinds.get(column.lower())
+                if kind is None:
+                    what = f"it lacks the declared column {column!r}"
+                    break
+                if not _converts(frame, table, column):
+                    what = f"it stores {column} as {kind}, which Spark cannot convert to " \
+                        f"{spec.type}"
+                    break
+        except (PySparkException, Py4JError):
+            pass  # unreadable as a whole
+        return DataError(
+            f"table {table.name!r}: its source {table.source!r} changed since dpsql connected, "
+            f"and {what}", hint="restore a file of the declared columns and types, or fix the "
+            "metadata and reconnect")
+
+    def _refresh(self) -> None:
+        """Make anew the view of each source file that changed since its view read it (or
+        whose version cannot be told): Spark reads the file's listing and schema once, when
+        the view is made."""
+        for name, version in self._read_versions.items():
+            table = self.catalog.tables[name]
+            if version is None or file_version(table.source) != version:
+                self._register(table, replaced=True)
 
     def _stored(self, name: str) -> dict[str, str]:
         """The stored type of each column of a table (empty when it is absent)."""
@@ -148,11 +215,9 @@ class SparkBackend(PublicLimits):
         """Whether Spark can ``try_cast`` the column as now stored to its declared type."""
         try:
             frame = self.session.sql(f"SELECT * FROM {self.relations[table.name]}")
-            # a Spark Connect session analyses a frame only when its schema is asked for
-            frame.selectExpr(*_typed(table, column)).schema  # noqa: B018
         except PySparkException:
             return False
-        return True
+        return _converts(frame, table, column)
 
     def _reader(self, table: TableSpec) -> str:
         """The subquery the SQL reads the table by: its declared columns, each ``try_cast`` to
@@ -196,23 +261,74 @@ class SparkBackend(PublicLimits):
     def run_sql(self, sql: str, timeout: float | None = None, max_rows: int | None = None
                 ) -> tuple[list[str], list[tuple]]:
         """Execute SQL rendered in Spark's dialect, reading at most its first ``max_rows``
-        rows (Spark has no per-query time limit: the engine refuses ``timeout=``)."""
+        rows; its jobs are cancelled after ``timeout`` seconds (QueryTimeoutError)."""
         with self._utc():
+            self._refresh()
             try:  # analysed here, before any job runs: only the tables' schemas are read
                 frame = _wall_clock(self.session.sql(sql))
             except PySparkException as err:
                 raise (self._retyped() or BackendError(
                     f"Spark failed to analyse the exact query: {err}")) from err
-            try:
-                rows = frame.collect() if max_rows is None else frame.take(max_rows)
-            except PySparkException as err:
-                raise BackendError(f"Spark failed to run the exact query: {err}") from err
+            rows = self._rows(frame, timeout, max_rows)
         return list(frame.columns), exact_rows(rows)
+
+    def _rows(self, frame: DataFrame, timeout: float | None, max_rows: int | None) -> list:
+        """The frame's rows (its first ``max_rows``), its jobs cancelled after ``timeout``
+        seconds: a QueryTimeoutError then, and for a query that ended past the deadline too
+        (a cancel that came before its jobs began was lost, and they ran on)."""
+        deadline = None
+        if timeout is not None:
+            group = f"dpsql-{uuid.uuid4().hex}"
+            leave = self._join(group)
+            deadline = WATCHDOG.watch(timeout, lambda: self._cancel(group))
+        rows, failure = None, None
+        try:
+            rows = frame.collect() if max_rows is None else frame.take(max_rows)
+        except Exception as err:  # noqa: BLE001 - py4j's, gRPC's and pyspark's errors have
+            failure = err  # no common base: a failed or cancelled job is a Py4JJavaError
+        finally:
+            overran = deadline is not None and WATCHDOG.cancel(deadline)
+            if deadline is not None:
+                leave()
+        if overran:
+            raise QueryTimeoutError(f"the exact query ran longer than {timeout:g} s") \
+                from failure
+        if failure is not None:
+            raise BackendError(f"Spark failed to run the exact query: {_summary(failure)}"
+                               ) from failure
+        return rows
+
+    def _join(self, group: str) -> Callable[[], None]:
+        """Mark the jobs this thread starts as ``group``'s; returns what restores the
+        thread's own job group (or tags)."""
+        if self._connect:  # the client's tags go with each request this thread sends
+            self.session.addTag(group)
+            return lambda: self.session.removeTag(group)
+        # local properties of this thread's JVM thread (pyspark pins one to each thread)
+        context = self.session.sparkContext
+        saved = {key: context.getLocalProperty(key) for key in _JOB_GROUP}
+        context.setJobGroup(group, "dpsql exact query", interruptOnCancel=True)
+
+        def leave() -> None:
+            for key, value in saved.items():
+                context.setLocalProperty(key, value)
+        return leave
+
+    def _cancel(self, group: str) -> None:
+        """Cancel the jobs of ``group``, those running and those it starts later."""
+        if self._connect:
+            self.session.interruptTag(group)
+            return
+        context = self.session.sparkContext._jsc.sc()
+        try:
+            context.cancelJobGroupAndFutureJobs(group, "dpsql: past the query's timeout")
+        except Py4JError:  # Spark 3.5: the running jobs only
+            context.cancelJobGroup(group)
 
     def run_public(self, sql: str, timeout: float | None = None, max_rows: int | None = None
                    ) -> tuple[list[str], list[tuple]]:
-        """Run a statement over public tables, its row limit None for ``public_limits``'."""
-        return self.run_sql(sql, max_rows=self._limits(timeout, max_rows)[1])
+        """Run a statement over public tables, each limit None for ``public_limits``'."""
+        return self.run_sql(sql, *self._limits(timeout, max_rows))
 
     def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
         """Execute a custodian's query tree, written in Spark's dialect, its source tables
@@ -279,6 +395,22 @@ def _typed(table: TableSpec, *names: str) -> list[str]:
 
 def _quote(name: str) -> str:
     return exp.to_identifier(name, quoted=True).sql(dialect="spark")
+
+
+def _converts(frame: DataFrame, table: TableSpec, column: str) -> bool:
+    """Whether Spark can ``try_cast`` the frame's column to the column's declared type."""
+    try:
+        # a Spark Connect session analyses a frame only when its schema is asked for
+        frame.selectExpr(*_typed(table, column)).schema  # noqa: B018
+    except PySparkException:
+        return False
+    return True
+
+
+def _summary(error: Exception) -> str:
+    """An error's first line: a Py4JJavaError's Java exception without its stack trace."""
+    java = getattr(error, "java_exception", None)
+    return str(java if java is not None else error).strip().split("\n")[0]
 
 
 def _first(value):

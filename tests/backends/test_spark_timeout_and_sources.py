@@ -1,0 +1,208 @@
+"""Spark at run time: a query past its time limit has its jobs cancelled (a private one charged
+as on DuckDB and PostgreSQL), a job that fails is charged, and a ``source`` file replaced after
+connect is read whole, as it is now, or refused on D and D′ alike."""
+# ruff: noqa: F811 (the imported server fixtures are requested by name as parameters)
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import DAYS, catalogue, make_adult, make_visits
+from servers import spark  # noqa: F401 (fixture)
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "fuzz"))  # the harness lives with the fuzz
+
+import neighbours as nb
+
+import dpsql
+
+pytestmark = pytest.mark.spark
+
+# one person with 20,000 rows: the self-join on the unit makes 4·10^8 of their rows, minutes
+# on a local session
+SLOW = "SELECT SUM(v.amount * w.amount / 100) AS s FROM visits v JOIN visits w ON v.uid = w.uid"
+
+
+@pytest.fixture
+def heavy(tmp_path) -> dict:
+    """The test catalogue over visits with one person of 20,000 rows, and a one-row adult."""
+    rows = pd.DataFrame({"uid": 10**6, "day": [DAYS[i % 7] for i in range(20_000)],
+                         "amount": [i % 100 for i in range(20_000)], "region_id": 0})
+    pd.concat([make_visits(), rows]).to_csv(tmp_path / "visits.csv", index=False)
+    make_adult(1).to_csv(tmp_path / "adult.csv", index=False)
+    return catalogue(tmp_path)
+
+
+def _idle(spark, within: float = 30) -> bool:
+    """Whether the session runs no job within ``within`` seconds (a cancelled job ends)."""
+    deadline = time.monotonic() + within
+    while spark.sparkContext.statusTracker().getActiveJobsIds():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+# --- timeout= --------------------------------------------------------------------------------
+
+def test_a_statement_over_public_tables_past_the_timeout_is_uncharged(spark, tmp_path):
+    """A public statement runs under the connection's timeout and a server's limits: it was
+    given only the row limit on Spark."""
+    meta = nb.metadata(tmp_path)
+    nb.write_database(tmp_path, nb.base_tables())
+    pd.DataFrame({"k": range(2000)}).to_csv(tmp_path / "numbers.csv", index=False)
+    meta["tables"]["numbers"] = {"public": True, "source": str(tmp_path / "numbers.csv"),
+                                 "columns": {"k": "int"}}
+    slow = ("SELECT COUNT(*) AS n FROM numbers a JOIN numbers b ON a.k <> b.k "
+            "JOIN numbers c ON b.k <> c.k")
+    with dpsql.connect(spark, metadata=meta, ledger=":memory:") as con:
+        with con._backend.public_limits(1, None):
+            with pytest.raises(dpsql.QueryTimeoutError, match="longer than its time limit; "
+                               "nothing was charged"):
+                con.execute(slow)
+        assert con.budget_spent.epsilon == 0 and _idle(spark)
+
+
+def test_a_job_cancelled_by_the_cluster_is_charged(spark, heavy):
+    """A job the cluster cancels (its own limit, an operator) failed with py4j's error, which
+    no dpsql.Error wraps: uncharged, with Spark's message, where the data without the person
+    who made it long answered."""
+    done = threading.Event()
+
+    def operator():
+        while not done.wait(0.2):
+            spark.sparkContext.cancelAllJobs()
+
+    with dpsql.connect(spark, metadata=heavy, ledger=":memory:") as con:
+        threading.Thread(target=operator, daemon=True).start()
+        try:
+            with pytest.raises(dpsql.InternalError, match="charged") as failed:
+                con.execute(SLOW, epsilon=1)
+        finally:
+            done.set()
+        assert failed.value.epsilon_spent == 1 and con.budget_spent.epsilon == 1
+        assert "SPARK_JOB_CANCELLED" not in str(failed.value)
+    assert _idle(spark)
+
+
+# --- source files replaced after connect -----------------------------------------------------
+
+PEOPLE = {"name": "spark_sources", "budget": {"epsilon": 1e9}, "tables": {"people": {
+    "privacy_unit": "pid", "max_groups_per_unit": 1, "max_rows_per_group": 2,
+    "columns": {"pid": "int", "score": {"type": "int", "lower": 0, "upper": 100}}}}}
+# what D′'s newcomer (pid 1000, 40 rows) stores once the file stores score as text
+NEWCOMER = ["n/a", "1e400", "-9223372036854775809", " 5 ", "NaN", "Infinity", None]
+
+
+def _write(path: Path, frame: pd.DataFrame) -> None:
+    """Replace ``path`` at once (a new file under the name, as a refresh does), in row groups
+    of 50 rows for Parquet."""
+    draft = path.with_name("draft-" + path.name)
+    if path.suffix == ".parquet":
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), draft,
+                       row_group_size=50)
+    else:
+        frame.to_csv(draft, index=False)
+    os.replace(draft, path)
+
+
+def _people(path: Path) -> dict:
+    """PEOPLE read from ``path``."""
+    return {**PEOPLE, "tables": {"people": {**PEOPLE["tables"]["people"], "source": str(path)}}}
+
+
+def _scores(people: int, kind=int, extra: bool = False) -> pd.DataFrame:
+    """``people`` persons with 1-3 scores each, as ``kind``; with ``extra`` the newcomer."""
+    rows = [(i, kind(i % 50)) for i in range(people) for _ in range(1 + i % 3)]
+    rows += [(1000, NEWCOMER[k % len(NEWCOMER)]) for k in range(40)] * extra
+    return pd.DataFrame(rows, columns=["pid", "score"])
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_source_grown_after_connect_is_read_whole_and_answered_anew(spark, tmp_path, suffix):
+    """The view kept the file's length of connect time: Spark read 101 rows of a CSV grown to
+    1,000 and 200-300 of a Parquet file's 3,000 (its row groups that began within the old
+    length).
+    The answer stored for the old file is not reused for the new one."""
+    path = tmp_path / f"people{suffix}"
+    _write(path, pd.DataFrame({"pid": range(100), "score": 7}))
+    with dpsql.connect(spark, metadata=_people(path), ledger=tmp_path / "l.sqlite") as con:
+        count = "SELECT COUNT(*) AS n FROM people"
+        first = con.execute(count, epsilon=1e6).fetchone()[0]
+        assert first == pytest.approx(100, abs=1)
+        assert con.execute(count, epsilon=1e6).fetchone()[0] == first  # reused
+        assert con.budget_spent.epsilon == 1e6
+        _write(path, pd.DataFrame({"pid": range(3000), "score": 7}))
+        source = con._backend.sources["people"]
+        assert con._backend.run_sql(f"SELECT COUNT(*) FROM {source}")[1] == [(3000,)]
+        assert con.execute(count, epsilon=1e6).fetchone()[0] == pytest.approx(3000, abs=1)
+        assert con.budget_spent.epsilon == 2e6
+
+
+def test_sources_refreshed_after_connect_keep_the_contract(spark, tmp_path):
+    """D and D′ connected, then each visits.csv replaced by a refresh with 700 more visits of
+    new persons (D′'s adversary still last): D read the refresh's first bytes of D's old
+    length and D′ of D′'s, 700 rows more of the new persons, far past COUNT's sensitivity."""
+    base = nb.base_tables()
+    adversary = nb.adversary(0)
+    pair = nb.open_pair(tmp_path, base, nb.with_rows(base, adversary), target=spark)
+    try:
+        newcomers = nb.adversary(0)["visits"].assign(uid=[str(100 + i % 350)
+                                                          for i in range(700)])
+        refreshed = nb.with_rows(base, {"visits": newcomers})
+        nb.write_database(tmp_path / "d", refreshed)
+        nb.write_database(tmp_path / "d_prime", nb.with_rows(refreshed, adversary))
+        assert nb.check_statement(pair, "SELECT COUNT(*) AS n FROM visits") == "released"
+    finally:
+        pair.close()
+
+
+def _replaced_pair(spark, root: Path, after) -> nb.Pair:
+    """D and D′ connected over people.parquet storing score as BIGINT, then each file
+    replaced by ``after(extra)`` (D′'s with the newcomer)."""
+    connections = []
+    for side, extra in (("d", False), ("d_prime", True)):
+        path = root / side / "people.parquet"
+        path.parent.mkdir()
+        _write(path, _scores(60))
+        connections.append(dpsql.connect(spark, metadata=_people(path), insecure_seed=11,
+                                         ledger=root / f"{side}.sqlite"))
+        _write(path, after(extra))
+    return nb.Pair(*connections, folders=(root / "d", root / "d_prime"))
+
+
+def test_a_source_retyped_after_connect_is_converted(spark, tmp_path):
+    """A Parquet file replaced by one storing score as text, D′'s newcomer holding 'n/a':
+    Spark read it with the schema of connect time and failed with py4j's error on D and D′,
+    outside dpsql's errors. The new file's view converts it, as DuckDB's Parquet view does."""
+    pair = _replaced_pair(spark, tmp_path, lambda extra: _scores(60, str, extra))
+    try:
+        assert nb.check_statement(pair, "SELECT AVG(score) AS a FROM people") == "released"
+    finally:
+        pair.close()
+
+
+@pytest.mark.parametrize(("after", "refusal"), [
+    (lambda extra: _scores(60, int, extra)[["pid"]], "it lacks the declared column 'score'"),
+    (lambda extra: _scores(60).assign(score=[{"a": 1}] * 120),
+     "it stores score as struct<a:bigint>, which Spark cannot convert to int"),
+])
+def test_a_source_that_lost_a_declared_column_is_refused_alike(spark, tmp_path, after, refusal):
+    """A file replaced by one without score was answered with NULL scores; one storing it as
+    a struct failed with py4j's error. Both are refused before any job runs, on D and D′,
+    naming the column from the metadata; nothing charged."""
+    pair = _replaced_pair(spark, tmp_path, after)
+    try:
+        assert nb.check_statement(pair, "SELECT AVG(score) AS a FROM people") == "data"
+        error = nb.refused_uncharged(pair.d, "SELECT COUNT(*) AS n FROM people", dpsql.DataError)
+        assert "its source" in str(error) and refusal in str(error)
+    finally:
+        pair.close()
