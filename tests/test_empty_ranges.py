@@ -8,7 +8,6 @@ metadata and the literals; the answer is unchanged, since a neighbour may hold s
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
 from conftest import catalogue  # noqa: E402
 from neighbours import contract, every_neighbour  # noqa: E402
+from test_empty_filters import _warned  # noqa: E402
 
 import dpsql  # noqa: E402
 
@@ -57,13 +57,6 @@ NOT_EMPTY = [
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
     yield from every_neighbour(tmp_path_factory.mktemp("empty-ranges"))
-
-
-def _warned(call) -> tuple[list[str], object]:
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        value = call()
-    return [str(w.message) for w in seen if w.category is dpsql.EmptyFilterWarning], value
 
 
 @pytest.mark.parametrize(("sql", "said"), EMPTY)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import DAYS, catalogue, make_adult, make_visits
+from conftest import DAYS, make_visits
 
 sys.path[:0] = [str(Path(__file__).parent / "fuzz"), str(Path(__file__).parent / "backends")]
 import neighbours as nb  # noqa: E402
@@ -23,6 +23,7 @@ from test_neighbours_on_postgresql import (  # noqa: E402
     neighbour_fixtures,
     pairs,  # noqa: F401 - the fixture
 )
+from test_public_bounds import _shop  # noqa: E402 (the same shop, declared without bounds)
 
 import dpsql  # noqa: E402
 
@@ -32,19 +33,6 @@ JOINED = "FROM visits v JOIN prices p ON v.day = p.day"
 
 def _per_person(aggregate: str) -> str:
     return f"(SELECT v.uid, {aggregate} AS n {JOINED} GROUP BY v.uid) t"
-
-
-def _shop(folder: Path, factors: list[float]) -> dpsql.Connection:
-    """visits (L0 3, L∞ 2, amount in [0, 100]) and a public table of a factor a day,
-    declared without bounds."""
-    make_adult().to_csv(folder / "adult.csv", index=False)
-    make_visits().to_csv(folder / "visits.csv", index=False)
-    # Parquet (read at each query, where a CSV is loaded at connect), NaN kept as NaN
-    pq.write_table(pa.table({"day": DAYS, "factor": factors}), folder / "prices.parquet")
-    meta = catalogue(folder, budget=1e9)
-    meta["tables"]["prices"] = {"public": True, "source": str(folder / "prices.parquet"),
-                                "columns": {"day": "text", "factor": "float"}}
-    return dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=3)
 
 
 def _sensitivities(con: dpsql.Connection, sql: str) -> dict[str, float]:
