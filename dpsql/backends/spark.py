@@ -23,17 +23,20 @@ on a column stored as a new type. So before each query the view of a source whos
 (``versions.file_version``; always, when that cannot tell) is made anew, and a file Spark
 cannot read as declared any more is refused, as DuckDB reads a Parquet source at each query.
 
-``timeout=`` runs a query's jobs in a job group of its own, cancelled at the deadline with
-the jobs it would start later (``cancelJobGroupAndFutureJobs``, Spark 4.0+; a plain
-``cancelJobGroup`` missed a query still planning, whose jobs then ran to the end), or on
-Spark Connect under a tag that ``interruptTag`` interrupts. A task stops at its next check for
-cancellation (a nested-loop join: after 1,000 rows of its streamed side).
+``timeout=`` runs a query's jobs in a job group of its own (on Spark Connect under a tag of
+its own), cancelled from the deadline on, every ``CANCEL_EVERY`` seconds until the query has
+ended: one ``cancelJobGroup`` at the deadline missed a query still being planned, whose jobs
+then ran to the end, and ``cancelJobGroupAndFutureJobs`` (Spark 4.0+) cancels the result jobs
+submitted after it but not the shuffle stages that adaptive execution submits as jobs of
+their own. A task stops at its next check for cancellation (a nested-loop join: after 1,000
+rows of its streamed side).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -60,6 +63,7 @@ _TYPES = {"bigint": "int", "int": "int", "smallint": "int", "tinyint": "int", "d
 _TIME_ZONE = "spark.sql.session.timeZone"
 # what SparkContext.setJobGroup sets on the calling thread, restored after a timed query
 _JOB_GROUP = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+CANCEL_EVERY = 0.5  # seconds between the cancels of a query past its deadline
 
 
 _VIEW_IDS = itertools.count()
@@ -278,17 +282,20 @@ class SparkBackend(PublicLimits):
         (a cancel that came before its jobs began was lost, and they ran on)."""
         deadline = None
         if timeout is not None:
-            group = f"dpsql-{uuid.uuid4().hex}"
+            group, ended = f"dpsql-{uuid.uuid4().hex}", threading.Event()
             leave = self._join(group)
-            deadline = WATCHDOG.watch(timeout, lambda: self._cancel(group))
-        rows, failure = None, None
+            deadline = WATCHDOG.watch(timeout, lambda: threading.Thread(
+                target=self._cancel_until, args=(group, ended), name="dpsql-spark-cancel",
+                daemon=True).start())
+        rows, failure, overran = None, None, False
         try:
             rows = frame.collect() if max_rows is None else frame.take(max_rows)
         except Exception as err:  # noqa: BLE001 - py4j's, gRPC's and pyspark's errors have
             failure = err  # no common base: a failed or cancelled job is a Py4JJavaError
         finally:
-            overran = deadline is not None and WATCHDOG.cancel(deadline)
             if deadline is not None:
+                overran = WATCHDOG.cancel(deadline)
+                ended.set()
                 leave()
         if overran:
             raise QueryTimeoutError(f"the exact query ran longer than {timeout:g} s") \
@@ -314,8 +321,21 @@ class SparkBackend(PublicLimits):
                 context.setLocalProperty(key, value)
         return leave
 
+    def _cancel_until(self, group: str, ended: threading.Event) -> None:
+        """Cancel the jobs of ``group`` now and every ``CANCEL_EVERY`` seconds until its
+        query has ended: adaptive execution submits a query's shuffle stages as jobs of their
+        own as it goes, and Spark cancels a cancelled group's later jobs when they are
+        submitted, but not those (``DAGScheduler.handleMapStageSubmitted``), so a query
+        still being planned at the deadline ran its joins to the end."""
+        while not ended.is_set():
+            try:
+                self._cancel(group)
+            except Exception:  # noqa: BLE001 - a session stopped meanwhile: its jobs are too
+                return
+            ended.wait(CANCEL_EVERY)
+
     def _cancel(self, group: str) -> None:
-        """Cancel the jobs of ``group``, those running and those it starts later."""
+        """Cancel the jobs of ``group``, those running and the result jobs it starts later."""
         if self._connect:
             self.session.interruptTag(group)
             return

@@ -53,6 +53,25 @@ def _idle(spark, within: float = 30) -> bool:
 
 # --- timeout= --------------------------------------------------------------------------------
 
+def test_a_query_still_planned_at_its_deadline_is_stopped(spark, heavy):
+    """A deadline that passes before the query's first job: Spark cancels a cancelled
+    group's later result jobs when they are submitted, but not the shuffle stages adaptive
+    execution submits as jobs of their own (DAGScheduler.handleMapStageSubmitted), so one
+    cancel at the deadline let this cross join run its 9·10^8 rows to the end (a minute or
+    more). The group is cancelled again until the query has ended."""
+    sql = ("SELECT k, COUNT(*) AS n FROM (SELECT (a.id * b.id) % 7 AS k FROM range(30000) a "
+           "CROSS JOIN range(30000) b) GROUP BY k")
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")  # no broadcast job first
+    try:
+        with dpsql.connect(spark, metadata=heavy, ledger=":memory:") as con:
+            started = time.monotonic()
+            with pytest.raises(dpsql.QueryTimeoutError, match="longer than 0.05 s"):
+                con._backend.run_sql(sql, 0.05)
+            assert time.monotonic() - started < 30 and _idle(spark)
+    finally:
+        spark.conf.unset("spark.sql.autoBroadcastJoinThreshold")
+
+
 def test_a_statement_over_public_tables_past_the_timeout_is_uncharged(spark, tmp_path):
     """A public statement runs under the connection's timeout and a server's limits: it was
     given only the row limit on Spark."""
