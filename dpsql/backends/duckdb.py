@@ -221,7 +221,11 @@ class DuckDBBackend(PublicLimits):
             types = self._stored_types(reader) if parquet else None
         except duckdb.Error:
             types = None  # the read below reports the problem
-        columns = ", ".join(_column_sql(table, name, types) for name in table.columns) or "*"
+        # a Parquet view is bound anew at each query, to the file as it is then: a column
+        # stored as its declared type at connect is converted too (TRY_CAST to its own type
+        # is dropped by the binder), so a file replaced by one storing it as text reads
+        # one person's 'n/a' as NULL
+        columns = ", ".join(_column_sql(table, name) for name in table.columns) or "*"
         raw = _quote(f"__raw_{table.name}")
         try:
             if parquet:  # Parquet reads fast and typed: a view
