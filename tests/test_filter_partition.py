@@ -165,13 +165,18 @@ def test_averages_of_two_classes_are_one_block_a_class(connect):
     (["age IS NULL", "COALESCE(age, 0) > 30"], 1),
 ])
 def test_classes_are_decided_on_the_conditions(conditions, classes):
-    cat = load_catalog(catalogue(Path("unread")))
-    sql = "SELECT " + ", ".join(f"COUNT(*) FILTER (WHERE {c}) AS c{i}"
-                                for i, c in enumerate(conditions)) + " FROM adult"
-    checked = compile_statement(parse_one(sql), cat)
-    found = filter_classes([(m.role, m.arg) for m in measures(checked)], grouped=False,
-                           neighbouring="add_remove")
+    found = _classes(catalogue, "COUNT(*)", "adult", conditions)
     assert len(found) == (classes if classes > 1 else 0), found
+
+
+def _classes(metadata, aggregate: str, table: str, conditions: list[str]) -> tuple:
+    """``filter_classes`` of a statement with one ``aggregate`` FILTERed by each condition."""
+    cat = load_catalog(metadata(Path("unread")))
+    sql = "SELECT " + ", ".join(f"{aggregate} FILTER (WHERE {c}) AS c{i}"
+                                for i, c in enumerate(conditions)) + f" FROM {table}"
+    checked = compile_statement(parse_one(sql), cat)
+    return filter_classes([(m.role, m.arg) for m in measures(checked)], grouped=False,
+                          neighbouring="add_remove")
 
 
 @pytest.mark.parametrize(("conditions", "classes"), [
@@ -182,12 +187,7 @@ def test_classes_are_decided_on_the_conditions(conditions, classes):
     (["day = 'Mon'", "day = 'Tue'", "day IS NULL"], 3),
 ])
 def test_floats_and_texts_of_a_person_of_many_rows(conditions, classes):
-    cat = load_catalog(catalogue(Path("unread")))
-    sql = "SELECT " + ", ".join(f"SUM(amount) FILTER (WHERE {c}) AS c{i}"
-                                for i, c in enumerate(conditions)) + " FROM visits"
-    checked = compile_statement(parse_one(sql), cat)
-    found = filter_classes([(m.role, m.arg) for m in measures(checked)], grouped=False,
-                           neighbouring="add_remove")
+    found = _classes(catalogue, "SUM(amount)", "visits", conditions)
     assert len(found) == (classes if classes > 1 else 0), found
 
 
@@ -201,25 +201,16 @@ def test_floats_and_texts_of_a_person_of_many_rows(conditions, classes):
     (["ts < '2001-01-01 00:00:01'", "ts > '2001-01-01'"], 1),  # a fraction of a second
 ])
 def test_dates_and_timestamps(conditions, classes):
-    cat = load_catalog(nb.metadata(Path("unread")))
-    sql = "SELECT " + ", ".join(f"SUM(x) FILTER (WHERE {c}) AS c{i}"
-                                for i, c in enumerate(conditions)) + " FROM events"
-    checked = compile_statement(parse_one(sql), cat)
-    found = filter_classes([(m.role, m.arg) for m in measures(checked)], grouped=False,
-                           neighbouring="add_remove")
+    found = _classes(nb.metadata, "SUM(x)", "events", conditions)
     assert len(found) == (classes if classes > 1 else 0), found
 
 
 def test_too_many_conditions_to_compare_make_no_partition():
     """150 conditions take 11,175 comparisons, past ``disjoint.MAX_STEPS``: unsure, so one
     class (in bounded time); 140 take 9,730 and are each a class."""
-    cat = load_catalog(catalogue(Path("unread")))
     for count, classes in ((140, 140), (150, 0)):
-        sql = "SELECT " + ", ".join(f"COUNT(*) FILTER (WHERE hours = {i}) AS c{i}"
-                                    for i in range(count)) + " FROM adult"
-        checked = compile_statement(parse_one(sql), cat)
-        assert len(filter_classes([(m.role, m.arg) for m in measures(checked)], grouped=False,
-                                  neighbouring="add_remove")) == classes
+        conditions = [f"hours = {i}" for i in range(count)]
+        assert len(_classes(catalogue, "COUNT(*)", "adult", conditions)) == classes
 
 
 def test_distinct_counts_and_quantiles_are_in_no_class():
