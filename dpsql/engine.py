@@ -80,8 +80,8 @@ from dpsql.versions import data_version
 ANALYSED_KEPT = 256  # checked statements kept per connection
 LARGEST_EPSILON = 10**12
 # backends whose run_sql stops a query at its timeout (QueryTimeoutError): DuckDB interrupts
-# it, PostgreSQL sets statement_timeout for its transaction
-TIMED_BACKENDS = ("duckdb", "postgresql")
+# it, PostgreSQL sets statement_timeout for its transaction, Spark cancels its job group
+TIMED_BACKENDS = ("duckdb", "postgresql", "spark")
 
 
 def _accuracy(target) -> float:
@@ -122,10 +122,10 @@ class Engine:
                 f"bounded snapshots are temporary DuckDB tables; {backend.name} bounds per query",
                 hint="leave bounding at 'per_query' for this backend")
         if timeout is not None:
-            if backend.name not in TIMED_BACKENDS:  # Spark's jobs run on without a limit
+            if backend.name not in TIMED_BACKENDS:
                 raise NotSupportedError(
-                    f"a query timeout works on DuckDB and PostgreSQL; on {backend.name} set "
-                    "the cluster's own limit", hint="leave timeout= out for this backend")
+                    f"a query timeout works on DuckDB, PostgreSQL and Spark, not on "
+                    f"{backend.name}", hint="leave timeout= out for this backend")
             if not (isinstance(timeout, (int, float)) and math.isfinite(timeout)
                     and timeout > 0):
                 raise ProgrammingError(f"timeout must be a number of seconds > 0, got "

@@ -54,9 +54,9 @@ def connect(database: str | os.PathLike | Any | None = None, *,
         bounding: ``"per_query"`` bounds each person's rows in every query, after its WHERE;
             ``"snapshot"`` (DuckDB) bounds them once per table and GROUP BY, before the
             queries' WHERE, and answers later queries from that snapshot (docs/python-api.md).
-        timeout: seconds an exact query of a private statement may run on DuckDB; a longer
-            one is stopped with QueryTimeoutError and charged (its length can depend on the
-            data). Default: no limit.
+        timeout: seconds an exact query of a private statement may run (DuckDB, PostgreSQL,
+            Spark); a longer one is stopped with QueryTimeoutError and charged (its length can
+            depend on the data). Default: no limit.
         dialect: the SQL dialect the analyst writes (sqlglot's names: duckdb, postgres,
             bigquery, snowflake, spark, tsql, mysql, sqlite, ...); default the metadata's
             ``dialect:`` key, else duckdb (on a dpsql server too: the session's

@@ -301,8 +301,8 @@ class SparkBackend(PublicLimits):
             raise QueryTimeoutError(f"the exact query ran longer than {timeout:g} s") \
                 from failure
         if failure is not None:
-            raise BackendError(f"Spark failed to run the exact query: {_summary(failure)}"
-                               ) from failure
+            raise BackendError(f"Spark failed to run the exact query: {_summary(failure)}",
+                               resource=_exhausted(failure)) from failure
         return rows
 
     def _join(self, group: str) -> Callable[[], None]:
@@ -431,6 +431,18 @@ def _summary(error: Exception) -> str:
     """An error's first line: a Py4JJavaError's Java exception without its stack trace."""
     java = getattr(error, "java_exception", None)
     return str(java if java is not None else error).strip().split("\n")[0]
+
+
+def _exhausted(error: Exception) -> str | None:
+    """What a failed job ran out of, read from its Java exception and causes (an executor's
+    OutOfMemoryError comes wrapped in a stage failure): None when it was something else."""
+    java = getattr(error, "java_exception", None)
+    text = str(java if java is not None else error)
+    if "OutOfMemoryError" in text:
+        return "memory"
+    if "No space left on device" in text:
+        return "temporary disk space"
+    return None
 
 
 def _first(value):

@@ -33,7 +33,6 @@ from typing import Any
 
 import dpsql
 from dpsql import frames
-from dpsql.backends import is_file_database, is_postgres_url
 from dpsql.budget import PrivacyLoss, budget_exhausted, positive, probability
 from dpsql.errors import ServerConfigError
 from dpsql.parse import check_dialect, dp_options
@@ -325,8 +324,6 @@ class Service:
         """Open each dataset's own connection and check it can be served as configured."""
         paths = set(config.private_paths)
         for name in config.datasets:
-            for analyst in config.analysts.values():  # before a cluster is started for it
-                _check_timeout(config.datasets[name], analyst)
             # a catalogue's warnings (a table without bounds) went to stderr only, which a
             # daemonised server loses; kept for its log
             with warnings.catch_warnings(record=True) as caught:
@@ -940,21 +937,6 @@ def _login_secret(state_dir) -> bytes:
         finally:
             draft.unlink()
     return path.read_bytes()
-
-
-def _check_timeout(dataset, account: Analyst) -> None:
-    """Refuse a Spark dataset for an analyst held to ``limits.timeout``: the engine times
-    out DuckDB's and PostgreSQL's queries only, and the first query of every analyst was
-    refused."""
-    database = dataset.database
-    if account.limits.timeout is None or dataset.name not in account.budgets or \
-            database is None or is_file_database(database) or is_postgres_url(database):
-        return
-    raise ServerConfigError(
-        f"datasets.{dataset.name} is read from {str(database).split('://')[0]}, where "
-        f"limits.timeout ({account.limits.timeout:g} s for {account.name!r}) cannot stop "
-        "a query", hint="set limits.timeout: null (in limits:, and in the analysts' own) and "
-        "limit the cluster's jobs instead")
 
 
 def _check_servable(name: str, catalog) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from servers import backend_metadata, csv_dir, require  # noqa: F401 (fixtures)
+from test_spark_timeout_and_sources import SLOW, heavy  # noqa: F401 (fixture)
 
 import dpsql
 
@@ -94,3 +95,20 @@ def test_exact_plans_on_spark_connect_answer_like_duckdb(connect_url, backend_me
         answers = [[con.execute(sql, epsilon=1).fetchall() for sql in STATEMENTS]
                    for con in (remote, local)]
     assert answers[0] == answers[1]
+
+
+def test_a_query_past_the_timeout_is_interrupted_on_spark_connect(connect_url, heavy):
+    """On Spark Connect the query's requests carry a tag of their own, which interruptTag
+    interrupts at the deadline: a QueryTimeoutError, charged as on the other backends, and
+    the session's next query runs."""
+    with warnings.catch_warnings():  # pyspark's pandas-version warnings
+        warnings.simplefilter("ignore")
+        con = dpsql.connect(connect_url, metadata=heavy, ledger=":memory:", timeout=2)
+    with con:
+        started = time.monotonic()
+        with pytest.raises(dpsql.QueryTimeoutError, match="longer than the timeout of 2 s") \
+                as stopped:
+            con.execute(SLOW, epsilon=1)
+        assert time.monotonic() - started < 60 and stopped.value.epsilon_spent == 1
+        assert con._backend.session.getTags() == set()
+        assert con._backend.run_sql("SELECT COUNT(*) FROM range(10)", 600)[1] == [(10,)]

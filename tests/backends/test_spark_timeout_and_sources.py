@@ -72,6 +72,34 @@ def test_a_query_still_planned_at_its_deadline_is_stopped(spark, heavy):
         spark.conf.unset("spark.sql.autoBroadcastJoinThreshold")
 
 
+def test_a_query_past_the_timeout_is_cancelled_and_charged_once(spark, heavy):
+    """timeout= was refused on Spark ('set the cluster's own limit'). The query's jobs are
+    cancelled at the deadline, those it starts later too: pyspark's interruptTag from another
+    thread finds no tag (its tags are the calling thread's) and a plain cancelJobGroup missed a
+    query still planning, whose jobs then ran to the end."""
+    context = spark.sparkContext
+    context.setJobGroup("caller", "the caller's own group")
+    try:
+        with dpsql.connect(spark, metadata=heavy, ledger=":memory:", timeout=2) as con:
+            started = time.monotonic()
+            with pytest.raises(dpsql.QueryTimeoutError, match="longer than the timeout of 2 s"
+                               ) as stopped:
+                con.execute(SLOW, epsilon=1)
+            assert time.monotonic() - started < 60
+            assert stopped.value.epsilon_spent == 1 and "charged" in stopped.value.message
+            (charge,) = con.ledger.history()
+            assert charge["statement"].startswith("-- failed on the data")
+            assert _idle(spark)  # cancelled, not left running
+            assert context.getLocalProperty("spark.jobGroup.id") == "caller"
+            # the next query runs in a group of its own (a generous timeout: a loaded
+            # machine's local session takes seconds for any query)
+            assert con._backend.run_sql("SELECT COUNT(*) FROM range(10)", 600) == (
+                ["count(1)"], [(10,)])
+    finally:
+        for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
+            context.setLocalProperty(key, None)
+
+
 def test_a_statement_over_public_tables_past_the_timeout_is_uncharged(spark, tmp_path):
     """A public statement runs under the connection's timeout and a server's limits: it was
     given only the row limit on Spark."""
@@ -225,3 +253,26 @@ def test_a_source_that_lost_a_declared_column_is_refused_alike(spark, tmp_path, 
         assert "its source" in str(error) and refusal in str(error)
     finally:
         pair.close()
+
+
+class _JavaError(Exception):
+    """A failed job as py4j raises it: the Java exception, with its causes, beside it."""
+
+    def __init__(self, java: str) -> None:
+        super().__init__("An error occurred while calling o42.collectToPython")
+        self.java_exception = java
+
+
+@pytest.mark.parametrize("java, resource", [
+    ("org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 "
+     "failed 1 times\nCaused by: java.lang.OutOfMemoryError: Java heap space", "memory"),
+    ("org.apache.spark.memory.SparkOutOfMemoryError: Unable to acquire 65536 bytes", "memory"),
+    ("org.apache.spark.SparkException: Job aborted\nCaused by: java.io.IOException: No space "
+     "left on device", "temporary disk space"),
+    ("org.apache.spark.SparkException: Job 7 cancelled because SparkContext was shut down",
+     None)])
+def test_a_failed_job_says_what_ran_out(java, resource):
+    """A job that ran out of memory or disk is reported as that (``resource``, whose hint says
+    what to change), not as an engine bug; both are charged as any failure."""
+    from dpsql.backends.spark import _exhausted
+    assert _exhausted(_JavaError(java)) == resource

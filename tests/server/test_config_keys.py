@@ -155,14 +155,6 @@ def test_a_postgresql_dataset_under_a_timeout_stops_a_long_query(tmp_path, wareh
             con.execute("DELETE FROM visits WHERE uid = 1000000")
 
 
-def test_a_spark_dataset_under_a_timeout_is_refused_at_start(tmp_path):
-    """Spark's jobs run on past the engine's timeout: refused before a cluster is started."""
-    done = _serve(_warehouse(tmp_path, "local[1]", 20))
-    assert done.returncode == 1
-    assert "datasets.visits is read from local[1], where limits.timeout (20 s for " \
-           "'alice') cannot stop a query\nHint: set limits.timeout: null" in done.stderr
-
-
 def test_a_warehouse_that_cannot_be_reached_is_named_without_its_password(tmp_path):
     done = _serve(_warehouse(tmp_path, "postgresql://reader:pw-s3cret@127.0.0.1:1/bank", None))
     assert done.returncode == 1 and "pw-s3cret" not in done.stderr, done.stderr
