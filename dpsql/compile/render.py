@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from fractions import Fraction
 
 from dpsql.compile import ops
@@ -207,27 +208,44 @@ class Dialect:
     def _op_lit(self, e: Expr) -> str:
         return self.literal(e.value, e.type)
 
-    def _try(self, sql: str) -> str:
-        return f"TRY({sql})"
+    def _try(self, e: Expr, form: Callable[..., str]) -> str:
+        """``form`` of ``e``'s operands' SQL, NULL where it fails (TRY). An aggregate or a
+        window among the operands (a public statement's: ``MAX(c) * 10``) cannot stand in
+        TRY, so there an int operation is done in 128 bits, where no 64-bit operands
+        overflow, and is NULL outside 64 bits; a double's remainder, the one other guarded
+        operation, never fails."""
+        args = self._args(e)
+        if not any(n.op == "sql" for n in e.walk()):
+            return f"TRY({form(*args)})"
+        if e.type != "int":
+            return form(*args)
+        return self._bigint(form(*(self.wide_int(f"TRY_CAST({a} AS {self.types['int']})")
+                                   for a in args)))
+
+    def _bigint(self, wide: str) -> str:
+        """A 128-bit integer (``wide_int``, PostgreSQL's NUMERIC) as a BIGINT, NULL outside 64
+        bits, as TRY leaves it: a NUMERIC left past them fails where it becomes a double beyond
+        its range (90^157 · 10)."""
+        below, above = INT64[0] - 1, INT64[1] + 1
+        return (f"CAST(NULLIF(NULLIF(LEAST(GREATEST({wide}, {below}), {above}), {above}), "
+                f"{below}) AS {self.types['int']})")
 
     def _arith(self, e: Expr) -> str:
         if e.type == "int" and not _fits(e):
-            return self._try(self._infix(e))
+            return self._try(e, lambda left, right: f"({left} {_INFIX[e.op]} {right})")
         return self._infix(e)
 
     _op_add = _op_sub = _op_mul = _arith
 
     def _op_neg(self, e: Expr) -> str:
-        (arg,) = self._args(e)
         if e.type == "int" and not _fits(e):
-            return self._try(f"(-{arg})")
-        return f"(-{arg})"
+            return self._try(e, lambda arg: f"(-{arg})")
+        return f"(-{self.expr(e.args[0])})"
 
     def _op_abs(self, e: Expr) -> str:
-        (arg,) = self._args(e)
         if e.type == "int" and not _fits(e):
-            return self._try(f"ABS({arg})")
-        return f"ABS({arg})"
+            return self._try(e, lambda arg: f"ABS({arg})")
+        return f"ABS({self.expr(e.args[0])})"
 
     def _as_double(self, sql: str, e: Expr) -> str:
         return sql if e.type == "float" else f"CAST({sql} AS {self.types['float']})"
@@ -237,12 +255,10 @@ class Dialect:
         return f"({left} / NULLIF({right}, 0))"
 
     def _op_intdiv(self, e: Expr) -> str:
-        left, right = self._args(e)
-        return self._try(f"({left} // NULLIF({right}, 0))")
+        return self._try(e, lambda left, right: f"({left} // NULLIF({right}, 0))")
 
     def _op_mod(self, e: Expr) -> str:
-        left, right = self._args(e)
-        return self._try(f"({left} % NULLIF({right}, 0))")
+        return self._try(e, lambda left, right: f"({left} % NULLIF({right}, 0))")
 
     def _op_floor(self, e: Expr) -> str:
         return f"FLOOR({self.expr(e.args[0])})"
@@ -559,13 +575,6 @@ class PostgresDialect(Dialect):
     def _numeric(self, e: Expr) -> str:
         return f"CAST({self.expr(e)} AS NUMERIC)"
 
-    def _bigint(self, numeric: str) -> str:
-        """A NUMERIC as a BIGINT, NULL outside 64 bits (DuckDB's TRY): a NUMERIC left past
-        them fails where it becomes a double beyond its range (90^157 · 10)."""
-        below, above = INT64[0] - 1, INT64[1] + 1
-        return (f"CAST(NULLIF(NULLIF(LEAST(GREATEST({numeric}, {below}), {above}), {above}), "
-                f"{below}) AS BIGINT)")
-
     def _clamped(self, e: Expr) -> str:
         # a double beyond ±1e150 (or NaN/inf) is clamped there, and a tiny one flushed to 0,
         # before arithmetic, so that sums and products can neither overflow nor underflow
@@ -729,7 +738,7 @@ class SparkDialect(Dialect):
     def values(self, rows: list[str], alias: str, columns: list[str]) -> str:
         return f"(SELECT * FROM VALUES {', '.join(rows)} AS {alias}({', '.join(columns)}))"
 
-    def _try(self, sql: str) -> str:
+    def _try(self, e: Expr, form: Callable[..., str]) -> str:
         raise InternalError("Spark renders try_* functions, never TRY()")
 
     _TRY = {"add": "try_add", "sub": "try_subtract", "mul": "try_multiply"}
