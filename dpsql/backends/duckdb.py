@@ -102,6 +102,8 @@ class DuckDBBackend(PublicLimits):
         if locked:
             self._lock([t.source for t in catalog.tables.values() if t.source is not None
                         and t.source.lower().endswith(".parquet")])
+        if any(t.public for t in catalog.tables.values()):
+            self._open_public()
 
     @staticmethod
     def _resource_config(resources: Mapping[str, str]) -> dict[str, str]:
@@ -182,6 +184,24 @@ class DuckDBBackend(PublicLimits):
         self.connection.execute("SET enable_external_access = false")
         self.connection.execute("SET lock_configuration = true")
 
+    def _open_public(self) -> None:
+        """The database of the public tables alone, read now: a CSV source read at the first
+        public statement could hold a newer version than the private rows it is joined with
+        (that table's loaded version is then unknown: no stored answer is reused under it)."""
+        public = [t for t in self.catalog.tables.values() if t.public]
+        self._public = DuckDBBackend.__new__(DuckDBBackend)
+        self._public.catalog, self._public._public = self.catalog, None
+        self._public.sources, self._public._frames = self.sources, self._frames
+        self._public.database = self.database
+        self._public.loaded_versions = {}
+        self._public._config = self._resource_config(self.catalog.resources)
+        self._public._catalogued(self.database, public)
+        self._public._lock([t.source for t in public if t.source is not None
+                            and t.source.lower().endswith(".parquet")])
+        for name, version in self._public.loaded_versions.items():
+            if self.loaded_versions.get(name, version) != version:
+                self.loaded_versions[name] = None
+
     def run_public(self, sql: str, timeout: float | None = None, max_rows: int | None = None
                    ) -> tuple[list[str], list[tuple]]:
         """Run a statement over public tables on a database that holds only those, stopped
@@ -189,16 +209,7 @@ class DuckDBBackend(PublicLimits):
         streams a result: the rows after them are not computed); each None for the
         ``public_limits`` in force."""
         if self._public is None:
-            public = [t for t in self.catalog.tables.values() if t.public]
-            self._public = DuckDBBackend.__new__(DuckDBBackend)
-            self._public.catalog, self._public._public = self.catalog, None
-            self._public.sources, self._public._frames = self.sources, self._frames
-            self._public.database = self.database
-            self._public.loaded_versions = {}
-            self._public._config = self._resource_config(self.catalog.resources)
-            self._public._catalogued(self.database, public)
-            self._public._lock([t.source for t in public if t.source is not None
-                                and t.source.lower().endswith(".parquet")])
+            self._open_public()
         try:
             return self._public.run_sql(sql, *self._limits(timeout, max_rows))
         except QueryTimeoutError:

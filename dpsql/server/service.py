@@ -351,14 +351,11 @@ class Service:
     # --- connections ---------------------------------------------------------------------
     def _open_current(self, dataset: str, account: Analyst):
         """An analyst's new connection whose tables hold what their sources hold now
-        (``_current``); its public tables are read at once too, for DuckDB reads them into
-        a database of their own at its first public read (``run_public``), which could
-        otherwise hold a newer version than the private rows it is joined with. Refused,
-        nothing run, while the sources keep changing as they are read."""
+        (``_current``; DuckDB's public database is read at opening too, and a table read
+        twice in two versions is not current). Refused, nothing run, while the sources keep
+        changing as they are read."""
         for _ in range(OPENING_TRIES):
             con = self._open(dataset, account.name, account)
-            if getattr(con._engine.backend, "loaded_versions", None):
-                con._engine.backend.run_public("SELECT 1")
             if _current(con):
                 return con
             con.close()
