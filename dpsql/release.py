@@ -178,10 +178,13 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
 
 def _column_notes(columns: list[ColumnInfo], intervals: dict[str, list]) -> list[str]:
     """What a column's missing intervals mean: a quantile has none (its rank error instead),
-    and a ratio of aggregates none where its divisor's interval holds 0."""
+    and arithmetic on aggregates none where a divisor's interval holds 0 (``image``) or its
+    value or an end passes what its type holds (``_post_process``)."""
     return ([f"{c.name}: a DP quantile, its rank within ±{c.rank_error:,.0f} rows of the true "
              "one's (95%); no interval in values" for c in columns if c.rank_error is not None]
-            + [f"{c.name}: no interval (—) where a divisor's interval holds 0" for c in columns
+            + [f"{c.name}: no interval (—) where a divisor's interval holds 0, or where the "
+               "value or an end of its interval passes what its type holds (the value is then "
+               "NULL if whole or divided by 0, ±inf if a double)" for c in columns
                if c.noise == "derived" and any(bounds is None or None in bounds
                                                for bounds in intervals.get(c.name, ()))])
 
@@ -396,7 +399,7 @@ def _ranking_warnings(plan: StatementPlan, frame: dict[str, list], post: PostPro
     if checked.ranked is not None and frame and len(next(iter(frame.values()))):
         import pandas as pd
 
-        _, ranked = post.run(checked.ranking_sql, pd.DataFrame(frame))
+        _, ranked = post.run(checked.ranking_sql, pd.DataFrame(_positional(checked, frame)))
         found += _noisy_ranking(checked, ranked)
     return tuple(w for w in found if w)
 
@@ -1225,7 +1228,8 @@ def _post_process(plan: StatementPlan, frame: dict[str, list], post: PostProcess
 
     try:
         released = len(next(iter(frame.values()), ()))
-        table = pd.DataFrame(frame) if released else _empty_frame(checked, rows=0)
+        table = pd.DataFrame(_positional(checked, frame)) if released else \
+            _empty_frame(checked, rows=0)
         names, rows = post.run(checked.post_sql, table)
     except duckdb.Error as err:
         # the charge is made: whatever fails here fails on noisy values only, which the
@@ -1238,8 +1242,35 @@ def _post_process(plan: StatementPlan, frame: dict[str, list], post: PostProcess
     for out in ci_outputs:
         lo = names.index(ci_column(out.name, "low"))
         hi = names.index(ci_column(out.name, "high"))
-        intervals[out.name] = [(r[lo], r[hi]) for r in rows]
+        if out.arithmetic is None:
+            intervals[out.name] = [(r[lo], r[hi]) for r in rows]
+            continue
+        # read by the row's position in the frame (``_positional``); none where the value
+        # overflowed its type (NULL, ±inf), which the exact ends do not say
+        value = names.index(out.name)
+        ends = list(zip(frame[interval_source(out, "low")],
+                        frame[interval_source(out, "high")], strict=True))
+        intervals[out.name] = [ends[r[lo]] if _finite(r[value]) else (None, None)
+                               for r in rows]
     return [names[i] for i in visible], [tuple(r[i] for i in visible) for r in rows], intervals
+
+
+def _positional(checked, frame: dict[str, list]) -> dict[str, list]:
+    """The noisy frame as post-processing SQL reads it: the interval ends of arithmetic on
+    aggregates replaced by each row's position, which ``_post_process`` reads them back by.
+    They are exact numbers of any size (a product of 16 sums has 300 digits), which DuckDB
+    would read as HUGEINT, text or DOUBLE by what a column holds, or fail on (an int
+    between 2^127 and 2^128) after the charge."""
+    positions = list(range(len(next(iter(frame.values()), ()))))
+    derived = {interval_source(o, side) for o in checked.outputs if o.arithmetic is not None
+               for side in ("low", "high")}
+    return {name: positions if name in derived else values for name, values in frame.items()}
+
+
+def _finite(value) -> bool:
+    """Whether a released value of arithmetic on aggregates is a number its type holds: not
+    NULL (a whole number past its type, a quotient by 0) nor ±inf or NaN (past the doubles)."""
+    return value is not None and (not isinstance(value, float) or math.isfinite(value))
 
 
 def describe(plan: StatementPlan) -> list[ColumnInfo]:
