@@ -5,20 +5,22 @@ them go to the engine as ONE script, so the engine computes the joint sensitivit
 sits in one cell of every table: k tables have sensitivity k under add/remove, 2k under
 replace) and charges one ε for the lot. Domains come from the metadata, never from the data:
 text attributes use their declared ``values``; numeric attributes are cut into public
-equal-width bins over the declared [lower, upper] by a CASE expression whose results are
-literals, which the engine treats as a public domain and zero-fills.
+equal-width bins over the declared [lower, upper] by one clamped FLOOR expression
+(``evaluators._bins``), whose whole numbers the engine treats as a public domain and zero-fills.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from numbers import Real
 
 import numpy as np
 import pandas as pd
 
 import dpsql
 from evaluators import _catalog
+from evaluators._bins import EqualWidthBins
 
 DEFAULT_BINS = 5
 
@@ -30,33 +32,37 @@ class Attribute:
     Attributes:
         name: the column name in the table.
         domain: the public values as text (bin labels for a binned numeric column).
-        edges: for a binned numeric column, the inner bin edges (value < edges[i] -> bin i).
+        bins: for a binned numeric column, its bins (the SQL key is the bin index, whose
+            label is ``domain[index]``).
     """
 
     name: str
     domain: tuple[str, ...]
-    edges: tuple[float, ...] | None = None
+    bins: EqualWidthBins | None = None
 
     @property
     def key(self) -> str:
-        """The SQL expression of the group key (the column, or its public bins)."""
+        """The SQL expression of the group key (the column, or its bin index)."""
         column = quote(self.name)
-        if self.edges is None:
-            return column
-        whens = [f"WHEN {column} < {edge!r} THEN {_literal(label)}"
-                 for edge, label in zip(self.edges, self.domain)]
-        whens.append(f"WHEN {column} IS NOT NULL THEN {_literal(self.domain[-1])}")
-        return f"CASE {' '.join(whens)} END"
+        return column if self.bins is None else self.bins.sql(column)
+
+    def label(self, key: object) -> str:
+        """The domain label of a released key (a bin index for a binned column)."""
+        if self.bins is not None and isinstance(key, Real) and float(key).is_integer() \
+                and 0 <= key < len(self.domain):
+            return self.domain[int(key)]
+        return str(key)
 
     def encode(self, values: pd.Series) -> pd.Series:
         """Map raw column values to domain labels exactly as the SQL key does (NaN stays NaN)."""
-        if self.edges is None:
+        if self.bins is None:
             return values.astype("string")
         numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
-        labels = np.asarray(self.domain, dtype=object)[
-            np.searchsorted(np.asarray(self.edges), numbers, side="right")
-        ]
-        return pd.Series(labels, index=values.index, dtype="string").mask(np.isnan(numbers))
+        indices = self.bins.index(numbers)
+        known = ~np.isnan(indices)
+        labels = np.full(len(numbers), None, dtype=object)
+        labels[known] = np.asarray(self.domain, dtype=object)[indices[known].astype(int)]
+        return pd.Series(labels, index=values.index, dtype="string")
 
 
 @dataclass(frozen=True)
@@ -96,10 +102,6 @@ def quote(identifier: str) -> str:
     return '"' + identifier.replace('"', '""') + '"'
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def equal_width_bins(name: str, lower: float, upper: float, bins: int, *,
                      integer: bool = False) -> Attribute:
     """Public equal-width bins of a numeric column over its declared bounds.
@@ -123,7 +125,7 @@ def equal_width_bins(name: str, lower: float, upper: float, bins: int, *,
     labels = [f"[{cuts[i]:g}, {cuts[i + 1]:g})" for i in range(bins)]
     if not integer:
         labels[-1] = f"[{cuts[-2]:g}, {cuts[-1]:g}]"
-    return Attribute(name, tuple(labels), tuple(float(c) for c in cuts[1:-1]))
+    return Attribute(name, tuple(labels), EqualWidthBins(lower, top - lower, bins))
 
 
 def catalog_attributes(
@@ -256,7 +258,7 @@ def release_tables(
     cursor.executescript(script, epsilon=epsilon)
     frames = cursor.fetchdfs()
     classes = tuple(str(c) for c in classes)
-    tables = {a.name: _to_array(frame, a.domain, classes, a.name)
+    tables = {a.name: _to_array(frame, a.domain, classes, a.name, a.label)
               for a, frame in zip(attributes, frames)}
     class_counts = None
     if with_class_count:
@@ -277,13 +279,14 @@ def release_tables(
 
 
 def _to_array(frame: pd.DataFrame, domain: Sequence[str], classes: Sequence[str],
-              what: str) -> np.ndarray:
-    """A (key, class, count) frame as a dense (|domain|, |classes|) array."""
+              what: str, labelled: Callable[[object], str] = str) -> np.ndarray:
+    """A (key, class, count) frame as a dense (|domain|, |classes|) array; ``labelled`` maps a
+    released key to its domain value."""
     rows = {v: i for i, v in enumerate(domain)}
     cols = {c: j for j, c in enumerate(classes)}
     counts = np.zeros((len(domain), len(classes)))
     for key, label, count in frame.iloc[:, :3].itertuples(index=False):
-        i, j = rows.get(str(key)), cols.get(str(label))
+        i, j = rows.get(labelled(key)), cols.get(str(label))
         if i is None or j is None:
             raise dpsql.InternalError(
                 f"{what}: the engine released key ({key!r}, {label!r}) outside the public domain"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ import pandas as pd
 import dpsql
 import dpsql.catalog
 from evaluators import _catalog
+from evaluators._bins import EqualWidthBins
 
 UNKNOWN = -1  # value index of a row whose value lies outside the public domain (or is NULL)
 
@@ -42,12 +44,15 @@ class Attribute:
     """One split attribute: its public values (categories or bins) and their SQL forms.
 
     ``thresholds`` is empty for a categorical attribute; for a numeric one, bin ``i`` is
-    ``thresholds[i-1] <= x < thresholds[i]`` with open ends at both sides of the domain.
+    ``thresholds[i-1] <= x < thresholds[i]`` with open ends at both sides of the domain. Equal-
+    width bins also carry ``bins``, by which the SQL and ``encode`` compute a value's bin in one
+    expression (the thresholds then only label them).
     """
 
     name: str
     values: tuple
     thresholds: tuple[float, ...] = ()
+    bins: EqualWidthBins | None = None
 
     @property
     def is_numeric(self) -> bool:
@@ -70,12 +75,15 @@ class Attribute:
     def value_sql(self) -> str:
         """The GROUP BY expression whose result has this attribute's public domain.
 
-        A categorical column is grouped as it is (its domain is declared); a numeric one by a
-        CASE with literal results and no ELSE, so that NULL is dropped rather than binned.
+        A categorical column is grouped as it is (its domain is declared); equal-width bins by
+        their clamped FLOOR; explicit thresholds by a CASE with literal results and no ELSE.
+        NULL is dropped rather than binned.
         """
         column = quote_identifier(self.name)
         if not self.is_numeric:
             return column
+        if self.bins is not None:
+            return self.bins.sql(column)
         whens = [f"WHEN {column} < {quote_literal(t)} THEN {i}"
                  for i, t in enumerate(self.thresholds)]
         last = len(self.thresholds)
@@ -87,6 +95,8 @@ class Attribute:
         column = quote_identifier(self.name)
         if not self.is_numeric:
             return f"{column} = {quote_literal(self.values[index])}"
+        if self.bins is not None:  # the bin as value_sql computes it, not its rounded edges
+            return f"{self.bins.sql(column)} = {index}"
         parts = []
         if index > 0:
             parts.append(f"{column} >= {quote_literal(self.thresholds[index - 1])}")
@@ -104,8 +114,9 @@ class Attribute:
         """Value indices of a column of rows (for prediction); UNKNOWN outside the domain."""
         if self.is_numeric:
             numbers = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
-            indices = np.searchsorted(np.asarray(self.thresholds), numbers, side="right")
-            return np.where(np.isnan(numbers), UNKNOWN, indices)
+            indices = self.bins.index(numbers) if self.bins is not None else \
+                np.searchsorted(np.asarray(self.thresholds), numbers, side="right")
+            return np.where(np.isnan(numbers), UNKNOWN, indices).astype(int)
         return _lookup(self.values, column)
 
 
@@ -209,11 +220,34 @@ def _attribute(column: Any, bins: int, cuts: Sequence[float] | None) -> Attribut
         return Attribute(column.name, tuple(column.values))
     if not (column.is_numeric and column.is_bounded):
         return None
-    cuts = tuple(cuts) if cuts is not None else equal_width_thresholds(
-        column.lower, column.upper, bins, integer=column.type == "int")
+    if cuts is not None:
+        cuts = tuple(cuts)
+        return Attribute(column.name, tuple(range(len(cuts) + 1)), cuts) if cuts else None
+    integer = column.type == "int"
+    cuts = equal_width_thresholds(column.lower, column.upper, bins, integer=integer)
     if not cuts:
         return None
-    return Attribute(column.name, tuple(range(len(cuts) + 1)), cuts)
+    binned = equal_width_bins(column.lower, column.upper, bins, integer=integer)
+    # int bounds that are not whole numbers give other cut points: those keep the CASE
+    return Attribute(column.name, tuple(range(len(cuts) + 1)), cuts,
+                     binned if binned.count == len(cuts) + 1 else None)
+
+
+def equal_width_bins(lower: float, upper: float, bins: int, *,
+                     integer: bool) -> EqualWidthBins:
+    """The bins whose edges ``equal_width_thresholds`` gives, as one expression.
+
+    An int column with fewer whole values than ``bins`` has one bin a value (the thresholds'
+    repeated cut points are dropped); otherwise a whole value x is at or above the cut
+    ``ceil(lower + i * width)`` exactly when it is at or above ``lower + i * width``.
+
+    Example:
+        >>> equal_width_bins(0, 3, 10, integer=True)
+        EqualWidthBins(lower=0, span=4, count=4)
+    """
+    if integer and bins > upper - lower:
+        return EqualWidthBins(lower, upper - lower + 1, int(upper - lower) + 1)
+    return EqualWidthBins(lower, upper - lower, bins)
 
 
 def equal_width_thresholds(lower: float, upper: float, bins: int, *,
@@ -227,8 +261,10 @@ def equal_width_thresholds(lower: float, upper: float, bins: int, *,
     if bins < 2:
         raise dpsql.ProgrammingError(f"numeric_bins must be at least 2, got {bins}")
     _catalog.check_bins(bins)
-    width = (upper - lower) / bins
-    cuts = [lower + i * width for i in range(1, bins)]
-    if integer:
-        cuts = [math.ceil(c) for c in cuts]
+    if integer:  # exactly: in doubles 0 + 7 * (36 / 28) is 9.000000000000002, whose ceil is 10
+        width = (Fraction(upper) - Fraction(lower)) / bins
+        cuts = [math.ceil(Fraction(lower) + i * width) for i in range(1, bins)]
+    else:
+        width = (upper - lower) / bins
+        cuts = [lower + i * width for i in range(1, bins)]
     return tuple(sorted({c for c in cuts if lower < c <= upper}))

@@ -211,7 +211,7 @@ class Fold:
         if not selected:
             majority = pd.Series(self.train[self.class_column].astype(str)).mode()[0]
             return self._percent_wrong(np.full(len(self.test), majority))
-        numeric = [a for a in selected if self.by_name[a].edges is not None]
+        numeric = [a for a in selected if self.by_name[a].bins is not None]
         text = [a for a in selected if a not in numeric]
         encoder = OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1)
 
@@ -316,7 +316,7 @@ def run_dataset(dataset: Dataset, grid: Grid, progress: tqdm) -> list[dict]:
             classifiers = ["nb", "tree", "rf"] if full and dataset.trees_in_n_sweep else ["nb"]
             if full:
                 names = [a.name for a in attributes]
-                numeric = any(a.edges is not None for a in attributes)
+                numeric = any(a.bins is not None for a in attributes)
                 # Gaussian NB (WEKA's default for numeric attributes) only where there are any
                 for classifier in ["nb", "tree", "rf", *(["gaussian_nb"] if numeric else [])]:
                     recorder.add(fold_id, "none", "-", classifier, math.nan, fraction, k, 0,
@@ -737,7 +737,8 @@ quantiles over repetitions).
   statements (all candidate attributes), `neighbouring: replace` as in the paper, so the engine
   reports sensitivity 2k and adds discrete Laplace noise of scale 2k/ε to every cell; numeric
   attributes (Adult's 6, all of CM1) are cut into 10 public equal-width bins over the metadata
-  bounds by a CASE expression in the SQL. Negative cells are clamped at 0, then min(1, b) is
+  bounds by one clamped FLOOR in the SQL (the bin index 0-9, a public domain the engine
+  derives from the bounds). Negative cells are clamped at 0, then min(1, b) is
   added to every cell before scoring (b = 2k/ε, the noise scale). ChiSq-DP and InfoGain-DP come
   from the same release.
 - Classifiers: Naive Bayes = categorical NB on the binned attributes (exact counts, Laplace
@@ -842,7 +843,9 @@ likelihoods, so it mostly predicts "no defect", which on CM1 beats every NB.
    (post-processing); querying twice would cost 2ε.
 4. **Numeric attributes.** WEKA's evaluators discretise with supervised MDL, which reads the
    data and the class: not private, and not in the paper's accounting. We use public
-   equal-width bins over the metadata bounds, written as a CASE in the SQL.
+   equal-width bins over the metadata bounds, written in the SQL as
+   `LEAST(GREATEST(FLOOR((x - lower) * bins / span), 0), bins - 1)` (span = upper - lower, or
+   upper + 1 - lower for an int column).
 5. **Empty cells.** `GROUP BY` omits empty groups, which leaks which cells are empty. The
    engine zero-fills every cell of the public domain (domains come from the metadata).
 6. **Negative counts** are not addressed by the paper. We clamp at 0, then add min(1, b)

@@ -552,7 +552,7 @@ def _headline(results: pd.DataFrame) -> str:
 METHOD_TEXT = """## What runs
 
 * **One DP script per tree level.** At depth d the script has a node × class statement and one
-  `SELECT <node CASE> AS node, <attribute or public-bin CASE> AS v, "<class>" AS c, COUNT(*) AS n
+  `SELECT <node CASE> AS node, <attribute or public bin> AS v, "<class>" AS c, COUNT(*) AS n
   ... GROUP BY 1, 2, 3` per attribute that some active node may still split on. The node id
   is `CASE WHEN <path of node 0> THEN 0 WHEN ... END` without ELSE, so the nodes of a level are
   disjoint (parallel composition) and rows of finished branches are dropped by the engine. The
@@ -578,9 +578,10 @@ METHOD_TEXT = """## What runs
   42-value native-country won the root split on noise. Each gain is reduced by the mean gain
   of 32 re-noised copies of the attribute's no-signal table (released value sizes × parent
   class shares).
-* **Numeric attributes** are cut into 5 equal-width bins over the metadata bounds; the only
-  numbers in the SQL are those thresholds, node ids and bin ids (tested by parsing every
-  script sent).
+* **Numeric attributes** are cut into 5 equal-width bins over the metadata bounds, a bin being
+  `LEAST(GREATEST(FLOOR((x - lower) * 5 / (upper - lower)), 0), 4)`; the only numbers in the
+  SQL are those bounds and bin counts, node ids and bin ids (tested by parsing every script
+  sent).
 * **Protocol.** For each repetition the custodian (`dpsql.connect_custodian`) splits the table
   70/30 and writes the training part to a private temporary DuckDB file; each DP fit has a
   connection of its own that sees only that table (`insecure_seed=rep`, an empty in-memory

@@ -25,6 +25,7 @@ from evaluators.decision_tree import DPDecisionTree, DPRandomForest
 from evaluators.decision_tree.attributes import (
     UNKNOWN,
     Attribute,
+    equal_width_bins,
     equal_width_thresholds,
     schema_from_metadata,
 )
@@ -229,16 +230,27 @@ def test_no_query_reads_thresholds_from_the_data():
     tree = DPDecisionTree(10.0, 2, attributes=["age", "hours-per-week", "sex"], random_state=2)
     tree.fit(connection, metadata, "adult", "salary-class")
     connection.close()
-    public = {float(t) for a in tree.schema.attributes for t in a.thresholds}
-    assert public == {float(t) for t in equal_width_thresholds(17, 90, 5, integer=True)
-                      + equal_width_thresholds(1, 99, 5, integer=True)}
+    bins = [a.bins for a in tree.schema.attributes if a.is_numeric]
+    assert bins == [equal_width_bins(17, 90, 5, integer=True),
+                    equal_width_bins(1, 99, 5, integer=True)]
     assert tree.roots[0].split is not None  # level 1 really carries a path predicate
+    scaling = {float(v) for b in bins for v in (b.lower, b.count, b.span)}
+    clamps = {0.0} | {float(b.count - 1) for b in bins}
     for script in tree.queries:
         for statement in sqlglot.parse(script, read="duckdb"):
-            for comparison in statement.find_all(exp.LT, exp.GTE, exp.GT, exp.LTE):
+            # a value's bin is FLOOR((x - lower) * count / span) clamped to 0 .. count - 1
+            for floor in statement.find_all(exp.Floor):
+                assert {float(v.this) for v in floor.find_all(exp.Literal)} <= scaling
+            for clamp in statement.find_all(exp.Least, exp.Greatest):
+                ends = [a for a in [clamp.this, *clamp.expressions] if isinstance(a, exp.Literal)]
+                assert {float(v.this) for v in ends} <= clamps, clamp.sql()
+            # and a path predicate compares a bin with a bin id
+            for comparison in statement.find_all(exp.LT, exp.GTE, exp.GT, exp.LTE, exp.EQ):
                 literal = comparison.expression
-                assert isinstance(literal, exp.Literal), comparison.sql()
-                assert float(literal.this) in public, comparison.sql()
+                if comparison.this.find(exp.Floor):
+                    assert float(literal.this) in range(5), comparison.sql()
+                else:
+                    assert isinstance(comparison, exp.EQ), comparison.sql()
             # node ids and bin ids are CASE results; nothing else is a number
             assert not list(statement.find_all(exp.Min, exp.Max, exp.Quantile))
 
@@ -319,8 +331,11 @@ def test_bias_correction_removes_the_large_domain_advantage():
     assert abs(np.mean(corrected)) < 0.25 * np.mean(raw)  # ...until the bias is removed
 
 
-def test_prediction_bins_match_the_sql_bins():
-    attribute = Attribute("age", tuple(range(5)), equal_width_thresholds(17, 90, 5, integer=True))
+@pytest.mark.parametrize("bins", [None, equal_width_bins(17, 90, 5, integer=True)])
+def test_prediction_bins_match_the_sql_bins(bins):
+    """Explicit thresholds (a CASE) and equal-width bins (a clamped FLOOR) alike."""
+    attribute = Attribute("age", tuple(range(5)), equal_width_thresholds(17, 90, 5, integer=True),
+                          bins)
     ages = pd.Series([17, 31, 32, 46, 60, 61, 75, 76, 90, None], dtype="Int64")
     frame = pd.DataFrame({"age": ages})
     database = duckdb.connect()
