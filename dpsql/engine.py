@@ -79,6 +79,7 @@ from dpsql.versions import data_version
 
 ANALYSED_KEPT = 256  # checked statements kept per connection
 LARGEST_EPSILON = 10**12
+EMBEDDED_EPSILON_HINT = "pass epsilon=... to execute(), or epsilon_per_query=... to connect()"
 # backends whose run_sql stops a query at its timeout (QueryTimeoutError): DuckDB interrupts
 # it, PostgreSQL sets statement_timeout for its transaction, Spark cancels its job group
 TIMED_BACKENDS = ("duckdb", "postgresql", "spark")
@@ -135,6 +136,9 @@ class Engine:
         self.catalog, self.backend, self.ledger = catalog, backend, ledger
         self.analyst, self.rng, self.epsilon_per_query = analyst, rng, epsilon_per_query
         self.delta_per_query = delta_per_query
+        # how this connection's user gives a statement its ε (a server's clients set it
+        # otherwise), for the refusal of a statement asked without one
+        self.epsilon_hint = EMBEDDED_EPSILON_HINT
         self.accuracy = accuracy
         self.tuned = tuned  # the catalogue's bounds were chosen from the data by tune=
         self.post = PostProcessor()
@@ -443,8 +447,7 @@ class Engine:
             epsilon = self.epsilon_per_query
         if epsilon is None:
             raise PrivacyParameterError(
-                "no ε was given for this query",
-                hint="pass epsilon=... to execute(), or epsilon_per_query=... to connect()")
+                "no ε was given for this query", hint=self.epsilon_hint)
         value = positive(epsilon, "epsilon")
         if value > LARGEST_EPSILON:
             raise PrivacyParameterError(

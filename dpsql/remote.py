@@ -78,6 +78,8 @@ def _translate(err: Exception) -> errors.Error:
     if charged:
         out.epsilon_spent = float(charged.group(1))
     out.server_code = code
+    if code in _SERVICE_CODES:  # the code psql and HTTP clients see for the same refusal
+        out.code = code
     return out
 
 

@@ -114,6 +114,10 @@ CREATE INDEX IF NOT EXISTS requests_analyst ON requests (analyst, id);
 
 IDLE_CONNECTIONS = 64  # pooled engine connections kept per process (each holds a DuckDB)
 OPENING_TRIES = 3  # opens of a connection whose sources changed while it read them
+NO_EPSILON_HINT = ("SET dpsql.epsilon = 1 (psql and drivers), execute(..., epsilon=1) on a "
+                   "dpsql:// connection, \"epsilon\": 1 in an HTTP request, or OPTIONS("
+                   "epsilon=1) in the statement; or ask the data owner for a default ε "
+                   "(epsilon_per_query in the server's configuration)")
 # a number as SQL or Python writes one (or a fraction a/b, as the embedded API takes), its
 # exponent at most 4 digits: Fraction('1e-30000000') holds the interpreter for 40 s
 _NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d{1,4})?|\d+/\d+)",
@@ -400,6 +404,7 @@ class Service:
         con = con or self._open_current(dataset, account)
         # borrowed by this request alone; connection.py has no setter for the defaults
         con._engine.epsilon_per_query = default
+        con._engine.epsilon_hint = NO_EPSILON_HINT
         con._engine.delta_per_query = default_delta
         # a statement's identity is its tree, read in this dialect (parse.identity), so an
         # answer stored for one dialect is reused only for SQL that means the same in another
@@ -638,7 +643,9 @@ class Service:
             raise ServiceError("epsilon_limit", f"one query may spend at most ε {cap:g}; "
                                f"this one asks for {loss.describe()}; nothing was run or "
                                "released", hint="ask for a smaller epsilon (SET dpsql.epsilon "
-                               "= ... or OPTIONS(epsilon=...)) or a looser accuracy")
+                               "= ..., OPTIONS(epsilon=...), execute(..., epsilon=...) on a "
+                               "dpsql:// connection, or the HTTP request's \"epsilon\") or a "
+                               "looser accuracy")
         left = account.budgets[dataset].minus(self._spent(dataset, account.name))
         if not left.covers(loss):
             refusal = budget_exhausted(account.name, dataset, loss, left,
