@@ -134,3 +134,13 @@ def test_the_readmes_truncation_figures_are_the_shipped_datas():
     assert shown in readme.replace("\n", " ")
     assert f"Saturday's {saturday:,} visits count as {saturday_kept:,}" in readme.replace("\n", " ")
     assert f"counts {whole:,} of the {total:,} before noise" in readme.replace("\n", " ")
+
+
+def test_server_docs_list_every_error_code_with_its_sqlstate():
+    """Each code a server client can receive is in server.md's SQLSTATE table, on the row of
+    its SQLSTATE (``programming`` and ``catalog`` were missing)."""
+    from dpsql.server.service import ERROR_CODES
+    rows = [line for line in (ROOT / "docs" / "server.md").read_text().splitlines()
+            if line.startswith("| `")]
+    for code, (sqlstate, _) in ERROR_CODES.items():
+        assert any(f"`{code}`" in row and sqlstate in row for row in rows), code
