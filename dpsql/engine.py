@@ -64,9 +64,11 @@ from dpsql.release import (
     PostProcessor,
     describe,
     dump_results,
+    filter_partition,
     half_width,
     load_results,
     release,
+    statement_sensitivity,
 )
 from dpsql.rewrite import (
     COVARIANCE_KINDS,
@@ -428,7 +430,8 @@ class Engine:
                 statements.append({"sql": planned.public[i].statement.sql, "public": True,
                                    "sensitivity": 0, "scale": 0, "epsilon": 0})
                 continue
-            statements.append(_explain_statement(planned.release.statements[i]))
+            statements.append(_explain_statement(planned.release.statements[i],
+                                                 self.catalog.neighbouring))
         release_plan = planned.release
         return {
             "dataset": self.catalog.name,
@@ -437,7 +440,9 @@ class Engine:
             "epsilon": float(release_plan.loss.epsilon) if release_plan else 0.0,
             "rho": float(release_plan.loss.rho) if release_plan else 0.0,
             "delta": float(release_plan.loss.delta) if release_plan else 0.0,
-            "total_sensitivity": _number(release_plan.sensitivity) if release_plan else 0,
+            "total_sensitivity": _number(sum(
+                (statement_sensitivity(plan, self.catalog.neighbouring)
+                 for plan in release_plan.statements), Fraction(0))) if release_plan else 0,
             "statements": statements,
         }
 
@@ -676,7 +681,7 @@ def _number(value: Fraction) -> float | int:
     return int(value) if value.denominator == 1 else float(value)
 
 
-def _explain_statement(plan: StatementPlan) -> dict:
+def _explain_statement(plan: StatementPlan, neighbouring: str) -> dict:
     parts = []
     for part in plan.parts:
         if part.role == "quantile":
@@ -700,6 +705,7 @@ def _explain_statement(plan: StatementPlan) -> dict:
                           "epsilon": float(part.joint.epsilon),
                           "resolution": part.joint.resolution}} if part.joint else {}),
         })
+    partition = _explain_partition(plan, neighbouring, parts)
     scales = {p["scale"] for p in parts}
     setup = plan.exact_query.setup
     return {
@@ -722,7 +728,8 @@ def _explain_statement(plan: StatementPlan) -> dict:
            if plan.exact_query.sql != QUANTILES_ONLY or not plan.histograms else {}),
         **({"histograms": {_aggregate_of(column, plan): query.sql
                            for column, query in plan.histograms}} if plan.histograms else {}),
-        "sensitivity": _number(plan.sensitivity),
+        "sensitivity": _number(statement_sensitivity(plan, neighbouring)),
+        **({"filter_partition": partition} if partition else {}),
         "scale": scales.pop() if len(scales) == 1 else max((p["scale"] for p in parts),
                                                            default=0),
         "epsilon": float(plan.loss.epsilon),
@@ -739,6 +746,29 @@ def _explain_statement(plan: StatementPlan) -> dict:
         "aggregates": parts,
         "outputs": _explain_outputs(plan),
     }
+
+
+def _explain_partition(plan: StatementPlan, neighbouring: str, parts: list[dict]
+                       ) -> dict | None:
+    """The statement's FILTER partition (``release.filter_partition``), each part of it
+    marked in ``parts`` by its class (1, 2, ...): the classes, the L1 sensitivity they add
+    (the most one class holds) and the ε each class spends at once, the statement's one share
+    for them all (None where the plan splits it in sequence: the Gaussian mechanism)."""
+    classes = filter_partition(plan, neighbouring)
+    if not classes:
+        return None
+    for number, members in enumerate(classes, 1):
+        for i in members:
+            parts[i]["filter_class"] = number
+    paid = [p.epsilon if p.paid else Fraction(0) for p in plan.parts]
+    spent = [sum((paid[i] for i in members), Fraction(0)) for members in classes]
+    # only a partition spent side by side (``joint.joined``) charges less than the sum
+    side_by_side = plan.loss.epsilon < sum(paid, Fraction(0))
+    return {"classes": [[{"aggregate": parts[i]["aggregate"], "part": parts[i]["part"]}
+                         for i in members] for members in classes],
+            "sensitivity": _number(max(sum((plan.parts[i].sensitivity for i in members),
+                                           Fraction(0)) for members in classes)),
+            "epsilon": float(max(spent)) if side_by_side else None}
 
 
 ROWS_SHOWN = (100, 1_000, 10_000)  # group sizes at which a ratio's expected error is shown

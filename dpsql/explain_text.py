@@ -25,6 +25,8 @@ def lines(plan: dict, left: str | None, unit: str = "script") -> list[str]:
         if statement.get("contribution"):
             out.append("   " + statement["contribution"]["note"])
         out += _parts(statement["aggregates"])
+        if statement.get("filter_partition"):
+            out += _partition(statement["filter_partition"])
         if "snapshot" in statement:
             out += [("   reads a bounded snapshot (persons bounded once, before WHERE), made "
                     "if absent by:"), f"     {statement['snapshot']}"]
@@ -49,6 +51,8 @@ def _parts(parts: list[dict]) -> list[str]:
         shown = "" if part.get("paid", True) else f"  (shown from {part['shared']}: no ε)"
         if part.get("joint"):
             shown += f"  ({labels[tuple(part['joint']['measurements'])]})"
+        if part.get("filter_class"):
+            shown += f"  (FILTER class {part['filter_class']})"
         error = f"95% error ±{part['ci95_half_width']:.4g}" if part["part"] != "quantile" \
             else f"95% rank error ±{part['rank_error_95']:.4g} rows"
         out.append(f"   {part['aggregate']:<28} {part['part']:<8} Δ={part['sensitivity']:<10g}"
@@ -62,3 +66,16 @@ def _parts(parts: list[dict]) -> list[str]:
         if others:
             out.append(f"   ({labels[key]}): drawn with {'; '.join(others)}")
     return out
+
+
+def _partition(partition: dict) -> list[str]:
+    """The lines of a statement's FILTER partition: its classes, the ε each spends at once
+    (the statement's one share for all of them) and the L1 sensitivity they add."""
+    classes = "; ".join(f"class {n}: " + ", ".join(f"{m['aggregate']} {m['part']}"
+                                                     for m in members)
+                        for n, members in enumerate(partition["classes"], 1))
+    spent = "their ε in sequence" if partition["epsilon"] is None else \
+        f"one share of ε {partition['epsilon']:.4g}, each class all of it at once"
+    return [f"   FILTER partition (no row adds to two classes): {classes}",
+            f"   (FILTER classes): {spent}; L1 sensitivity {partition['sensitivity']:g}, the "
+            "most one class adds, as of a GROUP BY's cells"]

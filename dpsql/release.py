@@ -51,6 +51,7 @@ from dpsql.rewrite import (
     covariance_parts,
     distinct_input_values,
 )
+from dpsql.sensitivity import filter_classes, partitioned_loss
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -1271,6 +1272,27 @@ def _finite(value) -> bool:
     """Whether a released value of arithmetic on aggregates is a number its type holds: not
     NULL (a whole number past its type, a quotient by 0) nor ±inf or NaN (past the doubles)."""
     return value is not None and (not isinstance(value, float) or math.isfinite(value))
+
+
+def filter_partition(plan: StatementPlan, neighbouring: str) -> tuple[tuple[int, ...], ...]:
+    """The positions of the parts in each class of the statement's FILTER partition
+    (``sensitivity.filter_classes``: no row adds to two classes), among the parts it draws
+    (not those it shows from an earlier statement); () when there are fewer than two."""
+    classes = filter_classes([(p.role, p.arg) for p in plan.parts],
+                             grouped=bool(plan.checked.keys), neighbouring=neighbouring)
+    drawn = [k for k in (tuple(i for i in members if plan.parts[i].paid) for members in classes)
+             if k]
+    return tuple(drawn) if len(drawn) > 1 else ()
+
+
+def statement_sensitivity(plan: StatementPlan, neighbouring: str) -> Fraction:
+    """The statement's L1 sensitivity: the sum of its drawn parts' Δ, but of a FILTER
+    partition's classes only the most one class adds, as of a GROUP BY's cells. A person's
+    rows lie in the classes with shares w_k, Σ_k w_k ≤ 1, and move a part of class k by at
+    most w_k·Δ_i (``sensitivity.filter_classes``), so in all by at most Σ_k w_k·Σ_{i∈k} Δ_i
+    ≤ max_k Σ_{i∈k} Δ_i beside the others'."""
+    return partitioned_loss([p.sensitivity if p.paid else Fraction(0) for p in plan.parts],
+                            filter_partition(plan, neighbouring))
 
 
 def describe(plan: StatementPlan) -> list[ColumnInfo]:
