@@ -43,6 +43,10 @@ _STORABLE_HINT = "remove the character: text must be valid Unicode (encodable as
     "without NUL"
 # the largest magnitude a bound number may have: beyond any double (1.8e308)
 _BOUND_MAGNITUDE = 10**400
+# levels of nodes within nodes a statement may nest (``_nesting``): the later stages walk
+# their trees by recursion, and 250 levels of arithmetic exhausted Python's stack while the
+# exact query was written (a bare RecursionError); 100 leave them room
+MAX_NESTING = 100
 
 
 def check_dialect(dialect: str) -> str:
@@ -300,14 +304,30 @@ def _parsed(sql: str, dialect: str = DIALECT) -> tuple[exp.Expression, ...]:
                           sql)
     try:
         # a comment after the last ';' comes back as a Semicolon node: no statement
-        return tuple(_read_dates(_read_weekdays(_with_written_names(t, text, dialect),
-                                                dialect), text, dialect)
-                     for t in sqlglot.parse(text, read=dialect)
-                     if t is not None and not isinstance(t, exp.Semicolon))
+        trees = [t for t in sqlglot.parse(text, read=dialect)
+                 if t is not None and not isinstance(t, exp.Semicolon)]
     except (ParseError, TokenError) as err:
         raise _syntax_error(err, sql) from None
     except RecursionError:
         raise too_deep(sql) from None
+    for tree in trees:
+        if (levels := _nesting(tree)) > MAX_NESTING:
+            raise too_deep(sql, levels)
+    return tuple(_read_dates(_read_weekdays(_with_written_names(t, text, dialect), dialect),
+                             text, dialect) for t in trees)
+
+
+def _nesting(tree: exp.Expression) -> int:
+    """How many levels the nodes of ``tree`` nest, a chain of ANDs (or of ORs) counting as
+    one (the compile stage and the renderer read a chain in one loop)."""
+    deepest, pending = 0, [(tree, 0)]
+    while pending:
+        node, depth = pending.pop()
+        deepest = max(deepest, depth)
+        for child in node.iter_expressions():
+            chained = isinstance(child, exp.Connector) and type(child) is type(node)
+            pending.append((child, depth if chained else depth + 1))
+    return deepest
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
@@ -325,10 +345,13 @@ def _with_written_names(tree: exp.Expression, text: str, dialect: str) -> exp.Ex
     return tree
 
 
-def too_deep(sql: str) -> ProgrammingError:
-    """The refusal for SQL nested too deeply to analyse."""
-    return ProgrammingError("the SQL is nested too deeply to analyse",
-                            sql=sql[:200], hint="flatten the expression (fewer nested parentheses)")
+def too_deep(sql: str, levels: int | None = None) -> ProgrammingError:
+    """The refusal for SQL nested too deeply to analyse (``levels`` deep, when known)."""
+    deep = "" if levels is None else f": {levels} levels, where {MAX_NESTING} are analysed"
+    return ProgrammingError(
+        f"the SQL is nested too deeply to analyse{deep}", sql=sql[:200],
+        hint="nest fewer expressions, parentheses, subqueries or CTEs (compute a part in a CTE "
+        "of its own); a list of conditions joined by AND (or by OR) counts as one level")
 
 
 def parse_one(sql: str, params: Sequence[Any] | None = None,

@@ -5,6 +5,11 @@
   inside the TRY expression'): the renderer's guard of 64-bit arithmetic wrapped the
   aggregate in TRY. There it is now 128-bit arithmetic, NULL outside 64 bits, as TRY left it;
   PostgreSQL and Spark answer the same.
+- A WHERE of 250-400 conditions joined by AND raised a bare RecursionError while the exact
+  query was written (600 were refused: sqlglot's parser recursed past Python's limit): an
+  AND or OR chain is rendered in one loop, and a statement nesting more than
+  ``parse.MAX_NESTING`` levels otherwise (a chain counting as one) is refused, coded and
+  uncharged, before any stage recurses through it.
 """
 # ruff: noqa: F811 (the imported server fixtures are requested by name as parameters)
 
@@ -16,7 +21,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-sys.path[:0] = [str(Path(__file__).parent / "backends")]
+sys.path[:0] = [str(Path(__file__).parent / "backends"), str(Path(__file__).parent / "fuzz")]
+from neighbours import refused_uncharged  # noqa: E402
 from servers import copy_table, databases, spark  # noqa: E402, F401 (a fixture)
 
 import dpsql  # noqa: E402
@@ -25,6 +31,7 @@ SHELF = pd.DataFrame({"k": [0, 1, 2, 3, 4], "v": [0, 10, 20, 30, 40]})
 SHELF_META = {"name": "shelf", "tables": {"shelf": {
     "public": True, "columns": {"k": {"type": "int"}, "v": {"type": "int"}}}}}
 TOP = 2**63 - 1
+ROOT = Path(__file__).resolve().parents[1]
 
 # (statement over the public table shelf, its rows)
 ARITHMETIC = [
@@ -96,3 +103,33 @@ def test_arithmetic_on_public_aggregates_on_postgresql(on_postgres):
 def test_arithmetic_on_public_aggregates_on_spark(on_spark):
     for sql, expected in ARITHMETIC:
         assert _rows(on_spark, sql) == expected, sql
+
+
+@pytest.fixture()
+def visits():
+    con = dpsql.connect(metadata=str(ROOT / "data" / "visits.yaml"), ledger=":memory:")
+    yield con
+    con.close()
+
+
+def _conditions(terms: int, joined: str = "AND") -> str:
+    return f" {joined} ".join(f"amount <> {i}.5" for i in range(terms))
+
+
+@pytest.mark.parametrize("terms", [250, 300, 400])
+def test_a_long_list_of_conditions_is_answered(visits, terms):
+    visits.execute(f"SELECT COUNT(*) AS n FROM visits WHERE {_conditions(terms)}", epsilon=1)
+    visits.execute(f"SELECT day, SUM(amount) AS s FROM visits WHERE {_conditions(terms, 'OR')} "
+                   "GROUP BY day", epsilon=1)
+    assert visits.budget_spent.epsilon == 2
+
+
+@pytest.mark.parametrize("sql", [
+    f"SELECT COUNT(*) AS n FROM visits WHERE {_conditions(600)}",
+    "SELECT SUM(amount" + " + 1" * 250 + ") AS s FROM visits",
+    "SELECT COUNT(*) AS n FROM visits WHERE " + "NOT " * 120 + "amount > 3",
+], ids=["600 conditions", "250 additions", "120 NOTs"])
+def test_sql_nested_past_the_limit_is_refused_uncharged(visits, sql):
+    refused = refused_uncharged(visits, sql, dpsql.ProgrammingError)
+    assert refused.code == "programming" and "nested too deeply" in str(refused)
+

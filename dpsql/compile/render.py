@@ -176,6 +176,20 @@ class Dialect:
         left, right = self._args(e)
         return f"({left} {_INFIX[e.op]} {right})"
 
+    def _chain(self, e: Expr) -> str:
+        """An AND or OR chain, its terms rendered in one loop: a WHERE of hundreds of
+        conjuncts is a tree as deep, which rendered node by node exhausted Python's stack."""
+        terms, pending = [], [e]
+        while pending:
+            node = pending.pop()
+            if node.op == e.op:
+                pending.extend(reversed(node.args))
+            else:
+                terms.append(self.expr(node))
+        return "(" + f" {_INFIX[e.op]} ".join(terms) + ")"
+
+    _op_and = _op_or = _chain
+
     def key(self, e: Expr) -> str:
         """SQL of a GROUP BY key: a date or timestamp outside ``ops.YEARS`` is NULL, so its
         rows are dropped as a NULL key's are (the drivers cannot return PostgreSQL's ±infinity
