@@ -207,7 +207,8 @@ class ResultCursor:
     def intervals(self, confidence: float = 0.95) -> pd.DataFrame:
         """Current set with a 95% CI (``<col>_low``, ``<col>_high``) for each noisy aggregate
         and each column of arithmetic on them (+ − × ÷ of COUNT, SUM, AVG, VAR, STDDEV, the
-        covariances and numbers; None where a divisor's interval holds 0). None for quantiles
+        covariances and numbers; None where a divisor's interval holds 0, or where the value
+        or an end of its interval passes what its type holds). None for quantiles
         and MIN/MAX, whose exponential-mechanism draw has no interval: ``explain`` gives its
         rank error."""
         if confidence != 0.95:

@@ -349,7 +349,8 @@ class Engine:
                 statement = planned.release.statements[i]
                 try:
                     result = release(statement, names, rows, self.rng, self.post,
-                                     histograms[i], shared_values)
+                                     histograms[i], shared_values,
+                                     neighbouring=self.catalog.neighbouring)
                 except Error as err:  # after the charge: say that it was spent
                     err.epsilon_spent = planned.release.loss.epsilon
                     raise

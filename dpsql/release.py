@@ -97,13 +97,15 @@ _STORED_AS_TEXT = {"date": datetime.date.fromisoformat,
 
 def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: RandomSource,
             post: PostProcessor, histograms: dict[str, list[tuple]] | None = None,
-            shared: dict[str, dict[tuple, object]] | None = None) -> NoisyResult:
+            shared: dict[str, dict[tuple, object]] | None = None, *,
+            neighbouring: str) -> NoisyResult:
     """Add noise to the exact rows of one statement and apply its post-processing.
 
     ``shared`` holds, per shared measurement (``share.py``), the noisy value of each group as
     the release's first statement showing it drew it, and per ℓ∞ block spanning statements
     (``Joint.key``) its draw for each group; later statements show those values, and add
-    their coordinates of those draws.
+    their coordinates of those draws. ``neighbouring``: the catalogue's, which the
+    statement's sensitivity reads (``statement_sensitivity``).
     """
     checked = plan.checked
     index = {name: i for i, name in enumerate(names)}
@@ -168,7 +170,8 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
     if [c.name for c in columns] != result_names:
         raise InternalError("post-processing changed the output columns")
     return NoisyResult(columns=columns, rows=result_rows, intervals=intervals,
-                       epsilon=plan.loss.epsilon, sensitivity=plan.sensitivity,
+                       epsilon=plan.loss.epsilon,
+                       sensitivity=statement_sensitivity(plan, neighbouring),
                        ranking_warnings=warned,
                        notes=tuple(n for n in [*_column_notes(columns, intervals),
                                                *_read_quantiles(plan),

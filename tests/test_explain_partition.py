@@ -117,3 +117,12 @@ def test_the_text_lines_name_the_classes_and_their_share(data_dir, tmp_path):
                                      text=True, cwd=ROOT, check=True).stdout)
     assert plan["total_sensitivity"] == 1
     assert _statement(plan)["filter_partition"]["epsilon"] == 1.0
+
+
+def test_the_released_cursor_says_what_explain_says(connect):
+    """The cursor's ``sensitivity`` of the released statement is the partition's, as explain's
+    (it added the classes up: 2 for the two sex counts)."""
+    con = connect()
+    for sql in (SEXES, BY_SEX):
+        cur = con.cursor().execute(sql, epsilon=1)
+        assert cur.sensitivity == con.explain(sql, epsilon=1)["total_sensitivity"] == 1
