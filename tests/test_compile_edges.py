@@ -10,6 +10,16 @@
   AND or OR chain is rendered in one loop, and a statement nesting more than
   ``parse.MAX_NESTING`` levels otherwise (a chain counting as one) is refused, coded and
   uncharged, before any stage recurses through it.
+- The row of NULLs a LEFT JOIN shows where a public table matched nothing is a tuple of the
+  joint domain of keys read from that table (``scope.tuples_sql``) where every key is
+  non-NULL on it (COALESCE(r.name, 'none')), and counts the private rows that matched
+  nothing; where a key is NULL on it, neither the cell nor those rows count. D′ adds a
+  person whose visits match every region, none (ids 5-9) and NULL.
+- A private column that an INNER JOIN's ON equates to a public one holds the public one's
+  values in a row-level subquery or CTE as at top level (``Relation.equated``, carried by
+  ``scope.Resolver.derived``): GROUP BY t.ward over (SELECT a.ward FROM admissions a JOIN
+  wards w ON a.ward = w.ward) t released the 11 declared wards, XTRA, which no public row
+  holds, among them; now the table's 10, as the statement without the subquery.
 """
 # ruff: noqa: F811 (the imported server fixtures are requested by name as parameters)
 
@@ -22,8 +32,19 @@ import pandas as pd
 import pytest
 
 sys.path[:0] = [str(Path(__file__).parent / "backends"), str(Path(__file__).parent / "fuzz")]
-from neighbours import refused_uncharged  # noqa: E402
+from neighbours import (  # noqa: E402
+    Pair,
+    base_tables,
+    check_statement,
+    exact_cells,
+    heavy_in_every_region,
+    open_pair,
+    refused_uncharged,
+    with_rows,
+)
 from servers import copy_table, databases, spark  # noqa: E402, F401 (a fixture)
+
+import test_join_key_domains as hospital  # noqa: E402
 
 import dpsql  # noqa: E402
 
@@ -133,3 +154,81 @@ def test_sql_nested_past_the_limit_is_refused_uncharged(visits, sql):
     refused = refused_uncharged(visits, sql, dpsql.ProgrammingError)
     assert refused.code == "programming" and "nested too deeply" in str(refused)
 
+
+UNMATCHED = "FROM visits v LEFT JOIN regions r ON v.region_id = r.region_id"
+
+
+@pytest.fixture(scope="module")
+def unmatched(tmp_path_factory):
+    base = base_tables()
+    pair = open_pair(tmp_path_factory.mktemp("unmatched"), base,
+                     with_rows(base, heavy_in_every_region()))
+    yield pair
+    pair.close()
+
+
+def _cells(con, sql: str) -> dict:
+    (values,) = exact_cells(con, con._engine.plan(sql, epsilon=1).release.statements[0])[0] \
+        .values()
+    return {tuple(map(str, key)): value for key, value in values.items()}
+
+
+@pytest.mark.parametrize("sql, cell", [
+    (f"SELECT COALESCE(r.name, 'none') AS n, COALESCE(r.region_id, -1) AS i, COUNT(*) AS c "
+     f"{UNMATCHED} WHERE r.region_id IS NULL GROUP BY 1, 2", ("none", "-1")),
+    (f"SELECT COALESCE(r.name, 'none') AS n, COUNT(*) AS c {UNMATCHED} "
+     "WHERE r.region_id IS NULL OR r.region_id > 3 GROUP BY 1", ("none",)),
+])
+def test_the_left_joins_row_of_nulls_is_a_cell_that_counts(unmatched, sql, cell):
+    on_d, on_d_prime = (_cells(con, sql) for con in (unmatched.d, unmatched.d_prime))
+    assert on_d[cell] == 0 < on_d_prime[cell]  # D's visits all match a region
+    assert check_statement(unmatched, sql) == "released"
+
+
+def test_a_null_key_of_the_row_of_nulls_is_no_cell(unmatched):
+    sql = f"SELECT COALESCE(r.name, 'none') AS n, r.region_id AS i, COUNT(*) AS c {UNMATCHED} " \
+        "GROUP BY 1, 2"
+    cells = _cells(unmatched.d_prime, sql)
+    assert sorted(cells) == [("Centre", "4"), ("East", "1"), ("North", "0"), ("South", "2"),
+                             ("West", "3")]
+    assert check_statement(unmatched, sql) == "released"
+
+
+WARDS_JOINED = "FROM admissions a JOIN wards w ON a.ward = w.ward"
+
+
+@pytest.fixture(scope="module")
+def wards(tmp_path_factory):
+    root, base = tmp_path_factory.mktemp("wards"), hospital.hospital()
+    pair = Pair(hospital.connect(root / "d", base),
+                hospital.connect(root / "d_prime", with_rows(base, hospital.adversary())),
+                folders=(root / "d", root / "d_prime"))
+    yield pair
+    pair.close()
+
+
+@pytest.mark.parametrize("sql", [
+    f"SELECT a.ward, COUNT(*) AS n {WARDS_JOINED} GROUP BY a.ward",
+    f"SELECT t.ward, COUNT(*) AS n FROM (SELECT a.ward, a.los {WARDS_JOINED}) t GROUP BY t.ward",
+    f"WITH t AS (SELECT a.ward AS k, a.los {WARDS_JOINED} WHERE a.los > 3) "
+    "SELECT k, AVG(los) AS m FROM t GROUP BY k",
+    f"SELECT t.ward, COUNT(*) AS n FROM (SELECT * FROM (SELECT a.ward, w.beds {WARDS_JOINED}) "
+    "u) t GROUP BY t.ward",
+])
+def test_an_equality_of_a_join_holds_through_subqueries(wards, sql):
+    checked = wards.d._engine.plan(sql, epsilon=1).release.statements[0].checked
+    assert checked.cells == 10
+    assert checked.keys[0].source.endswith("those public table wards.ward holds")
+    assert check_statement(wards, sql) == "released"
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT t.ward, COUNT(*) AS n FROM (SELECT a.ward FROM admissions a LEFT JOIN wards w "
+    "ON a.ward = w.ward) t GROUP BY t.ward",
+    f"SELECT t.ward, COUNT(*) AS n FROM (SELECT a.patient_id, a.ward, MAX(w.beds) AS b "
+    f"{WARDS_JOINED} GROUP BY a.patient_id, a.ward) t GROUP BY t.ward",
+])
+def test_what_equates_nothing_keeps_the_declared_wards(wards, sql):
+    """A LEFT JOIN keeps rows that matched nothing (XTRA's); a grouped subquery's rows are
+    not its input's (left as it was)."""
+    assert wards.d._engine.plan(sql, epsilon=1).release.statements[0].checked.cells == 11

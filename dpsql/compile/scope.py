@@ -435,7 +435,10 @@ def tuples_sql(d, sources: dict[str, str], part, keys: tuple[Expr, ...],
     the part alone, keep; rendered from the IR in the dialect ``d`` as the exact query
     computes the keys (a text as text, as ``PublicReader.values`` reads a domain).
     ``nulls`` (the part's columns and types) adds the row of NULLs a LEFT JOIN shows where
-    the part matched nothing (COALESCE(i.title, 'none') is a key there too)."""
+    the part matched nothing: its tuple is a cell where every key is non-NULL on it
+    (COALESCE(i.title, 'none')), which counts the private rows that matched nothing; where a
+    key is NULL on it, it is no cell, and those rows, whose key is NULL, count in none (a NULL
+    key's rows are dropped)."""
     rows = d.relation(part, sources)
     if nulls is not None:
         empty = ", ".join(f"{d.literal(None, kind)} AS {name}" for name, kind in nulls.items())
@@ -669,8 +672,11 @@ class Resolver:
             plain = isinstance(scope, GroupScope) or isinstance(body_expr, exp.Column)
             add(name, build(body_expr, scope if plain else
                             PublicDomains(scope, self.public_values)))
+        equated: tuple[tuple[str, str], ...] = ()
         if isinstance(scope, GroupScope):
             inner = scope.relation()
+        else:
+            equated = self._carried_pairs(inner, projected, columns)
         unit = None
         if inner.unit is not None:
             # the person travels with the rows, visible or not
@@ -684,7 +690,30 @@ class Resolver:
                         names=names, unit=unit, public=inner.public, l0=inner.l0,
                         linf=inner.linf, total=inner.total, unit_columns=units,
                         personal=personal,
-                        key_bounds=_selected_bounds(inner.key_bounds, projected))
+                        key_bounds=_selected_bounds(inner.key_bounds, projected),
+                        equated=equated)
+
+    def _carried_pairs(self, rows: Relation, projected: list[tuple[str, Expr]],
+                       columns: dict[str, ColumnInfo]) -> tuple[tuple[str, str], ...]:
+        """The pairs of a row-level subquery's columns its rows' INNER JOINs equate
+        (``Relation.equated``), as at top level: its rows are some of its input's, so two
+        columns equal on every input row are equal on each of them. A selected column whose
+        partner is not selected takes it along unnamed (as the person travels), so that
+        ``SELECT a.ward FROM admissions a JOIN wards w ON a.ward = w.ward`` still holds
+        w.ward's values (``public_origins``)."""
+        renamed: dict[str, list[str]] = {}
+        for name, e in projected:
+            if e.op == "col":
+                renamed.setdefault(e.value, []).append(name)
+        for pair in rows.equated:
+            for shown, partner in (pair, pair[::-1]):
+                if shown in renamed and partner not in renamed:
+                    hidden = self.names()
+                    projected.append((hidden, column(rows.columns[partner])))
+                    columns[hidden] = replace(rows.columns[partner], name=hidden)
+                    renamed[partner] = [hidden]
+        return tuple((x, y) for a, b in rows.equated
+                     for x in renamed.get(a, ()) for y in renamed.get(b, ()))
 
     def grouped(self, body: exp.Select, rows: Relation, scope: Scope) -> GroupScope:
         """A subquery's GROUP BY, which must include the privacy unit, and its HAVING: the
