@@ -244,9 +244,19 @@ class Dialect:
         return (f"CAST(NULLIF(NULLIF(LEAST(GREATEST({wide}, {below}), {above}), {above}), "
                 f"{below}) AS {self.types['int']})")
 
+    def _int64(self, e: Expr) -> list[str]:
+        """The SQL of an int operation's operands as 64-bit integers. ``_fits`` proves the
+        operation within 64 bits, but a database types an integer literal (and PostgreSQL an
+        INTEGER column, and a CASE or LEAST of them) in 32: CASE WHEN x > 100 THEN 2000000000
+        ELSE 0 END * 2 overflowed on D′ alone, where one person's x took the large branch."""
+        return [f"CAST({a} AS {self.types['int']})" for a in self._args(e)]
+
     def _arith(self, e: Expr) -> str:
         if e.type == "int" and not _fits(e):
             return self._try(e, lambda left, right: f"({left} {_INFIX[e.op]} {right})")
+        if e.type == "int":
+            left, right = self._int64(e)
+            return f"({left} {_INFIX[e.op]} {right})"
         return self._infix(e)
 
     _op_add = _op_sub = _op_mul = _arith
@@ -254,12 +264,12 @@ class Dialect:
     def _op_neg(self, e: Expr) -> str:
         if e.type == "int" and not _fits(e):
             return self._try(e, lambda arg: f"(-{arg})")
-        return f"(-{self.expr(e.args[0])})"
+        return f"(-{self._int64(e)[0] if e.type == 'int' else self.expr(e.args[0])})"
 
     def _op_abs(self, e: Expr) -> str:
         if e.type == "int" and not _fits(e):
             return self._try(e, lambda arg: f"ABS({arg})")
-        return f"ABS({self.expr(e.args[0])})"
+        return f"ABS({self._int64(e)[0] if e.type == 'int' else self.expr(e.args[0])})"
 
     def _as_double(self, sql: str, e: Expr) -> str:
         return sql if e.type == "float" else f"CAST({sql} AS {self.types['float']})"
@@ -604,7 +614,8 @@ class PostgresDialect(Dialect):
     def _arith(self, e: Expr) -> str:
         if e.type == "int":
             if _fits(e):
-                return self._infix(e)
+                left, right = self._int64(e)
+                return f"({left} {_INFIX[e.op]} {right})"
             # NUMERIC cannot overflow; past 64 bits the result is NULL
             left, right = (self._numeric(a) for a in e.args)
             return self._bigint(f"({left} {_INFIX[e.op]} {right})")
@@ -616,12 +627,12 @@ class PostgresDialect(Dialect):
     def _op_neg(self, e: Expr) -> str:
         if e.type == "int" and not _fits(e):
             return self._bigint(f"(-{self._numeric(e.args[0])})")
-        return f"(-{self.expr(e.args[0])})"
+        return f"(-{self._int64(e)[0] if e.type == 'int' else self.expr(e.args[0])})"
 
     def _op_abs(self, e: Expr) -> str:
         if e.type == "int" and not _fits(e):
             return self._bigint(f"ABS({self._numeric(e.args[0])})")
-        return f"ABS({self.expr(e.args[0])})"
+        return f"ABS({self._int64(e)[0] if e.type == 'int' else self.expr(e.args[0])})"
 
     def _op_div(self, e: Expr) -> str:
         left = self._clamped(e.args[0])
@@ -758,21 +769,23 @@ class SparkDialect(Dialect):
     _TRY = {"add": "try_add", "sub": "try_subtract", "mul": "try_multiply"}
 
     def _arith(self, e: Expr) -> str:
-        if e.type == "int" and not _fits(e):
-            left, right = self._args(e)
+        if e.type != "int":
+            return self._infix(e)
+        left, right = self._int64(e)
+        if not _fits(e):
             return f"{self._TRY[e.op]}({left}, {right})"
-        return self._infix(e)
+        return f"({left} {_INFIX[e.op]} {right})"
 
     _op_add = _op_sub = _op_mul = _arith
 
     def _op_neg(self, e: Expr) -> str:
-        (arg,) = self._args(e)
+        (arg,) = self._int64(e) if e.type == "int" else self._args(e)
         if e.type == "int" and not _fits(e):
             return f"try_subtract(0, {arg})"
         return f"(-{arg})"
 
     def _op_abs(self, e: Expr) -> str:
-        (arg,) = self._args(e)
+        (arg,) = self._int64(e) if e.type == "int" else self._args(e)
         if e.type == "int" and not _fits(e):
             return f"(CASE WHEN {arg} = -9223372036854775808 THEN NULL ELSE ABS({arg}) END)"
         return f"ABS({arg})"
