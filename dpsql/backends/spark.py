@@ -61,6 +61,10 @@ _TYPES = {"bigint": "int", "int": "int", "smallint": "int", "tinyint": "int", "d
           "char": "text", "boolean": "bool", "date": "date", "timestamp": "timestamp",
           "timestamp_ntz": "timestamp"}
 _TIME_ZONE = "spark.sql.session.timeZone"
+# what dpsql's queries run under: UTC wall clock, and no ${...} substitution in the SQL
+# text (on by default: an analyst's literal '${env:AWS_SECRET_ACCESS_KEY}' was the
+# process's environment by the time Spark parsed it)
+_SESSION = {_TIME_ZONE: "UTC", "spark.sql.variable.substitute": "false"}
 # what SparkContext.setJobGroup sets on the calling thread, restored after a timed query
 _JOB_GROUP = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
 CANCEL_EVERY = 0.5  # seconds between the cancels of a query past its deadline
@@ -144,7 +148,10 @@ class SparkBackend(PublicLimits):
                            sep=options.get("delimiter", ","),
                            encoding=_JAVA_ENCODINGS[options.get("encoding", "utf-8")],
                            ignoreLeadingWhiteSpace=trim, ignoreTrailingWhiteSpace=trim,
-                           nullValue=_first(options.get("null")))
+                           nullValue=_first(options.get("null")),
+                           # RFC 4180 as DuckDB reads it: a quoted value may hold newlines,
+                           # and a quote inside one is doubled (not backslash-escaped)
+                           multiLine=True, escape='"')
         return frame.toDF(*options["names"]) if "names" in options else frame
 
     def _unreadable(self, table: TableSpec) -> DataError:
@@ -252,21 +259,24 @@ class SparkBackend(PublicLimits):
         return None
 
     @contextlib.contextmanager
-    def _utc(self) -> Iterator[None]:
-        """The session's time zone set to UTC while dpsql's query is analysed and runs."""
+    def _settings(self) -> Iterator[None]:
+        """The session's settings for dpsql's queries (``_SESSION``) while one is analysed and
+        runs, the caller's back after it."""
         conf = self.session.conf
-        before = conf.get(_TIME_ZONE)
-        conf.set(_TIME_ZONE, "UTC")
+        before = {key: conf.get(key) for key in _SESSION}
+        for key, value in _SESSION.items():
+            conf.set(key, value)
         try:
             yield
         finally:
-            conf.set(_TIME_ZONE, before)
+            for key, value in before.items():
+                conf.set(key, value)
 
     def run_sql(self, sql: str, timeout: float | None = None, max_rows: int | None = None
                 ) -> tuple[list[str], list[tuple]]:
         """Execute SQL rendered in Spark's dialect, reading at most its first ``max_rows``
         rows; its jobs are cancelled after ``timeout`` seconds (QueryTimeoutError)."""
-        with self._utc():
+        with self._settings():
             self._refresh()
             try:  # analysed here, before any job runs: only the tables' schemas are read
                 frame = _wall_clock(self.session.sql(sql))
@@ -397,7 +407,7 @@ def _builder(target: str) -> SparkSession.Builder:
 
 def _wall_clock(frame):
     """The frame with each TIMESTAMP column as TIMESTAMP_NTZ (its UTC wall clock, under
-    ``_utc``): pyspark returns a TIMESTAMP as the Python process's local time, an NTZ as is."""
+    ``_settings``): pyspark returns a TIMESTAMP as the Python process's local time, an NTZ as is."""
     if not any(field.dataType.typeName() == "timestamp" for field in frame.schema.fields):
         return frame
     return frame.selectExpr(*(

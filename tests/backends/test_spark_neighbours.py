@@ -216,3 +216,35 @@ def test_a_view_retyped_beyond_conversion_is_refused_alike_on_spark(spark, tmp_p
         assert pair.d.budget_spent.epsilon == 0
     finally:
         pair.close()
+
+
+# one person's day holding 1,000 lines that each read as another person's visit
+FORGED = "x\n" + "\n".join(f"{1000 + i},Mon,100,1" for i in range(1000)) + "\nZ"
+
+
+def test_a_quoted_newline_in_a_csv_value_is_one_row_on_spark(spark, tmp_path):
+    """Spark read a CSV line by line, so a quoted value with newlines became rows of persons
+    who do not exist (COUNT(*) moved by 1,001 where its sensitivity is 2); it reads RFC 4180
+    now (multiLine, a quote doubled inside a value), one row, as DuckDB does."""
+    import pandas as pd
+    extra = {"visits": pd.DataFrame({"uid": [42], "day": [FORGED], "amount": [5],
+                                     "region_id": [1]})}
+    base = nb.base_tables()
+    pair = nb.open_pair(tmp_path, base, nb.with_rows(base, extra), target=spark)
+    try:
+        for sql in ("SELECT COUNT(*) AS n FROM visits",
+                    "SELECT COUNT(DISTINCT uid) AS u FROM visits"):
+            assert nb.check_statement(pair, sql) == "released"
+    finally:
+        pair.close()
+
+
+def test_spark_does_not_substitute_variables_in_the_sql(spark, tmp_path):
+    """Spark replaced ${...} in the SQL text ('${env:AWS_SECRET_ACCESS_KEY}' in a literal
+    was the server's environment, at no ε); the literal is now what the analyst wrote."""
+    nb.write_database(tmp_path, nb.base_tables())
+    with dpsql.connect(spark, metadata=nb.metadata(tmp_path), ledger=":memory:",
+                       insecure_seed=1) as con:
+        rows = con.execute("SELECT name, '${system:java.version}' AS s FROM regions "
+                           "WHERE region_id = 1").fetchall()
+    assert {s for _, s in rows} == {"${system:java.version}"}
