@@ -43,9 +43,11 @@ VALUE_BINS = 64
 # its noise where a tail is thin (the hospital's 117 patients of 33-45 admissions, 4-17 a
 # count) and the top bucket's end at most 41% above the data's largest count.
 ROW_EDGES = tuple(sorted({*range(1, 9), *(round(2 ** (k / 2)) for k in range(7, 33))}))
-# The histogram ends at the highest bucket whose noisy count clears what the largest noise
-# of all the buckets reaches but in EMPTY_MISS of draws: read as persons, an empty bucket's
-# noise (20 persons at 2^16 rows) would pull R up to it.
+# A noisy count of persons is read as persons only where it clears what the noise of empty
+# counts reaches but in EMPTY_MISS of draws (``empty_reach``): the histogram ends at the
+# highest such bucket (read as persons, an empty bucket's noise, 20 persons at 2^16 rows,
+# would pull R up to it), and ``tune.counted_tails`` reads the persons beyond the top quantile
+# so.
 EMPTY_MISS = Fraction(1, 20)
 UTILITY_SENSITIVITY = 1  # one value per person: #{x ≤ c} − q·n moves by ≤ max(q, 1 − q)
 
@@ -174,6 +176,13 @@ def row_histogram(values: list[tuple[float, int]], scale: Fraction, rng: RandomS
     return [c + rng.discrete_laplace(scale) for c in counts]
 
 
+def empty_reach(scale: float, counts: int = 1) -> float:
+    """What the largest discrete Laplace noise (``scale``) of ``counts`` empty counts reaches
+    but in ``EMPTY_MISS`` of draws: scale·ln(counts/EMPTY_MISS), by P(Z ≥ t) ≤ e^(−t/scale)
+    and a union over the counts."""
+    return float(scale) * math.log(counts / EMPTY_MISS)
+
+
 def histogram_spread(counts: list[int], scale: float) -> Spread:
     """The spread of a count read by ``row_histogram`` (noise of ``scale``): its buckets up to
     the highest whose count clears the noise the empty ones reach (``EMPTY_MISS``; none
@@ -184,7 +193,7 @@ def histogram_spread(counts: list[int], scale: float) -> Spread:
     Where the rows are read so (``tune.whole_table_rows``) it replaced three quantiles and
     a power tail drawn through them, which extrapolated beyond the top level (0.98 on the
     hospital's 18,291 patients, whose top 2% hold 15 to 45 admissions)."""
-    clears = float(scale) * math.log(len(counts) / EMPTY_MISS)
+    clears = empty_reach(scale, len(counts))
     seen = [i for i, c in enumerate(counts) if c >= clears]
     top = seen[-1] if seen else max(range(len(counts)), key=lambda i: (counts[i], -i))
     # the k-th bucket on from there is kept while each before it was and its count clears
@@ -193,8 +202,7 @@ def histogram_spread(counts: list[int], scale: float) -> Spread:
     # any of 34 empty ones may reach (MovieLens' 61 users of 257-362 ratings at tune ε 0.1,
     # left out, gave R = 181-256 where 561 is best: 9-20× its root error)
     k = 1
-    while top + 1 < len(counts) and counts[top + 1] >= float(scale) * math.log(
-            k * (k + 1) / EMPTY_MISS):
+    while top + 1 < len(counts) and counts[top + 1] >= empty_reach(scale, k * (k + 1)):
         top, k = top + 1, k + 1
     kept = [max(0, c) for c in counts[:top + 1]]
     total = sum(kept) or 1
