@@ -232,3 +232,12 @@ def test_what_equates_nothing_keeps_the_declared_wards(wards, sql):
     """A LEFT JOIN keeps rows that matched nothing (XTRA's); a grouped subquery's rows are
     not its input's (left as it was)."""
     assert wards.d._engine.plan(sql, epsilon=1).release.statements[0].checked.cells == 11
+
+
+@pytest.mark.parametrize("terms", [350, 400])
+def test_a_filter_of_many_conditions_is_answered(visits, terms):
+    """The FILTER partition's prover read an AND chain node by node (a bare RecursionError
+    at 400 terms, nothing charged); it reads a chain's terms in one loop (ir.chained)."""
+    visits.execute(f"SELECT COUNT(*) FILTER (WHERE {_conditions(terms)}) AS a, "
+                   "COUNT(*) FILTER (WHERE amount = 0.5) AS b FROM visits", epsilon=1)
+    assert visits.budget_spent.epsilon == 1

@@ -23,7 +23,7 @@ import datetime
 import math
 import operator
 
-from dpsql.compile.ir import NUMERIC, Expr
+from dpsql.compile.ir import NUMERIC, Expr, chained
 
 _FLIPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
 _ORDERED = (*NUMERIC, "date", "timestamp")  # types whose order is the same on every backend
@@ -66,10 +66,10 @@ class Prover:
             self.left -= 1
             self.seen[key] = self.left >= 0 and (
                 self._atoms_apart(x, y)
-                or (x.op == "and" and any(self.disjoint(t, y) for t in x.args))
-                or (y.op == "and" and any(self.disjoint(x, t) for t in y.args))
-                or (x.op == "or" and all(self.disjoint(t, y) for t in x.args))
-                or (y.op == "or" and all(self.disjoint(x, t) for t in y.args)))
+                or (x.op == "and" and any(self.disjoint(t, y) for t in chained(x, x.op)))
+                or (y.op == "and" and any(self.disjoint(x, t) for t in chained(y, y.op)))
+                or (x.op == "or" and all(self.disjoint(t, y) for t in chained(x, x.op)))
+                or (y.op == "or" and all(self.disjoint(x, t) for t in chained(y, y.op))))
         return self.seen[key]
 
     def _atoms_apart(self, x: Expr, y: Expr) -> bool:

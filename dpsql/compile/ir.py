@@ -77,9 +77,21 @@ class Expr:
 def conjuncts(condition: Expr) -> list[Expr]:
     """The top-level conjuncts of a condition (``a AND (b AND c)``: a, b, c): each holds on
     every row the condition keeps, which a term under OR or NOT need not."""
-    if condition.op == "and":
-        return [c for arg in condition.args for c in conjuncts(arg)]
-    return [condition]
+    return chained(condition, "and")
+
+
+def chained(e: Expr, op: str) -> list[Expr]:
+    """The terms of ``e``'s chain of ``op`` (AND or OR) in order, read in one loop: a
+    condition of hundreds of terms is a tree as deep, which read node by node exhausted
+    Python's stack."""
+    terms, pending = [], [e]
+    while pending:
+        node = pending.pop()
+        if node.op == op:
+            pending.extend(reversed(node.args))
+        else:
+            terms.append(node)
+    return terms
 
 
 class Domain(tuple):

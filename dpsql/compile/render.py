@@ -18,7 +18,8 @@ from collections.abc import Callable
 from fractions import Fraction
 
 from dpsql.compile import ops
-from dpsql.compile.ir import INT64, Expr, Filter, Group, Join, Number, Project, Scan, literal
+from dpsql.compile.ir import (INT64, Expr, Filter, Group, Join, Number, Project, Scan, chained,
+                              literal)
 from dpsql.errors import InternalError, UnsupportedSQLError
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "=", "ne": "<>", "lt": "<", "le": "<=",
@@ -179,13 +180,7 @@ class Dialect:
     def _chain(self, e: Expr) -> str:
         """An AND or OR chain, its terms rendered in one loop: a WHERE of hundreds of
         conjuncts is a tree as deep, which rendered node by node exhausted Python's stack."""
-        terms, pending = [], [e]
-        while pending:
-            node = pending.pop()
-            if node.op == e.op:
-                pending.extend(reversed(node.args))
-            else:
-                terms.append(self.expr(node))
+        terms = [self.expr(term) for term in chained(e, e.op)]
         return "(" + f" {_INFIX[e.op]} ".join(terms) + ")"
 
     _op_and = _op_or = _chain
