@@ -206,11 +206,13 @@ class ResultCursor:
 
     def intervals(self, confidence: float = 0.95) -> pd.DataFrame:
         """Current set with a 95% CI (``<col>_low``, ``<col>_high``) for each noisy aggregate
-        and each column of arithmetic on them (+ − × ÷ of COUNT, SUM, AVG, VAR, STDDEV, the
-        covariances and numbers; None where a divisor's interval holds 0, or where the value
-        or an end of its interval passes what its type holds). None for quantiles
-        and MIN/MAX, whose exponential-mechanism draw has no interval: ``explain`` gives its
-        rank error."""
+        and each column of arithmetic and monotone functions on them (+ − × ÷, ROUND,
+        COALESCE, ABS, SQRT ... of COUNT, SUM, AVG, VAR, STDDEV, the covariances, numeric
+        GROUP BY keys and numbers; None where a divisor's interval holds 0, a function's
+        leaves its domain, or the value or an end of its interval passes what its type
+        holds). None for quantiles and MIN/MAX, whose exponential-mechanism draw has no
+        interval: ``explain`` gives its rank error; the result's notes name each other
+        column of aggregates without one."""
         if confidence != 0.95:
             raise NotSupportedError("only 95% intervals are computed", hint="use 0.95")
         return frames.to_pandas(self._require(), intervals=True)

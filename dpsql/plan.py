@@ -130,9 +130,13 @@ class OutputColumn:
     type: str
     role: str = "aggregate"  # 'key', 'aggregate', 'derived' (arithmetic on aggregates), 'literal'
     source: str | None = None  # column of the noisy frame it shows (a key's or aggregate's name)
-    # a derived column's IR when it is + − × ÷ of aggregates with intervals and numbers, whose
-    # interval release computes by interval arithmetic (``release.derived_bounds``)
+    # a derived column's IR when it is + − × ÷ and monotone functions (``INTERVAL_OPS``) of
+    # aggregates with intervals, numeric GROUP BY keys and numbers, whose interval release
+    # computes as the image of the aggregates' intervals (``release.derived_bounds``)
     arithmetic: Any = None
+    # why a derived column of aggregates has no interval, in words (a CASE, a window ...):
+    # the result's notes say so
+    no_interval: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

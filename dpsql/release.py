@@ -12,6 +12,7 @@ import datetime
 import json
 import math
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 from statistics import NormalDist
 from typing import TYPE_CHECKING
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from dpsql.compile.narrow import kept_by_where
+from dpsql.compile.ops import EXP_RANGE, power_limit
 from dpsql.compile.select import NOISY_FRAME, ci_column, interval_source
 from dpsql.errors import InternalError, ProgrammingError
 from dpsql.mechanisms.calibrate import (
@@ -174,6 +176,7 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
                        sensitivity=statement_sensitivity(plan, neighbouring),
                        ranking_warnings=warned,
                        notes=tuple(n for n in [*_column_notes(columns, intervals),
+                                               _without_interval(checked),
                                                *_read_quantiles(plan),
                                                checked.contribution_note,
                                                *_null_correlations(checked, frame, len(rows))]
@@ -191,6 +194,18 @@ def _column_notes(columns: list[ColumnInfo], intervals: dict[str, list]) -> list
                "NULL if whole or divided by 0, ±inf if a double)" for c in columns
                if c.noise == "derived" and any(bounds is None or None in bounds
                                                for bounds in intervals.get(c.name, ()))])
+
+
+def _without_interval(checked) -> str | None:
+    """Which outputs computed from aggregates have no interval, and why (``OutputColumn.
+    no_interval``: a CASE, a window, a quantile ...), in one note for the statement."""
+    missing = [f"{o.name} ({o.no_interval})" for o in checked.outputs if o.no_interval]
+    if not missing:
+        return None
+    return (f"no interval for {', '.join(missing)}: only arithmetic (+ − × ÷) and monotone "
+            "functions (ROUND, FLOOR, CEIL, CAST, ABS, LEAST, GREATEST, COALESCE, SIGN, SQRT, "
+            "LN, EXP, POWER) of aggregates other than quantiles, numbers and number GROUP BY "
+            "keys have one")
 
 
 def _read_quantiles(plan: StatementPlan) -> list[str]:
@@ -292,18 +307,19 @@ def _rounded_sum(agg, own: dict) -> bool:
 
 def derived_bounds(arithmetic, plan: StatementPlan, noisy: dict[str, list],
                    frame: dict[str, list]) -> tuple[list, list]:
-    """The 95% interval of arithmetic on aggregates (``OutputColumn.arithmetic``) per row:
-    its image of the box of its m distinct aggregates' intervals, each at 1 − 0.05/m
-    (Bonferroni: the box holds all m truths with probability ≥ 95%, and then its image holds
-    the expression's truth). Post-processing of released values; (None, None) where a
-    divisor's interval holds 0."""
+    """The 95% interval of arithmetic and monotone functions of aggregates and GROUP BY keys
+    (``OutputColumn.arithmetic``) per row: its image of the box of its m distinct aggregates'
+    intervals, each at 1 − 0.05/m (Bonferroni: the box holds all m truths with probability
+    ≥ 95%, and then its image holds the expression's truth), and of its keys' exact values.
+    Post-processing of released values; (None, None) where the image is unbounded or
+    undefined (a divisor's interval holds 0, SQRT's passes below 0) or a key is NULL."""
     names = sorted({n.value for n in arithmetic.walk() if n.op == "col"})
-    confidence = 1 - (1 - CONFIDENCE) / len(names)
-    ends = {}
-    for agg in plan.checked.aggregates:
-        if agg.name not in names:
-            continue
-        if len(names) == 1:  # at 95%, as the frame holds them
+    keys = {k.name for k in plan.checked.keys} & set(names)
+    aggregates = [agg for agg in plan.checked.aggregates if agg.name in names]
+    confidence = 1 - (1 - CONFIDENCE) / len(aggregates)
+    ends = {key: [(v, v) for v in frame[key]] for key in keys}  # exact: a point interval
+    for agg in aggregates:
+        if len(aggregates) == 1:  # at 95%, as the frame holds them
             lows, highs = frame[agg.name + "__low"], frame[agg.name + "__high"]
         else:
             _, lows, highs = _aggregate_bounds(agg, plan, noisy, confidence)
@@ -316,12 +332,16 @@ def derived_bounds(arithmetic, plan: StatementPlan, noisy: dict[str, list],
 
 def image(arithmetic, box: dict[str, tuple]) -> tuple[float, float] | None:
     """The interval [low, high] that holds ``arithmetic`` (IR of ``INTERVAL_OPS`` over
-    aggregates and numbers) wherever each aggregate ``name`` lies in ``box[name]``, or None
-    where a divisor's interval holds 0 (the quotient is then unbounded, or NULL).
+    aggregates, keys and numbers) wherever each column ``name`` lies in ``box[name]``, or
+    None where that is unbounded or undefined: a divisor's interval holds 0, a function's
+    leaves its domain (SQRT below 0, LN at or below 0, EXP past 709, POWER past 1e300), or
+    an end is not a finite number (a NULL key).
 
-    Computed in exact fractions, each end then rounded outward to a double (to a whole
-    number for a whole-number output, as its column is typed: a PostgreSQL client read the
-    bound '0.0' of a BIGINT column as a failure), so that rounding never narrows it.
+    Computed in exact fractions (SQRT, LN/LOG, EXP and POWER in doubles widened outward by
+    four doubles, as another libm's last bits may differ), each end then rounded outward to
+    a double (to a whole number for a whole-number output, as its column is typed: a
+    PostgreSQL client read the bound '0.0' of a BIGINT column as a failure), so that
+    rounding never narrows it.
 
     Example:
         >>> from dpsql.compile.ir import Expr
@@ -330,8 +350,12 @@ def image(arithmetic, box: dict[str, tuple]) -> tuple[float, float] | None:
         (5, 9)
         >>> image(Expr("div", (a, b), "float"), {"a": (10, 12), "b": (-1, 5)}) is None
         True
+        >>> image(Expr("round", (Expr("div", (a, b), "float"),), "float", 1),
+        ...       {"a": (10, 12), "b": (3, 5)})
+        (2.0, 4.0)
     """
-    if not all(math.isfinite(end) for ends in box.values() for end in ends):
+    if not all(isinstance(end, (int, float, Fraction, Decimal)) and math.isfinite(end)
+               for ends in box.values() for end in ends):
         return None
     ends = _exact_image(arithmetic, {name: tuple(map(Fraction, ends))
                                      for name, ends in box.items()})
@@ -378,6 +402,80 @@ def _whole(ends: tuple | None) -> tuple | None:
     return None if ends is None else (math.floor(ends[0]), math.ceil(ends[1]))
 
 
+# a value's relative distance to its double neighbours, four of them: how far a function
+# computed in doubles may differ from its exact value (as ``compile.ops._outward`` widens)
+_ULPS = Fraction(4, 2 ** 52)
+
+
+def _rounded(places: int, ends: tuple) -> tuple | None:
+    """ROUND(x, places) over an interval: monotone, half away from zero, each end taken four
+    doubles outward first, since DuckDB rounds some doubles' near-ties as their decimal
+    (ROUND(2.675, 2) folded is 2.68, of a column 2.67: the double is 2.67499999999999982).
+    Each end is the double nearest to its k / 10^places, as rounding gives it (27.37, not
+    the double below it); None past the doubles."""
+    step = 10 ** places
+    low, high = (end * step for end in ends)
+    try:
+        return (Fraction(_half_away(low - abs(low) * _ULPS) / step),
+                Fraction(_half_away(high + abs(high) * _ULPS) / step))
+    except OverflowError:
+        return None
+
+
+def _half_away(value: Fraction) -> int:
+    """The whole number nearest to ``value``, ties away from zero."""
+    whole = math.floor(abs(value) + Fraction(1, 2))
+    return whole if value >= 0 else -whole
+
+
+def _sign(value: Fraction) -> int:
+    return (value > 0) - (value < 0)
+
+
+def _function(e, ends: tuple) -> tuple | None:
+    """SQRT, LN/LOG, EXP or POWER(x, k) over an interval, as ``render.Dialect._op_math``
+    computes them: None where the interval leaves the inputs where the function is a number
+    (not NULL): SQRT below 0, a logarithm at or below 0, EXP past 709, POWER past its limit
+    or, for a fractional k, below 0. Monotone there but an even power, whose least is 0 where
+    the interval straddles 0. Computed in doubles, widened outward by four doubles each."""
+    name, parameter = e.value
+    try:
+        low, high = float(ends[0]), float(ends[1])
+    except OverflowError:
+        return None
+    if name == "sqrt":
+        values = None if low < 0 else [math.sqrt(low), math.sqrt(high)]
+    elif name == "log":
+        log = {None: math.log, 10.0: math.log10, 2.0: math.log2}.get(
+            parameter, lambda x: math.log(x) / math.log(parameter))
+        values = None if low <= 0 else [log(low), log(high)]
+    elif name == "exp":
+        least, most = EXP_RANGE
+        values = None if high > most else [0.0 if low < least else math.exp(low),
+                                           math.exp(high)]
+    else:
+        values = _powers(parameter, low, high)
+    if values is None:
+        return None
+    return (Fraction(min(values)) * (1 - _ULPS if min(values) > 0 else 1 + _ULPS),
+            Fraction(max(values)) * (1 + _ULPS if max(values) > 0 else 1 - _ULPS))
+
+
+def _powers(k: float, low: float, high: float) -> list[float] | None:
+    """POWER(x, k)'s least and greatest over [low, high] (among the values listed), or None
+    where it is NULL somewhere there: past ``power_limit(k)``, or below 0 for a fractional k
+    (``compile.ops._power``); 0 below the limit's inverse."""
+    if k == 0:
+        return [1.0]
+    limit = power_limit(k)
+    if high > limit or low < (-limit if k.is_integer() else 0.0):
+        return None
+    values = [0.0 if abs(x) < 1 / limit else x ** k for x in (low, high)]
+    if k.is_integer() and k % 2 == 0 and low < 0 < high:
+        values.append(0.0)
+    return values
+
+
 # per operation of compile.select.INTERVAL_OPS: its image of its operands' intervals
 _IMAGES = {
     "add": lambda e, a, b: (a[0] + b[0], a[1] + b[1]),
@@ -390,6 +488,14 @@ _IMAGES = {
     "least": lambda e, *args: (min(a[0] for a in args), min(a[1] for a in args)),
     "greatest": lambda e, *args: (max(a[0] for a in args), max(a[1] for a in args)),
     "cast": lambda e, a: _whole(a) if e.type == "int" else a,
+    "round": lambda e, a: _rounded(e.value or 0, a),
+    "floor": lambda e, a: (math.floor(a[0]), math.floor(a[1])),
+    "ceil": lambda e, a: (math.ceil(a[0]), math.ceil(a[1])),
+    "sign": lambda e, a: (_sign(a[0]), _sign(a[1])),
+    # the first argument's: an aggregate's value is never NULL, and within the box neither
+    # is arithmetic on them (a divisor's interval holding 0 has no image); a NULL key none
+    "coalesce": lambda e, first, *rest: first,
+    "math": _function,
 }
 
 

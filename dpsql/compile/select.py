@@ -100,9 +100,13 @@ AGGREGATE_READS = {exp.Count: frozenset({"this", "big_int"}),
                    **{kind: frozenset({"this", "expression"}) for kind in COVARIANCES}}
 
 
-# the operations whose image of a box of intervals release computes (interval arithmetic)
+# the operations whose image of a box of intervals release computes (``release._IMAGES``):
+# interval arithmetic, and functions monotone in each argument (ROUND, FLOOR, CEIL, SIGN,
+# SQRT, LN/LOG, EXP and a constant POWER, whose image is exact where the box is in their
+# domain) or, as ABS, monotone on either side of 0
 INTERVAL_OPS = frozenset({"add", "sub", "mul", "div", "intdiv", "neg", "abs", "least",
-                          "greatest", "cast"})
+                          "greatest", "cast", "round", "floor", "ceil", "sign", "coalesce",
+                          "math"})
 
 
 def ci_column(output: str, side: str) -> str:
@@ -974,25 +978,45 @@ class _Compiler:
                                 source=aggregate.name)
         if not expr.columns() and not has_window([expr]):  # COUNT(*) OVER () is not one
             return OutputColumn(name=name, aggregate=None, type=expr.type, role="literal")
+        why = self._no_interval(expr)
         return OutputColumn(name=name, aggregate=None,
                             type=expr.type if expr.type != "null" else "float", role="derived",
-                            arithmetic=expr if self._has_interval(expr) else None)
+                            arithmetic=expr if why is None and self._reads_aggregate(expr)
+                            else None, no_interval=why)
 
-    def _has_interval(self, expr: Expr) -> bool:
-        """Whether an output is built only from aggregates that have an interval (not
-        quantiles), numbers and ``INTERVAL_OPS``: then the image of its aggregates'
-        intervals under it is an interval of its own."""
-        aggregates = self._aggregate_names()
+    def _reads_aggregate(self, expr: Expr) -> bool:
+        """Whether ``expr`` reads an aggregate (not keys alone, which are exact)."""
+        return any(name in self._aggregate_names() for name in expr.columns())
 
-        def bounded(node: Expr) -> bool:
-            if node.op == "col":  # not a key, nor a quantile (no interval in values)
-                return node.value in aggregates and aggregates[node.value].kind != "quantile"
-            if node.op == "lit":
-                return node.type in NUMERIC and node.value is not None
-            return node.op in INTERVAL_OPS and node.type in NUMERIC and \
-                all(a.type in NUMERIC for a in node.args)
-
-        return all(bounded(node) for node in expr.walk())
+    def _no_interval(self, expr: Expr) -> str | None:
+        """Why an output of aggregates has no interval, in words; None when it is built only
+        from aggregates that have one (not quantiles), GROUP BY keys that are numbers (exact:
+        a point interval), numbers and ``INTERVAL_OPS`` (then the image of its aggregates'
+        intervals under it is an interval of its own), or reads no aggregate."""
+        if not self._reads_aggregate(expr):
+            return None
+        aggregates, keys = self._aggregate_names(), self._key_names()
+        nodes = list(expr.walk())
+        if any(node.op == "window" for node in nodes):
+            return "a window function"
+        if any(node.op == "col" and node.value in aggregates and
+               aggregates[node.value].kind == "quantile" for node in nodes):
+            return "a DP quantile (MIN, MAX, MEDIAN, a percentile), which has no interval " \
+                "in values"
+        for node in nodes:
+            if node.op == "col" and node.value not in aggregates:
+                if node.value not in keys:
+                    return "a column that is neither an aggregate nor a GROUP BY key"
+                if node.type not in NUMERIC:
+                    return f"a GROUP BY key of type {node.type}"
+        for node in nodes:
+            if node.op == "lit" and (node.type not in NUMERIC or node.value is None):
+                return "a constant that is not a number"
+            if node.op not in ("col", "lit") and (
+                    node.op not in INTERVAL_OPS or node.type not in NUMERIC
+                    or any(a.type not in NUMERIC for a in node.args)):
+                return _NO_IMAGE.get(node.op, node.op.upper())
+        return None
 
     def _key_names(self) -> dict:
         return {k.name: k for k in self.keys}
@@ -1003,6 +1027,11 @@ class _Compiler:
     def key_for(self, expr: Expr) -> GroupKey | None:
         """The GROUP BY key whose expression equals ``expr``, if any."""
         return next((k for k in self.keys if k.expr == expr), None)
+
+
+# why an output built with an operation has no interval (``_no_interval``), where its name
+# alone does not say
+_NO_IMAGE = {"case": "a CASE or IF", "mod": "%", "cast": "a CAST to another type than a number"}
 
 
 def _too_many(expr: Expr) -> str:
