@@ -1030,14 +1030,15 @@ def one_row_customers(folder: Path) -> dict:
         "columns": {"cid": "int", "region": {"type": "text", "values": REGIONS}}}}}
 
 
-@pytest.mark.parametrize(("epsilon", "at_optimum"), [(3, 5), (1, 4)])
+@pytest.mark.parametrize(("epsilon", "at_optimum"), [(3, 6), (1, 6)])
 def test_one_row_a_person_is_tuned_one_row_a_person(tmp_path, epsilon, at_optimum):
     """s19 (F5): on a table of 5,000 customers of one row each, declared 1 × 1, every released
     quantile of rows, regions and the busiest region per person was 1, yet the tail above the
     top quantile was taken to hold the 1 − q_t it leaves (59 persons at tune ε 3) and 3 × 3 × 3
     was proposed (3-4 at ε 1), 3× the noise sd for nothing dropped. The persons beyond the top
-    are now counted (half a share): 1 × 1 × 1, the optimum, in ``at_optimum`` of 6 seeds (28
-    of 30 at ε 3, 25 of 30 at ε 1), and at most 3 rows a person in every seed."""
+    are now counted (half a share), and read as nobody where the draws pile at one value and
+    the count does not clear its noise (s22): 1 × 1 × 1, the optimum, in ``at_optimum`` of 6
+    seeds (30 of 30 at ε 3, 1 and 0.1), and at most 3 rows a person in every seed."""
     meta = one_row_customers(tmp_path)
     proposals = []
     for seed in range(6):
