@@ -10,11 +10,11 @@ never unsafe: each answer is paid for).
 What identifies the data, per backend:
 
 - a ``source`` file (CSV/Parquet, any backend that reads it): its SHA-256 when it is at most
-  ``HASHED_BYTES`` long (cached by path, size, mtime and inode, so a file is hashed once per
-  change), else its size and modification time in nanoseconds. DuckDB loads a CSV once, when
-  the connection opens: its version is the file's at that moment (None if the file changed
-  while it was read), so a connection keeps reusing answers from the rows it holds, and a new
-  connection over a changed file does not;
+  ``HASHED_BYTES`` long (cached by path, size, modification and change times and inode, so a
+  file is hashed once per change), else its size and those two times in nanoseconds. DuckDB
+  loads a CSV once, when the connection opens: its version is the file's at that moment (None
+  if the file changed while it was read), so a connection keeps reusing answers from the rows
+  it holds, and a new connection over a changed file does not;
 - a DuckDB database file: the same, over the file and its write-ahead log;
 - PostgreSQL: per table, its file node (changed by TRUNCATE, VACUUM FULL, CLUSTER), its size
   and the cumulative statistics' rows inserted, updated and deleted (``pg_stat_all_tables``),
@@ -50,9 +50,13 @@ def file_version(path: str | os.PathLike) -> str | None:
         stat = os.stat(path)
     except OSError:
         return None
-    key = (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    # the change time too: a file rewritten in place at its size, with its modification time
+    # set back (os.utime), kept its cached hash, and a new connection over the new rows got
+    # the old rows' stored answer; no call sets the change time back
+    key = (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns,
+           stat.st_ino)
     if stat.st_size > HASHED_BYTES:
-        return f"size={stat.st_size},mtime_ns={stat.st_mtime_ns}"
+        return f"size={stat.st_size},mtime_ns={stat.st_mtime_ns},ctime_ns={stat.st_ctime_ns}"
     found = _hashes.get(key)
     if found is None:
         digest = hashlib.sha256()

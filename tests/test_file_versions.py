@@ -1,0 +1,51 @@
+"""A source file's version (``versions.file_version``, which answer reuse is keyed on) changes
+whenever its bytes do, even when it is rewritten in place at its size and its modification
+time is set back: that kept the cached hash (keyed on path, size, mtime and inode), and a new
+connection over the new rows was handed the old rows' stored answer at ε 0."""
+
+from __future__ import annotations
+
+import os
+
+import dpsql
+from dpsql import versions
+
+
+def _rewrite_in_place(path, text: str) -> None:
+    """``text`` written over the file's bytes (same inode, same size), mtime set back."""
+    before = os.stat(path)
+    with open(path, "r+") as handle:
+        handle.write(text)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == \
+        (before.st_ino, before.st_size, before.st_mtime_ns)
+
+
+def test_a_file_rewritten_in_place_with_its_old_mtime_has_a_new_version(tmp_path, monkeypatch):
+    path = tmp_path / "v.csv"
+    path.write_text("uid,day\n1,Mon\n2,Mon\n")
+    first = versions.file_version(path)
+    _rewrite_in_place(path, "uid,day\n1,Tue\n2,Tue\n")
+    assert versions.file_version(path) != first
+    monkeypatch.setattr(versions, "HASHED_BYTES", 0)  # as a file past 64 MiB is versioned
+    large = versions.file_version(path)
+    _rewrite_in_place(path, "uid,day\n1,Wed\n2,Wed\n")
+    assert versions.file_version(path) != large
+
+
+def test_no_stored_answer_of_the_old_rows_for_the_new(tmp_path):
+    path = tmp_path / "v.csv"
+    path.write_text("uid,day\n" + "".join(f"{i},Mon\n" for i in range(300)))
+    meta = {"name": "v", "budget": {"epsilon": 10}, "tables": {"v": {
+        "source": str(path), "privacy_unit": "uid", "max_groups_per_unit": 1,
+        "max_rows_per_group": 1, "columns": {"uid": "int", "day": {
+            "type": "text", "values": ["Mon", "Tue"]}}}}}
+    sql = "SELECT day, COUNT(*) AS n FROM v GROUP BY day"
+    ledger = tmp_path / "ledger.sqlite"
+    with dpsql.connect(metadata=meta, ledger=ledger) as con:
+        con.execute(sql, epsilon=1)
+    _rewrite_in_place(path, "uid,day\n" + "".join(f"{i},Tue\n" for i in range(300)))
+    with dpsql.connect(metadata=meta, ledger=ledger) as con:
+        cur = con.execute(sql, epsilon=1)
+        assert cur.epsilon_spent == 1  # answered afresh, not the old rows' answer
