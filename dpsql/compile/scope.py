@@ -568,6 +568,10 @@ class Resolver:
         parts = [p.name for p in (node.args.get("catalog"), node.args.get("db")) if p is not None]
         written = ".".join([*parts, node.name])
         spec = self.catalog.table(written)
+        if spec is None and [p.lower() for p in parts] == ["public"]:
+            # psql's \dt on a dpsql server lists the tables in schema public, and BI tools
+            # and ORMs qualify names so; a table catalogued as "public.x" was matched first
+            spec = self.catalog.table(node.name)
         if spec is None:
             known = ", ".join(sorted(self.catalog.tables)) or "none"
             what = "unknown table" if not parts else "unknown schema-qualified table"
