@@ -4,18 +4,34 @@
   psql's ``\\dt`` on a dpsql server lists the tables in schema public and BI tools and ORMs
   qualify names so: ``public.<name>`` (any case, quoted or not) is the catalogued ``<name>``
   unless a table is catalogued as ``public.<name>``, which still wins.
+- An int read from text (an analyst's CAST(text AS INT), and a CSV column declared int) was
+  read three ways: DuckDB's TRY_CAST read '45.5' as 46, '1e3' as 1000, '0x10' as 16, '1_000'
+  as 1000 and '0b101' as 5; PostgreSQL NULL; Spark's try_cast truncated '45.5' to 45. Now on
+  every backend it is NULL unless the text is optional blanks, a sign and digits within 64 bits.
 """
+# ruff: noqa: F811 (the imported server fixtures are requested by name as parameters)
+
 from __future__ import annotations
 
+import sys
+import warnings
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-import dpsql
-from dpsql.errors import UnknownTableError
+sys.path.insert(0, str(Path(__file__).parent / "backends"))
+from servers import copy_table, databases, spark  # noqa: E402, F401 (a fixture)
 
-TEXTS = [("7", 7), ("8", 8)]
+import dpsql  # noqa: E402
+from dpsql.errors import UnknownTableError  # noqa: E402
+
+TOP = 2**63 - 1
+# (text, the int it writes or None)
+TEXTS = [("45.5", None), ("1e3", None), (" 7 ", 7), ("+7", 7), ("0x10", None),
+         ("1_000", None), ("0b101", None), ("-12", -12), ("007", 7), ("\t8\n", 8),
+         (str(TOP), TOP), (str(TOP + 1), None), (str(-TOP - 1), -TOP - 1),
+         ("0" * 30 + "5", 5), ("", None), ("+", None), ("1 2", None)]
 
 
 def _metadata(folder: Path | None, *, public: bool = True) -> dict:
@@ -38,6 +54,48 @@ def texts(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("texts")
     _frame().to_csv(folder / "texts.csv", index=False)
     return folder
+
+
+def _read(target, folder: Path | None) -> list[tuple]:
+    with dpsql.connect(target, metadata=_metadata(folder), ledger=":memory:") as con:
+        return con.execute("SELECT i, CAST(t AS INT) AS a, t::bigint AS b, n FROM texts "
+                           "ORDER BY i").fetchall()
+
+
+def _expected() -> list[tuple]:
+    return [(i, value, value, value) for i, (_, value) in enumerate(TEXTS)]
+
+
+def test_duckdb_reads_an_int_from_text_strictly(texts):
+    assert _read(None, texts) == _expected()
+
+
+@pytest.mark.postgres
+def test_postgresql_reads_an_int_from_text_alike():
+    with databases("dpsql_usability") as create:
+        url = create()
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as pg:
+            copy_table(pg, "texts", _frame(), {"i": "BIGINT", "t": "TEXT", "n": "TEXT"})
+        assert _read(url, None) == _expected()
+
+
+@pytest.mark.spark
+def test_spark_reads_an_int_from_text_alike(spark, texts):
+    with warnings.catch_warnings():  # pyspark warns about its pandas versions
+        warnings.simplefilter("ignore")
+        spark.createDataFrame(_frame()).selectExpr(
+            "CAST(i AS BIGINT) AS i", "t", "n").createOrReplaceTempView("texts")
+    assert _read(spark, None) == _expected()
+
+
+def test_a_private_column_declared_int_reads_text_strictly(texts):
+    """Row privacy at ε so large that the noise is 0: the rows whose n is a number count."""
+    with dpsql.connect(metadata=_metadata(texts, public=False), ledger=":memory:",
+                       insecure_seed=1) as con:
+        (count,), = con.execute("SELECT COUNT(n) AS k FROM texts", epsilon=1e12).fetchall()
+    assert count == sum(value is not None for _, value in TEXTS)
 
 
 @pytest.mark.parametrize("name", ["public.texts", '"public"."texts"', "PUBLIC.texts",
@@ -65,4 +123,17 @@ def test_another_schema_is_still_refused(texts):
     with dpsql.connect(metadata=_metadata(texts), ledger=":memory:") as con, \
             pytest.raises(UnknownTableError, match="schema-qualified table 'sales.texts'"):
         con.execute("SELECT COUNT(*) AS k FROM sales.texts")
+
+
+def test_a_cast_of_declared_texts_has_their_ints_as_its_domain(tmp_path):
+    """' 007' and '+8' are read alike everywhere now: GROUP BY CAST(c AS INT) over declared
+    values that write ints is zero-filled over those ints (it was refused as a private key)."""
+    pd.DataFrame({"c": ["7", " 007", "+8"] * 3}).to_csv(tmp_path / "c.csv", index=False)
+    metadata = {"name": "c", "budget": {"epsilon": 1e15}, "tables": {"c": {
+        "privacy_unit": None, "source": str(tmp_path / "c.csv"),
+        "columns": {"c": {"type": "text", "values": ["7", " 007", "+8", "9"]}}}}}
+    with dpsql.connect(metadata=metadata, ledger=":memory:", insecure_seed=1) as con:
+        rows = con.execute("SELECT CAST(c AS INT) AS k, COUNT(*) AS n FROM c GROUP BY k "
+                           "ORDER BY k", epsilon=1e12).fetchall()
+    assert rows == [(7, 6), (8, 3), (9, 0)]
 

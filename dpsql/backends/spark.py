@@ -48,6 +48,7 @@ from sqlglot import exp
 from dpsql.backends import PublicLimits, exact_rows, with_stored_columns
 from dpsql.backends.watchdog import WATCHDOG
 from dpsql.catalog import Catalog, TableSpec
+from dpsql.compile.render import dialect
 from dpsql.errors import BackendError, DataError, QueryTimeoutError
 from dpsql.versions import file_version
 
@@ -419,8 +420,18 @@ def _wall_clock(frame):
 def _typed(table: TableSpec, *names: str) -> list[str]:
     """``try_cast`` of the table's declared columns (or of ``names``) to their declared types,
     each named as the column."""
-    return [f"try_cast({_quote(n)} AS {_CASTS[table.columns[n].type]}) AS {_quote(n)}"
+    return [f"{_converted(_quote(n), table.columns[n].type)} AS {_quote(n)}"
             for n in names or table.columns]
+
+
+def _converted(column: str, kind: str) -> str:
+    """``column`` as ``kind``; a text read as an int by the render layer's rule (try_cast
+    truncated '45.5' to 45), whatever Spark stores when the query is analysed."""
+    if kind != "int":
+        return f"try_cast({column} AS {_CASTS[kind]})"
+    strict = dialect("spark").int_of_text(f"CAST({column} AS STRING)")
+    return f"(CASE WHEN typeof({column}) = 'string' THEN {strict} " \
+        f"ELSE try_cast({column} AS BIGINT) END)"
 
 
 def _quote(name: str) -> str:

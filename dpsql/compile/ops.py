@@ -1566,7 +1566,17 @@ def cast_target(data_type: exp.DataType, scope: Scope) -> str:
                               sql=scope.sql, hint="cast to INT, DOUBLE, TEXT, BOOLEAN or DATE")
 
 
-_PLAIN_INT = re.compile(r"-?[0-9]{1,18}")
+# the text an int is read from on every backend (render.Dialect.int_of_text): optional C
+# blanks, a sign and decimal digits, within 64 bits
+_INT_TEXT = re.compile(r"[ \t\n\r\f\v]*[-+]?[0-9]+[ \t\n\r\f\v]*")
+
+
+def _int_of_text(text: str) -> int | None:
+    """The int a text is read as (render.Dialect.int_of_text), None where it is NULL."""
+    if not _INT_TEXT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if -2**63 <= value < 2**63 else None
 
 
 @builds(exp.Cast, exp.TryCast, reads=("this", "to", "safe", "requires_string"))
@@ -1679,9 +1689,11 @@ def cast_to(arg: Expr, target: str, scope: Scope) -> Expr:
         # to the nearest, ties to even, as every backend casts (render.py)
         domain = tuple(round(v) for v in arg.domain if math.isfinite(v))
     elif arg.domain is not None and arg.type == "text" and target == "int" and \
-            all(_PLAIN_INT.fullmatch(v) for v in arg.domain):
-        # plain digits convert alike everywhere; of any other text no domain is claimed
-        domain = tuple(int(v) for v in arg.domain)
+            all(v is None or _int_of_text(v) is not None for v in arg.domain):
+        # every backend reads them alike ('7' and ' 007' are one value); of a domain with
+        # another text no domain is claimed
+        domain = tuple(dict.fromkeys(None if v is None else _int_of_text(v)
+                                     for v in arg.domain))
     elif target == "int":
         domain = _domain_from_interval(interval, "int")
     return Expr("cast", (arg,), target, target, interval, proven, domain, True)
