@@ -53,6 +53,7 @@ from dpsql.errors import (
     SQLSyntaxError,
     UnknownColumnError,
     UnknownTableError,
+    UnreadRowsWarning,
     UnsupportedSQLError,
     Warning,
 )
@@ -105,6 +106,7 @@ __all__ = [
     "ProgrammingError", "QueryTimeoutError", "RandomSource", "SQLSyntaxError",
     "ServerConfigError", "Time",
     "TimeFromTicks", "Timestamp", "TimestampFromTicks", "UnknownColumnError", "UnknownTableError",
-    "UnsupportedSQLError", "Warning", "apilevel", "connect", "connect_custodian", "paramstyle",
+    "UnreadRowsWarning", "UnsupportedSQLError", "Warning", "apilevel", "connect",
+    "connect_custodian", "paramstyle",
     "threadsafety",
 ]

@@ -40,6 +40,13 @@ class EmptyFilterWarning(Warning):
     __module__ = "dpsql"
 
 
+class UnreadRowsWarning(Warning):
+    """Rows of a private CSV source could not be read (bytes not in its encoding, another
+    number of fields) and are left out; said to the data owner's connection only."""
+
+    __module__ = "dpsql"
+
+
 class NoisyRankingWarning(Warning):
     """ORDER BY an aggregate ... LIMIT k: the 95% intervals of the last row kept and the
     first left out overlap, so noise decides which rows make the cut (and the rows kept are

@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import uuid
+import warnings
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -25,11 +26,19 @@ from sqlglot import exp
 from dpsql.backends import PublicLimits, columns_by_table
 from dpsql.backends.watchdog import WATCHDOG
 from dpsql.catalog import ENCODINGS, Catalog, ColumnSpec, TableSpec
-from dpsql.errors import BackendError, DataError, ProgrammingError, QueryTimeoutError
+from dpsql.errors import (
+    BackendError,
+    DataError,
+    ProgrammingError,
+    QueryTimeoutError,
+    UnreadRowsWarning,
+)
 from dpsql.versions import file_version
 
 _CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE",
           "timestamp": "TIMESTAMP"}
+# where a private CSV's rows that cannot be read are kept while it is loaded (``_reader``)
+REJECTS = "__unread_rows"
 # DuckDB's types of an undeclared public column -> dpsql's
 _TYPES = {"BIGINT": "int", "INTEGER": "int", "SMALLINT": "int", "TINYINT": "int",
           "UBIGINT": "int", "UINTEGER": "int", "USMALLINT": "int", "UTINYINT": "int",
@@ -75,6 +84,8 @@ class DuckDBBackend(PublicLimits):
     def __init__(self, database: str | None, catalog: Catalog, *, read_only: bool = True,
                  locked: bool = False, frames: Mapping[str, Any] | None = None) -> None:
         self.catalog, self.database = catalog, database
+        self.analyst = locked  # an analyst's database: nothing of the rows is said at opening
+        self.unread_rows: dict[str, int] = {}  # private CSV rows left out (``_reader``)
         self._frames = dict(frames or {})  # in-memory sources (backends/sources.py)
         self.sources = {name: _quote(name) for name in catalog.tables}
         self._public: DuckDBBackend | None = None
@@ -251,6 +262,8 @@ class DuckDBBackend(PublicLimits):
                 # from pushing TRY_CAST into the reader, where a bad value fails every query
                 self.connection.execute(f"CREATE OR REPLACE TEMP TABLE {raw} AS "
                                         f"SELECT * FROM {reader}")
+                if not table.public:
+                    self._count_unread(table)
                 _check_columns(table, self._stored_types(raw), repr(source))
                 self.connection.execute(f"CREATE OR REPLACE TEMP TABLE {_quote(table.name)} AS "
                                         f"SELECT {columns} FROM {raw}")
@@ -260,6 +273,21 @@ class DuckDBBackend(PublicLimits):
             self.connection.execute(f"SELECT * FROM {_quote(table.name)} LIMIT 0")
         except duckdb.Error as err:
             raise _read_error(table, err) from (err if table.public else None)
+
+    def _count_unread(self, table: TableSpec) -> None:
+        """Keep how many rows of a private CSV could not be read and were left out; said to
+        the data owner's (custodian) connection only, since the count is of private rows."""
+        (unread,) = self.connection.execute(
+            f"SELECT COUNT(DISTINCT line) FROM {_quote(REJECTS)}").fetchone()
+        for name in (REJECTS, REJECTS + "_scan"):
+            self.connection.execute(f"DROP TABLE IF EXISTS {_quote(name)}")
+        self.unread_rows[table.name] = unread
+        if unread and not self.analyst:
+            warnings.warn(UnreadRowsWarning(
+                f"table {table.name!r}: {unread} row(s) of {table.source!r} could not be read "
+                "(bytes not in its encoding, or another number of fields than its header) and "
+                "are left out of every answer; check the csv options (encoding: "
+                f"{', '.join(ENCODINGS)}; delimiter) or fix those rows"), stacklevel=2)
 
     def _register_frame(self, table: TableSpec) -> None:
         """Copy an in-memory source into a table of its declared columns, typed as ``_register``
@@ -346,11 +374,22 @@ def _literal(text: str) -> str:
 
 
 def _reader(table: TableSpec, *, typed: bool = False) -> str:
+    """The table function reading a source. A private CSV's row that cannot be read (bytes
+    not in its encoding, another number of fields) is left out (``REJECTS``), where it made
+    the whole connection fail on D′ alone; its delimiter, quote and escape are set, not
+    sniffed (DuckDB's sniffer still reads the first rows for the rest, and fails on a file
+    whose first rows it cannot parse)."""
     path = _literal(table.source)
     if table.source.lower().endswith(".parquet"):
         return f"read_parquet({path})"
     options = table.csv
     args = [path] if typed else [path, "all_varchar = true"]
+    if not table.public:
+        args += ["quote = '\"'", "escape = '\"'", "skip = 0", "ignore_errors = true",
+                 "store_rejects = true", f"rejects_table = {_literal(REJECTS)}",
+                 f"rejects_scan = {_literal(REJECTS + '_scan')}"]
+        if "delimiter" not in options:
+            args.append("delim = ','")
     if "delimiter" in options:
         args.append(f"delim = {_literal(options['delimiter'])}")
     header = options.get("header", True)
