@@ -26,6 +26,7 @@ from sqlglot import exp
 from dpsql.backends import PublicLimits, columns_by_table
 from dpsql.backends.watchdog import WATCHDOG
 from dpsql.catalog import ENCODINGS, Catalog, ColumnSpec, TableSpec
+from dpsql.compile.render import dialect
 from dpsql.errors import (
     BackendError,
     DataError,
@@ -458,6 +459,12 @@ def _column_sql(table: TableSpec, name: str, stored: dict[str, str] | None = Non
     if stored is not None and stored.get(name.lower()) == target:
         return f"{source}{byte_wise} AS {source}"
     text = f"TRIM({source})" if table.csv.get("trim") and _is_csv(table) else source
+    if spec.type == "int":
+        # text by the rule an analyst's CAST(text AS INT) reads it on every backend (TRY_CAST
+        # read '45.5' as 46 and '0x10' as 16); a view's stored type is the one at each query
+        strict = dialect("duckdb").int_of_text(f"CAST({text} AS VARCHAR)")
+        return (f"(CASE WHEN typeof({text}) = 'VARCHAR' THEN {strict} "
+                f"ELSE TRY_CAST({text} AS BIGINT) END) AS {source}")
     if spec.type in _CASTS:
         # a value that does not parse as the declared type becomes NULL (ignored by aggregates)
         return f"TRY_CAST({text} AS {_CASTS[spec.type]}) AS {source}"
