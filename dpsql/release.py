@@ -393,7 +393,9 @@ def _quotients(a: tuple, b: tuple) -> tuple | None:
     """a / b over the intervals, None when b holds 0."""
     if b[0] <= 0 <= b[1]:
         return None
-    return _products(a, b, lambda x, y: x / y)
+    # in fractions: FLOOR, CEIL, SIGN and whole casts leave ints, whose / is a double that
+    # overflows past 1.8e308 (after the charge) and rounds an end inward
+    return _products(a, b, lambda x, y: Fraction(x) / Fraction(y))
 
 
 def _whole(ends: tuple | None) -> tuple | None:

@@ -136,3 +136,23 @@ def test_the_cli_json_follows_the_value(con, tmp_path):
     statement = json.loads(out.stdout)["statements"][0]
     assert statement["columns"] == ["s", "s_low", "s_high"]
     assert statement["rows"] == [[None, None, None]]
+
+
+def test_a_quotient_of_whole_numbers_past_a_double_is_answered_on_d_and_d_prime(tmp_path):
+    """FLOOR, CEIL, SIGN and whole casts leave Python ints, and an interval's int / int was a
+    double that overflowed past 1.8e308: on D′, whose one extra person moved AVG(x) from 340
+    towards 1000, a bare OverflowError after the charge, where D answered (adversary round
+    C). Quotients are exact fractions now: answered on both."""
+    sql = "SELECT FLOOR(EXP(AVG(x))) * FLOOR(EXP(AVG(x))) / SIGN(AVG(x)) AS r FROM t"
+    for side, extra in (("d", []), ("d_prime", [(999, 1000)])):
+        folder = tmp_path / side
+        folder.mkdir()
+        pd.DataFrame([(i, 340) for i in range(40)] + extra, columns=["uid", "x"]).to_csv(
+            folder / "t.csv", index=False)
+        meta = {"name": side, "budget": {"epsilon": 100}, "tables": {"t": {
+            "source": str(folder / "t.csv"), "privacy_unit": "uid", "max_groups_per_unit": 1,
+            "max_rows_per_group": 1, "columns": {
+                "uid": "int", "x": {"type": "float", "lower": 0, "upper": 1000}}}}}
+        with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=7) as con:
+            (row,) = con.execute(sql, epsilon=20).fetchall()
+            assert row[0] is not None and con.budget_spent.epsilon == 20
