@@ -8,6 +8,8 @@
   read three ways: DuckDB's TRY_CAST read '45.5' as 46, '1e3' as 1000, '0x10' as 16, '1_000'
   as 1000 and '0b101' as 5; PostgreSQL NULL; Spark's try_cast truncated '45.5' to 45. Now on
   every backend it is NULL unless the text is optional blanks, a sign and digits within 64 bits.
+- TRUNC(x) and TRUNC(x, d) (TRUNCATE) were refused as unsupported: x cut toward zero, as ROUND
+  is allowed, on every backend (Spark's TRUNC is a date's: FLOOR or CEIL with a scale there).
 """
 # ruff: noqa: F811 (the imported server fixtures are requested by name as parameters)
 
@@ -137,3 +139,77 @@ def test_a_cast_of_declared_texts_has_their_ints_as_its_domain(tmp_path):
                            "ORDER BY k", epsilon=1e12).fetchall()
     assert rows == [(7, 6), (8, 3), (9, 0)]
 
+
+# (x, TRUNC(x), TRUNC(x, 1)); NaN and ±inf are kept, as ROUND keeps them
+CUTS = [(2.789, 2.0, 2.7), (-2.789, -2.0, -2.7), (-0.5, 0.0, -0.5), (0.96, 0.0, 0.9),
+        (7.0, 7.0, 7.0), (1e300, 1e300, 1e300), (float("inf"), float("inf"), float("inf")),
+        (float("-inf"), float("-inf"), float("-inf")), (None, None, None)]
+
+
+def _cut_metadata(folder: Path | None) -> dict:
+    table = {"public": True, "columns": {"i": {"type": "int"}, "x": {"type": "float"}}}
+    if folder is not None:
+        table["source"] = str(folder / "cuts.csv")
+    return {"name": "cuts", "tables": {"cuts": table}}
+
+
+def _cut_frame() -> pd.DataFrame:
+    return pd.DataFrame({"i": range(len(CUTS)), "x": [x for x, _, _ in CUTS]})
+
+
+def _cuts(target, folder: Path | None) -> list[tuple]:
+    with dpsql.connect(target, metadata=_cut_metadata(folder), ledger=":memory:") as con:
+        return con.execute("SELECT i, TRUNC(x) AS a, TRUNC(x, 1) AS b, TRUNCATE(x, 1) AS c "
+                           "FROM cuts ORDER BY i").fetchall()
+
+
+def _cut_expected() -> list[tuple]:
+    return [(i, whole, tenth, tenth) for i, (_, whole, tenth) in enumerate(CUTS)]
+
+
+@pytest.fixture(scope="module")
+def cuts(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("cuts")
+    _cut_frame().to_csv(folder / "cuts.csv", index=False)
+    return folder
+
+
+def test_trunc_cuts_toward_zero(cuts):
+    assert _cuts(None, cuts) == _cut_expected()
+
+
+@pytest.mark.postgres
+def test_postgresql_truncs_alike():
+    with databases("dpsql_trunc") as create:
+        url = create()
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as pg:
+            copy_table(pg, "cuts", _cut_frame(), {"i": "BIGINT", "x": "DOUBLE PRECISION"},
+                       lambda v, column: None if v != v else v)  # pandas' NaN of a None
+        assert _cuts(url, None) == _cut_expected()
+
+
+@pytest.mark.spark
+def test_spark_truncs_alike(spark):
+    with warnings.catch_warnings():  # pyspark warns about its pandas versions
+        warnings.simplefilter("ignore")
+        spark.createDataFrame(_cut_frame().astype(object).where(_cut_frame().notna(), None)
+                              ).selectExpr("CAST(i AS BIGINT) AS i", "CAST(x AS DOUBLE) AS x"
+                                           ).createOrReplaceTempView("cuts")
+    assert _cuts(spark, None) == _cut_expected()
+
+
+def test_trunc_of_a_bounded_column_is_bounded_and_a_public_domain(tmp_path):
+    """SUM(TRUNC(x)) is summed within TRUNC's image of x's bounds, and TRUNC(x) of a column
+    of public values groups over their truncations."""
+    pd.DataFrame({"x": [1.5, -1.5, 2.9, 2.1]}).to_csv(tmp_path / "x.csv", index=False)
+    metadata = {"name": "x", "budget": {"epsilon": 1e15}, "tables": {"x": {
+        "privacy_unit": None, "source": str(tmp_path / "x.csv"), "columns": {
+            "x": {"type": "float", "lower": -3, "upper": 3,
+                  "values": [1.5, -1.5, 2.9, 2.1, 0.5]}}}}}
+    with dpsql.connect(metadata=metadata, ledger=":memory:", insecure_seed=1) as con:
+        assert con.execute("SELECT SUM(TRUNC(x)) AS s FROM x", epsilon=1e12).fetchall() == \
+            [(4.0,)]
+        assert con.execute("SELECT TRUNC(x) AS k, COUNT(*) AS n FROM x GROUP BY k ORDER BY k",
+                           epsilon=1e12).fetchall() == [(-1.0, 1), (0.0, 0), (1.0, 1), (2.0, 2)]

@@ -1131,15 +1131,44 @@ def _floor_ceil(node: exp.Expression, scope: Scope) -> Expr:
 @builds(exp.Round, reads=("this", "decimals", "casts_non_integer_decimals"))
 def _round(node: exp.Round, scope: Scope) -> Expr:
     arg = _require(build(node.this, scope), NUMERIC, "ROUND", scope)
+    return rounded(arg, _places(node, "ROUND", scope))
+
+
+def _places(node: exp.Round | exp.Trunc, name: str, scope: Scope) -> int:
+    """The decimals d of ROUND(x, d) or TRUNC(x, d): a literal of 0 to 15, 0 without one."""
     decimals = node.args.get("decimals")
-    places = 0
-    if decimals is not None:
-        places_expr = build(decimals, scope)
-        if places_expr.op != "lit" or places_expr.type != "int" or not 0 <= places_expr.value <= 15:
-            raise ProgrammingError("ROUND(x, d) needs a literal d between 0 and 15",
-                                   sql=scope.sql, hint="e.g. ROUND(x, 2)")
-        places = places_expr.value
-    return rounded(arg, places)
+    if decimals is None:
+        return 0
+    places = build(decimals, scope)
+    if places.op != "lit" or places.type != "int" or not 0 <= places.value <= 15:
+        raise ProgrammingError(f"{name}(x, d) needs a literal d between 0 and 15",
+                               sql=scope.sql, hint=f"e.g. {name}(x, 2)")
+    return places.value
+
+
+@builds(exp.Trunc, reads=("this", "decimals"))
+def _trunc(node: exp.Trunc, scope: Scope) -> Expr:
+    """TRUNC(x, d): x cut toward zero to d decimals, an int unchanged."""
+    arg = _require(build(node.this, scope), NUMERIC, "TRUNC", scope)
+    places = _places(node, "TRUNC", scope)
+    if arg.type == "int":
+        return arg
+
+    def toward_zero(a: Interval | None) -> Interval | None:
+        # monotone: the ends' truncated values bound it; with decimals, within one of them
+        if a is None:
+            return None
+        if places:
+            return Interval(a.lower - 1, a.upper + 1, False)
+        return Interval(Fraction(math.trunc(a.lower)), Fraction(math.trunc(a.upper)), True)
+
+    interval = toward_zero(arg.interval)
+    domain = None if places else \
+        _mapped(arg, lambda v: float(math.trunc(v)) if math.isfinite(v) else v) or \
+        _domain_from_interval(interval, "float")
+    proven = None if places else toward_zero(arg.proven)
+    return Expr("trunc", (arg,), "float", places, interval, proven, domain,
+                arg.nullable)
 
 
 def rounded(arg: Expr, places: int) -> Expr:

@@ -291,6 +291,10 @@ class Dialect:
             return f"ROUND({arg}, {int(e.value)})"
         return self.round_half_away(arg)
 
+    def _op_trunc(self, e: Expr) -> str:
+        (arg,) = self._args(e)
+        return f"TRUNC({arg}, {int(e.value)})" if e.value else f"TRUNC({arg})"
+
     def _op_sign(self, e: Expr) -> str:
         (arg,) = self._args(e)
         return f"CAST(SIGN({arg}) AS {self.types['int']})"
@@ -675,6 +679,14 @@ class PostgresDialect(Dialect):
         fraction = f"GREATEST(LEAST(2 * ({arg} - trunc({arg})), 1), -1)"
         return f"(trunc({arg}) + trunc({fraction}))"
 
+    def _op_trunc(self, e: Expr) -> str:
+        (arg,) = self._args(e)
+        if not e.value:
+            return f"trunc({arg})"  # a double's: NaN and ±inf kept
+        # as ROUND(x, d): in NUMERIC below 2^52, where a double may have decimals
+        cut = f"CAST(TRUNC(CAST({arg} AS NUMERIC), {int(e.value)}) AS DOUBLE PRECISION)"
+        return f"(CASE WHEN ABS({arg}) < {2.0 ** 52!r} THEN {cut} ELSE {arg} END)"
+
     def _op_cast(self, e: Expr) -> str:
         arg, source, target = self.expr(e.args[0]), e.args[0].type, e.value
         if source == "text" and e.args[0].op == "lit":
@@ -829,6 +841,13 @@ class SparkDialect(Dialect):
 
     def _op_ceil(self, e: Expr) -> str:
         return self._whole("CEIL", e)
+
+    def _op_trunc(self, e: Expr) -> str:
+        # Spark's TRUNC is a date's; FLOOR and CEIL of a scale are DECIMALs of the double
+        arg, places = self.expr(e.args[0]), int(e.value or 0)
+        cut = f"(CASE WHEN {arg} < 0 THEN CEIL({arg}, {places}) ELSE FLOOR({arg}, {places}) END)"
+        return (f"(CASE WHEN ABS({arg}) < 4503599627370496 THEN CAST({cut} AS DOUBLE) "
+                f"ELSE {arg} END)")
 
     def _op_cast(self, e: Expr) -> str:
         arg = self.expr(e.args[0])
