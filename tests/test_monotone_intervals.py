@@ -3,6 +3,8 @@ ABS(SUM(x) − c), SQRT, LN, EXP, POWER, SIGN, FLOOR, CEIL, CAST) and of arithme
 keys (SUM(x) / region_id): the image of the aggregates' box of intervals, the keys exact; and
 the note that names each output that still has none, and why."""
 
+# ruff: noqa: F811 (the imported fixture is requested by name)
+
 from __future__ import annotations
 
 import math
@@ -12,7 +14,7 @@ import warnings
 import duckdb
 import pandas as pd
 import pytest
-from conftest import catalogue
+from test_derived_intervals import exact  # noqa: F401 (fixture)
 
 import dpsql
 from dpsql.compile.ir import Expr, literal
@@ -81,15 +83,6 @@ def test_round_image_holds_what_duckdb_rounds():
                                     ).fetchone()
             low, high = image(Expr("round", (_col("x"),), "float", places), {"x": (x, x)})
             assert low <= value <= high and low <= folded <= high, (x, places)
-
-
-@pytest.fixture
-def exact(data_dir):
-    def run(sql):
-        with dpsql.connect_custodian(metadata=catalogue(data_dir),
-                                     ledger=data_dir / "custodian.sqlite") as con:
-            return con.execute(sql).fetchall()
-    return run
 
 
 def test_monotone_functions_and_keys_have_intervals(connect):
