@@ -409,17 +409,19 @@ def _whole(ends: tuple | None) -> tuple | None:
 _ULPS = Fraction(4, 2 ** 52)
 
 
-def _rounded(places: int, ends: tuple) -> tuple | None:
-    """ROUND(x, places) over an interval: monotone, half away from zero, each end taken four
-    doubles outward first, since DuckDB rounds some doubles' near-ties as their decimal
-    (ROUND(2.675, 2) folded is 2.68, of a column 2.67: the double is 2.67499999999999982).
-    Each end is the double nearest to its k / 10^places, as rounding gives it (27.37, not
-    the double below it); None past the doubles."""
+def _rounded(places: int, ends: tuple, whole=None) -> tuple | None:
+    """ROUND(x, places) over an interval (TRUNC(x, places) with ``whole`` math.trunc):
+    monotone, each end taken four doubles outward first, since DuckDB rounds some doubles'
+    near-ties as their decimal (ROUND(2.675, 2) folded is 2.68, of a column 2.67: the double
+    is 2.67499999999999982) and cuts x·10^places in doubles (TRUNC(0.29, 2) is 0.28, on
+    PostgreSQL 0.29). Each end is the double nearest to its k / 10^places, as rounding gives
+    it (27.37, not the double below it); None past the doubles."""
+    whole = whole or _half_away
     step = 10 ** places
     low, high = (end * step for end in ends)
     try:
-        return (Fraction(_half_away(low - abs(low) * _ULPS) / step),
-                Fraction(_half_away(high + abs(high) * _ULPS) / step))
+        return (Fraction(whole(low - abs(low) * _ULPS) / step),
+                Fraction(whole(high + abs(high) * _ULPS) / step))
     except OverflowError:
         return None
 
@@ -491,6 +493,7 @@ _IMAGES = {
     "greatest": lambda e, *args: (max(a[0] for a in args), max(a[1] for a in args)),
     "cast": lambda e, a: _whole(a) if e.type == "int" else a,
     "round": lambda e, a: _rounded(e.value or 0, a),
+    "trunc": lambda e, a: _rounded(e.value or 0, a, math.trunc),
     "floor": lambda e, a: (math.floor(a[0]), math.floor(a[1])),
     "ceil": lambda e, a: (math.ceil(a[0]), math.ceil(a[1])),
     "sign": lambda e, a: (_sign(a[0]), _sign(a[1])),

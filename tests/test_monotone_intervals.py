@@ -172,3 +172,16 @@ def test_rows_keep_their_monotone_bounds_through_order_by_and_limit(connect):
     everything = released(plain)
     kept = released(plain + " ORDER BY r DESC LIMIT 4")
     assert len(kept) == 4 and all(kept[key] == everything[key] for key in kept)
+
+
+def test_trunc_has_the_image_of_its_aggregate(connect):
+    """TRUNC(AVG(x), 1), allowed as ROUND is, has the image of AVG's interval (its notes said
+    'no interval for a (TRUNC)')."""
+    con = connect(budget=1e6)
+    cur = con.execute("SELECT TRUNC(AVG(hours), 1) AS t, AVG(hours) AS a FROM adult",
+                      epsilon=1)
+    (row,) = cur.fetchall()
+    (low, high), (a_low, a_high) = cur.intervals().iloc[0][["t_low", "t_high"]], \
+        cur.intervals().iloc[0][["a_low", "a_high"]]
+    assert low <= row[0] <= high and low <= a_low and a_high <= high + 0.1
+    assert not any("no interval" in note for note in cur.notes)

@@ -101,12 +101,12 @@ AGGREGATE_READS = {exp.Count: frozenset({"this", "big_int"}),
 
 
 # the operations whose image of a box of intervals release computes (``release._IMAGES``):
-# interval arithmetic, and functions monotone in each argument (ROUND, FLOOR, CEIL, SIGN,
-# SQRT, LN/LOG, EXP and a constant POWER, whose image is exact where the box is in their
-# domain) or, as ABS, monotone on either side of 0
+# interval arithmetic, and functions monotone in each argument (ROUND, TRUNC, FLOOR, CEIL,
+# SIGN, SQRT, LN/LOG, EXP and a constant POWER, whose image is exact where the box is in
+# their domain) or, as ABS, monotone on either side of 0
 INTERVAL_OPS = frozenset({"add", "sub", "mul", "div", "intdiv", "neg", "abs", "least",
-                          "greatest", "cast", "round", "floor", "ceil", "sign", "coalesce",
-                          "math"})
+                          "greatest", "cast", "round", "trunc", "floor", "ceil", "sign",
+                          "coalesce", "math"})
 
 
 def ci_column(output: str, side: str) -> str:
