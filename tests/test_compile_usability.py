@@ -33,7 +33,9 @@ TOP = 2**63 - 1
 TEXTS = [("45.5", None), ("1e3", None), (" 7 ", 7), ("+7", 7), ("0x10", None),
          ("1_000", None), ("0b101", None), ("-12", -12), ("007", 7), ("\t8\n", 8),
          (str(TOP), TOP), (str(TOP + 1), None), (str(-TOP - 1), -TOP - 1),
-         ("0" * 30 + "5", 5), ("", None), ("+", None), ("1 2", None)]
+         ("0" * 30 + "5", 5), ("", None), ("+", None), ("1 2", None),
+         # pandas writes an int column with missing values as floats: 1.0
+         ("1.0", 1), (" -3.00 ", -3), ("1.", None), ("1.05", None), (f"{TOP}.0", TOP)]
 
 
 def _metadata(folder: Path | None, *, public: bool = True) -> dict:

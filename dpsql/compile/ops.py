@@ -1596,15 +1596,15 @@ def cast_target(data_type: exp.DataType, scope: Scope) -> str:
 
 
 # the text an int is read from on every backend (render.Dialect.int_of_text): optional C
-# blanks, a sign and decimal digits, within 64 bits
-_INT_TEXT = re.compile(r"[ \t\n\r\f\v]*[-+]?[0-9]+[ \t\n\r\f\v]*")
+# blanks, a sign and decimal digits (and a fraction of zeros), within 64 bits
+_INT_TEXT = re.compile(r"[ \t\n\r\f\v]*[-+]?[0-9]+(?:\.0+)?[ \t\n\r\f\v]*")
 
 
 def _int_of_text(text: str) -> int | None:
     """The int a text is read as (render.Dialect.int_of_text), None where it is NULL."""
     if not _INT_TEXT.fullmatch(text):
         return None
-    value = int(text)
+    value = int(text.strip().split(".")[0])
     return value if -2**63 <= value < 2**63 else None
 
 

@@ -385,11 +385,13 @@ class Dialect:
         return f"TRY_CAST({arg} AS {self.types[e.value]})"
 
     def int_of_text(self, text: str) -> str:
-        """The integer a text writes: optional blanks, a sign and decimal digits, within 64
+        """The integer a text writes: optional blanks, a sign and decimal digits (and a
+        fraction of zeros: pandas writes an int column with missing values as 1.0), within 64
         bits; NULL for anything else. One rule on every backend (DuckDB's TRY_CAST read
         '45.5' as 46, '1e3' as 1000, '0x10' as 16 and '1_000' as 1000; Spark truncated
         '45.5' to 45; PostgreSQL's int8in refuses them all)."""
-        return (f"(CASE WHEN regexp_full_match({text}, '{_C_SPACE}*[-+]?[0-9]+{_C_SPACE}*') "
+        return (f"(CASE WHEN regexp_full_match({text}, "
+                f"'{_C_SPACE}*[-+]?[0-9]+(\\.0+)?{_C_SPACE}*') "
                 f"THEN TRY_CAST({text} AS BIGINT) END)")
 
     def _op_lower(self, e: Expr) -> str:
@@ -732,11 +734,12 @@ class PostgresDialect(Dialect):
         # int8in fails past 64 bits: up to 18 digits always fit, 19 are compared as NUMERIC
         # first (a nested CASE, which the planner's constant folding also skips)
         def digits(count: str) -> str:
-            return f"{text} ~ '^{_C_SPACE}*[-+]?0*[0-9]{{{count}}}{_C_SPACE}*$'"
+            return f"{text} ~ '^{_C_SPACE}*[-+]?0*[0-9]{{{count}}}(\\.0+)?{_C_SPACE}*$'"
 
-        return (f"(CASE WHEN {digits('1,18')} THEN CAST({text} AS BIGINT) "
+        whole = f"CAST(CAST({text} AS NUMERIC) AS BIGINT)"  # int8in refuses a fraction
+        return (f"(CASE WHEN {digits('1,18')} THEN {whole} "
                 f"WHEN {digits('19')} THEN (CASE WHEN CAST({text} AS NUMERIC) "
-                f"BETWEEN {-2**63} AND {2**63 - 1} THEN CAST({text} AS BIGINT) END) END)")
+                f"BETWEEN {-2**63} AND {2**63 - 1} THEN {whole} END) END)")
 
     def _log(self, x: str, base: float | None) -> str:
         if base is None or base == 10:
@@ -858,9 +861,10 @@ class SparkDialect(Dialect):
         return f"try_cast({arg} AS {self.types[e.value]})"
 
     def int_of_text(self, text: str) -> str:
-        # Java's \s is C's isspace; try_cast skips those blanks and is NULL past 64 bits
-        return (f"(CASE WHEN {text} RLIKE '^\\\\s*[-+]?[0-9]+\\\\s*$' "
-                f"THEN try_cast({text} AS BIGINT) END)")
+        # Java's \s is C's isspace; try_cast skips those blanks and is NULL past 64 bits,
+        # through a DECIMAL, since under ANSI a string with a fraction does not cast to BIGINT
+        return (f"(CASE WHEN {text} RLIKE '^\\\\s*[-+]?[0-9]+(\\\\.0+)?\\\\s*$' "
+                f"THEN try_cast(try_cast({text} AS DECIMAL(38, 0)) AS BIGINT) END)")
 
     def _op_ilike(self, e: Expr) -> str:
         return f"(LOWER({self.expr(e.args[0])}) LIKE LOWER({self.string(e.value)}))"
