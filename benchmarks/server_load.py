@@ -5,7 +5,9 @@ runs each client count for ``--duration`` seconds with one analyst per client (p
 the PostgreSQL protocol), and compares with embedded use (``dpsql.connect`` in this process,
 one query after another, and N analysts embedding it in N processes at once). Then reads the
 ledger: nobody overspent their share and every
-answer a client received has exactly one charge. Bounded in time and count; loopback only.
+answer a client received has exactly one charge. Last, one analyst's latency while another
+floods the server with 16 KiB statements on 8 connections (``--flood``). Bounded in time and
+count; loopback only.
 
     python benchmarks/server_load.py --clients 1,8,32 --duration 5 --workers 2
 """
@@ -163,6 +165,51 @@ def run_clients(port: int, analysts: list[str], duration: float, max_queries: in
     return latencies, errors, time.perf_counter() - (began[0] if began else time.perf_counter())
 
 
+def flooded(port: int, duration: float) -> tuple[list[float], list[float], int]:
+    """Analyst a0's latencies alone, then while analyst a1 sends 16 KiB statements on 8
+    connections (each waits for one of a1's slots; refused 53300 when none is free), and how
+    many of a1's statements were answered or refused in that time."""
+    import psycopg
+
+    def connected(user: str):
+        return psycopg.connect(host="127.0.0.1", port=port, user=user, dbname="visits",
+                               password="load-test", autocommit=True, connect_timeout=30)
+
+    def timed(con) -> list[float]:
+        took, end = [], time.monotonic() + duration
+        while time.monotonic() < end:
+            start = time.perf_counter()
+            con.execute(SHAPES[0].format(x="95.5000"), prepare=False).fetchall()
+            took.append(time.perf_counter() - start)
+        return took
+
+    long_text = ("SELECT " + "+".join(["1"] * 8000))[:16000]
+    sent = [0]
+    stop = threading.Event()
+
+    def flood() -> None:
+        with connected("a1") as con:
+            while not stop.is_set():
+                try:
+                    con.execute(long_text, prepare=False)
+                except psycopg.Error:
+                    pass  # 53300 while a1's slots are taken
+                sent[0] += 1
+
+    with connected("a0") as con:
+        con.execute(SHAPES[0].format(x="95.5000"), prepare=False)  # charged once, then stored
+        quiet = timed(con)
+        threads = [threading.Thread(target=flood) for _ in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        busy = timed(con)
+        stop.set()
+        for t in threads:
+            t.join(60)
+    return quiet, busy, sent[0]
+
+
 def verify(state: Path, analysts: list[str], latencies) -> str:
     with sqlite3.connect(state / "visits.ledger.sqlite") as db:
         rows = db.execute("SELECT analyst, epsilon FROM releases WHERE kind = 'dp'").fetchall()
@@ -185,6 +232,8 @@ def main() -> None:
                         help="per client and count (bounds the run)")
     parser.add_argument("--workers", type=int, default=2, help="server processes")
     parser.add_argument("--threads", type=int, default=8, help="engine threads per process")
+    parser.add_argument("--flood", type=float, default=5.0,
+                        help="seconds of each side of the long-statement flood (0: skip)")
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
     print(f"load average before: {os.getloadavg()}, cores: {os.cpu_count()}")
@@ -220,6 +269,19 @@ def main() -> None:
             print("   ", verify(home / "state", analysts, latencies))
             if errors:
                 print(f"    errors: {len(errors)}, first: {errors[0]}")
+    if args.flood:
+        with tempfile.TemporaryDirectory(prefix="dpsql-flood-") as tmp:
+            process, port = start(Path(tmp), ["a0", "a1"], args.workers, args.threads)
+            try:
+                quiet, busy, sent = flooded(port, args.flood)
+            finally:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(30)
+                process.stdout.close()
+        print(f"one analyst's p50 {1000 * percentile(quiet, 0.5):.2f} ms alone, "
+              f"{1000 * percentile(busy, 0.5):.2f} ms while another sent {sent} statements of "
+              f"16 KiB on 8 connections ({percentile(busy, 0.5) / percentile(quiet, 0.5):.1f}x;"
+              f" p99 {1000 * percentile(busy, 0.99):.2f} ms); load average {os.getloadavg()}")
 
 
 if __name__ == "__main__":
