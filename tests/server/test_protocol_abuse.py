@@ -132,7 +132,9 @@ def test_catalogue_queries_are_read_off_the_event_loop_and_refused_quietly(serve
     with server.log.open("rb") as log:
         log.seek(logged)
         assert b"Traceback" not in log.read()
-    assert statistics.median(loaded) < statistics.median(quiet) + 0.2, (quiet, loaded)
+    # the old code's p50 was 0.6 s on a quiet machine; 0.4 s leaves room for a loaded one (a
+    # like margin of 0.3 s failed a CI run under load in test_hardening, now tested otherwise)
+    assert statistics.median(loaded) < statistics.median(quiet) + 0.4, (quiet, loaded)
 
 
 def test_catalogue_shapes_psql_does_not_send_are_refused_as_such(server):
