@@ -16,8 +16,7 @@ import neighbours as nb  # noqa: E402
 
 import dpsql  # noqa: E402
 
-# (rows the sniffer cannot parse, a quote left open to the end or another delimiter many
-# times, still fail the connection: docs/reliability.md)
+# (a quote left unmatched is not a row a CSV writer writes: docs/privacy.md, CSV sources)
 UNREADABLE = [b'"42","Mon\xff\xfe","5","1"\n',  # not UTF-8
               b'"42","Mon","5","1","9"\n' * 40]  # a field too many, many times
 
