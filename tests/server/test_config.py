@@ -6,11 +6,10 @@ from __future__ import annotations
 import threading
 import time
 
-import psycopg
 import pytest
 import yaml
 from server_harness import start_server, write_config
-from test_hardening import SLOW
+from test_hardening import slow_outcome
 
 from dpsql.server.config import ServerConfigError, load_config
 from dpsql.server.service import Service
@@ -91,13 +90,7 @@ def test_threads_per_analyst_lets_one_analyst_run_that_many_at_once(tmp_path):
     outcomes = []
 
     def slow() -> None:
-        with psycopg.connect(server.dsn("mallory"), autocommit=True) as con:
-            con.execute("SET dpsql.epsilon = 1e-9")
-            try:
-                con.execute(SLOW)
-                outcomes.append("answered")
-            except psycopg.Error as err:
-                outcomes.append(err.sqlstate)
+        outcomes.append(slow_outcome(server, "mallory"))
 
     try:
         threads = [threading.Thread(target=slow) for _ in range(3)]

@@ -22,6 +22,17 @@ SLOW = "SELECT COUNT(*) AS n FROM visits" + "".join(
     f" JOIN regions r{i} ON r{i}.region_id >= 0" for i in range(8))
 
 
+def slow_outcome(server, user: str) -> str:
+    """What ``user``'s SLOW statement came to: "answered", or the SQLSTATE it failed with."""
+    with psycopg.connect(server.dsn(user), autocommit=True) as con:
+        con.execute("SET dpsql.epsilon = 1e-9")
+        try:
+            con.execute(SLOW)
+            return "answered"
+        except psycopg.Error as err:
+            return err.sqlstate
+
+
 def spent(server, user: str) -> float:
     body = httpx.get(server.http + "/api/v1/budget", auth=(user, password(user))).json()
     return body["visits"]["spent"]["epsilon"]
@@ -341,13 +352,7 @@ def test_a_long_parse_is_tokenized_in_one_of_its_analysts_slots(tmp_path):
     outcome = []
 
     def slow() -> None:
-        with psycopg.connect(server.dsn("mallory"), autocommit=True) as con:
-            con.execute("SET dpsql.epsilon = 1e-9")
-            try:
-                con.execute(SLOW)
-                outcome.append("answered")
-            except psycopg.Error as err:
-                outcome.append(err.sqlstate)
+        outcome.append(slow_outcome(server, "mallory"))
 
     def parsed(user: str, sql: str) -> list[str]:
         """The SQLSTATEs of one Parse + Sync from ``user`` (empty: parsed)."""
