@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -60,6 +62,20 @@ def texts(tmp_path_factory) -> Path:
     return folder
 
 
+@contextmanager
+def _postgres_table(database: str, table: str, frame: pd.DataFrame, types: dict[str, str],
+                    *value) -> Iterator[str]:
+    """The URL of a fresh PostgreSQL database holding ``frame`` as ``table`` (copy_table's
+    ``value`` optional), dropped on exit."""
+    with databases(database) as create:
+        url = create()
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as pg:
+            copy_table(pg, table, frame, types, *value)
+        yield url
+
+
 def _read(target, folder: Path | None) -> list[tuple]:
     with dpsql.connect(target, metadata=_metadata(folder), ledger=":memory:") as con:
         return con.execute("SELECT i, CAST(t AS INT) AS a, t::bigint AS b, n FROM texts "
@@ -76,12 +92,8 @@ def test_duckdb_reads_an_int_from_text_strictly(texts):
 
 @pytest.mark.postgres
 def test_postgresql_reads_an_int_from_text_alike():
-    with databases("dpsql_usability") as create:
-        url = create()
-        import psycopg
-
-        with psycopg.connect(url, autocommit=True) as pg:
-            copy_table(pg, "texts", _frame(), {"i": "BIGINT", "t": "TEXT", "n": "TEXT"})
+    with _postgres_table("dpsql_usability", "texts", _frame(),
+                         {"i": "BIGINT", "t": "TEXT", "n": "TEXT"}) as url:
         assert _read(url, None) == _expected()
 
 
@@ -182,13 +194,9 @@ def test_trunc_cuts_toward_zero(cuts):
 
 @pytest.mark.postgres
 def test_postgresql_truncs_alike():
-    with databases("dpsql_trunc") as create:
-        url = create()
-        import psycopg
-
-        with psycopg.connect(url, autocommit=True) as pg:
-            copy_table(pg, "cuts", _cut_frame(), {"i": "BIGINT", "x": "DOUBLE PRECISION"},
-                       lambda v, column: None if v != v else v)  # pandas' NaN of a None
+    with _postgres_table("dpsql_trunc", "cuts", _cut_frame(),
+                         {"i": "BIGINT", "x": "DOUBLE PRECISION"},
+                         lambda v, column: None if v != v else v) as url:  # pandas' NaN: None
         assert _cuts(url, None) == _cut_expected()
 
 
