@@ -59,8 +59,17 @@ class PublicQuery:
     def sql(self, d: Dialect, sources: dict[str, str]) -> str:
         """The exact query in ``d``'s dialect."""
         render = _Render(d)
-        items = ", ".join(f"{render(e)} AS {d.quote(name)}" for name, e in self.outputs)
-        sql = (f"SELECT {'DISTINCT ' if self.distinct else ''}{items} FROM "
+        items = [f"{render(e)} AS {d.quote(name)}" for name, e in self.outputs]
+        keys = [render(e) for e, _, _ in self.order]
+        nested = self.having is not None and bool(keys) and not self.distinct
+        if nested:
+            # ordered outside, by columns of its own: Spark resolves an ORDER BY aggregate that
+            # is not an output over a GROUP BY, but not over its HAVING (UNRESOLVED_COLUMN);
+            # inside, every name is dpsql's, so that no analyst's alias can clash with them
+            items = [f"{render(e)} AS __c{i}" for i, (_, e) in enumerate(self.outputs)] + \
+                [f"{key} AS __o{i}" for i, key in enumerate(keys)]
+            keys = [f"__having.__o{i}" for i in range(len(keys))]
+        sql = (f"SELECT {'DISTINCT ' if self.distinct else ''}{', '.join(items)} FROM "
                f"{d.relation(self.relation.node, sources)} AS __rel")
         if self.where is not None:
             sql += f" WHERE {render(self.where)}"
@@ -68,9 +77,13 @@ class PublicQuery:
             sql += " GROUP BY " + ", ".join(render(g) for g in self.group)
         if self.having is not None:
             sql += f" HAVING {render(self.having)}"
-        order = [f"{render(e)}{' DESC' if desc else ''}"
+        if nested:
+            names = ", ".join(f"__c{i} AS {d.quote(name)}"
+                              for i, (name, _) in enumerate(self.outputs))
+            sql = f"SELECT {names} FROM ({sql}) AS __having"
+        order = [f"{key}{' DESC' if desc else ''}"
                  f"{'' if nulls is None else (' NULLS FIRST' if nulls else ' NULLS LAST')}"
-                 for e, desc, nulls in self.order]
+                 for key, (_, desc, nulls) in zip(keys, self.order, strict=True)]
         if self.limit is not None or self.offset is not None:
             # every output breaks ties, so LIMIT/OFFSET keep the same rows each time (a
             # parallel GROUP BY returns tied rows in any order)

@@ -10,6 +10,8 @@ totals that do not depend on which groups are kept are compared.
 
 from __future__ import annotations
 
+import warnings
+
 import pandas as pd
 import pytest
 from servers import (  # noqa: F401 (fixtures)
@@ -72,7 +74,8 @@ def _connect_all(backend_metadata, csv_dir, postgres_url, spark) -> dict:
     return {
         "duckdb": dpsql.connect(metadata=backend_metadata(csv_dir), ledger=":memory:",
                                 insecure_seed=SEED),
-        "postgresql": dpsql.connect(postgres_url, metadata=backend_metadata(csv_dir, warehouse=True),
+        "postgresql": dpsql.connect(postgres_url,
+                                    metadata=backend_metadata(csv_dir, warehouse=True),
                                     ledger=":memory:", insecure_seed=SEED),
         "spark": dpsql.connect(spark, metadata=backend_metadata(csv_dir, warehouse=True),
                                ledger=":memory:", insecure_seed=SEED),
@@ -388,3 +391,38 @@ def test_a_public_char_column_is_a_domain_of_its_trimmed_values(tmp_path):
             rows = con.execute("SELECT s.name AS name, COUNT(*) AS n FROM buys b JOIN shops s "
                                "ON b.id = s.id GROUP BY s.name", epsilon=1e12).fetchall()
     assert rows == [("ab", 20), ("cd", 20), ("ef", 20)]
+
+
+PUBLIC_ORDERED = [
+    "SELECT name FROM shops GROUP BY name HAVING COUNT(*) > 0 ORDER BY SUM(pop) DESC",
+    "SELECT name AS __o0, SUM(pop) AS s FROM shops GROUP BY name HAVING SUM(pop) > 15 "
+    "ORDER BY MAX(pop) DESC LIMIT 2",
+    "SELECT name AS n, name AS n FROM shops GROUP BY name HAVING SUM(pop) > 15 "
+    "ORDER BY n DESC NULLS FIRST"]
+
+
+def test_a_public_having_beside_an_order_by_aggregate_answers_alike(spark, tmp_path):
+    """Spark failed a public statement whose ORDER BY aggregate was not an output when a
+    HAVING stood between (UNRESOLVED_COLUMN): such a statement is ordered outside now, by
+    columns of dpsql's own names, on every backend."""
+    import psycopg
+
+    shops = pd.DataFrame({"name": ["a", "b", "c", "d"], "pop": [10, 20, 30, 40]})
+    shops.to_csv(tmp_path / "shops.csv", index=False)
+    columns = {"name": "text", "pop": "int"}
+    meta = {"name": "p", "tables": {"shops": {"public": True, "columns": columns,
+                                              "source": str(tmp_path / "shops.csv")}}}
+    warehouse = {"name": "p", "tables": {"shops": {"public": True, "columns": columns}}}
+    with warnings.catch_warnings():  # pyspark warns about its pandas versions
+        warnings.simplefilter("ignore")
+        spark.createDataFrame(shops).createOrReplaceTempView("shops")
+    with databases("dpsql_public_order") as create:
+        url = create()
+        with psycopg.connect(url, autocommit=True) as pg:
+            copy_table(pg, "shops", shops, {"name": "TEXT", "pop": "BIGINT"})
+        for sql, expected in zip(PUBLIC_ORDERED, [
+                [("d",), ("c",), ("b",), ("a",)], [("d", 40), ("c", 30)],
+                [("d", "d"), ("c", "c"), ("b", "b")]], strict=True):
+            for target, catalog in ((None, meta), (url, warehouse), (spark, warehouse)):
+                with dpsql.connect(target, metadata=catalog, ledger=":memory:") as con:
+                    assert con.execute(sql).fetchall() == expected, (sql, target)
