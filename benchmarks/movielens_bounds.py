@@ -20,10 +20,19 @@ Run: ``python benchmarks/movielens_bounds.py [--releases 20] [--bounds 8x300x300
 (a candidate is L0xL∞[xR]/item L0; default: the shipped bounds and the previous 5 × 100,
 items 200). About 2 minutes a candidate at 20 releases on 2 busy cores; needs
 ``DPSQL_DATASETS`` (the shared ml-100k folder).
+
+``--tune E [--seeds 12]`` measures the bounds ``tune`` chooses instead, per seed: the whole
+table's R (``con.tune(epsilon=E)`` for ``SELECT COUNT(*)``) and COUNT per rating's L0, L∞, R
+(``execute(epsilon=1, tune=E)``), each as the root expected squared error of a COUNT under
+them over the best fixed bounds' (the rows they drop, exactly, and Laplace noise of sd
+√2·Δ₁/ε per cell at the statement's ε, 1 for the whole table and 1 − E per rating), with the
+median and the largest over the seeds. About 1 s a seed.
 """
 
 from __future__ import annotations
 
+import csv
+import math
 import statistics
 import warnings
 from datetime import datetime
@@ -33,6 +42,8 @@ import click
 import yaml
 
 import dpsql
+from dpsql.spread import COUNT_GRID
+from dpsql.tune import person_dropped
 
 META = Path(__file__).resolve().parents[1] / "data" / "datasets" / "movielens.yaml"
 GENRE = ("SELECT i.{0}, AVG(r.rating) AS a FROM ratings r JOIN items i ON r.item = i.item "
@@ -118,15 +129,77 @@ def _mean(values: list):
     return statistics.fmean(values)
 
 
+def rows_per_user_and_rating() -> list[list[int]]:
+    """Each user's ratings per rating value (the exact data, for the errors of bounds)."""
+    cells: dict[str, dict[str, int]] = {}
+    with open(dpsql.catalog.datasets_dir() / "ml-100k" / "u.data") as data:
+        for user, _, rating, _ in csv.reader(data, delimiter="\t"):
+            cells.setdefault(user, {}).setdefault(rating, 0)
+            cells[user][rating] += 1
+    return [list(c.values()) for c in cells.values()]
+
+
+def count_error(users: list[list[int]], cells: int, epsilon: float, l0: int, linf: int,
+                total: int | None) -> float:
+    """Root expected squared error a cell of a COUNT over ``cells`` cells under (L0, L∞, R):
+    the rows the bounds drop (``tune.person_dropped``, as ``tune`` measures them) spread over
+    the cells, and Laplace noise of sd √2·Δ₁/ε, Δ₁ = min(L0·L∞, R)."""
+    dropped = sum(max(0, person_dropped(sum(u), len(u), sum(min(n, linf) for n in u), l0,
+                                        total)) for u in users)
+    rows = l0 * linf if total is None else min(l0 * linf, total)
+    return math.sqrt((dropped / cells) ** 2 + 2 * (rows / epsilon) ** 2)
+
+
+def tuned(epsilon: float, seeds: int) -> None:
+    """Print, per seed, the bounds ``tune`` chooses and their root error over the best."""
+    users = rows_per_user_and_rating()
+    whole = [[sum(u)] for u in users]
+    grid = [b for b in COUNT_GRID if b <= 1024]
+    best_whole = min(count_error(whole, 1, 1.0, 1, b, b) for b in range(1, 1025))
+    rest = 1 - epsilon
+    best_rating = min([count_error(users, 5, rest, a, b, None) for a in range(1, 6)
+                       for b in grid] + [count_error(users, 5, rest, min(b, 5), b, b)
+                                         for b in grid])
+    meta = candidate_metadata("8x300x300/100")
+    ratios: dict[str, list[float]] = {"whole": [], "rating": []}
+    print(f"tune ε {epsilon}: whole table (COUNT at ε 1; best R's root error "
+          f"{best_whole:.0f}) | COUNT per rating (execute(epsilon=1, tune={epsilon}); best "
+          f"{best_rating:.0f})")
+    for seed in range(seeds):
+        with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=seed) as con:
+            r = con.tune("ratings", epsilon=epsilon, query=QUESTIONS["count"]
+                         ).bounds["max_rows_per_unit"]
+        with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=seed) as con:
+            b = con.execute(QUESTIONS["count a rating"], epsilon=1,
+                            tune=epsilon).tuned_bounds
+        ratios["whole"].append(count_error(whole, 1, 1.0, 1, r, r) / best_whole)
+        ratios["rating"].append(count_error(
+            users, 5, rest, b["max_groups_per_unit"], b["max_rows_per_group"],
+            b.get("max_rows_per_unit")) / best_rating)
+        print(f"seed {seed:2d}: R {r:5d} {ratios['whole'][-1]:5.2f}× | "
+              f"{b['max_groups_per_unit']} × {b['max_rows_per_group']} × "
+              f"{b.get('max_rows_per_unit')} {ratios['rating'][-1]:5.2f}×")
+    for name, values in ratios.items():
+        print(f"{name}: median {statistics.median(values):.2f}×, largest {max(values):.2f}×")
+
+
 @click.command()
 @click.option("--releases", default=20, show_default=True, help="releases a statement and ε")
 @click.option("--bounds", "candidates", multiple=True,
               default=("8x300x300/100", "5x100/200"), show_default=True,
               help="L0xL∞[xR]/item L0 of the ratings")
 @click.option("--seed", default=1, show_default=True, help="insecure_seed of the releases")
-def main(releases: int, candidates: tuple[str, ...], seed: int) -> None:
-    """Print each candidate's table of kept share, bias, noise, MAE and rel."""
+@click.option("--tune", "tune_epsilon", type=float, default=None,
+              help="measure the bounds tune chooses at this ε instead")
+@click.option("--seeds", default=12, show_default=True, help="seeds of --tune")
+def main(releases: int, candidates: tuple[str, ...], seed: int, tune_epsilon: float | None,
+         seeds: int) -> None:
+    """Print each candidate's table of kept share, bias, noise, MAE and rel (or, with --tune,
+    the bounds tune chooses and their errors)."""
     warnings.simplefilter("ignore", dpsql.InsecureRandomnessWarning)
+    if tune_epsilon is not None:
+        tuned(tune_epsilon, seeds)
+        return
     for bounds in candidates:
         result = measure(bounds, releases, seed)
         print(f"\n{bounds}: {releases} releases a statement and ε")
