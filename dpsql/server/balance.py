@@ -8,12 +8,15 @@ open sessions in memory shared with its siblings, and a worker serving more sess
 least busy one waits ``DEFER`` per session of difference (at most ``LONGEST``) before it
 accepts, so the least busy worker takes the connection first; if it does not (it is busy
 starting a session, stuck, or gone), the busier one accepts after the wait, so no connection
-waits for long.
+waits for long. A worker's slot counts only while it accepts: ``serve``'s parent marks the
+slot of a worker that died ``GONE`` (its sessions died with it), and the replacement it forks
+counts from zero once it accepts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import errno
 import hashlib
 import logging
@@ -27,18 +30,25 @@ log = logging.getLogger("dpsql.server")
 OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 DEFER = 0.02  # seconds per session of difference
 LONGEST = 0.1  # the longest a worker lets a connection wait for a less busy sibling
+GONE = -1  # the session count of a worker slot whose process is not accepting
 
 
 class Sessions:
     """Open sessions per worker, in shared memory made before the workers are forked."""
 
     def __init__(self, workers: int) -> None:
-        # each worker writes only its own slot, from its event loop: no lock needed
-        self.counts = multiprocessing.RawArray("i", workers)
+        # each worker writes only its own slot, from its event loop, and the parent only the
+        # slot of a worker that has exited: no lock needed
+        self.counts = multiprocessing.RawArray("i", [GONE] * workers)
 
     def excess(self, worker: int) -> int:
-        """How many more sessions ``worker`` serves than the least busy worker."""
-        return self.counts[worker] - min(self.counts)
+        """How many more sessions ``worker`` serves than the least busy worker accepting."""
+        return self.counts[worker] - min(count for count in self.counts if count != GONE)
+
+    def gone(self, worker: int) -> None:
+        """Count no sessions for ``worker``, whose process has exited (its siblings no longer
+        wait for it to take connections)."""
+        self.counts[worker] = GONE
 
 
 class AddressCounts:
@@ -69,6 +79,12 @@ class AddressCounts:
         """The connections waiting at ``slot`` in every worker."""
         return sum(row[slot] for row in self._rows)
 
+    def gone(self, worker: int) -> None:
+        """Count none for ``worker``, whose process has exited with its connections: left,
+        they counted against their addresses' caps for as long as the server ran."""
+        row = self._rows[worker]
+        ctypes.memset(row, 0, ctypes.sizeof(row))
+
 
 class Acceptor:
     """A worker's accept loop on the shared socket; ``close`` stops it and its sessions."""
@@ -94,13 +110,20 @@ async def _accept(sock: socket.socket, handle: Callable[..., Awaitable[None]],
         finally:
             sessions.counts[worker] -= 1
 
+    sessions.counts[worker] = 0  # accepting from now
     try:
         while True:
+            # how busy the siblings are is read once a connection waits: read before, a
+            # worker went on with what they served then (the first connection after a
+            # sibling was replaced went to the busier one, which had read its slot empty)
+            await _pending(loop, sock)
             excess = sessions.excess(worker)
             if excess > 0:
                 await asyncio.sleep(min(DEFER * excess, LONGEST))
             try:
-                connection, _ = await loop.sock_accept(sock)  # (retried when a sibling wins)
+                connection, _ = sock.accept()
+            except BlockingIOError:  # a sibling took it
+                continue
             except OSError as err:
                 if err.errno not in OUT_OF_RESOURCES:
                     raise
@@ -108,6 +131,7 @@ async def _accept(sock: socket.socket, handle: Callable[..., Awaitable[None]],
                 log.warning("socket.accept() out of system resource: %s", err)
                 await asyncio.sleep(1.0)
                 continue
+            connection.setblocking(False)
             sessions.counts[worker] += 1
             task = asyncio.create_task(session(connection))
             running.add(task)
@@ -115,3 +139,13 @@ async def _accept(sock: socket.socket, handle: Callable[..., Awaitable[None]],
     finally:
         for task in running:
             task.cancel()
+
+
+async def _pending(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    """Return once a connection waits on the listening ``sock`` (a sibling may take it)."""
+    pending = loop.create_future()
+    loop.add_reader(sock.fileno(), lambda: pending.done() or pending.set_result(None))
+    try:
+        await pending
+    finally:
+        loop.remove_reader(sock.fileno())
