@@ -7,12 +7,15 @@ import asyncio
 import errno
 import ipaddress
 import logging
+import multiprocessing
 import os
 import signal
 import socket
 import ssl
 import sys
+import time
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import click
@@ -114,10 +117,12 @@ def _loop_error(loop: asyncio.AbstractEventLoop, context: dict) -> None:
         _refused.update(next=loop.time() + 1.0, count=0)
 
 
-def _worker(config: ServerConfig, pg_sock, http_sock, balance=None, waiting=None) -> None:
+def _worker(config: ServerConfig, pg_sock, http_sock, balance=None, waiting=None,
+            serving: Callable[[], None] = lambda: None) -> None:
     """One serving process: the service, the PostgreSQL front end and the HTTP API.
     ``balance``: the workers' shared session counts and this worker's index; ``waiting``:
-    their shared counts of HTTP connections awaiting headers and this worker's index."""
+    their shared counts of HTTP connections awaiting headers and this worker's index;
+    ``serving`` is called once both ports accept."""
     import uvicorn
 
     from dpsql.server.http import HttpApi
@@ -161,10 +166,16 @@ def _worker(config: ServerConfig, pg_sock, http_sock, balance=None, waiting=None
                 h11_max_incomplete_event_size=16 * 1024,
                 ssl_certfile=str(config.tls_cert) if config.tls_cert else None,
                 ssl_keyfile=str(config.tls_key) if config.tls_key else None))
-            await http.serve(sockets=[http_sock])  # returns on SIGINT/SIGTERM
+            served = asyncio.create_task(http.serve(sockets=[http_sock]))  # ends on a signal
+            while not (http.started or served.done()):
+                await asyncio.sleep(0.02)
+            if http.started:
+                serving()
+            await served
         else:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, lambda sig=sig: (stopping(sig), stop.set()))
+            serving()
             await stop.wait()
         if pg is not None:
             pg.close()
@@ -233,35 +244,108 @@ def serve(config_path: str, workers: int | None) -> None:
     if workers == 1:
         _worker(config, pg_sock, http_sock)
         return
-    children = []
+    _supervise(config, pg_sock, http_sock, workers, log)
+
+
+FAILED_STARTS = 5  # an index whose processes exit before serving so often in a row stays empty
+_STOPS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _supervise(config: ServerConfig, pg_sock, http_sock, workers: int,
+               log: logging.Logger) -> None:
+    """Fork ``workers`` serving processes and keep them, as a pre-fork server's parent does: a
+    worker that exits (killed by a signal, OOM-killed, crashed) is logged, its shared counts
+    cleared, and a replacement forked with its index, unless the server is stopping (SIGTERM
+    and SIGINT are forwarded as SIGTERM, and the parent returns once every worker has exited).
+    An index whose processes exit before serving ``FAILED_STARTS`` times in a row is not
+    refilled; with none left the server exits with status 1."""
     sessions, waiting = Sessions(workers), AddressCounts(workers)
-    for index in range(workers):
-        pid = os.fork()
+    served = multiprocessing.RawArray("b", workers)  # set by each index's process once serving
+    failed = [0] * workers  # each index's exits before serving, in a row
+    children: dict[int, tuple[int, float]] = {}  # pid: (index, when forked)
+    stopping: list[str] = []  # the stop signal's name
+    parent = os.getpid()
+
+    def start(index: int) -> None:
+        """Fork ``index``'s process; one that cannot be forked (out of memory or processes)
+        counts as an exit before serving, tried again a second later."""
+        served[index] = 0
+        while True:
+            try:
+                pid = os.fork()
+                break
+            except OSError as err:
+                failed[index] += 1
+                log.error("worker %d cannot be forked (%d times in a row): %s", index,
+                          failed[index], err)
+                if failed[index] >= FAILED_STARTS or stopping:
+                    return
+                time.sleep(1.0)
         if pid == 0:
+            for sig in _STOPS:
+                signal.signal(sig, signal.SIG_DFL)
+
+            def ready() -> None:
+                served[index] = 1
+                logging.getLogger("dpsql.server").info("worker %d serving", index)
+
             code = 0
             try:
-                _worker(config, pg_sock, http_sock, (sessions, index), (waiting, index))
+                _worker(config, pg_sock, http_sock, (sessions, index), (waiting, index), ready)
             except BaseException:  # noqa: BLE001 - a child never returns into the parent
                 logging.getLogger("dpsql.server").exception("worker failed")
                 code = 1
             os._exit(code)
-        children.append(pid)
+        children[pid] = (index, time.monotonic())
+        log.info("worker %d pid=%d forked", index, pid)
+        if stopping:  # the signal came while it was forked, before it was listed
+            os.kill(pid, signal.SIGTERM)
 
-    def forward(signum, frame):
-        for child in children:
+    def forward(signum, frame) -> None:
+        if os.getpid() != parent:  # a worker's, before it set the default back
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        stopping.append(signal.Signals(signum).name)
+        for child in list(children):
             try:
                 os.kill(child, signal.SIGTERM)
             except ProcessLookupError:
                 pass
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    for child in children:
-        while True:
-            try:
-                os.waitpid(child, 0)
-                break
-            except InterruptedError:
-                continue
-            except ChildProcessError:
-                break
+    for sig in _STOPS:
+        signal.signal(sig, forward)
+    for index in range(workers):
+        start(index)
+    while children:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        if pid not in children:
+            continue
+        index, forked = children.pop(pid)
+        # its sessions and connections died with it: counted still, its siblings deferred to
+        # it for ever and its waiting HTTP connections held their addresses' caps
+        sessions.gone(index)
+        waiting.gone(index)
+        code = os.waitstatus_to_exitcode(status)
+        how = (f"pid={pid} " + (f"killed by {signal.Signals(-code).name}" if code < 0 else
+                                f"exited with code {code}") +
+               f" after {time.monotonic() - forked:.1f} s" +
+               ("" if served[index] else " before serving"))
+        if stopping:
+            if code != 0:
+                log.warning("worker %d %s while stopping", index, how)
+            continue
+        failed[index] = 0 if served[index] else failed[index] + 1
+        if failed[index] >= FAILED_STARTS:
+            log.error("worker %d %s, %d times in a row: not restarted (%d of %d workers left)",
+                      index, how, failed[index], len(children), workers)
+            continue
+        log.warning("worker %d %s; restarting it", index, how)
+        start(index)
+    if not stopping:
+        log.error("no worker left: every one exited before serving %d times in a row; "
+                  "stopping (see the workers' errors above)", FAILED_STARTS)
+        sys.exit(1)
