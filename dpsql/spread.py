@@ -49,9 +49,10 @@ ROW_EDGES = tuple(sorted({*range(1, 9), *(round(2 ** (k / 2)) for k in range(7, 
 # would pull R up to it), and ``tune.counted_tails`` reads the persons beyond the top quantile
 # so.
 EMPTY_MISS = Fraction(1, 20)
-# The bucket right after a whole table's top is kept where its count clears what one empty
-# count's noise reaches but in NEXT_MISS of draws (``histogram_spread``): a bucket kept for
-# nothing costs R one step (√2 in noise), one left out costs its persons' rows beyond it.
+# The bucket right after the last one kept of a whole table's histogram is kept where its
+# count clears what one empty count's noise reaches but in NEXT_MISS of draws
+# (``histogram_spread``): a bucket kept for nothing costs R one step (√2 in noise), one left
+# out costs its persons' rows beyond it.
 NEXT_MISS = Fraction(1, 4)
 UTILITY_SENSITIVITY = 1  # one value per person: #{x ≤ c} − q·n moves by ≤ max(q, 1 − q)
 
@@ -192,27 +193,27 @@ def histogram_spread(counts: list[int], scale: float) -> Spread:
     to a top reached from the fullest bucket, each count at least 0, each bucket's persons
     spread evenly over its counts, and nothing beyond (the ceiling).
 
-    From the fullest bucket up, a bucket k buckets above the last one kept is kept where its
-    count clears what the noise of 2^k empty ones reaches (``empty_reach``, ``EMPTY_MISS``):
-    each bucket skipped halves the chance that noise is read as persons there, while R's
-    noise grows by √2 a bucket, so the expected cost of a false bucket stays bounded (a bar
+    From the fullest bucket up, the bucket right after the last one kept is kept where its
+    count clears one empty count's reach but in ``NEXT_MISS`` of draws, and a bucket k ≥ 2
+    buckets above it where its count clears what the noise of 2^k empty ones reaches
+    (``empty_reach``, ``EMPTY_MISS``): each bucket kept for nothing costs R's noise √2, and
+    each one skipped at least halves the chance that noise is read as persons there, so the
+    expected cost of false buckets stays bounded (a bar
     of 34 buckets' reach anywhere was cleared by some empty bucket's noise in up to 5% of
     draws: over 200 simulated seeds at tune ε 0.1 and 0.5, R = 2,435-46,341 was proposed for
     a table of one row a person, 1 best, and for 1 + Poisson(9) rows, 23 best, 100-2,000×
-    its root error; through ``tune``, R = 15 for 5,000 persons of one row). Then the bucket right
-    after that top is kept where its count clears one empty count's reach but in
-    ``NEXT_MISS`` of draws: MovieLens' 22 users of 363-512 ratings at tune ε 0.1 (scale 12)
-    were left out, and R = 256-362 proposed where 561 is best (2.8-9.0× its root error).
+    its root error; through ``tune``, R = 15 for 5,000 persons of one row). A bar of 3.7
+    scales for the next bucket left out MovieLens' 22 users of 363-512 ratings at tune ε 0.1
+    (scale 12), and R = 256-362 was proposed where 561 is best (2.8-9.0× its root error).
 
     Where the rows are read so (``tune.whole_table_rows``) it replaced three quantiles and
     a power tail drawn through them, which extrapolated beyond the top level (0.98 on the
     hospital's 18,291 patients, whose top 2% hold 15 to 45 admissions)."""
     top = max(range(len(counts)), key=lambda i: (counts[i], -i))
     for i in range(top + 1, len(counts)):
-        if counts[i] >= empty_reach(scale, 2 ** (i - top)):
+        if counts[i] >= (empty_reach(scale, miss=NEXT_MISS) if i == top + 1 else
+                         empty_reach(scale, 2 ** (i - top))):
             top = i
-    if top + 1 < len(counts) and counts[top + 1] >= empty_reach(scale, miss=NEXT_MISS):
-        top += 1
     kept = [max(0, c) for c in counts[:top + 1]]
     total = sum(kept) or 1
     # an integer count in (e_{i−1}, e_i] is read as spread evenly over [e_{i−1} + 1, e_i],

@@ -43,8 +43,8 @@ def test_movielens_whole_table_reads_the_thin_tail_at_tune_epsilon_0_1(ratings):
     """s23 (#16 item 3): at tune ε 0.1 the whole table's R was 362 in 9 of 12 seeds (2.84×
     the optimum's root error, R 561) and 256 in 3 (9.04×): the 22 users of 363-512 ratings
     are 1.8 noise scales, below the bar of the buckets after the top. The bucket right after
-    the top is now kept where it clears one empty count's reach but in a quarter of draws:
-    R 431-512 (1.04-1.54×) in 6 of 12, 362 in the others (2.84×)."""
+    the last kept is now kept where it clears one empty count's reach but in a quarter of
+    draws: R 431-1,024 (1.04-1.65×) in 6 of 12, 362 in the others (2.84×)."""
     meta, rows = ratings
     best = min(_root_error(rows, b) for b in range(1, 1500))
     ratios = []
@@ -53,7 +53,7 @@ def test_movielens_whole_table_reads_the_thin_tail_at_tune_epsilon_0_1(ratings):
             bound = con.tune("ratings", epsilon=0.1, query="SELECT COUNT(*) FROM ratings"
                              ).bounds["max_rows_per_unit"]
         ratios.append(_root_error(rows, bound) / best)
-    assert sum(r <= 1.6 for r in ratios) >= 6, ratios
+    assert sum(r <= 1.7 for r in ratios) >= 6, ratios
     assert max(ratios) <= 2.9, ratios
 
 
