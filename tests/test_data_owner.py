@@ -142,7 +142,8 @@ def _items(public: bool, **csv) -> dict:
     table = {"public": True} if public else {"privacy_unit": None}
     return {"name": "ml_items", "budget": 10, "tables": {"items": {
         **table, "source": str(path),
-        "csv": {"delimiter": "|", "header": False, "names": ["id", "title"], **csv},
+        "csv": {"delimiter": "|", "header": False,
+                "names": ["id", "title"] + [f"field{i}" for i in range(3, 25)], **csv},
         "columns": {"id": "int", "title": "text"}}}}
 
 

@@ -10,6 +10,7 @@ a second in-memory database that holds the public tables only.
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 import tempfile
@@ -376,27 +377,34 @@ def _literal(text: str) -> str:
 
 def _reader(table: TableSpec, *, typed: bool = False) -> str:
     """The table function reading a source. A private CSV's row that cannot be read (bytes
-    not in its encoding, another number of fields) is left out (``REJECTS``), where it made
-    the whole connection fail on D′ alone; its delimiter, quote and escape are set, not
-    sniffed (DuckDB's sniffer still reads the first rows for the rest, and fails on a file
-    whose first rows it cannot parse)."""
+    not in its encoding, another number of fields, longer than DuckDB's 2 MiB line) is left
+    out (``REJECTS``), where it made the whole connection fail on D′ alone; and it is read
+    without DuckDB's sniffer (delimiter, quote and escape set, its columns read by
+    ``_private_columns``), whose reading of the first rows one person's rows could fail: a
+    value over 2 MiB among them did."""
     path = _literal(table.source)
     if table.source.lower().endswith(".parquet"):
         return f"read_parquet({path})"
     options = table.csv
     args = [path] if typed else [path, "all_varchar = true"]
+    names = options.get("names")
     if not table.public:
         args += ["quote = '\"'", "escape = '\"'", "skip = 0", "ignore_errors = true",
                  "store_rejects = true", f"rejects_table = {_literal(REJECTS)}",
                  f"rejects_scan = {_literal(REJECTS + '_scan')}"]
         if "delimiter" not in options:
             args.append("delim = ','")
+        columns = _private_columns(table)
+        if columns is not None:
+            names = None  # they are the columns' names
+            args += ["auto_detect = false", "columns = {" + ", ".join(
+                f"{_literal(name)}: 'VARCHAR'" for name in columns) + "}"]
     if "delimiter" in options:
         args.append(f"delim = {_literal(options['delimiter'])}")
     header = options.get("header", True)
     args.append(f"header = {'true' if header else 'false'}")
-    if "names" in options:
-        args.append("names = [" + ", ".join(_literal(n) for n in options["names"]) + "]")
+    if names:
+        args.append("names = [" + ", ".join(_literal(n) for n in names) + "]")
     if "null" in options:
         nulls = options["null"] if isinstance(options["null"], list) else [options["null"]]
         args.append("nullstr = [" + ", ".join(_literal(n) for n in nulls) + "]")
@@ -405,6 +413,27 @@ def _reader(table: TableSpec, *, typed: bool = False) -> str:
     return f"read_csv({', '.join(args)})"
 
 
+def _private_columns(table: TableSpec) -> list[str] | None:
+    """A private CSV's column names: its ``names``, else its header's fields, read as RFC
+    4180 in its encoding; None for a file without either (DuckDB's sniffer then counts the
+    fields of its first rows). The header is the data owner's line, not a person's."""
+    options = table.csv
+    if "names" in options:
+        return list(options["names"])
+    if not options.get("header", True):
+        return None
+    encoding = options.get("encoding", "utf-8").lower()
+    try:  # bytes past the header that do not decode are rows, left out by DuckDB
+        with open(table.source, newline="", encoding="utf-8-sig" if encoding == "utf-8"
+                  else encoding, errors="replace") as handle:
+            header = next(csv.reader(handle, delimiter=options.get("delimiter", ","),
+                                     quotechar='"', doublequote=True), [])
+    except (OSError, UnicodeError, csv.Error) as err:
+        raise DataError(f"table {table.name!r}: cannot read the header of {table.source!r} "
+                        f"({type(err).__name__})",
+                        hint="check the csv options (delimiter, header, names, encoding)"
+                        ) from None
+    return header or None
 def _is_csv(table: TableSpec) -> bool:
     """True when the table's rows come from a CSV file (which ``csv:`` options are for)."""
     return table.source is not None and not table.source.lower().endswith(".parquet")

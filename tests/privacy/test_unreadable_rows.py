@@ -1,7 +1,7 @@
 """One person's CSV rows that cannot be read (bytes not in the file's encoding, another number
-of fields) made the analyst's DuckDB connection fail on D′ alone, refusing every statement
-where D answered. They are left out now (said to the custodian only), so D and D′ answer
-alike, each part within its sensitivity."""
+of fields, a line longer than DuckDB's 2 MiB) made the analyst's DuckDB connection fail on D′
+alone, refusing every statement where D answered. They are left out now (said to the custodian
+only), so D and D′ answer alike, each part within its sensitivity."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ import dpsql  # noqa: E402
 
 # (a quote left unmatched is not a row a CSV writer writes: docs/privacy.md, CSV sources)
 UNREADABLE = [b'"42","Mon\xff\xfe","5","1"\n',  # not UTF-8
-              b'"42","Mon","5","1","9"\n' * 40]  # a field too many, many times
+              b'"42","Mon","5","1","9"\n' * 40,  # a field too many, many times
+              # a value past DuckDB's 2 MiB line among the rows its sniffer read (round D)
+              b'"42","' + b"M" * 2_100_000 + b'","5","1"\n']
 
 
 @pytest.fixture(params=range(len(UNREADABLE)))
