@@ -63,10 +63,19 @@ def value(raw: bytes | None, fmt: int, type_oid: int) -> object:
                 "INTERVAL '30 days')")
         return decode(raw)
     text = utf8(raw)
-    if type_oid in _INTS or type_oid == pgtypes.OID:
-        return int(text)
-    if type_oid in (pgtypes.FLOAT4, pgtypes.FLOAT8, pgtypes.NUMERIC):
-        return float(text)
+    try:
+        if type_oid in _INTS or type_oid == pgtypes.OID:
+            return int(text)
+        if type_oid == pgtypes.NUMERIC:  # exact, as its binary form is (float lost digits)
+            return Decimal(text)
+        if type_oid in (pgtypes.FLOAT4, pgtypes.FLOAT8):
+            return float(text)
+    except (ValueError, ArithmeticError):
+        # it was a protocol violation (08P01) naming Python's int() or float()
+        raise ServiceError("interface", f"invalid input syntax for type "
+                           f"{pgtypes.NAMES.get(type_oid, 'number')}: {text[:40]!r}",
+                           hint="send the parameter's text as its type writes it "
+                           "(42, -0.5, 1e3)") from None
     if type_oid == pgtypes.BOOL:
         return text.lower() in ("t", "true", "1", "on", "yes")
     return text

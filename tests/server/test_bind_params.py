@@ -4,6 +4,7 @@ asyncpg's, encoded as the types Describe reports, against a real ``dpsql serve``
 from __future__ import annotations
 
 import asyncio
+import struct
 import uuid
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -76,3 +77,27 @@ def test_asyncpg_reads_parameter_types_as_postgresql_infers_them(server):
     assert (stamp, day, text) == (datetime(2024, 1, 5, 1, 2, 3, 500000), date(2024, 1, 5), "x")
     assert row["n_low"] <= row["n"] <= row["n_high"]
     assert spent(server, "rex") == pytest.approx(0.25)
+
+
+def test_a_numeric_parameters_text_is_read_exactly_and_bad_text_is_named(server):
+    """A numeric's text form was read through float() (its binary form exactly), and text
+    that is no number was a protocol violation (08P01) naming Python's int() or float()."""
+    from raw_pg import bind, connect, error_fields, execute, msg, until_ready
+
+    from dpsql.server import pgparams, pgtypes
+
+    assert pgparams.value(b"12345678901234567890.5", 0, pgtypes.NUMERIC) == \
+        Decimal("12345678901234567890.5")
+    sock = connect(server.pg_port, "pia", password("pia"))
+    try:
+        for oid, text, name in ((pgtypes.NUMERIC, "abc", "numeric"),
+                                (pgtypes.INT8, "1.5", "bigint"),
+                                (pgtypes.FLOAT8, "x", "double precision")):
+            typed = msg(b"P", b"\0SELECT COUNT(*) AS n FROM regions WHERE region_id < $1\0" +
+                        struct.pack("!HI", 1, oid))
+            sock.sendall(typed + bind("", "", [text.encode()]) + execute("") + msg(b"S"))
+            (error,) = [error_fields(data) for kind, data in until_ready(sock) if kind == b"E"]
+            assert (error["C"], error["M"]) == (
+                "22023", f"invalid input syntax for type {name}: '{text}'"), error
+    finally:
+        sock.close()
