@@ -287,8 +287,9 @@ class DuckDBBackend(PublicLimits):
         if unread and not self.analyst:
             warnings.warn(UnreadRowsWarning(
                 f"table {table.name!r}: {unread} row(s) of {table.source!r} could not be read "
-                "(bytes not in its encoding, or another number of fields than its header) and "
-                "are left out of every answer; check the csv options (encoding: "
+                "(bytes not in its encoding, another number of fields than its header or "
+                "names, or a line longer than 2 MiB) and are left out of every answer; check "
+                "the csv options (encoding: "
                 f"{', '.join(ENCODINGS)}; delimiter) or fix those rows"), stacklevel=2)
 
     def _register_frame(self, table: TableSpec) -> None:
