@@ -15,7 +15,7 @@ from conftest import require_dataset
 
 import dpsql
 from dpsql.spread import Spread, beyond_keys
-from dpsql.tune import person_dropped
+from dpsql.tune import person_dropped, rows_within_keys
 
 META = Path(__file__).parents[1] / "data" / "datasets" / "movielens.yaml"
 
@@ -104,3 +104,31 @@ def test_a_count_per_rating_is_not_tuned_to_an_l_inf_that_drops_most_of_the_heav
                                             bounds["max_groups_per_unit"],
                                             bounds.get("max_rows_per_unit"))) for u in users)
         assert dropped / 5 < 6000, (seed, bounds, dropped / 5)
+
+
+def test_a_weak_draws_tail_is_not_read_beyond_what_the_busiest_keys_rows_allow(ratings):
+    """s23 (#16): one connection at seed 7 tuning the whole table at ε 0.1, then COUNT per
+    rating under tune=0.1 of ε 1: R drawn at 304 / 2,048 / 9,742 (M at 91 / 215 / 215), the
+    count beyond 9,742 (scale 210 over n̂ 1,093) put 63% of persons there with θ 22,191, and
+    5 × 65,536 × 65,536 was proposed (143× the best bounds' root error). R's part beyond its
+    top draw is now at most what R ≤ 5·M allows: 9,742."""
+    meta, _ = ratings
+    with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=7) as con:
+        con.tune("ratings", epsilon=0.1, query="SELECT COUNT(*) FROM ratings")
+        bounds = con.execute("SELECT rating, COUNT(*) AS n FROM ratings GROUP BY rating",
+                             epsilon=1, tune=0.1).tuned_bounds
+    assert bounds["max_rows_per_unit"] <= 9742, bounds
+
+
+def test_rows_beyond_their_top_draw_are_at_most_the_cells_times_the_busiest_keys():
+    """R uniform on [1, 1000] then 1/4 of persons beyond 1,000 with θ 10,000; M at most 20
+    in 5 cells: nobody holds more than 100 rows, so nothing is modelled beyond R's top draw,
+    and below it R's own spread is."""
+    rows = Spread(((1.0, 0.0), (1000.0, 0.75)), theta=10_000.0)
+    busiest = Spread(((1.0, 0.0), (20.0, 1.0)), theta=1.0, ceiling=20.0)
+    capped = rows_within_keys(rows, busiest, 5)
+    assert capped(2000) == (0.0, 0.0)
+    excess, share = capped(500)
+    assert math.isclose(excess, rows.excess(500) - rows.excess(1000))
+    assert share == rows.survival(500)
+    assert rows_within_keys(rows, busiest, 100) is None  # 1,000 ≤ 100 · 20
