@@ -389,7 +389,7 @@ def _table(name: str, raw: Any, base: Path) -> TableSpec:
     return TableSpec(name=name, columns=columns, public=public, privacy_unit=unit,
                      max_groups_per_unit=l0, max_rows_per_group=linf,
                      max_rows_per_unit=total, key_bounds=key_bounds, source=source,
-                     csv=_csv(name, raw.get("csv")))
+                     csv=_csv(name, raw.get("csv"), private=not public))
 
 
 def _key_bounds(table: str, raw: Any, columns: dict[str, ColumnSpec], unit: str | None,
@@ -453,8 +453,10 @@ def _key_bound(where: str, raw: Any, columns: dict[str, ColumnSpec], unit: str,
     return KeyBounds(tuple(spelled), l0, linf)
 
 
-def _csv(table: str, raw: Any) -> dict[str, Any]:
-    """A table's validated CSV read options (``encoding`` in lower case).
+def _csv(table: str, raw: Any, private: bool = False) -> dict[str, Any]:
+    """A table's validated CSV read options (``encoding`` in lower case). A private file
+    without a header names its columns: its first row is a person's, and guessing its
+    columns from the rows let one person's rows fail the connection on D′ alone.
 
     Example:
         >>> _csv("t", {None: "?", "encoding": "Latin-1"})
@@ -470,6 +472,10 @@ def _csv(table: str, raw: Any) -> dict[str, Any]:
     if unknown:
         raise CatalogError(f"table {table!r}: unknown csv key(s) {sorted(unknown, key=str)}",
                            hint=f"csv keys are {', '.join(CSV_KEYS)}")
+    if private and raw.get("header", True) is False and "names" not in raw:
+        raise CatalogError(f"table {table!r}: a private file without a header (header: false) "
+                           "needs its columns' names", hint="add csv: {names: [...]}, every "
+                           "column of the file in order")
     if "encoding" not in raw:
         return raw
     encoding = raw["encoding"]

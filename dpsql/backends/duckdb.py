@@ -204,6 +204,7 @@ class DuckDBBackend(PublicLimits):
         public = [t for t in self.catalog.tables.values() if t.public]
         self._public = DuckDBBackend.__new__(DuckDBBackend)
         self._public.catalog, self._public._public = self.catalog, None
+        self._public.analyst = self.analyst
         self._public.sources, self._public._frames = self.sources, self._frames
         self._public.database = self.database
         self._public.loaded_versions = {}
@@ -239,7 +240,7 @@ class DuckDBBackend(PublicLimits):
                 hint="set DPSQL_DATASETS to the folder of the shared data sets, or fix 'source'",
             )
         undeclared = table.public and not table.columns  # typed by DuckDB's sniffer
-        reader = _reader(table, typed=undeclared)
+        reader = _reader(table, typed=undeclared, rejects=not self.analyst)
         parquet = source.lower().endswith(".parquet")
         try:
             types = self._stored_types(reader) if parquet else None
@@ -264,7 +265,7 @@ class DuckDBBackend(PublicLimits):
                 # from pushing TRY_CAST into the reader, where a bad value fails every query
                 self.connection.execute(f"CREATE OR REPLACE TEMP TABLE {raw} AS "
                                         f"SELECT * FROM {reader}")
-                if not table.public:
+                if not table.public and not self.analyst:
                     self._count_unread(table)
                 _check_columns(table, self._stored_types(raw), repr(source))
                 self.connection.execute(f"CREATE OR REPLACE TEMP TABLE {_quote(table.name)} AS "
@@ -287,8 +288,8 @@ class DuckDBBackend(PublicLimits):
         if unread and not self.analyst:
             warnings.warn(UnreadRowsWarning(
                 f"table {table.name!r}: {unread} row(s) of {table.source!r} could not be read "
-                "(bytes not in its encoding, another number of fields than its header or "
-                "names, or a line longer than 2 MiB) and are left out of every answer; check "
+                "(bytes not in its encoding, fewer fields than its header or names, a line "
+                "longer than 2 MiB, or a lone CR) and are left out of every answer; check "
                 "the csv options (encoding: "
                 f"{', '.join(ENCODINGS)}; delimiter) or fix those rows"), stacklevel=2)
 
@@ -376,13 +377,16 @@ def _literal(text: str) -> str:
     return "'" + str(text).replace("'", "''") + "'"
 
 
-def _reader(table: TableSpec, *, typed: bool = False) -> str:
-    """The table function reading a source. A private CSV's row that cannot be read (bytes
-    not in its encoding, another number of fields, longer than DuckDB's 2 MiB line) is left
-    out (``REJECTS``), where it made the whole connection fail on D′ alone; and it is read
-    without DuckDB's sniffer (delimiter, quote and escape set, its columns read by
-    ``_private_columns``), whose reading of the first rows one person's rows could fail: a
-    value over 2 MiB among them did."""
+def _reader(table: TableSpec, *, typed: bool = False, rejects: bool = True) -> str:
+    """The table function reading a source. A private CSV is read in one scan from its
+    start (a parallel scan guessed where its buffers' rows begin, and read one person's
+    quoted lines as other persons' rows where a buffer began inside the value), leniently
+    (``strict_mode``: one person's lone CR failed the reader) and without DuckDB's sniffer
+    (its columns from ``_private_columns``: the sniffer's reading of the first rows failed on
+    one person's 2 MiB value); a row it cannot read (bytes not in its encoding, fewer fields,
+    a line past 2 MiB) is left out, where each of these failed the connection on D′ alone.
+    Only a custodian's reader keeps those rows (``rejects``, ``REJECTS``), to count them: one
+    person's value of 2 million short lines held 3-5 GB there, past any memory_limit."""
     path = _literal(table.source)
     if table.source.lower().endswith(".parquet"):
         return f"read_parquet({path})"
@@ -390,11 +394,13 @@ def _reader(table: TableSpec, *, typed: bool = False) -> str:
     args = [path] if typed else [path, "all_varchar = true"]
     names = options.get("names")
     if not table.public:
-        args += ["quote = '\"'", "escape = '\"'", "skip = 0", "ignore_errors = true",
-                 "store_rejects = true", f"rejects_table = {_literal(REJECTS)}",
-                 f"rejects_scan = {_literal(REJECTS + '_scan')}"]
+        args += ["quote = '\"'", "escape = '\"'", "skip = 0", "ignore_errors = true"]
+        if rejects:
+            args += ["store_rejects = true", f"rejects_table = {_literal(REJECTS)}",
+                     f"rejects_scan = {_literal(REJECTS + '_scan')}"]
         if "delimiter" not in options:
             args.append("delim = ','")
+        args += ["parallel = false", "strict_mode = false"]
         columns = _private_columns(table)
         if columns is not None:
             names = None  # they are the columns' names
@@ -415,14 +421,12 @@ def _reader(table: TableSpec, *, typed: bool = False) -> str:
 
 
 def _private_columns(table: TableSpec) -> list[str] | None:
-    """A private CSV's column names: its ``names``, else its header's fields, read as RFC
-    4180 in its encoding; None for a file without either (DuckDB's sniffer then counts the
-    fields of its first rows). The header is the data owner's line, not a person's."""
+    """A private CSV's column names: its ``names`` (a file without a header has them: the
+    catalogue says so), else its header's fields, read as RFC 4180 in its encoding; None for
+    an empty file. The header is the data owner's line, not a person's."""
     options = table.csv
     if "names" in options:
         return list(options["names"])
-    if not options.get("header", True):
-        return None
     encoding = options.get("encoding", "utf-8").lower()
     try:  # bytes past the header that do not decode are rows, left out by DuckDB
         with open(table.source, newline="", encoding="utf-8-sig" if encoding == "utf-8"
@@ -434,7 +438,22 @@ def _private_columns(table: TableSpec) -> list[str] | None:
                         f"({type(err).__name__})",
                         hint="check the csv options (delimiter, header, names, encoding)"
                         ) from None
-    return header or None
+    return _header_names(header) if header else None
+
+
+def _header_names(fields: list[str]) -> list[str]:
+    """A header's column names as DuckDB's sniffer names them: trimmed, an empty one
+    ``column<i>`` (zero-padded to the widest index), a repeated one suffixed ``_1``, ``_2``."""
+    width = len(str(len(fields) - 1))
+    names: list[str] = []
+    for i, field in enumerate(fields):
+        name = field.strip() or f"column{i:0{width}d}"
+        base, n = name, 0
+        while name in names:
+            n += 1
+            name = f"{base}_{n}"
+        names.append(name)
+    return names
 def _is_csv(table: TableSpec) -> bool:
     """True when the table's rows come from a CSV file (which ``csv:`` options are for)."""
     return table.source is not None and not table.source.lower().endswith(".parquet")
