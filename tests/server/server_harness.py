@@ -102,7 +102,11 @@ def write_config(home: Path, *, analysts=ANALYSTS, share: float = 1.0, per_query
 
 def start_server(home: Path, config: Path, workers: int | None = None,
                  https: bool = False) -> Server:
+    """A server on ``config``, returned once its HTTP API answers and each of its workers
+    logs that it serves (a worker not yet serving takes no connection: the first would take
+    them all)."""
     log = home / "server.log"
+    logged = log.stat().st_size if log.exists() else 0  # a server before in ``home`` logged
     args = [sys.executable, "-m", "dpsql.server", "serve", "--config", str(config)]
     if workers:
         args += ["--workers", str(workers)]
@@ -130,9 +134,15 @@ def start_server(home: Path, config: Path, workers: int | None = None,
                           verify=False)
             else:
                 httpx.get(server.http + "/openapi.json", timeout=2)
-            return server
+            break
         except httpx.HTTPError:
             time.sleep(0.1)
+    count = workers or yaml.safe_load(config.read_text()).get("workers", 1)
+    while time.monotonic() < deadline and process.poll() is None:
+        since = log.read_bytes()[logged:].decode(errors="replace")
+        if count == 1 or all(f"INFO worker {i} serving" in since for i in range(count)):
+            return server
+        time.sleep(0.05)
     server.stop()
     raise RuntimeError(f"server did not answer:\n{log.read_text()}")
 

@@ -31,18 +31,6 @@ def _workers(server) -> list[int]:
     return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
-def _start(home: Path, config: Path):
-    """A server whose two workers both serve (``start_server`` returns when one does)."""
-    server = start_server(home, config)
-    deadline = time.monotonic() + 30
-    while not all(f"INFO worker {i} serving" in server.log.read_text() for i in (0, 1)):
-        if time.monotonic() > deadline:
-            server.stop()
-            raise AssertionError(f"a worker did not start:\n{server.log.read_text()}")
-        time.sleep(0.02)
-    return server
-
-
 def _replaced(server, killed: int, seconds: float = 30) -> tuple[int, float]:
     """Wait for the worker forked in ``killed``'s place to serve: its pid, and when."""
     index = None
@@ -79,7 +67,7 @@ def test_a_killed_worker_is_replaced_and_takes_new_connections(tmp_path):
     """The replacement takes new connections: the survivor, holding 4 sessions or more,
     waits 0.08 s or more before it accepts one (balance.py)."""
     users, fresh = ANALYSTS[:10], ANALYSTS[10:13]
-    server = _start(tmp_path, write_config(tmp_path, analysts=users + fresh, workers=2))
+    server = start_server(tmp_path, write_config(tmp_path, analysts=users + fresh, workers=2))
     sessions = []
     try:
         for user in users:
@@ -196,7 +184,7 @@ def test_the_ledger_holds_when_a_worker_is_killed_under_load(tmp_path):
     for user in short:
         settings["analysts"][user]["budgets"]["visits"]["epsilon"] = float(SMALL)
     config.write_text(yaml.safe_dump(settings))
-    server = _start(tmp_path, config)
+    server = start_server(tmp_path, config)
     done = threading.Event()
     answers, failures = [], []
     threads = [threading.Thread(target=client, args=(server, user, done, answers, failures))
@@ -274,8 +262,8 @@ def test_a_killed_workers_waiting_http_connections_free_their_address(tmp_path):
     every later connection from that address was closed unanswered)."""
     config = write_config(tmp_path, analysts=["alice"], workers=2, extra={"security": {
         "max_failed_logins": 3, "lockout_seconds": 30, "startup_timeout": 2,
-        "http_header_timeout": 8, "http_body_timeout": 8, "http_waiting_per_address": 4}})
-    server = _start(tmp_path, config)
+        "http_header_timeout": 60, "http_body_timeout": 60, "http_waiting_per_address": 4}})
+    server = start_server(tmp_path, config)
     held = []
     try:
         hold_waiting(server, "127.0.0.9", 4, 0.3, held)
@@ -288,6 +276,9 @@ def test_a_killed_workers_waiting_http_connections_free_their_address(tmp_path):
         _replaced(server, killed)
         assert len(_open(held)) == 4 - len(holders[killed])  # closed with their worker
         hold_waiting(server, "127.0.0.9", 4, 0.5, held)
+        deadline = time.monotonic() + 10  # a loaded machine's workers take a while to count
+        while len(_open(held)) != 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert len(_open(held)) == 4  # 4 - len(holders[killed]) before
         with dial(server, "127.0.0.9") as sock:
             sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -303,7 +294,7 @@ def test_a_worker_that_cannot_start_is_not_restarted_for_ever(tmp_path):
     5 failed starts in a row, the other worker serves on, and once it too is killed the
     server exits with status 1."""
     config = write_config(tmp_path, analysts=["alice"], workers=2)
-    server = _start(tmp_path, config)
+    server = start_server(tmp_path, config)
     try:
         metadata = tmp_path / "private-metadata" / "visits.yaml"
         metadata.rename(metadata.with_suffix(".gone"))
