@@ -354,19 +354,6 @@ def beyond_each(rows: Spread, keys: Spread, cells: int) -> Callable[[float], flo
     return lambda b: rows.excess(max(b * cells, least)) + max(0.0, least - b * cells) * share
 
 
-def beyond_keys(rows: Spread, keys: Spread, points: int = 512) -> Callable[[float], float]:
-    """b ↦ E[max(0, R − G·b)], R and G paired quantile by quantile (the persons with the most
-    rows taken to touch the most keys): a lower bound on the rows beyond L∞ = b in all a
-    person's keys. Each person's rows beyond b in their G keys are at least R − G·b, and of
-    all pairings of R and G this one gives E[max(0, R − G·b)] its least value (R − G·b is
-    least in convex order when the two are comonotone). The busiest key's excess alone
-    missed the others': MovieLens' users touch all 5 ratings, and L∞ 20-29 under R 300
-    (a COUNT per rating) dropped 7,228-9,523 rows a cell, modelled 97-438."""
-    levels = [(i + 0.5) / points for i in range(points)]
-    pairs = [(rows.quantile(u), keys.quantile(u)) for u in levels]
-    return lambda b: sum(max(0.0, r - g * b) for r, g in pairs) / points
-
-
 def resolves(levels) -> bool:
     """Whether quantiles drawn at ``levels`` span e^``POWER_SPAN`` of the survival, from the
     lowest to the highest: enough persons at the draws' ε to read a tail's shape."""

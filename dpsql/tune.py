@@ -118,16 +118,12 @@ benchmark, COUNT and SUM in one block, sd 2·Δ₁/ε_q rather than √2·Δ₁/
   ``rows_within_keys``: MovieLens' COUNT per rating was proposed R = 65,536 at tune ε 0.1);
   Δ₁ = Δ₂ = R;
 - (L0, L∞) binding, no R: rows dropped n̂·E[R]·e_G(L0)/E[G] + n̂·max(e_M(L∞), E[(R −
-  K·L∞)⁺·[G = K]], E[(R − G·L∞)⁺]) (L0 ≤ K when the keys have public domains: nobody
-  touches more cells than exist; a person in all K cells loses at least R − K·L∞, those
-  persons taken to be the heaviest, ``spread.beyond_each``, where the draws reach the top 7%,
-  ``spread.resolves``: the busiest key's excess alone had the Pareto's 7 days proposed 7 ×
-  22-31 where 7 × 108 is best; and any person at least R − G·L∞ over their G keys, with R
-  and G paired quantile by quantile, the pairing that makes it least, ``spread.beyond_keys``:
-  MovieLens' COUNT per rating was proposed L∞ 20-29 under the declared R 300, dropping
-  7,228-9,523 rows a cell); Δ₁ = L0·L∞, Δ₂ = √L0·L∞; under a declared R, at least
-  n̂·e_R(R) (its rows beyond it, which had been left out: the declared R was kept whatever it
-  dropped).
+  K·L∞)⁺·[G = K]]) (L0 ≤ K when the keys have public domains: nobody touches more cells than
+  exist; a person in all K cells loses at least R − K·L∞, those persons taken to be the
+  heaviest, ``spread.beyond_each``, where the draws reach the top 7%, ``spread.resolves``:
+  the busiest key's excess alone had the Pareto's 7 days proposed 7 × 22-31 where 7 × 108
+  is best); Δ₁ = L0·L∞, Δ₂ = √L0·L∞; under a declared R, at least n̂·e_R(R) (its rows beyond
+  it, which had been left out: the declared R was kept whatever it dropped).
 
 A shape without GROUP BY (the whole table, one cell) proposes no L0: one cell says nothing of
 the groups a person touches (L0 = 1 was proposed, and dropped 57% of GROUP BY ward's rows).
@@ -192,7 +188,6 @@ from dpsql.spread import (
     COUNT_GRID,
     Spread,
     beyond_each,
-    beyond_keys,
     draw_levels,
     empty_reach,
     histogram_spread,
@@ -760,8 +755,7 @@ def choose_contribution(spreads: dict[str, Spread], persons: int, cells: int,
     # R's tail (MovieLens' six films at tune 0.2 of ε 1, 506 persons of at most 6 rows: drawn
     # at 215-512 rows near the prior's anchor, 200, and L∞ 3-6,889 was proposed)
     beyond = beyond_each(r, g, cells) if public_cells and resolved else lambda b: 0.0
-    every_key = beyond_keys(r, g)
-    beyond_rows = {b: persons * max(m.excess(b), beyond(b), every_key(b)) for b in COUNT_GRID}
+    beyond_rows = {b: persons * max(m.excess(b), beyond(b)) for b in COUNT_GRID}
     # a declared R still drops each person's rows beyond it: left out, L∞ 304 under the
     # declared R 17 was proposed as dropping nothing for a whole table whose persons reach 45
     beyond_total = 0.0 if total is None else persons * r.excess(total)
