@@ -1,6 +1,6 @@
 """Tuning where the data are thin for the slice: a whole table's rows per person
-(``spread.histogram_spread``) on MovieLens' ratings and a table of one row a person, and the
-rows beyond a small L∞ in every key of a grouped MovieLens statement (``spread.beyond_keys``)."""
+(``spread.histogram_spread``) on MovieLens' ratings and a table of one row a person, and a
+grouped MovieLens statement's weak tail (``tune.rows_within_keys``)."""
 
 from __future__ import annotations
 
