@@ -198,11 +198,11 @@ def histogram_spread(counts: list[int], scale: float) -> Spread:
     buckets above it where its count clears what the noise of 2^k empty ones reaches
     (``empty_reach``, ``EMPTY_MISS``): each bucket kept for nothing costs R's noise √2, and
     each one skipped at least halves the chance that noise is read as persons there, so the
-    expected cost of false buckets stays bounded (a bar
-    of 34 buckets' reach anywhere was cleared by some empty bucket's noise in up to 5% of
-    draws: over 200 simulated seeds at tune ε 0.1 and 0.5, R = 2,435-46,341 was proposed for
-    a table of one row a person, 1 best, and for 1 + Poisson(9) rows, 23 best, 100-2,000×
-    its root error; through ``tune``, R = 15 for 5,000 persons of one row). A bar of 3.7
+    expected cost of false buckets stays bounded (a bar of 34 buckets' reach anywhere was
+    cleared by some empty bucket's noise in up to 5% of draws: over 200 simulated seeds at
+    tune ε 0.1 and 0.5, R = 2,435-46,341 was proposed for a table of one row a person, 1
+    best, and for 1 + Poisson(9) rows, 23 best, 100-2,000× its root error; through ``tune``,
+    R = 15 for 5,000 persons of one row). A bar of 3.7
     scales for the next bucket left out MovieLens' 22 users of 363-512 ratings at tune ε 0.1
     (scale 12), and R = 256-362 was proposed where 561 is best (2.8-9.0× its root error).
 

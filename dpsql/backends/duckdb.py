@@ -454,6 +454,8 @@ def _header_names(fields: list[str]) -> list[str]:
             name = f"{base}_{n}"
         names.append(name)
     return names
+
+
 def _is_csv(table: TableSpec) -> bool:
     """True when the table's rows come from a CSV file (which ``csv:`` options are for)."""
     return table.source is not None and not table.source.lower().endswith(".parquet")
