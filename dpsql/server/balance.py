@@ -10,7 +10,9 @@ accepts, so the least busy worker takes the connection first; if it does not (it
 starting a session, stuck, or gone), the busier one accepts after the wait, so no connection
 waits for long. A worker's slot counts only while it accepts: ``serve``'s parent marks the
 slot of a worker that died ``GONE`` (its sessions died with it), and the replacement it forks
-counts from zero once it accepts.
+counts from zero once it accepts. The other counts the workers share are here too: each
+address's HTTP connections awaiting headers (``AddressCounts``) and each analyst's requests
+in the last minute (``RequestCounts``).
 """
 
 from __future__ import annotations
@@ -20,10 +22,15 @@ import ctypes
 import errno
 import hashlib
 import logging
+import math
 import multiprocessing
 import os
 import socket
-from collections.abc import Awaitable, Callable
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable
+
+import numpy as np
 
 log = logging.getLogger("dpsql.server")
 
@@ -84,6 +91,51 @@ class AddressCounts:
         they counted against their addresses' caps for as long as the server ran."""
         row = self._rows[worker]
         ctypes.memset(row, 0, ctypes.sizeof(row))
+
+
+class RequestCounts:
+    """Each analyst's requests in the last minute over every worker (``queries_per_minute``),
+    in shared memory made before the workers are forked, counted per second in a ring of
+    ``SECONDS``: the current second and the 60 before, so that two requests counted apart
+    are 60 s apart or more. Each worker writes only its own row (no lock for a killed worker
+    to leave held), and a worker's row outlives it: its replacement counts on in it. Counted
+    in each process's memory before, a worker's death gave each of its analysts a fresh
+    minute, and ``workers: N`` allowed N times the limit."""
+
+    SECONDS = 61
+
+    def __init__(self, workers: int, analysts: Iterable[str]) -> None:
+        self._index = {name: i for i, name in enumerate(sorted(analysts))}
+        shape = (workers, len(self._index), self.SECONDS)
+        self._counts = _shared("i", shape)
+        # the second (of time.monotonic(), one clock for every process) each count is of
+        self._seconds = _shared("q", shape)
+        self._lock = threading.Lock()  # a worker's engine threads share its row
+
+    def allow(self, worker: int, analyst: str, per_minute: float) -> bool:
+        """Count a request of ``analyst``'s in ``worker``, unless they have sent
+        ``per_minute`` in the last minute (requests let in at the same moment by different
+        workers may pass it by one each)."""
+        now = int(time.monotonic())
+        which = self._index[analyst]
+        counts, seconds = self._counts[:, which], self._seconds[:, which]
+        with self._lock:
+            if counts[now - seconds < self.SECONDS].sum() >= per_minute:
+                return False
+            at = now % self.SECONDS
+            if seconds[worker, at] != now:
+                # zeroed before it is dated: a sibling reading between the two writes sees
+                # a count of 0 (of some second), never the old count dated now
+                counts[worker, at] = 0
+                seconds[worker, at] = now
+            counts[worker, at] += 1
+            return True
+
+
+def _shared(kind: str, shape: tuple[int, ...]) -> np.ndarray:
+    """An array of zeros in memory shared with the processes forked after it is made."""
+    return np.frombuffer(multiprocessing.RawArray(kind, math.prod(shape)),
+                         dtype=kind).reshape(shape)
 
 
 class Acceptor:

@@ -22,7 +22,6 @@ import stat
 import threading
 import time
 import warnings
-from collections import deque
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -37,6 +36,7 @@ from dpsql.budget import PrivacyLoss, budget_exhausted, positive, probability
 from dpsql.errors import ServerConfigError
 from dpsql.parse import check_dialect, dp_options
 from dpsql.server.auth import LoginLimiter, ScramExchange, check_password, mock_salt
+from dpsql.server.balance import RequestCounts
 from dpsql.server.config import Analyst, ServerConfig
 from dpsql.sqltext import split_statements
 from dpsql.versions import file_version
@@ -263,25 +263,6 @@ def _loss_json(loss: PrivacyLoss) -> dict:
     return {"epsilon": float(loss.epsilon), "delta": float(loss.delta)}
 
 
-class _RateLimiter:
-    """At most ``per_minute`` requests per analyst in any 60 s window."""
-
-    def __init__(self) -> None:
-        self._seen: dict[str, deque] = {}
-        self._lock = threading.Lock()
-
-    def allow(self, analyst: str, per_minute: float) -> bool:
-        with self._lock:
-            now = time.monotonic()
-            seen = self._seen.setdefault(analyst, deque())
-            while seen and now - seen[0] >= 60:
-                seen.popleft()
-            if len(seen) >= per_minute:
-                return False
-            seen.append(now)
-            return True
-
-
 @dataclass
 class _DatasetState:
     name: str
@@ -294,12 +275,15 @@ class _DatasetState:
 class Service:
     """Answers analysts' requests for the datasets of one configuration."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig,
+                 requests: tuple[RequestCounts, int] | None = None) -> None:
+        """``requests``: the workers' shared counts of each analyst's requests and this
+        worker's index (``dpsql serve``'s workers), else counted in this process."""
         self.config = config
         _private_state(config.state_dir)
         self.warnings: list[str] = []  # the metadata's, for the owner's log (``dpsql serve``)
         self._lock = threading.Lock()
-        self._rate = _RateLimiter()
+        self._requests, self._worker = requests or (RequestCounts(1, config.analysts), 0)
         self._running: dict[str, int] = {}  # requests each analyst has in the engine now
         self.running_per_analyst = config.threads_per_analyst
         self._secret = _login_secret(config.state_dir)
@@ -587,7 +571,7 @@ class Service:
         past ``max_sql_bytes`` or ``queries_per_minute``, or holding several statements."""
         account = self.analyst(user, dataset)
         self.check_size(user, sql)
-        if not self._rate.allow(user, account.limits.queries_per_minute):
+        if not self._requests.allow(self._worker, user, account.limits.queries_per_minute):
             raise ServiceError("rate_limited", f"more than "
                                f"{account.limits.queries_per_minute:g} requests per minute",
                                hint="wait a moment and try again")
