@@ -9,6 +9,7 @@ import ipaddress
 import logging
 import multiprocessing
 import os
+import select
 import signal
 import socket
 import ssl
@@ -22,7 +23,7 @@ import click
 
 from dpsql.errors import BoundsDefaultWarning, ServerConfigError
 from dpsql.server.auth import hash_password
-from dpsql.server.balance import AddressCounts, Sessions
+from dpsql.server.balance import AddressCounts, RequestCounts, Sessions
 from dpsql.server.config import ServerConfig, load_config, redact
 
 
@@ -118,11 +119,12 @@ def _loop_error(loop: asyncio.AbstractEventLoop, context: dict) -> None:
 
 
 def _worker(config: ServerConfig, pg_sock, http_sock, balance=None, waiting=None,
-            serving: Callable[[], None] = lambda: None) -> None:
+            serving: Callable[[], None] = lambda: None, requests=None) -> None:
     """One serving process: the service, the PostgreSQL front end and the HTTP API.
     ``balance``: the workers' shared session counts and this worker's index; ``waiting``:
     their shared counts of HTTP connections awaiting headers and this worker's index;
-    ``serving`` is called once both ports accept."""
+    ``serving`` is called once both ports accept; ``requests``: the workers' shared counts
+    of each analyst's requests and this worker's index."""
     import uvicorn
 
     from dpsql.server.http import HttpApi
@@ -132,7 +134,7 @@ def _worker(config: ServerConfig, pg_sock, http_sock, balance=None, waiting=None
     _logging(config)
     # logged once at start; each analyst's connection reads the metadata again
     warnings.filterwarnings("ignore", category=BoundsDefaultWarning)
-    service = Service(config)
+    service = Service(config, requests)
     executor = ThreadPoolExecutor(config.threads, thread_name_prefix="dpsql")
     tls = _tls(config)
     stopped_by: list[str] = []  # the signal's name
@@ -248,6 +250,10 @@ def serve(config_path: str, workers: int | None) -> None:
 
 
 FAILED_STARTS = 5  # an index whose processes exit before serving so often in a row stays empty
+# a worker that exits before it has served STEADY seconds is replaced after a delay, doubled
+# from FIRST_DELAY at each such exit in a row up to LONGEST_DELAY: one that served longer is
+# replaced at once (so however a request kills workers, an index forks about once in 10 s)
+FIRST_DELAY, LONGEST_DELAY, STEADY = 0.1, 10.0, 10.0
 _STOPS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -257,41 +263,50 @@ def _supervise(config: ServerConfig, pg_sock, http_sock, workers: int,
     worker that exits (killed by a signal, OOM-killed, crashed) is logged, its shared counts
     cleared, and a replacement forked with its index, unless the server is stopping (SIGTERM
     and SIGINT are forwarded as SIGTERM, and the parent returns once every worker has exited).
-    An index whose processes exit before serving ``FAILED_STARTS`` times in a row is not
-    refilled; with none left the server exits with status 1."""
+    A worker that exits before serving ``STEADY`` seconds is replaced after a backoff, the
+    others serving meanwhile. An index whose processes exit before serving ``FAILED_STARTS``
+    times in a row is not refilled; with none left the server exits with status 1."""
     sessions, waiting = Sessions(workers), AddressCounts(workers)
-    served = multiprocessing.RawArray("b", workers)  # set by each index's process once serving
+    # per analyst, kept when a worker dies: its replacement counts on in its row
+    requests = RequestCounts(workers, config.analysts)
+    # when each index's process began serving (time.monotonic(), one clock for every
+    # process), 0 before it serves
+    served = multiprocessing.RawArray("d", workers)
     failed = [0] * workers  # each index's exits before serving, in a row
+    delay = [0.0] * workers  # each index's last backoff; 0 once a process served STEADY s
+    due: dict[int, float] = {}  # index: when its replacement is to be forked
     children: dict[int, tuple[int, float]] = {}  # pid: (index, when forked)
     stopping: list[str] = []  # the stop signal's name
     parent = os.getpid()
+    # written by the signal handlers, so a wait for a child or a backoff ends at once on
+    # SIGCHLD or SIGTERM (a handler that returns lets os.wait() and sleep() go on waiting)
+    wake_read, wake_write = os.pipe()
+    for fd in (wake_read, wake_write):
+        os.set_blocking(fd, False)
 
     def start(index: int) -> None:
         """Fork ``index``'s process; one that cannot be forked (out of memory or processes)
-        counts as an exit before serving, tried again a second later."""
-        served[index] = 0
-        while True:
-            try:
-                pid = os.fork()
-                break
-            except OSError as err:
-                failed[index] += 1
-                log.error("worker %d cannot be forked (%d times in a row): %s", index,
-                          failed[index], err)
-                if failed[index] >= FAILED_STARTS or stopping:
-                    return
-                time.sleep(1.0)
+        counts as an exit before serving."""
+        served[index] = 0.0
+        try:
+            pid = os.fork()
+        except OSError as err:
+            replace(index, f"cannot be forked ({err})", None)
+            return
         if pid == 0:
-            for sig in _STOPS:
+            for sig in (*_STOPS, signal.SIGCHLD):
                 signal.signal(sig, signal.SIG_DFL)
+            os.close(wake_read)
+            os.close(wake_write)
 
             def ready() -> None:
-                served[index] = 1
+                served[index] = time.monotonic()
                 logging.getLogger("dpsql.server").info("worker %d serving", index)
 
             code = 0
             try:
-                _worker(config, pg_sock, http_sock, (sessions, index), (waiting, index), ready)
+                _worker(config, pg_sock, http_sock, (sessions, index), (waiting, index), ready,
+                        (requests, index))
             except BaseException:  # noqa: BLE001 - a child never returns into the parent
                 logging.getLogger("dpsql.server").exception("worker failed")
                 code = 1
@@ -300,6 +315,44 @@ def _supervise(config: ServerConfig, pg_sock, http_sock, workers: int,
         log.info("worker %d pid=%d forked", index, pid)
         if stopping:  # the signal came while it was forked, before it was listed
             os.kill(pid, signal.SIGTERM)
+
+    def replace(index: int, how: str, served_for: float | None) -> None:
+        """Fork a replacement for ``index``, whose process ``how`` after serving
+        ``served_for`` seconds (None: before serving): at once after a steady one, after its
+        backoff otherwise, never after ``FAILED_STARTS`` exits before serving in a row."""
+        failed[index] = 0 if served_for is not None else failed[index] + 1
+        if failed[index] >= FAILED_STARTS:
+            log.error("worker %d %s, %d times in a row: not restarted (%d of %d workers left)",
+                      index, how, failed[index], len(children), workers)
+            return
+        steady = served_for is not None and served_for >= STEADY
+        delay[index] = 0.0 if steady else min(max(2 * delay[index], FIRST_DELAY), LONGEST_DELAY)
+        if not delay[index]:
+            log.warning("worker %d %s; restarting it", index, how)
+            start(index)
+            return
+        log.warning("worker %d %s; restarting it in %.1f s", index, how, delay[index])
+        due[index] = time.monotonic() + delay[index]
+
+    def exited(pid: int, status: int) -> None:
+        """Log the exit of worker ``pid`` and replace it unless the server is stopping."""
+        index, forked = children.pop(pid)
+        # its sessions and connections died with it: counted still, its siblings deferred to
+        # it for ever and its waiting HTTP connections held their addresses' caps
+        sessions.gone(index)
+        waiting.gone(index)
+        now = time.monotonic()
+        served_for = now - served[index] if served[index] else None
+        code = os.waitstatus_to_exitcode(status)
+        how = (f"pid={pid} " + (f"killed by {signal.Signals(-code).name}" if code < 0 else
+                                f"exited with code {code}") +
+               f" after {now - forked:.1f} s" + ("" if served_for is not None else
+                                                 " before serving"))
+        if stopping:
+            if code != 0:
+                log.warning("worker %d %s while stopping", index, how)
+            return
+        replace(index, how, served_for)
 
     def forward(signum, frame) -> None:
         if os.getpid() != parent:  # a worker's, before it set the default back
@@ -312,39 +365,46 @@ def _supervise(config: ServerConfig, pg_sock, http_sock, workers: int,
                 os.kill(child, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+        wake()
+
+    def wake(signum=None, frame=None) -> None:
+        try:
+            os.write(wake_write, b".")
+        except (BlockingIOError, OSError):  # full: a wake-up is pending already
+            pass
 
     for sig in _STOPS:
         signal.signal(sig, forward)
+    signal.signal(signal.SIGCHLD, wake)
     for index in range(workers):
         start(index)
-    while children:
-        try:
-            pid, status = os.wait()
-        except ChildProcessError:
+    while children or (due and not stopping):
+        if stopping:  # no replacement is forked once stopping, whenever it was due
+            due.clear()
+        for index in [i for i, at in due.items() if at <= time.monotonic()]:
+            del due[index]
+            start(index)
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            if pid in children:
+                exited(pid, status)
+        if not (children or (due and not stopping)):
             break
-        if pid not in children:
-            continue
-        index, forked = children.pop(pid)
-        # its sessions and connections died with it: counted still, its siblings deferred to
-        # it for ever and its waiting HTTP connections held their addresses' caps
-        sessions.gone(index)
-        waiting.gone(index)
-        code = os.waitstatus_to_exitcode(status)
-        how = (f"pid={pid} " + (f"killed by {signal.Signals(-code).name}" if code < 0 else
-                                f"exited with code {code}") +
-               f" after {time.monotonic() - forked:.1f} s" +
-               ("" if served[index] else " before serving"))
-        if stopping:
-            if code != 0:
-                log.warning("worker %d %s while stopping", index, how)
-            continue
-        failed[index] = 0 if served[index] else failed[index] + 1
-        if failed[index] >= FAILED_STARTS:
-            log.error("worker %d %s, %d times in a row: not restarted (%d of %d workers left)",
-                      index, how, failed[index], len(children), workers)
-            continue
-        log.warning("worker %d %s; restarting it", index, how)
-        start(index)
+        wait = max(0.0, min(due.values()) - time.monotonic()) if due else None
+        select.select([wake_read], [], [], wait)
+        try:
+            while os.read(wake_read, 512):
+                pass
+        except BlockingIOError:
+            pass
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.close(wake_read)
+    os.close(wake_write)
     if not stopping:
         log.error("no worker left: every one exited before serving %d times in a row; "
                   "stopping (see the workers' errors above)", FAILED_STARTS)

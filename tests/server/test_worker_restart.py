@@ -1,8 +1,11 @@
 """``dpsql serve`` with ``workers: 2`` keeps two workers: one killed (SIGKILL, as the OOM killer
 does) is logged, its shared counts cleared and a replacement forked with its index, which
 takes new connections; the ledger stays exact through it. A worker that cannot start is not
-restarted for ever. Before, a dead worker was not replaced (the server served on with one
-until none was left) and its waiting HTTP connections held their address's cap for good."""
+restarted for ever, and one that dies soon after it started is replaced after a backoff. An
+analyst's requests of the last minute are counted on through a worker's death. Before, a dead
+worker was not replaced (the server served on with one until none was left) and its waiting
+HTTP connections held their address's cap for good; then one was replaced at once however
+often it died, and its analysts' rate limits began again from zero."""
 
 from __future__ import annotations
 
@@ -13,13 +16,16 @@ import signal
 import sqlite3
 import threading
 import time
+from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
 
 import httpx
 import psycopg
+import pytest
 import yaml
 from server_harness import ANALYSTS, password, start_server, write_config
+from test_protocol_abuse import TABLES
 from test_http_timeouts import dial, hold_waiting
 
 EPSILON = Fraction(1, 20)
@@ -315,4 +321,123 @@ def test_a_worker_that_cannot_start_is_not_restarted_for_ever(tmp_path):
         log = server.log.read_text()
         assert "not restarted (0 of 2 workers left)" in log and "no worker left" in log, log
     finally:
+        server.stop()
+
+
+def _logged(line: str) -> float:
+    """When the server logged ``line`` (its timestamp, to the millisecond)."""
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def _wait_for(server, pattern: str, seconds: float = 60) -> re.Match:
+    """The first line of the server's log matching ``pattern``, once it is there."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = re.search(pattern, server.log.read_text(), re.MULTILINE)
+        if found:
+            return found
+        time.sleep(0.005)
+    raise AssertionError(f"no {pattern!r} in the log:\n{server.log.read_text()}")
+
+
+def _first_pid(server, index: int) -> int:
+    return int(re.search(rf"worker {index} pid=(\d+) forked", server.log.read_text()).group(1))
+
+
+def _kill(server, pid: int) -> str:
+    """SIGKILL worker ``pid``; the parent's line about its exit."""
+    os.kill(pid, signal.SIGKILL)
+    return _wait_for(server, rf"^.* pid={pid} killed by SIGKILL .*$").group(0)
+
+
+def test_a_worker_dying_soon_after_it_started_is_replaced_after_a_backoff(tmp_path):
+    """A worker killed each time soon after it serves is replaced after 0.1, 0.2, 0.4 ... s,
+    up to 10 s (before, at once: a request killing workers had the parent fork in a tight
+    loop); the other worker answers meanwhile, and SIGTERM during a backoff stops the server
+    without forking the replacement, before it was due."""
+    server = start_server(tmp_path, write_config(tmp_path, analysts=["alice"], workers=2))
+    try:
+        pid, other = _first_pid(server, 0), _first_pid(server, 1)
+        delays = [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 10.0]
+        for delay in delays:
+            line = _kill(server, pid)
+            assert line.endswith(f"; restarting it in {delay:.1f} s"), line
+            if delay == delays[-1]:
+                break
+            pid, _ = _replaced(server, pid)
+            forked = re.search(rf"^.* worker 0 pid={pid} forked$", server.log.read_text(),
+                               re.MULTILINE).group(0)
+            assert _logged(forked) - _logged(line) >= delay - 0.002, (line, forked)
+        with httpx.Client() as http:  # worker 1 alone serves during the backoff
+            assert http.get(server.http + "/api/v1/me", auth=("alice", password("alice")),
+                            timeout=30).status_code == 200
+        os.kill(server.process.pid, signal.SIGTERM)
+        assert server.process.wait(60) == 0
+        stopped = time.time()
+        log = server.log.read_text()
+        assert not re.search(r"worker 0 pid=\d+ forked", log.split(line, 1)[1]), log
+        assert log.count(" stopped signal=SIGTERM ") == 1  # worker 1's
+        assert f"pid={other} INFO stopped signal=SIGTERM" in log
+        # the replacement was due 10 s after the line: stopping waited for worker 1 only
+        assert stopped < _logged(line) + delays[-1], (stopped, line)
+    finally:
+        server.stop()
+
+
+def test_the_backoff_is_per_worker_and_ends_once_a_worker_has_served_10_s(tmp_path):
+    """Worker 0 killed twice soon after it serves waits 0.1 then 0.2 s; its replacement
+    killed after serving 10 s or more is replaced at once, and the next quick death waits
+    0.1 s again; worker 1, serving since the start, is replaced at once."""
+    server = start_server(tmp_path, write_config(tmp_path, analysts=["alice"], workers=2))
+    try:
+        pid, other = _first_pid(server, 0), _first_pid(server, 1)
+        for delay in (0.1, 0.2):
+            assert _kill(server, pid).endswith(f"; restarting it in {delay:.1f} s")
+            pid, _ = _replaced(server, pid)
+        time.sleep(11)  # served 10 s or more (the parent reads when it began serving)
+        assert _kill(server, pid).endswith("; restarting it")
+        pid, _ = _replaced(server, pid)
+        assert _kill(server, pid).endswith("; restarting it in 0.1 s")
+        assert _kill(server, other).endswith("; restarting it")
+        _replaced(server, other)
+        _replaced(server, pid)
+    finally:
+        server.stop()
+
+
+def test_an_analysts_requests_are_counted_on_when_their_worker_dies(tmp_path):
+    """An analyst who has sent their ``queries_per_minute`` is refused on whichever worker
+    they reach after their worker is killed, the replacement too (before, each process
+    counted its own from zero: a crash gave them a fresh minute, and each worker allowed
+    as many again)."""
+    config = write_config(tmp_path, analysts=["alice"], workers=2)
+    settings = yaml.safe_load(config.read_text())
+    settings["analysts"]["alice"]["limits"] = {"queries_per_minute": 4}
+    config.write_text(yaml.safe_dump(settings))
+    server = start_server(tmp_path, config)
+    sessions = []
+    try:
+        began = time.monotonic()
+        sessions.append(psycopg.connect(server.dsn("alice"), autocommit=True))
+        for _ in range(4):
+            assert sessions[0].execute(TABLES).fetchall()
+        with pytest.raises(psycopg.errors.TooManyConnections, match="4 requests per minute"):
+            sessions[0].execute(TABLES)
+        killed = int(_logins(server)["alice"])
+        os.kill(killed, signal.SIGKILL)
+        new, _ = _replaced(server, killed)
+        landed = set()
+        for attempt in range(12):  # until one lands on the replacement
+            sessions.append(psycopg.connect(server.dsn("alice"), autocommit=True))
+            landed.add(int(_logins(server)["alice"]))
+            with pytest.raises(psycopg.errors.TooManyConnections, match="per minute"):
+                sessions[-1].execute(TABLES)
+            if new in landed:
+                break
+        assert new in landed, (new, landed)
+        # all within the minute of the first request (a few seconds on a loaded machine)
+        assert time.monotonic() - began < 60
+    finally:
+        for session in sessions:
+            session.close()
         server.stop()
