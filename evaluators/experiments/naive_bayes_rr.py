@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -417,13 +418,15 @@ def epsilon_check_table() -> str:
 
 
 def write_report(summary: pd.DataFrame, results: pd.DataFrame, path: Path, *, quick: bool,
-                 minutes: float) -> None:
+                 minutes: float, load_15min: float | None = None) -> None:
     """``report.md``: the setup, our numbers beside the paper's claims, and the gaps."""
     tables = report_tables(summary)
     reps = {d.name: int(results[(results.dataset == d.name)].rep.max()) + 1 for d in DATASETS}
     timing = results[results.part != "A"].groupby(["dataset", "variant"]).seconds.mean()
     measured = findings(summary)
-    typed = {key: text.format(**measured, minutes=minutes) for key, text in
+    load = ("load not recorded" if load_15min is None else
+            f"15-minute load average {load_15min:.1f} at its end")
+    typed = {key: text.format(**measured, minutes=minutes, load=load) for key, text in
              TYPED_VERDICTS.items()}
     if quick:
         typed = {key: "" if key == "claims_runtime" else QUICK_NOTE for key in typed}
@@ -601,19 +604,20 @@ At the ε of the paper's recommended p0 both approaches approach the non-private
 Adult; on Car the central model is clearly better at the same ε, and far more accurate at the ε
 values where local DP is usable at all (ε ≤ 8 per record).""",
     "claims_runtime": """ The full
-  run took {minutes:.0f} min because the 2-core machine was shared (load average 11-16); on a
-  lightly loaded machine it takes about 8-10 min (estimated from the quick run).""",
+  run took {minutes:.0f} min on the shared 2-core machine ({load}).""",
 }
 
 
-def render(results: pd.DataFrame, output: Path, *, quick: bool, minutes: float) -> None:
+def render(results: pd.DataFrame, output: Path, *, quick: bool, minutes: float,
+           load_15min: float | None = None) -> None:
     """Summary CSV, plots and report from the per-fit results."""
     summary = summarize(results)
     summary.to_csv(output / "summary.csv", index=False)
     plot_part_a(summary, output / "accuracy_vs_p0.png")
     plot_part_b(summary, output / "rrph_vs_warner.png")
     plot_part_c(summary, output / "local_vs_central.png")
-    write_report(summary, results, output / "report.md", quick=quick, minutes=minutes)
+    write_report(summary, results, output / "report.md", quick=quick, minutes=minutes,
+                 load_15min=load_15min)
 
 
 @click.command()
@@ -642,7 +646,8 @@ def main(quick: bool, output: Path, replot: bool) -> None:
             rows += run_dataset(dataset, reps, Path(workdir), bar)
     results = pd.DataFrame(rows)
     results.to_csv(output / "results.csv", index=False)
-    run = {"quick": quick, "minutes": (time.perf_counter() - start) / 60}
+    run = {"quick": quick, "minutes": (time.perf_counter() - start) / 60,
+           "load_15min": round(os.getloadavg()[2], 1)}
     (output / "run.json").write_text(json.dumps(run) + "\n")
     render(results, output, **run)
     click.echo(f"wrote {output}")
