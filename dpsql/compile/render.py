@@ -12,6 +12,7 @@ types and literals, never from declared bounds, which the data may break) render
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Callable
@@ -866,8 +867,52 @@ class SparkDialect(Dialect):
         return (f"(CASE WHEN {text} RLIKE '^\\\\s*[-+]?[0-9]+(\\\\.0+)?\\\\s*$' "
                 f"THEN try_cast(try_cast({text} AS DECIMAL(38, 0)) AS BIGINT) END)")
 
+    # Spark compiles LIKE into a java.util.regex with ``.*`` for each %, which backtracks:
+    # '%a%b%c%d%e%f%g%' on 'abcdef' repeated took 6 s at 240 characters, 64 times more at
+    # each doubling, and never ended on one person's 5,000 (tests/backends/test_spark_like.py)
+    def _op_like(self, e: Expr) -> str:
+        return f"({self.expr(e.args[0])} RLIKE {self.like_regex(e.value, fold=False)})"
+
     def _op_ilike(self, e: Expr) -> str:
-        return f"(LOWER({self.expr(e.args[0])}) LIKE LOWER({self.string(e.value)}))"
+        return f"(LOWER({self.expr(e.args[0])}) RLIKE {self.like_regex(e.value, fold=True)})"
+
+    def like_regex(self, pattern: str, fold: bool) -> str:
+        """SQL of a java.util.regex that a value matches (RLIKE, a ``find``) iff the value is
+        LIKE ``pattern``, in time linear in the value's length times the pattern's. A segment
+        between two % is found at its earliest (lazily) and committed (an atomic group): exact
+        since a segment has a fixed length (``_`` is one code point, as Java's ``.`` is), so
+        its earliest occurrence ends earliest and leaves the most to what follows. With
+        ``fold`` the pattern's text is read through the database's LOWER, one literal run at a
+        time: their boundaries, % and _, are neither cased nor case-ignorable, so the runs
+        lower as the whole pattern does (Java's final sigma reads a letter's neighbours)."""
+        if "\\" in pattern:  # \Q...\E quotes a text without a backslash only (ops._like)
+            raise InternalError("a LIKE pattern with a backslash reached the renderer")
+        pieces: list[tuple[str, bool]] = [("(?s)\\A", False)]  # (regex text, folded)
+
+        def segment(text: str) -> None:
+            for i, run in enumerate(text.split("_")):
+                if i:
+                    pieces.append((".", False))
+                if run:
+                    pieces.extend([("\\Q", False), (run, fold), ("\\E", False)])
+
+        first, *rest = pattern.split("%")
+        segment(first)
+        for text in filter(None, rest[:-1]):  # an empty one (%%) adds nothing
+            pieces.append(("(?>.*?", False))
+            segment(text)
+            pieces.append((")", False))
+        if not rest:
+            pieces.append(("\\z", False))
+        elif rest[-1]:  # after a final %, anything may follow: the regex is not anchored
+            pieces.append((".*", False))
+            segment(rest[-1])
+            pieces.append(("\\z", False))
+        parts = []
+        for folded, run in itertools.groupby(pieces, key=lambda piece: piece[1]):
+            text = self.string("".join(text for text, _ in run))
+            parts.append(f"LOWER({text})" if folded else text)
+        return parts[0] if len(parts) == 1 else f"concat({', '.join(parts)})"
 
     def _op_sign(self, e: Expr) -> str:
         (arg,) = self._args(e)
