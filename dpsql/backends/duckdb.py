@@ -11,6 +11,7 @@ a second in-memory database that holds the public tables only.
 from __future__ import annotations
 
 import csv
+import functools
 import os
 import shutil
 import tempfile
@@ -92,6 +93,8 @@ class DuckDBBackend(PublicLimits):
         self.sources = {name: _quote(name) for name in catalog.tables}
         self._public: DuckDBBackend | None = None
         self.loaded_versions: dict[str, str | None] = {}  # CSV sources, as read at opening
+        # private Parquet sources -> the stat of the file whose schema was last checked
+        self._parquet_checked: dict[str, tuple | None] = {}
         self._config = self._resource_config(catalog.resources)
         try:
             if locked:
@@ -207,7 +210,7 @@ class DuckDBBackend(PublicLimits):
         self._public.analyst = self.analyst
         self._public.sources, self._public._frames = self.sources, self._frames
         self._public.database = self.database
-        self._public.loaded_versions = {}
+        self._public.loaded_versions, self._public._parquet_checked = {}, {}
         self._public._config = self._resource_config(self.catalog.resources)
         self._public._catalogued(self.database, public)
         self._public._lock([t.source for t in public if t.source is not None
@@ -255,6 +258,8 @@ class DuckDBBackend(PublicLimits):
         try:
             if parquet:  # Parquet reads fast and typed: a view
                 _check_columns(table, types, repr(source))
+                if not table.public:
+                    self._check_decodable(table)
                 self.connection.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(table.name)} AS "
                                         f"SELECT {columns} FROM {reader}")
             else:
@@ -276,6 +281,33 @@ class DuckDBBackend(PublicLimits):
             self.connection.execute(f"SELECT * FROM {_quote(table.name)} LIMIT 0")
         except duckdb.Error as err:
             raise _read_error(table, err) from (err if table.public else None)
+
+    def _check_decodable(self, table: TableSpec, changed: bool = False) -> None:
+        """Refuse a private Parquet source whose schema stores a declared column in a type
+        DuckDB's reader fails on for some values (``_undecodable``): that failure would
+        come at a query, on the data with the one person who holds such a value only. The
+        file's schema alone decides, never its values."""
+        stat = _stat(table.source)
+        found = _undecodable(self.connection, table)
+        # a refused file is checked again at each query, until it passes
+        self._parquet_checked[table.name] = None if found else stat
+        if not found:
+            return
+        column, (stored, hint) = next(iter(found.items()))
+        when = " changed since dpsql connected, and it" if changed else ""
+        raise DataError(f"table {table.name!r}: its source {table.source!r}{when} stores the "
+                        f"column {column!r} as {stored}, which DuckDB's Parquet reader fails "
+                        "to read for some values", hint=hint)
+
+    def _recheck_parquet(self) -> None:
+        """Check anew the schema of each private Parquet source replaced since it was last
+        checked: its view reads the file as it is at each query."""
+        for name, stat in self._parquet_checked.items():
+            if stat is None or _stat(self.catalog.tables[name].source) != stat:
+                try:
+                    self._check_decodable(self.catalog.tables[name], changed=True)
+                except duckdb.Error:
+                    self._parquet_checked[name] = None  # unreadable: the query says so
 
     def _count_unread(self, table: TableSpec) -> None:
         """Keep how many rows of a private CSV could not be read and were left out; said to
@@ -327,6 +359,7 @@ class DuckDBBackend(PublicLimits):
         failure happened while reading rows and is a BackendError; a statement still running
         after ``timeout`` seconds is interrupted (QueryTimeoutError).
         """
+        self._recheck_parquet()
         deadline = WATCHDOG.watch(timeout, self.connection.interrupt) \
             if timeout is not None else None
         try:
@@ -389,7 +422,10 @@ def _reader(table: TableSpec, *, typed: bool = False, rejects: bool = True) -> s
     person's value of 2 million short lines held 3-5 GB there, past any memory_limit."""
     path = _literal(table.source)
     if table.source.lower().endswith(".parquet"):
-        return f"read_parquet({path})"
+        # one person's string that is not UTF-8 failed the reader: its bytes are read as '?'
+        lenient = ", utf8_validation = 'replace'" if not table.public and _lenient_utf8() \
+            else ""
+        return f"read_parquet({path}{lenient})"
     options = table.csv
     args = [path] if typed else [path, "all_varchar = true"]
     names = options.get("names")
@@ -418,6 +454,74 @@ def _reader(table: TableSpec, *, typed: bool = False, rejects: bool = True) -> s
     if "encoding" in options:
         args.append(f"encoding = {_literal(options['encoding'])}")
     return f"read_csv({', '.join(args)})"
+
+
+@functools.cache
+def _lenient_utf8() -> bool:
+    """Whether DuckDB's Parquet reader can replace bytes that are not UTF-8 (2.0.1 on)."""
+    with duckdb.connect(":memory:") as connection:
+        return bool(connection.execute(
+            "SELECT bool_or(list_contains(parameters, 'utf8_validation')) "
+            "FROM duckdb_functions() WHERE function_name = 'read_parquet'").fetchone()[0])
+
+
+def _stat(path: str) -> tuple | None:
+    """What tells a file replaced or rewritten (as ``versions.file_version`` keys it)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
+
+
+_TIME_HINT = ("store it as text, or as an int (e.g. milliseconds since midnight) declared int: "
+              "the reader fails on a time outside one day")
+_MILLIS_HINT = ("store it in microseconds (pyarrow: coerce_timestamps='us'), or as int64 "
+                "milliseconds since the epoch declared int: the reader fails on one outside "
+                "DuckDB's timestamp range")
+
+
+def _undecodable(connection: duckdb.DuckDBPyConnection, table: TableSpec
+                 ) -> dict[str, tuple[str, str]]:
+    """Declared column -> (what it is stored as, a hint) for each column of a Parquet
+    source stored, or holding a nested field stored, in a type whose reading fails on one
+    value: a time of day (past one day or negative), a millisecond timestamp (past DuckDB's
+    microsecond range), JSON (malformed), and a UTF-8 string (bytes not UTF-8) where the
+    reader cannot replace such bytes."""
+    rows = connection.execute(
+        "SELECT file_name, name, num_children, converted_type, logical_type "
+        f"FROM parquet_schema({_literal(table.source)})").fetchall()
+    declared = {name.lower(): name for name in table.columns}
+    found: dict[str, tuple[str, str]] = {}
+    file, left, top = None, [], None  # left: fields yet to come at each depth
+    for row_file, name, children, converted, logical in rows:
+        if row_file != file:  # a file's root (a folder source holds several files)
+            file, left = row_file, [children or 0]
+            continue
+        if len(left) == 1:
+            top = declared.get(name.lower())
+        left[-1] -= 1
+        if children:
+            left.append(children)
+        while len(left) > 1 and left[-1] == 0:
+            left.pop()
+        logical = logical or ""
+        if top is None or top in found:
+            continue
+        if converted in ("TIME_MILLIS", "TIME_MICROS") or logical.startswith("TimeType"):
+            found[top] = ("a time of day", _TIME_HINT)
+        elif converted == "TIMESTAMP_MILLIS" or (logical.startswith("TimestampType")
+                                                 and "MILLIS=MilliSeconds" in logical):
+            found[top] = ("a timestamp in milliseconds", _MILLIS_HINT)
+        elif converted == "JSON" or logical.startswith("JsonType"):
+            found[top] = ("JSON", "store it as a plain string: the reader fails on one "
+                          "malformed JSON value")
+        elif not _lenient_utf8() and (converted in ("UTF8", "ENUM") or
+                                      logical.startswith(("StringType", "EnumType"))):
+            found[top] = ("UTF-8 text", f"upgrade DuckDB (now {duckdb.__version__}) to 2.0.1 "
+                          "or later, whose reader replaces bytes that are not UTF-8, or store "
+                          "the column as binary: this one fails on such bytes")
+    return found
 
 
 def _private_columns(table: TableSpec) -> list[str] | None:
