@@ -302,6 +302,19 @@ class Engine:
             if not remaining.covers(planned.release.loss):
                 raise budget_exhausted(self.analyst, self.catalog.name, planned.release.loss,
                                        remaining)
+        # before any private row is read: their refusal is uncharged, so its latency must
+        # not include the exact queries' run time
+        try:
+            public = [self.backend.run_public(
+                q.sql(self.public.dialect, self.backend.sources), self.timeout)
+                for q in planned.public]
+        except QueryTimeoutError:  # public data only: nothing to charge
+            # (a server sets its analysts' limit on the backend: this connection may have none)
+            limit = "its time limit" if self.timeout is None else f"{self.timeout:g} s"
+            raise QueryTimeoutError(
+                f"a statement over public tables ran longer than {limit}; nothing was charged "
+                "or released", hint="raise timeout=, or ask a narrower query (fewer joins, a "
+                "WHERE, a LIMIT)") from None
         try:
             exact = [self._run_exact(p.exact_query) for p in planned.release.statements] \
                 if planned.release else []
@@ -325,17 +338,6 @@ class Engine:
                     "ask a narrower query, or give the backend more: resources: "
                     "{memory_limit, max_temp_size} in the metadata, or "
                     "connect(memory_limit=...) / dpsql run --memory-limit")) from None
-        try:
-            public = [self.backend.run_public(
-                q.sql(self.public.dialect, self.backend.sources), self.timeout)
-                for q in planned.public]
-        except QueryTimeoutError:  # public data only: nothing to charge
-            # (a server sets its analysts' limit on the backend: this connection may have none)
-            limit = "its time limit" if self.timeout is None else f"{self.timeout:g} s"
-            raise QueryTimeoutError(
-                f"a statement over public tables ran longer than {limit}; nothing was charged "
-                "or released", hint="raise timeout=, or ask a narrower query (fewer joins, a "
-                "WHERE, a LIMIT)") from None
         release_id = None
         if planned.release is not None and planned.release.loss != PrivacyLoss.zero():
             release_id = self.ledger.charge(

@@ -65,6 +65,25 @@ def test_an_embedded_public_statement_honours_timeout():
         con.close()
 
 
+def test_a_scripts_public_statements_run_before_any_private_row_is_read():
+    """A script's statements over public tables are refused uncharged when they fail: run
+    after the exact queries, their refusal came once the private rows had been read, and its
+    latency, free to ask again, was the private query's run time on the data (adversary round
+    G: a median 2.16 s on D, 2.48 s on D′ with one person of 10⁶ rows, at ε 0 both). Here
+    the private statement's own exact query would pass the timeout: it is never run."""
+    con = dpsql.connect(metadata=str(ROOT / "data" / "visits.yaml"), analyst="pat",
+                        ledger=":memory:", timeout=0.3)
+    private = _self_joins("COUNT(*) AS n", 7).replace(
+        "FROM regions r0", "FROM visits v JOIN regions r0 ON r0.region_id >= 0")
+    try:
+        with pytest.raises(dpsql.QueryTimeoutError, match="over public tables"):
+            con.cursor().executescript(f"{private};\n{_self_joins('COUNT(*) AS n', 12)}",
+                                       epsilon=1)
+        assert con.budget_spent.epsilon == 0
+    finally:
+        con.close()
+
+
 @pytest.mark.postgres
 def test_public_limits_hold_on_postgresql(tmp_path):
     """A server's statements over public tables run under ``public_limits``, which only the
