@@ -6,6 +6,12 @@ columns, as the DuckDB backend does. The exact SQL is rendered from the IR in Sp
 (``compile.render.SparkDialect``: try_* arithmetic, xxhash64, sums as DECIMAL(38, 0) where
 they must not wrap).
 
+A private CSV that is a file here is read by the DuckDB backend's reader of private CSVs
+into a Parquet copy (``SparkBackend._copy``) that Spark reads, so its rows are DuckDB's: Spark's
+own reader failed the whole read on one person's line of more than 20,480 fields. The copies
+are written into a folder of the backend's own under ``DPSQL_SPARK_STAGING`` (default the
+system's temporary folder), which a cluster or Spark Connect server must read at that path.
+
 Every declared column is read through a subquery that applies ``try_cast`` to its declared
 type, as DuckDB reads a source: a value that does not convert (a string column of
 ``spark.read.csv`` without ``inferSchema``, an INT, a DECIMAL) is NULL, so no stored value can
@@ -36,16 +42,23 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
+import shutil
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import duckdb
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from sqlglot import exp
 
 from dpsql.backends import PublicLimits, exact_rows, with_stored_columns
+from dpsql.backends.duckdb import _literal, _no_progress_bar, _quote as _duckdb_quote, \
+    _read_error, _reader
 from dpsql.backends.watchdog import WATCHDOG
 from dpsql.catalog import Catalog, TableSpec
 from dpsql.compile.render import dialect
@@ -69,9 +82,13 @@ _SESSION = {_TIME_ZONE: "UTC", "spark.sql.variable.substitute": "false"}
 # what SparkContext.setJobGroup sets on the calling thread, restored after a timed query
 _JOB_GROUP = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
 CANCEL_EVERY = 0.5  # seconds between the cancels of a query past its deadline
+# the folder under which each backend makes its own (mode 0700) for the Parquet copies of
+# private CSV sources; default the system's temporary folder
+STAGING = "DPSQL_SPARK_STAGING"
 
 
 _VIEW_IDS = itertools.count()
+_COPY_IDS = itertools.count()
 _USERS: dict[int, int] = {}  # open backends per session (by id)
 _STARTED: set[int] = set()  # sessions dpsql started, stopped when their last backend closes
 
@@ -107,9 +124,15 @@ class SparkBackend(PublicLimits):
         # what each table is stored as: the session's table or view, or a source's own view
         self.relations = {name: _quote(self._views.get(name, name)) for name in catalog.tables}
         self._read_versions: dict[str, str | None] = {}  # each source's file, as its view read it
-        for table in catalog.tables.values():
-            if table.source is not None:
-                self._register(table)
+        self._staging: str | None = None  # this backend's folder of Parquet copies (_copy)
+        self._copies: dict[str, str] = {}  # the copy each private CSV's view reads
+        try:
+            for table in catalog.tables.values():
+                if table.source is not None:
+                    self._register(table)
+        except BaseException:
+            self._remove_copies()
+            raise
         stored = self._stored_types = {name: self._stored(name) for name in catalog.tables}
         self.catalog = with_stored_columns(catalog, {
             name: {column: _TYPES.get(kind.split("(")[0], "text") for column, kind in
@@ -125,22 +148,77 @@ class SparkBackend(PublicLimits):
         and note the file's version it read; ``replaced``: the file changed since connect,
         and a refusal names what Spark cannot read now (schemas only)."""
         before = file_version(table.source)
+        copy = self._copy(table) if _copied(table) else None
+        frame = None
         try:
-            frame = self._source_frame(table)
+            frame = self._source_frame(table, copy)
             frame.selectExpr(*_typed(table)).createOrReplaceTempView(self._views[table.name])
         except (PySparkException, Py4JError) as err:
+            _remove(copy)
             if replaced:
-                raise self._unreadable(table) from None
+                raise self._unreadable(table, frame) from None
             raise DataError(f"table {table.name!r}: cannot read {table.source!r}: {err}",
                             hint="check the csv options and that every declared column exists "
                             "in the file") from err
-        # a file replaced while Spark listed it: read anew at the next query
+        except BaseException:
+            _remove(copy)
+            raise
+        # the view reads the new copy now; a failed read above kept the old view and its copy
+        _remove(self._copies.pop(table.name, None))
+        if copy is not None:
+            self._copies[table.name] = copy
+        # a file replaced while Spark listed it (or DuckDB copied it): read anew at the next
+        # query
         self._read_versions[table.name] = before if file_version(table.source) == before \
             else None
 
-    def _source_frame(self, table: TableSpec) -> DataFrame:
-        """The source file as Spark reads it now (its listing and schema, no rows)."""
+    def _copy(self, table: TableSpec) -> str:
+        """A Parquet copy of a private CSV source, written by DuckDB through the reader of the
+        DuckDB backend (``duckdb._reader``: RFC 4180 in one scan, its columns from the
+        header or ``names``, every value text, a row it cannot read left out), so Spark reads
+        the rows DuckDB reads. Spark's own reader failed the whole read on one person's line
+        of more than 20,480 fields (univocity's ``maxColumns``, allocated per parser: a larger
+        one only moves the limit), and kept a row of more fields than the header that DuckDB
+        leaves out. A folder of its own per backend, removed at ``close``; a new copy each
+        time the file changed."""
+        if self._staging is None:
+            self._staging = tempfile.mkdtemp(prefix="dpsql-spark-",
+                                             dir=os.environ.get(STAGING) or None)
+        # not the view's name: Spark skips a file whose name begins with '_' or '.'
+        path = os.path.join(self._staging, f"copy-{next(_COPY_IDS)}.parquet")
+        source = _reader(table, rejects=False)
+        try:
+            with duckdb.connect(":memory:") as connection:
+                _no_progress_bar(connection)
+                columns = "*"
+                if table.csv.get("trim"):  # as the DuckDB backend trims (_column_sql)
+                    names = [row[0] for row in connection.execute(
+                        f"DESCRIBE SELECT * FROM {source}").fetchall()]
+                    columns = ", ".join(f"TRIM({_duckdb_quote(name)}) AS "
+                                        f"{_duckdb_quote(name)}" for name in names)
+                connection.execute(f"COPY (SELECT {columns} FROM {source}) TO "
+                                   f"{_literal(path)} (FORMAT parquet)")
+        except duckdb.Error as err:
+            _remove(path)
+            raise _read_error(table, err) from None
+        return path
+
+    def _source_frame(self, table: TableSpec, copy: str | None = None) -> DataFrame:
+        """The source file as Spark reads it now (its listing and schema, no rows), or
+        ``copy``, its Parquet copy (``_copy``)."""
         reader = self.session.read
+        if copy is not None:
+            try:
+                frame = reader.parquet(copy)
+                frame.schema  # noqa: B018 (Spark Connect reads a file only when asked)
+            except (PySparkException, Py4JError):
+                # said by paths alone: Spark's message could quote the copy's rows
+                raise DataError(
+                    f"table {table.name!r}: Spark cannot read the Parquet copy of "
+                    f"{table.source!r} that dpsql wrote at {copy!r}",
+                    hint=f"set {STAGING} to a folder that the Spark driver and executors "
+                    "read at the same path as this process (a shared mount)") from None
+            return frame
         if table.source.lower().endswith(".parquet"):
             return reader.parquet(table.source)
         options = table.csv
@@ -155,27 +233,28 @@ class SparkBackend(PublicLimits):
                            multiLine=True, escape='"')
         return frame.toDF(*options["names"]) if "names" in options else frame
 
-    def _unreadable(self, table: TableSpec) -> DataError:
+    def _unreadable(self, table: TableSpec, frame: DataFrame | None) -> DataError:
         """The refusal of a query over a source file replaced since connect by one Spark
-        cannot read as declared, naming the first declared column it lacks or stores as a
-        type Spark cannot convert (names from the metadata, and types: a private file's own
-        column names can be its first row)."""
+        cannot read as declared (``frame``: as Spark read it, None when it could not), naming
+        the first declared column it lacks or stores as a type Spark cannot convert (names
+        from the metadata, and types: a private file's own column names can be its first
+        row)."""
         what = "Spark cannot read it"
-        try:
-            frame = self._source_frame(table)
-            kinds = {field.name.lower(): field.dataType.simpleString()
-                     for field in frame.schema.fields}
-            for column, spec in table.columns.items():
-                kind = kinds.get(column.lower())
-                if kind is None:
-                    what = f"it lacks the declared column {column!r}"
-                    break
-                if not _converts(frame, table, column):
-                    what = f"it stores {column} as {kind}, which Spark cannot convert to " \
-                        f"{spec.type}"
-                    break
-        except (PySparkException, Py4JError):
-            pass  # unreadable as a whole
+        if frame is not None:
+            try:
+                kinds = {field.name.lower(): field.dataType.simpleString()
+                         for field in frame.schema.fields}
+                for column, spec in table.columns.items():
+                    kind = kinds.get(column.lower())
+                    if kind is None:
+                        what = f"it lacks the declared column {column!r}"
+                        break
+                    if not _converts(frame, table, column):
+                        what = f"it stores {column} as {kind}, which Spark cannot convert to " \
+                            f"{spec.type}"
+                        break
+            except (PySparkException, Py4JError):
+                pass  # unreadable as a whole
         return DataError(
             f"table {table.name!r}: its source {table.source!r} changed since dpsql connected, "
             f"and {what}", hint="restore a file of the declared columns and types, or fix the "
@@ -383,9 +462,18 @@ class SparkBackend(PublicLimits):
             found[names.get(table.name, table.name)] = [c.name for c in columns]
         return found
 
+    def _remove_copies(self) -> None:
+        """Remove this backend's folder of Parquet copies."""
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
+        self._copies.clear()
+
     def close(self) -> None:
-        """Drop this connection's views, and stop the session if dpsql started it and no
-        other connection of the process uses it; a session the caller passed stays up."""
+        """Drop this connection's views and its Parquet copies, and stop the session if dpsql
+        started it and no other connection of the process uses it; a session the caller
+        passed stays up."""
+        self._remove_copies()
         key = id(self.session)
         _USERS[key] -= 1
         if _USERS[key] == 0:
@@ -396,6 +484,20 @@ class SparkBackend(PublicLimits):
                 return
         for view in self._views.values():
             self.session.catalog.dropTempView(view)
+
+
+def _copied(table: TableSpec) -> bool:
+    """Whether Spark reads the source through a Parquet copy (``_copy``): a private CSV that
+    is a file here. A public one, a folder or a remote path is read by Spark's reader."""
+    source = table.source
+    return not table.public and not source.lower().endswith(".parquet") \
+        and "://" not in source and Path(source).is_file()
+
+
+def _remove(path: str | None) -> None:
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
 
 
 def _builder(target: str) -> SparkSession.Builder:
