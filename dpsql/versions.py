@@ -7,7 +7,9 @@ table name). ``data_version`` names what the backend would read now, or returns 
 cannot tell, and then nothing is reused (the request is charged and answered afresh, which is
 never unsafe: each answer is paid for).
 
-What identifies the data, per backend:
+What identifies the data: a digest of how the metadata reads each table (its columns' types
+and ``missing_value``, its source and csv options: the same file read so is other rows), and
+per backend:
 
 - a ``source`` file (CSV/Parquet, any backend that reads it): its SHA-256 when it is at most
   ``HASHED_BYTES`` long (cached by path, size, modification and change times and inode, so a
@@ -92,7 +94,18 @@ def data_version(catalog: Catalog, backend) -> str | None:
     stored = _stored_version(catalog, backend)
     if stored is None:
         return None
-    return ";".join(parts + ([stored] if stored else []))
+    return ";".join([f"read:{_reading(catalog)}", *parts] + ([stored] if stored else []))
+
+
+def _reading(catalog: Catalog) -> str:
+    """A digest of how the metadata reads the tables' rows (each column's type and
+    ``missing_value``, the sources and their csv options): the same file read as other
+    rows is other data. A column declared int where it had been text, or csv ``null: NA``
+    added, reused the answer computed from the rows as read before (adversary round G)."""
+    reading = [(t.name, t.public, t.privacy_unit, t.source, sorted(t.csv.items(), key=str),
+                [(c.name, c.type, repr(c.missing_value)) for c in t.columns.values()])
+               for t in sorted(catalog.tables.values(), key=lambda t: t.name)]
+    return hashlib.sha256(repr(reading).encode()).hexdigest()[:32]
 
 
 def _stored_version(catalog: Catalog, backend) -> str | None:

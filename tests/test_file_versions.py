@@ -49,3 +49,26 @@ def test_no_stored_answer_of_the_old_rows_for_the_new(tmp_path):
     with dpsql.connect(metadata=meta, ledger=ledger) as con:
         cur = con.execute(sql, epsilon=1)
         assert cur.epsilon_spent == 1  # answered afresh, not the old rows' answer
+
+
+def test_no_stored_answer_of_the_rows_as_other_metadata_read_them(tmp_path):
+    """The same file read by other metadata is other rows: a column declared int where it
+    was text (its values NULL now), csv ``null: NA`` added (NA is NULL now). Each reused
+    the earlier reading's stored answer at ε 0 (0 and 600 where 600 and 300 were true)."""
+    path = tmp_path / "v.csv"
+    path.write_text("uid,note\n" + "".join(f"{i},{'NA' if i % 2 else 'n'}\n" for i in range(600)))
+
+    def meta(note: str, **csv) -> dict:
+        return {"name": "v", "budget": {"epsilon": 100}, "tables": {"v": {
+            "source": str(path), "privacy_unit": "uid", "max_groups_per_unit": 1,
+            "max_rows_per_group": 1, "csv": csv, "columns": {"uid": "int", "note": note}}}}
+
+    for sql, before, after in (
+            ("SELECT COUNT(*) AS n FROM v WHERE note IS NULL", meta("text"), meta("int")),
+            ("SELECT COUNT(note) AS n FROM v", meta("text"), meta("text", null="NA"))):
+        ledger = tmp_path / f"{len(sql)}.sqlite"
+        with dpsql.connect(metadata=before, ledger=ledger) as con:
+            con.execute(sql, epsilon=1)
+            assert con.execute(sql, epsilon=1).epsilon_spent == 0  # the same reading: reused
+        with dpsql.connect(metadata=after, ledger=ledger) as con:
+            assert con.execute(sql, epsilon=1).epsilon_spent == 1, sql
