@@ -191,6 +191,11 @@ class Dialect:
         rows are dropped as a NULL key's are (the drivers cannot return PostgreSQL's ±infinity
         or year 294247 as Python dates, and DuckDB's come back clipped or as text)."""
         sql = self.expr(e)
+        if e.type == "float":
+            # -0.0 and 0.0 are one group, which the database spells as the first row it met:
+            # one person's -0.0 ahead of the others' 0.0 released the key -0.0 (IEEE: -0.0 +
+            # 0.0 is 0.0, and NaN, ±inf and NULL stay as they are)
+            return f"({sql} + 0.0)"
         if e.type not in _YEAR_ENDS or e.op in _DATED:  # a date function's result is inside
             return sql
         return f"(CASE WHEN {self._in_years(sql, e.type)} THEN {sql} END)"
