@@ -852,9 +852,13 @@ class SparkDialect(Dialect):
         return self._whole("CEIL", e)
 
     def _op_trunc(self, e: Expr) -> str:
-        # Spark's TRUNC is a date's; FLOOR and CEIL of a scale are DECIMALs of the double
+        # Spark's TRUNC is a date's; FLOOR and CEIL of a scale read the double as
+        # DECIMAL(30, 15), 15 integer digits: under ANSI one person's 2e15 failed the query
+        # on D′ alone (charged); below 2^52, the guard's, a double fits DECIMAL(31, 15)
         arg, places = self.expr(e.args[0]), int(e.value or 0)
-        cut = f"(CASE WHEN {arg} < 0 THEN CEIL({arg}, {places}) ELSE FLOOR({arg}, {places}) END)"
+        exact = f"CAST({arg} AS DECIMAL(31, 15))"
+        cut = (f"(CASE WHEN {arg} < 0 THEN CEIL({exact}, {places}) "
+               f"ELSE FLOOR({exact}, {places}) END)")
         return (f"(CASE WHEN ABS({arg}) < 4503599627370496 THEN CAST({cut} AS DOUBLE) "
                 f"ELSE {arg} END)")
 

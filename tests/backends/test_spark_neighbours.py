@@ -20,6 +20,7 @@ from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from extremes import battery
 from servers import spark  # noqa: F401 (fixture)
@@ -63,6 +64,23 @@ def test_scaled_filtered_counts_keep_the_contract_on_spark(pairs):
 def test_extreme_statements_keep_the_contract_on_spark(pairs, sql):
     for pair in pairs[1:3]:  # the adversaries with extreme values
         assert nb.check_statement(pair, sql) == "released"
+
+
+def test_trunc_of_a_value_of_16_integer_digits_keeps_the_contract_on_spark(spark, tmp_path):
+    """Spark's FLOOR and CEIL of a scale (TRUNC's rendering, guarded below 2^52) read the
+    double as DECIMAL(30, 15), 15 integer digits: one person's amount of 2e15 failed both
+    statements on D′ alone under ANSI, charged (adversary round F)."""
+    base = nb.base_tables()
+    extra = {"visits": pd.DataFrame({"uid": ["4242"] * 3, "day": ["Mon"] * 3,
+                                     "amount": ["2e15", "-4503599627370495.5", "1e15"],
+                                     "region_id": ["0"] * 3}, dtype=object)}
+    pair = nb.open_pair(tmp_path, base, nb.with_rows(base, extra), target=spark)
+    try:
+        for sql in ("SELECT COUNT(*) AS n FROM visits WHERE TRUNC(amount, 2) > 50",
+                    "SELECT COUNT(*) AS n FROM visits WHERE TRUNC(amount) < 50"):
+            assert nb.check_statement(pair, sql) == "released", sql
+    finally:
+        pair.close()
 
 
 # --- scaled counts: Spark's exact values are DuckDB's ---------------------------------------
@@ -226,7 +244,6 @@ def test_a_quoted_newline_in_a_csv_value_is_one_row_on_spark(spark, tmp_path):
     """Spark read a CSV line by line, so a quoted value with newlines became rows of persons
     who do not exist (COUNT(*) moved by 1,001 where its sensitivity is 2); it reads RFC 4180
     now (multiLine, a quote doubled inside a value), one row, as DuckDB does."""
-    import pandas as pd
     extra = {"visits": pd.DataFrame({"uid": [42], "day": [FORGED], "amount": [5],
                                      "region_id": [1]})}
     base = nb.base_tables()
