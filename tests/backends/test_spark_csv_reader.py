@@ -100,3 +100,22 @@ def test_a_source_replaced_after_connect_is_copied_anew(spark, tmp_path):
         assert backend.run_sql(count)[1] == [(50,)]
         assert len(list(staging.iterdir())) == 1
     assert not staging.exists()
+
+
+def test_copies_go_under_dpsql_spark_staging_and_an_unreadable_one_is_named(
+        spark, tmp_path, monkeypatch):
+    """The folder of copies is made under DPSQL_SPARK_STAGING; a copy Spark cannot read (a
+    cluster that does not see the folder) is a DataError naming the paths, not Spark's
+    message."""
+    path = tmp_path / "t.csv"
+    path.write_text("uid,name,name,,amount\n" + "\n".join(ROWS[:3]) + "\n")
+    monkeypatch.setenv("DPSQL_SPARK_STAGING", str(tmp_path / "staging"))
+    (tmp_path / "staging").mkdir()
+    with dpsql.connect(spark, metadata=_metadata(path, {}), ledger=":memory:") as con:
+        assert Path(con._backend._staging).parent == tmp_path / "staging"
+    monkeypatch.setattr("dpsql.backends.spark.SparkBackend._copy",
+                        lambda self, table: str(tmp_path / "gone.parquet"))
+    with pytest.raises(dpsql.DataError, match="Spark cannot read the Parquet copy of .* that "
+                       "dpsql wrote at .*gone.parquet") as error:
+        dpsql.connect(spark, metadata=_metadata(path, {}), ledger=":memory:")
+    assert "DPSQL_SPARK_STAGING" in error.value.hint
