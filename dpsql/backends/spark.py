@@ -527,13 +527,17 @@ def _typed(table: TableSpec, *names: str) -> list[str]:
 
 
 def _converted(column: str, kind: str) -> str:
-    """``column`` as ``kind``; a text read as an int by the render layer's rule (try_cast
-    truncated '45.5' to 45), whatever Spark stores when the query is analysed."""
+    """``column`` as ``kind``, whatever Spark stores when the query is analysed; read as an
+    int, a text by the render layer's rule (try_cast truncated '45.5' to 45) and a fraction
+    rounded, as DuckDB and PostgreSQL read it: a double to the nearest, ties to even, a
+    decimal half away from zero (try_cast truncated a stored 41.6 to 41 where they read 42)."""
     if kind != "int":
         return f"try_cast({column} AS {_CASTS[kind]})"
     strict = dialect("spark").int_of_text(f"CAST({column} AS STRING)")
-    return f"(CASE WHEN typeof({column}) = 'string' THEN {strict} " \
-        f"ELSE try_cast({column} AS BIGINT) END)"
+    return (f"(CASE WHEN typeof({column}) = 'string' THEN {strict} "
+            f"WHEN typeof({column}) IN ('double', 'float') THEN try_cast(rint({column}) AS BIGINT) "
+            f"WHEN typeof({column}) LIKE 'decimal%' THEN try_cast(round({column}) AS BIGINT) "
+            f"ELSE try_cast({column} AS BIGINT) END)")
 
 
 def _quote(name: str) -> str:

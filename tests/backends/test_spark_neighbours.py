@@ -20,6 +20,7 @@ from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from extremes import battery
@@ -111,6 +112,27 @@ def test_scaled_counts_on_spark_equal_duckdb(spark, tmp_path, frame):
             dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=5) as duck:
         for sql in PARITY:
             assert _exact(on_spark, sql) == _exact(duck, sql), sql
+
+
+def test_a_stored_fraction_declared_int_is_rounded_as_on_duckdb(spark, tmp_path):
+    """A double or float column declared int is read to the nearest integer, ties to even,
+    a decimal one half away from zero, as DuckDB's TRY_CAST reads them: Spark's try_cast
+    truncated (41.6 as 41)."""
+    path = tmp_path / "f.parquet"
+    pd.DataFrame({"pid": range(6),
+                  "d": [41.6, 2.5, -2.5, 3.5, -0.6, 1e300],
+                  "f": np.array([41.6, 2.5, -2.5, 3.5, -0.6, 7.0], dtype=np.float32),
+                  "c": [Decimal("41.5"), Decimal("2.5"), Decimal("0.6"), Decimal("-41.5"),
+                        Decimal("-0.4"), Decimal("7")]}).to_parquet(path)
+    bounded = {"type": "int", "lower": -100, "upper": 100}
+    meta = {"name": "fractions", "budget": {"epsilon": 1e9}, "tables": {"f": {
+        "source": str(path), "privacy_unit": "pid", "max_groups_per_unit": 1,
+        "max_rows_per_group": 1, "columns": {"pid": "int", "d": bounded, "f": bounded,
+                                             "c": bounded}}}}
+    sql = "SELECT SUM(d) AS d, SUM(f) AS f, SUM(c) AS c FROM f"
+    with dpsql.connect(spark, metadata=meta, ledger=":memory:", insecure_seed=5) as on_spark, \
+            dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=5) as duck:
+        assert _exact(on_spark, sql) == _exact(duck, sql)
 
 
 def test_a_filtered_share_is_the_share_of_rows_on_spark(spark, tmp_path):
