@@ -302,8 +302,8 @@ class Engine:
             if not remaining.covers(planned.release.loss):
                 raise budget_exhausted(self.analyst, self.catalog.name, planned.release.loss,
                                        remaining)
-        # before any private row is read: their refusal is uncharged, so its latency must
-        # not include the exact queries' run time
+        # a script's statements over public tables run before any private row is read: their
+        # refusal is uncharged, and its latency must not carry the exact queries' run time
         try:
             public = [self.backend.run_public(
                 q.sql(self.public.dialect, self.backend.sources), self.timeout)
