@@ -1,9 +1,10 @@
-"""The query path, in order: parse -> analyze -> rewrite -> backend -> charge -> release.
+"""The query path, in order: parse -> analyze -> rewrite -> charge -> backend -> release.
 
-This is the only module that knows the order. Refusals happen while planning, before any
-data is read; the ledger is checked before the backend runs and charged (durably, all or
-nothing) after it, and only then is noise added and anything returned. If the charge fails
-the exact rows are dropped unseen.
+This is the only module that knows the order. Refusals happen while planning and in the
+backend's check of the tables' schemas, before any data is read; the ledger is then
+charged (durably, all or nothing) before the backend reads a private row, so that a charge
+refused by a concurrent one never follows a read. A read that fails stays charged; only
+after it is noise added and anything returned.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from dpsql.errors import (
     QueryTimeoutError,
 )
 from dpsql.errors import Warning as DpsqlWarning
-from dpsql.failed import FAILED, charged_failure
+from dpsql.failed import charged_failure
 from dpsql.ledger import Ledger
 from dpsql.mechanisms.calibrate import (
     half_width_units,
@@ -315,35 +316,37 @@ class Engine:
                 f"a statement over public tables ran longer than {limit}; nothing was charged "
                 "or released", hint="raise timeout=, or ask a narrower query (fewer joins, a "
                 "WHERE, a LIMIT)") from None
+        release_id = None
+        if planned.release is not None:
+            # the tables checked before the charge and the charge made before the read, so
+            # that no refusal comes after a private row is read: a concurrent charge that used
+            # up the budget between a check and a charge made after the read refused the
+            # request uncharged, with a latency carrying the read's run time
+            self.backend.check_tables()
+            if planned.release.loss != PrivacyLoss.zero():
+                release_id = self.ledger.charge(
+                    analyst=self.analyst, dataset=self.catalog.name,
+                    loss=planned.release.loss, budget=budget,
+                    fingerprint=planned.release.fingerprint, statement=";\n".join(
+                        p.checked.statement.sql for p in planned.release.statements))
         try:
             exact = [self._run_exact(p.exact_query) for p in planned.release.statements] \
                 if planned.release else []
             histograms = [{column: self._run(query)[1] for column, query in p.histograms}
                           for p in planned.release.statements] if planned.release else []
-        except BackendError as failure:
-            if planned.release is None:
-                raise
+        except Error as failure:
             # whether the exact query fails (or how long it runs) can depend on the data: the
-            # failure is charged like an answer, and the database's message, which can quote
-            # private values, is not passed on
-            loss = planned.release.loss
-            self.ledger.charge(analyst=self.analyst, dataset=self.catalog.name, loss=loss,
-                               budget=budget,
-                               statement=FAILED + ";\n".join(
-                                   p.checked.statement.sql for p in planned.release.statements))
+            # failure stays charged like an answer, and the database's message, which can
+            # quote private values, is not passed on
+            if release_id is not None:
+                self.ledger.mark_failed(release_id)
             raise charged_failure(
-                failure, loss, subject="the exact query", payer="the request", plural=False,
-                timeout=self.timeout, hints=(
+                failure, planned.release.loss, subject="the exact query", payer="the request",
+                plural=False, timeout=self.timeout, hints=(
                     "raise timeout=, or ask a narrower query (fewer joins, a WHERE)",
                     "ask a narrower query, or give the backend more: resources: "
                     "{memory_limit, max_temp_size} in the metadata, or "
                     "connect(memory_limit=...) / dpsql run --memory-limit")) from None
-        release_id = None
-        if planned.release is not None and planned.release.loss != PrivacyLoss.zero():
-            release_id = self.ledger.charge(
-                analyst=self.analyst, dataset=self.catalog.name, loss=planned.release.loss,
-                budget=budget, fingerprint=planned.release.fingerprint,
-                statement=";\n".join(p.checked.statement.sql for p in planned.release.statements))
         results, shared_values = [], {}
         for kind, i in planned.order:
             if kind == "dp":

@@ -13,11 +13,16 @@ from dpsql.errors import BackendError, Error, InternalError, QueryTimeoutError
 FAILED = "-- failed on the data\n"  # heads the ledger's record of a charged failure
 
 
-def charged_failure(failure: BackendError, loss: PrivacyLoss, *, subject: str, payer: str,
+def charged_failure(failure: Error, loss: PrivacyLoss, *, subject: str, payer: str,
                     plural: bool, timeout: float | None, hints: tuple[str, str]) -> Error:
     """The coded error of ``subject``'s failure (``the exact query``; ``plural`` for
-    ``tune's exact reads``), saying that ``payer``'s ``loss`` was charged; ``hints`` for a
-    timeout and for a resource that ran out."""
+    ``tune's exact reads``) after the charge, saying that ``payer``'s ``loss`` was charged;
+    ``hints`` for a timeout and for a resource that ran out. A refusal of dpsql's own (not a
+    BackendError: a source replaced after the tables were checked) is returned as it is,
+    its ``epsilon_spent`` set."""
+    if not isinstance(failure, BackendError):
+        failure.epsilon_spent = loss.epsilon
+        return failure
     def verb(word: str) -> str:
         return word if plural else word + ("es" if word.endswith("sh") else "s")
 

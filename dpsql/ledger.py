@@ -28,6 +28,7 @@ except ImportError:  # Windows: processes queue in SQLite's busy handler instead
 
 from dpsql.budget import PrivacyLoss, budget_exhausted
 from dpsql.errors import BudgetExhaustedError, LedgerError
+from dpsql.failed import FAILED
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS releases (
@@ -153,6 +154,16 @@ class SqlLedger:
                           (answer, release_id))
         except self._errors as err:
             raise self._failed("write", err) from err
+
+    def mark_failed(self, release_id: int) -> None:
+        """Head a charged release's statement with ``FAILED``: its read failed after the
+        charge, which stands (whether a read fails can depend on a person's rows). Raises
+        nothing: the mark is for the history, and the read's failure is the one to report."""
+        try:
+            self._execute(f"UPDATE {self._table} SET statement = ? || statement WHERE id = ?",
+                          (FAILED, release_id))
+        except self._errors:
+            pass
 
     def find_answer(self, dataset: str, fingerprint: str) -> str | None:
         """The stored answer of an earlier identical release on the dataset, if any."""

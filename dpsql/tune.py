@@ -172,14 +172,14 @@ from dpsql.compile.public import PublicReader, expression_subqueries
 from dpsql.compile.render import dialect
 from dpsql.engine import LARGEST_EPSILON
 from dpsql.errors import (
-    BackendError,
     CatalogError,
+    Error,
     NotSupportedError,
     PrivacyParameterError,
     ProgrammingError,
     UnknownTableError,
 )
-from dpsql.failed import FAILED, charged_failure
+from dpsql.failed import charged_failure
 from dpsql.mechanisms.samplers import RandomSource
 from dpsql.parse import parse_one
 from dpsql.plan import CheckedQuery, GroupKey, StatementPlan
@@ -507,22 +507,31 @@ def dropped_sums(triples: list[tuple[int, int, int, int]], bounds: Contribution,
     return sums
 
 
-def per_person_values(backend, table: TableSpec, shape: CheckedQuery, columns: tuple[str, ...],
-                      timeout: float | None = None) -> dict[str, list[tuple[float, int]]]:
-    """The exact distributions (value, persons) the mechanism reads, each sorted by value,
-    each statement stopped after ``timeout`` seconds (DuckDB; None: no limit): r, g and m
-    for ``shape`` (``tuned_query``), and each column's ``<column>.lo`` and ``.hi``.
-
-    Each person contributes exactly one value to each distribution, so one person added
-    or removed moves each #{x ≤ c} by at most 1.
-    """
+def per_person_queries(backend, table: TableSpec, shape: CheckedQuery,
+                       columns: tuple[str, ...]) -> dict[str, str]:
+    """The SQL of each distribution (value, persons) the mechanism reads, by name: r, g and m
+    for ``shape`` (``tuned_query``; under row privacy r alone, each row a person of one row),
+    and each column's ``<column>.lo`` and ``.hi``."""
     queries: dict[str, str] = {}
     if table.privacy_unit is not None:
         queries.update(contribution_sql(shape, backend.dialect, backend.sources))
+    else:
+        queries["r"] = f"SELECT 1, COUNT(*) FROM {backend.sources[table.name]}"
     for column in columns:
         for part, sql in range_sql(table, backend.sources[table.name], backend.dialect,
                                    column).items():
             queries[f"{column}.{part}"] = sql
+    return queries
+
+
+def per_person_values(backend, queries: dict[str, str], timeout: float | None = None
+                      ) -> dict[str, list[tuple[float, int]]]:
+    """The exact distributions ``queries`` (``per_person_queries``) read, each sorted by
+    value, each statement stopped after ``timeout`` seconds (DuckDB; None: no limit).
+
+    Each person contributes exactly one value to each distribution, so one person added
+    or removed moves each #{x ≤ c} by at most 1.
+    """
     found: dict[str, list[tuple[float, int]]] = {}
     for name, sql in queries.items():
         _, rows = backend.run_sql(sql, timeout)
@@ -949,19 +958,18 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
     statement = (f"-- dpsql tune {spec.name}: per-person rows, keys ({', '.join(keys) or 'none'})"
                  f" and ranges of {', '.join(names) or 'none'}; {float(draws):g} draws of "
                  f"ε/{float(draws):g}")
-    try:
-        values = per_person_values(backend, spec, shape, names, timeout)
-        persons_exact = _persons(backend, spec, values, timeout)
-    except BackendError as failure:
-        # whether the reads fail (or how long they run) can depend on one person's rows: the
-        # failure is charged like an answer, as the engine charges its exact query's
-        ledger.charge(analyst=analyst, dataset=catalog.name, loss=loss, budget=catalog.budget,
-                      statement=FAILED + statement)
-        raise _read_failure(failure, loss, timeout) from None
+    queries = per_person_queries(backend, spec, shape, names)
+    backend.check_tables()  # checked, charged, then read: as the engine's exact query
     release_id = ledger.charge(analyst=analyst, dataset=catalog.name, loss=loss,
                                budget=catalog.budget, statement=statement,
                                fingerprint=fingerprint)
-    # charged: only now is anything drawn
+    try:
+        values = per_person_values(backend, queries, timeout)
+    except Error as failure:
+        # whether the reads fail (or how long they run) can depend on one person's rows: the
+        # failure stays charged like an answer, as the engine's exact query's
+        raise _read_failure(failure, ledger, release_id, loss, timeout) from None
+    persons_exact = sum(n for _, n in values["r"])  # those with rows, or the table's rows
     persons = max(1, persons_exact + rng.discrete_laplace(1 / share))
     uppers = quantile_levels(persons, share)  # post-processing of the noisy count
     lowers = tuple(sorted(1 - q for q in uppers))
@@ -1010,8 +1018,8 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
             try:  # the bounds are released (post-processing): the read is of public integers
                 _, triples = backend.run_sql(dropped_sql(shape, backend.dialect,
                                                          backend.sources, best.linf), timeout)
-            except BackendError as failure:  # the whole slice is charged already
-                raise _read_failure(failure, loss, timeout) from None
+            except Error as failure:  # the whole slice is charged already
+                raise _read_failure(failure, ledger, release_id, loss, timeout) from None
             dropped = measure_dropped(triples, best, cells, DROPPED_SHARES * share, rng)
         kept_per_person = max(spreads["r"].mean - best.dropped / persons, 1.0)  # modelled
         shown = {p: _shown(quantiles[p]) for p in quantiles}
@@ -1252,22 +1260,17 @@ def _value_grid(table: TableSpec, name: str) -> tuple[float, ...]:
     return grid
 
 
-def _read_failure(failure: BackendError, loss: PrivacyLoss, timeout: float | None):
-    """The coded error of a failed exact read of the tuning, whose ``loss`` is charged."""
+def _read_failure(failure: Error, ledger, release_id: int, loss: PrivacyLoss,
+                  timeout: float | None) -> Error:
+    """The coded error of a failed exact read of the tuning, whose ``loss`` is charged (its
+    ledger row marked failed)."""
+    ledger.mark_failed(release_id)
     return charged_failure(
         failure, loss, subject="tune's exact reads", payer="the tuning", plural=True,
         timeout=timeout, hints=(
             "raise timeout=, or tune fewer columns",
             ("tune fewer columns or keys, or give the backend more (its time limit, or "
              "resources: {memory_limit, max_temp_size} in the metadata)")))
-
-
-def _persons(backend, table: TableSpec, values: dict, timeout: float | None) -> int:
-    """The exact number of persons: those with rows, or the table's rows (row privacy)."""
-    if table.privacy_unit is not None:
-        return sum(n for _, n in values["r"])
-    _, rows = backend.run_sql(f"SELECT COUNT(*) FROM {backend.sources[table.name]}", timeout)
-    return int(rows[0][0])
 
 
 def _shown(quantiles: dict[Fraction, float]) -> dict[str, float]:

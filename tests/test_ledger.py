@@ -193,3 +193,32 @@ def test_an_answer_the_ledger_cannot_store_is_still_released_with_its_charge(dat
         with pytest.warns(dpsql.Warning, match="could not store it for reuse"):
             rows = con.execute("SELECT COUNT(*) AS n FROM adult", epsilon=0.5).fetchall()
         assert len(rows) == 1 and con.budget_spent.epsilon == Fraction(1, 2)
+
+
+def test_a_concurrent_charge_refuses_a_query_before_its_read_never_after(data_dir):
+    """The budget was checked before the exact query and charged after it: another analyst's
+    charge landing in between refused the request uncharged after its private read, with a
+    latency carrying the read's run time (adversary round G). The charge now comes first."""
+    meta = catalogue(data_dir, budget=1.0)
+    ledger = str(data_dir / "ledger.sqlite")
+    with dpsql.connect(metadata=meta, ledger=ledger, analyst="a") as first, \
+            dpsql.connect(metadata=meta, ledger=ledger, analyst="b") as second:
+        backend, reads = first._backend, []
+
+        def after_the_check(method, is_read: bool):
+            def call(*args, **kwargs):
+                if is_read:
+                    reads.append(args[0])
+                if not second.ledger.history():  # the other analyst's charge, once
+                    second.execute("SELECT COUNT(*) FROM adult", epsilon=0.6).fetchall()
+                return method(*args, **kwargs)
+            return call
+
+        backend.run_sql = after_the_check(backend.run_sql, True)
+        if hasattr(backend, "check_tables"):
+            backend.check_tables = after_the_check(backend.check_tables, False)
+        with pytest.raises(dpsql.BudgetExhaustedError):
+            first.execute("SELECT COUNT(*) FROM adult", epsilon=0.6)
+        assert reads == []
+        assert [row["analyst"] for row in first.ledger.history()] == ["b"]
+        assert first.budget_spent.epsilon == Fraction(3, 5)

@@ -26,6 +26,7 @@ from dpsql.tune import (
     command,
     dropped_sql,
     dropped_sums,
+    per_person_queries,
     per_person_values,
     tune,
     tuned_query,
@@ -68,8 +69,8 @@ def test_tuned_quantiles_are_the_datas_within_one_grid_step(tmp_path, seed, epsi
     with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=seed) as con:
         result = con.tune("visits", epsilon=epsilon, columns=["amount"], group_by=["day"])
         table = con.catalog.table("visits")
-        exact = per_person_values(con._backend, table,
-                                  tuned_query(con.catalog, table, group_by=["day"]), ("amount",))
+        exact = per_person_values(con._backend, per_person_queries(
+            con._backend, table, tuned_query(con.catalog, table, group_by=["day"]), ("amount",)))
     assert abs(result.persons - 2000) <= 30
     amount = value_grid(con.catalog.table("visits").columns["amount"])
     for part, grid in (("r", COUNT_GRID), ("g", COUNT_GRID[:len(DAYS)]), ("m", COUNT_GRID),
@@ -199,7 +200,8 @@ def test_an_expression_keys_quantiles_are_the_datas_within_one_grid_step(tmp_pat
         for query in MONTHLY:
             shape = tuned_query(con.catalog, table, query)
             assert [len(k.domain) for k in shape.keys] == [len(MONTHS)]
-            assert per_person_values(con._backend, table, shape, ()) == truth
+            assert per_person_values(con._backend, per_person_queries(
+                con._backend, table, shape, ())) == truth
         result = con.tune("ratings", epsilon=epsilon, query=MONTHLY[seed % 2])
     assert result.group_by == ("month",)
     assert abs(result.persons - 2000) <= 30
@@ -402,7 +404,8 @@ def test_neighbour_moves_every_utility_by_at_most_one(tmp_path, first, amounts, 
         with dpsql.connect(metadata=meta, ledger=folder / "l.sqlite") as con:
             table = con.catalog.table("visits")
             shape = tuned_query(con.catalog, table, query, None if query else ["day"])
-            exact.append(per_person_values(con._backend, table, shape, ("amount", "region_id")))
+            exact.append(per_person_values(con._backend, per_person_queries(
+                con._backend, table, shape, ("amount", "region_id"))))
             exact[-1]["dropped"] = _dropped_triples(con, shape)
             grids = {name: value_grid(table.columns[name]) for name in ("amount", "region_id")}
     _dropped_moves_by_its_cap(exact[0].pop("dropped"), exact[1].pop("dropped"))
@@ -475,7 +478,8 @@ def test_temporal_expression_keys_move_by_one_person(tmp_path, variant):
             for con in (pair.d, pair.d_prime):
                 table = con.catalog.table("events")
                 shape = tuned_query(con.catalog, table, sql)
-                exact.append(per_person_values(con._backend, table, shape, ("x",)))
+                exact.append(per_person_values(con._backend, per_person_queries(
+                    con._backend, table, shape, ("x",))))
                 exact[-1]["dropped"] = _dropped_triples(con, shape)
             _dropped_moves_by_its_cap(exact[0].pop("dropped"), exact[1].pop("dropped"))
             _moves_by_one_person(*exact, {"x": value_grid(table.columns["x"])})
@@ -663,8 +667,8 @@ def test_an_expression_key_is_counted_alike_on_postgresql(tmp_path):
         with dpsql.connect(url, metadata=pg_meta, ledger=tmp_path / "l.sqlite") as con:
             table = con.catalog.table("ratings")
             for query in MONTHLY:
-                assert per_person_values(con._backend, table,
-                                         tuned_query(con.catalog, table, query), ()) == truth
+                assert per_person_values(con._backend, per_person_queries(
+                    con._backend, table, tuned_query(con.catalog, table, query), ())) == truth
 
 
 def test_tune_reads_stop_at_the_connections_timeout(tmp_path):

@@ -12,7 +12,7 @@ from conftest import DAYS, make_visits
 
 import dpsql
 from dpsql.spread import ROW_EDGES, histogram_spread, row_histogram
-from dpsql.tune import per_person_values, tuned_query
+from dpsql.tune import per_person_queries, per_person_values, tuned_query
 
 
 def _admissions(folder) -> tuple[str, np.ndarray]:
@@ -91,7 +91,7 @@ def _exact_histogram(folder, frame: pd.DataFrame) -> list[int]:
     with dpsql.connect(metadata=str(folder / "m.yaml"), ledger=str(folder / "l.sqlite")) as con:
         table = con.catalog.table("visits")
         shape = tuned_query(con.catalog, table, "SELECT COUNT(*) FROM visits")
-        values = per_person_values(con._backend, table, shape, ())
+        values = per_person_values(con._backend, per_person_queries(con._backend, table, shape, ()))
     return row_histogram(values["r"], 1, _NoNoise())
 
 

@@ -31,6 +31,11 @@ class Backend(Protocol):
                 ) -> tuple[list[str], list[tuple]]:
         """Execute SQL rendered in this backend's dialect; return (column names, rows)."""
 
+    def check_tables(self) -> None:
+        """Refuse, reading no row, what ``run_sql`` would refuse without a charge (decided by
+        the tables' schemas alone); other failures are left to ``run_sql``. The engine checks
+        before it charges and charges before it reads, so that no refusal follows a read."""
+
     def run_public(self, sql: str, timeout: float | None = None
                    ) -> tuple[list[str], list[tuple]]:
         """Execute a statement over public tables only, stopped after ``timeout`` seconds."""

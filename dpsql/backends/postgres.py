@@ -136,6 +136,16 @@ class PostgresBackend(PublicLimits):
                             "search path is declared as schema.table, or the URL sets it "
                             "(?options=-csearch_path%3Dschema)") from err
 
+    def check_tables(self) -> None:
+        """Refuse what ``run_sql`` refuses before reading a row: a catalogued table gone or a
+        column whose stored type changed since connect (PostgreSQL's own failures, planning
+        ones too, are the run's: charged)."""
+        try:
+            with self.connection.transaction():
+                self._hold_stored_types()
+        except psycopg.Error:
+            pass  # the run's to raise (charged)
+
     def run_sql(self, sql: str, timeout: float | None = None, max_rows: int | None = None
                 ) -> tuple[list[str], list[tuple]]:
         """Execute SQL rendered in PostgreSQL's dialect, on tables whose stored types are

@@ -352,6 +352,17 @@ class SparkBackend(PublicLimits):
             for key, value in before.items():
                 conf.set(key, value)
 
+    def check_tables(self) -> None:
+        """Refuse what ``run_sql`` refuses before a job runs: a source file replaced by one
+        Spark cannot read as declared, a catalogued table whose stored types Spark can no
+        longer convert (schemas alone decide; ~15 ms a catalogued table). Statements are not
+        analysed here (a third of a run): their analysis failures are the run's, charged."""
+        with self._settings():
+            self._refresh()
+            retyped = self._retyped()
+        if retyped is not None:
+            raise retyped
+
     def run_sql(self, sql: str, timeout: float | None = None, max_rows: int | None = None
                 ) -> tuple[list[str], list[tuple]]:
         """Execute SQL rendered in Spark's dialect, reading at most its first ``max_rows``

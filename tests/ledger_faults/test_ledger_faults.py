@@ -31,11 +31,11 @@ SCRIPT = "SELECT COUNT(*) AS n FROM adult; SELECT salary, COUNT(*) AS n FROM adu
 # point -> (rows the ledger must hold after the crash, whether an answer may have left)
 FAULT_POINTS = {
     "after_plan": (0, False),     # checked and rewritten, nothing run
-    "before_charge": (0, False),  # exact rows computed, ledger untouched
+    "before_charge": (0, False),  # bound, nothing read, ledger untouched
     "charge_locked": (0, False),  # inside BEGIN IMMEDIATE, holding the write lock
     "mid_write": (0, False),      # row inserted, COMMIT not reached: must roll back
     "after_commit": (1, False),   # committed, nothing released: charged once, no answer
-    "after_charge": (1, False),   # charge returned, noise not drawn
+    "after_charge": (1, False),   # charge returned, nothing read or drawn
     "mid_release": (1, False),    # noise drawn, nothing returned
     "after_release": (1, True),   # answer printed, then killed
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import pyarrow as pa
@@ -137,3 +138,28 @@ def test_a_source_replaced_by_one_storing_millis_is_refused_uncharged(tmp_path):
         assert nb.check_statement(pair, "SELECT COUNT(v) AS n FROM t") == "data"
     finally:
         pair.close()
+
+
+def test_a_source_replaced_between_the_check_and_the_read_is_refused_charged(tmp_path):
+    """Checked, charged, then read: a file replaced after the tables were checked (a race
+    with its owner) is refused by the read's own check after the charge, which stands: the
+    refusal says so and the ledger marks the charge failed."""
+    path = tmp_path / "t.parquet"
+    _write(path, pa.array([MS_2000 * 1000] * N, pa.int64()).cast(pa.timestamp("us")))
+    con = _connect(path, TS)
+    check = con._backend.check_tables
+
+    def check_then_replace() -> None:
+        check()
+        _write(path, _millis([MS_2000] * N))
+
+    con._backend.check_tables = check_then_replace
+    try:
+        with pytest.raises(dpsql.DataError, match="changed since dpsql connected") as refused:
+            con.execute("SELECT COUNT(*) AS n FROM t", epsilon=0.5)
+        assert refused.value.epsilon_spent == Fraction(1, 2)
+        [charge] = con.ledger.history()
+        assert charge["statement"].startswith("-- failed on the data")
+        assert con.budget_spent.epsilon == Fraction(1, 2)
+    finally:
+        con.close()
