@@ -488,22 +488,25 @@ _TIME_HINT = ("store it as text, or as an int (e.g. milliseconds since midnight)
 _MILLIS_HINT = ("store it in microseconds (pyarrow: coerce_timestamps='us'), or as int64 "
                 "milliseconds since the epoch declared int: the reader fails on one outside "
                 "DuckDB's timestamp range")
+_INT96_HINT = ("store it as a timestamp in microseconds (pyarrow: coerce_timestamps='us', "
+               "Spark: spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS): the reader fails "
+               "on an INT96 timestamp outside DuckDB's timestamp range")
 
 
 def _undecodable(connection: duckdb.DuckDBPyConnection, table: TableSpec
                  ) -> dict[str, tuple[str, str]]:
     """Declared column -> (what it is stored as, a hint) for each column of a Parquet
     source stored, or holding a nested field stored, in a type whose reading fails on one
-    value: a time of day (past one day or negative), a millisecond timestamp (past DuckDB's
-    microsecond range), JSON (malformed), and a UTF-8 string (bytes not UTF-8) where the
-    reader cannot replace such bytes."""
+    value: a time of day (past one day or negative), a millisecond or INT96 timestamp (past
+    DuckDB's microsecond range), JSON (malformed), and a UTF-8 string (bytes not UTF-8) where
+    the reader cannot replace such bytes."""
     rows = connection.execute(
-        "SELECT file_name, name, num_children, converted_type, logical_type "
+        "SELECT file_name, name, num_children, type, converted_type, logical_type "
         f"FROM parquet_schema({_literal(table.source)})").fetchall()
     declared = {name.lower(): name for name in table.columns}
     found: dict[str, tuple[str, str]] = {}
     file, left, top = None, [], None  # left: fields yet to come at each depth
-    for row_file, name, children, converted, logical in rows:
+    for row_file, name, children, physical, converted, logical in rows:
         if row_file != file:  # a file's root (a folder source holds several files)
             file, left = row_file, [children or 0]
             continue
@@ -519,6 +522,8 @@ def _undecodable(connection: duckdb.DuckDBPyConnection, table: TableSpec
             continue
         if converted in ("TIME_MILLIS", "TIME_MICROS") or logical.startswith("TimeType"):
             found[top] = ("a time of day", _TIME_HINT)
+        elif physical == "INT96":  # legacy Spark/Impala timestamps: days up to 2^31
+            found[top] = ("an INT96 timestamp", _INT96_HINT)
         elif converted == "TIMESTAMP_MILLIS" or (logical.startswith("TimestampType")
                                                  and "MILLIS=MilliSeconds" in logical):
             found[top] = ("a timestamp in milliseconds", _MILLIS_HINT)

@@ -53,10 +53,10 @@ CASES = {
 }
 
 
-def _write(path: Path, column: pa.Array) -> None:
+def _write(path: Path, column: pa.Array, **options) -> None:
     """A file of one row per person, as an owner replaces it (renamed into place)."""
     rows = pa.table({"uid": pa.array(range(len(column)), pa.int64()), "v": column})
-    pq.write_table(rows, path.with_suffix(".tmp"))
+    pq.write_table(rows, path.with_suffix(".tmp"), **options)
     os.replace(path.with_suffix(".tmp"), path)
 
 
@@ -95,6 +95,22 @@ def test_a_value_the_reader_cannot_decode_is_answered_or_refused_alike(tmp_path,
         assert nb.check_statement(pair, sql, delta=1e-6) == "released"
     finally:
         pair.close()
+
+
+def test_an_int96_timestamp_is_refused_from_the_schema_alike(tmp_path):
+    """Legacy Spark/Impala INT96 timestamps (Spark 3 still writes them by default): one
+    person's year 300000 failed every statement reading the column on D′ alone, after the
+    charge ("Int96 timestamp is out of range"; adversary round I). Refused at connect, from
+    the schema, on D and D′ alike."""
+    sides = []
+    for side, days in (("d", [MS_2000 // 1000] * N), ("d_prime", [MS_2000 // 1000] * N + [9e12])):
+        (tmp_path / side).mkdir()
+        seconds = pa.array([int(d) for d in days], pa.int64()).cast(pa.timestamp("s"))
+        _write(tmp_path / side / "t.parquet", seconds, use_deprecated_int96_timestamps=True)
+        sides.append(_connect(tmp_path / side / "t.parquet", TS))
+    for refused in sides:
+        assert isinstance(refused, dpsql.DataError), refused
+        assert "INT96" in str(refused) and "'v'" in str(refused) and refused.hint
 
 
 def test_an_undeclared_column_is_not_read(tmp_path):
