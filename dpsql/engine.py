@@ -21,6 +21,7 @@ from dpsql import joint, share, snapshot
 from dpsql.allocate import allocate, jointly
 from dpsql.backends import Backend
 from dpsql.budget import (
+    SMALLEST,
     PrivacyLoss,
     budget_exhausted,
     positive,
@@ -522,7 +523,9 @@ class Engine:
             return all(half_width(agg, plan) <= target for plan in plans_at(epsilon)
                        for agg in plan.checked.aggregates)
 
-        low, high = Fraction(0), Fraction(needed)
+        # a target past ~1e300 made ``needed`` underflow to 0.0, and ε = 0 divided by zero;
+        # no ε below the smallest one allowed is chosen (a larger one meets any target too)
+        low, high = Fraction(0), max(Fraction(needed), SMALLEST)
         for _ in range(40):  # an allocation away from the even split can need more
             if meets(high):
                 break
@@ -531,12 +534,12 @@ class Engine:
             raise PrivacyParameterError(f"no ε gives a 95% interval of ±{target:g}",
                                         hint="ask for a wider interval")
         low = max(low, high / 16)
-        while meets(low):  # far below the even split (many measurements in one block)
+        while low > SMALLEST and meets(low):  # far below the even split (many in one block)
             low, high = low / 16, low
         for _ in range(12):  # on a log scale: a ratio of 16 to within 0.07 %
             middle = Fraction(math.sqrt(low * high))
             low, high = (low, middle) if meets(middle) else (middle, high)
-        chosen = _three_digits_up(high)
+        chosen = max(_three_digits_up(high), SMALLEST)
         while not meets(chosen):  # the rounding met a level where the plan changes
             chosen = _three_digits_up(chosen * Fraction(1001, 1000))
         return chosen

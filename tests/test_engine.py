@@ -472,6 +472,17 @@ def test_accuracy_first_picks_the_smallest_epsilon(connect):
         con.explain(sql, epsilon=1, accuracy=10)
 
 
+@pytest.mark.parametrize("target", [1e15, 1e300])
+def test_a_target_any_epsilon_meets_takes_the_smallest_epsilon_allowed(connect, target):
+    """A target past ~1e300 made the search's first guess underflow to ε = 0, which divided
+    by zero (a server's 500; adversary round H); one met below 1e-12 took an ε the engine
+    refuses when given. Both take 1e-12, the smallest ε allowed."""
+    con = connect(budget=1e6)
+    plan = con.explain("SELECT COUNT(*) AS n FROM adult", accuracy=target)
+    assert plan["epsilon"] == 1e-12
+    assert plan["statements"][0]["aggregates"][0]["ci95_half_width"] <= target
+
+
 def test_an_accuracy_target_is_met_at_the_smallest_epsilon_of_the_joint_plan(connect):
     """COUNT and SUM drawn together: the ε chosen for ±500 is the plan's own smallest (98 % of
     it misses), about two thirds of what separate Laplace draws at an even split need."""
