@@ -58,6 +58,8 @@ def open_ratings(
         'SELECT "user"::INTEGER AS user_id, item::INTEGER AS item_id, rating::DOUBLE AS rating '
         f'FROM "{table}" WHERE item::INTEGER BETWEEN {lower} AND {upper}'
     )
+    # the public item domain travels with the ratings (``n_items``), from the metadata
+    cust.duckdb.execute(f"CREATE OR REPLACE TEMP MACRO cf_items() AS {upper}")
     return cust
 
 
@@ -141,8 +143,10 @@ def create_zscores(
 
 
 def n_items(con: duckdb.DuckDBPyConnection) -> int:
-    """Size of the public item domain (1..max item id)."""
-    return int(con.execute("SELECT max(item_id) FROM cf_ratings").fetchall()[0][0])
+    """Size of the public item domain: 1 to the ``item`` column's declared upper bound
+    (``open_ratings``), never the data's largest item, over which RPT's fake cells were
+    drawn (adversary round I)."""
+    return int(con.execute("SELECT cf_items()").fetchall()[0][0])
 
 
 def fetch_long(con: duckdb.DuckDBPyConnection, table: str, column: str) -> pd.DataFrame:
