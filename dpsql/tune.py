@@ -336,17 +336,22 @@ def range_sql(table: TableSpec, source: str, dialect_name: str, column: str) -> 
     """SQL of a column's per-person distributions, ``SELECT v, COUNT(*) ... GROUP BY v``: each
     person's smallest (``lo``) and largest (``hi``) value (each row's, under row privacy).
 
-    Rendered from catalogued names only, each identifier quoted; ``source`` is the name the
-    backend reads the table by (already quoted).
+    Rendered from catalogued names only, as the engine scans the table (a NULL read as the
+    column's ``missing_value``, which the bounds must then hold too); ``source`` is the name
+    the backend reads the table by (already quoted).
     """
-    quote = dialect(dialect_name).quote
-    c = quote(column)
+    spec = table.columns[column]
+    scanned = (("__v", column, spec.type),)
+    if table.privacy_unit is not None:
+        scanned += (("__unit", table.privacy_unit, table.columns[table.privacy_unit].type),)
+    missing = (("__v", spec.missing_value),) if spec.missing_value is not None else ()
+    rows = dialect(dialect_name).relation(Scan(table.name, scanned, missing),
+                                          {table.name: source})
     if table.privacy_unit is None:
-        inner = f"SELECT {c} AS lo, {c} AS hi FROM {source}"
+        inner = f"SELECT __v AS lo, __v AS hi FROM {rows} AS s"
     else:
-        unit = quote(table.privacy_unit)
-        inner = (f"SELECT MIN({c}) AS lo, MAX({c}) AS hi FROM {source} "
-                 f"WHERE {unit} IS NOT NULL GROUP BY {unit}")
+        inner = (f"SELECT MIN(__v) AS lo, MAX(__v) AS hi FROM {rows} AS s "
+                 "WHERE __unit IS NOT NULL GROUP BY __unit")
     return {part: f"SELECT {part}, COUNT(*) FROM ({inner}) AS p WHERE {part} IS NOT NULL "
             f"GROUP BY {part}" for part in ("lo", "hi")}
 

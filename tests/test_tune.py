@@ -1052,3 +1052,22 @@ def test_one_row_a_person_is_tuned_one_row_a_person(tmp_path, epsilon, at_optimu
     ones = {"max_groups_per_unit": 1, "max_rows_per_group": 1, "max_rows_per_unit": 1}
     assert sum(p == ones for p in proposals) >= at_optimum, proposals
     assert max(max(p.values()) for p in proposals) <= 3, proposals
+
+
+def test_a_column_read_as_its_missing_value_is_ranged_with_it(tmp_path):
+    """The engine reads a NULL of a column that declares a ``missing_value`` as that value;
+    tune's value ranges left those rows out (adversary round I), so the bounds it proposed
+    could leave the filled value outside them, clamped. Its per-person ranges now read the
+    column as the engine's scan does."""
+    rows = [(uid, "" if uid % 2 else 50 + uid % 50) for uid in range(200)]
+    (tmp_path / "t.csv").write_text("uid,x\n" + "".join(f"{u},{x}\n" for u, x in rows))
+    meta = {"name": "filled", "budget": {"epsilon": 10}, "tables": {"t": {
+        "source": str(tmp_path / "t.csv"), "privacy_unit": "uid", "max_groups_per_unit": 1,
+        "max_rows_per_group": 1, "columns": {
+            "uid": "int", "x": {"type": "float", "lower": 0, "upper": 100, "missing_value": 0}}}}}
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite") as con:
+        table = con.catalog.table("t")
+        values = per_person_values(con._backend, per_person_queries(
+            con._backend, table, tuned_query(con.catalog, table), ("x",)))
+    assert values["x.lo"][0] == (0.0, 100) and values["x.hi"][0] == (0.0, 100)
+    assert sum(n for _, n in values["x.lo"]) == 200
