@@ -468,19 +468,20 @@ class Service:
     def query(self, user: str, dataset: str, sql: str, params=None, *, epsilon=None,
               delta=None, accuracy=None, rho=None, weights=None, default_epsilon=None,
               default_delta: Fraction | None = None, tune=None, tune_said: str | None = None,
-              dialect: str | None = None, interface: str = "http") -> Answer:
+              dialect: str | None = None, interface: str = "http",
+              counted: bool = False) -> Answer:
         """Run one DP SELECT for an analyst; every outcome is audited. ``epsilon``,
         ``delta``, ``accuracy``, ``rho`` and ``weights`` are the request's own, read and
         checked as the embedded ``cursor.execute`` reads its keywords; ``default_epsilon`` and
         ``default_delta`` the session's (see ``_borrow``). ``tune`` spends that slice of its
         ε on choosing the table's contribution bounds first (``autotune``); ``tune_said`` is
         how the analyst asked for it (``SET dpsql.tune = 0.05``), named in its refusals.
-        ``dialect``: see ``dialect``."""
+        ``dialect``: see ``dialect``; ``counted``: see ``admit``."""
         started = time.perf_counter()
         privacy = {"epsilon": epsilon, "delta": delta, "accuracy": accuracy, "rho": rho,
                    "weights": weights}
         try:
-            account = self.admit(user, dataset, sql)
+            account = self.admit(user, dataset, sql, counted=counted)
             defaults = (default_epsilon, default_delta, self.dialect(dataset, dialect))
             with self._slot(user):
                 answer = self._run(account, dataset, sql, params, privacy, defaults,
@@ -566,15 +567,21 @@ class Service:
             raise ServiceError("too_large", f"the statement is longer than {limit} bytes",
                                hint="send a shorter statement (limits.max_sql_bytes)")
 
-    def admit(self, user: str, dataset: str, sql: str) -> Analyst:
+    def count(self, user: str) -> None:
+        """Count a request of the analyst's, refused past their ``queries_per_minute``."""
+        per_minute = self.analyst(user).limits.queries_per_minute
+        if not self._requests.allow(self._worker, user, per_minute):
+            raise ServiceError("rate_limited", f"more than {per_minute:g} requests per minute",
+                               hint="wait a moment and try again")
+
+    def admit(self, user: str, dataset: str, sql: str, *, counted: bool = False) -> Analyst:
         """The analyst's account once a request of theirs on ``dataset`` is let in: refused
-        past ``max_sql_bytes`` or ``queries_per_minute``, or holding several statements."""
+        past ``max_sql_bytes`` or ``queries_per_minute`` (unless ``counted`` already: a
+        statement of a simple Query of several, ``count``), or holding several statements."""
         account = self.analyst(user, dataset)
         self.check_size(user, sql)
-        if not self._requests.allow(self._worker, user, account.limits.queries_per_minute):
-            raise ServiceError("rate_limited", f"more than "
-                               f"{account.limits.queries_per_minute:g} requests per minute",
-                               hint="wait a moment and try again")
+        if not counted:
+            self.count(user)
         statements = len(split_statements(sql))
         if statements > 1:  # as embedded; the server has no executescript (docs/server.md)
             raise dpsql.ProgrammingError(
@@ -672,8 +679,11 @@ class Service:
                                                                             account.name)))
         # what the cursor warned of (warnings.warn, which no client of the server sees)
         warned = list(cur._require().ranking_warnings) if cur.description else []
+        # the release's own flag: inferred from ε 0 and interval columns, a stored answer of
+        # quantiles only (MEDIAN, MIN, MAX), which have none, was said to be new
+        reused = bool(cur.description) and cur._require().reused
         return Answer(columns, rows, spent, remaining, truncated,
-                      reused=spent == 0 and bool(noisy), dataset=dataset, warnings=warned,
+                      reused=reused, dataset=dataset, warnings=warned,
                       notes=list(cur.notes), sensitivity=_plain(cur.sensitivity),
                       tuned_bounds=cur.tuned_bounds)
 
@@ -698,10 +708,11 @@ class Service:
     def explain(self, user: str, dataset: str, sql: str, params=None, *, epsilon=None,
                 delta=None, accuracy=None, rho=None, weights=None, tune=None,
                 default_epsilon=None, default_delta=None, dialect: str | None = None,
-                interface: str = "http") -> dict:
+                interface: str = "http", counted: bool = False) -> dict:
         """The DP plan of a statement or script with its parameters bound and the request's
         keywords (``query``'s): cost, mechanisms, errors; spends nothing. A ``tune`` is
-        refused: it was ignored, and the plan shown was not the one the query would run."""
+        refused: it was ignored, and the plan shown was not the one the query would run.
+        ``counted``: see ``admit``."""
         try:
             if tune is not None:
                 raise ServiceError(
@@ -710,7 +721,7 @@ class Service:
                     "the answer's noise under them; nothing was planned",
                     hint="explain without tune: the plan is then the query's under the "
                     "declared bounds, and with tune the query costs the same ε in all")
-            account = self.admit(user, dataset, sql)
+            account = self.admit(user, dataset, sql, counted=counted)
             dialect = self.dialect(dataset, dialect)
             with self._slot(user):
                 con = self._borrow(account, dataset, default_epsilon, default_delta, dialect)
