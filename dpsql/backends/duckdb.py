@@ -193,10 +193,17 @@ class DuckDBBackend(PublicLimits):
         return replace(catalog, tables=tables)
 
     def _lock(self, parquet_paths: list[str]) -> None:
-        """No file access (but the Parquet sources' views), no extensions, no settings."""
+        """No file access (but the Parquet sources' views), no extensions, no settings. A
+        folder source (a Parquet data set written as several files) is allowed with the
+        files under it, which its view lists at each query: with the folder's path alone,
+        every query over it failed, charged."""
         if parquet_paths:
             paths = ", ".join(_literal(p) for p in parquet_paths)
             self.connection.execute(f"SET allowed_paths = [{paths}]")
+        folders = [os.path.join(p, "") for p in parquet_paths if os.path.isdir(p)]
+        if folders:
+            paths = ", ".join(_literal(p) for p in folders)
+            self.connection.execute(f"SET allowed_directories = [{paths}]")
         self.connection.execute("SET enable_external_access = false")
         self.connection.execute("SET lock_configuration = true")
 
@@ -475,12 +482,22 @@ def _lenient_utf8() -> bool:
 
 
 def _stat(path: str) -> tuple | None:
-    """What tells a file replaced or rewritten (as ``versions.file_version`` keys it)."""
+    """What tells a file replaced or rewritten (as ``versions.file_version`` keys it); of a
+    folder, each file's under it too: a part rewritten in place leaves the folder's own
+    times as they were."""
     try:
         stat = os.stat(path)
     except OSError:
         return None
-    return stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
+    own = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if not os.path.isdir(path):
+        return own
+    parts = []
+    for root, folders, files in os.walk(path):
+        folders.sort()
+        parts += [(os.path.join(root, name), _stat(os.path.join(root, name)))
+                  for name in sorted(files)]
+    return own, tuple(parts)
 
 
 _TIME_HINT = ("store it as text, or as an int (e.g. milliseconds since midnight) declared int: "

@@ -179,3 +179,30 @@ def test_a_source_replaced_between_the_check_and_the_read_is_refused_charged(tmp
         assert con.budget_spent.epsilon == Fraction(1, 2)
     finally:
         con.close()
+
+
+def test_a_folder_source_is_read_and_a_part_rewritten_in_place_is_checked_again(tmp_path):
+    """A Parquet data set written as a folder of parts: an analyst's connection allowed the
+    folder's path alone, so every query over it failed, charged; and a part rewritten in
+    place (the folder's own times unchanged) was not checked again, so one person's 2^62 ms
+    failed the next query, charged (adversary round G's left-out). Now the folder is read,
+    and the rewritten part's schema refuses the query uncharged."""
+    folder = tmp_path / "t.parquet"
+    folder.mkdir()
+    seconds = pa.array([MS_2000 // 1000] * N, pa.int64()).cast(pa.timestamp("s"))
+    for part in ("part-0", "part-1"):
+        pq.write_table(pa.table({"uid": pa.array(range(N), pa.int64()),
+                                 "v": seconds.cast(pa.timestamp("us"))}),
+                       folder / f"{part}.parquet")
+    con = _connect(folder, TS)
+    try:
+        con.execute("SELECT COUNT(*) AS n FROM t", epsilon=0.5).fetchall()
+        with open(folder / "part-1.parquet", "r+b") as part:  # in place: same inode
+            part.truncate(0)
+            pq.write_table(pa.table({"uid": pa.array(range(N + 1), pa.int64()),
+                                     "v": _millis([MS_2000] * N + [2**62])}), part)
+        err = nb.refused_uncharged(con, "SELECT COUNT(*) AS n FROM t", dpsql.DataError)
+        assert "changed since dpsql connected" in str(err)
+        assert con.budget_spent.epsilon == Fraction(1, 2)
+    finally:
+        con.close()
