@@ -10,7 +10,8 @@ A private CSV that is a file here is read by the DuckDB backend's reader of priv
 into a Parquet copy (``SparkBackend._copy``) that Spark reads, so its rows are DuckDB's: Spark's
 own reader failed the whole read on one person's line of more than 20,480 fields. The copies
 are written into a folder of the backend's own under ``DPSQL_SPARK_STAGING`` (default the
-system's temporary folder), which a cluster or Spark Connect server must read at that path.
+system's temporary folder), which a cluster or Spark Connect server must read at that path;
+the folders of this host's processes killed before they removed theirs are removed then.
 
 Every declared column is read through a subquery that applies ``try_cast`` to its declared
 type, as DuckDB reads a source: a value that does not convert (a string column of
@@ -44,6 +45,7 @@ import contextlib
 import itertools
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import uuid
@@ -182,8 +184,7 @@ class SparkBackend(PublicLimits):
         leaves out. A folder of its own per backend, removed at ``close``; a new copy each
         time the file changed."""
         if self._staging is None:
-            self._staging = tempfile.mkdtemp(prefix="dpsql-spark-",
-                                             dir=os.environ.get(STAGING) or None)
+            self._staging = _staging_folder()
         # not the view's name: Spark skips a file whose name begins with '_' or '.'
         path = os.path.join(self._staging, f"copy-{next(_COPY_IDS)}.parquet")
         source = _reader(table, rejects=False)
@@ -517,6 +518,33 @@ def _builder(target: str) -> SparkSession.Builder:
     if target.startswith("sc://"):
         return SparkSession.builder.remote(target)
     return SparkSession.builder.master(target)
+
+
+def _staging_folder() -> str:
+    """A new folder for a backend's copies, named by this host and process, made after the
+    folders of this host's processes that are gone (killed before their ``close``) are
+    removed: their copies of private rows stayed on disk."""
+    parent = os.environ.get(STAGING) or tempfile.gettempdir()
+    prefix = f"dpsql-spark-{socket.gethostname()}-"
+    try:
+        names = os.listdir(parent) if os.name == "posix" else []  # os.kill ends a process there
+    except OSError:
+        names = []  # mkdtemp says what is wrong with the folder
+    for name in names:
+        pid = name[len(prefix):].partition("-")[0] if name.startswith(prefix) else ""
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def _wall_clock(frame):

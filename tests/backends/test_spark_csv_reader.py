@@ -8,6 +8,8 @@ now gives the same rows on both backends, and a file replaced after connect is c
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -119,3 +121,24 @@ def test_copies_go_under_dpsql_spark_staging_and_an_unreadable_one_is_named(
                        "dpsql wrote at .*gone.parquet") as error:
         dpsql.connect(spark, metadata=_metadata(path, {}), ledger=":memory:")
     assert "DPSQL_SPARK_STAGING" in error.value.hint
+
+
+def test_the_copies_of_a_process_killed_before_its_close_are_removed(spark, tmp_path,
+                                                                      monkeypatch):
+    """A process killed before ``close`` left its folder of copies of private rows; the
+    next backend that makes a folder on this host removes those of processes that are gone,
+    and keeps those of live ones."""
+    monkeypatch.setenv("DPSQL_SPARK_STAGING", str(tmp_path / "staging"))
+    (tmp_path / "staging").mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    host = socket.gethostname()
+    orphan, live = (tmp_path / "staging" / f"dpsql-spark-{host}-{pid}-x" for pid in
+                    (gone, os.getpid()))
+    for folder in (orphan, live):
+        folder.mkdir()
+        (folder / "copy-1.parquet").write_bytes(b"private rows")
+    path = tmp_path / "t.csv"
+    path.write_text("uid,name,name,,amount\n" + "\n".join(ROWS[:3]) + "\n")
+    with dpsql.connect(spark, metadata=_metadata(path, {}), ledger=":memory:"):
+        assert not orphan.exists() and live.exists()
