@@ -112,16 +112,19 @@ class RequestCounts:
         self._seconds = _shared("q", shape)
         self._lock = threading.Lock()  # a worker's engine threads share its row
 
-    def allow(self, worker: int, analyst: str, per_minute: float) -> bool:
+    def allow(self, worker: int, analyst: str, per_minute: float, *,
+              counting: bool = True) -> bool:
         """Count a request of ``analyst``'s in ``worker``, unless they have sent
         ``per_minute`` in the last minute (requests let in at the same moment by different
-        workers may pass it by one each)."""
+        workers may pass it by one each); not ``counting``, only whether one would be."""
         now = int(time.monotonic())
         which = self._index[analyst]
         counts, seconds = self._counts[:, which], self._seconds[:, which]
         with self._lock:
             if counts[now - seconds < self.SECONDS].sum() >= per_minute:
                 return False
+            if not counting:
+                return True
             at = now % self.SECONDS
             if seconds[worker, at] != now:
                 # zeroed before it is dated: a sibling reading between the two writes sees

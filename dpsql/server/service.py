@@ -567,10 +567,11 @@ class Service:
             raise ServiceError("too_large", f"the statement is longer than {limit} bytes",
                                hint="send a shorter statement (limits.max_sql_bytes)")
 
-    def count(self, user: str) -> None:
-        """Count a request of the analyst's, refused past their ``queries_per_minute``."""
+    def count(self, user: str, *, counting: bool = True) -> None:
+        """Count a request of the analyst's, refused past their ``queries_per_minute``; not
+        ``counting``, only refused so (a request of theirs would be)."""
         per_minute = self.analyst(user).limits.queries_per_minute
-        if not self._requests.allow(self._worker, user, per_minute):
+        if not self._requests.allow(self._worker, user, per_minute, counting=counting):
             raise ServiceError("rate_limited", f"more than {per_minute:g} requests per minute",
                                hint="wait a moment and try again")
 

@@ -16,7 +16,8 @@ from server_harness import password, serving, write_config
 from dpsql.server import pgparams
 from dpsql.server.pgwire import Session, _Result
 
-LIMITED = ["carol", "dave"]  # three requests a minute each
+LIMITED = ["carol", "dave", "erin"]  # three requests a minute each
+LONG = "SELECT '" + "a" * 2100 + "' AS x"  # read on an engine thread (INLINE_SQL)
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +56,18 @@ def test_a_release_in_a_script_is_counted_once(server):
     assert [kind for kind, _ in replies if kind in b"CE"] == [b"C", b"C", b"C"]
 
 
+def test_long_statements_counted_in_a_script_are_read_and_one_past_the_limit_is_not(server):
+    replies = _query(server, "erin", f"{LONG}; {LONG}; {LONG}")
+    assert [kind for kind, _ in replies if kind in b"CE"] == [b"C", b"C", b"C"]
+    # no request left this minute: a long text is refused before it is read on a thread
+    # (a short SELECT 1 alone is answered uncounted, as before)
+    replies = _query(server, "erin", LONG)
+    assert [(kind, fields.get("C")) for kind, fields in replies] == [(b"E", "53300"),
+                                                                     (b"Z", None)]
+    assert [kind for kind, _ in _query(server, "erin", "SELECT 1")] == [b"T", b"D", b"C",
+                                                                        b"Z"]
+
+
 class _Writer:
     def __init__(self) -> None:
         self.written: list[bytes] = []
@@ -81,8 +94,8 @@ class _Service:
     def check_size(self, user: str, sql: str) -> None:
         pass
 
-    def count(self, user: str) -> None:
-        self.events.append(("count", user))
+    def count(self, user: str, *, counting: bool = True) -> None:
+        self.events.append(("count", user) if counting else ("room", user))
 
     def catalogue(self, user: str, dataset: str) -> dict:
         return {dataset: {"tables": {}}}
