@@ -20,6 +20,9 @@ from dpsql.catalog import Catalog
 from dpsql.errors import DataError, InterfaceError, UnknownTableError
 
 KINDS = "a pandas, polars or pyarrow DataFrame/Table, or a DuckDB relation"
+# Arrow types whose cells DuckDB cannot hold in a scalar column: refused by type, at connect
+_NESTED = ("is_list", "is_large_list", "is_fixed_size_list", "is_list_view",
+           "is_large_list_view", "is_struct", "is_map", "is_union", "is_run_end_encoded")
 
 
 def _is_pandas(obj: object) -> bool:
@@ -82,12 +85,13 @@ def is_frame(obj: object) -> bool:
 
 
 def frame_sources(sources: Mapping[str, Any] | None, catalog: Catalog) -> dict[str, Any]:
-    """Validate ``sources=``: declared table name -> a pandas DataFrame or pyarrow Table.
+    """Validate ``sources=``: declared table name -> a pyarrow Table of its declared columns,
+    read totally (``total_frame``).
 
     Raises:
         InterfaceError: ``sources`` is not a mapping, or a value is not a frame.
         UnknownTableError: a key is not a table of the metadata.
-        DataError: a frame lacks a declared column.
+        DataError: a frame lacks a declared column, or one has a type no column can have.
 
     Example:
         >>> from dpsql.catalog import load_catalog
@@ -123,8 +127,156 @@ def frame_sources(sources: Mapping[str, Any] | None, catalog: Catalog) -> dict[s
             raise DataError(f"the in-memory source of table {table.name!r} lacks the declared "
                             f"column(s) {missing}",
                             hint="rename the frame's columns, or fix the metadata's columns")
-        found[table.name] = frame
+        declared = {c.lower() for c in table.columns}
+        found[table.name] = total_frame(frame, lambda c: str(c).lower() in declared,
+                                        table.name)
     return found
+
+
+def total_frame(frame: Any, wanted: Callable[[object], bool], table: str) -> Any:
+    """The ``wanted`` columns of a pandas DataFrame or pyarrow Table, as a pyarrow Table that
+    DuckDB reads without failing on any value; what is converted is decided by the columns'
+    types alone, never by their values.
+
+    DuckDB typed a pandas object column from some of its values and failed on one person's
+    value of another Python type (True among ints, a date among floats, a lone surrogate among
+    strings): such a column becomes text (``_text``), which the declared type is read from as
+    from a CSV field. Arrow refused a complex column (pandas infers one from a single 1j among
+    floats): its real values are read as floats. DuckDB failed on Arrow text that is not UTF-8,
+    and failed or invalidated the whole database on a timestamp or duration in seconds or
+    milliseconds past its microsecond range and on a time of day outside one day: those values
+    are replaced (``_total_column``). A column of a type that holds no scalar is refused.
+
+    Raises:
+        DataError: a wanted column is nested (a list, struct, map...) or of a type DuckDB
+            does not read (a sparse pandas column, a 256-bit decimal).
+
+    Example:
+        >>> import pandas as pd
+        >>> total_frame(pd.DataFrame({"x": pd.Series([1, True], dtype=object)}),
+        ...             lambda c: True, "t").column("x").to_pylist()
+        ['1', 'True']
+    """
+    import pyarrow as pa
+
+    if _is_pandas(frame):
+        kept = [i for i, c in enumerate(frame.columns) if wanted(c)]
+        try:
+            frame = pa.table([_pandas_arrow(frame.iloc[:, i]) for i in kept],
+                             names=[str(frame.columns[i]) for i in kept])
+        except (pa.ArrowException, TypeError, ValueError) as err:
+            raise DataError(f"the in-memory source of table {table!r} has a column of a type "
+                            f"dpsql cannot read ({type(err).__name__})",
+                            hint="convert the frame's columns to numbers, text, booleans, "
+                            "dates or timestamps") from None
+    else:
+        frame = frame.select([i for i, c in enumerate(frame.column_names) if wanted(c)])
+    return pa.table([_total_column(frame.column(i), name, table)
+                     for i, name in enumerate(frame.column_names)], names=frame.column_names)
+
+
+def _total_column(column: Any, name: str, table: str) -> Any:
+    """An Arrow column as DuckDB reads every value of it: text that is not UTF-8 decoded with
+    U+FFFD, timestamps and durations in s or ms as us (NULL past that range), a time of day
+    outside [0, 24h) NULL, half floats as floats; dictionaries and extension types by their
+    values' type."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = column.type
+    if isinstance(kind, pa.BaseExtensionType):  # kept where its storage is (DuckDB reads a UUID)
+        storage = pa.chunked_array([c.storage for c in column.chunks], kind.storage_type)
+        total = _total_column(storage, name, table)
+        return column if total is storage else total
+    if pa.types.is_dictionary(kind):
+        return _total_column(column.cast(kind.value_type), name, table)
+    if any(getattr(pa.types, test)(kind) for test in _NESTED) or (
+            pa.types.is_decimal(kind) and kind.precision > 38):
+        raise DataError(f"column {name!r} of the in-memory source of table {table!r} is a "
+                        f"{kind}, which no declared column type reads",
+                        hint="convert it to numbers, text, booleans, dates or timestamps "
+                        "(a decimal to 38 digits at most), or leave it out of the metadata")
+    if pa.types.is_float16(kind):  # DuckDB reads no half floats
+        return column.cast(pa.float32())
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or \
+            pa.types.is_string_view(kind):
+        if _is_utf8(column):  # the usual case: kept as it is, without a copy
+            return column
+        return pa.array([None if v is None else v.decode("utf-8", "replace")
+                         for v in column.cast(pa.large_binary()).to_pylist()],
+                        pa.large_string())
+    if (pa.types.is_timestamp(kind) or pa.types.is_duration(kind)) and kind.unit in ("s", "ms"):
+        factor = 1_000_000 if kind.unit == "s" else 1_000
+        limit = (2**63 - 1) // factor
+        ticks = column.cast(pa.int64())
+        inside = pc.and_(pc.greater_equal(ticks, -limit), pc.less_equal(ticks, limit))
+        wide = pa.timestamp("us", kind.tz) if pa.types.is_timestamp(kind) \
+            else pa.duration("us")
+        return pc.if_else(inside, pc.multiply(ticks, factor), None).cast(wide)
+    if pa.types.is_time(kind):  # DuckDB failed converting a time past one day, or negative
+        day = 86_400 * {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[kind.unit]
+        ticks = column.cast(pa.int32() if pa.types.is_time32(kind) else pa.int64())
+        inside = pc.and_(pc.greater_equal(ticks, 0), pc.less(ticks, day))
+        return pc.if_else(inside, ticks, None).cast(kind)
+    return column
+
+
+def _is_utf8(column: Any) -> bool:
+    """Whether an Arrow text column holds UTF-8 only (a linear, vectorised check)."""
+    import pyarrow as pa
+    try:
+        column.validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
+def _read_as_text(dtype: Any) -> bool:
+    """A pandas dtype whose cells are Python objects of any type: object, text stored as
+    Python strings (which may hold lone surrogates), or categories of either."""
+    import pandas as pd
+    if isinstance(dtype, pd.CategoricalDtype):
+        dtype = dtype.categories.dtype
+    return pd.api.types.is_object_dtype(dtype) or (
+        isinstance(dtype, pd.StringDtype) and dtype.storage == "python")
+
+
+def _pandas_arrow(column: Any) -> Any:
+    """A pandas column as an Arrow array: by its dtype; as text (``_text``; the one Python
+    loop) where ``_read_as_text``; complex numbers (which pandas infers from one complex value
+    among floats, and Arrow does not hold) as their real part where it is the whole number,
+    NULL elsewhere, so that the other rows read as they would in a column of floats."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+    if _read_as_text(column.dtype):
+        return pa.array([_text(v) for v in column], pa.large_string())
+    if pd.api.types.is_complex_dtype(column.dtype):
+        values = column.to_numpy()
+        return pa.array(np.where(values.imag == 0, values.real, np.nan), from_pandas=True)
+    return pa.array(column)
+
+
+def _text(value: object) -> str | None:
+    """A cell of a pandas object column as text, as a CSV field would hold it: None for a
+    missing value (None, NaN, NaT, pd.NA) and where ``str`` itself fails (a 5,000-digit int);
+    bytes decoded, anything else as ``str`` writes it; what is not UTF-8 (a lone surrogate, a
+    bad byte) replaced by U+FFFD."""
+    import pandas as pd
+    if type(value) is str:  # the usual cell, without pandas' scalar checks
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    try:
+        if value is None or pd.isna(value) is True:  # (a container's isna is an array)
+            return None
+        text = bytes(value).decode("utf-8", "replace") if isinstance(
+            value, (bytes, bytearray, memoryview)) else str(value)
+    except Exception:  # noqa: BLE001 - whatever one value's str raises, its cell is NULL
+        return None
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 def check_database(database: object) -> None:
