@@ -106,21 +106,23 @@ class _Service:
 
 
 def _session(events: list) -> Session:
+    """A session whose statements are recorded in ``events`` (with whether they were
+    counted already), not run."""
     server = type("Server", (), {"service": _Service(events), "executor": None})()
     session = Session(server, None, _Writer())
     session.user, session.dataset = "carol", "visits"
-    return session
-
-
-def test_the_statements_of_a_script_are_counted_and_leave_the_loop_free_between_them():
-    events: list = []
-    session = _session(events)
 
     async def run(sql: str, params=None) -> _Result:
         events.append(("run", sql, getattr(session, "prepaid", None)))
         return _Result("SET")
 
     session.run = run
+    return session
+
+
+def test_the_statements_of_a_script_are_counted_and_leave_the_loop_free_between_them():
+    events: list = []
+    session = _session(events)
 
     async def main() -> None:
         done = False
@@ -149,12 +151,6 @@ def test_the_statements_of_a_script_are_counted_and_leave_the_loop_free_between_
 def test_a_single_statement_is_counted_by_the_service_alone():
     events: list = []
     session = _session(events)
-
-    async def run(sql: str, params=None) -> _Result:
-        events.append(("run", sql, getattr(session, "prepaid", None)))
-        return _Result("SET")
-
-    session.run = run
     asyncio.run(session.simple_query(b"SET a = 1\0"))
     assert events == [("run", "SET a = 1", False)]
 
