@@ -92,7 +92,8 @@ class DuckDBBackend(PublicLimits):
         self._frames = dict(frames or {})  # in-memory sources (backends/sources.py)
         self.sources = {name: _quote(name) for name in catalog.tables}
         self._public: DuckDBBackend | None = None
-        self.loaded_versions: dict[str, str | None] = {}  # CSV sources, as read at opening
+        # CSV sources, as read (at opening; an analyst's private ones at the first query)
+        self.loaded_versions: dict[str, str | None] = {}
         # private Parquet sources -> the stat of the file whose schema was last checked
         self._parquet_checked: dict[str, tuple | None] = {}
         # an analyst's private CSV sources not read yet -> (reader, columns) (``_register``)

@@ -325,6 +325,11 @@ class Service:
                                                  catalog.dialect if catalog.names_dialect
                                                  else None)
             for table in catalog.tables.values():
+                if table.source:
+                    # hashed now, once for the process: an analyst's connection reads its
+                    # private CSVs at its first query, and a first request's reuse check
+                    # would otherwise take the time of hashing them (growing with the rows)
+                    file_version(table.source)
                 if table.source and os.sep in str(table.source):
                     source = os.path.abspath(str(table.source))
                     paths.update((source, os.path.dirname(source)))
