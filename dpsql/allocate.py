@@ -41,7 +41,7 @@ import math
 from dataclasses import replace
 from fractions import Fraction
 
-from dpsql import joint, share, snapshot
+from dpsql import joint, share
 from dpsql.budget import proportional
 from dpsql.catalog import Catalog
 from dpsql.plan import COUNT_KINDS, CheckedQuery, NoisePart, shown_part
@@ -277,7 +277,7 @@ def _families(statements: list[CheckedQuery], catalog: Catalog, bounding: str
         if cells is None:
             continue
         context = None if checked.has_private_keys else \
-            (share.context_of(checked), bounding == "snapshot" and snapshot.applies(checked))
+            share.context_of(checked, bounding)
         # equality, not hashing: IR values need only compare
         same = next((f for f in found if context is not None and f[0] == context
                      and f[1] == cells), None)

@@ -207,7 +207,7 @@ class Engine:
             return Planned(tuple(order), ScriptPlan(statements=plans, loss=PrivacyLoss.zero(),
                                                     neighbouring=self.catalog.neighbouring),
                            tuple(public))
-        shared = share.links(private)
+        shared = share.links(private, self.bounding)
         labels, shown = share.labels(shared), share.duplicates(shared)
         weights = _checked_weights(weights if weights is not None else
                                    _hinted_weights(statements), private)

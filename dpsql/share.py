@@ -1,7 +1,8 @@
 """Measurements that several statements of one release share: one noisy value per quantity.
 
 Two statements of a script measure the same quantity when they read the same rows the same
-way (relation, WHERE, GROUP BY keys with their public domains, contribution bounds) and need
+way (relation, WHERE, GROUP BY keys with their public domains, contribution bounds, a
+bounded snapshot or bounding per query) and need
 the same count (of every row, or of the same input), the same sum of the same clamped input,
 centred alike, the same count of persons, or the same count of distinct values of one input.
 The engine gives a release one salt, so the bounding keeps the same rows (and values) for
@@ -18,15 +19,18 @@ count of another statement's covariance (or with COUNT(x) when y is never NULL).
 
 from __future__ import annotations
 
+from dpsql import snapshot
 from dpsql.plan import CheckedQuery
 from dpsql.rewrite import measures
 
 Link = tuple[int, int]  # (statement, measurement) in ``rewrite.measures`` order
 
 
-def links(statements: list[CheckedQuery]) -> list[list[Link | None]]:
+def links(statements: list[CheckedQuery], bounding: str = "per_query"
+          ) -> list[list[Link | None]]:
     """For each statement's measurements: the earlier (statement, measurement) that measures
-    the same quantity, or None where it is the first (or is never shared).
+    the same quantity, or None where it is the first (or is never shared); ``bounding`` is
+    the connection's (``snapshot``).
 
     Example:
         >>> from dpsql.catalog import load_catalog
@@ -41,7 +45,7 @@ def links(statements: list[CheckedQuery]) -> list[list[Link | None]]:
     first: list[tuple[tuple, tuple, Link]] = []
     found: list[list[Link | None]] = []
     for i, checked in enumerate(statements):
-        context = None if checked.has_private_keys else context_of(checked)
+        context = None if checked.has_private_keys else context_of(checked, bounding)
         mine: list[Link | None] = []
         for j, measure in enumerate(measures(checked)):
             quantity = None if context is None else _quantity(measure, checked)
@@ -75,11 +79,15 @@ def _id(link: Link) -> str:
     return f"statement {link[0] + 1}, p{link[1]}"
 
 
-def context_of(checked: CheckedQuery) -> tuple:
-    """What decides which rows a statement's measurements add up, per group."""
+def context_of(checked: CheckedQuery, bounding: str) -> tuple:
+    """What decides which rows a statement's measurements add up, per group: on a
+    ``bounding="snapshot"`` connection, also whether it reads the snapshot or bounds per query
+    (the same WHERE and keys add up other rows: a snapshot statement's SUM was shown as the
+    per-query statement's of another script; adversary round J)."""
     relation = checked.relation
     return (relation.node, relation.unit, checked.table, checked.where,
-            tuple((k.expr, k.domain, k.type) for k in checked.keys), checked.key_tuples)
+            tuple((k.expr, k.domain, k.type) for k in checked.keys), checked.key_tuples,
+            bounding == "snapshot" and snapshot.applies(checked))
 
 
 def _quantity(measure, checked: CheckedQuery) -> tuple | None:
