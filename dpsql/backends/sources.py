@@ -8,15 +8,17 @@ declared columns before the database is locked. Anything else is refused with a 
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import duckdb
 
 from dpsql.backends import is_spark_target
-from dpsql.catalog import Catalog
+from dpsql.catalog import Catalog, TableSpec
 from dpsql.errors import DataError, InterfaceError, UnknownTableError
 
 KINDS = "a pandas, polars or pyarrow DataFrame/Table, or a DuckDB relation"
@@ -127,51 +129,58 @@ def frame_sources(sources: Mapping[str, Any] | None, catalog: Catalog) -> dict[s
             raise DataError(f"the in-memory source of table {table.name!r} lacks the declared "
                             f"column(s) {missing}",
                             hint="rename the frame's columns, or fix the metadata's columns")
-        declared = {c.lower() for c in table.columns}
-        found[table.name] = total_frame(frame, lambda c: str(c).lower() in declared,
-                                        table.name)
+        found[table.name] = total_frame(frame, table)
     return found
 
 
-def total_frame(frame: Any, wanted: Callable[[object], bool], table: str) -> Any:
-    """The ``wanted`` columns of a pandas DataFrame or pyarrow Table, as a pyarrow Table that
-    DuckDB reads without failing on any value; what is converted is decided by the columns'
-    types alone, never by their values.
+def total_frame(frame: Any, table: TableSpec) -> Any:
+    """The declared columns of ``table`` in a pandas DataFrame or pyarrow Table, as a pyarrow
+    Table that DuckDB reads without failing on any value; what is converted is decided by the
+    columns' types alone, and a pandas object column's cells by each cell's value alone.
 
     DuckDB typed a pandas object column from some of its values and failed on one person's
     value of another Python type (True among ints, a date among floats, a lone surrogate among
-    strings): such a column becomes text (``_text``), which the declared type is read from as
-    from a CSV field. Arrow refused a complex column (pandas infers one from a single 1j among
-    floats): its real values are read as floats. DuckDB failed on Arrow text that is not UTF-8,
-    and failed or invalidated the whole database on a timestamp or duration in seconds or
-    milliseconds past its microsecond range and on a time of day outside one day: those values
-    are replaced (``_total_column``). A column of a type that holds no scalar is refused.
+    strings); read as each cell's text, one person's date among floats (which makes pandas
+    infer ``object`` for the whole column) read everyone's 2.5 declared int as NULL, not 2. Each
+    cell of such a column is read as a column of its own Python type is (``_object_column``).
+    Arrow refused a complex column (pandas infers one from a single 1j among floats): its real
+    values are read as floats. DuckDB failed on Arrow text that is not UTF-8, and failed or
+    invalidated the whole database on a timestamp or duration in seconds or milliseconds past
+    its microsecond range and on a time of day outside one day: those values are replaced
+    (``_total_column``). A column of a type that holds no scalar is refused.
 
     Raises:
-        DataError: a wanted column is nested (a list, struct, map...) or of a type DuckDB
+        DataError: a declared column is nested (a list, struct, map...) or of a type DuckDB
             does not read (a sparse pandas column, a 256-bit decimal).
 
     Example:
         >>> import pandas as pd
+        >>> from dpsql.catalog import load_catalog
+        >>> t = load_catalog({"tables": {"t": {"privacy_unit": None,
+        ...                                    "columns": {"x": "text"}}}}).table("t")
         >>> total_frame(pd.DataFrame({"x": pd.Series([1, True], dtype=object)}),
-        ...             lambda c: True, "t").column("x").to_pylist()
-        ['1', 'True']
+        ...             t).column("x").to_pylist()
+        ['1', 'true']
     """
     import pyarrow as pa
 
+    declared = {c.lower(): c for c in table.columns}
     if _is_pandas(frame):
-        kept = [i for i, c in enumerate(frame.columns) if wanted(c)]
+        kept = [i for i, c in enumerate(frame.columns) if str(c).lower() in declared]
         try:
-            frame = pa.table([_pandas_arrow(frame.iloc[:, i]) for i in kept],
+            frame = pa.table([_pandas_arrow(frame.iloc[:, i], table,
+                                            declared[str(frame.columns[i]).lower()])
+                              for i in kept],
                              names=[str(frame.columns[i]) for i in kept])
         except (pa.ArrowException, TypeError, ValueError) as err:
-            raise DataError(f"the in-memory source of table {table!r} has a column of a type "
-                            f"dpsql cannot read ({type(err).__name__})",
+            raise DataError(f"the in-memory source of table {table.name!r} has a column of a "
+                            f"type dpsql cannot read ({type(err).__name__})",
                             hint="convert the frame's columns to numbers, text, booleans, "
                             "dates or timestamps") from None
     else:
-        frame = frame.select([i for i, c in enumerate(frame.column_names) if wanted(c)])
-    return pa.table([_total_column(frame.column(i), name, table)
+        frame = frame.select([i for i, c in enumerate(frame.column_names)
+                              if c.lower() in declared])
+    return pa.table([_total_column(frame.column(i), name, table.name)
                      for i, name in enumerate(frame.column_names)], names=frame.column_names)
 
 
@@ -241,20 +250,141 @@ def _read_as_text(dtype: Any) -> bool:
         isinstance(dtype, pd.StringDtype) and dtype.storage == "python")
 
 
-def _pandas_arrow(column: Any) -> Any:
-    """A pandas column as an Arrow array: by its dtype; as text (``_text``; the one Python
-    loop) where ``_read_as_text``; complex numbers (which pandas infers from one complex value
-    among floats, and Arrow does not hold) as their real part where it is the whole number,
-    NULL elsewhere, so that the other rows read as they would in a column of floats."""
+def _pandas_arrow(column: Any, table: TableSpec, name: str) -> Any:
+    """A pandas column (the declared column ``name``) as an Arrow array: by its dtype; cell by
+    cell (``_object_column``) where ``_read_as_text``; complex numbers (which pandas infers from
+    one complex value among floats, and Arrow does not hold) as their real part where it is the
+    whole number, NULL elsewhere, so that the other rows read as they would in a column of
+    floats."""
     import numpy as np
     import pandas as pd
     import pyarrow as pa
     if _read_as_text(column.dtype):
-        return pa.array([_text(v) for v in column], pa.large_string())
+        return _object_column(column, table, name)
     if pd.api.types.is_complex_dtype(column.dtype):
         values = column.to_numpy()
         return pa.array(np.where(values.imag == 0, values.real, np.nan), from_pandas=True)
     return pa.array(column)
+
+
+def _object_column(column: Any, table: TableSpec, name: str) -> Any:
+    """A pandas column of Python objects, each cell read as the declared column reads a
+    column of that cell's own type (``_pieces``): 2.5 as a float, True as a boolean, a date as
+    a date, whatever the other cells are. Cells of one Arrow type make an array of it, read by
+    DuckDB as a frame's column is; cells of several are read piece by piece in the declared
+    type by that same rule (``duckdb._column_sql``) on a scratch connection, and put back in
+    place. The cells are grouped by their Python type in C; only rare types, and a type's
+    cells that Arrow does not take at once (an int past 64 bits, a lone surrogate), are looked
+    at one by one."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    values = column.to_numpy(dtype=object)
+    codes, types = pd.factorize(np.frompyfunc(type, 1, 1)(values))
+    order = np.argsort(codes, kind="stable")  # the rows of each Python type, in turn
+    ends = np.cumsum(np.bincount(codes, minlength=len(types)))[:-1]
+    pieces = [piece for kind, rows in zip(types, np.split(order, ends))
+              for piece in _pieces(kind, values[rows], rows)]
+    if len(pieces) <= 1:
+        return pieces[0][1] if pieces else pa.array([], pa.large_string())
+    from dpsql.backends.duckdb import _column_sql  # the rule a frame's column is read by
+
+    spec = replace(table, columns={name: table.columns[name]}, csv={})
+    scratch, read = duckdb.connect(), []
+    try:
+        for _, array in pieces:
+            scratch.register("piece", pa.table({name: array}))
+            read.append(scratch.sql(f"SELECT {_column_sql(spec, name)} FROM piece")
+                        .to_arrow_table().column(0).combine_chunks())
+    finally:
+        scratch.close()
+    rows = np.concatenate([rows for rows, _ in pieces])
+    place = np.empty(len(rows), np.int64)
+    place[rows] = np.arange(len(rows))  # where each row's value is among the pieces read
+    return pa.concat_arrays(read).take(pa.array(place))
+
+
+@functools.cache
+def _bulk_types() -> dict[type, Any]:
+    """Python and NumPy scalar types whose cells Arrow converts at once, and to what."""
+    import datetime
+
+    import numpy as np
+    import pyarrow as pa
+    return {str: pa.large_string(), float: pa.float64(), np.float64: pa.float64(),
+            int: pa.int64(), np.int64: pa.int64(), bool: pa.bool_(), np.bool_: pa.bool_(),
+            datetime.date: pa.date32()}
+
+
+def _pieces(kind: type, cells: Any, rows: Any) -> list[tuple[Any, Any]]:
+    """The cells of one Python type (at ``rows``), as (rows, Arrow array) of one Arrow type
+    each: at once where ``_bulk_types`` can, else cell by cell (``_cell``)."""
+    import numpy as np
+    import pyarrow as pa
+
+    bulk = _bulk_types().get(kind)
+    if bulk is not None:
+        try:
+            return [(rows, pa.array(cells, bulk, from_pandas=True))]  # NaN is NULL
+        except (pa.ArrowException, OverflowError, UnicodeError):
+            pass  # a cell this type's column cannot hold: each read by itself
+    by_type: dict[Any, tuple[list[int], list[Any]]] = {}
+    for row, value in zip(rows, cells):
+        arrow_type, cell = _cell(value)
+        rows_of, cells_of = by_type.setdefault(arrow_type, ([], []))
+        rows_of.append(row)
+        cells_of.append(cell)
+    return [(np.asarray(r, np.int64), pa.array(c, t)) for t, (r, c) in by_type.items()]
+
+
+# the ints an int64 and a uint64 column hold (``_cell``)
+_INT64, _UINT64 = (-2**63, 2**63), (0, 2**64)
+
+
+def _cell(value: object) -> tuple[Any, Any]:
+    """The Arrow type a pandas column of ``value``'s Python type has, and the value to put in
+    it: bool as a boolean; an int within 64 bits as int64 (uint64 up to 2**64); float and
+    Decimal as float64 (a NumPy float32 or float16 as float32); complex as its real part
+    (NULL if it has an imaginary one), as a complex column is; date as date32; datetime as a
+    timestamp in us (a ``pd.Timestamp`` in ns stays in ns), in UTC if it is aware; anything
+    else (str, bytes, a missing value, an int past 64 bits) as its text (``_text``); a value
+    its type fails to convert (a ``pd.Timestamp`` past the us range) as NULL."""
+    import datetime
+    import decimal
+
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    try:
+        if value is None or pd.isna(value) is True:
+            return pa.large_string(), None
+        if isinstance(value, (bool, np.bool_)):
+            return pa.bool_(), bool(value)
+        if isinstance(value, (int, np.integer)):
+            number = int(value)
+            if _INT64[0] <= number < _INT64[1]:
+                return pa.int64(), number
+            if _UINT64[0] <= number < _UINT64[1]:
+                return pa.uint64(), number
+        elif isinstance(value, (np.float32, np.float16)):
+            return pa.float32(), float(value)
+        elif isinstance(value, (float, np.floating, decimal.Decimal)):
+            return pa.float64(), float(value)
+        elif isinstance(value, (complex, np.complexfloating)):  # as a complex column is
+            return pa.float64(), value.real if value.imag == 0 else None
+        elif isinstance(value, datetime.datetime):  # pd.Timestamp too: in ns, else us
+            exact = isinstance(value, pd.Timestamp) and value.unit == "ns"
+            stamp = value if exact or not isinstance(value, pd.Timestamp) \
+                else value.as_unit("us")
+            aware = value.tzinfo is not None and value.utcoffset() is not None
+            return pa.timestamp("ns" if exact else "us", "UTC" if aware else None), stamp
+        elif isinstance(value, datetime.date):
+            return pa.date32(), value
+    except (ArithmeticError, TypeError, ValueError):  # a value its type cannot convert
+        return pa.large_string(), None
+    return pa.large_string(), _text(value)
 
 
 def _text(value: object) -> str | None:

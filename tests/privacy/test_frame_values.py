@@ -4,12 +4,15 @@ read (adversary round I): a pandas object column holding one value of another Py
 value pandas inferred a complex column from, a timestamp or duration in s or ms past DuckDB's
 microsecond range (year 300000 invalidated the whole database), a time of day outside one day,
 or Arrow text that is not UTF-8 failed the connection on D′ alone where D answered. Now each
-such value is read totally (as text, as a CSV field is, or NULL), and a column whose type holds
-no scalar is refused from its type alone, on D and D′ alike."""
+such value is read totally (as a column of its own type reads it, as text, or NULL), and a
+column whose type holds no scalar is refused from its type alone, on D and D′ alike. And one
+person's date among floats, which makes pandas infer ``object`` for the whole column, no
+longer reads everyone else's values another way (from their text)."""
 
 from __future__ import annotations
 
 import datetime
+import decimal
 import sys
 from pathlib import Path
 
@@ -65,6 +68,7 @@ CASES = {
     "object_int_true": (_pandas(object), 7, True, INT),
     "object_int_huge": (_pandas(object), 7, 10**5000, INT),  # str() of it raises
     "object_float_date": (_pandas(object), 2.5, datetime.date(2020, 1, 1), "float"),
+    "inferred_float_then_object": (_pandas(), 2.5, datetime.date(2020, 1, 1), INT),
     "object_text_surrogate": (_pandas(object), "a", "\udc80", "text"),
     "object_timestamp_naive_among_aware": (_pandas(object), UTC_2000,
                                            pd.Timestamp("2000-06-01"), TS),
@@ -139,9 +143,10 @@ def test_an_undeclared_column_is_not_read(tmp_path):
         pair.close()
 
 
-def test_object_cells_read_as_their_text(tmp_path):
-    """What an object column's cells become, as the custodian sees them: each value's text
-    read as the declared type (NULL where it does not parse), missing values NULL."""
+def test_object_cells_read_by_their_own_types(tmp_path):
+    """What an object column's cells become, as the custodian sees them: each value read as a
+    column of its own type is (True as a boolean's text), bytes decoded with U+FFFD, missing
+    values NULL."""
     frame = pd.DataFrame({"uid": range(6), "v": pd.Series(
         [3, "4", True, np.nan, None, b"\xff5"], dtype=object)})
     meta = {"name": "values", "budget": {"epsilon": 1, "delta": 0.5}, "tables": {"t": {
@@ -150,4 +155,49 @@ def test_object_cells_read_as_their_text(tmp_path):
     with dpsql.connect_custodian(metadata=meta, sources={"t": frame},
                                  ledger=tmp_path / "l.sqlite") as custodian:
         cells = custodian.execute("SELECT v FROM t ORDER BY uid").fetchall()
-    assert [c for (c,) in cells] == ["3", "4", "True", None, None, "\ufffd5"]
+    assert [c for (c,) in cells] == ["3", "4", "true", None, None, "\ufffd5"]
+
+
+TYPES = {"int": "int", "float": "float", "bool": "bool", "date": "date",
+         "timestamp": "timestamp", "text": "text"}
+# a value of each Python type a cell can hold, read in a column of its own (pandas infers the
+# dtype) and in an object column that one cell of another type forces
+VALUES = {
+    "int": 7, "int_negative": -3, "int_uint64": 2**63 + 1, "float": 2.5, "float_inf": float("inf"),
+    "bool": True, "numpy_int32": np.int32(7), "numpy_float32": np.float32(0.1),
+    "numpy_bool": np.bool_(False), "decimal": decimal.Decimal("2.5"),
+    "date": datetime.date(2020, 1, 2),
+    "datetime": datetime.datetime(2020, 1, 2, 3, 4, 5, 678901),
+    "datetime_aware": datetime.datetime(2020, 1, 2, 3, tzinfo=datetime.timezone(
+        datetime.timedelta(hours=2))),
+    "timestamp_ns": pd.Timestamp("2020-01-02 03:04:05.123456789"),
+    "timestamp_utc": pd.Timestamp("2020-01-02 03:04", tz="UTC"),
+    "timestamp_us_year_3000": pd.Timestamp("3000-01-02 03:04"),
+    "timestamp_s_year_300000": pd.Timestamp(np.datetime64("300000-01-01", "s")),
+    "int_past_64_bits": 10**30, "complex": 1j, "time": datetime.time(1, 2),
+    "text_number": "2.5", "text_date": "2020-01-02", "bytes": b"7",
+}
+
+
+def _cells(column: pd.Series, tmp_path: Path) -> list[tuple]:
+    """The rows of ``column`` as each declared type reads them, on the custodian."""
+    meta = {"name": "values", "budget": {"epsilon": 1, "delta": 0.5}, "tables": {"t": {
+        "privacy_unit": "uid", "max_groups_per_unit": 1, "max_rows_per_group": 1,
+        "columns": {"uid": "int", **TYPES}}}}
+    frame = pd.DataFrame({"uid": range(len(column)), **{c: column for c in TYPES}})
+    with dpsql.connect_custodian(metadata=meta, sources={"t": frame},
+                                 ledger=tmp_path / "l.sqlite") as custodian:
+        return custodian.execute(f"SELECT {', '.join(TYPES)} FROM t ORDER BY uid").fetchall()
+
+
+@pytest.mark.parametrize("value", VALUES)
+def test_a_cell_reads_alike_in_its_own_column_and_in_an_object_column(tmp_path, value):
+    """pandas infers a column's dtype from its values: one person's date among floats makes
+    the whole column ``object``, and everyone's 2.5 declared int was then read from its text
+    (NULL) where a float column reads it as 2. Each cell is read as a column of its own type
+    is, under every declared type, whatever the other cells are."""
+    v = VALUES[value]
+    other = 1.5 if isinstance(v, (str, bytes)) else "x"
+    native = _cells(pd.Series([v] * 3), tmp_path / "native")
+    mixed = _cells(pd.Series([v] * 3 + [other], dtype=object), tmp_path / "mixed")
+    assert mixed[:3] == native, (native, mixed)
