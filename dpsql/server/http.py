@@ -145,7 +145,8 @@ class Deadlines:
     must arrive within ``header`` seconds of the connection (or of the previous response),
     its body within ``body`` seconds of its headers, and an address has at most
     ``per_address`` connections waiting for headers at once in all the workers (``counts``,
-    this one's index ``worker``): one more closes this worker's oldest. ``late`` is the 408
+    this one's index ``worker``): one more closes this worker's oldest (not the one just
+    made: at most one more a worker). ``late`` is the 408
     response sent when a deadline passes."""
 
     def __init__(self, header: float, body: float, per_address: int, late: bytes,
@@ -241,9 +242,13 @@ class TimedH11Protocol(H11Protocol):
             if self._slot is None:
                 self._slot = deadlines.counts.slot(address)
             deadlines.counts.add(deadlines.worker, self._slot, 1)
-            # counted over the workers (each had its own cap: N workers held N times it)
-            if deadlines.counts.total(self._slot) > deadlines.per_address:
-                next(iter(waiting))._expire()
+            # counted over the workers (each had its own cap: N workers held N times it); a
+            # worker closes its own oldest, never the connection just made: where the others
+            # waited on another worker, it closed a full request from that address unanswered
+            # (an address then holds at most its cap plus one a worker)
+            oldest = next(iter(waiting))
+            if deadlines.counts.total(self._slot) > deadlines.per_address and oldest is not self:
+                oldest._expire()
         elif not waiting:
             self.deadlines.waiting.pop(address, None)
         if phase is not None:

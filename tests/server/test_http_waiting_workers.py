@@ -26,7 +26,9 @@ def test_one_address_holds_its_share_of_waiting_connections_over_all_workers(ser
         readable = set(select.select(held, [], [], 0)[0])
         assert all(closed(sock) for sock in readable)
         waiting = [sock for sock in held if sock not in readable]
-        assert len(waiting) == 4, len(waiting)  # 8 with a cap in each worker
+        # 8 with a cap in each worker; one more where the last came to a worker holding no
+        # other (it closes its own oldest, never the connection just made)
+        assert 4 <= len(waiting) <= 5, len(waiting)
         with dial(server, "127.0.0.5") as sock:  # another address is not held up
             sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             assert sock.recv(100).startswith(b"HTTP/1.1 200 ")

@@ -283,9 +283,11 @@ def test_a_killed_workers_waiting_http_connections_free_their_address(tmp_path):
         assert len(_open(held)) == 4 - len(holders[killed])  # closed with their worker
         hold_waiting(server, "127.0.0.9", 4, 0.5, held)
         deadline = time.monotonic() + 10  # a loaded machine's workers take a while to count
-        while len(_open(held)) != 4 and time.monotonic() < deadline:
+        while len(_open(held)) not in (4, 5) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert len(_open(held)) == 4  # 4 - len(holders[killed]) before
+        # 4 - len(holders[killed]) before; 5 where the last came to a worker holding no other
+        # (a worker closes its own oldest, never the connection just made)
+        assert len(_open(held)) in (4, 5)
         with dial(server, "127.0.0.9") as sock:
             sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             assert sock.recv(100).startswith(b"HTTP/1.1 200 ")
