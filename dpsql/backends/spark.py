@@ -12,6 +12,9 @@ own reader failed the whole read on one person's line of more than 20,480 fields
 are written into a folder of the backend's own under ``DPSQL_SPARK_STAGING`` (default the
 system's temporary folder), which a cluster or Spark Connect server must read at that path;
 the folders of this host's processes killed before they removed theirs are removed then.
+On an analyst's connection (``analyst``) the copy is made at the first query, after the
+charge, as the DuckDB backend reads such a file: at connect only the file's header is checked
+for the declared columns, and its view reads no rows until then (``_defer``).
 
 Every declared column is read through a subquery that applies ``try_cast`` to its declared
 type, as DuckDB reads a source: a value that does not convert (a string column of
@@ -59,8 +62,8 @@ from pyspark.sql import DataFrame, SparkSession
 from sqlglot import exp
 
 from dpsql.backends import PublicLimits, exact_rows, with_stored_columns
-from dpsql.backends.duckdb import _literal, _no_progress_bar, _quote as _duckdb_quote, \
-    _read_error, _reader
+from dpsql.backends.duckdb import _check_columns, _check_exists, _literal, _no_progress_bar, \
+    _private_columns, _quote as _duckdb_quote, _read_error, _reader
 from dpsql.backends.watchdog import WATCHDOG
 from dpsql.catalog import Catalog, TableSpec
 from dpsql.compile.render import dialect
@@ -101,7 +104,8 @@ class SparkBackend(PublicLimits):
     name = "spark"
     dialect = "spark"
 
-    def __init__(self, target: str | SparkSession, catalog: Catalog) -> None:
+    def __init__(self, target: str | SparkSession, catalog: Catalog, *,
+                 analyst: bool = False) -> None:
         # a Spark Connect session is a SparkSession of another class (pyspark.sql.connect)
         given = not isinstance(target, str)
         # getOrCreate hands back a session that is already running: not ours to stop either
@@ -125,12 +129,21 @@ class SparkBackend(PublicLimits):
                        for name, table in catalog.tables.items() if table.source is not None}
         # what each table is stored as: the session's table or view, or a source's own view
         self.relations = {name: _quote(self._views.get(name, name)) for name in catalog.tables}
+        self.analyst = analyst  # an analyst's connection: its private CSVs read after the charge
         self._read_versions: dict[str, str | None] = {}  # each source's file, as its view read it
+        # an analyst's private CSVs not copied yet -> the file's version whose header was
+        # checked (``_defer``)
+        self._unread: dict[str, str | None] = {}
         self._staging: str | None = None  # this backend's folder of Parquet copies (_copy)
         self._copies: dict[str, str] = {}  # the copy each private CSV's view reads
         try:
             for table in catalog.tables.values():
-                if table.source is not None:
+                if table.source is None:
+                    continue
+                if self._deferred(table):
+                    self._defer(table)
+                    self._view_of_no_rows(table)
+                else:
                     self._register(table)
         except BaseException:
             self._remove_copies()
@@ -173,6 +186,32 @@ class SparkBackend(PublicLimits):
         # query
         self._read_versions[table.name] = before if file_version(table.source) == before \
             else None
+
+    def _deferred(self, table: TableSpec) -> bool:
+        """Whether the source is copied at a query that reads private rows only (``_defer``):
+        an analyst's private CSV file."""
+        return self.analyst and _copied(table)
+
+    def _defer(self, table: TableSpec) -> None:
+        """Check that an analyst's private CSV's header (or ``names``) has the declared
+        columns, and leave its copy to the next query that reads private rows (``_refresh``),
+        after the charge: copied at connect, the time the copy took (growing with the rows)
+        was that of any refusal a server sent on a connection it had just opened, and copied
+        before the charge, that of a refusal of the charge, as on DuckDB (adversary round H).
+        The header is the data owner's line, not a person's."""
+        before = file_version(table.source)
+        _check_exists(table)
+        names = _private_columns(table) or []
+        _check_columns(table, dict.fromkeys(names, "VARCHAR"), repr(table.source))
+        self._unread[table.name] = before
+
+    def _view_of_no_rows(self, table: TableSpec) -> None:
+        """The view of a private CSV not copied yet: its declared columns over no rows,
+        stored as text as its copy stores them, so that SQL over it is analysed as over the
+        copy (``check_tables``, ``_stored``)."""
+        text = [f"CAST(NULL AS STRING) AS {_quote(name)}" for name in table.columns]
+        self.session.range(0).selectExpr(*text).selectExpr(*_typed(table)) \
+            .createOrReplaceTempView(self._views[table.name])
 
     def _copy(self, table: TableSpec) -> str:
         """A Parquet copy of a private CSV source, written by DuckDB through the reader of the
@@ -261,14 +300,29 @@ class SparkBackend(PublicLimits):
             f"and {what}", hint="restore a file of the declared columns and types, or fix the "
             "metadata and reconnect")
 
-    def _refresh(self) -> None:
+    def _refresh(self, read: bool) -> None:
         """Make anew the view of each source file that changed since its view read it (or
         whose version cannot be told): Spark reads the file's listing and schema once, when
-        the view is made."""
-        for name, version in self._read_versions.items():
+        the view is made. With ``read`` (a query over private rows, after its charge), copy
+        each of an analyst's private CSVs not copied yet too; without it (before the charge,
+        and for statements over public tables), such a CSV that changed is left to the next
+        query that reads, its header checked now (``_defer``)."""
+        for name, version in list(self._read_versions.items()):
             table = self.catalog.tables[name]
             if version is None or file_version(table.source) != version:
-                self._register(table, replaced=True)
+                if read or not self._deferred(table):
+                    self._register(table, replaced=True)
+                else:
+                    del self._read_versions[name]
+                    self._defer(table)
+        for name, version in list(self._unread.items()):
+            table = self.catalog.tables[name]
+            changed = version is None or file_version(table.source) != version
+            if read:
+                self._register(table, replaced=changed)
+                del self._unread[name]
+            elif changed:
+                self._defer(table)
 
     def _stored(self, name: str) -> dict[str, str]:
         """The stored type of each column of a table (empty when it is absent)."""
@@ -359,7 +413,7 @@ class SparkBackend(PublicLimits):
         longer convert (schemas alone decide; ~15 ms a catalogued table). Statements are not
         analysed here (a third of a run): their analysis failures are the run's, charged."""
         with self._settings():
-            self._refresh()
+            self._refresh(read=False)
             retyped = self._retyped()
         if retyped is not None:
             raise retyped
@@ -368,8 +422,14 @@ class SparkBackend(PublicLimits):
                 ) -> tuple[list[str], list[tuple]]:
         """Execute SQL rendered in Spark's dialect, reading at most its first ``max_rows``
         rows; its jobs are cancelled after ``timeout`` seconds (QueryTimeoutError)."""
+        return self._execute(sql, timeout, max_rows, read=True)
+
+    def _execute(self, sql: str, timeout: float | None, max_rows: int | None, *, read: bool
+                 ) -> tuple[list[str], list[tuple]]:
+        """``run_sql``; without ``read`` (a statement over public tables), an analyst's
+        private CSVs not copied yet stay so (``_refresh``)."""
         with self._settings():
-            self._refresh()
+            self._refresh(read)
             try:  # analysed here, before any job runs: only the tables' schemas are read
                 frame = _wall_clock(self.session.sql(sql))
             except PySparkException as err:
@@ -449,8 +509,9 @@ class SparkBackend(PublicLimits):
 
     def run_public(self, sql: str, timeout: float | None = None, max_rows: int | None = None
                    ) -> tuple[list[str], list[tuple]]:
-        """Run a statement over public tables, each limit None for ``public_limits``'."""
-        return self.run_sql(sql, *self._limits(timeout, max_rows))
+        """Run a statement over public tables, each limit None for ``public_limits``'; no
+        private CSV is copied for it (``_refresh``)."""
+        return self._execute(sql, *self._limits(timeout, max_rows), read=False)
 
     def run(self, tree: exp.Expression) -> tuple[list[str], list[tuple]]:
         """Execute a custodian's query tree, written in Spark's dialect, its source tables
