@@ -149,3 +149,32 @@ def test_one_group_a_person_keeps_the_least_key_when_group_hashes_tie(visits, mo
         ties = con._backend.run_sql(f"{ctes} SELECT COUNT(*) FROM {several}")[1]
     assert "__least_rows" in prefiltered_sql and "__least_rows" not in by_window_sql
     assert prefiltered == by_window and ties[0][0] > 10  # persons whose groups tied
+
+
+@pytest.mark.parametrize("plan", ["pivoted", "paired", "prefiltered"])
+@pytest.mark.parametrize("sql", ["SELECT day, COUNT(*) AS n FROM visits GROUP BY day",
+                                 "SELECT day, region_id, COUNT(*) AS n FROM visits "
+                                 "GROUP BY day, region_id",
+                                 "SELECT day, MEDIAN(amount) AS m FROM visits GROUP BY day"])
+def test_rows_outside_the_public_domain_take_none_of_a_persons_groups(data_dir, monkeypatch,
+                                                                      sql, plan):
+    """Each of 400 persons has a row on each day, in region 0 on Mon and Tue and in region 1
+    on the days the metadata leaves out; with L0 = 1 every person keeps one of their Mon and
+    Tue rows (rewrite.domain_filters). Chosen among all their groups, a person kept one with
+    probability 2/7 (about 114 of 400)."""
+    rows = [(uid, day, int(day not in ("Mon", "Tue")), 10.0) for uid in range(400)
+            for day in DAYS]
+    pd.DataFrame(rows, columns=["uid", "day", "region_id", "amount"]).to_csv(
+        data_dir / "visits.csv", index=False)
+    meta = catalogue(data_dir, budget=1e9)
+    table = meta["tables"]["visits"]
+    table["max_groups_per_unit"], table["max_rows_per_group"] = 1, 1
+    table["columns"]["day"]["values"] = ["Mon", "Tue"]
+    table["columns"]["region_id"]["values"] = [0, 1]
+    if plan != "pivoted":
+        monkeypatch.setattr(per_person, "MAX_PIVOT_CELLS", 0)
+    if plan == "paired":
+        monkeypatch.setattr(Dialect, "partitioned_windows_spill", True)
+    with dpsql.connect(metadata=meta, ledger=":memory:") as con:
+        _, exact = _exact(con, sql, False)
+    assert sum(row[-1] for row in exact if row[0] in ("Mon", "Tue")) == 400
