@@ -12,6 +12,7 @@ import click
 import dpsql
 from evaluators._budget import require_budget
 from evaluators._cli import EXACT, dataset_ledger, emit, evaluator_options
+from evaluators._holdout import share, shown_share
 from evaluators.decision_tree.attributes import schema_from_metadata
 from evaluators.decision_tree.forest import DPRandomForest, check_trees
 from evaluators.decision_tree.holdout import split_holdout, temporary_directory
@@ -79,8 +80,9 @@ def command(metadata: str, table: str, epsilon: float, output: str | None, seed:
     truth = holdout.test[target].astype(str).str.strip().to_numpy()
     result = {
         EXACT: {
-            "test_accuracy": float((model.predict(holdout.test).astype(str) == truth).mean()),
-            "majority_accuracy": float((truth == str(holdout.train_majority)).mean()),
+            "test_accuracy": share(model.predict(holdout.test).astype(str) == truth),
+            "majority_accuracy": None if holdout.train_majority is None else
+            share(truth == str(holdout.train_majority)),
             "train_rows": holdout.train_rows,
             "test_rows": len(holdout.test),
         },
@@ -102,8 +104,8 @@ def command(metadata: str, table: str, epsilon: float, output: str | None, seed:
 
     def text(result: dict) -> None:
         exact = result[EXACT]
-        click.echo(f"test accuracy {exact['test_accuracy']:.4f} (majority class "
-                   f"{exact['majority_accuracy']:.4f}; both exact, non-private, on the "
+        click.echo(f"test accuracy {shown_share(exact['test_accuracy'])} (majority class "
+                   f"{shown_share(exact['majority_accuracy'])}; both exact, non-private, on the "
                    f"custodian's test rows); depth {result['depth']}; "
                    f"ε spent {result['epsilon_spent']:g} in {len(model.levels)} scripts; "
                    f"fit {fit_seconds:.2f} s")

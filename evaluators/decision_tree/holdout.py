@@ -24,7 +24,7 @@ import pandas as pd
 import yaml
 
 import dpsql
-from evaluators._holdout import check_test_fraction, test_rows
+from evaluators._holdout import check_test_fraction, held_out, parts_of
 from evaluators.decision_tree.attributes import quote_identifier
 from evaluators.decision_tree.forest import PARTITION_COLUMN
 
@@ -58,7 +58,8 @@ def split_holdout(metadata: str | Path | Mapping, table: str, target: str, *,
         metadata: YAML path or dict of the dataset.
         table: the table to split.
         target: the class column (for the training majority class).
-        test_fraction: share of rows held out for testing, in (0, 1).
+        test_fraction: the chance that a person's rows (a row, without a privacy unit) are
+            held out for testing, in (0, 1) (``_holdout.held_out``).
         directory: where the training database is written (a private temporary folder).
         seed: seed of the random split (default: CSPRNG).
         parts: when > 1, add a public column ``tree_part`` assigning each training row at
@@ -68,8 +69,8 @@ def split_holdout(metadata: str | Path | Mapping, table: str, target: str, *,
         analyst: who the read is logged under (default: decision-tree-holdout).
 
     Raises:
-        dpsql.ProgrammingError: test_fraction is outside (0, 1) or leaves one side empty, or
-            the table or the class column is unknown.
+        dpsql.ProgrammingError: test_fraction is outside (0, 1), or the table or the class
+            column is unknown.
     """
     check_test_fraction(test_fraction)
     raw = load_metadata(metadata)
@@ -83,13 +84,13 @@ def split_holdout(metadata: str | Path | Mapping, table: str, target: str, *,
                                      hint=f"use one of {sorted(spec.get('columns', {}))}")
     rows = _read_as_custodian(metadata, table, ledger, analyst)
     rng = np.random.default_rng(seed if seed is not None else secrets.randbits(128))
-    order = rng.permutation(len(rows))
-    n_test = test_rows(len(rows), test_fraction)
-    test = rows.iloc[order[:n_test]].reset_index(drop=True)
-    train = rows.iloc[order[n_test:]].reset_index(drop=True)
+    unit = spec.get("privacy_unit")
+    test_mask = held_out(rows, unit, test_fraction, rng)
+    test = rows[test_mask].reset_index(drop=True)
+    train = rows[~test_mask].reset_index(drop=True)
     columns = copy.deepcopy(spec.get("columns", {}))
     if parts > 1:
-        train[PARTITION_COLUMN] = rng.permutation(len(train)) % parts
+        train[PARTITION_COLUMN] = parts_of(train, unit, parts, rng)
         columns[PARTITION_COLUMN] = {"type": "int", "lower": 0, "upper": parts - 1}
     database = Path(directory) / f"{table}_train.duckdb"
     with duckdb.connect(str(database)) as out:
@@ -105,7 +106,7 @@ def split_holdout(metadata: str | Path | Mapping, table: str, target: str, *,
     if budget is not None:
         raw["budget"] = {"epsilon": budget, "delta": raw.get("budget", {}).get("delta", 1e-6)}
     return Holdout(train_metadata=raw, train_database=database, train_rows=len(train), test=test,
-                   train_majority=train[target].mode().iloc[0], directory=Path(directory))
+                   train_majority=next(iter(train[target].mode()), None), directory=Path(directory))
 
 
 def _read_as_custodian(metadata: str | Path | Mapping, table: str, ledger: str | None,

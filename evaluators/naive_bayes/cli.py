@@ -50,7 +50,7 @@ from dpsql.randomize import (
 )
 from evaluators import _catalog
 from evaluators._cli import EXACT, dataset_ledger, emit, evaluator_options
-from evaluators._holdout import check_test_fraction, test_rows
+from evaluators._holdout import check_test_fraction, held_out, share, shown_share
 from evaluators.attribute_selection.contingency import catalog_attributes, check_candidates
 from evaluators.naive_bayes.central import train_central
 from evaluators.naive_bayes.model import NaiveBayesModel, check_alpha
@@ -143,11 +143,11 @@ def load_holdout(metadata: str | Path, table: str, class_column: str, *,
         unit = spec.column(spec.privacy_unit)
         columns[unit.name] = unit
     frame = frame[list(columns)]
-    order = rng.permutation(len(frame))
-    cut = len(frame) - test_rows(len(frame), test_fraction)
+    test = held_out(frame, spec.privacy_unit and spec.column(spec.privacy_unit).name,
+                    test_fraction, rng)
     restricted = dataclasses.replace(spec, columns=columns)
-    return Holdout(restricted, target.name, frame.iloc[order[:cut]].reset_index(drop=True),
-                   frame.iloc[order[cut:]].reset_index(drop=True))
+    return Holdout(restricted, target.name, frame[~test].reset_index(drop=True),
+                   frame[test].reset_index(drop=True))
 
 
 def _raw_budget(metadata: str | Path) -> Any:
@@ -291,10 +291,10 @@ def fit_central(holdout: Holdout, epsilon: float, workdir: str | Path, *,
     return model, spent
 
 
-def accuracy(model: NaiveBayesModel, holdout: Holdout) -> float:
+def accuracy(model: NaiveBayesModel, holdout: Holdout) -> float | None:
     """Share of test rows whose predicted class is the true one."""
     predicted = np.asarray(model.predict(holdout.test[holdout.attributes]), dtype=str)
-    return float((predicted == holdout.test[holdout.class_column].astype(str).to_numpy()).mean())
+    return share(predicted == holdout.test[holdout.class_column].astype(str).to_numpy())
 
 
 def equal_split_spec(holdout: Holdout, epsilon: float) -> RandomizationSpec:
@@ -436,8 +436,8 @@ def _print(mechanism: str, table: str, result: dict) -> None:
     exact = result[EXACT]
     click.echo(f"{mechanism} Naive Bayes on {table!r} ({exact['train_rows']} train, "
                f"{exact['test_rows']} test rows: exact, non-private)")
-    click.echo(f"test accuracy: {exact['test_accuracy']:.4f} (non-private model: "
-               f"{exact['non_private_accuracy']:.4f}; both exact, on the true test rows)")
+    click.echo(f"test accuracy: {shown_share(exact['test_accuracy'])} (non-private model: "
+               f"{shown_share(exact['non_private_accuracy'])}; both exact, on the true test rows)")
     if mechanism == "laplace":
         click.echo(f"ε spent: {result['epsilon_spent']:g}")
     else:

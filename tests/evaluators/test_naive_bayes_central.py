@@ -15,6 +15,7 @@ from conftest import catalogue, make_visits
 
 import dpsql
 from dpsql.randomize import RandomizationSpec, write_data
+from evaluators._cli import EXACT
 from evaluators.attribute_selection.contingency import catalog_attributes, contingency_statements
 from evaluators.naive_bayes.cli import (
     command,
@@ -148,19 +149,24 @@ def test_bad_attributes_or_alpha_are_refused_before_the_rows_are_read(
         assert connection.ledger.history(connection.catalog.name) == []
 
 
-def test_an_empty_test_split_is_refused_before_the_central_release(tmp_path) -> None:
-    """--test-fraction 1e-7 was charged ε 1 and answered test_accuracy NaN (not JSON)."""
+def test_an_empty_test_split_is_answered_with_no_accuracy(tmp_path) -> None:
+    """--test-fraction 1e-7 was charged ε 1 and answered test_accuracy NaN (not JSON), then
+    refused by the count of rows drawn (one-sided); now the split is drawn person by person,
+    the run charged and its accuracy on no test rows null."""
     metadata = _dataset(tmp_path, _visits())
     ledger = str(tmp_path / "l.sqlite")
     args = ["-m", metadata, "-t", "visits", "--class", "member", "--attributes", "day,region_id",
             "--mechanism", "laplace", "-e", "1", "--test-fraction", "1e-7", "--json",
             "--ledger", ledger]
     result = CliRunner().invoke(command, args)
-    assert isinstance(result.exception, dpsql.ProgrammingError), result.output
-    assert "leaves no test rows" in str(result.exception)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    exact = out[EXACT]
+    assert exact["test_rows"] == 0 and exact["test_accuracy"] is None
+    assert exact["non_private_accuracy"] is None
     connection = dpsql.connect(None, metadata=metadata, ledger=ledger)
     try:
-        assert connection.budget_spent.epsilon == 0
+        assert connection.budget_spent.epsilon == 1
     finally:
         connection.close()
 
