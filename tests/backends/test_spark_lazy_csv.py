@@ -23,14 +23,19 @@ pytestmark = pytest.mark.spark
 HEADER = "uid,day,amount\n"
 
 
-def _catalog(path: Path):
-    return load_catalog({"name": "x", "budget": 10, "tables": {
+def _metadata(path: Path) -> dict:
+    """A private CSV ``t`` at ``path`` and a public ``days`` beside it."""
+    return {"name": "x", "budget": 10, "tables": {
         "t": {"source": str(path), "privacy_unit": "uid", "max_groups_per_unit": 1,
               "max_rows_per_group": 1, "columns": {
                   "uid": "int", "day": "text",
                   "amount": {"type": "float", "lower": 0, "upper": 10}}},
         "days": {"source": str(path.parent / "days.csv"), "public": True,
-                 "columns": {"day": "text"}}}})
+                 "columns": {"day": "text"}}}}
+
+
+def _catalog(path: Path):
+    return load_catalog(_metadata(path))
 
 
 def _write(path: Path, rows: int, header: str = HEADER) -> None:
