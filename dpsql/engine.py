@@ -369,7 +369,11 @@ class Engine:
                 types = [e.type for _, e in planned.public[i].outputs]
                 results.append(NoisyResult(columns=[ColumnInfo(n, t) for n, t in zip(
                     names, types, strict=True)], rows=rows))
-        if reuse:
+        # stored under the version checked before the charge only if it is the one read: an
+        # analyst's CSV is read at its first query, after the charge, and a file replaced in
+        # between stored an answer of the new rows under the old rows' version, returned at
+        # ε 0 over the old rows (adversary round L)
+        if reuse and data_version(self.catalog, self.backend) == planned.release.data_version:
             try:
                 self.ledger.record_answer(release_id, dump_results(results))
             except LedgerError as err:

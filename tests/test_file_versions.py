@@ -72,3 +72,34 @@ def test_no_stored_answer_of_the_rows_as_other_metadata_read_them(tmp_path):
             assert con.execute(sql, epsilon=1).epsilon_spent == 0  # the same reading: reused
         with dpsql.connect(metadata=after, ledger=ledger) as con:
             assert con.execute(sql, epsilon=1).epsilon_spent == 1, sql
+
+
+def test_no_stored_answer_of_rows_read_after_the_version_was_checked(tmp_path, monkeypatch):
+    """An analyst's CSV is read at its first query, after the charge, but its version was
+    checked before: a file replaced in that moment stored the new rows' answer under the old
+    rows' version, which a later connection over the old rows got back at ε 0."""
+    old = "uid,day\n" + "".join(f"{i},Mon\n" for i in range(1000))
+    new = "uid,day\n" + "".join(f"{i},Mon\n" for i in range(5000))
+    path = tmp_path / "v.csv"
+    path.write_text(old)
+    meta = {"name": "v", "budget": {"epsilon": 100}, "tables": {"v": {
+        "source": str(path), "privacy_unit": "uid", "max_groups_per_unit": 1,
+        "max_rows_per_group": 1, "columns": {"uid": "int", "day": {
+            "type": "text", "values": ["Mon"]}}}}}
+    sql = "SELECT day, COUNT(*) AS n FROM v GROUP BY day"
+    ledger = tmp_path / "ledger.sqlite"
+    charge = dpsql.ledger.Ledger.charge
+
+    def charge_then_replace(self, **kwargs):  # the data owner's export lands just then
+        charged = charge(self, **kwargs)
+        path.write_text(new)
+        return charged
+
+    monkeypatch.setattr(dpsql.ledger.Ledger, "charge", charge_then_replace)
+    with dpsql.connect(metadata=meta, ledger=ledger) as con:
+        assert con.execute(sql, epsilon=5).fetchall()[0][1] > 3000  # the new rows
+    monkeypatch.setattr(dpsql.ledger.Ledger, "charge", charge)
+    path.write_text(old)
+    with dpsql.connect(metadata=meta, ledger=ledger) as con:
+        cur = con.execute(sql, epsilon=5)
+        assert cur.epsilon_spent == 5 and cur.fetchall()[0][1] < 2000
