@@ -211,7 +211,10 @@ def fit_exact(holdout: Holdout, alpha: float = 1.0) -> NaiveBayesModel:
                                   strict=True)}
             continue
         domains[name] = [str(v) for v in values]
-        counts = train.groupby([train[name].astype(str), classes]).size()
+        # a value outside the declared domain is left out, as the DP counts leave it: kept, it
+        # failed the run on D′ alone, quoting the person's value (adversary round L)
+        kept = train[name].astype(str).isin(domains[name])
+        counts = train[kept].groupby([train[name][kept].astype(str), classes[kept]]).size()
         feature_counts[name] = {key: float(n) for key, n in counts.items()}
     return ReconstructedStatistics(class_counts, feature_counts, domains, gaussian).to_model(alpha)
 

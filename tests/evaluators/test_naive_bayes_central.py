@@ -186,3 +186,17 @@ def test_randomized_response_says_it_charges_no_central_budget(tmp_path) -> None
         assert connection.budget_spent.epsilon == 0
         assert {row["kind"] for row in connection.ledger.history(connection.catalog.name)} == {
             "exact"}
+
+
+def test_a_value_outside_the_declared_domain_is_left_out_of_the_exact_baseline(tmp_path):
+    """One row whose day is outside the declared days failed the run on D′ alone (the exact
+    baseline's counts held it, and the error quoted it), before anything was released."""
+    frame = _visits()
+    frame.loc[len(frame)] = {**frame.iloc[0].to_dict(), "day": "Priv'ate"}
+    metadata = _dataset(tmp_path, frame, row_privacy=True)
+    ledger = str(tmp_path / "l.sqlite")
+    for seed in ("1", "2", "3"):  # the row lands in the training part in some of them
+        result = CliRunner().invoke(command, [
+            "-m", metadata, "-t", "visits", "--class", "member", "--attributes", "day,region_id",
+            "--mechanism", "laplace", "-e", "1", "--seed", seed, "--json", "--ledger", ledger])
+        assert result.exit_code == 0, result.output
