@@ -525,8 +525,14 @@ def randomize_frame(frame: pd.DataFrame, randomizers: Mapping[str, Randomizer],
                     rng: RandomSource | None = None) -> pd.DataFrame:
     """A copy of ``frame`` with each column in ``randomizers`` randomized independently.
 
+    A categorical column's missing value, or one outside its declared domain, is randomized
+    as a value drawn uniformly from the domain: its record's output is then a mixture of the
+    randomizer's outputs for domain values, within its local ε. Refused, one person's NULL
+    published D and refused D′, the refusal naming the value (adversary round L). TRR has no
+    finite ε: a missing value stays missing.
+
     Raises:
-        DataError: a categorical value outside the declared domain, or a missing value.
+        DataError: the frame lacks a randomized column.
     """
     rng = rng if rng is not None else csprng()
     out = frame.copy()
@@ -535,25 +541,22 @@ def randomize_frame(frame: pd.DataFrame, randomizers: Mapping[str, Randomizer],
             raise DataError(f"the data have no column {column!r}",
                             hint=f"columns are {list(frame.columns)}")
         values = frame[column]
-        if values.isna().any():
-            raise DataError(f"column {column!r} has missing values, which no randomizer covers",
-                            hint="drop those rows or declare a value for 'missing' in the domain")
         if isinstance(randomizer, TRR):
             out[column] = randomizer.randomize_values(values.to_numpy(dtype=float), rng)
             continue
-        codes = _domain_codes(values, randomizer.domain, column)
+        codes = _domain_codes(values, randomizer.domain, rng)
         out[column] = pd.Series(np.asarray(randomizer.domain, dtype=object)[
             randomizer.randomize_codes(codes, rng)], index=frame.index)
     return out
 
 
-def _domain_codes(values: pd.Series, domain: tuple, column: str) -> np.ndarray:
+def _domain_codes(values: pd.Series, domain: tuple, rng: RandomSource) -> np.ndarray:
+    """Each value's index in ``domain``; a missing one's or one outside it drawn uniformly."""
     # Compare as text: a domain declared as ['2', '4'] must match a column read as integers.
-    codes = pd.Categorical(values.astype(str), categories=[str(v) for v in domain]).codes
-    if (codes < 0).any():
-        outside = sorted(set(values[codes < 0].astype(str)))[:5]
-        raise DataError(f"column {column!r} has values outside its declared domain: {outside}",
-                        hint="add them to the column's values: in the metadata")
+    codes = np.array(pd.Categorical(values.astype(str).where(values.notna()),
+                                    categories=[str(v) for v in domain]).codes, dtype=np.int64)
+    outside = codes < 0
+    codes[outside] = _below_array(len(domain), rng, (int(outside.sum()),))
     return codes
 
 
