@@ -145,7 +145,7 @@ def _open_spark(target, catalog: Catalog, read_only: bool, locked: bool) -> Back
         from dpsql.backends.spark import SparkBackend
     except ImportError as err:
         raise _driver_missing("Spark (pyspark)", "pyspark") from err
-    return SparkBackend(target, catalog)
+    return SparkBackend(target, catalog, analyst=locked)
 
 
 def _open_duckdb(target, catalog: Catalog, read_only: bool, locked: bool,

@@ -106,28 +106,30 @@ def test_a_source_replaced_after_connect_is_copied_anew(spark, tmp_path):
 
 def test_copies_go_under_dpsql_spark_staging_and_an_unreadable_one_is_named(
         spark, tmp_path, monkeypatch):
-    """The folder of copies is made under DPSQL_SPARK_STAGING; a copy Spark cannot read (a
-    cluster that does not see the folder) is a DataError naming the paths, not Spark's
-    message."""
+    """The folder of copies is made under DPSQL_SPARK_STAGING (at an analyst's first query);
+    a copy Spark cannot read (a cluster that does not see the folder) is a DataError naming
+    the paths, not Spark's message."""
     path = tmp_path / "t.csv"
     path.write_text("uid,name,name,,amount\n" + "\n".join(ROWS[:3]) + "\n")
     monkeypatch.setenv("DPSQL_SPARK_STAGING", str(tmp_path / "staging"))
     (tmp_path / "staging").mkdir()
     with dpsql.connect(spark, metadata=_metadata(path, {}), ledger=":memory:") as con:
+        con._backend.run_sql(f"SELECT COUNT(*) FROM {con._backend.sources['t']}")
         assert Path(con._backend._staging).parent == tmp_path / "staging"
     monkeypatch.setattr("dpsql.backends.spark.SparkBackend._copy",
                         lambda self, table: str(tmp_path / "gone.parquet"))
-    with pytest.raises(dpsql.DataError, match="Spark cannot read the Parquet copy of .* that "
-                       "dpsql wrote at .*gone.parquet") as error:
-        dpsql.connect(spark, metadata=_metadata(path, {}), ledger=":memory:")
+    with dpsql.connect(spark, metadata=_metadata(path, {}), ledger=":memory:") as con, \
+            pytest.raises(dpsql.DataError, match="Spark cannot read the Parquet copy of .* "
+                          "that dpsql wrote at .*gone.parquet") as error:
+        con._backend.run_sql(f"SELECT COUNT(*) FROM {con._backend.sources['t']}")
     assert "DPSQL_SPARK_STAGING" in error.value.hint
 
 
 def test_the_copies_of_a_process_killed_before_its_close_are_removed(spark, tmp_path,
                                                                       monkeypatch):
     """A process killed before ``close`` left its folder of copies of private rows; the
-    next backend that makes a folder on this host removes those of processes that are gone,
-    and keeps those of live ones."""
+    next backend that makes a folder on this host (an analyst's at its first query) removes
+    those of processes that are gone, and keeps those of live ones."""
     monkeypatch.setenv("DPSQL_SPARK_STAGING", str(tmp_path / "staging"))
     (tmp_path / "staging").mkdir()
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
@@ -140,5 +142,6 @@ def test_the_copies_of_a_process_killed_before_its_close_are_removed(spark, tmp_
         (folder / "copy-1.parquet").write_bytes(b"private rows")
     path = tmp_path / "t.csv"
     path.write_text("uid,name,name,,amount\n" + "\n".join(ROWS[:3]) + "\n")
-    with dpsql.connect(spark, metadata=_metadata(path, {}), ledger=":memory:"):
+    with dpsql.connect(spark, metadata=_metadata(path, {}), ledger=":memory:") as con:
+        con._backend.run_sql(f"SELECT COUNT(*) FROM {con._backend.sources['t']}")
         assert not orphan.exists() and live.exists()

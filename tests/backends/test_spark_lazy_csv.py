@@ -136,3 +136,18 @@ def test_a_header_without_a_declared_column_is_refused_before_any_copy(spark, fi
         assert list(staging.iterdir()) == []
     finally:
         backend.close()
+
+
+def test_dpsql_connect_is_an_analysts_and_a_refusal_copies_nothing(spark, files):
+    """``dpsql.connect`` opens an analyst's backend: neither the connection, a refused
+    statement nor one over public tables copies the private CSV; the first private answer
+    does."""
+    path, staging = files
+    with dpsql.connect(spark, metadata=_metadata(path), ledger=":memory:") as con:
+        assert list(staging.iterdir()) == []
+        with pytest.raises(dpsql.ProgrammingError):
+            con.execute("SELECT COUNT(*) AS n FROM t WHERE nothing = 1", epsilon=1)
+        assert con.execute("SELECT COUNT(*) AS n FROM days").fetchall() == [(3,)]
+        assert list(staging.iterdir()) == [] and con.budget_spent.epsilon == 0
+        con.execute("SELECT COUNT(*) AS n FROM t", epsilon=1)
+        assert len(_copies(staging)) == 1
