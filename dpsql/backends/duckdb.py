@@ -10,6 +10,7 @@ a second in-memory database that holds the public tables only.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import os
@@ -17,7 +18,7 @@ import shutil
 import tempfile
 import uuid
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -96,8 +97,10 @@ class DuckDBBackend(PublicLimits):
         self.loaded_versions: dict[str, str | None] = {}
         # private Parquet sources -> the stat of the file whose schema was last checked
         self._parquet_checked: dict[str, tuple | None] = {}
-        # an analyst's private CSV sources not read yet -> (reader, columns) (``_register``)
-        self._unread: dict[str, tuple[str, str]] = {}
+        # an analyst's private CSV sources not read yet -> (columns, header) (``_register``)
+        self._unread: dict[str, tuple[str, list[str] | None]] = {}
+        # private CSV sources not in UTF-8 -> the path of their UTF-8 copy (``utf8_source``)
+        self._utf8_copies: dict[str, str] = {}
         self._config = self._resource_config(catalog.resources)
         try:
             if locked:
@@ -120,7 +123,8 @@ class DuckDBBackend(PublicLimits):
         self.catalog = self._completed(catalog)
         if locked:
             self._lock([t.source for t in catalog.tables.values() if t.source is not None
-                        and (t.source.lower().endswith(".parquet") or t.name in self._unread)])
+                        and (t.source.lower().endswith(".parquet") or t.name in self._unread)]
+                       + list(self._utf8_copies.values()))
         if any(t.public for t in catalog.tables.values()):
             self._open_public()
 
@@ -222,7 +226,7 @@ class DuckDBBackend(PublicLimits):
         self._public.sources, self._public._frames = self.sources, self._frames
         self._public.database = self.database
         self._public.loaded_versions, self._public._parquet_checked = {}, {}
-        self._public._unread = {}
+        self._public._unread, self._public._utf8_copies = {}, {}
         self._public._config = self._resource_config(self.catalog.resources)
         self._public._catalogued(self.database, public)
         self._public._lock([t.source for t in public if t.source is not None
@@ -250,8 +254,10 @@ class DuckDBBackend(PublicLimits):
     def _register(self, table: TableSpec) -> None:
         source = table.source
         _check_exists(table)
-        undeclared = table.public and not table.columns  # typed by DuckDB's sniffer
-        reader = _reader(table, typed=undeclared, rejects=not self.analyst)
+        reader = _reader(table, typed=_sniffed(table), rejects=not self.analyst)
+        copy = utf8_copy_path(table, self._config["temp_directory"])
+        if copy is not None:
+            self._utf8_copies[table.name] = copy
         parquet = source.lower().endswith(".parquet")
         try:
             types = self._stored_types(reader) if parquet else None
@@ -278,21 +284,25 @@ class DuckDBBackend(PublicLimits):
                 _check_columns(table, self._stored_types(reader), repr(source))
                 self.connection.execute(f"CREATE OR REPLACE TEMP TABLE {_quote(table.name)} AS "
                                         f"SELECT {columns} FROM (SELECT * FROM {reader} LIMIT 0)")
-                self._unread[table.name] = (reader, columns)
+                self._unread[table.name] = (columns, _private_columns(table))
             else:
-                self._read_csv(table, reader, columns)
+                self._read_csv(table, columns)
             self.connection.execute(f"SELECT * FROM {_quote(table.name)} LIMIT 0")
         except duckdb.Error as err:
             raise _read_error(table, err) from (err if table.public else None)
 
-    def _read_csv(self, table: TableSpec, reader: str, columns: str) -> None:
+    def _read_csv(self, table: TableSpec, columns: str) -> None:
         """Read a CSV source's rows into its table, once: answers are reused by the version
         read (versions.py). Text is parsed once per connection (re-parsing a CSV on every
         query cost ~100x the aggregate), as text first: typing it in a second step keeps
-        DuckDB from pushing TRY_CAST into the reader, where a bad value fails every query."""
+        DuckDB from pushing TRY_CAST into the reader, where a bad value fails every query.
+        A private file not in UTF-8 is read from its UTF-8 copy (``utf8_source``)."""
         raw = _quote(f"__raw_{table.name}")
         before = file_version(table.source)
-        self.connection.execute(f"CREATE OR REPLACE TEMP TABLE {raw} AS SELECT * FROM {reader}")
+        with utf8_source(table, self._utf8_copies.get(table.name)) as readable:
+            reader = _reader(readable, typed=_sniffed(table), rejects=not self.analyst)
+            self.connection.execute(f"CREATE OR REPLACE TEMP TABLE {raw} AS "
+                                    f"SELECT * FROM {reader}")
         if not table.public and not self.analyst:
             self._count_unread(table)
         _check_columns(table, self._stored_types(raw), repr(table.source))
@@ -304,10 +314,10 @@ class DuckDBBackend(PublicLimits):
 
     def _read_unread(self) -> None:
         """Read the private CSV sources not read yet (``_register``), at the first query."""
-        for name, (reader, columns) in list(self._unread.items()):
+        for name, (columns, _) in list(self._unread.items()):
             table = self.catalog.tables[name]
             try:
-                self._read_csv(table, reader, columns)
+                self._read_csv(table, columns)
             except duckdb.Error as err:
                 raise _read_error(table, err) from None
             del self._unread[name]
@@ -380,14 +390,24 @@ class DuckDBBackend(PublicLimits):
 
     def check_tables(self) -> None:
         """Refuse a private Parquet source replaced by one DuckDB cannot decode (its schema
-        alone decides), or a private CSV source not read yet that is gone. Statements are
+        alone decides), or a private CSV source not read yet that is gone, no longer a file,
+        or whose header changed since opening (its rows would be read under the old
+        header's names: columns reordered were read shifted). Statements are
         not bound here: binding costs 50-70% of a run on small tables, and the compiled SQL
         always binds (no parser, catalog or binder error in 810 tests of the corpus, the
         attacks and the compile suites), so one would be an engine bug, charged like any
         failure of the read."""
         self._recheck_parquet()
-        for name in self._unread:
-            _check_exists(self.catalog.tables[name])
+        for name, (_, header) in self._unread.items():
+            table = self.catalog.tables[name]
+            _check_exists(table)
+            if not os.path.isfile(table.source):  # read as one at opening
+                raise DataError(f"table {name!r}: CSV source {table.source!r} is no longer a "
+                                "file", hint="restore the file; nothing was charged")
+            if _private_columns(table) != header:
+                raise DataError(f"table {name!r}: the header of {table.source!r} changed since "
+                                "the connection opened", hint="connect again to read the file "
+                                "as it is now; nothing was charged")
 
     def run_sql(self, sql: str, timeout: float | None = None, max_rows: int | None = None
                 ) -> tuple[list[str], list[tuple]]:
@@ -450,6 +470,48 @@ def _check_exists(table: TableSpec) -> None:
         raise DataError(
             f"table {table.name!r}: source file {table.source!r} does not exist",
             hint="set DPSQL_DATASETS to the folder of the shared data sets, or fix 'source'")
+
+
+def _sniffed(table: TableSpec) -> bool:
+    """Whether DuckDB's sniffer types the source's columns: a public table declaring none."""
+    return table.public and not table.columns
+
+
+def utf8_copy_path(table: TableSpec, folder: str) -> str | None:
+    """Where ``utf8_source`` copies a private CSV source not in UTF-8 (a new name in
+    ``folder``, which is made); None for any other source, read as it is."""
+    if not _is_csv(table) or table.public or table.csv.get("encoding", "utf-8") == "utf-8":
+        return None
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"utf8-{uuid.uuid4().hex}.csv")
+
+
+@contextlib.contextmanager
+def utf8_source(table: TableSpec, copy: str | None) -> Iterator[TableSpec]:
+    """``table`` readable as UTF-8: with ``copy``, its CSV source transcoded into that path
+    (a byte its encoding cannot decode read as U+FFFD) and the copy removed afterwards.
+    DuckDB's own decoders failed the whole file on one person's bytes, which a reader of
+    that encoding reads: latin-1's on 0x80-0x9F, UTF-16's on a lone surrogate (adversary
+    round K: D answered, D′ failed after the charge)."""
+    if copy is None:
+        yield table
+        return
+    csv_options = dict(table.csv)
+    encoding = csv_options.pop("encoding")
+    try:
+        try:
+            with open(table.source, encoding=encoding, errors="replace", newline="") as source, \
+                    open(copy, "w", encoding="utf-8", newline="") as target:
+                shutil.copyfileobj(source, target, 1 << 20)
+        except OSError as err:  # said by paths alone
+            raise DataError(f"table {table.name!r}: cannot copy {table.source!r} into UTF-8 at "
+                            f"{copy!r} ({err.strerror or type(err).__name__})",
+                            hint="free space in resources: temp_directory, or store the file "
+                            "in UTF-8 (iconv -f <encoding> -t utf-8)") from None
+        yield replace(table, source=copy, csv=csv_options)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(copy)
 
 
 def _quote(name: str) -> str:
@@ -657,8 +719,12 @@ def _read_error(table: TableSpec, err: duckdb.Error) -> DataError:
             "quote private rows)"
     if "unicode" in text.lower() or "encoded" in text.lower():
         declared = table.csv.get("encoding", "utf-8")
-        hint = (f"the file is not {declared}: set its encoding, e.g. csv: {{encoding: latin-1}} "
-                f"(DuckDB reads {', '.join(ENCODINGS)}), or convert it to UTF-8")
+        if declared == "utf-8":
+            hint = (f"the file is not UTF-8: set its encoding, e.g. csv: {{encoding: latin-1}} "
+                    f"(DuckDB reads {', '.join(ENCODINGS)}), or convert it to UTF-8")
+        else:  # DuckDB's latin-1 fails on 0x80-0x9F, which cp1252 files hold (€, quotes)
+            hint = (f"DuckDB's {declared} reader cannot decode the file: convert it to UTF-8 "
+                    "(iconv -f cp1252 -t utf-8 for a Windows file) and drop the encoding")
     else:
         hint = "check the csv options (delimiter, header, names, null, encoding)"
     return DataError(f"table {table.name!r}: cannot read {table.source!r} as the metadata "

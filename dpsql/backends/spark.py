@@ -63,7 +63,7 @@ from sqlglot import exp
 
 from dpsql.backends import PublicLimits, exact_rows, with_stored_columns
 from dpsql.backends.duckdb import _check_columns, _check_exists, _literal, _no_progress_bar, \
-    _private_columns, _quote as _duckdb_quote, _read_error, _reader
+    _private_columns, _quote as _duckdb_quote, _read_error, _reader, utf8_copy_path, utf8_source
 from dpsql.backends.watchdog import WATCHDOG
 from dpsql.catalog import Catalog, TableSpec
 from dpsql.compile.render import dialect
@@ -221,14 +221,16 @@ class SparkBackend(PublicLimits):
         of more than 20,480 fields (univocity's ``maxColumns``, allocated per parser: a larger
         one only moves the limit), and kept a row of more fields than the header that DuckDB
         leaves out. A folder of its own per backend, removed at ``close``; a new copy each
-        time the file changed."""
+        time the file changed. A file not in UTF-8 is read from its UTF-8 copy
+        (``duckdb.utf8_source``)."""
         if self._staging is None:
             self._staging = _staging_folder()
         # not the view's name: Spark skips a file whose name begins with '_' or '.'
         path = os.path.join(self._staging, f"copy-{next(_COPY_IDS)}.parquet")
-        source = _reader(table, rejects=False)
         try:
-            with duckdb.connect(":memory:") as connection:
+            with utf8_source(table, utf8_copy_path(table, self._staging)) as readable, \
+                    duckdb.connect(":memory:") as connection:
+                source = _reader(readable, rejects=False)
                 _no_progress_bar(connection)
                 columns = "*"
                 if table.csv.get("trim"):  # as the DuckDB backend trims (_column_sql)

@@ -145,3 +145,30 @@ def test_the_copies_of_a_process_killed_before_its_close_are_removed(spark, tmp_
     with dpsql.connect(spark, metadata=_metadata(path, {}), ledger=":memory:") as con:
         con._backend.run_sql(f"SELECT COUNT(*) FROM {con._backend.sources['t']}")
         assert not orphan.exists() and live.exists()
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "utf-16"])
+def test_a_persons_bytes_that_duckdb_cannot_decode_are_copied_from_utf8(spark, tmp_path,
+                                                                       encoding):
+    """Adversary round K: the copy failed on D′ alone (at connect, then at the first query)
+    on one person's byte that DuckDB's decoder of the declared encoding rejects; the file is
+    transcoded into UTF-8 before DuckDB reads it (``duckdb.utf8_source``)."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "privacy"))
+    from test_csv_reading import _person_bytes
+
+    base, person = _person_bytes(encoding)
+    counts = []
+    for side, content in (("d", base), ("d_prime", base + person)):
+        path = tmp_path / f"{side}.csv"
+        path.write_bytes(content)
+        meta = {"name": "x", "budget": 10, "tables": {"t": {
+            "source": str(path), "privacy_unit": "uid", "max_groups_per_unit": 1,
+            "max_rows_per_group": 1, "csv": {"encoding": encoding},
+            "columns": {"uid": "int", "name": "text",
+                        "amount": {"type": "float", "lower": 0, "upper": 10}}}}}
+        with dpsql.connect(spark, metadata=meta, ledger=str(tmp_path / f"{side}.sqlite")) as con:
+            con.execute("SELECT COUNT(*) AS n FROM t", epsilon=1).fetchall()  # answered
+        with dpsql.connect_custodian(spark, metadata=meta, ledger=":memory:") as con:
+            counts.append(con._backend.run_sql(
+                f"SELECT COUNT(*), COUNT(DISTINCT uid) FROM {con._backend.sources['t']}")[1][0])
+    assert counts == [(200, 200), (201, 201)]

@@ -83,3 +83,68 @@ def test_a_private_file_without_a_header_names_its_columns(tmp_path):
     named = _metadata(path, {"header": False, "names": ["uid", "name", "amount"]})
     with dpsql.connect_custodian(metadata=named, ledger=":memory:") as con:
         assert con.execute("SELECT uid, name, amount FROM t").fetchall() == [(1, "a", 2.0)]
+
+
+def _person_bytes(encoding: str) -> tuple[bytes, bytes]:
+    """A file of 200 persons in ``encoding``, and one person's row that DuckDB's decoder of
+    that encoding failed on: latin-1's byte 0x85 (NEL, written by any latin-1 writer), a
+    UTF-16 lone surrogate."""
+    rows = "uid,name,amount\n" + "".join(f"{i},p{i},{i % 10}\n" for i in range(1, 201))
+    if encoding == "latin-1":
+        return rows.encode("latin-1"), "999,caf\x85,5\n".encode("latin-1")
+    return (b"\xff\xfe" + rows.encode("utf-16-le"),
+            "999,caf\ud800,5\n".encode("utf-16-le", "surrogatepass"))
+
+
+@pytest.mark.parametrize("place", ["first", "last"])
+@pytest.mark.parametrize("encoding", ["latin-1", "utf-16"])
+def test_a_persons_bytes_that_duckdb_cannot_decode_are_read_from_a_utf8_copy(tmp_path,
+                                                                            encoding, place):
+    """Adversary round K: one person's byte failed DuckDB's reader of the declared encoding
+    for the whole file, after the charge on D′ alone (D answered). The file is now
+    transcoded into UTF-8 first (``duckdb.utf8_source``): the person is one more row."""
+    base, person = _person_bytes(encoding)
+    header_end = base.index(b"\n\x00" if encoding == "utf-16" else b"\n") + \
+        (2 if encoding == "utf-16" else 1)
+    placed = base[:header_end] + person + base[header_end:] if place == "first" \
+        else base + person
+    counts = []
+    for side, content in (("d", base), ("d_prime", placed)):
+        path = tmp_path / f"{side}.csv"
+        path.write_bytes(content)
+        meta = _metadata(path, {"encoding": encoding})
+        with dpsql.connect(metadata=meta, ledger=str(tmp_path / f"{side}.sqlite")) as con:
+            con.execute("SELECT COUNT(*) AS n FROM t", epsilon=1).fetchall()  # answered
+        with dpsql.connect_custodian(metadata=meta, ledger=":memory:") as con:
+            counts.append(con.execute("SELECT COUNT(*) AS n, COUNT(DISTINCT uid) AS u "
+                                      "FROM t").fetchall()[0])
+    assert counts == [(200, 200), (201, 201)]
+
+
+def _analyst_file(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("uid,name,amount\n" + "".join(f"{i},p{i},{i % 10}\n" for i in range(1, 201)))
+    return path, dpsql.connect(metadata=_metadata(path), ledger=str(tmp_path / "l.sqlite"))
+
+
+def test_a_header_changed_before_the_first_query_is_refused_uncharged(tmp_path):
+    """An analyst's connection checks the header at opening and reads the rows at the first
+    query: a file rewritten between with its columns reordered was read under the old names
+    (uid from the amount column: 10 persons of 200), answered and charged."""
+    path, con = _analyst_file(tmp_path)
+    with con:
+        path.write_text("amount,uid,name\n" +
+                        "".join(f"{i % 10},{i},p{i}\n" for i in range(1, 201)))
+        with pytest.raises(dpsql.DataError, match="header .* changed"):
+            con.execute("SELECT COUNT(DISTINCT uid) AS u FROM t", epsilon=1)
+        assert con.budget_spent.epsilon == 0
+
+
+def test_a_source_made_a_folder_before_the_first_query_is_refused_uncharged(tmp_path):
+    path, con = _analyst_file(tmp_path)
+    with con:
+        path.unlink()
+        path.mkdir()
+        with pytest.raises(dpsql.DataError, match="no longer a file"):
+            con.execute("SELECT COUNT(*) AS n FROM t", epsilon=1)
+        assert con.budget_spent.epsilon == 0
