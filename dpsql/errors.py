@@ -194,6 +194,13 @@ class QueryTimeoutError(BackendError, code="timeout"):
         super().__init__(message, resource="time", **kwargs)
 
 
+class QueryCanceledError(BackendError, code="query_canceled"):
+    """The client cancelled the statement (a CancelRequest) while its exact query ran."""
+
+    def __init__(self, message: str, **kwargs) -> None:
+        super().__init__(message, resource="time", **kwargs)
+
+
 class DataError(DatabaseError, code="data"):
     """The data contradict the metadata."""
 

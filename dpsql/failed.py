@@ -8,7 +8,8 @@ database's own message, which can quote private values, is not passed on.
 from __future__ import annotations
 
 from dpsql.budget import PrivacyLoss
-from dpsql.errors import BackendError, Error, InternalError, QueryTimeoutError
+from dpsql.errors import (BackendError, Error, InternalError, QueryCanceledError,
+                          QueryTimeoutError)
 
 FAILED = "-- failed on the data\n"  # heads the ledger's record of a charged failure
 
@@ -32,6 +33,10 @@ def charged_failure(failure: Error, loss: PrivacyLoss, *, subject: str, payer: s
         error: Error = QueryTimeoutError(
             f"{subject} ran longer than the timeout of {timeout:g} s; {charged} "
             f"{verb('finish')} in time can depend on a person's rows", hint=hints[0])
+    elif isinstance(failure, QueryCanceledError):
+        error = QueryCanceledError(
+            f"canceling statement due to user request: {subject} was stopped; {charged} "
+            f"{verb('finish')} before the cancel can depend on a person's rows")
     elif failure.resource:
         error = BackendError(
             f"{subject} ran out of {failure.resource}; {charged} {verb('fit')} can depend on "

@@ -26,7 +26,7 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
-from dpsql.backends import PublicLimits, columns_by_table
+from dpsql.backends import PublicLimits, cancel, columns_by_table
 from dpsql.backends.watchdog import WATCHDOG
 from dpsql.catalog import ENCODINGS, Catalog, ColumnSpec, TableSpec
 from dpsql.compile.render import dialect
@@ -34,6 +34,7 @@ from dpsql.errors import (
     BackendError,
     DataError,
     ProgrammingError,
+    QueryCanceledError,
     QueryTimeoutError,
     UnreadRowsWarning,
 )
@@ -245,7 +246,7 @@ class DuckDBBackend(PublicLimits):
             self._open_public()
         try:
             return self._public.run_sql(sql, *self._limits(timeout, max_rows))
-        except QueryTimeoutError:
+        except (QueryTimeoutError, QueryCanceledError):
             raise
         except (BackendError, ProgrammingError) as err:
             raise ProgrammingError(f"the statement over public tables cannot run: "
@@ -426,13 +427,16 @@ class DuckDBBackend(PublicLimits):
         deadline = WATCHDOG.watch(timeout, self.connection.interrupt) \
             if timeout is not None else None
         try:
-            cursor = self.connection.execute(sql)
-            rows = cursor.fetchall() if max_rows is None else cursor.fetchmany(max_rows)
+            with cancel.reading(self.connection.interrupt):
+                cursor = self.connection.execute(sql)
+                rows = cursor.fetchall() if max_rows is None else cursor.fetchmany(max_rows)
         except _PLANNING_ERRORS as err:
             raise ProgrammingError(f"the query cannot be planned: {str(err).splitlines()[0]}",
                                    hint="use functions on the table's own columns "
                                    "(no file access)") from None
         except duckdb.InterruptException as err:
+            if cancel.requested():
+                raise QueryCanceledError("canceling statement due to user request") from err
             raise QueryTimeoutError(f"the exact query ran longer than {timeout:g} s") from err
         except duckdb.OutOfMemoryException as err:  # spilling beyond max_temp_size, too
             raise BackendError("DuckDB ran out of memory", resource="memory") from err

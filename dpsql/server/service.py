@@ -69,6 +69,7 @@ ERROR_CODES: dict[str, tuple[str, int]] = {
     "too_large": ("54000", 413),
     "timeout": ("57014", 408),
     "request_timeout": ("57014", 408),  # HTTP: headers or body sent too slowly
+    "query_canceled": ("57014", 400),  # a CancelRequest (pgwire)
     "backend": ("58000", 500),
     "internal": ("XX000", 500),
     "unknown_dataset": ("3D000", 404),
@@ -90,7 +91,7 @@ ERROR_CODES: dict[str, tuple[str, int]] = {
 _ANALYST_FACING = {"syntax", "unknown_table", "unknown_column", "missing_bounds",
                    "non_aggregate", "private_keys", "bad_privacy_parameter", "unsupported_sql",
                    "not_supported", "programming", "catalog", "budget_exhausted", "timeout",
-                   "backend", "internal", "interface"}
+                   "query_canceled", "backend", "internal", "interface"}
 
 _AUDIT_SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
