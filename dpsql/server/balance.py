@@ -32,6 +32,8 @@ from collections.abc import Awaitable, Callable, Iterable
 
 import numpy as np
 
+from dpsql.server.cancel import Routes
+
 log = logging.getLogger("dpsql.server")
 
 OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
@@ -47,6 +49,7 @@ class Sessions:
         # each worker writes only its own slot, from its event loop, and the parent only the
         # slot of a worker that has exited: no lock needed
         self.counts = multiprocessing.RawArray("i", [GONE] * workers)
+        self.cancels = Routes(workers)  # a CancelRequest read by one worker, to every worker
 
     def excess(self, worker: int) -> int:
         """How many more sessions ``worker`` serves than the least busy worker accepting."""

@@ -28,7 +28,6 @@ import asyncio
 import json
 import logging
 import re
-import secrets
 import socket
 import ssl
 import struct
@@ -37,7 +36,8 @@ from fractions import Fraction
 from functools import cached_property, partial
 
 from dpsql import explain_text
-from dpsql.server import pgcatalog, pgcopy, pgdescribe, pgexplain, pgparams, pgtypes
+from dpsql.backends.cancel import Cancel, cancellable
+from dpsql.server import cancel, pgcatalog, pgcopy, pgdescribe, pgexplain, pgparams, pgtypes
 from dpsql.server.balance import Acceptor, Sessions
 from dpsql.server.config import Analyst
 from dpsql.server.pgparams import utf8
@@ -225,6 +225,8 @@ class Session:
         self.last_release: dict | None = None
         self.releases = 0  # the session's releases so far (last_release's "release")
         self.counted = False  # among its analyst's open sessions (PgServer.open_session)
+        self.key: tuple[int, int] | None = None  # BackendKeyData: its CancelRequest's pair
+        self.running: Cancel | None = None  # the cancel of the statement on an engine thread
         # the statement running was counted against queries_per_minute already (one of a
         # simple Query of several: ``simple_query``), not to be counted again by the service
         self.prepaid = False
@@ -282,6 +284,8 @@ class Session:
                 await self.send(b"N")
                 continue
             if code == CANCEL_REQUEST:
+                if len(payload) == 12:
+                    self.server.cancel(cancel.PAIR.unpack_from(payload, 4))
                 return False
             if code != PROTOCOL_3:
                 await self.send(_error(self._failure("protocol", "only protocol 3.0 is "
@@ -382,8 +386,9 @@ class Session:
                   "application_name": params.get("application_name", "")[:64]}
         out = [_message(b"S", k.encode() + b"\0" + v.encode() + b"\0")
                for k, v in status.items()]
-        out.append(_message(b"K", struct.pack("!II", secrets.randbits(31),
-                                              secrets.randbits(31))))
+        self.key = cancel.new_key()
+        self.server.keys[self.key] = self
+        out.append(_message(b"K", cancel.PAIR.pack(*self.key)))
         out.append(self._ready())
         await self.send(b"".join(out))
         return True
@@ -488,11 +493,20 @@ class Session:
         # the call's tune (the dpsql:// client's execute(tune=)), else the session's
         tune, said = (self.call["tune"], f"tune={self.call['tune']!r}") if "tune" in self.call \
             else (self.tune, f"SET dpsql.tune = {self.tune!r}")
-        answer: Answer = await loop.run_in_executor(
-            self.server.executor, lambda: self.service.query(
-                self.user, self.dataset, text, params, default_epsilon=self.epsilon,
-                default_delta=self.delta, tune=tune, tune_said=said, dialect=self._dialect(),
-                interface="pg", counted=self.prepaid, **self._privacy()))
+        self.running = Cancel()
+
+        def query(running: Cancel) -> Answer:
+            with cancellable(running):
+                return self.service.query(
+                    self.user, self.dataset, text, params, default_epsilon=self.epsilon,
+                    default_delta=self.delta, tune=tune, tune_said=said,
+                    dialect=self._dialect(), interface="pg", counted=self.prepaid,
+                    **self._privacy())
+        try:
+            answer: Answer = await loop.run_in_executor(self.server.executor, query,
+                                                        self.running)
+        finally:
+            self.running = None
         # sensitivity and tuned_bounds too; numbered, so that a client can tell this release
         # from the one before when a statement answered by the server itself came between
         self.releases += 1
@@ -976,6 +990,8 @@ class Session:
                 ProtocolError, ssl.SSLError):
             return
         finally:
+            if self.key is not None:
+                del self.server.keys[self.key]
             if self.counted:
                 self.server.close_session(self.user)
             self.writer.close()
@@ -1059,6 +1075,22 @@ class PgServer:
         self.service, self.executor, self.tls = service, executor, tls
         self.require_tls = require_tls
         self.sessions: dict[str, int] = {}  # each analyst's open sessions
+        self.keys: dict[tuple[int, int], Session] = {}  # this process's sessions by key
+        self._routes: cancel.Routes | None = None  # to every worker (balance.Sessions)
+
+    def cancel(self, pair: tuple[int, int]) -> None:
+        """A CancelRequest's ``pair``: to every worker when they share the socket, else
+        delivered here."""
+        if self._routes is not None:
+            self._routes.send(pair)
+        else:
+            self.deliver(pair)
+
+    def deliver(self, pair: tuple[int, int]) -> None:
+        """Cancel the running statement of this process's session ``pair`` names, if any."""
+        session = self.keys.get(pair)
+        if session is not None and session.running is not None:
+            session.running.request()
 
     def open_session(self, account: Analyst) -> None:
         """Count a session of the analyst's, refused past their ``max_sessions`` (as
@@ -1089,6 +1121,8 @@ class PgServer:
         counts and this worker's index) takes connections from a socket shared by workers
         least busy first (``balance.py``)."""
         if sock is not None and balance is not None:
+            self._routes = balance[0].cancels
+            self._routes.listen(balance[1], self.deliver)
             return Acceptor(sock, self.handle, *balance, MAX_MESSAGE)
         if sock is not None:
             return await asyncio.start_server(self.handle, sock=sock, limit=MAX_MESSAGE)
