@@ -19,7 +19,7 @@ from fractions import Fraction
 
 from dpsql import joint, share, snapshot
 from dpsql.allocate import allocate, jointly
-from dpsql.backends import Backend
+from dpsql.backends import Backend, cancel
 from dpsql.budget import (
     SMALLEST,
     PrivacyLoss,
@@ -40,6 +40,7 @@ from dpsql.errors import (
     NotSupportedError,
     PrivacyParameterError,
     ProgrammingError,
+    QueryCanceledError,
     QueryTimeoutError,
 )
 from dpsql.errors import Warning as DpsqlWarning
@@ -324,6 +325,9 @@ class Engine:
             # up the budget between a check and a charge made after the read refused the
             # request uncharged, with a latency carrying the read's run time
             self.backend.check_tables()
+            if cancel.requested():  # the client's, before anything was charged or read
+                raise QueryCanceledError("canceling statement due to user request; nothing "
+                                         "was charged")
             if planned.release.loss != PrivacyLoss.zero():
                 release_id = self.ledger.charge(
                     analyst=self.analyst, dataset=self.catalog.name,

@@ -22,11 +22,18 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from sqlglot import exp
 
-from dpsql.backends import PublicLimits, columns_by_table, exact_rows, with_stored_columns
+from dpsql.backends import PublicLimits, cancel, columns_by_table, exact_rows, \
+    with_stored_columns
 from dpsql.catalog import Catalog, ColumnSpec, TableSpec
 from dpsql.compile.ir import Expr
 from dpsql.compile.render import dialect
-from dpsql.errors import BackendError, DataError, QueryTimeoutError, UnsupportedSQLError
+from dpsql.errors import (
+    BackendError,
+    DataError,
+    QueryCanceledError,
+    QueryTimeoutError,
+    UnsupportedSQLError,
+)
 
 # the declared type of a stored one (a type not here is read as text)
 _TYPES = {"bigint": "int", "integer": "int", "smallint": "int", "double precision": "float",
@@ -157,9 +164,13 @@ class PostgresBackend(PublicLimits):
                 if timeout is not None:
                     self.connection.execute(
                         f"SET LOCAL statement_timeout = {max(1, round(timeout * 1000))}")
-                cursor = self.connection.execute(sql)
-                rows = cursor.fetchall() if max_rows is None else cursor.fetchmany(max_rows)
+                # a client's cancel (cancel.py) sends PostgreSQL's own cancel of this read
+                with cancel.reading(self.connection.cancel_safe):
+                    cursor = self.connection.execute(sql)
+                    rows = cursor.fetchall() if max_rows is None else cursor.fetchmany(max_rows)
         except psycopg.errors.QueryCanceled as err:
+            if cancel.requested():
+                raise QueryCanceledError("canceling statement due to user request") from err
             if timeout is not None:
                 raise QueryTimeoutError(
                     f"the exact query ran longer than {timeout:g} s") from err

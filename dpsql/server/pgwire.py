@@ -1090,7 +1090,8 @@ class PgServer:
         """Cancel the running statement of this process's session ``pair`` names, if any."""
         session = self.keys.get(pair)
         if session is not None and session.running is not None:
-            session.running.request()
+            # off the event loop: PostgreSQL's cancel connects to the database and waits
+            asyncio.get_running_loop().run_in_executor(None, session.running.request)
 
     def open_session(self, account: Analyst) -> None:
         """Count a session of the analyst's, refused past their ``max_sessions`` (as

@@ -49,3 +49,37 @@ def test_a_query_past_the_timeout_is_stopped_and_charged_once(url):
         rows = con.execute("SELECT day, COUNT(*) AS n FROM visits GROUP BY day",
                            epsilon=1).fetchall()
         assert len(rows) == 7 and con.budget_spent.epsilon == 2
+
+
+def test_a_clients_cancel_stops_the_running_query(url):
+    """The server's CancelRequest (backends/cancel.py) sends PostgreSQL's own cancel of the
+    running read: the statement ends with QueryCanceledError (57014), charged once it was
+    read (the engine charges before it reads); before, PostgreSQL ignored it."""
+    import threading
+
+    from dpsql.backends import cancel
+
+    meta = metadata(Path("."), warehouse=True)
+    meta["tables"] = {"visits": meta["tables"]["visits"]}
+    with dpsql.connect(url, metadata=meta, ledger=":memory:", timeout=120) as con:
+        request, ended, outcome = cancel.Cancel(), threading.Event(), []
+
+        def run() -> None:
+            with cancel.cancellable(request):
+                try:
+                    con.execute(SLOW, epsilon=1)
+                except dpsql.Error as err:
+                    outcome.append(err)
+                finally:
+                    ended.set()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        while not ended.wait(0.2):  # until the read has begun: the cancel stops it then
+            if con.budget_spent.epsilon == 1:
+                request.request()
+        thread.join()
+        (stopped,) = outcome
+        assert isinstance(stopped, dpsql.QueryCanceledError), stopped
+        assert stopped.epsilon_spent == 1 and "cancel" in stopped.message
+        assert con.execute("SELECT COUNT(*) AS n FROM visits", epsilon=1).fetchall()
