@@ -327,3 +327,26 @@ def test_a_person_publishes_at_most_the_declared_bound_of_records(tmp_path):
     assert "50" not in json.dumps(sidecar) and sidecar["local_epsilon"]["records_per_unit_bound"] == 4
     kept = [bound_units(visits, load_catalog(tmp_path / "v.yaml").table("v"))[0] for _ in range(40)]
     assert len({tuple(frame.index) for frame in kept}) > 1  # a uniform choice, not the first 4
+
+
+@pytest.mark.parametrize(("column", "odd"), [
+    (pd.Series([1, 2, 3] * 1000, dtype="int64"), float("nan")),  # pandas: float64, '1.0'
+    (pd.Series(pd.to_datetime(["2020-01-01", "2020-01-02"] * 1500)),  # dates, then in full
+     pd.Timestamp("2020-01-02 12:00")),
+])
+def test_one_persons_value_does_not_change_how_the_others_match_the_domain(column, odd):
+    """The domain was matched through the column's text, which pandas formats from all its
+    values: one NULL among ints (read as floats) or one timestamp past midnight moved the
+    other 3,000 records from their true value to uniform draws, or back (adversary round M:
+    0.929 published true on D, 0.346 on D′)."""
+    domain = [1, 2, 3] if column.dtype.kind == "i" else \
+        ["2020-01-01 00:00:00", "2020-01-02 00:00:00", "2020-01-02 12:00:00"]
+    randomizers = {"a": ERRPH.uniform(domain, 1.0 - 1e-9)}  # ~every value kept
+    shares = []
+    for frame in (pd.DataFrame({"a": column}),
+                  pd.DataFrame({"a": pd.concat([column, pd.Series([odd])], ignore_index=True)})):
+        out = randomize_frame(frame, randomizers, dpsql.RandomSource(insecure_seed=5))
+        kept = out["a"].iloc[:3000].map(str) == column.map(
+            lambda v: str(v) if column.dtype.kind == "i" else str(pd.Timestamp(v)))
+        shares.append(kept.mean())
+    assert shares[0] > 0.99 and shares[1] > 0.99, shares
