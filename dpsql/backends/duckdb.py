@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import functools
+import io
 import os
 import shutil
 import tempfile
@@ -501,11 +502,10 @@ def utf8_source(table: TableSpec, copy: str | None) -> Iterator[TableSpec]:
         yield table
         return
     csv_options = dict(table.csv)
-    encoding = csv_options.pop("encoding")
+    del csv_options["encoding"]
     try:
         try:
-            with open(table.source, encoding=encoding, errors="replace", newline="") as source, \
-                    open(copy, "w", encoding="utf-8", newline="") as target:
+            with _text(table) as source, open(copy, "w", encoding="utf-8", newline="") as target:
                 shutil.copyfileobj(source, target, 1 << 20)
         except OSError as err:  # said by paths alone
             raise DataError(f"table {table.name!r}: cannot copy {table.source!r} into UTF-8 at "
@@ -662,10 +662,8 @@ def _private_columns(table: TableSpec) -> list[str] | None:
     options = table.csv
     if "names" in options:
         return list(options["names"])
-    encoding = options.get("encoding", "utf-8").lower()
     try:  # bytes past the header that do not decode are rows, left out by DuckDB
-        with open(table.source, newline="", encoding="utf-8-sig" if encoding == "utf-8"
-                  else encoding, errors="replace") as handle:
+        with _text(table) as handle:
             header = next(csv.reader(handle, delimiter=options.get("delimiter", ","),
                                      quotechar='"', doublequote=True), [])
     except (OSError, UnicodeError, csv.Error) as err:
@@ -674,6 +672,30 @@ def _private_columns(table: TableSpec) -> list[str] | None:
                         hint="check the csv options (delimiter, header, names, encoding)"
                         ) from None
     return _header_names(header) if header else None
+
+
+def _text(table: TableSpec) -> io.TextIOWrapper:
+    """A CSV source opened as text in its encoding, a byte it cannot decode read as U+FFFD.
+    UTF-16 is little-endian (as DuckDB reads it), a leading FF FE skipped; a leading FE FF
+    makes it big-endian only where the first line is the data owner's header: in a file
+    without one those bytes are a person's, and Python's 'utf-16' failed the whole file
+    without a byte-order mark or read it all big-endian on a person's U+FFFE (adversary
+    round M). UTF-8's byte-order mark is skipped."""
+    encoding = table.csv.get("encoding", "utf-8").lower()
+    raw = open(table.source, "rb")  # closed with the wrapper
+    try:
+        codec, skip = {"utf-8": ("utf-8-sig", 0), "latin-1": ("latin-1", 0)}.get(encoding, (
+            None, 0))
+        if codec is None:
+            mark = raw.read(2)
+            codec, skip = ("utf-16-le", 2) if mark == b"\xff\xfe" else \
+                ("utf-16-be", 2) if mark == b"\xfe\xff" and table.csv.get("header", True) \
+                else ("utf-16-le", 0)
+        raw.seek(skip)
+        return io.TextIOWrapper(raw, encoding=codec, errors="replace", newline="")
+    except BaseException:
+        raw.close()
+        raise
 
 
 def _header_names(fields: list[str]) -> list[str]:

@@ -148,3 +148,25 @@ def test_a_source_made_a_folder_before_the_first_query_is_refused_uncharged(tmp_
         with pytest.raises(dpsql.DataError, match="no longer a file"):
             con.execute("SELECT COUNT(*) AS n FROM t", epsilon=1)
         assert con.budget_spent.epsilon == 0
+
+
+@pytest.mark.parametrize("first", ["", "\ufeff", "\ufffe"], ids=["none", "FEFF", "FFFE"])
+def test_a_headerless_utf16_file_is_little_endian_whatever_its_first_person_writes(tmp_path,
+                                                                                  first):
+    """Without a header a file's first bytes are a person's: read with Python's 'utf-16',
+    a file without a byte-order mark failed after the charge (UnicodeError, not a
+    dpsql.Error) and one person's U+FFFE first made the whole file big-endian (adversary
+    round M). Little-endian, as DuckDB reads it: the person is one more row."""
+    rows = "".join(f"{i},p{i},{i % 10}\n" for i in range(1, 201))
+    counts = []
+    for side, text in (("d", rows), ("d_prime", f"999,{first}q,5\n" + rows)):
+        path = tmp_path / f"{side}.csv"
+        path.write_bytes(text.encode("utf-16-le"))
+        meta = _metadata(path, {"encoding": "utf-16", "header": False,
+                                "names": ["uid", "name", "amount"]})
+        with dpsql.connect(metadata=meta, ledger=str(tmp_path / f"{side}.sqlite")) as con:
+            con.execute("SELECT COUNT(*) AS n FROM t", epsilon=1).fetchall()  # answered
+        with dpsql.connect_custodian(metadata=meta, ledger=":memory:") as con:
+            counts.append(con.execute("SELECT COUNT(*) AS n, COUNT(DISTINCT uid) AS u "
+                                      "FROM t").fetchall()[0])
+    assert counts == [(200, 200), (201, 201)]
