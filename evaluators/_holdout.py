@@ -27,8 +27,10 @@ def held_out(frame: pd.DataFrame, unit: str | None, test_fraction: float,
     A split of a fixed number of rows moved other people's rows between the parts when one
     person with many rows was added (the training part kept its size), so the training
     counts moved by about sqrt(rows · f · (1 − f)) where the engine noised for that person's
-    bounded contribution (adversary round L). Drawn per person, the training part of D′ is
-    that of D plus, or not, the person's rows. Rows without a person stay in training, where
+    bounded contribution (adversary round L). Drawn per person, independently, the training
+    part of D′ is distributed as that of D plus, or not, the person's rows (with one seed,
+    exactly so when the person's rows come last: draws follow first appearance). Rows
+    without a person stay in training, where
     every answer of the engine drops them. Either part may be empty (no data-dependent
     refusal).
     """
