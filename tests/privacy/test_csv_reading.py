@@ -96,6 +96,22 @@ def _person_bytes(encoding: str) -> tuple[bytes, bytes]:
             "999,caf\ud800,5\n".encode("utf-16-le", "surrogatepass"))
 
 
+def _answered_counts(tmp_path, d: bytes, d_prime: bytes, csv_options: dict) -> list[tuple]:
+    """Each file's (rows, persons) as the custodian reads it, once an analyst's statement over
+    it was answered (a failure raises)."""
+    counts = []
+    for side, content in (("d", d), ("d_prime", d_prime)):
+        path = tmp_path / f"{side}.csv"
+        path.write_bytes(content)
+        meta = _metadata(path, csv_options)
+        with dpsql.connect(metadata=meta, ledger=str(tmp_path / f"{side}.sqlite")) as con:
+            con.execute("SELECT COUNT(*) AS n FROM t", epsilon=1).fetchall()
+        with dpsql.connect_custodian(metadata=meta, ledger=":memory:") as con:
+            counts.append(con.execute("SELECT COUNT(*) AS n, COUNT(DISTINCT uid) AS u "
+                                      "FROM t").fetchall()[0])
+    return counts
+
+
 @pytest.mark.parametrize("place", ["first", "last"])
 @pytest.mark.parametrize("encoding", ["latin-1", "utf-16"])
 def test_a_persons_bytes_that_duckdb_cannot_decode_are_read_from_a_utf8_copy(tmp_path,
@@ -108,17 +124,8 @@ def test_a_persons_bytes_that_duckdb_cannot_decode_are_read_from_a_utf8_copy(tmp
         (2 if encoding == "utf-16" else 1)
     placed = base[:header_end] + person + base[header_end:] if place == "first" \
         else base + person
-    counts = []
-    for side, content in (("d", base), ("d_prime", placed)):
-        path = tmp_path / f"{side}.csv"
-        path.write_bytes(content)
-        meta = _metadata(path, {"encoding": encoding})
-        with dpsql.connect(metadata=meta, ledger=str(tmp_path / f"{side}.sqlite")) as con:
-            con.execute("SELECT COUNT(*) AS n FROM t", epsilon=1).fetchall()  # answered
-        with dpsql.connect_custodian(metadata=meta, ledger=":memory:") as con:
-            counts.append(con.execute("SELECT COUNT(*) AS n, COUNT(DISTINCT uid) AS u "
-                                      "FROM t").fetchall()[0])
-    assert counts == [(200, 200), (201, 201)]
+    assert _answered_counts(tmp_path, base, placed, {"encoding": encoding}) == \
+        [(200, 200), (201, 201)]
 
 
 def _analyst_file(tmp_path):
@@ -158,15 +165,7 @@ def test_a_headerless_utf16_file_is_little_endian_whatever_its_first_person_writ
     dpsql.Error) and one person's U+FFFE first made the whole file big-endian (adversary
     round M). Little-endian, as DuckDB reads it: the person is one more row."""
     rows = "".join(f"{i},p{i},{i % 10}\n" for i in range(1, 201))
-    counts = []
-    for side, text in (("d", rows), ("d_prime", f"999,{first}q,5\n" + rows)):
-        path = tmp_path / f"{side}.csv"
-        path.write_bytes(text.encode("utf-16-le"))
-        meta = _metadata(path, {"encoding": "utf-16", "header": False,
-                                "names": ["uid", "name", "amount"]})
-        with dpsql.connect(metadata=meta, ledger=str(tmp_path / f"{side}.sqlite")) as con:
-            con.execute("SELECT COUNT(*) AS n FROM t", epsilon=1).fetchall()  # answered
-        with dpsql.connect_custodian(metadata=meta, ledger=":memory:") as con:
-            counts.append(con.execute("SELECT COUNT(*) AS n, COUNT(DISTINCT uid) AS u "
-                                      "FROM t").fetchall()[0])
-    assert counts == [(200, 200), (201, 201)]
+    options = {"encoding": "utf-16", "header": False, "names": ["uid", "name", "amount"]}
+    assert _answered_counts(tmp_path, rows.encode("utf-16-le"),
+                            f"999,{first}q,5\n{rows}".encode("utf-16-le"), options) == \
+        [(200, 200), (201, 201)]
