@@ -61,13 +61,13 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from sqlglot import exp
 
-from dpsql.backends import PublicLimits, exact_rows, with_stored_columns
+from dpsql.backends import PublicLimits, cancel, exact_rows, with_stored_columns
 from dpsql.backends.duckdb import _check_columns, _check_exists, _literal, _no_progress_bar, \
     _private_columns, _quote as _duckdb_quote, _read_error, _reader, utf8_copy_path, utf8_source
 from dpsql.backends.watchdog import WATCHDOG
 from dpsql.catalog import Catalog, TableSpec
 from dpsql.compile.render import dialect
-from dpsql.errors import BackendError, DataError, QueryTimeoutError
+from dpsql.errors import BackendError, DataError, QueryCanceledError, QueryTimeoutError
 from dpsql.versions import file_version
 
 _JAVA_ENCODINGS = {"utf-8": "UTF-8", "utf-16": "UTF-16", "latin-1": "ISO-8859-1"}  # Java's
@@ -443,24 +443,28 @@ class SparkBackend(PublicLimits):
     def _rows(self, frame: DataFrame, timeout: float | None, max_rows: int | None) -> list:
         """The frame's rows (its first ``max_rows``), its jobs cancelled after ``timeout``
         seconds: a QueryTimeoutError then, and for a query that ended past the deadline too
-        (a cancel that came before its jobs began was lost, and they ran on)."""
-        deadline = None
-        if timeout is not None:
-            group, ended = f"dpsql-{uuid.uuid4().hex}", threading.Event()
-            leave = self._join(group)
-            deadline = WATCHDOG.watch(timeout, lambda: threading.Thread(
-                target=self._cancel_until, args=(group, ended), name="dpsql-spark-cancel",
-                daemon=True).start())
+        (a cancel that came before its jobs began was lost, and they ran on); or by the
+        client's cancel (``cancel.reading``): a QueryCanceledError."""
+        group, ended = f"dpsql-{uuid.uuid4().hex}", threading.Event()
+        leave = self._join(group)
+
+        def stop() -> None:
+            threading.Thread(target=self._cancel_until, args=(group, ended),
+                             name="dpsql-spark-cancel", daemon=True).start()
+
+        deadline = WATCHDOG.watch(timeout, stop) if timeout is not None else None
         rows, failure, overran = None, None, False
         try:
-            rows = frame.collect() if max_rows is None else frame.take(max_rows)
+            with cancel.reading(stop):
+                rows = frame.collect() if max_rows is None else frame.take(max_rows)
         except Exception as err:  # noqa: BLE001 - py4j's, gRPC's and pyspark's errors have
             failure = err  # no common base: a failed or cancelled job is a Py4JJavaError
         finally:
-            if deadline is not None:
-                overran = WATCHDOG.cancel(deadline)
-                ended.set()
-                leave()
+            overran = deadline is not None and WATCHDOG.cancel(deadline)
+            ended.set()
+            leave()
+        if failure is not None and cancel.requested():
+            raise QueryCanceledError("canceling statement due to user request") from failure
         if overran:
             raise QueryTimeoutError(f"the exact query ran longer than {timeout:g} s") \
                 from failure
@@ -505,7 +509,8 @@ class SparkBackend(PublicLimits):
             return
         context = self.session.sparkContext._jsc.sc()
         try:
-            context.cancelJobGroupAndFutureJobs(group, "dpsql: past the query's timeout")
+            context.cancelJobGroupAndFutureJobs(group, "dpsql: past the query's timeout, or its "
+                                               "client cancelled it")
         except Py4JError:  # Spark 3.5: the running jobs only
             context.cancelJobGroup(group)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import threading
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -56,6 +57,34 @@ def frames() -> dict[str, pd.DataFrame]:
                            "amount": visits.amount})
     return {"adult": make_adult(), "visits": visits, "visits_l0": visits_within_l0(),
             "events": events}
+
+
+def cancelled_while_reading(con, sql: str):
+    """The error ``con.execute(sql, epsilon=1)`` ends with when its client's cancel
+    (``backends/cancel.py``, as the server's CancelRequest) comes once it was charged (its
+    read began), None when it was answered."""
+    import dpsql
+    from dpsql.backends import cancel
+
+    request, ended, outcome = cancel.Cancel(), threading.Event(), []
+
+    def run() -> None:
+        with cancel.cancellable(request):
+            try:
+                con.execute(sql, epsilon=1)
+            except dpsql.Error as err:
+                outcome.append(err)
+            finally:
+                ended.set()
+
+    before = con.budget_spent.epsilon
+    thread = threading.Thread(target=run)
+    thread.start()
+    while not ended.wait(0.2):
+        if con.budget_spent.epsilon > before:
+            request.request()
+    thread.join()
+    return outcome[0] if outcome else None
 
 
 def metadata(folder: Path, *, warehouse: bool = False, budget: float = 1000.0,

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from servers import copy_table, databases, frames, metadata
+from servers import cancelled_while_reading, copy_table, databases, frames, metadata
 
 import dpsql
 
@@ -55,31 +55,10 @@ def test_a_clients_cancel_stops_the_running_query(url):
     """The server's CancelRequest (backends/cancel.py) sends PostgreSQL's own cancel of the
     running read: the statement ends with QueryCanceledError (57014), charged once it was
     read (the engine charges before it reads); before, PostgreSQL ignored it."""
-    import threading
-
-    from dpsql.backends import cancel
-
     meta = metadata(Path("."), warehouse=True)
     meta["tables"] = {"visits": meta["tables"]["visits"]}
     with dpsql.connect(url, metadata=meta, ledger=":memory:", timeout=120) as con:
-        request, ended, outcome = cancel.Cancel(), threading.Event(), []
-
-        def run() -> None:
-            with cancel.cancellable(request):
-                try:
-                    con.execute(SLOW, epsilon=1)
-                except dpsql.Error as err:
-                    outcome.append(err)
-                finally:
-                    ended.set()
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        while not ended.wait(0.2):  # until the read has begun: the cancel stops it then
-            if con.budget_spent.epsilon == 1:
-                request.request()
-        thread.join()
-        (stopped,) = outcome
+        stopped = cancelled_while_reading(con, SLOW)
         assert isinstance(stopped, dpsql.QueryCanceledError), stopped
         assert stopped.epsilon_spent == 1 and "cancel" in stopped.message
         assert con.execute("SELECT COUNT(*) AS n FROM visits", epsilon=1).fetchall()

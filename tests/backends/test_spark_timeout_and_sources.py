@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import DAYS, catalogue, make_adult, make_visits
-from servers import spark  # noqa: F401 (fixture)
+from servers import cancelled_while_reading, spark  # noqa: F401 (fixture)
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "fuzz"))  # the harness lives with the fuzz
 
@@ -98,6 +98,18 @@ def test_a_query_past_the_timeout_is_cancelled_and_charged_once(spark, heavy):
     finally:
         for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
             context.setLocalProperty(key, None)
+
+
+def test_a_clients_cancel_stops_the_running_jobs_charged(spark, heavy):
+    """The server's CancelRequest (backends/cancel.py) cancels the statement's job group, as
+    the timeout does: QueryCanceledError (57014), charged (its read began after the charge);
+    before, a cancelled statement on Spark ran on to its answer."""
+    with dpsql.connect(spark, metadata=heavy, ledger=":memory:") as con:
+        con.execute("SELECT COUNT(*) AS n FROM adult", epsilon=1)  # copies the CSVs first
+        stopped = cancelled_while_reading(con, SLOW)
+        assert isinstance(stopped, dpsql.QueryCanceledError), stopped
+        assert stopped.epsilon_spent == 1 and "cancel" in stopped.message
+        assert _idle(spark)
 
 
 def test_a_statement_over_public_tables_past_the_timeout_is_uncharged(spark, tmp_path):
