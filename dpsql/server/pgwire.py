@@ -991,7 +991,7 @@ class Session:
             return
         finally:
             if self.key is not None:
-                del self.server.keys[self.key]
+                self.server.keys.pop(self.key, None)
             if self.counted:
                 self.server.close_session(self.user)
             self.writer.close()
