@@ -187,7 +187,8 @@ def rewrite(checked: CheckedQuery, catalog: Catalog, epsilon_per_part: Fraction,
                  for p, rho in zip(parts, rhos, strict=True)]
     source, setup = None, ()
     if bounding == "snapshot" and snapshot.applies(checked):
-        source, create = snapshot.snapshot(checked, cells, salt, d.dialect, d.from_item())
+        source, create = snapshot.snapshot(checked, cells, salt, d.dialect, d.from_item(),
+                                           domain_filters(checked, d.dialect))
         setup = (create,)
     exact_query = _exact_query(checked, [p for p in parts if p.role != "quantile"], values, salt,
                                source, setup, d)
@@ -693,31 +694,32 @@ def source_rows(checked: CheckedQuery, source: str | None, d: SqlWriter, unit: s
     if unit is not None:  # a row that names no person is no one's to bound
         filters.append(f"{unit} IS NOT NULL")
         if checked.keys and not checked.has_private_keys:
-            filters += domain_filters(checked, d)
+            filters += domain_filters(checked, d.dialect)
     where = f" WHERE {' AND '.join(filters)}" if filters else ""
     items = columns or ["1 AS __one"]
     origin = f"{source} AS __rel" if source is not None else d.from_item()
     return f"__src AS {d.dialect.rows_cte}(SELECT {', '.join(items)} FROM {origin}{where})"
 
 
-def domain_filters(checked: CheckedQuery, d: SqlWriter) -> list[str]:
+def domain_filters(checked: CheckedQuery, d: Dialect) -> list[str]:
     """Predicates keeping the rows whose keys lie in the public domain, one per factor
     (``CheckedQuery.factors``), for a person's rows before they are bounded: a row outside
     it is never released, and kept it would take one of the person's L0 groups (the
     shipped visits with a domain of Mon and Tue and L0 = 1: 870 of those days' 4,750 rows
-    kept, 2,500 now). The domain is metadata, so the filter is a per-row public predicate:
-    it moves no bound. (A statement whose domain is empty is refused before.)"""
+    kept, 2,500 now), per query and in a bounded snapshot. The domain is metadata, so the
+    filter is a per-row public predicate: it moves no bound. (A statement whose domain is
+    empty is refused before.)"""
     found = []
     for i, (positions, rows) in enumerate(checked.factors()):
-        exprs = [d.dialect.key(checked.keys[p].expr) for p in positions]
+        exprs = [d.key(checked.keys[p].expr) for p in positions]
         if len(positions) == 1:
             kind = checked.keys[positions[0]].type
-            listed = ", ".join(d.dialect.literal(row[0], kind) for row in rows)
+            listed = ", ".join(d.literal(row[0], kind) for row in rows)
             found.append(f"{exprs[0]} IN ({listed})")
             continue
         names = [f"__f{i}_{j}" for j in range(len(positions))]
         # aliased outside as __domain is: Spark's VALUES is a subquery whose alias is inside
-        table = d.dialect.values([_row(checked, positions, r, d) for r in rows], f"__v{i}", names)
+        table = d.values([_row(checked, positions, r, d) for r in rows], f"__v{i}", names)
         match = " AND ".join(f"__f{i}.{n} = {e}" for n, e in zip(names, exprs, strict=True))
         found.append(f"EXISTS (SELECT 1 FROM (SELECT * FROM {table}) AS __f{i} WHERE {match})")
     return found
@@ -770,7 +772,7 @@ def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: b
                 f"ORDER BY {', '.join(f'{base}.{k}' for k in keys)}")
     # each factor's rows: a key's values, or the tuples of keys read from one public table
     domain = " CROSS JOIN ".join(
-        d.dialect.values([_row(checked, positions, row, d) for row in rows], f"__d{i}",
+        d.dialect.values([_row(checked, positions, row, d.dialect) for row in rows], f"__d{i}",
                          [keys[p] for p in positions])
         for i, (positions, rows) in enumerate(checked.factors()))
     joins = "".join(f" LEFT JOIN {m} ON " + " AND ".join(f"__d.{k} = {m}.{k}" for k in keys)
@@ -782,9 +784,9 @@ def _exact_sql(checked: CheckedQuery, parts, values: _Values, salt: int, wide: b
             f"ORDER BY {', '.join(f'__d.{k}' for k in keys)}")
 
 
-def _row(checked: CheckedQuery, positions: tuple[int, ...], row: tuple, d: SqlWriter) -> str:
+def _row(checked: CheckedQuery, positions: tuple[int, ...], row: tuple, d: Dialect) -> str:
     """A row of a VALUES list: the literals of the keys at ``positions``."""
-    return "(" + ", ".join(d.dialect.literal(v, checked.keys[p].type)
+    return "(" + ", ".join(d.literal(v, checked.keys[p].type)
                            for p, v in zip(positions, row, strict=True)) + ")"
 
 

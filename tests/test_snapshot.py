@@ -106,7 +106,8 @@ def test_the_snapshot_is_made_once_and_shared_by_statements_with_the_same_keys(v
 
 
 def test_where_filters_the_snapshot_rows_after_bounding(visits_dir):
-    """The documented difference: a person's groups are chosen before the WHERE."""
+    """The documented difference: a person's groups are chosen before the WHERE (but for a
+    WHERE on a key alone, which narrows the domain the snapshot keeps, as the last case)."""
     sql = "SELECT day, COUNT(*) AS n FROM visits WHERE uid = {uid} GROUP BY day"
     with _connect(visits_dir, max_groups_per_unit=1) as snap, \
             _connect(visits_dir, "per_query", max_groups_per_unit=1) as per_query:
@@ -114,13 +115,16 @@ def test_where_filters_the_snapshot_rows_after_bounding(visits_dir):
         (table,) = _snapshots(snap)
         chosen = _per_person(snap, table, "day").set_index("uid").day[HEAVY]
         other = next(d for d in DAYS if d != chosen)
-        where = f"{HEAVY} AND day <> '{chosen}'"
+        where = f"{HEAVY} AND (day <> '{chosen}' OR region_id > 100)"  # not the key alone
         assert sum(r[1] for r in _exact(snap, sql.format(uid=where)).values()) == 0
         assert sum(r[1] for r in _exact(per_query, sql.format(uid=where)).values()) == 2
+        where = f"{HEAVY} AND day <> '{chosen}'"  # six days: a snapshot of their rows
+        assert sum(r[1] for r in _exact(snap, sql.format(uid=where)).values()) == 2
+        assert len(_snapshots(snap)) == 2
         # a WHERE that leaves one day (L0 cells) needs no choice: a snapshot made without one
         where = f"{HEAVY} AND day = '{other}'"
         assert _exact(snap, sql.format(uid=where))[other][1] == 2
-        assert len(_snapshots(snap)) == 2
+        assert len(_snapshots(snap)) == 3
 
 
 def test_statements_that_count_persons_are_bounded_per_query(visits_dir):
@@ -188,7 +192,28 @@ def test_the_name_changes_with_everything_that_shapes_the_rows_but_the_salt(visi
     capped = replace(checked, table=replace(checked.table, max_rows_per_unit=3))
 
     def name(cells=7, salt=1, query=checked, relation="visits"):
-        return snapshot.snapshot(query, cells, salt, dialect("duckdb"), relation)[0]
+        return snapshot.snapshot(query, cells, salt, dialect("duckdb"), relation, [])[0]
 
     assert name(salt=2) == name()  # the first statement's salt serves the others
     assert len({name(), name(cells=2), name(query=capped), name(relation="other")}) == 4
+
+
+def test_rows_outside_the_public_domain_take_none_of_a_persons_snapshot_groups(tmp_path):
+    """Each of 400 persons has a row on each day; with Mon and Tue the domain and L0 = 1 each
+    keeps one of their Mon and Tue rows in the snapshot (rewrite.domain_filters). Chosen among
+    all seven days, a person kept one with probability 2/7 (about 114 of 400)."""
+    pd.DataFrame([(uid, day, 0, 10.0) for uid in range(400) for day in DAYS],
+                 columns=["uid", "day", "region_id", "amount"]).to_csv(
+        tmp_path / "visits.csv", index=False)
+    meta = catalogue(tmp_path)
+    del meta["tables"]["adult"]
+    table = meta["tables"]["visits"]
+    table["max_groups_per_unit"], table["max_rows_per_group"] = 1, 1
+    table["columns"]["day"]["values"] = ["Mon", "Tue"]
+    with dpsql.connect(metadata=meta, ledger=":memory:", bounding="snapshot") as con:
+        exact = _exact(con, "SELECT day, COUNT(*) AS n FROM visits GROUP BY day")
+        assert len(_snapshots(con)) == 1
+        (table_name,) = _snapshots(con)
+        assert con._backend.connection.execute(
+            f'SELECT COUNT(*) FROM "{table_name}"').fetchone()[0] == 400
+    assert sum(row[1] for row in exact.values()) == 400
