@@ -90,11 +90,16 @@ class PostgresBackend(PublicLimits):
             # a timestamptz is read (and DATE_TRUNC of one bucketed) at the session's wall
             # clock: UTC, as DuckDB and Spark read dpsql's timestamps, whatever the database's
             self.connection.execute("SET TimeZone = 'UTC'")
+            # text read and written as UTF-8, which the server converts to and from its own
+            # encoding: in that one a literal such as '€' could not be sent from Python
+            # (a LATIN1 database's statement failed in psycopg, after the charge)
+            self.connection.execute("SET client_encoding = 'UTF8'")
             if read_only:
                 self.connection.execute("SET default_transaction_read_only = on")
         except psycopg.Error as err:
             raise BackendError(f"cannot connect to PostgreSQL at {_redacted(url)}: {err}") from err
         try:
+            self._check_encoding()
             stored = self._stored_types = {name: self._stored(name) for name in catalog.tables}
             # tables and views: PostgreSQL locks no materialized view or foreign table (every
             # query on one failed at the lock, charged); their stored types are checked alone
@@ -110,6 +115,19 @@ class PostgresBackend(PublicLimits):
         except DataError:
             self.connection.close()
             raise
+
+    def _check_encoding(self) -> None:
+        """Refuse a database in SQL_ASCII: it stores text as bytes in no encoding, which the
+        server does not convert (read in SQL_ASCII psycopg hands back bytes, and every
+        catalogue query failed, KeyError b't'; read as UTF-8 one person's byte that is not
+        would fail the read on D′ alone)."""
+        encoding = self.connection.execute("SHOW server_encoding").fetchone()[0]
+        if encoding == "SQL_ASCII":
+            raise DataError(
+                "the PostgreSQL database's encoding is SQL_ASCII, in which text has no "
+                "encoding dpsql can read every row by",
+                hint="copy the tables into a database created with ENCODING 'UTF8' "
+                "(or another encoding than SQL_ASCII) and connect to that one")
 
     def _stored(self, name: str) -> dict[str, str]:
         """The stored type of each column of a table (empty when the table is absent)."""
