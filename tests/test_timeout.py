@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+import duckdb
 import pandas as pd
 import pytest
 from conftest import DAYS, catalogue, make_visits
@@ -56,3 +58,24 @@ def test_the_cli_reports_what_a_timeout_charged(meta, tmp_path):
     payload = json.loads(out.stderr)
     assert out.returncode == 1 and payload["code"] == "timeout"
     assert payload["epsilon_spent"] == 0.5
+
+
+def test_a_cancel_stops_an_analysts_first_read_of_a_csv(tmp_path):
+    """An analyst's connection reads a private CSV's rows at its first query, after the
+    charge. A client's cancel (the server's CancelRequest) did not stop that read: the file
+    was read whole, however large, and the cancel stopped only the query after it. Now it
+    stops the read, and the next query reads the file again."""
+    sys.path.insert(0, str(Path(__file__).parent / "backends"))
+    from servers import cancelled_while_reading
+
+    rows = 3_000_000
+    duckdb.sql(f"COPY (SELECT i AS uid, ['Mon', 'Tue'][i % 2 + 1] AS day, 1.0 AS amount, "
+               f"0 AS region_id FROM range({rows}) AS t(i)) TO '{tmp_path / 'visits.csv'}'")
+    meta = catalogue(tmp_path)
+    del meta["tables"]["adult"]
+    with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=1) as con:
+        stopped = cancelled_while_reading(con, "SELECT COUNT(*) AS n FROM visits")
+        assert isinstance(stopped, dpsql.QueryCanceledError)
+        assert "visits" in con._backend._unread and con.budget_spent.epsilon == 1
+        (count,) = con.execute("SELECT COUNT(*) AS n FROM visits", epsilon=1).fetchone()
+        assert abs(count - rows) < 100

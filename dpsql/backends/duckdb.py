@@ -320,6 +320,8 @@ class DuckDBBackend(PublicLimits):
             table = self.catalog.tables[name]
             try:
                 self._read_csv(table, columns)
+            except duckdb.InterruptException:
+                raise  # the statement's cancel, which run_sql reports
             except duckdb.Error as err:
                 raise _read_error(table, err) from None
             del self._unread[name]
@@ -424,11 +426,15 @@ class DuckDBBackend(PublicLimits):
         after ``timeout`` seconds is interrupted (QueryTimeoutError).
         """
         self._recheck_parquet()
-        self._read_unread()
-        deadline = WATCHDOG.watch(timeout, self.connection.interrupt) \
-            if timeout is not None else None
+        deadline = None
         try:
             with cancel.reading(self.connection.interrupt):
+                # an analyst's first query reads the CSV rows (after its charge), which a
+                # cancel stops; the timeout is the query's (a file that took longer to read
+                # would be read by no query)
+                self._read_unread()
+                if timeout is not None:
+                    deadline = WATCHDOG.watch(timeout, self.connection.interrupt)
                 cursor = self.connection.execute(sql)
                 rows = cursor.fetchall() if max_rows is None else cursor.fetchmany(max_rows)
         except _PLANNING_ERRORS as err:
