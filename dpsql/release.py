@@ -627,8 +627,10 @@ def _values_at_most(arg, checked) -> float:
 
 
 def _clamp(value, low, high):
-    """``value`` moved into [low, high]."""
-    return min(max(value, low), high)
+    """``value`` moved into [low, high], of ``value``'s type: a float clamped to a count's
+    0 is 0.0 (released as the int 0, a DOUBLE column's frame was int64 in some releases)."""
+    clamped = min(max(value, low), high)
+    return float(clamped) if isinstance(value, float) else clamped
 
 
 def _noisy(values: list, part, rng: RandomSource) -> list:
