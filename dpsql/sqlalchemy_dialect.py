@@ -36,7 +36,7 @@ from dpsql.catalog import _by_name
 
 SQL_TYPES: dict[str, type[sqltypes.TypeEngine]] = {
     "int": sqltypes.BigInteger, "float": sqltypes.Float, "text": sqltypes.String,
-    "bool": sqltypes.Boolean, "date": sqltypes.Date}
+    "bool": sqltypes.Boolean, "date": sqltypes.Date, "timestamp": sqltypes.DateTime}
 EXECUTION_OPTIONS = ("epsilon", "delta", "rho", "accuracy")
 
 

@@ -116,6 +116,15 @@ def test_reflection_reads_the_catalogue(url):
     engine.dispose()
 
 
+def test_every_declarable_type_is_reflected():
+    """A table with a timestamp column failed reflection (KeyError: 'timestamp')."""
+    from dpsql.catalog import COLUMN_TYPES
+    from dpsql.sqlalchemy_dialect import SQL_TYPES
+
+    assert set(SQL_TYPES) == set(COLUMN_TYPES)
+    assert SQL_TYPES["timestamp"] is sa.DateTime
+
+
 def test_refusals_keep_their_dpsql_class(url):
     engine = sa.create_engine(url)
     with engine.connect() as conn, pytest.raises(sa.exc.ProgrammingError) as info:
