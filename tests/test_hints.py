@@ -219,3 +219,15 @@ def test_a_rollup_hints_the_script_of_its_groupings(connect, group_by, groupings
     while cursor.nextset():
         sets.append(cursor.fetchall())
     assert [len(rows[0]) for rows in sets] == [len(k) + 1 for k in groupings]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT day, COUNT(*) AS n, 5 AS n_low FROM visits GROUP BY day",
+    "SELECT day, COUNT(*) AS N, COUNT(*) AS n_HIGH FROM visits GROUP BY day",
+    "SELECT day AS d, day || 'x' AS d_low, COUNT(*) AS n FROM visits GROUP BY day"])
+def test_an_output_named_as_an_interval_column_is_refused(connect, sql):
+    """An interval's ends are named <column>_low and <column>_high: an output of that name
+    hid one end (intervals(), pandas) or was overwritten by it (polars, Arrow, a server's
+    rows named it twice)."""
+    err = refusal(connect(), sql, dpsql.ProgrammingError)
+    assert "interval column" in err.message and "rename" in err.hint

@@ -412,6 +412,16 @@ class _Compiler:
         if len(set(names)) != len(names):
             raise ProgrammingError("two output columns have the same name", sql=self.sql,
                                    hint="give them distinct aliases with AS")
+        # intervals are named after their column: an output of that name hid one end
+        # (intervals(), pandas) or was overwritten by it (polars, Arrow, a server's rows)
+        taken = next((n for n in names for end in ("_low", "_high")
+                      if n.endswith(end) and n[:-len(end)] in names), None)
+        if taken is not None:
+            column = taken.rsplit("_", 1)[0]
+            raise ProgrammingError(
+                f"the output column {taken} has the name of {column}'s interval column",
+                sql=self.sql, hint=f"rename {taken} with AS (an interval's ends are named "
+                f"{column}_low and {column}_high)")
         projection = all(o.role in ("key", "aggregate") for o in outputs) and \
             having is None and qualify is None and not order and limit is None and \
             offset is None
