@@ -9,6 +9,7 @@ InterfaceError naming the package to install.
 from __future__ import annotations
 
 import importlib
+from decimal import Decimal
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +62,8 @@ def to_pandas(result: NoisyResult, *, intervals: bool = False) -> pd.DataFrame:
 
 
 def to_arrow(result: NoisyResult, *, intervals: bool = False) -> pyarrow.Table:
-    """The result as a pyarrow Table; an empty column takes its declared type.
+    """The result as a pyarrow Table, each column (and interval end) of its declared type,
+    an int one past 64 bits as a 76-digit decimal (as a server widens it to numeric).
 
     Example:
         >>> from dpsql.release import ColumnInfo
@@ -69,16 +71,31 @@ def to_arrow(result: NoisyResult, *, intervals: bool = False) -> pyarrow.Table:
         {'n': [7]}
     """
     pa = _optional("pyarrow")
-    declared = {"int": pa.int64(), "float": pa.float64(), "text": pa.string(),
-                "bool": pa.bool_(), "date": pa.date32()}
-    types = {c.name: declared.get(c.type) for c in result.columns}
+    arrow = {"int": pa.int64(), "float": pa.float64(), "text": pa.string(),
+             "bool": pa.bool_(), "date": pa.date32(), "timestamp": pa.timestamp("us")}
+    kinds = declared(result, intervals=intervals)
     arrays = {}
     for name, values in columns(result, intervals=intervals).items():
-        array = pa.array(values)
-        if pa.types.is_null(array.type):
-            array = pa.array(values, type=types.get(name) or pa.float64())
+        kind = arrow.get(kinds[name])
+        try:
+            array = pa.array(values, type=kind)
+        except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError):
+            if kinds[name] == "int" and all(isinstance(v, int | None) for v in values):
+                array = pa.array([None if v is None else Decimal(v) for v in values],
+                                 type=pa.decimal256(76, 0))
+            else:  # an expression's end of another type than its column's
+                array = pa.array(values)
         arrays[name] = array
     return pa.table(arrays)
+
+
+def declared(result: NoisyResult, *, intervals: bool = False) -> dict[str, str]:
+    """Each column's declared type, an interval end's its column's (``columns``' names)."""
+    kinds = {c.name: c.type for c in result.columns}
+    if intervals:
+        for name in result.intervals:
+            kinds[f"{name}_low"] = kinds[f"{name}_high"] = kinds[name]
+    return kinds
 
 
 def to_polars(result: NoisyResult, *, intervals: bool = False) -> polars.DataFrame:
@@ -90,7 +107,13 @@ def to_polars(result: NoisyResult, *, intervals: bool = False) -> polars.DataFra
         [7]
     """
     pl = _optional("polars")
-    return pl.DataFrame(columns(result, intervals=intervals), strict=False)
+    typed = {"int": pl.Int64, "float": pl.Float64, "text": pl.String, "bool": pl.Boolean,
+             "date": pl.Date, "timestamp": pl.Datetime("us")}
+    data, kinds = columns(result, intervals=intervals), declared(result, intervals=intervals)
+    # a column of no value (no row released) takes its declared type, not Null
+    empty = {name: typed[kinds[name]] for name, values in data.items()
+             if kinds[name] in typed and all(v is None for v in values)}
+    return pl.DataFrame(data, schema_overrides=empty, strict=False)
 
 
 def to_numpy(result: NoisyResult, *, intervals: bool = False) -> dict[str, np.ndarray]:

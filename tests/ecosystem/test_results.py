@@ -77,6 +77,23 @@ def test_empty_result_keeps_declared_types(connect):
     table = cursor.arrow()
     assert table.num_rows == 0 and table.schema.field("n").type == pa.int64()
     assert cursor.pl().height == 0
+    # the interval ends too (Arrow typed them double), and polars every column (Null)
+    assert cursor.arrow(intervals=True).schema.types == [pa.string(), *[pa.int64()] * 3]
+    assert cursor.pl(intervals=True).dtypes == [pl.String, *[pl.Int64] * 3]
+
+
+def test_an_interval_end_past_64_bits_is_a_decimal_in_arrow():
+    """COUNT(*) times a constant whose value fits 64 bits and whose interval's upper end
+    does not: arrow() failed with a bare OverflowError."""
+    from dpsql.frames import to_arrow
+    from dpsql.result import ColumnInfo, NoisyResult
+
+    top = 2**63 - 1
+    result = NoisyResult([ColumnInfo("big", "int", noise="discrete_laplace")], [(top - 5,)],
+                         intervals={"big": [(top - 9, top + 4)]})
+    table = to_arrow(result, intervals=True)
+    assert table.schema.types == [pa.int64(), pa.int64(), pa.decimal256(76, 0)]
+    assert table.column("big_high").to_pylist() == [top + 4]
 
 
 def test_html_of_cursor_and_connection(connect):
