@@ -33,7 +33,7 @@ import dataclasses
 import datetime
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -552,29 +552,42 @@ def randomize_frame(frame: pd.DataFrame, randomizers: Mapping[str, Randomizer],
 
 
 def _domain_codes(values: pd.Series, domain: tuple, rng: RandomSource) -> np.ndarray:
-    """Each value's index in ``domain``; a missing one's or one outside it drawn uniformly.
-
-    Each value is compared by itself (``_comparable``), never through its column's text:
-    pandas formats a column from all its values, so one person's NULL (an int column read as
-    floats: '1.0') or one timestamp past midnight (dates written in full) changed how every
-    other record matched the domain (adversary round M: the share of others published with
-    their true value 0.929 on D, 0.346 on D′)."""
-    index: dict[Any, int] = {}
-    for code, value in enumerate(domain):
-        for key in _domain_keys(value):
-            index.setdefault(key, code)
-    codes = np.fromiter((index.get(_comparable(v), -1) for v in values.to_numpy(dtype=object)),
-                        dtype=np.int64, count=len(values))
+    """Each value's index in ``domain`` (``domain_codes``); a missing one's or one outside it
+    drawn uniformly."""
+    codes = domain_codes(values, domain)
     outside = codes < 0
     codes[outside] = _below_array(len(domain), rng, (int(outside.sum()),))
     return codes
 
 
+def domain_codes(values: pd.Series | Iterable, domain: Sequence) -> np.ndarray:
+    """Each value's index in ``domain`` as int64, -1 for a missing value or one outside it.
+
+    Each value is compared by itself (``_comparable``), never through its column's text:
+    pandas formats a column from all its values, so one person's NULL (an int column read as
+    floats: '1.0') or one timestamp past midnight (dates written in full) changed how every
+    other record matched the domain (adversary round M: the share of others published with
+    their true value 0.929 on D, 0.346 on D′). Numbers match by value (1.0 as 1), times as
+    timestamps, and a declared text value also by the number or time it spells.
+
+    Example:
+        >>> domain_codes(pd.Series([1, None, 3, 7]), ["1", "2", "3"]).tolist()
+        [0, -1, 2, -1]
+    """
+    index: dict[Any, int] = {}
+    for code, value in enumerate(domain):
+        for key in _domain_keys(value):
+            index.setdefault(key, code)
+    values = values.to_numpy(dtype=object) if isinstance(values, pd.Series) else list(values)
+    return np.fromiter((index.get(_comparable(v), -1) for v in values), dtype=np.int64,
+                       count=len(values))
+
+
 def _comparable(value: Any) -> Any:
     """A value as domains are looked up: numbers by their value (1.0 as 1), times as
     ``pd.Timestamp``, text as it is; None for a missing one."""
-    if value is None or value is pd.NaT or (isinstance(value, float | np.floating)
-                                            and math.isnan(value)):
+    if value is None or value is pd.NaT or value is pd.NA or (
+            isinstance(value, float | np.floating) and math.isnan(value)):
         return None
     if isinstance(value, bool | np.bool_):
         return bool(value)
