@@ -218,3 +218,26 @@ def test_the_neighbour_contract_holds_for_private_keys(pairs):
     outcomes = nb.contract(pairs, [f"SELECT p.zip, COUNT(*) AS n {JOIN} GROUP BY p.zip"],
                            delta=1e-6)
     assert outcomes == [["released"] * len(pairs)]
+
+
+def test_a_public_tables_column_is_not_one_value_a_person(tmp_path):
+    """A public join can repeat a person's row (a band with two labels, adversary round P):
+    a key read from the public table counted one group a person, and kept one label of each
+    person's two; a key of the person's own columns still counts one group."""
+    frames = tables()
+    nb.write_database(tmp_path, frames)
+    pd.DataFrame({"band": [b for b in BANDS for _ in range(2)],
+                  "label": ["x", "y"] * len(BANDS)}).to_csv(tmp_path / "labels.csv", index=False)
+    meta = metadata(tmp_path)
+    meta["tables"]["labels"] = {"source": str(tmp_path / "labels.csv"), "public": True,
+                                "columns": {"band": {"type": "text", "values": BANDS},
+                                            "label": {"type": "text", "values": ["x", "y"]}}}
+    joined = ("FROM visits v JOIN (SELECT p.uid, p.band, l.label FROM persons p JOIN labels l "
+              "ON p.band = l.band) x ON v.uid = x.uid")
+    with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=1) as con:
+        by_label = f"SELECT x.label, COUNT(*) AS n {joined} GROUP BY x.label"
+        assert explained(con, by_label)["contribution"]["max_groups_per_unit"] == L0
+        by_band = f"SELECT x.band, COUNT(*) AS n {joined} GROUP BY x.band"
+        assert explained(con, by_band)["contribution"]["max_groups_per_unit"] == 1
+        rows = dict(con.execute(by_label, epsilon=1e9).fetchall())
+    assert rows == {"x": len(frames["visits"]), "y": len(frames["visits"])}

@@ -128,6 +128,9 @@ class Relation:
     # pairs of columns of one type that a top-level conjunct of an INNER JOIN's ON equates
     # (``a.ward = w.ward``): equal on every row (a LEFT JOIN's hold only where it matched)
     equated: tuple[tuple[str, str], ...] = ()
+    # a public join may repeat a person's row (several matches, an ON that is not an equality
+    # of a unique key): the rows are no longer one a person, whatever the bounds say
+    repeats: bool = False
 
     @property
     def one_value(self) -> set[str]:
@@ -135,7 +138,7 @@ class Relation:
         column of a relation of one row a person, and what was so in a relation joined on the
         unit or a subquery's column computed from such columns alone. A GROUP BY of them
         puts each person in one group, as the data are declared."""
-        if self.unit is not None and _one_row_a_person(self):
+        if self.unit is not None and _one_row_a_person(self) and not self.repeats:
             return set(self.columns)
         return self.unit_columns | self.personal
 
@@ -695,7 +698,7 @@ class Resolver:
                         linf=inner.linf, total=inner.total, unit_columns=units,
                         personal=personal,
                         key_bounds=_selected_bounds(inner.key_bounds, projected),
-                        equated=equated)
+                        equated=equated, repeats=inner.repeats)
 
     def _carried_pairs(self, rows: Relation, projected: list[tuple[str, Expr]],
                        columns: dict[str, ColumnInfo]) -> tuple[tuple[str, str], ...]:
@@ -864,12 +867,14 @@ class Resolver:
             return replace(combined, node=node, unit=left.unit, public=left.public,
                            l0=left.l0, linf=left.linf, total=left.total,
                            unit_columns=set(left.unit_columns), personal=left.one_value,
-                           key_bounds=_equated_bounds(left.key_bounds, pairs, right.columns))
+                           key_bounds=_equated_bounds(left.key_bounds, pairs, right.columns),
+                           repeats=True)
         if left.public:
             return replace(combined, node=node, unit=right.unit, public=False, l0=right.l0,
                            linf=right.linf, total=right.total,
                            unit_columns=set(right.unit_columns), personal=right.one_value,
-                           key_bounds=_equated_bounds(right.key_bounds, pairs, left.columns))
+                           key_bounds=_equated_bounds(right.key_bounds, pairs, left.columns),
+                           repeats=True)
         if not _equates_units(on, left.unit_columns, right.unit_columns):
             raise UnsupportedSQLError(
                 "private tables can only be joined on their privacy units (otherwise one "
@@ -881,7 +886,8 @@ class Resolver:
         # side still does (beside a table of persons, all of its columns)
         return replace(combined, node=node, unit=left.unit, public=False, l0=l0, linf=linf,
                        total=total, unit_columns=left.unit_columns | right.unit_columns,
-                       personal=left.one_value | right.one_value, key_bounds=key_bounds)
+                       personal=left.one_value | right.one_value, key_bounds=key_bounds,
+                       repeats=left.repeats or right.repeats)
 
 
 _FROM_PUBLIC = "computed from public table "
