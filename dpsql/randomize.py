@@ -578,9 +578,13 @@ def domain_codes(values: pd.Series | Iterable, domain: Sequence) -> np.ndarray:
     for code, value in enumerate(domain):
         for key in _domain_keys(value):
             index.setdefault(key, code)
-    values = values.to_numpy(dtype=object) if isinstance(values, pd.Series) else list(values)
-    return np.fromiter((index.get(_comparable(v), -1) for v in values), dtype=np.int64,
-                       count=len(values))
+    # each distinct value is looked up once (a column holds few); factorize groups values that
+    # are equal, which _comparable maps to equal keys, and sets its missing ones to -1
+    rows, distinct = pd.factorize(values if isinstance(values, pd.Series)
+                                  else pd.Series(list(values), dtype=object))
+    found = np.fromiter((index.get(_comparable(v), -1) for v in distinct), dtype=np.int64,
+                        count=len(distinct))
+    return np.append(found, -1)[rows]  # row -1 (missing) reads the appended -1
 
 
 def _comparable(value: Any) -> Any:
