@@ -41,6 +41,7 @@ from dpsql.randomize import (
     bound_units,
     column_document,
     csprng,
+    domain_codes,
     load_randomization,
     randomize_frame,
     read_source,
@@ -53,7 +54,7 @@ from evaluators._cli import EXACT, dataset_ledger, emit, evaluator_options
 from evaluators._holdout import check_test_fraction, held_out, share, shown_share
 from evaluators.attribute_selection.contingency import catalog_attributes, check_candidates
 from evaluators.naive_bayes.central import train_central
-from evaluators.naive_bayes.model import NaiveBayesModel, check_alpha
+from evaluators.naive_bayes.model import NaiveBayesModel, check_alpha, domain_labels
 from evaluators.naive_bayes.randomized_response import ReconstructedStatistics, train_randomized
 
 if TYPE_CHECKING:  # catalogue types only annotate; evaluators use load_catalog's objects
@@ -197,10 +198,15 @@ def _attribute_spec(table: TableSpec, name: str) -> ColumnSpec:
 
 
 def fit_exact(holdout: Holdout, alpha: float = 1.0) -> NaiveBayesModel:
-    """Non-private Naive Bayes from the exact train statistics (sample variances, ddof=1)."""
-    train, label = holdout.train, holdout.class_column
-    classes = train[label].astype(str)
-    class_counts = {str(c): float(n) for c, n in classes.value_counts().sort_index().items()}
+    """Non-private Naive Bayes from the exact train statistics (sample variances, ddof=1).
+
+    Values and classes are matched to their declared domains value by value (``domain_codes``):
+    a value outside its domain, or missing, is left out, as the DP counts leave it (kept, it
+    failed the run on D′ alone, quoting the person's value: adversary round L).
+    """
+    train = holdout.train
+    classes = _class_labels(holdout, train)
+    class_counts = {c: float(n) for c, n in classes.value_counts().sort_index().items()}
     feature_counts, domains, gaussian = {}, {}, {}
     for name in holdout.attributes:
         values = holdout.table.columns[name].values
@@ -210,13 +216,18 @@ def fit_exact(holdout: Holdout, alpha: float = 1.0) -> NaiveBayesModel:
                               zip(grouped.mean().index, grouped.mean(), grouped.var(ddof=1),
                                   strict=True)}
             continue
-        domains[name] = [str(v) for v in values]
-        # a value outside the declared domain is left out, as the DP counts leave it: kept, it
-        # failed the run on D′ alone, quoting the person's value (adversary round L)
-        kept = train[name].astype(str).isin(domains[name])
-        counts = train[kept].groupby([train[name][kept].astype(str), classes[kept]]).size()
-        feature_counts[name] = {key: float(n) for key, n in counts.items()}
+        domains[name] = list(values)
+        codes = pd.Series(domain_codes(train[name], values), index=train.index)
+        kept = (codes >= 0) & classes.notna()
+        counts = codes[kept].groupby([codes[kept], classes[kept]]).size()
+        feature_counts[name] = {(values[code], c): float(n) for (code, c), n in counts.items()}
     return ReconstructedStatistics(class_counts, feature_counts, domains, gaussian).to_model(alpha)
+
+
+def _class_labels(holdout: Holdout, rows: pd.DataFrame) -> pd.Series:
+    """Each row's class as the model names it (None if missing or undeclared)."""
+    return domain_labels(rows[holdout.class_column],
+                         holdout.table.columns[holdout.class_column].values)
 
 
 def fit_randomized(holdout: Holdout, spec: RandomizationSpec, rng: dpsql.RandomSource,
@@ -296,8 +307,8 @@ def fit_central(holdout: Holdout, epsilon: float, workdir: str | Path, *,
 
 def accuracy(model: NaiveBayesModel, holdout: Holdout) -> float | None:
     """Share of test rows whose predicted class is the true one."""
-    predicted = np.asarray(model.predict(holdout.test[holdout.attributes]), dtype=str)
-    return share(predicted == holdout.test[holdout.class_column].astype(str).to_numpy())
+    predicted = model.predict(holdout.test[holdout.attributes])
+    return share(predicted == _class_labels(holdout, holdout.test).to_numpy())
 
 
 def equal_split_spec(holdout: Holdout, epsilon: float) -> RandomizationSpec:

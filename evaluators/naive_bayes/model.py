@@ -13,9 +13,12 @@ scikit-learn's ``CategoricalNB``: with exact counts and ``alpha=1`` the predicti
 A class whose clamped count is 0 gets prior 0 (it is never predicted); if every class count is
 0 the prior is uniform.
 
-Values are compared as text (``str(value)``), so a domain declared as ``['2', '4']`` matches a
-column read as integers. A value outside an attribute's domain, or a missing value, contributes
-nothing for that attribute (the likelihood is the same for all classes).
+Values are matched to a domain one by one, by value (``dpsql.randomize.domain_codes``): 1.0 is
+1, a time a timestamp, and a domain declared as ``['2', '4']`` matches a column read as
+integers. Never through a column's text, which pandas formats from all its values: one NULL
+among ints made every value '1.0', and every row matched nothing. A value outside an
+attribute's domain, or a missing value, contributes nothing for that attribute (the likelihood
+is the same for all classes). Classes are named by the text of their values (``str(value)``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import pandas as pd
 from scipy.special import logsumexp
 
 import dpsql
+from dpsql.randomize import domain_codes
 
 # A Gaussian attribute's variance is floored relative to the largest variance of the model,
 # as scikit-learn's GaussianNB does (var_smoothing); a noisy variance can be 0 or negative.
@@ -54,7 +58,7 @@ class NaiveBayesModel:
     Attributes:
         classes: class labels, in the order of the probability columns.
         class_log_prior: log P(C = c), one entry per class.
-        categorical: attribute -> (domain as text, log P(A = a | C = c) of shape
+        categorical: attribute -> (domain values as given, log P(A = a | C = c) of shape
             (|domain|, |classes|)).
         gaussian: attribute -> (means, variances), each of shape (|classes|,).
     """
@@ -131,7 +135,7 @@ class NaiveBayesModel:
             )
         total = np.tile(self.class_log_prior, (len(frame), 1))
         for attr, (domain, log_prob) in self.categorical.items():
-            codes = pd.Categorical(frame[attr].astype("string"), categories=domain).codes
+            codes = domain_codes(frame[attr], domain)
             known = codes >= 0
             total[known] += log_prob[codes[known]]
         for attr, (means, variances) in self.gaussian.items():
@@ -165,12 +169,12 @@ def _categorical_log_prob(
             f"attribute {attr!r} has counts but no domain",
             hint="pass domains[attr] with the attribute's public values",
         )
-    domain = [str(v) for v in domains[attr]]
-    value_index = {v: i for i, v in enumerate(domain)}
+    domain = list(domains[attr])
+    rows = domain_codes([value for value, _ in cells], domain)
     counts = np.zeros((len(domain), len(class_index)))
-    for (value, label), count in cells.items():
-        row, col = value_index.get(str(value)), class_index.get(str(label))
-        if row is None or col is None:
+    for row, ((value, label), count) in zip(rows, cells.items(), strict=True):
+        col = class_index.get(str(label))
+        if row < 0 or col is None:
             raise dpsql.ProgrammingError(
                 f"attribute {attr!r}: count for value {value!r}, class {label!r} is outside the "
                 "declared domains",
@@ -183,6 +187,19 @@ def _categorical_log_prob(
         # alpha = 0 with an all-zero column leaves 0/0: treat that value as uninformative.
         log_prob = np.where(totals > 0, np.log(smoothed / np.where(totals > 0, totals, 1)), 0.0)
     return domain, log_prob
+
+
+def domain_labels(values: pd.Series, domain: Sequence) -> pd.Series:
+    """The text of each value's entry in ``domain`` (``str``, as classes are named), matched by
+    value (``domain_codes``); None for a missing value or one outside the domain.
+
+    Example:
+        >>> domain_labels(pd.Series([0.0, None, 1.0]), [0, 1]).tolist()
+        ['0', None, '1']
+    """
+    codes = domain_codes(values, domain)
+    labels = np.asarray([str(v) for v in domain] + [None], dtype=object)  # code -1: None
+    return pd.Series(labels[codes], index=values.index, dtype=object)
 
 
 def _gaussian_moments(

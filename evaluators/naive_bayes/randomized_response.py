@@ -25,8 +25,9 @@ import numpy as np
 import pandas as pd
 
 import dpsql
-from dpsql.randomize import RandomizationRecord, TRRParameters
-from evaluators.naive_bayes.model import NaiveBayesModel
+from dpsql.randomize import RandomizationRecord, TRRParameters, domain_codes
+from evaluators import _catalog
+from evaluators.naive_bayes.model import NaiveBayesModel, domain_labels
 
 VARIANCE_FLOOR_FRACTION = 0.01
 
@@ -38,7 +39,7 @@ class ReconstructedStatistics:
     Attributes:
         class_counts: class -> number of rows (exact: the label is not randomized).
         feature_counts: attribute -> {(value, class): estimated true count}, may be negative.
-        domains: categorical attribute -> its public values.
+        domains: categorical attribute -> its public values (as the randomizer holds them).
         gaussian: numeric attribute -> class -> (estimated mean, floored estimated variance).
     """
 
@@ -58,9 +59,13 @@ def reconstruct_statistics(connection: Any, table: str, class_column: str,
                            attributes: Iterable[str] | None = None) -> ReconstructedStatistics:
     """Estimate the true class-conditional statistics from GROUP BY queries on ``table``.
 
+    The class and each released value are matched to their public domains value by value
+    (``domain_codes``): read back through pandas, a class column holding a NULL was floats,
+    and its classes '0.0' and '1.0' equalled no true label.
+
     Args:
         connection: a ``dpsql`` connection (or custodian connection) whose catalogue declares
-            the randomized table.
+            the randomized table and its class's values.
         table: the randomized table.
         class_column: the label, which must be one of the table's clear columns.
         record: the table's randomization parameters (``dpsql.randomize.load_randomization``).
@@ -80,7 +85,9 @@ def reconstruct_statistics(connection: Any, table: str, class_column: str,
         raise dpsql.ProgrammingError(
             f"attribute(s) {unknown} were not randomized, so there is nothing to reconstruct",
             hint=f"randomized columns are {list(record.randomizers)}")
-    class_counts = _class_counts(connection, table, class_column)
+    class_domain = _catalog.class_column(_catalog.table(connection.catalog, table),
+                                         class_column).values
+    class_counts = _class_counts(connection, table, class_column, class_domain)
     classes = list(class_counts)
     totals = np.array([class_counts[c] for c in classes])
     feature_counts, domains, gaussian = {}, {}, {}
@@ -89,8 +96,9 @@ def reconstruct_statistics(connection: Any, table: str, class_column: str,
         if isinstance(randomizer, TRRParameters):
             gaussian[name] = _gaussian_moments(connection, table, class_column, name, randomizer)
             continue
-        domain = [str(v) for v in randomizer.domain]
-        released = _released_counts(connection, table, class_column, name, classes, domain)
+        domain = list(randomizer.domain)
+        released = _released_counts(connection, table, class_column, name, class_domain,
+                                    classes, domain)
         estimated = randomizer.estimate_counts(released, totals)
         domains[name] = domain
         feature_counts[name] = {(value, cls): float(estimated[i, j])
@@ -114,23 +122,28 @@ def _query(connection: Any, sql: str) -> pd.DataFrame:
     return connection.cursor().execute(sql).fetchdf()
 
 
-def _class_counts(connection: Any, table: str, class_column: str) -> dict[str, float]:
+def _class_counts(connection: Any, table: str, class_column: str,
+                  class_domain: tuple) -> dict[str, float]:
+    """Rows per declared class, named as the model names it; a missing or undeclared class
+    counts for none."""
     frame = _query(connection, f"SELECT {_quote(class_column)} AS cls, COUNT(*) AS n "
                                f"FROM {_quote(table)} GROUP BY {_quote(class_column)}")
-    frame = frame.dropna(subset=["cls"]).sort_values("cls", key=lambda s: s.astype(str))
-    return {str(c): float(n) for c, n in zip(frame["cls"], frame["n"], strict=True)}
+    counts = frame["n"].groupby(domain_labels(frame["cls"], class_domain)).sum()
+    return {c: float(n) for c, n in counts.items()}
 
 
 def _released_counts(connection: Any, table: str, class_column: str, attribute: str,
-                     classes: list[str], domain: list[str]) -> np.ndarray:
+                     class_domain: tuple, classes: list[str], domain: list) -> np.ndarray:
     """Released counts as a dense (class × domain) array: absent groups are 0."""
     frame = _query(connection,
                    f"SELECT {_quote(class_column)} AS cls, {_quote(attribute)} AS value, "
                    f"COUNT(*) AS n FROM {_quote(table)} "
                    f"GROUP BY {_quote(class_column)}, {_quote(attribute)}")
-    counts = frame.assign(cls=frame["cls"].astype(str), value=frame["value"].astype(str))
+    counts = frame.assign(cls=domain_labels(frame["cls"], class_domain),
+                          value=domain_codes(frame["value"], domain))
     dense = counts.pivot_table(index="cls", columns="value", values="n", aggfunc="sum")
-    return dense.reindex(index=classes, columns=domain).fillna(0.0).to_numpy(dtype=float)
+    return dense.reindex(index=classes, columns=range(len(domain))).fillna(0.0).to_numpy(
+        dtype=float)
 
 
 def _gaussian_moments(connection: Any, table: str, class_column: str, attribute: str,

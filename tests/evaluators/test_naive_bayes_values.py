@@ -1,0 +1,90 @@
+"""Naive Bayes matches values to their public domain value by value, never through column text:
+pandas formats a column from all its values, so one NULL among ints read every other value as
+'1.0' and the exact baseline, the test predictions and the class labels matched nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpsql
+from dpsql.catalog import load_catalog
+from dpsql.randomize import RandomizationSpec
+from evaluators.naive_bayes.cli import Holdout, accuracy, fit_exact, fit_randomized
+
+ROWS = 500
+
+
+def _frame(rows: int, seed: int) -> pd.DataFrame:
+    """a, t and flag each predict the class c (ints, timestamps at midnight, bools)."""
+    rng = np.random.default_rng(seed)
+    c = rng.integers(0, 2, rows)
+    a = np.where(rng.random(rows) < 0.8, c + 1, 3)
+    day = np.where(rng.random(rows) < 0.7, c, 1 - c)
+    flag = np.where(rng.random(rows) < 0.6, c == 1, c == 0)
+    return pd.DataFrame({"a": a, "t": pd.Timestamp("2020-01-01") + pd.to_timedelta(day, "D"),
+                         "flag": flag, "c": c})
+
+
+def _with_row(frame: pd.DataFrame, **row) -> pd.DataFrame:
+    """``frame`` and one more row, typed as ``read_source`` gives them: an int column holding
+    a NULL is floats, a bool one objects."""
+    return pd.concat([frame, pd.DataFrame([row])], ignore_index=True).infer_objects()
+
+
+def _holdout(train: pd.DataFrame, test: pd.DataFrame) -> Holdout:
+    table = load_catalog({"tables": {"t": {"privacy_unit": None, "columns": {
+        "a": {"type": "int", "values": [1, 2, 3]},
+        "t": {"type": "timestamp", "values": ["2020-01-01 00:00:00", "2020-01-02 00:00:00"]},
+        "flag": {"type": "bool", "values": [False, True]},
+        "c": {"type": "int", "values": [0, 1]}}}}}).table("t")
+    return Holdout(table, "c", train, test)
+
+
+ODD_ROWS = {
+    "NULL int attribute": {"a": None, "t": pd.Timestamp("2020-01-01"), "flag": True, "c": 1},
+    "NULL int class": {"a": 1, "t": pd.Timestamp("2020-01-01"), "flag": True, "c": None},
+    "NULL bool": {"a": 1, "t": pd.Timestamp("2020-01-01"), "flag": None, "c": 1},
+    "timestamp past midnight": {"a": 1, "t": pd.Timestamp("2020-01-02 12:00"), "flag": True,
+                                "c": 1},
+}
+
+
+@pytest.mark.parametrize("odd", list(ODD_ROWS))
+def test_one_odd_row_leaves_the_exact_baseline_and_the_predictions_as_they_were(odd):
+    """An int attribute or class holding one NULL among 500 rows (read as floats: '1.0'), or
+    one timestamp past midnight (the others then written in full), matched no domain value:
+    the exact baseline lost the other rows' values and the test rows' predictions changed."""
+    train, test = _frame(ROWS, 1), _frame(200, 2)
+    plain = _holdout(train, test)
+    plain_model = fit_exact(plain)
+    exact = accuracy(plain_model, plain)
+    assert exact > 0.85
+    odd_train = _holdout(_with_row(train, **ODD_ROWS[odd]), test)
+    odd_model = fit_exact(odd_train)
+    assert odd_model.classes == plain_model.classes == ["0", "1"]
+    for attribute, (_, log_prob) in plain_model.categorical.items():
+        # one row of 500 moves each P(value | class) by less than 1/250
+        np.testing.assert_allclose(np.exp(odd_model.categorical[attribute][1]),
+                                   np.exp(log_prob), atol=1 / 250)
+    assert accuracy(odd_model, odd_train) == exact
+    # one odd test row changes no other row's prediction
+    odd_test = _with_row(test, **ODD_ROWS[odd])
+    predicted = plain_model.predict(odd_test[plain.attributes])
+    np.testing.assert_array_equal(predicted[:len(test)], plain_model.predict(test))
+    assert accuracy(plain_model, _holdout(train, odd_test)) == pytest.approx(exact, abs=0.01)
+
+
+def test_an_int_class_with_a_null_names_its_classes_as_declared_under_randomized_response(
+        tmp_path):
+    """The randomized table's class column read back with a NULL gave classes '0.0' and
+    '1.0', which no true test label ('0', '1') equalled: accuracy 0."""
+    train, test = _frame(ROWS, 1), _frame(200, 2)
+    holdout = _holdout(_with_row(train, a=1, t=pd.Timestamp("2020-01-01"), flag=True, c=None),
+                       test)
+    exact = accuracy(fit_exact(holdout), holdout)
+    model, _ = fit_randomized(holdout, RandomizationSpec(p=1 - 1e-9), dpsql.RandomSource(
+        insecure_seed=4), tmp_path)
+    assert model.classes == ["0", "1"]
+    assert accuracy(model, holdout) == pytest.approx(exact, abs=0.01)
