@@ -41,7 +41,6 @@ from dpsql.randomize import (
     bound_units,
     column_document,
     csprng,
-    domain_codes,
     load_randomization,
     randomize_frame,
     read_source,
@@ -54,7 +53,12 @@ from evaluators._cli import EXACT, dataset_ledger, emit, evaluator_options
 from evaluators._holdout import check_test_fraction, held_out, share, shown_share
 from evaluators.attribute_selection.contingency import catalog_attributes, check_candidates
 from evaluators.naive_bayes.central import train_central
-from evaluators.naive_bayes.model import NaiveBayesModel, check_alpha, domain_labels
+from evaluators.naive_bayes.model import (
+    NaiveBayesModel,
+    check_alpha,
+    domain_labels,
+    value_codes,
+)
 from evaluators.naive_bayes.randomized_response import ReconstructedStatistics, train_randomized
 
 if TYPE_CHECKING:  # catalogue types only annotate; evaluators use load_catalog's objects
@@ -200,7 +204,7 @@ def _attribute_spec(table: TableSpec, name: str) -> ColumnSpec:
 def fit_exact(holdout: Holdout, alpha: float = 1.0) -> NaiveBayesModel:
     """Non-private Naive Bayes from the exact train statistics (sample variances, ddof=1).
 
-    Values and classes are matched to their declared domains value by value (``domain_codes``):
+    Values and classes are matched to their declared domains value by value (``value_codes``):
     a value outside its domain, or missing, is left out, as the DP counts leave it (kept, it
     failed the run on D′ alone, quoting the person's value: adversary round L).
     """
@@ -217,7 +221,7 @@ def fit_exact(holdout: Holdout, alpha: float = 1.0) -> NaiveBayesModel:
                                   strict=True)}
             continue
         domains[name] = list(values)
-        codes = pd.Series(domain_codes(train[name], values), index=train.index)
+        codes = pd.Series(value_codes(train[name], values), index=train.index)
         kept = (codes >= 0) & classes.notna()
         counts = codes[kept].groupby([codes[kept], classes[kept]]).size()
         feature_counts[name] = {(values[code], c): float(n) for (code, c), n in counts.items()}

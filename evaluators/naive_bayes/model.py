@@ -13,12 +13,13 @@ scikit-learn's ``CategoricalNB``: with exact counts and ``alpha=1`` the predicti
 A class whose clamped count is 0 gets prior 0 (it is never predicted); if every class count is
 0 the prior is uniform.
 
-Values are matched to a domain one by one, by value (``dpsql.randomize.domain_codes``): 1.0 is
-1, a time a timestamp, and a domain declared as ``['2', '4']`` matches a column read as
-integers. Never through a column's text, which pandas formats from all its values: one NULL
-among ints made every value '1.0', and every row matched nothing. A value outside an
-attribute's domain, or a missing value, contributes nothing for that attribute (the likelihood
-is the same for all classes). Classes are named by the text of their values (``str(value)``).
+Values are matched to a domain one by one (``value_codes``): by value
+(``dpsql.randomize.domain_codes``: 1.0 is 1, a time a timestamp, and a domain declared as
+``['2', '4']`` matches a column read as integers), else by a domain value's label, its text
+(``encode_frame``'s frames). Never through a column's text, which pandas formats from all its
+values: one NULL among ints made every value '1.0', and every row matched nothing. A value
+outside an attribute's domain, or a missing value, contributes nothing for that attribute (the
+likelihood is the same for all classes). Classes are named by their values' labels.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ class NaiveBayesModel:
             )
         total = np.tile(self.class_log_prior, (len(frame), 1))
         for attr, (domain, log_prob) in self.categorical.items():
-            codes = domain_codes(frame[attr], domain)
+            codes = value_codes(frame[attr], domain)
             known = codes >= 0
             total[known] += log_prob[codes[known]]
         for attr, (means, variances) in self.gaussian.items():
@@ -170,7 +171,7 @@ def _categorical_log_prob(
             hint="pass domains[attr] with the attribute's public values",
         )
     domain = list(domains[attr])
-    rows = domain_codes([value for value, _ in cells], domain)
+    rows = value_codes([value for value, _ in cells], domain)
     counts = np.zeros((len(domain), len(class_index)))
     for row, ((value, label), count) in zip(rows, cells.items(), strict=True):
         col = class_index.get(str(label))
@@ -189,15 +190,32 @@ def _categorical_log_prob(
     return domain, log_prob
 
 
+def value_codes(values: pd.Series | Sequence, domain: Sequence) -> np.ndarray:
+    """Each value's index in ``domain``, -1 for a missing value or one outside it: matched by
+    value (``domain_codes``), else by a domain value's label (``str``), so a frame of values
+    and one of labels (``encode_frame``'s '1' for a declared 1) read alike.
+
+    Example:
+        >>> value_codes(pd.Series([2.0, "1", None, 7]), [1, 2]).tolist()
+        [1, 0, -1, -1]
+    """
+    values = values if isinstance(values, pd.Series) else pd.Series(list(values), dtype=object)
+    codes = domain_codes(values, domain)
+    unmatched = codes < 0
+    if unmatched.any():
+        codes[unmatched] = domain_codes(values[unmatched], [str(v) for v in domain])
+    return codes
+
+
 def domain_labels(values: pd.Series, domain: Sequence) -> pd.Series:
-    """The text of each value's entry in ``domain`` (``str``, as classes are named), matched by
-    value (``domain_codes``); None for a missing value or one outside the domain.
+    """The label (``str``) of each value's entry in ``domain`` (``value_codes``), as classes
+    are named; None for a missing value or one outside the domain.
 
     Example:
         >>> domain_labels(pd.Series([0.0, None, 1.0]), [0, 1]).tolist()
         ['0', None, '1']
     """
-    codes = domain_codes(values, domain)
+    codes = value_codes(values, domain)
     labels = np.asarray([str(v) for v in domain] + [None], dtype=object)  # code -1: None
     return pd.Series(labels[codes], index=values.index, dtype=object)
 

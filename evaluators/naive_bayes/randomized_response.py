@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 
 import dpsql
-from dpsql.randomize import RandomizationRecord, TRRParameters, domain_codes
+from dpsql.randomize import RandomizationRecord, TRRParameters
 from evaluators import _catalog
-from evaluators.naive_bayes.model import NaiveBayesModel, domain_labels
+from evaluators.naive_bayes.model import NaiveBayesModel, domain_labels, value_codes
 
 VARIANCE_FLOOR_FRACTION = 0.01
 
@@ -60,7 +60,7 @@ def reconstruct_statistics(connection: Any, table: str, class_column: str,
     """Estimate the true class-conditional statistics from GROUP BY queries on ``table``.
 
     The class and each released value are matched to their public domains value by value
-    (``domain_codes``): read back through pandas, a class column holding a NULL was floats,
+    (``value_codes``): read back through pandas, a class column holding a NULL was floats,
     and its classes '0.0' and '1.0' equalled no true label.
 
     Args:
@@ -140,7 +140,7 @@ def _released_counts(connection: Any, table: str, class_column: str, attribute: 
                    f"COUNT(*) AS n FROM {_quote(table)} "
                    f"GROUP BY {_quote(class_column)}, {_quote(attribute)}")
     counts = frame.assign(cls=domain_labels(frame["cls"], class_domain),
-                          value=domain_codes(frame["value"], domain))
+                          value=value_codes(frame["value"], domain))
     dense = counts.pivot_table(index="cls", columns="value", values="n", aggfunc="sum")
     return dense.reindex(index=classes, columns=range(len(domain))).fillna(0.0).to_numpy(
         dtype=float)

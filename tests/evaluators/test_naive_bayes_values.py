@@ -11,7 +11,8 @@ import pytest
 import dpsql
 from dpsql.catalog import load_catalog
 from dpsql.randomize import RandomizationSpec
-from evaluators.naive_bayes.cli import Holdout, accuracy, fit_exact, fit_randomized
+from evaluators.attribute_selection.contingency import catalog_attributes, encode_frame
+from evaluators.naive_bayes.cli import Holdout, accuracy, fit_central, fit_exact, fit_randomized
 
 ROWS = 500
 
@@ -22,7 +23,7 @@ def _frame(rows: int, seed: int) -> pd.DataFrame:
     c = rng.integers(0, 2, rows)
     a = np.where(rng.random(rows) < 0.8, c + 1, 3)
     day = np.where(rng.random(rows) < 0.7, c, 1 - c)
-    flag = np.where(rng.random(rows) < 0.6, c == 1, c == 0)
+    flag = np.where(rng.random(rows) < 0.75, c == 1, c == 0)
     return pd.DataFrame({"a": a, "t": pd.Timestamp("2020-01-01") + pd.to_timedelta(day, "D"),
                          "flag": flag, "c": c})
 
@@ -33,13 +34,21 @@ def _with_row(frame: pd.DataFrame, **row) -> pd.DataFrame:
     return pd.concat([frame, pd.DataFrame([row])], ignore_index=True).infer_objects()
 
 
-def _holdout(train: pd.DataFrame, test: pd.DataFrame) -> Holdout:
-    table = load_catalog({"tables": {"t": {"privacy_unit": None, "columns": {
-        "a": {"type": "int", "values": [1, 2, 3]},
-        "t": {"type": "timestamp", "values": ["2020-01-01 00:00:00", "2020-01-02 00:00:00"]},
-        "flag": {"type": "bool", "values": [False, True]},
-        "c": {"type": "int", "values": [0, 1]}}}}}).table("t")
-    return Holdout(table, "c", train, test)
+COLUMNS = {"a": {"type": "int", "values": [1, 2, 3]},
+           "t": {"type": "timestamp", "values": ["2020-01-01 00:00:00", "2020-01-02 00:00:00"]},
+           "flag": {"type": "bool", "values": [False, True]},
+           "c": {"type": "int", "values": [0, 1]}}
+
+
+def _metadata(attributes=("a", "t", "flag")) -> dict:
+    return {"tables": {"t": {"privacy_unit": None, "columns": {
+        name: COLUMNS[name] for name in (*attributes, "c")}}}}
+
+
+def _holdout(train: pd.DataFrame, test: pd.DataFrame, attributes=("a", "t", "flag")) -> Holdout:
+    columns = [*attributes, "c"]
+    return Holdout(load_catalog(_metadata(attributes)).table("t"), "c", train[columns],
+                   test[columns])
 
 
 ODD_ROWS = {
@@ -88,3 +97,18 @@ def test_an_int_class_with_a_null_names_its_classes_as_declared_under_randomized
         insecure_seed=4), tmp_path)
     assert model.classes == ["0", "1"]
     assert accuracy(model, holdout) == pytest.approx(exact, abs=0.01)
+
+
+@pytest.mark.parametrize("attribute", ["flag", "a"])
+def test_the_central_model_reads_declared_values_and_their_labels(tmp_path, attribute):
+    """The central model holds the declared values (matched by value, a column read as bools
+    matches neither of the release's labels 'False' and 'True'), and a frame of labels
+    (encode_frame's '1' for 1) reads as the values do."""
+    holdout = _holdout(_frame(ROWS, 1), _frame(200, 2), attributes=(attribute,))
+    model, _ = fit_central(holdout, 1e4, tmp_path, insecure_seed=3)
+    exact = fit_exact(holdout)
+    test = holdout.test[[attribute]]
+    np.testing.assert_array_equal(model.predict(test), exact.predict(test))
+    assert accuracy(model, holdout) == accuracy(exact, holdout) > 0.7
+    labels = encode_frame(holdout.test, catalog_attributes(_metadata((attribute,)), "t", "c")[0])
+    np.testing.assert_array_equal(model.predict(labels), model.predict(test))
