@@ -94,7 +94,8 @@ def reconstruct_statistics(connection: Any, table: str, class_column: str,
     for name in names:
         randomizer = record.randomizers[name]
         if isinstance(randomizer, TRRParameters):
-            gaussian[name] = _gaussian_moments(connection, table, class_column, name, randomizer)
+            gaussian[name] = _gaussian_moments(connection, table, class_column, class_domain,
+                                               name, randomizer)
             continue
         domain = list(randomizer.domain)
         released = _released_counts(connection, table, class_column, name, class_domain,
@@ -146,20 +147,20 @@ def _released_counts(connection: Any, table: str, class_column: str, attribute: 
         dtype=float)
 
 
-def _gaussian_moments(connection: Any, table: str, class_column: str, attribute: str,
-                      parameters: TRRParameters) -> dict[str, tuple[float, float]]:
+def _gaussian_moments(connection: Any, table: str, class_column: str, class_domain: tuple,
+                      attribute: str, parameters: TRRParameters) -> dict[str, tuple[float, float]]:
     column = _quote(attribute)
     frame = _query(connection,
                    f"SELECT {_quote(class_column)} AS cls, COUNT({column}) AS n, "
                    f"AVG({column}) AS mean, VAR_SAMP({column}) AS var "
                    f"FROM {_quote(table)} GROUP BY {_quote(class_column)}")
-    frame = frame.dropna(subset=["cls"])
+    frame = frame.assign(cls=domain_labels(frame["cls"], class_domain)).dropna(subset=["cls"])
     n, mean, var = (frame[c].to_numpy(dtype=float) for c in ("n", "mean", "var"))
     means = parameters.estimate_mean(mean)
     variances = parameters.estimate_variance(var, mean, n)
     floor = VARIANCE_FLOOR_FRACTION * _pooled_variance(n, mean, var) / (
         parameters.a_mean ** 2 + parameters.a_variance)
-    return {str(c): (float(m), float(max(v, floor)))
+    return {c: (float(m), float(max(v, floor)))
             for c, m, v in zip(frame["cls"], means, variances, strict=True)}
 
 

@@ -18,14 +18,15 @@ ROWS = 500
 
 
 def _frame(rows: int, seed: int) -> pd.DataFrame:
-    """a, t and flag each predict the class c (ints, timestamps at midnight, bools)."""
+    """a, t, flag and x each predict the class c (ints, timestamps at midnight, bools,
+    floats)."""
     rng = np.random.default_rng(seed)
     c = rng.integers(0, 2, rows)
     a = np.where(rng.random(rows) < 0.8, c + 1, 3)
     day = np.where(rng.random(rows) < 0.7, c, 1 - c)
     flag = np.where(rng.random(rows) < 0.75, c == 1, c == 0)
     return pd.DataFrame({"a": a, "t": pd.Timestamp("2020-01-01") + pd.to_timedelta(day, "D"),
-                         "flag": flag, "c": c})
+                         "flag": flag, "x": 3.0 * c + rng.normal(0, 1, rows), "c": c})
 
 
 def _with_row(frame: pd.DataFrame, **row) -> pd.DataFrame:
@@ -37,6 +38,7 @@ def _with_row(frame: pd.DataFrame, **row) -> pd.DataFrame:
 COLUMNS = {"a": {"type": "int", "values": [1, 2, 3]},
            "t": {"type": "timestamp", "values": ["2020-01-01 00:00:00", "2020-01-02 00:00:00"]},
            "flag": {"type": "bool", "values": [False, True]},
+           "x": {"type": "float", "lower": -10, "upper": 10},
            "c": {"type": "int", "values": [0, 1]}}
 
 
@@ -88,15 +90,17 @@ def test_one_odd_row_leaves_the_exact_baseline_and_the_predictions_as_they_were(
 def test_an_int_class_with_a_null_names_its_classes_as_declared_under_randomized_response(
         tmp_path):
     """The randomized table's class column read back with a NULL gave classes '0.0' and
-    '1.0', which no true test label ('0', '1') equalled: accuracy 0."""
+    '1.0', which no true test label ('0', '1') equalled (accuracy 0), and a TRR attribute's
+    moments under those names failed the model."""
     train, test = _frame(ROWS, 1), _frame(200, 2)
-    holdout = _holdout(_with_row(train, a=1, t=pd.Timestamp("2020-01-01"), flag=True, c=None),
-                       test)
+    holdout = _holdout(_with_row(train, a=1, t=pd.Timestamp("2020-01-01"), flag=True, x=0.0,
+                                 c=None), test, attributes=("a", "t", "flag", "x"))
     exact = accuracy(fit_exact(holdout), holdout)
-    model, _ = fit_randomized(holdout, RandomizationSpec(p=1 - 1e-9), dpsql.RandomSource(
-        insecure_seed=4), tmp_path)
-    assert model.classes == ["0", "1"]
-    assert accuracy(model, holdout) == pytest.approx(exact, abs=0.01)
+    spec = RandomizationSpec(p=1 - 1e-9, trr_a_variance=0.01, trr_b_variance=0.01)
+    model, _ = fit_randomized(holdout, spec, dpsql.RandomSource(insecure_seed=4), tmp_path)
+    assert model.classes == ["0", "1"] and list(model.gaussian) == ["x"]
+    assert exact > 0.9
+    assert accuracy(model, holdout) == pytest.approx(exact, abs=0.03)
 
 
 @pytest.mark.parametrize("attribute", ["flag", "a"])
