@@ -50,15 +50,11 @@ from dpsql.randomize import (
 )
 from evaluators import _catalog
 from evaluators._cli import EXACT, dataset_ledger, emit, evaluator_options
+from evaluators._domains import domain_labels, value_codes
 from evaluators._holdout import check_test_fraction, held_out, share, shown_share
 from evaluators.attribute_selection.contingency import catalog_attributes, check_candidates
 from evaluators.naive_bayes.central import train_central
-from evaluators.naive_bayes.model import (
-    NaiveBayesModel,
-    check_alpha,
-    domain_labels,
-    value_codes,
-)
+from evaluators.naive_bayes.model import NaiveBayesModel, check_alpha
 from evaluators.naive_bayes.randomized_response import ReconstructedStatistics, train_randomized
 
 if TYPE_CHECKING:  # catalogue types only annotate; evaluators use load_catalog's objects

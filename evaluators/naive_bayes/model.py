@@ -13,7 +13,7 @@ scikit-learn's ``CategoricalNB``: with exact counts and ``alpha=1`` the predicti
 A class whose clamped count is 0 gets prior 0 (it is never predicted); if every class count is
 0 the prior is uniform.
 
-Values are matched to a domain one by one (``value_codes``): by value
+Values are matched to a domain one by one (``evaluators._domains.value_codes``): by value
 (``dpsql.randomize.domain_codes``: 1.0 is 1, a time a timestamp, and a domain declared as
 ``['2', '4']`` matches a column read as integers), else by a domain value's label, its text
 (``encode_frame``'s frames). Never through a column's text, which pandas formats from all its
@@ -33,7 +33,7 @@ import pandas as pd
 from scipy.special import logsumexp
 
 import dpsql
-from dpsql.randomize import domain_codes
+from evaluators._domains import value_codes
 
 # A Gaussian attribute's variance is floored relative to the largest variance of the model,
 # as scikit-learn's GaussianNB does (var_smoothing); a noisy variance can be 0 or negative.
@@ -188,36 +188,6 @@ def _categorical_log_prob(
         # alpha = 0 with an all-zero column leaves 0/0: treat that value as uninformative.
         log_prob = np.where(totals > 0, np.log(smoothed / np.where(totals > 0, totals, 1)), 0.0)
     return domain, log_prob
-
-
-def value_codes(values: pd.Series | Sequence, domain: Sequence) -> np.ndarray:
-    """Each value's index in ``domain``, -1 for a missing value or one outside it: matched by
-    value (``domain_codes``), else by a domain value's label (``str``), so a frame of values
-    and one of labels (``encode_frame``'s '1' for a declared 1) read alike.
-
-    Example:
-        >>> value_codes(pd.Series([2.0, "1", None, 7]), [1, 2]).tolist()
-        [1, 0, -1, -1]
-    """
-    values = values if isinstance(values, pd.Series) else pd.Series(list(values), dtype=object)
-    codes = domain_codes(values, domain)
-    unmatched = codes < 0
-    if unmatched.any():
-        codes[unmatched] = domain_codes(values[unmatched], [str(v) for v in domain])
-    return codes
-
-
-def domain_labels(values: pd.Series, domain: Sequence) -> pd.Series:
-    """The label (``str``) of each value's entry in ``domain`` (``value_codes``), as classes
-    are named; None for a missing value or one outside the domain.
-
-    Example:
-        >>> domain_labels(pd.Series([0.0, None, 1.0]), [0, 1]).tolist()
-        ['0', None, '1']
-    """
-    codes = value_codes(values, domain)
-    labels = np.asarray([str(v) for v in domain] + [None], dtype=object)  # code -1: None
-    return pd.Series(labels[codes], index=values.index, dtype=object)
 
 
 def _gaussian_moments(

@@ -27,7 +27,8 @@ import pandas as pd
 import dpsql
 from dpsql.randomize import RandomizationRecord, TRRParameters
 from evaluators import _catalog
-from evaluators.naive_bayes.model import NaiveBayesModel, domain_labels, value_codes
+from evaluators._domains import domain_labels, value_codes
+from evaluators.naive_bayes.model import NaiveBayesModel
 
 VARIANCE_FLOOR_FRACTION = 0.01
 
