@@ -11,9 +11,8 @@ equal-width bins over the declared [lower, upper] by one clamped FLOOR expressio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from numbers import Real
 
 import numpy as np
 import pandas as pd
@@ -21,6 +20,7 @@ import pandas as pd
 import dpsql
 from evaluators import _catalog
 from evaluators._bins import EqualWidthBins
+from evaluators._domains import domain_labels, value_codes
 
 DEFAULT_BINS = 5
 
@@ -34,11 +34,15 @@ class Attribute:
         domain: the public values as text (bin labels for a binned numeric column).
         bins: for a binned numeric column, its bins (the SQL key is the bin index, whose
             label is ``domain[index]``).
+        values: the declared values, in the order of their labels in ``domain``, that a
+            column's values are matched to (default: the labels; a column of bools matches
+            the declared False and True, not their labels 'False' and 'True').
     """
 
     name: str
     domain: tuple[str, ...]
     bins: EqualWidthBins | None = None
+    values: tuple | None = None
 
     @property
     def key(self) -> str:
@@ -46,17 +50,30 @@ class Attribute:
         column = quote(self.name)
         return column if self.bins is None else self.bins.sql(column)
 
-    def label(self, key: object) -> str:
-        """The domain label of a released key (a bin index for a binned column)."""
-        if self.bins is not None and isinstance(key, Real) and float(key).is_integer() \
-                and 0 <= key < len(self.domain):
-            return self.domain[int(key)]
-        return str(key)
+    @property
+    def declared(self) -> tuple:
+        """The values a column's values are matched to: ``values``, else the labels."""
+        return self.domain if self.values is None else self.values
+
+    def key_codes(self, keys: pd.Series) -> np.ndarray:
+        """Each released key's index in ``domain``, -1 outside it: a binned column's key is
+        its bin index; another's is matched to the declared values by value (a timestamp key
+        matched no declared '2020-01-01T00:00:00' as text, after the charge)."""
+        return value_codes(keys, self.declared if self.bins is None else range(len(self.domain)))
 
     def encode(self, values: pd.Series) -> pd.Series:
-        """Map raw column values to domain labels exactly as the SQL key does (NaN stays NaN)."""
+        """Map raw column values to domain labels exactly as the SQL key does (NaN stays NaN;
+        so does a value outside the domain, which GROUP BY on the public domain leaves out).
+
+        Values are matched value by value (``value_codes``), never through the column's
+        text: one NULL among ints made every value '1.0', which matched no label.
+
+        Example:
+            >>> Attribute("a", ("1", "2")).encode(pd.Series([1.0, 2.0, None])).tolist()
+            ['1', '2', <NA>]
+        """
         if self.bins is None:
-            return values.astype("string")
+            return domain_labels(values, self.declared, self.domain).astype("string")
         numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
         indices = self.bins.index(numbers)
         known = ~np.isnan(indices)
@@ -134,8 +151,9 @@ def catalog_attributes(
     class_column: str,
     names: Sequence[str] | None = None,
     bins: int = DEFAULT_BINS,
-) -> tuple[list[Attribute], tuple[str, ...]]:
-    """The candidate attributes of ``table`` and the class labels, from metadata only.
+) -> tuple[list[Attribute], tuple]:
+    """The candidate attributes of ``table`` and the class's declared values, from metadata
+    only (a release names its class columns by their labels, ``str``).
 
     Args:
         metadata: a YAML path, a metadata dict, or a loaded catalogue.
@@ -161,7 +179,8 @@ def catalog_attributes(
             raise dpsql.UnknownColumnError(f"table {table!r} has no column {name!r}",
                                            hint=f"columns are {sorted(spec.columns)}")
         if column.values:
-            attributes.append(Attribute(column.name, tuple(str(v) for v in column.values)))
+            attributes.append(Attribute(column.name, tuple(str(v) for v in column.values),
+                                        values=tuple(column.values)))
         elif column.is_numeric and column.is_bounded:
             attributes.append(equal_width_bins(column.name, column.lower, column.upper, bins,
                                                integer=column.type == "int"))
@@ -170,7 +189,7 @@ def catalog_attributes(
                 f"column {name!r} of table {table!r} has neither values nor bounds",
                 hint="declare its public values, or lower/upper bounds for binning",
             )
-    return attributes, tuple(str(v) for v in target.values)
+    return attributes, tuple(target.values)
 
 
 def check_candidates(names: Sequence[str], class_column: str) -> None:
@@ -257,19 +276,20 @@ def release_tables(
     cursor = connection.cursor()
     cursor.executescript(script, epsilon=epsilon)
     frames = cursor.fetchdfs()
-    classes = tuple(str(c) for c in classes)
-    tables = {a.name: _to_array(frame, a.domain, classes, a.name, a.label)
+    tables = {a.name: _to_array(frame.iloc[:, :3], a.key_codes(frame.iloc[:, 0]), classes,
+                                len(a.domain), a.name)
               for a, frame in zip(attributes, frames)}
     class_counts = None
     if with_class_count:
-        labels_and_counts = frames[-1].iloc[:, :2]
-        as_table = pd.DataFrame({"key": "all", "class": labels_and_counts.iloc[:, 0],
-                                 "n": labels_and_counts.iloc[:, 1]})
-        class_counts = _to_array(as_table, ("all",), classes, class_column)[0]
+        released = frames[-1]
+        as_table = pd.DataFrame({"key": "all", "class": released.iloc[:, 0],
+                                 "n": released.iloc[:, 1]})
+        class_counts = _to_array(as_table, np.zeros(len(as_table), dtype=np.int64), classes, 1,
+                                 class_column)[0]
     return ContingencyRelease(
         tables=tables,
         attributes={a.name: a for a in attributes},
-        classes=classes,
+        classes=tuple(str(c) for c in classes),
         class_counts=class_counts,
         sensitivity=float(cursor.sensitivity),
         epsilon_spent=float(cursor.epsilon_spent),
@@ -278,35 +298,38 @@ def release_tables(
     )
 
 
-def _to_array(frame: pd.DataFrame, domain: Sequence[str], classes: Sequence[str],
-              what: str, labelled: Callable[[object], str] = str) -> np.ndarray:
-    """A (key, class, count) frame as a dense (|domain|, |classes|) array; ``labelled`` maps a
-    released key to its domain value."""
-    rows = {v: i for i, v in enumerate(domain)}
-    cols = {c: j for j, c in enumerate(classes)}
-    counts = np.zeros((len(domain), len(classes)))
-    for key, label, count in frame.iloc[:, :3].itertuples(index=False):
-        i, j = rows.get(labelled(key)), cols.get(str(label))
-        if i is None or j is None:
-            raise dpsql.InternalError(
-                f"{what}: the engine released key ({key!r}, {label!r}) outside the public domain"
-            )
-        counts[i, j] = float(count)
+def _to_array(frame: pd.DataFrame, rows: np.ndarray, classes: Sequence, size: int,
+              what: str) -> np.ndarray:
+    """A (key, class, count) frame as a dense (``size``, |classes|) array: ``rows`` is each
+    key's index in its domain, and each class is matched to ``classes`` by value."""
+    columns = value_codes(frame.iloc[:, 1], classes)
+    outside = (rows < 0) | (columns < 0)
+    if outside.any():
+        key, label = frame.iloc[int(np.argmax(outside)), :2]
+        raise dpsql.InternalError(
+            f"{what}: the engine released key ({key!r}, {label!r}) outside the public domain"
+        )
+    counts = np.zeros((size, len(classes)))
+    counts[rows, columns] = frame.iloc[:, 2].to_numpy(dtype=float)
     return counts
 
 
 def exact_tables(frame: pd.DataFrame, class_column: str, attributes: Sequence[Attribute],
-                 classes: Sequence[str]) -> dict[str, np.ndarray]:
-    """Exact (non-private) contingency tables of a pandas frame, same layout as a release."""
-    classes = [str(c) for c in classes]
-    target = frame[class_column].astype("string")
+                 classes: Sequence) -> dict[str, np.ndarray]:
+    """Exact (non-private) contingency tables of a pandas frame, same layout as a release.
+
+    Values and classes are matched to their domains value by value (``Attribute.encode``,
+    ``domain_labels``; ``classes`` as declared, or their labels); a row whose value or class
+    is missing or outside its domain is left out, as GROUP BY on the public domain leaves it.
+    """
+    target = domain_labels(frame[class_column], classes)
+    labels = [str(c) for c in classes]
     tables = {}
     for a in attributes:
         counts = pd.crosstab(a.encode(frame[a.name]), target)
-        tables[a.name] = counts.reindex(index=list(a.domain), columns=classes,
+        tables[a.name] = counts.reindex(index=list(a.domain), columns=labels,
                                         fill_value=0).to_numpy(dtype=float)
     return tables
-
 
 
 def encode_frame(frame: pd.DataFrame, attributes: Sequence[Attribute]) -> pd.DataFrame:

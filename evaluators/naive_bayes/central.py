@@ -8,10 +8,9 @@ under replace). Negative noisy cells are clamped and smoothed by ``NaiveBayesMod
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import dpsql
-from evaluators import _catalog
 from evaluators.attribute_selection.contingency import (
     DEFAULT_BINS,
     ContingencyRelease,
@@ -23,24 +22,19 @@ from evaluators.naive_bayes.model import NaiveBayesModel
 
 
 def model_from_release(release: ContingencyRelease, attributes: Sequence[str] | None = None,
-                       alpha: float = 1.0,
-                       values: Mapping[str, Sequence] | None = None) -> NaiveBayesModel:
+                       alpha: float = 1.0) -> NaiveBayesModel:
     """A Naive Bayes model from released tables (free post-processing of the release).
 
     The class prior is the release's class-count statement when it has one, otherwise the
-    class marginal pooled over the tables' column sums.
-
-    Args:
-        values: attribute -> its declared values, in the order of its release domain (their
-            labels): the model matches a frame's values to them by value, so a column read as
-            bools matches the declared False and True, which their labels 'False' and 'True'
-            do not. Default: the labels (for frames of labels, ``encode_frame``'s).
+    class marginal pooled over the tables' column sums. The model holds each attribute's
+    declared values (``Attribute.declared``) and matches a frame's values to them by value,
+    else by their labels: a column read as bools matches the declared False and True, and an
+    ``encode_frame`` frame their labels.
     """
     names = list(release.tables) if attributes is None else list(attributes)
     class_counts = (release.class_counts if release.class_counts is not None
                     else pooled_class_counts(release.tables))
-    domains = {name: (values or {}).get(name, release.attributes[name].domain)
-               for name in names}
+    domains = {name: release.attributes[name].declared for name in names}
     feature_counts = {
         name: {(value, label): release.tables[name][i, j]
                for i, value in enumerate(domains[name])
@@ -75,10 +69,8 @@ def train_central(
             ``evaluators.attribute_selection.contingency.encode_frame``.
         alpha: Laplace smoothing after clamping negative noisy counts at 0.
     """
-    catalog = metadata or connection.catalog
-    candidates, classes = catalog_attributes(catalog, table, class_column, attributes, bins)
+    candidates, classes = catalog_attributes(metadata or connection.catalog, table,
+                                             class_column, attributes, bins)
     release = release_tables(connection, table, class_column, candidates, classes, epsilon,
                              with_class_count=True)
-    spec = _catalog.table(catalog, table)
-    declared = {a.name: spec.column(a.name).values for a in candidates if a.bins is None}
-    return model_from_release(release, alpha=alpha, values=declared)
+    return model_from_release(release, alpha=alpha)
