@@ -44,6 +44,7 @@ import dpsql  # noqa: E402
 from dpsql.catalog import datasets_dir  # noqa: E402
 from dpsql.randomize import ERRPH, RandomizationSpec, Warner  # noqa: E402
 from evaluators._cli import experiment_options
+from evaluators._domains import value_codes  # noqa: E402
 from evaluators.experiments.figures import save_figure  # noqa: E402
 from evaluators.naive_bayes.cli import (  # noqa: E402
     Holdout,
@@ -91,7 +92,12 @@ DATASETS = (
 
 def binarize(holdout: Holdout) -> Holdout:
     """One split point per attribute (paper §7.2): the train mode vs the rest for categorical
-    attributes, the train median for numeric ones. The split is the data owner's choice."""
+    attributes, the train median for numeric ones. The split is the data owner's choice.
+
+    The mode is the declared value most common in train (the first in declared order on a
+    tie), and each value is matched to it by value (``value_codes``), never through its
+    column's text: one NULL among a frame's ints made them '1.0', which equalled no '1' of the
+    other frame. A missing value, or one outside the domain, is 'other'."""
     train, test = holdout.train.copy(), holdout.test.copy()
     columns = dict(holdout.table.columns)
     for name in holdout.attributes:
@@ -101,9 +107,12 @@ def binarize(holdout: Holdout) -> Holdout:
                                        for f in (train, test))
             columns[name] = categorical_column(columns[name], ("low", "high"))
         else:
-            mode = str(train[name].astype(str).mode().iloc[0])
-            train[name], test[name] = ((f[name].astype(str) == mode).map(
-                {True: "mode", False: "other"}) for f in (train, test))
+            values = columns[name].values
+            train_codes = value_codes(train[name], values)
+            mode = np.bincount(train_codes[train_codes >= 0], minlength=len(values)).argmax()
+            train[name], test[name] = (
+                pd.Series(np.where(value_codes(f[name], values) == mode, "mode", "other"),
+                          index=f.index) for f in (train, test))
             columns[name] = categorical_column(columns[name], ("other", "mode"))
     return Holdout(dataclasses.replace(holdout.table, columns=columns), holdout.class_column,
                    train, test)

@@ -12,6 +12,7 @@ import dpsql
 from dpsql.catalog import load_catalog
 from dpsql.randomize import RandomizationSpec
 from evaluators.attribute_selection.contingency import catalog_attributes, encode_frame
+from evaluators.experiments.naive_bayes_rr import binarize
 from evaluators.naive_bayes.cli import Holdout, accuracy, fit_central, fit_exact, fit_randomized
 
 ROWS = 500
@@ -116,3 +117,17 @@ def test_the_central_model_reads_declared_values_and_their_labels(tmp_path, attr
     assert accuracy(model, holdout) == accuracy(exact, holdout) > 0.7
     labels = encode_frame(holdout.test, catalog_attributes(_metadata((attribute,)), "t", "c")[0])
     np.testing.assert_array_equal(model.predict(labels), model.predict(test))
+
+
+@pytest.mark.parametrize("odd", list(ODD_ROWS))
+def test_binarize_matches_the_train_mode_by_value(odd):
+    """The experiment's binarization compared column texts: one NULL in train's int attribute
+    made its mode '1.0', which no test value ('1') equalled, and one timestamp past midnight
+    wrote train's in full: every test value was 'other'."""
+    train, test = _frame(ROWS, 1), _frame(200, 2)
+    plain = binarize(_holdout(train, test))
+    binarized = binarize(_holdout(_with_row(train, **ODD_ROWS[odd]), test))
+    for name in plain.attributes:
+        assert 0.3 < (plain.test[name] == "mode").mean() < 0.7, name
+        pd.testing.assert_series_equal(binarized.test[name], plain.test[name])
+        pd.testing.assert_series_equal(binarized.train[name].iloc[:ROWS], plain.train[name])
