@@ -82,7 +82,9 @@ class PostgresBackend(PublicLimits):
         # source becomes a converting subquery where a column is stored as another type
         self.relations = dict(self.sources)
         try:
-            self.connection = psycopg.connect(url, autocommit=True)
+            # UTF-8 from the start: Python has no codec of some server encodings
+            # (MULE_INTERNAL), and the check below names the database's
+            self.connection = psycopg.connect(url, autocommit=True, client_encoding="utf8")
             # the rendered SQL writes literals the standard way ('a\' is a, backslash):
             # a database or role may turn this off, and a backslash would then end no literal
             # where the renderer ended it, and the analyst's text after it be read as SQL
@@ -90,10 +92,6 @@ class PostgresBackend(PublicLimits):
             # a timestamptz is read (and DATE_TRUNC of one bucketed) at the session's wall
             # clock: UTC, as DuckDB and Spark read dpsql's timestamps, whatever the database's
             self.connection.execute("SET TimeZone = 'UTC'")
-            # text read and written as UTF-8, which the server converts to and from its own
-            # encoding: in that one a literal such as '€' could not be sent from Python
-            # (a LATIN1 database's statement failed in psycopg, after the charge)
-            self.connection.execute("SET client_encoding = 'UTF8'")
             if read_only:
                 self.connection.execute("SET default_transaction_read_only = on")
         except psycopg.Error as err:
@@ -117,17 +115,21 @@ class PostgresBackend(PublicLimits):
             raise
 
     def _check_encoding(self) -> None:
-        """Refuse a database in SQL_ASCII: it stores text as bytes in no encoding, which the
-        server does not convert (read in SQL_ASCII psycopg hands back bytes, and every
-        catalogue query failed, KeyError b't'; read as UTF-8 one person's byte that is not
-        would fail the read on D′ alone)."""
+        """Refuse a database whose encoding is not UTF8. Converted to UTF-8 for dpsql, one
+        person's text can fail the read on D′ alone (WIN1252 stores 0x81, EUC_JP f5a1: valid
+        there, with no Unicode character; a private key's text read back failed the answer,
+        charged), and EUC_JP stores ¦ and ￤ alike, so two declared values were one group on
+        the server and two in the domain (adversary round Q); SQL_ASCII does not convert at
+        all. A domain value such a database cannot hold ('€' in LATIN1) failed every statement
+        naming it, after the charge."""
         encoding = self.connection.execute("SHOW server_encoding").fetchone()[0]
-        if encoding == "SQL_ASCII":
+        if encoding != "UTF8":
             raise DataError(
-                "the PostgreSQL database's encoding is SQL_ASCII, in which text has no "
-                "encoding dpsql can read every row by",
-                hint="copy the tables into a database created with ENCODING 'UTF8' "
-                "(or another encoding than SQL_ASCII) and connect to that one")
+                f"the PostgreSQL database's encoding is {encoding}: dpsql reads only UTF8 "
+                "databases, in which every stored text is one Unicode string and every "
+                "declared value can be compared",
+                hint="copy the tables into a database created with ENCODING 'UTF8' and "
+                "connect to that one")
 
     def _stored(self, name: str) -> dict[str, str]:
         """The stored type of each column of a table (empty when the table is absent)."""
