@@ -566,7 +566,7 @@ _EXAMPLES = {"int": "0", "float": "0.0", "text": "'unknown'", "bool": "false"}
 def _values(where: str, values: Any, kind: str) -> tuple:
     """A column's public domain: a non-empty list without duplicates or NULL, numbers on an
     int or float column (``values: ["a", "b"]`` on an int column was taken, and tune charged
-    its ε before failing to read them as numbers)."""
+    its ε before failing to read them as numbers), bools on a bool column."""
     if not isinstance(values, list) or not values:
         raise CatalogError(f"{where}: values must be a non-empty list (the public domain)")
     if len(set(map(repr, values))) != len(values):
@@ -582,6 +582,13 @@ def _values(where: str, values: Any, kind: str) -> tuple:
             raise CatalogError(f"{where}: values must be {kind} numbers, got {wrong[0]!r}",
                                hint=f"write values such as [{_EXAMPLES[kind]}, 1], or declare "
                                "the column as text")
+    if kind == "bool":
+        # a text 'True' equals no bool value: randomize drew every record uniformly
+        wrong = [v for v in values if not isinstance(v, bool)]
+        if wrong:
+            raise CatalogError(f"{where}: values must be bool values, got {wrong[0]!r}",
+                               hint="write values: [false, true] (unquoted in YAML), or leave "
+                               "values out: a bool column's domain is (false, true)")
     return tuple(values)
 
 

@@ -29,6 +29,10 @@ def _meta(**table):
     (_meta(columns={"x": {"type": "float", "values": [1, float("inf")]}}), "float numbers"),
     (_meta(columns={"x": {"type": "int", "values": [True, 2]}}), "int numbers, got True"),
     (_meta(columns={"x": {"type": "int", "values": [None]}}), "null, which no row equals"),
+    # text values matched no bool value: randomize drew every record's value uniformly
+    (_meta(columns={"x": {"type": "bool", "values": ["True", "False"]}}),
+     "bool values, got 'True'"),
+    (_meta(columns={"x": {"type": "bool", "values": [False, 1]}}), "bool values, got 1"),
     (_meta(columns={"x": {"type": "text", "values": ["a", None]}}), "null, which no row"),
     (_meta(max_groups_per_unit=3), "row privacy"),
     (_meta(privacy_unit="u", max_rows_per_group=0), "whole number"),
