@@ -245,14 +245,16 @@ def release_tables(
     table: str,
     class_column: str,
     attributes: Sequence[Attribute],
-    classes: Sequence[str],
+    classes: Sequence,
     epsilon: float,
     *,
     with_class_count: bool = False,
 ) -> ContingencyRelease:
     """Send the contingency script through ``connection`` as one release and read it back.
 
-    The plan is explained first (spends nothing). On a row-privacy table each statement is a
+    ``classes`` are the class's declared values (``catalog_attributes``'), or their labels: the
+    released classes and keys are matched to them, and the attributes' domains, by value. The
+    plan is explained first (spends nothing). On a row-privacy table each statement is a
     histogram in which one person holds one cell, so the plan is refused unless its
     sensitivity is n (add/remove) or 2n (replace): a wrong accounting never costs budget. (With
     a privacy unit and contribution bounds the engine's own value is used.)
