@@ -288,6 +288,8 @@ def _aggregate_bounds(agg, plan: StatementPlan, noisy: dict[str, list],
         values = noisy[shown_part(own).column]
         if _rounded_sum(agg, own):
             values = [round(v) for v in values]
+        elif agg.kind == "sum" and not agg.integral:  # on the grid of 1, its units are ints
+            values = [float(v) for v in values]
     feasible = _feasible(agg, plan.checked)
     # a whole-number aggregate's column is typed BIGINT: its interval is whole numbers too,
     # rounded outward (a PostgreSQL client failed on the bound '9488.3046875')

@@ -304,8 +304,17 @@ class _Value:
         value = f"CASE WHEN {x} < {low} THEN {low} WHEN {x} > {high} THEN {high} ELSE {x} END"
         if self.shift:
             value = f"{value} - {d.number(self.shift)}"
-        if self.grid_exp != 0:
-            value = d.dialect.grid_units(value, self.grid_exp)
+        if x != arg or self.bounds != tuple(map(round, self.bounds)) or \
+                self.shift.denominator != 1:
+            # a value that can be fractional is rounded onto its grid (the grid of 1 too),
+            # then kept within the bounds in units the sensitivity is priced on
+            # (``_on_grid`` of the exact bounds): a bound's double can lie above its decimal
+            # (2^-30 beside 9.313225746154785e-10), and a double difference can round up
+            units = d.dialect.grid_units(value, self.grid_exp)
+            least, most = (d.number(_on_grid(b - self.shift, self.grid_exp))
+                           for b in self.bounds)
+            value = (f"CASE WHEN {units} < {least} THEN {least} WHEN {units} > {most} "
+                     f"THEN {most} ELSE {units} END")
         return f"CAST({value} AS {types['int'] if wide else types['float']})"
 
 

@@ -53,9 +53,17 @@ def grid_exponent(scale: Fraction, magnitude: Fraction, max_units_exp: int = 40)
     error far below the noise, and coarse enough that one value stays below
     2**max_units_exp grid units (sums then fit the backends' 128-bit or decimal accumulators).
     """
-    fine = math.floor(math.log2(scale)) - 20 if scale > 0 else -20
-    coarse = math.ceil(math.log2(magnitude)) - max_units_exp if magnitude > 0 else fine
+    fine = _floor_log2(scale) - 20 if scale > 0 else -20
+    coarse = -_floor_log2(1 / Fraction(magnitude)) - max_units_exp if magnitude > 0 else fine
     return max(fine, coarse, FINEST_GRID_EXP)
+
+
+def _floor_log2(value: Fraction) -> int:
+    """⌊log2(value)⌋ of a positive rational, exactly: math.log2 reads it as a double, and
+    failed (ValueError) on a scale below the doubles (bounds [0, 1e-320] at ε 1e6)."""
+    value = Fraction(value)
+    k = value.numerator.bit_length() - value.denominator.bit_length()
+    return k if Fraction(2) ** k <= value else k - 1
 
 
 # the finest grid: its factor 2^960 (and a value times it) is a double. A sum of an input
