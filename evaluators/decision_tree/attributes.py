@@ -21,6 +21,7 @@ import dpsql
 import dpsql.catalog
 from evaluators import _catalog
 from evaluators._bins import EqualWidthBins
+from evaluators._domains import value_codes
 
 UNKNOWN = -1  # value index of a row whose value lies outside the public domain (or is NULL)
 
@@ -121,18 +122,10 @@ class Attribute:
 
 
 def _lookup(domain: Sequence, keys: pd.Series) -> np.ndarray:
-    """Positions of ``keys`` in ``domain``; UNKNOWN for NULL or values outside it."""
-    positions = {_normalise(v): i for i, v in enumerate(domain)}
-    # each distinct key looked up once (a call per key took 3 s of a 1,000-tree forest's
-    # 268,000 released cells); NULL's code -1 picks the UNKNOWN at the end
-    codes, distinct = pd.factorize(keys)
-    found = [positions.get(_normalise(v), UNKNOWN) for v in distinct] + [UNKNOWN]
-    return np.asarray(found, dtype=int)[codes]
-
-
-def _normalise(value: object) -> str:
-    # Keys may come back from the engine as str while YAML gave int (or the reverse).
-    return str(value).strip()
+    """Positions of ``keys`` in ``domain`` (UNKNOWN for NULL or values outside it), matched
+    value by value (``value_codes``): as text, one NULL among a column's ints made them floats
+    ('1.0'), which matched no declared 1, and a timestamp key no declared '2020-01-01'."""
+    return value_codes(keys, domain)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ import click
 import dpsql
 from evaluators._budget import require_budget
 from evaluators._cli import EXACT, dataset_ledger, emit, evaluator_options
+from evaluators._domains import value_codes
 from evaluators._holdout import share, shown_share
 from evaluators.decision_tree.attributes import schema_from_metadata
 from evaluators.decision_tree.forest import DPRandomForest, check_trees
@@ -77,12 +78,16 @@ def command(metadata: str, table: str, epsilon: float, output: str | None, seed:
             fit_seconds = time.perf_counter() - started
         finally:
             connection.close()
-    truth = holdout.test[target].astype(str).str.strip().to_numpy()
+    # classes matched by value, never through column text: one NULL among the test rows'
+    # int classes made them '1.0', which no predicted '1' equalled (accuracy 0)
+    truth = value_codes(holdout.test[target], model.classes)
+    majority = value_codes([holdout.train_majority], model.classes)[0]
     result = {
         EXACT: {
-            "test_accuracy": share(model.predict(holdout.test).astype(str) == truth),
+            "test_accuracy": share(value_codes(model.predict(holdout.test), model.classes)
+                                   == truth),
             "majority_accuracy": None if holdout.train_majority is None else
-            share(truth == str(holdout.train_majority)),
+            share((truth == majority) & (truth >= 0)),
             "train_rows": holdout.train_rows,
             "test_rows": len(holdout.test),
         },
