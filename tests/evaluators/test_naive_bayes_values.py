@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from odd_values import ODD_ROWS, labelled, with_row
 
 import dpsql
 from dpsql.catalog import load_catalog
@@ -16,24 +17,6 @@ from evaluators.experiments.naive_bayes_rr import binarize
 from evaluators.naive_bayes.cli import Holdout, accuracy, fit_central, fit_exact, fit_randomized
 
 ROWS = 500
-
-
-def _frame(rows: int, seed: int) -> pd.DataFrame:
-    """a, t, flag and x each predict the class c (ints, timestamps at midnight, bools,
-    floats)."""
-    rng = np.random.default_rng(seed)
-    c = rng.integers(0, 2, rows)
-    a = np.where(rng.random(rows) < 0.8, c + 1, 3)
-    day = np.where(rng.random(rows) < 0.7, c, 1 - c)
-    flag = np.where(rng.random(rows) < 0.75, c == 1, c == 0)
-    return pd.DataFrame({"a": a, "t": pd.Timestamp("2020-01-01") + pd.to_timedelta(day, "D"),
-                         "flag": flag, "x": 3.0 * c + rng.normal(0, 1, rows), "c": c})
-
-
-def _with_row(frame: pd.DataFrame, **row) -> pd.DataFrame:
-    """``frame`` and one more row, typed as ``read_source`` gives them: an int column holding
-    a NULL is floats, a bool one objects."""
-    return pd.concat([frame, pd.DataFrame([row])], ignore_index=True).infer_objects()
 
 
 COLUMNS = {"a": {"type": "int", "values": [1, 2, 3]},
@@ -54,13 +37,6 @@ def _holdout(train: pd.DataFrame, test: pd.DataFrame, attributes=("a", "t", "fla
                    test[columns])
 
 
-ODD_ROWS = {
-    "NULL int attribute": {"a": None, "t": pd.Timestamp("2020-01-01"), "flag": True, "c": 1},
-    "NULL int class": {"a": 1, "t": pd.Timestamp("2020-01-01"), "flag": True, "c": None},
-    "NULL bool": {"a": 1, "t": pd.Timestamp("2020-01-01"), "flag": None, "c": 1},
-    "timestamp past midnight": {"a": 1, "t": pd.Timestamp("2020-01-02 12:00"), "flag": True,
-                                "c": 1},
-}
 
 
 @pytest.mark.parametrize("odd", list(ODD_ROWS))
@@ -68,12 +44,12 @@ def test_one_odd_row_leaves_the_exact_baseline_and_the_predictions_as_they_were(
     """An int attribute or class holding one NULL among 500 rows (read as floats: '1.0'), or
     one timestamp past midnight (the others then written in full), matched no domain value:
     the exact baseline lost the other rows' values and the test rows' predictions changed."""
-    train, test = _frame(ROWS, 1), _frame(200, 2)
+    train, test = labelled(ROWS, 1), labelled(200, 2)
     plain = _holdout(train, test)
     plain_model = fit_exact(plain)
     exact = accuracy(plain_model, plain)
     assert exact > 0.85
-    odd_train = _holdout(_with_row(train, **ODD_ROWS[odd]), test)
+    odd_train = _holdout(with_row(train, **ODD_ROWS[odd]), test)
     odd_model = fit_exact(odd_train)
     assert odd_model.classes == plain_model.classes == ["0", "1"]
     for attribute, (_, log_prob) in plain_model.categorical.items():
@@ -82,7 +58,7 @@ def test_one_odd_row_leaves_the_exact_baseline_and_the_predictions_as_they_were(
                                    np.exp(log_prob), atol=1 / 250)
     assert accuracy(odd_model, odd_train) == exact
     # one odd test row changes no other row's prediction
-    odd_test = _with_row(test, **ODD_ROWS[odd])
+    odd_test = with_row(test, **ODD_ROWS[odd])
     predicted = plain_model.predict(odd_test[plain.attributes])
     np.testing.assert_array_equal(predicted[:len(test)], plain_model.predict(test))
     assert accuracy(plain_model, _holdout(train, odd_test)) == pytest.approx(exact, abs=0.01)
@@ -93,8 +69,8 @@ def test_an_int_class_with_a_null_names_its_classes_as_declared_under_randomized
     """The randomized table's class column read back with a NULL gave classes '0.0' and
     '1.0', which no true test label ('0', '1') equalled (accuracy 0), and a TRR attribute's
     moments under those names failed the model."""
-    train, test = _frame(ROWS, 1), _frame(200, 2)
-    holdout = _holdout(_with_row(train, a=1, t=pd.Timestamp("2020-01-01"), flag=True, x=0.0,
+    train, test = labelled(ROWS, 1), labelled(200, 2)
+    holdout = _holdout(with_row(train, a=1, t=pd.Timestamp("2020-01-01"), flag=True, x=0.0,
                                  c=None), test, attributes=("a", "t", "flag", "x"))
     exact = accuracy(fit_exact(holdout), holdout)
     spec = RandomizationSpec(p=1 - 1e-9, trr_a_variance=0.01, trr_b_variance=0.01)
@@ -109,7 +85,7 @@ def test_the_central_model_reads_declared_values_and_their_labels(tmp_path, attr
     """The central model holds the declared values (matched by value, a column read as bools
     matches neither of the release's labels 'False' and 'True'), and a frame of labels
     (encode_frame's '1' for 1) reads as the values do."""
-    holdout = _holdout(_frame(ROWS, 1), _frame(200, 2), attributes=(attribute,))
+    holdout = _holdout(labelled(ROWS, 1), labelled(200, 2), attributes=(attribute,))
     model, _ = fit_central(holdout, 1e4, tmp_path, insecure_seed=3)
     exact = fit_exact(holdout)
     test = holdout.test[[attribute]]
@@ -124,9 +100,9 @@ def test_binarize_matches_the_train_mode_by_value(odd):
     """The experiment's binarization compared column texts: one NULL in train's int attribute
     made its mode '1.0', which no test value ('1') equalled, and one timestamp past midnight
     wrote train's in full: every test value was 'other'."""
-    train, test = _frame(ROWS, 1), _frame(200, 2)
+    train, test = labelled(ROWS, 1), labelled(200, 2)
     plain = binarize(_holdout(train, test))
-    binarized = binarize(_holdout(_with_row(train, **ODD_ROWS[odd]), test))
+    binarized = binarize(_holdout(with_row(train, **ODD_ROWS[odd]), test))
     for name in plain.attributes:
         assert 0.3 < (plain.test[name] == "mode").mean() < 0.7, name
         pd.testing.assert_series_equal(binarized.test[name], plain.test[name])
