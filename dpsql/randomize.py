@@ -829,7 +829,8 @@ def read_source(metadata: str | Path | Mapping | Catalog, table: str, *,
     """All rows of a catalogue table, read exactly through a custodian connection.
 
     The read is the custodian's (it is written to the ledger as a non-private access), cast
-    to the declared column types.
+    to the declared column types; an int column holding a NULL keeps Python ints
+    (``_exact_column``), never floats.
 
     Args:
         source: read this CSV/Parquet file (same columns) instead of the declared source.
@@ -844,10 +845,20 @@ def read_source(metadata: str | Path | Mapping | Catalog, table: str, *,
                                    metadata=catalog, analyst=analyst, ledger=ledger)
     try:
         columns = ", ".join(_quote(c) for c in spec.columns)
-        return connection.cursor().execute(
-            f"SELECT {columns} FROM {_quote(spec.name)}").fetchdf()
+        rows = connection.cursor().execute(
+            f"SELECT {columns} FROM {_quote(spec.name)}").fetchall()
     finally:
         connection.close()
+    return pd.DataFrame({name: _exact_column([row[i] for row in rows], column.type)
+                         for i, (name, column) in enumerate(spec.columns.items())})
+
+
+def _exact_column(values: list, kind: str) -> pd.Series:
+    """A column as read: an int column holding a NULL as Python ints (object), never as
+    floats, which rounded every value past 2^53 when one person's value was NULL (adversary
+    round S: 64-bit person ids merged, 300 published records became 2)."""
+    exact = kind == "int" and any(v is None for v in values)
+    return pd.Series(values, dtype=object if exact else None)
 
 
 def _table(catalog: Catalog, name: str) -> TableSpec:

@@ -24,6 +24,7 @@ import pandas as pd
 import yaml
 
 import dpsql
+from dpsql.randomize import read_source
 from evaluators._holdout import check_test_fraction, held_out, parts_of
 from evaluators.decision_tree.attributes import quote_identifier
 from evaluators.decision_tree.forest import PARTITION_COLUMN
@@ -112,13 +113,8 @@ def split_holdout(metadata: str | Path | Mapping, table: str, target: str, *,
 def _read_as_custodian(metadata: str | Path | Mapping, table: str, ledger: str | None,
                        analyst: str | None) -> pd.DataFrame:
     # logged under the run's analyst (it was always "decision-tree-holdout")
-    custodian = dpsql.connect_custodian(None, metadata=metadata,
-                                        analyst=analyst or "decision-tree-holdout",
-                                        ledger=ledger)
-    try:
-        return custodian.cursor().execute(f"SELECT * FROM {quote_identifier(table)}").fetchdf()
-    finally:
-        custodian.close()
+    return read_source(metadata, table, analyst=analyst or "decision-tree-holdout",
+                       ledger=ledger)
 
 
 def temporary_directory() -> tempfile.TemporaryDirectory:
