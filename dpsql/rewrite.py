@@ -35,7 +35,7 @@ from dpsql.catalog import Catalog
 from dpsql.compile.bound import bound_rows
 from dpsql.compile.ir import Filter, Join, Number, Project
 from dpsql.compile.ops import MAX_INT_DOMAIN
-from dpsql.compile.per_person import centred, distinct_values, per_person_ctes
+from dpsql.compile.per_person import distinct_values, per_person_ctes
 from dpsql.compile.render import Dialect, dialect
 from dpsql.errors import InternalError, ProgrammingError
 from dpsql.limits import MAX_DOMAIN_CELLS
@@ -266,8 +266,10 @@ class SqlWriter:
 class _Value:
     """A row-level input of the source pass, clamped and on a fixed-point grid.
 
-    SUM and AVG over the same argument share one value (AVG subtracts its centre from the
-    shared sums: Σ(v − k) = Σv − k·n); COUNT(col) reads the argument as it is.
+    A centred sum's values are v − k, k its centre on the grid, subtracted before they are
+    rounded (so its grid, chosen for the centred magnitude, holds them in 64 bits); SUM and
+    AVG over the same argument read that one value (SUM(x) = Σ(v − k) + k·n, in release).
+    COUNT(col) reads the argument as it is.
     """
 
     def __init__(self, arg, grid_exp: int = 0, bounds: tuple | None = None,
@@ -323,7 +325,6 @@ class _Values:
 
     def __init__(self) -> None:
         self.columns: dict[str, _Value] = {}
-        self.offsets: dict[str, int] = {}  # part column -> k grid units subtracted per value
 
     def add(self, value: _Value) -> str:
         """The name of the column holding ``value`` (one column for equal values)."""
@@ -479,6 +480,14 @@ def noise_parts(checked: CheckedQuery, catalog: Catalog, epsilons: list[Fraction
             # replace), which its histogram enforces
             width = first.upper - first.lower
             bins = int(width) + 1 if whole_bins(first) else QUANTILE_BINS
+            if not whole_bins(first) and float(inner_bin_width(first, bins)) == 0:
+                # the histogram's SQL divides by the bin width's double: 0 failed the query
+                # on the rows strictly between the bounds alone (round R)
+                raise ProgrammingError(
+                    f"the bounds of {first.sql} are too close to split into {bins} bins "
+                    "of a double's width", sql=checked.statement.sql,
+                    hint="rescale the column (multiply it by a power of ten) or widen its "
+                    "bounds")
             parts.append(NoisePart(role="quantile", bins=bins, **base,
                                    sensitivity=count_sensitivity(table, **common)))
         elif measure.product:
@@ -567,16 +576,17 @@ def _sum_part(measure: Measure, agg: Aggregate, checked: CheckedQuery, epsilon: 
         return NoisePart(role="sum", value=value, grid_exp=grid_exp, center=middle,
                          sensitivity=sum_sensitivity(table, lower_g, upper_g, **common) * grid,
                          signed=_signed(lower_g, upper_g), **base)
-    # a centred sum is the shared sum less k·count, k the middle in grid units
+    # a centred sum's values are centred on k, the middle on the grid, before they are
+    # rounded: its grid is chosen for the centred magnitude, on which the uncentred units and
+    # k·count passed 64 bits (round R: AVG(x + 1e14) failed on the rows of D′ alone)
     center = middle if measure.centred else Fraction(0)
     grid_exp = _grid_for(agg, center, table, epsilon, common)
-    value = values.add(_Value(agg.arg, grid_exp, (agg.lower, agg.upper),
-                              key=(agg.arg, agg.lower, agg.upper, grid_exp)))
     grid = Fraction(2) ** grid_exp
     k = _on_grid(center, grid_exp) if measure.centred else Fraction(0)
-    lower_g = _on_grid(agg.lower, grid_exp) - k
-    upper_g = _on_grid(agg.upper, grid_exp) - k
-    values.offsets[base["column"]] = int(k)
+    value = values.add(_Value(agg.arg, grid_exp, (agg.lower, agg.upper), k * grid,
+                              key=(agg.arg, agg.lower, agg.upper, grid_exp, k)))
+    lower_g = _on_grid(agg.lower - k * grid, grid_exp)
+    upper_g = _on_grid(agg.upper - k * grid, grid_exp)
     droppable = agg.arg.nullable or checked.where is not None or \
         _drops_rows(checked.relation.node)
     return NoisePart(role="sum", value=value, grid_exp=grid_exp, center=k * grid,
@@ -634,8 +644,7 @@ def _exact_query(checked: CheckedQuery, parts, values: _Values, salt: int, sourc
     if not summed or any(v.wide_only for v in summed):
         return ExactQuery(_exact_sql(checked, parts, values, salt, True, source, d), setup=setup,
                           dialect=name)
-    offsets = max((abs(k) for k in values.offsets.values()), default=0)
-    largest = max(v.units() for v in summed) + offsets
+    largest = max(v.units() for v in summed)
     table = checked.table
     factor = 1 if table.privacy_unit is None or source is not None else max(
         table.max_rows_per_group, table.max_rows_per_unit or 1)
@@ -858,10 +867,11 @@ def _row_part(part: NoisePart, values: _Values, d: SqlWriter, wide: bool) -> str
         return f"{d.dialect.sum_int(f'{value} * {value}')} AS {part.column}"
     if part.role == "sum":
         total = d.dialect.sum_int(value) if wide else f"SUM({value})"
-        return f"{centred(total, f'COUNT({value})', values.offsets.get(part.column))}" \
-               f" AS {part.column}"
+        return f"{total} AS {part.column}"
     if part.grid_exp:  # a bounded snapshot's count, on the grid of a person's count
-        return f"COUNT({value}) * {2 ** -part.grid_exp} AS {part.column}"
+        # in 128 bits: 2^23 rows times the finest count grid's 2^40 units pass 2^63
+        return f"{d.dialect.wide_int(f'COUNT({value})')} * {2 ** -part.grid_exp} " \
+               f"AS {part.column}"
     if value is not None:
         return f"COUNT({value}) AS {part.column}"
     return f"COUNT(*) AS {part.column}"

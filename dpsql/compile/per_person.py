@@ -222,11 +222,6 @@ def _chosen_cells(literals: list[list[str]], l0: int, salt: int, d,
     return hashes, flags
 
 
-def centred(total: str, count: str, offset: int | None) -> str:
-    """``total − offset·count``: a sum of (v − k) from the shared sum of v and its count."""
-    return f"{total} - {offset} * {count}" if offset else total
-
-
 def _scaled(value: str, factor: int | str, divisor: str, wide: bool, d) -> str:
     """value·factor/divisor truncated toward zero, exactly.
 
@@ -264,7 +259,7 @@ def _units(parts) -> dict[str, int]:
     return {p.value: 2 ** -p.grid_exp for p in parts if p.role == "count" and p.value}
 
 
-def _capped(parts, values, linf: int, wide: bool, d, tag: str = "",
+def _capped(parts, linf: int, wide: bool, d, tag: str = "",
             kept: Callable[[str], str] = lambda x: x) -> list[str]:
     """A person's partials of one group scaled to L∞ of their rows, each passed through
     ``kept`` (which blanks the partials of a group that is not kept), and ``__all``, the
@@ -292,22 +287,21 @@ def _capped(parts, values, linf: int, wide: bool, d, tag: str = "",
     for part in parts:
         if part.role not in ("sum", "sumsq"):
             continue
-        column = _partial(part, values, tag)
+        column = _partial(part, tag)
         exact = wide or part.role == "sumsq"
         out.append(kept(f"CASE WHEN {over} THEN {_scaled(f'({column})', linf, rows, exact, d)}"
                         f" ELSE {column} END") + f" AS __c{part.column}{tag}")
     return out
 
 
-def _partial(part: NoisePart, values, tag: str) -> str:
+def _partial(part: NoisePart, tag: str) -> str:
     """A person's partial of a sum part: their (centred) sum or sum of squares."""
     if part.role == "sumsq":
         return f"__q{part.value}{tag}"
-    return centred(f"__s{part.value}{tag}", f"__n{part.value}{tag}",
-                   values.offsets.get(part.column))
+    return f"__s{part.value}{tag}"
 
 
-def _totalled(parts, values, total: int, wide: bool, d, tag: str = "") -> list[str]:
+def _totalled(parts, total: int, wide: bool, d, tag: str = "") -> list[str]:
     """With R: a person's kept counts and (centred) sums scaled by R/T when their kept rows
     T (``__total``) exceed R."""
     counts = [f"__rows{tag}"] + [f"__n{v}{tag}" for v in _units(parts)]
@@ -360,7 +354,7 @@ def _paired(checked: CheckedQuery, parts, values, keys: list[str], cells: int | 
         if prefilter else []
     ctes.append(f"__per_unit AS (SELECT {', '.join([pairs, *partials])} FROM "
                 f"{'__least_rows' if prefilter else '__src'} GROUP BY {pairs})")
-    capped = [*keys, *_capped(parts, values, table.max_rows_per_group, wide, d)]
+    capped = [*keys, *_capped(parts, table.max_rows_per_group, wide, d)]
     rank_filter, ranked_pairs = "", "__per_unit"
     if choose:
         # the keys break ties, so exactly min(L0, groups) are kept
@@ -380,7 +374,7 @@ def _paired(checked: CheckedQuery, parts, values, keys: list[str], cells: int | 
         ctes.append(f"__bounded AS (SELECT __unit, {', '.join(capped)} FROM {ranked_pairs})")
         ctes.append(f"__chosen AS (SELECT * FROM __bounded{rank_filter})")
         ctes += partition_total(d.dialect, "__kept", "__chosen", ["__unit"], "__rows", "__total")
-        totalled = _totalled(parts, values, table.max_rows_per_unit, wide, d)
+        totalled = _totalled(parts, table.max_rows_per_unit, wide, d)
         ctes.append(f"__capped AS (SELECT {', '.join([*keys, *totalled])} FROM __kept)")
         source, rank_filter = "__capped", ""
     else:
@@ -419,7 +413,7 @@ def _pivoted(checked: CheckedQuery, parts, values, keys: list[str], salt: int, w
     for c in cells:
         # a cell not kept (or without rows) has NULL partials: no person in it, nothing summed
         flag = f"__kept_{c}" if l0 < len(cells) else f"__rows_{c} > 0"
-        capped += _capped(parts, values, linf, wide, d, tag=f"_{c}",
+        capped += _capped(parts, linf, wide, d, tag=f"_{c}",
                           kept=lambda x, flag=flag: f"CASE WHEN {flag} THEN {x} END")
     ctes.append(f"__bounded AS (SELECT {', '.join(capped)} FROM {previous})")
     source = "__bounded"
@@ -428,7 +422,7 @@ def _pivoted(checked: CheckedQuery, parts, values, keys: list[str], salt: int, w
         ctes.append(f"__kept AS (SELECT *, {rows} AS __total FROM __bounded)")
         totalled = []
         for c in cells:
-            totalled += _totalled(parts, values, table.max_rows_per_unit, wide, d,
+            totalled += _totalled(parts, table.max_rows_per_unit, wide, d,
                                   tag=f"_{c}")
         ctes.append(f"__capped AS (SELECT {', '.join(totalled)} FROM __kept)")
         source = "__capped"
