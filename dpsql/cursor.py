@@ -192,17 +192,12 @@ class ResultCursor:
 
     def fetchdf(self) -> pd.DataFrame:
         """The current result set as a pandas DataFrame."""
-        import pandas as pd
-
-        current = self._require()
-        return pd.DataFrame(current.rows, columns=[c.name for c in current.columns])
+        return frames.to_pandas(self._require())
 
     def fetchdfs(self) -> list[pd.DataFrame]:
         """One DataFrame per statement of the last execute/executescript."""
-        import pandas as pd
-
         self._require()
-        return [pd.DataFrame(r.rows, columns=[c.name for c in r.columns]) for r in self._results]
+        return [frames.to_pandas(r) for r in self._results]
 
     def intervals(self, confidence: float = 0.95) -> pd.DataFrame:
         """Current set with a 95% CI (``<col>_low``, ``<col>_high``) for each noisy aggregate

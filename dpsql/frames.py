@@ -54,11 +54,26 @@ def to_pandas(result: NoisyResult, *, intervals: bool = False) -> pd.DataFrame:
     import pandas as pd
 
     frame = pd.DataFrame(result.rows, columns=[c.name for c in result.columns])
+    for i, column in enumerate(result.columns):  # by position: two outputs may share a name
+        if column.type == "int":
+            frame.isetitem(i, _exact_ints([row[i] for row in result.rows]))
     if intervals:  # the columns of Cursor.intervals(), in the same order
+        kinds = declared(result, intervals=True)
         for name, values in columns(result, intervals=True).items():
             if name not in frame.columns:
-                frame[name] = values
+                frame[name] = _exact_ints(values) if kinds[name] == "int" else values
     return frame
+
+
+def _exact_ints(values: list) -> Any:
+    """An int column holding a NULL as pandas' nullable Int64, as DuckDB's ``df()`` gives it:
+    as float64 (pandas' default) every int past 2^53 would be rounded."""
+    if any(v is None for v in values) and all(
+            v is None or (type(v) is int and -2**63 <= v < 2**63) for v in values):
+        import pandas as pd
+
+        return pd.array(values, dtype="Int64")
+    return values
 
 
 def to_arrow(result: NoisyResult, *, intervals: bool = False) -> pyarrow.Table:
@@ -124,8 +139,18 @@ def to_numpy(result: NoisyResult, *, intervals: bool = False) -> dict[str, np.nd
         >>> to_numpy(NoisyResult([ColumnInfo("n", "int")], [(7,)]))["n"]
         array([7])
     """
+    import numpy as np
+
     frame = to_pandas(result, intervals=intervals)
-    return {name: frame[name].to_numpy() for name in frame.columns}
+    arrays = {}
+    for name in frame.columns:
+        column = frame[name]
+        if column.dtype == "Int64":  # NULLs masked, as DuckDB's fetchnumpy masks them
+            arrays[name] = np.ma.masked_array(column.to_numpy("int64", na_value=0),
+                                              mask=column.isna().to_numpy())
+        else:
+            arrays[name] = column.to_numpy()
+    return arrays
 
 
 def result_html(result: NoisyResult | None, epsilon: float) -> str:
