@@ -300,13 +300,13 @@ class _Value:
             return arg
         types = d.dialect.types
         low, high = (d.number(b) for b in self.bounds)
-        x = f"CAST({arg} AS {types['float']})" if self.grid_exp != 0 or \
-            self.arg.type != "int" else arg
+        fractional = self.grid_exp != 0 or self.arg.type != "int"
+        x = f"CAST({arg} AS {types['float']})" if fractional else arg
         # a CASE keeps NULL (GREATEST/LEAST would turn it into a bound) and NaN goes to high
         value = f"CASE WHEN {x} < {low} THEN {low} WHEN {x} > {high} THEN {high} ELSE {x} END"
         if self.shift:
             value = f"{value} - {d.number(self.shift)}"
-        if x != arg or self.bounds != tuple(map(round, self.bounds)) or \
+        if fractional or self.bounds != tuple(map(round, self.bounds)) or \
                 self.shift.denominator != 1:
             # a value that can be fractional is rounded onto its grid (the grid of 1 too),
             # then kept within the bounds in units the sensitivity is priced on
