@@ -263,7 +263,7 @@ class DuckDBBackend(PublicLimits):
             self._utf8_copies[table.name] = copy
         parquet = source.lower().endswith(".parquet")
         try:
-            types = self._stored_types(reader) if parquet else None
+            types = self._parquet_columns(table, reader) if parquet else None
         except duckdb.Error:
             types = None  # the read below reports the problem
         # a Parquet view is bound anew at each query, to the file as it is then: a column
@@ -276,8 +276,7 @@ class DuckDBBackend(PublicLimits):
                 _check_columns(table, types, repr(source))
                 if not table.public:
                     self._check_decodable(table)
-                self.connection.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(table.name)} AS "
-                                        f"SELECT {columns} FROM {reader}")
+                self._parquet_view(table, columns, reader)
             elif self.analyst and not table.public:
                 # an analyst's private CSV is read at its first query, after the charge: read
                 # here, the time it took (growing with the rows) was that of any refusal a
@@ -327,6 +326,33 @@ class DuckDBBackend(PublicLimits):
                 raise _read_error(table, err) from None
             del self._unread[name]
 
+    def _parquet_columns(self, table: TableSpec, reader: str) -> list[str]:
+        """The column names of a Parquet source: of a private folder, those of any of its
+        parts (``_parquet_parts``)."""
+        if not _is_private_folder(table):
+            return list(self._stored_types(reader))
+        return sorted(set().union(*_parquet_parts(self.connection, table).values()))
+
+    def _parquet_view(self, table: TableSpec, columns: str, reader: str) -> None:
+        """The view of a Parquet source's declared columns, each converted to its declared
+        type. A private folder's parts are each read by its own schema and converted, then
+        put together: read as one, DuckDB imposed the first part's schema on the others (by
+        name, one type for all: a double part made every int id a double), and one person's
+        part (a batch writer's: a uid past int64, a column left out, 'n/a' in a float
+        column) failed every query on D′ alone, after the charge (adversary round 28y). The
+        view is made anew when a part is added or replaced (``_recheck_parquet``)."""
+        if _is_private_folder(table):
+            selects = []
+            for part, names in _parquet_parts(self.connection, table).items():
+                selects.append("SELECT " + ", ".join(
+                    _column_sql(table, name) if name.lower() in names
+                    else _null_column(table, name) for name in table.columns)
+                    + f" FROM {_reader(replace(table, source=part))}")
+            body = " UNION ALL ".join(selects)
+        else:
+            body = f"SELECT {columns} FROM {reader}"
+        self.connection.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(table.name)} AS {body}")
+
     def _check_decodable(self, table: TableSpec, changed: bool = False) -> None:
         """Refuse a private Parquet source whose schema stores a declared column in a type
         DuckDB's reader fails on for some values (``_undecodable``): that failure would
@@ -349,8 +375,11 @@ class DuckDBBackend(PublicLimits):
         checked: its view reads the file as it is at each query."""
         for name, stat in self._parquet_checked.items():
             if stat is None or _stat(self.catalog.tables[name].source) != stat:
+                table = self.catalog.tables[name]
                 try:
-                    self._check_decodable(self.catalog.tables[name], changed=True)
+                    self._check_decodable(table, changed=True)
+                    if _is_private_folder(table):  # a part added, replaced or removed
+                        self._parquet_view(table, "", "")
                 except duckdb.Error:
                     self._parquet_checked[name] = None  # unreadable: the query says so
 
@@ -625,6 +654,56 @@ _INT96_HINT = ("store it as a timestamp in microseconds (pyarrow: coerce_timesta
                "on an INT96 timestamp outside DuckDB's timestamp range")
 
 
+def _is_private_folder(table: TableSpec) -> bool:
+    """Whether a source is a private folder of Parquet parts (``_parquet_view``)."""
+    return not table.public and os.path.isdir(table.source)
+
+
+def _parquet_parts(connection: duckdb.DuckDBPyConnection, table: TableSpec
+                   ) -> dict[str, set[str]]:
+    """Each Parquet file of a source, in DuckDB's order -> its top-level column names
+    (lower case)."""
+    parts: dict[str, set[str]] = {}
+    for part, top, _ in _top_fields(connection, table):
+        parts.setdefault(part, set())
+        if top is not None:
+            parts[part].add(top.lower())
+    return parts
+
+
+def _top_fields(connection: duckdb.DuckDBPyConnection, table: TableSpec
+                ) -> Iterator[tuple[str, str | None, tuple]]:
+    """(file, its top-level column's name, the schema row) for each field of each file of a
+    Parquet source, a nested field under its top-level column; a file's root row with no
+    name (None), so that a file of no column is listed too."""
+    rows = connection.execute(
+        "SELECT file_name, name, num_children, type, converted_type, logical_type "
+        f"FROM parquet_schema({_literal(table.source)})").fetchall()
+    file, left, top = None, [], None  # left: fields yet to come at each depth
+    for row in rows:
+        row_file, name, children = row[:3]
+        if row_file != file:  # a file's root (a folder source holds several files)
+            file, left = row_file, [children or 0]
+            yield row_file, None, row
+            continue
+        if len(left) == 1:
+            top = name
+        left[-1] -= 1
+        if children:
+            left.append(children)
+        while len(left) > 1 and left[-1] == 0:
+            left.pop()
+        yield row_file, top, row
+
+
+def _null_column(table: TableSpec, name: str) -> str:
+    """A declared column that a Parquet part lacks, as NULL of the type ``_column_sql``
+    gives it."""
+    target = _CASTS.get(table.columns[name].type, "VARCHAR")
+    byte_wise = " COLLATE C" if target == "VARCHAR" else ""
+    return f"CAST(NULL AS {target}){byte_wise} AS {_quote(name)}"
+
+
 def _undecodable(connection: duckdb.DuckDBPyConnection, table: TableSpec
                  ) -> dict[str, tuple[str, str]]:
     """Declared column -> (what it is stored as, a hint) for each column of a Parquet
@@ -632,23 +711,10 @@ def _undecodable(connection: duckdb.DuckDBPyConnection, table: TableSpec
     value: a time of day (past one day or negative), a millisecond or INT96 timestamp (past
     DuckDB's microsecond range), JSON (malformed), and a UTF-8 string (bytes not UTF-8) where
     the reader cannot replace such bytes."""
-    rows = connection.execute(
-        "SELECT file_name, name, num_children, type, converted_type, logical_type "
-        f"FROM parquet_schema({_literal(table.source)})").fetchall()
     declared = {name.lower(): name for name in table.columns}
     found: dict[str, tuple[str, str]] = {}
-    file, left, top = None, [], None  # left: fields yet to come at each depth
-    for row_file, name, children, physical, converted, logical in rows:
-        if row_file != file:  # a file's root (a folder source holds several files)
-            file, left = row_file, [children or 0]
-            continue
-        if len(left) == 1:
-            top = declared.get(name.lower())
-        left[-1] -= 1
-        if children:
-            left.append(children)
-        while len(left) > 1 and left[-1] == 0:
-            left.pop()
+    for _, name, (*_, physical, converted, logical) in _top_fields(connection, table):
+        top = None if name is None else declared.get(name.lower())
         logical = logical or ""
         if top is None or top in found:
             continue
