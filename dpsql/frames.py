@@ -54,20 +54,19 @@ def to_pandas(result: NoisyResult, *, intervals: bool = False) -> pd.DataFrame:
     import pandas as pd
 
     frame = pd.DataFrame(result.rows, columns=[c.name for c in result.columns])
-    for i, column in enumerate(result.columns):  # by position: two outputs may share a name
-        if column.type == "int":
-            frame.isetitem(i, _exact_ints([row[i] for row in result.rows]))
+    for i in range(len(result.columns)):  # by position: two outputs may share a name
+        frame.isetitem(i, _exact_ints([row[i] for row in result.rows]))
     if intervals:  # the columns of Cursor.intervals(), in the same order
-        kinds = declared(result, intervals=True)
         for name, values in columns(result, intervals=True).items():
             if name not in frame.columns:
-                frame[name] = _exact_ints(values) if kinds[name] == "int" else values
+                frame[name] = _exact_ints(values)
     return frame
 
 
 def _exact_ints(values: list) -> Any:
-    """An int column holding a NULL as pandas' nullable Int64, as DuckDB's ``df()`` gives it:
-    as float64 (pandas' default) every int past 2^53 would be rounded."""
+    """A column of ints and a NULL as pandas' nullable Int64, as DuckDB's ``df()`` gives it:
+    as float64 (pandas' default) every int past 2^53 would be rounded. Told by the values
+    (a custodian's columns carry DuckDB's type names)."""
     if any(v is None for v in values) and all(
             v is None or (type(v) is int and -2**63 <= v < 2**63) for v in values):
         import pandas as pd
