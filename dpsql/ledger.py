@@ -167,10 +167,13 @@ class SqlLedger:
 
     def find_answer(self, dataset: str, fingerprint: str) -> str | None:
         """The stored answer of an earlier identical release on the dataset, if any."""
-        row = self._execute(
-            f"SELECT answer FROM {self._table} WHERE dataset = ? AND fingerprint = ? "
-            "AND kind = 'dp' AND answer IS NOT NULL ORDER BY id LIMIT 1",
-            (dataset, fingerprint)).fetchone()
+        try:
+            row = self._execute(
+                f"SELECT answer FROM {self._table} WHERE dataset = ? AND fingerprint = ? "
+                "AND kind = 'dp' AND answer IS NOT NULL ORDER BY id LIMIT 1",
+                (dataset, fingerprint)).fetchone()
+        except self._errors as err:  # before any charge or read: a coded refusal
+            raise self._failed("read", err) from err
         return None if row is None else row[0]
 
     def record_exact(self, *, analyst: str, dataset: str, statement: str) -> None:
@@ -288,8 +291,11 @@ class Ledger(SqlLedger):
                 cursor = self._insert("dp", analyst, dataset, loss, statement, fingerprint)
                 self._db.execute("COMMIT")
                 return cursor.lastrowid
-            except BaseException:
-                self._db.execute("ROLLBACK")
+            except BaseException as err:
+                if self._db.in_transaction:  # a failed COMMIT (disk full, I/O) rolled back
+                    self._db.execute("ROLLBACK")
+                if isinstance(err, sqlite3.Error):  # nothing recorded: a coded refusal
+                    raise self._failed("write", err) from err
                 raise
 
     def record_answer(self, release_id: int, answer: str) -> None:

@@ -36,6 +36,9 @@ CREATE INDEX IF NOT EXISTS dpsql_releases_dataset ON dpsql_releases (dataset, ki
 CREATE INDEX IF NOT EXISTS dpsql_releases_fingerprint ON dpsql_releases (dataset, fingerprint);
 -- tables written before ρ-zCDP accounting
 ALTER TABLE dpsql_releases ADD COLUMN IF NOT EXISTS rho TEXT NOT NULL DEFAULT '0';
+-- SqlLedger.spent reads only ids above the last one it read: a dataset's ids must be drawn
+-- in commit order, which a sequence cached per session (CACHE n > 1) breaks
+ALTER SEQUENCE dpsql_releases_id_seq CACHE 1;
 """
 # CREATE TABLE IF NOT EXISTS races with itself in PostgreSQL; one advisory lock serializes it
 _SCHEMA_LOCK = 0x64707371  # "dpsq"
@@ -65,7 +68,21 @@ class PostgresLedger(SqlLedger):
             self._db.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
             with self._db.transaction():
                 self._db.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-                self._db.execute(_SCHEMA)
+                # the DDL only where something is missing: ALTER TABLE ... ADD COLUMN IF NOT
+                # EXISTS takes ACCESS EXCLUSIVE (and CREATE INDEX IF NOT EXISTS SHARE) even
+                # when there is nothing to do, and every open deadlocked with the charges
+                # running in other processes (pg_open_deadlock.py)
+                present = self._db.execute(
+                    "SELECT to_regclass('dpsql_datasets') IS NOT NULL "
+                    "AND to_regclass('dpsql_releases_dataset') IS NOT NULL "
+                    "AND to_regclass('dpsql_releases_fingerprint') IS NOT NULL "
+                    "AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = "
+                    "to_regclass('dpsql_releases') AND attname = 'rho' AND NOT attisdropped) "
+                    "AND (SELECT cache_size = 1 FROM pg_sequences WHERE sequencename = "
+                    "'dpsql_releases_id_seq' AND schemaname = current_schema())"
+                ).fetchone()[0]
+                if not present:
+                    self._db.execute(_SCHEMA)
         except psycopg.Error as err:
             raise self._failed("open", err,
                                hint="check the URL and that the user may create tables") from err
@@ -83,6 +100,11 @@ class PostgresLedger(SqlLedger):
                                  "ON CONFLICT DO NOTHING", (dataset,))
                 self._db.execute("SELECT dataset FROM dpsql_datasets WHERE dataset = %s "
                                  "FOR UPDATE", (dataset,))
+                # under the lock: the kept totals assume ids in commit order; a session
+                # that opened before a CACHE change can still draw from its cached block
+                if self._db.execute("SELECT cache_size FROM pg_sequences WHERE sequencename "
+                                    "= 'dpsql_releases_id_seq'").fetchone()[0] != 1:
+                    self._totals.clear()
                 self._check_fits(analyst, dataset, loss, budget)
                 row = self._insert("dp", analyst, dataset, loss, statement, fingerprint,
                                    suffix=" RETURNING id").fetchone()

@@ -222,3 +222,36 @@ def test_a_concurrent_charge_refuses_a_query_before_its_read_never_after(data_di
         assert reads == []
         assert [row["analyst"] for row in first.ledger.history()] == ["b"]
         assert first.budget_spent.epsilon == Fraction(3, 5)
+
+
+FULL_DISK = """
+import os, resource, signal, sys
+from fractions import Fraction
+import dpsql
+from dpsql.budget import PrivacyLoss
+from dpsql.ledger import Ledger
+path = sys.argv[1]
+ledger, budget = Ledger(path), PrivacyLoss(Fraction(1), Fraction(0))
+ledger.charge(analyst="a", dataset="d", loss=PrivacyLoss(Fraction(1, 10), Fraction(0)),
+              budget=budget, statement="x")
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead
+size = max(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    ledger.charge(analyst="a", dataset="d", loss=PrivacyLoss(Fraction(1, 10), Fraction(0)),
+                  budget=budget, statement="y" * 100_000)
+    print("charged")
+except dpsql.Error as err:
+    print(type(err).__name__)
+"""
+
+
+def test_a_commit_that_cannot_write_is_a_ledger_error(tmp_path):
+    """A COMMIT that failed (a full disk: here a file-size limit) had rolled back already, and
+    the ROLLBACK after it raised a bare sqlite3.OperationalError outside the PEP 249 classes
+    (adversary round 28u); nothing is recorded and a LedgerError says why."""
+    path = tmp_path / "ledger.sqlite"
+    out = subprocess.run([sys.executable, "-c", FULL_DISK, str(path)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.strip() == "LedgerError", out.stdout + out.stderr
+    assert dpsql.ledger.Ledger(path).spent("d").epsilon == Fraction(1, 10)

@@ -213,3 +213,61 @@ def test_the_cap_holds_where_the_database_defaults_to_repeatable_read():
         finally:
             for book in ledgers:
                 book.close()
+
+
+def test_a_sequence_cached_per_session_does_not_overspend():
+    """The kept totals read only ids above the last one read; with the id sequence cached per
+    session (ALTER SEQUENCE ... CACHE 50, a DBA's tuning) a later charge drew a smaller id
+    than one another ledger had read, which never counted it: 6/5 spent of a budget of 1
+    (adversary round 28u). The sequence is set back to CACHE 1 at open, and a charge reads
+    the whole total while it is not."""
+    import psycopg
+
+    with databases("dpsql_seq") as create:
+        url = create()
+        PostgresLedger(url).close()  # makes the tables
+        with psycopg.connect(url, autocommit=True) as con:
+            con.execute("ALTER SEQUENCE dpsql_releases_id_seq CACHE 50")
+        first, second = PostgresLedger(url), PostgresLedger(url)
+        with psycopg.connect(url, autocommit=True) as con:  # after they opened
+            con.execute("ALTER SEQUENCE dpsql_releases_id_seq CACHE 50")
+        budget, accepted = _loss(1), []
+        try:
+            for book in (first, second, first, second, second):
+                try:
+                    accepted.append(book.charge(analyst="a", dataset="d", budget=budget,
+                                                loss=_loss(Fraction(3, 10)), statement="q"))
+                except dpsql.BudgetExhaustedError:
+                    pass
+                second.spent("d")  # as the engine's check before a charge reads it
+            assert len(accepted) == 3
+            fresh = PostgresLedger(url)
+            assert fresh.spent("d").epsilon == Fraction(9, 10)
+            fresh.close()
+        finally:
+            first.close()
+            second.close()
+
+
+def test_opening_takes_no_lock_a_charge_waits_on():
+    """Each open ran ALTER TABLE ... ADD COLUMN IF NOT EXISTS, which takes ACCESS EXCLUSIVE
+    even when the column exists: opens deadlocked with charges in other processes (a server's
+    pooled connections, adversary round 28u). With the tables made, an open reads the
+    catalogue only, while another session holds a charge's lock."""
+    import threading
+
+    import psycopg
+
+    with databases("dpsql_open") as create:
+        url = create()
+        PostgresLedger(url).close()
+        opened: list[PostgresLedger] = []
+        with psycopg.connect(url) as holder:  # a charge in flight: its INSERT's lock
+            holder.execute("LOCK TABLE dpsql_releases IN ROW EXCLUSIVE MODE")
+            thread = threading.Thread(target=lambda: opened.append(PostgresLedger(url)))
+            thread.start()
+            thread.join(timeout=20)
+            assert opened, "the ledger waited for the charge's lock to open"
+            holder.rollback()
+        thread.join()
+        opened[0].close()
