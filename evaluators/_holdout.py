@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pandas as pd
 
@@ -37,8 +39,29 @@ def held_out(frame: pd.DataFrame, unit: str | None, test_fraction: float,
     if unit is None:
         return rng.random(len(frame)) < test_fraction
     codes, people = pd.factorize(frame[unit])
-    drawn = rng.random(len(people)) < test_fraction
+    # each person's draw is a function of the key and their id alone: adding a person anywhere
+    # in the file leaves every other person's side as it was, for a fixed --seed too
+    drawn = _uniform_per_person(people, rng) < test_fraction
     return np.where(codes >= 0, drawn[np.maximum(codes, 0)], False)
+
+
+def _uniform_per_person(people: pd.Index, rng: np.random.Generator) -> np.ndarray:
+    """A uniform [0, 1) number per person: SHA-256 of a 256-bit key drawn from ``rng`` and
+    the person's id, independent of the order in which people appear. An id is hashed by
+    its value (``_id_text``): one person's NULL id made a frame's int ids floats, and 5.0
+    drew anew where 5 had drawn."""
+    key = rng.bytes(32)
+    return np.array([int.from_bytes(hashlib.sha256(key + _id_text(p)).digest()[:8], "big")
+                     / 2**64 for p in people])
+
+
+def _id_text(person) -> bytes:
+    """A person's id as hashed: an integral number as its int, anything else by ``repr``."""
+    if isinstance(person, float | np.floating) and float(person).is_integer():
+        person = int(person)
+    elif isinstance(person, np.integer):
+        person = int(person)
+    return repr(person).encode()
 
 
 def parts_of(frame: pd.DataFrame, unit: str | None, parts: int,
@@ -48,7 +71,7 @@ def parts_of(frame: pd.DataFrame, unit: str | None, parts: int,
     if unit is None:
         return rng.integers(0, parts, len(frame))
     codes, people = pd.factorize(frame[unit])
-    drawn = rng.integers(0, parts, len(people))
+    drawn = np.minimum((_uniform_per_person(people, rng) * parts).astype(int), parts - 1)
     return np.where(codes >= 0, drawn[np.maximum(codes, 0)], 0)
 
 

@@ -50,7 +50,18 @@ def perturb_ratings(
     """
     check_epsilon(epsilon)
     ratings = ratings.drop_duplicates(["user_id", "item_id"])
-    clipped = ratings["rating"].clip(RATING_LOWER, RATING_UPPER).to_numpy()
+    values = pd.to_numeric(ratings["rating"], errors="coerce").to_numpy(dtype=float, copy=True)
+    # the ε argument holds for integer inputs in [lower, upper] only: a missing, NaN or ±inf
+    # rating is a uniform level, a fractional one is rounded at random (a mixture of
+    # neighbouring levels), so no output shows the fractional part or the missingness
+    missing = ~np.isfinite(values)
+    values[missing] = [RATING_LOWER + rng.below(RATING_SENSITIVITY + 1)
+                       for _ in range(int(missing.sum()))]
+    values = np.clip(values, RATING_LOWER, RATING_UPPER)
+    floor = np.floor(values)
+    fraction = values - floor
+    up = np.array([f > 0 and rng.bernoulli(Fraction(f)) for f in fraction], dtype=bool)
+    clipped = (floor + up).astype(np.int64)
     # ε as the exact rational its float holds: the scale is exactly Δ/ε
     noise = discrete_laplace(Fraction(RATING_SENSITIVITY) / Fraction(epsilon), len(clipped), rng)
     return pd.DataFrame({"user_id": ratings["user_id"].to_numpy(),

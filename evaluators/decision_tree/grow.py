@@ -84,7 +84,7 @@ def grow(source: CountSource, schema: Schema, roots: Sequence[Node], settings: G
         _absorb_level(active, tables, schema, release)
         growing, withheld = [], 0
         for node, node_tables in zip(active, tables, strict=True):
-            children = _split(node, node_tables, release, schema, settings, rng, room)
+            children = _split(node, node_tables, release, schema, settings, rng, room, share)
             if children is None:
                 withheld += 1
                 continue
@@ -145,7 +145,8 @@ def _absorb_level(active: Sequence[Node], tables: Sequence[dict[str | None, np.n
 
 
 def _split(node: Node, tables: dict[str | None, np.ndarray], release: Release, schema: Schema,
-           settings: GrowthSettings, rng: np.random.Generator, room: int) -> list[Node] | None:
+           settings: GrowthSettings, rng: np.random.Generator, room: int,
+           share: Fraction) -> list[Node] | None:
     """Split ``node`` if some attribute clears the stopping tests; return the children that
     may split further (the others are leaves already), or None where the split chosen would
     add more than ``room`` leaves (the node stays a leaf)."""
@@ -159,7 +160,7 @@ def _split(node: Node, tables: dict[str | None, np.ndarray], release: Release, s
     if not node.gains or max(node.gains.values()) <= max(cell_std, GAIN_TOLERANCE):
         return []
     chosen = choose(node.gains, selection=settings.selection, criterion=settings.criterion,
-                    epsilon=float(release.epsilon / max(release.sensitivity, 1)),
+                    epsilon=float(share / max(release.sensitivity, 1)),
                     node_size=node.size, rng=rng)
     attribute = schema.attribute(chosen)
     if attribute.size - 1 > room:

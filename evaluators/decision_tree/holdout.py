@@ -86,6 +86,8 @@ def split_holdout(metadata: str | Path | Mapping, table: str, target: str, *,
     rows = _read_as_custodian(metadata, table, ledger, analyst)
     rng = np.random.default_rng(seed if seed is not None else secrets.randbits(128))
     unit = spec.get("privacy_unit")
+    if unit is not None:  # the column's own spelling: the metadata may write it in another case
+        unit = next((c for c in rows.columns if c.lower() == str(unit).lower()), unit)
     test_mask = held_out(rows, unit, test_fraction, rng)
     test = rows[test_mask].reset_index(drop=True)
     train = rows[~test_mask].reset_index(drop=True)

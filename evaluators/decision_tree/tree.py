@@ -77,7 +77,7 @@ class DPDecisionTree:
                 ledger disagrees with the budget split (``InternalError``).
         """
         require_budget(connection, self.settings.epsilon)
-        before = connection.budget_spent.epsilon
+        before = _analyst_spent(connection)
         counts = EngineCounts(connection)
         try:
             self._grow(counts, metadata, table, target)
@@ -85,8 +85,12 @@ class DPDecisionTree:
             # the levels released before the failure stay charged: the error reports them
             err.epsilon_spent = counts.charged + Fraction(err.epsilon_spent)
             raise
-        check_ledger(before, connection.budget_spent.epsilon, counts.charged,
-                     self.settings.epsilon)
+        try:
+            check_ledger(before, _analyst_spent(connection), counts.charged,
+                         self.settings.epsilon)
+        except dpsql.Error as err:
+            err.epsilon_spent = counts.charged
+            raise
         self.epsilon_spent = counts.charged
         return self
 
@@ -157,3 +161,10 @@ class DPDecisionTree:
         if self.schema is None:
             raise dpsql.InterfaceError("the tree is not fitted", hint="call fit() first")
         return self.schema
+
+
+def _analyst_spent(connection) -> Fraction:
+    """What the connection's analyst has spent on its dataset: another analyst's release
+    while the tree grows is no disagreement of the ledger (it failed the fit, adversary round
+    28z)."""
+    return connection.ledger.spent(connection.catalog.name, connection.analyst).epsilon

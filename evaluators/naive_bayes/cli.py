@@ -23,6 +23,7 @@ import functools
 import math
 import secrets
 import tempfile
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,7 @@ from dpsql.randomize import (
     write_randomized,
 )
 from evaluators import _catalog
+from evaluators._budget import require_budget
 from evaluators._cli import EXACT, dataset_ledger, emit, evaluator_options
 from evaluators._domains import domain_labels, value_codes
 from evaluators._holdout import check_test_fraction, held_out, share, shown_share
@@ -352,6 +354,10 @@ def evaluate(metadata: str, table: str, class_column: str, mechanism: str, *,
                                           hint="pass e.g. --epsilon 1.0")
     if epsilon is not None:  # before it is split: -1 was refused as its share, -0.1667
         positive(epsilon, "epsilon")
+    if mechanism == "laplace":  # before the custodian's read is logged, as tree and anonymize do
+        with dpsql.connect(None, metadata=metadata, analyst=analyst,
+                           ledger=dataset_ledger(metadata, ledger)) as dataset:
+            require_budget(dataset, Fraction(str(epsilon)))
     if p0 is not None and (epsilon is not None or mechanism == "laplace"):
         raise dpsql.PrivacyParameterError(
             "--p0 is randomized response's parameter; with --epsilon it would be ignored",
