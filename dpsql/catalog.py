@@ -589,6 +589,15 @@ def _values(where: str, values: Any, kind: str) -> tuple:
             raise CatalogError(f"{where}: values must be bool values, got {wrong[0]!r}",
                                hint="write values: [false, true] (unquoted in YAML), or leave "
                                "values out: a bool column's domain is (false, true)")
+    if kind in TEMPORAL:
+        # one type for a day on every path (DATE_TRUNC's and a DATE literal's domains hold
+        # datetime.date): '2000-01-01' beside DATE_TRUNC(...) or a YAML date was two values
+        values = [datetime.date.fromisoformat(_temporal_bound(where, "values", v, kind)[:10])
+                  if kind == "date" else datetime.datetime.fromisoformat(
+                      _temporal_bound(where, "values", v, kind)).replace(tzinfo=None)
+                  for v in values]
+        if len(set(values)) != len(values):
+            raise CatalogError(f"{where}: values has duplicates")
     return tuple(values)
 
 
@@ -610,7 +619,9 @@ def _missing_value(where: str, value: Any, kind: str, lower, upper, values) -> A
     if not inside:
         raise CatalogError(f"{where}: missing_value {value!r} is outside [{lower}, {upper}]",
                            hint="choose a missing_value within the column's bounds")
-    if values is not None and value not in values:
+    if values is not None and (temporal_number(value, kind) not in
+                               {temporal_number(v, kind) for v in values}
+                               if kind in TEMPORAL else value not in values):
         raise CatalogError(f"{where}: missing_value {value!r} is not one of the column's values",
                            hint="choose one of the declared values (or add it to values)")
     return value

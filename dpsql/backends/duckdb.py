@@ -115,6 +115,10 @@ class DuckDBBackend(PublicLimits):
                                                  Path(database).exists(), config=self._config)
             # a progress bar on the terminal would corrupt --json output on stdout
             _no_progress_bar(self.connection)
+            # a TIMESTAMPTZ source (tz-aware frame, Parquet, DuckDB file) is read as
+            # TIMESTAMP at the session's TimeZone: UTC, as on PostgreSQL and Spark, not
+            # the process's TZ (ICU registers the setting at its first use)
+            self.connection.execute("SET TimeZone = 'UTC'")
         except duckdb.Error as err:
             raise BackendError(f"cannot open DuckDB database {database!r}: {err}") from err
         if not locked:
@@ -152,6 +156,7 @@ class DuckDBBackend(PublicLimits):
     def _catalogued(self, database: str | None, tables) -> duckdb.DuckDBPyConnection:
         """An in-memory database with a view or table per catalogued table, nothing else."""
         self.connection = duckdb.connect(":memory:", config=self._config)
+        self.connection.execute("SET TimeZone = 'UTC'")  # before lock_configuration
         attached = database is not None and database != ":memory:"
         if attached:
             if not Path(database).exists():

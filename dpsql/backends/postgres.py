@@ -92,6 +92,10 @@ class PostgresBackend(PublicLimits):
             # a timestamptz is read (and DATE_TRUNC of one bucketed) at the session's wall
             # clock: UTC, as DuckDB and Spark read dpsql's timestamps, whatever the database's
             self.connection.execute("SET TimeZone = 'UTC'")
+            # CAST(d AS TEXT) spells dates as DuckDB and Spark do, whatever the database's
+            # DateStyle (German wrote 01.03.2000, so LIKE '2000-%' matched nothing)
+            self.connection.execute("SET DateStyle = 'ISO, YMD'")
+            self.connection.execute("SET IntervalStyle = 'postgres'")
             if read_only:
                 self.connection.execute("SET default_transaction_read_only = on")
         except psycopg.Error as err:

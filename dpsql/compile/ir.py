@@ -10,6 +10,7 @@ operation needs a guard), its public domain, and whether it can be NULL.
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -284,5 +285,9 @@ def literal(value: Any, kind: str) -> Expr:
     elif kind in ("date", "timestamp"):
         number = Fraction(temporal_number(value, kind))
         interval = Interval(number, number, True)
-    domain = (value,) if kind in ("int", "float", "text", "bool", "date") else None
+    domain = (value,) if kind in ("int", "float", "text", "bool") else None
+    if kind == "date":  # as a date column's domain holds it (datetime.date), so that a
+        # CASE/COALESCE of both holds the day once and CAST(... AS TIMESTAMP) can combine it
+        domain = (value if isinstance(value, datetime.date)
+                  else datetime.date.fromisoformat(str(value)),)
     return Expr("lit", (), kind, value, interval, interval, domain, nullable=False)
