@@ -159,7 +159,6 @@ from fractions import Fraction
 from typing import Any
 
 import click
-import sqlglot
 import yaml
 from sqlglot import exp
 
@@ -454,7 +453,8 @@ class Dropped:
         lost, everyone = (_margin(self.persons_scale, (1 - LEVEL) / 4),
                           _margin(persons_scale, (1 - LEVEL) / 4))
         most = min(1.0, max(0.0, self.persons + lost) / max(1.0, persons - everyone))
-        least = max(0.0, self.persons - lost) / max(1.0, persons + everyone)
+        # both noisy: P − margin can pass n̂ + margin, and 1 − least went below 0 (-59.7%)
+        least = min(1.0, max(0.0, self.persons - lost) / max(1.0, persons + everyone))
         return 1 - min(1.0, max(0, self.persons) / max(1, persons)), 1 - most, 1 - least
 
 
@@ -640,15 +640,8 @@ def _key_names(shape: CheckedQuery) -> tuple[str, ...]:
                                if c in columns and columns[c].origin is None))
 
 
-def _parsed(query: str) -> exp.Expression:
-    try:
-        return sqlglot.parse_one(query)
-    except sqlglot.errors.ParseError as err:
-        raise ProgrammingError(f"the query does not parse: {err}") from None
-
-
-def summed_columns(table: TableSpec, query: str | None, keys: tuple[str, ...]
-                   ) -> tuple[str, ...]:
+def summed_columns(table: TableSpec, query: str | None, keys: tuple[str, ...],
+                   dialect_name: str) -> tuple[str, ...]:
     """The numeric columns of ``table`` a query reads in an aggregate other than COUNT (SUM,
     AVG, a quantile...): the ones whose value bounds its answer depends on. None without a
     query: an id's or a timestamp's bounds (MovieLens' item_id.upper 27, ts.upper = ts.lower)
@@ -657,7 +650,9 @@ def summed_columns(table: TableSpec, query: str | None, keys: tuple[str, ...]
     them."""
     if query is None:
         return ()
-    tree = _parsed(query)
+    # as the engine parsed it (the catalogue's dialect): sqlglot's default dialect refused
+    # DuckDB's // and 1_000, which the engine answers
+    tree = parse_one(query, None, dialect_name).tree.copy()
     for subquery in expression_subqueries(tree):  # (SELECT AVG(c) FROM p) sums no column
         subquery.pop()
     read = (column.name for aggregate in tree.find_all(exp.AggFunc)
@@ -937,7 +932,8 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
     keys = tuple(k.name for k in shape.keys) if spec.privacy_unit is not None else ()
     entry = governing_entry(shape, spec)
     entries = spec.key_bounds
-    names = summed_columns(spec, query, _key_names(shape)) if columns is None else columns
+    names = summed_columns(spec, query, _key_names(shape), catalog.dialect) \
+        if columns is None else columns
     for name in names:
         c = spec.column(name)
         if c is None or not c.is_numeric or c.name == spec.privacy_unit:
