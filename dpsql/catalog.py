@@ -569,6 +569,16 @@ def _values(where: str, values: Any, kind: str) -> tuple:
     its ε before failing to read them as numbers), bools on a bool column."""
     if not isinstance(values, list) or not values:
         raise CatalogError(f"{where}: values must be a non-empty list (the public domain)")
+    if kind == "text":
+        # YAML reads 1, 1.0, yes and 2024-01-01 unquoted as an int, a float, a bool and a
+        # date, each rendered as its text: [1, "1"] were two cells of one SQL literal, one
+        # person's rows counted and released in both (adversary round 28w); a NUL or a lone
+        # surrogate is no SQL text at all, and failed the statement after its charge
+        wrong = [v for v in values if not isinstance(v, str) or re.search("[\x00\ud800-\udfff]", v)]
+        if wrong:
+            raise CatalogError(f"{where}: values of a text column must be texts without NUL "
+                               f"or lone surrogates, got {wrong[0]!r}",
+                               hint='quote them in YAML, e.g. values: ["1", "2"]')
     if len(set(map(repr, values))) != len(values):
         raise CatalogError(f"{where}: values has duplicates")
     if any(v is None for v in values):
