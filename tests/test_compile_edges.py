@@ -253,3 +253,21 @@ def test_a_filter_of_many_conditions_is_answered(visits, terms):
     visits.execute(f"SELECT COUNT(*) FILTER (WHERE {_conditions(terms)}) AS a, "
                    "COUNT(*) FILTER (WHERE amount = 0.5) AS b FROM visits", epsilon=1)
     assert visits.budget_spent.epsilon == 1
+
+
+@pytest.mark.parametrize("key", ["CONCAT(x, '', '', '', '')", "REPLACE(x, 'v', 'vvvvvv')"])
+def test_a_text_functions_domain_is_cut_as_its_sql_cuts_it(key):
+    """The SQL keeps MAX_TEXT characters of a concatenation (each of n operands cut to
+    MAX_TEXT // n) and of a lengthening REPLACE; the domain held the whole values, so a
+    declared 900-character value's cell was always 0 (adversary round 28w)."""
+    long = "v" * 900
+    frame = pd.DataFrame({"uid": range(40), "x": [long] * 30 + ["s"] * 10})
+    meta = {"name": "c", "budget": {"epsilon": 1e9}, "tables": {"t": {
+        "privacy_unit": "uid", "max_groups_per_unit": 1, "max_rows_per_group": 1,
+        "columns": {"uid": "int", "x": {"type": "text", "values": [long, "s"]}}}}}
+    with dpsql.connect(metadata=meta, sources={"t": frame}, ledger=":memory:") as con:
+        statement = con._engine.plan(f"SELECT {key} AS k, COUNT(*) AS n FROM t GROUP BY k",
+                                     epsilon=1e9).release.statements[0]
+        names, rows = con._engine._run_exact(statement.exact_query)
+    counts = sorted(row[names.index(statement.parts[0].column)] for row in rows)
+    assert [n for n in counts if n] == [10, 30], rows  # CONCAT's domain holds '' (NULL) too

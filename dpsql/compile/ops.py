@@ -27,6 +27,11 @@ from dpsql.errors import ProgrammingError, UnsupportedSQLError
 from dpsql.limits import MAX_DOMAIN_VALUES
 
 MAX_INT_DOMAIN = 10_000
+# the longest text REPLACE and || write (characters): they read a prefix of their operands
+# that fits, so one person's value cannot grow into gigabytes on D′ alone (at 1,000,000, 500
+# rows of 'rogue0', 'rogue1' ... grown by two REPLACEs into 1 MB keys of a GROUP BY failed
+# out of memory on D′ only; 4,096 is a vector of 8 MB, and what a key of that length costs)
+MAX_TEXT = 4_096
 
 
 class Scope(Protocol):
@@ -1836,8 +1841,17 @@ def _replace(node: exp.Replace, scope: Scope) -> Expr:
                                hint="e.g. REPLACE(x, '-', '')")
     to = node.args.get("replacement")
     put = "" if to is None else _literal_text(to, scope, "REPLACE")
+    read = replaced_prefix(found, put)
     return Expr("replace", (arg,), "text", (found, put), None, None,
-                _text_domain(arg, lambda v: v.replace(found, put)), arg.nullable)
+                _text_domain(arg, lambda v: v[:read].replace(found, put)), arg.nullable)
+
+
+def replaced_prefix(found: str, put: str) -> int | None:
+    """The characters of its text a REPLACE reads (all: None), as rendered: where it
+    lengthens a text, the first MAX_TEXT·|from|/|to|, so the result has at most MAX_TEXT
+    (nested REPLACEs multiplied one person's long text: 1,000 × 1,000 × 3 KB failed where
+    that person was)."""
+    return MAX_TEXT * len(found) // len(put) if len(put) > len(found) else None
 
 
 @builds(exp.StrPosition, reads=("this", "substr", "clamp_position"))
@@ -1867,17 +1881,21 @@ def _concat(node: exp.Expression, scope: Scope) -> Expr:
                 _nullable(*args))
 
 
-# the longest text a concatenation's domain holds: far below render.MAX_TEXT, past which the
-# backends would cut it
-_CONCAT_TEXT = 1_000
+def concat_share(operands: int) -> int:
+    """The characters of each operand a concatenation keeps, as rendered: at most MAX_TEXT
+    in all (x || x || ... repeated a stored long text)."""
+    return MAX_TEXT // operands
 
 
 def _concat_domain(args: tuple[Expr, ...]) -> tuple | None:
     """Every concatenation of the arguments' domain values (gender || '-' || occupation),
-    while there are at most ``MAX_DOMAIN_VALUES`` of them."""
+    each operand cut as rendered (``concat_share``: a declared 900-character value's cell
+    of CONCAT(x, '', '', '', '') was whole here and cut in SQL, so always 0), while there
+    are at most ``MAX_DOMAIN_VALUES`` of them."""
     domains = [a.domain for a in args]
     if any(d is None or None in d for d in domains) or \
             math.prod(len(d) for d in domains) > MAX_DOMAIN_VALUES:
         return None
-    values = ["".join(parts) for parts in itertools.product(*domains)]
-    return tuple(values) if all(len(v) <= _CONCAT_TEXT for v in values) else None
+    share = concat_share(len(args))
+    return tuple(dict.fromkeys("".join(part[:share] for part in parts)
+                               for parts in itertools.product(*domains)))

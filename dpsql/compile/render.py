@@ -28,11 +28,6 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "=", "ne": "<>", "lt": "<", 
 _INTERNAL = re.compile(r"c\d+|__[a-z0-9_]+")  # names the compiler made: never quoted
 _COMBINE = {"add": ops._add, "sub": ops._sub, "mul": ops._mul}
 MAX_EXPRESSION_SQL = 1_000_000
-# the longest text REPLACE and || write (characters): they read a prefix of their operands
-# that fits, so one person's value cannot grow into gigabytes on D′ alone (at 1,000,000, 500
-# rows of 'rogue0', 'rogue1' ... grown by two REPLACEs into 1 MB keys of a GROUP BY failed
-# out of memory on D′ only; 4,096 is a vector of 8 MB, and what a key of that length costs)
-MAX_TEXT = 4_096
 # the whitespace PostgreSQL's int8in and float8in skip around a number (C's isspace): its
 # regexes' \s also matches Unicode spaces (U+2003 under C.UTF-8), on which the cast failed
 _C_SPACE = r"[ \t\n\r\f\v]"
@@ -423,11 +418,9 @@ class Dialect:
     def _op_replace(self, e: Expr) -> str:
         found, put = e.value
         arg = self.expr(e.args[0])
-        if len(put) > len(found):
-            # each nested REPLACE multiplied one person's long text (1,000 × 1,000 × 3 KB
-            # failed only where that person was): read the first MAX_TEXT·|from|/|to|
-            # characters, so that the result has at most MAX_TEXT
-            arg = self._prefix(arg, MAX_TEXT * len(found) // len(put))
+        read = ops.replaced_prefix(found, put)
+        if read is not None:
+            arg = self._prefix(arg, read)
         return f"REPLACE({arg}, {self.string(found)}, {self.string(put)})"
 
     def _op_strpos(self, e: Expr) -> str:
@@ -435,8 +428,7 @@ class Dialect:
         return f"CAST({position} AS {self.types['int']})"
 
     def _op_concat(self, e: Expr) -> str:
-        # at most MAX_TEXT characters in all: x || x || ... repeated a stored long text
-        share = MAX_TEXT // len(e.args)
+        share = ops.concat_share(len(e.args))
         return "(" + " || ".join(self._prefix(a, share) for a in self._args(e)) + ")"
 
     def _prefix(self, text: str, length: int) -> str:

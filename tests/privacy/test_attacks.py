@@ -340,7 +340,7 @@ def test_private_date_and_timestamp_keys_keep_the_contract(pairs):
 def test_text_functions_cannot_grow_one_persons_value_without_bound(pairs):
     """Each nested REPLACE multiplied a stored text: two levels of 1,000× made 3 GB of one
     adversary's 3,000 characters, so the statement failed (out of memory) on D′ only, and on
-    PostgreSQL too. REPLACE and || now write at most render.MAX_TEXT characters."""
+    PostgreSQL too. REPLACE and || now write at most ops.MAX_TEXT characters."""
     grow = f"REPLACE(REPLACE(day, 'x', '{'x' * 1000}'), 'x', '{'y' * 1000}')"
     contract(pairs, [
         f"SELECT COUNT(*) AS n FROM visits WHERE {grow} = 'a'",
