@@ -875,12 +875,13 @@ class Resolver:
                            unit_columns=set(right.unit_columns), personal=right.one_value,
                            key_bounds=_equated_bounds(right.key_bounds, pairs, left.columns),
                            repeats=True)
-        if not _equates_units(on, left.unit_columns, right.unit_columns):
+        if not _equates_units(on, left.unit_columns, right.unit_columns, combined.columns):
             raise UnsupportedSQLError(
                 "private tables can only be joined on their privacy units (otherwise one "
                 "person's rows could multiply another's without bound)", sql=self.sql,
                 hint="join ON a.<unit> = b.<unit>, as a condition of its own (AND other "
-                "conditions if you like, never OR or NOT)")
+                "conditions if you like, never OR or NOT), of units declared of one type "
+                "(an int unit equals a float one as a double: ids past 2^53 would meet)")
         l0, linf, total, key_bounds = _joined_bounds(left, right)
         # each joined row pairs rows of one person: what held one value a person on either
         # side still does (beside a table of persons, all of its columns)
@@ -951,13 +952,19 @@ def _equalities(on: Expr) -> list[tuple[str, str]]:
             if a.op == b.op == "col"]
 
 
-def _equates_units(on: Expr, left: set[str], right: set[str]) -> bool:
-    """True when a top-level conjunct of ``on`` is ``left unit = right unit``.
+def _equates_units(on: Expr, left: set[str], right: set[str],
+                   columns: dict[str, ColumnInfo]) -> bool:
+    """True when a top-level conjunct of ``on`` is ``left unit = right unit``, both of one
+    type.
 
     Only a conjunct guarantees that every joined row pairs rows of one person; under OR or
-    NOT the equality would not hold for every row.
+    NOT the equality would not hold for every row. An int unit equated with a float one is
+    compared as a double by every backend: all the ids that round to one double (up to 128
+    near 2**60) pair with one person of the other side, so one added person would change the
+    joined rows of several persons of the side whose unit the rows keep.
     """
-    return any((a in left and b in right) or (a in right and b in left)
+    return any(((a in left and b in right) or (a in right and b in left))
+               and columns[a].type == columns[b].type
                for a, b in _equalities(on))
 
 
