@@ -75,6 +75,12 @@ class Randomizer(Protocol):
         """The published parameters, JSON-ready."""
 
 
+def _json_domain(domain: Iterable) -> list:
+    """A domain's values for JSON: a date or a time as its text ('2020-01-01 10:00:00'), as
+    the catalogue declares them (``domain_codes`` reads that text back as the time)."""
+    return [str(v) if isinstance(v, datetime.date) else v for v in domain]
+
+
 def _check_probability(value: float, name: str) -> float:
     value = float(value)
     if not 0.0 <= value <= 1.0 or math.isnan(value):
@@ -168,7 +174,7 @@ class ERRPH:
 
     def to_params(self) -> dict[str, Any]:
         """The published parameters, JSON-ready."""
-        return {"mechanism": self.mechanism, "domain": list(self.domain), "p0": self.p0,
+        return {"mechanism": self.mechanism, "domain": _json_domain(self.domain), "p0": self.p0,
                 "hide_probabilities": list(self.hide_probabilities),
                 "local_epsilon": _json_epsilon(self.local_epsilon)}
 
@@ -241,7 +247,8 @@ class Warner:
 
     def to_params(self) -> dict[str, Any]:
         """The published parameters, JSON-ready."""
-        return {"mechanism": self.mechanism, "domain": list(self.domain), "theta": self.theta,
+        return {"mechanism": self.mechanism, "domain": _json_domain(self.domain),
+                "theta": self.theta,
                 "local_epsilon": _json_epsilon(self.local_epsilon)}
 
     @property
