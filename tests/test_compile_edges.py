@@ -25,6 +25,7 @@
 
 from __future__ import annotations
 
+import datetime
 import sys
 from pathlib import Path
 
@@ -271,3 +272,24 @@ def test_a_text_functions_domain_is_cut_as_its_sql_cuts_it(key):
         names, rows = con._engine._run_exact(statement.exact_query)
     counts = sorted(row[names.index(statement.parts[0].column)] for row in rows)
     assert [n for n in counts if n] == [10, 30], rows  # CONCAT's domain holds '' (NULL) too
+
+
+@pytest.mark.parametrize(("key", "labels"), [
+    ("DAYNAME(DATE '2000-01-15')", ["Saturday"]),
+    ("STRFTIME(DATE '2000-01-15', '%m')", ["01"]),
+    ("MONTHNAME(d)", ["January", "March"]),
+    ("CASE WHEN 1 = 1 THEN 'a' ELSE 'b' END", ["a", "b"])])
+def test_a_constant_or_declared_keys_cells_carry_their_own_labels(key, labels):
+    """A key computed from a constant was computed anew for every cell: DAYNAME(DATE
+    '2000-01-15') gave the week's seven cells, each labelled 'Saturday', and the CASE two
+    cells 'a' (adversary round 28t). A formatted day of a finite domain has that domain's
+    names alone."""
+    frame = pd.DataFrame({"uid": range(10), "d": [datetime.date(2000, 1, 15)] * 10})
+    meta = {"name": "k", "budget": {"epsilon": 1e9}, "tables": {"t": {
+        "privacy_unit": "uid", "max_groups_per_unit": 1, "max_rows_per_group": 1,
+        "columns": {"uid": "int", "d": {"type": "date", "values": ["2000-01-15",
+                                                                   "2000-03-01"]}}}}}
+    with dpsql.connect(metadata=meta, sources={"t": frame}, ledger=":memory:") as con:
+        rows = con.execute(f"SELECT {key} AS k, COUNT(*) AS n FROM t GROUP BY k",
+                           epsilon=1e9).fetchall()
+    assert sorted(k for k, _ in rows) == labels, rows

@@ -1147,7 +1147,10 @@ class _PostScope:
                isinstance(n, exp.Column) and self._aliased(n) for n in node.walk()):
             return None  # arithmetic on aggregates, windows or outputs: built node by node
         if not any(isinstance(n, exp.Column) for n in node.walk()):
-            return None  # a constant
+            # a constant, or the GROUP BY key it equals: CASE WHEN 1 = 1 THEN 'a' ELSE 'b'
+            # END keys the cells 'a' and 'b', and computed anew each read 'a' (round 28t)
+            key = self.compiler.key_for(ops.build(node, self.compiler.scope))
+            return None if key is None else self.key(key)
         try:
             row_level = ops.build(node, self.compiler.scope)
         except UnknownColumnError:
