@@ -642,10 +642,15 @@ def _temporal_bound(where: str, label: str, bound: Any, kind: str) -> str:
     text = bound.isoformat() if hasattr(bound, "isoformat") else str(bound)
     try:
         temporal_number(text, kind)
+        offset = kind == "timestamp" and datetime.datetime.fromisoformat(text).utcoffset()
     except ValueError:
         raise CatalogError(f"{where}: {label} must be an ISO {kind} such as "
                            f"{'2024-01-31' if kind == 'date' else '2024-01-31 12:00:00'}, "
                            f"got {bound!r}") from None
+    if offset:  # dropped, the bound was another instant than the one written
+        raise CatalogError(f"{where}: {label} {bound!r} has a UTC offset",
+                           hint="write the time in UTC without an offset: dpsql's timestamps "
+                           "are UTC")
     return text
 
 

@@ -148,3 +148,27 @@ def test_postgres_spells_dates_in_iso_whatever_the_databases_date_style():
         with dpsql.connect(url, metadata=meta, ledger=":memory:") as con:
             assert _exact(con, "SELECT COUNT(*) AS n FROM events "
                           "WHERE CAST(d AS TEXT) LIKE '2000-%'") == {(): 400}
+
+
+@pytest.mark.parametrize("literal", ["'2000-06-01 00:00:00+05:00'",
+                                     "TIMESTAMP '2000-06-01 00:00:00-03:30'"])
+def test_a_timestamp_with_a_utc_offset_is_refused(tmp_path, literal):
+    """DuckDB and PostgreSQL dropped the offset, Spark applied it: 5 rows against 15."""
+    base = nb.base_tables()
+    pair = nb.open_pair(tmp_path, base, base)
+    try:
+        with pytest.raises(dpsql.ProgrammingError, match="UTC offset"):
+            pair.d.execute(f"SELECT COUNT(*) AS n FROM events WHERE ts >= {literal}",
+                           epsilon=1)
+        assert pair.d.execute("SELECT COUNT(*) AS n FROM events WHERE ts >= "
+                              "'2000-06-01 00:00:00Z'", epsilon=1).fetchall()  # UTC itself
+    finally:
+        pair.close()
+
+
+def test_a_timestamp_bound_with_a_utc_offset_is_refused():
+    meta = {"name": "v", "tables": {"t": {"privacy_unit": "uid", "columns": {
+        "uid": "int", "ts": {"type": "timestamp", "lower": "2000-01-01 00:00:00+05:00",
+                             "upper": "2001-01-01 00:00:00"}}}}}
+    with pytest.raises(dpsql.CatalogError, match="UTC offset"):
+        dpsql.catalog.load_catalog(meta)
