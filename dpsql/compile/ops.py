@@ -928,10 +928,10 @@ def _formatted_domain(arg: Expr, parts: list[str]) -> tuple | None:
     """The values of a date format: over the bounds' dates within ``YEARS`` when it shows
     the year, else over the calendar (a week for day names, the leap year 2000 for months
     and days); None for day names beside days or months without a year, whose values are
-    many, or past ``MAX_DOMAIN_VALUES`` dates. A day of a finite domain (a literal's, a
-    column's declared values) gives its own text: DAYNAME(DATE '2000-01-15') had the week's
-    seven cells, each labelled 'Saturday' (adversary round 28t)."""
-    if arg.domain is not None:
+    many, or past ``MAX_DOMAIN_VALUES`` dates. A constant's day gives its own text:
+    DAYNAME(DATE '2000-01-15') had the week's seven cells, each labelled 'Saturday'
+    (adversary round 28t)."""
+    if not arg.columns() and arg.domain is not None:
         return tuple(dict.fromkeys(
             None if v is None else format_date(v if type(v) is datetime.date else v.date(),
                                                parts) for v in arg.domain))
