@@ -281,17 +281,13 @@ class DuckDBBackend(PublicLimits):
             types = self._parquet_columns(table, reader) if parquet else None
         except duckdb.Error:
             types = None  # the read below reports the problem
-        # a Parquet view is bound anew at each query, to the file as it is then: a column
-        # stored as its declared type at connect is converted too (TRY_CAST to its own type
-        # is dropped by the binder), so a file replaced by one storing it as text reads
-        # one person's 'n/a' as NULL
         columns = ", ".join(_column_sql(table, name) for name in table.columns) or "*"
         try:
             if parquet:  # Parquet reads fast and typed: a view
                 _check_columns(table, types, repr(source))
                 if not table.public:
                     self._check_decodable(table)
-                self._parquet_view(table, columns, reader)
+                self._parquet_view(table)
             elif self.analyst and not table.public:
                 # an analyst's private CSV is read at its first query, after the charge: read
                 # here, the time it took (growing with the rows) was that of any refusal a
@@ -348,7 +344,7 @@ class DuckDBBackend(PublicLimits):
             return list(self._stored_types(reader))
         return sorted(set().union(*_parquet_parts(self.connection, table).values()))
 
-    def _parquet_view(self, table: TableSpec, columns: str, reader: str) -> None:
+    def _parquet_view(self, table: TableSpec) -> None:
         """The view of a Parquet source's declared columns, each converted to its declared
         type. A private folder's parts are each read by its own schema and converted, then
         put together: read as one, DuckDB imposed the first part's schema on the others (by
@@ -365,7 +361,12 @@ class DuckDBBackend(PublicLimits):
                     + f" FROM {_reader(replace(table, source=part))}")
             body = " UNION ALL ".join(selects)
         else:
-            body = f"SELECT {columns} FROM {reader}"
+            # bound anew at each query, to the file as it is then: a column stored as its
+            # declared type at connect is converted too (TRY_CAST to its own type is dropped
+            # by the binder), so a file replaced by one storing it as text reads one
+            # person's 'n/a' as NULL
+            columns = ", ".join(_column_sql(table, name) for name in table.columns) or "*"
+            body = f"SELECT {columns} FROM {_reader(table)}"
         self.connection.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(table.name)} AS {body}")
 
     def _check_decodable(self, table: TableSpec, changed: bool = False) -> None:
@@ -394,7 +395,7 @@ class DuckDBBackend(PublicLimits):
                 try:
                     self._check_decodable(table, changed=True)
                     if _is_private_folder(table):  # a part added, replaced or removed
-                        self._parquet_view(table, "", "")
+                        self._parquet_view(table)
                 except duckdb.Error:
                     self._parquet_checked[name] = None  # unreadable: the query says so
 

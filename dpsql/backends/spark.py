@@ -288,9 +288,10 @@ class SparkBackend(PublicLimits):
         frames = []
         for part in sorted(reader.parquet(table.source).inputFiles()):
             frame = reader.parquet(part)
-            stored = {field.name.lower() for field in frame.schema.fields}
+            stored = {field.name.lower(): field.dataType.typeName()
+                      for field in frame.schema.fields}
             frames.append(frame.selectExpr(*(
-                _typed(table, name)[0] if name.lower() in stored
+                _typed(table, name)[0] if _readable(stored.get(name.lower()), spec.type)
                 else f"CAST(NULL AS {_CASTS[spec.type]}) AS {_quote(name)}"
                 for name, spec in table.columns.items())))
         if not frames:  # no part: the folder's own read says so
@@ -646,6 +647,14 @@ def _wall_clock(frame):
         f"CAST({_quote(field.name)} AS TIMESTAMP_NTZ) AS {_quote(field.name)}"
         if field.dataType.typeName() == "timestamp" else _quote(field.name)
         for field in frame.schema.fields))
+
+
+def _readable(stored: str | None, declared: str) -> bool:
+    """Whether a part's column (Spark's type name, None where it lacks it) converts to its
+    declared type: a struct, array or map only to text (try_cast of one to a number fails
+    the analysis; DuckDB's TRY_CAST reads it as NULL)."""
+    return stored is not None and (declared == "text" or stored not in ("struct", "array",
+                                                                          "map"))
 
 
 def _typed(table: TableSpec, *names: str) -> list[str]:

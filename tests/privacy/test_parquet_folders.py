@@ -37,6 +37,9 @@ PERSON = {
     "double_code": pa.table({"uid": pa.array([4242], pa.int64()), "amount": [5.0],
                              "code": pa.array([0.5])}),
     "text_uid": pa.table({"uid": ["x"], "amount": [5.0], "code": ["y"]}),
+    # a dict value: a struct column, which converts to a number on no backend
+    "struct_amount": pa.table({"uid": pa.array([4242], pa.int64()), "amount": [{"a": 1.0}],
+                               "code": pa.array([7], pa.int64())}),
 }
 CASES = [(kind, place) for kind in sorted(PERSON) for place in ("aaa", "zzz")]
 COLUMNS = {"uid": "int", "code": "int", "amount": {"type": "float", "lower": 0, "upper": 10}}
