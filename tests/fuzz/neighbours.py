@@ -6,6 +6,9 @@ statement the contract is:
 - refused on both with the same ``dpsql.Error`` class and nothing charged on either ledger; or
 - answered on both, and for every noised part the exact values move between D and D′ by at
   most the part's reported sensitivity (L1 over the cells; L2 too for the Gaussian mechanism);
+  a statement whose counts and sums are charged as a FILTER partition (one share for all its
+  classes) loses at most that share: the person's rows, as the moved parts show them, fill
+  at most one class in all (``check_partition``);
   a statement that reads only public tables is answered identically on both and never shows a
   private value;
 - never answered on one and failed on the other, never a ``dpsql.InternalError`` and never an
@@ -33,6 +36,8 @@ from conftest import DAYS, REGIONS, catalogue, join_tables, make_adult, make_vis
 
 import dpsql
 from dpsql.mechanisms.samplers import RandomSource
+from dpsql.release import filter_partition
+from dpsql.sensitivity import partitioned_loss
 
 TARGET = 42  # the adversarial person's uid: absent from D (its uids are 0..PEOPLE-1)
 PEOPLE = 40
@@ -486,13 +491,18 @@ def _exact(value) -> Fraction | float:
 
 def change_vector(on_d: dict, on_d_prime: dict) -> list[Fraction | float]:
     """|exact(D) − exact(D′)| per cell in value units; a cell on one side counts in full."""
-    changes = []
+    return list(changes_by_cell(on_d, on_d_prime).values())
+
+
+def changes_by_cell(on_d: dict, on_d_prime: dict) -> dict:
+    """``change_vector`` by cell key (an ℓ∞ block's cells take the most of its parts)."""
+    changes = {}
     for key in on_d.keys() | on_d_prime.keys():
         a, b = on_d.get(key, Fraction(0)), on_d_prime.get(key, Fraction(0))
         if isinstance(a, float) or isinstance(b, float):
-            changes.append(math.inf)  # ±inf/NaN released with noise shows the person
+            changes[key] = math.inf  # ±inf/NaN released with noise shows the person
         else:
-            changes.append(abs(a - b))
+            changes[key] = abs(a - b)
     return changes
 
 
@@ -522,6 +532,8 @@ def _check_exact(plan_d, plan_d_prime, pair: Pair, sql: str) -> bool:
         if failures:
             return True
         check_parts(statement, outcomes[0], outcomes[1], sql)
+        check_partition(statement, plan_d.release.neighbouring, outcomes[0][0],
+                        outcomes[1][0], sql)
         check_threshold(statement, outcomes[0][0], outcomes[1][0], sql)
         check_shared(statement, [o[0] for o in outcomes], drawn, sql)
     return False
@@ -581,3 +593,64 @@ def check_parts(statement, on_d: tuple[dict, dict], on_d_prime: tuple[dict, dict
                             f"change {math.sqrt(l2_squared):g} > the L2 sensitivity "
                             f"{float(part.sensitivity) / math.sqrt(part.cells):g} it is "
                             "calibrated to")
+
+
+def check_partition(statement, neighbouring: str, on_d: dict, on_d_prime: dict,
+                    sql: str) -> None:
+    """A statement charged as a FILTER partition (``release.filter_partition``: its counts
+    and sums in classes proven to share no row, ``compile.disjoint``) pays one share for all
+    its classes, max_k Σ_{i∈k} ε_i (``sensitivity.partitioned_loss``), where the parts one
+    by one would cost Σ_i ε_i. ``check_parts`` cannot see a wrong proof: each part still moves
+    within its own Δ_i when one person's row meets two classes (round 28w: a stored NOCASE
+    collation made name = 'p' and name = 'P' both meet one row, each count moved by its full
+    Δ and the statement, charged once, released both).
+
+    The proof says more (``sensitivity.filter_classes``): with w_k the share of the person's
+    weighted rows in class k, Σ_k w_k ≤ 1 and ‖d_i‖₁ ≤ w_k·Δ_i for each part i of class k.
+    So the observed shares, w_k ≥ max_{i∈k} ‖d_i‖₁/Δ_i, add up to at most 1: the parts that
+    move by their whole Δ lie in one class, and a person whose rows lie in several classes
+    moves each by a fraction. And what the noise of the partition reveals (Laplace:
+    Σ_i ε_i·‖d_i‖₁/Δ_i; an ℓ∞ block a class: ε_n/L·Σ_cells ⌈L·max_j |d_j|/Δ_j⌉, ``joint``) is
+    at most the share charged for it. Both are asserted; the parts outside the partition
+    are charged in full beside it and bounded by ``check_parts``. zCDP spends ρ in sequence,
+    taking no partition (``allocate``), so a Gaussian statement is not checked here."""
+    classes = filter_partition(statement, neighbouring)
+    parts = statement.parts
+    if not classes or any(p.mechanism == "gaussian" for p in parts):
+        return
+    ratios: dict[int, Fraction | float] = {}  # part -> ‖d‖₁/Δ
+    lost: Fraction | float = Fraction(0)
+    blocks: dict[tuple, tuple] = {}  # an ℓ∞ block -> (its Joint, max_j |d_j|/Δ_j by cell)
+    for i in (i for members in classes for i in members):
+        part = parts[i]
+        moved = changes_by_cell(on_d[part.column], on_d_prime[part.column])
+        total = sum(moved.values(), Fraction(0))
+        ratios[i] = total / part.sensitivity if part.sensitivity else (
+            Fraction(0) if total == 0 else math.inf)
+        if part.mechanism == "linf":
+            cells = blocks.setdefault(part.joint.columns, (part.joint, {}))[1]
+            for key, change in moved.items():
+                share = change / part.sensitivity if part.sensitivity else math.inf
+                cells[key] = max(cells.get(key, Fraction(0)), share)
+        else:
+            lost += part.epsilon * ratios[i]
+    for block, cells in blocks.values():
+        level = block.resolution
+        lost += block.noise_epsilon * sum(
+            (math.ceil(level * n) if math.isfinite(n) else math.inf for n in cells.values()),
+            Fraction(0)) / level
+    shares = [max(ratios[i] for i in members) for members in classes]
+    filled = sum(shares, Fraction(0))
+    charged = partitioned_loss([p.epsilon if i in ratios else Fraction(0)
+                                for i, p in enumerate(parts)], classes)
+    names = " | ".join(", ".join(parts[i].column for i in members) for members in classes)
+    if not filled <= 1 + TOLERANCE:
+        moved_in = sum(1 for share in shares if share > 0)
+        raise _fail(sql, f"the FILTER partition's classes [{names}] moved by shares "
+                    f"{', '.join(f'{float(s):.4g}' for s in shares)} of their sensitivities "
+                    f"({float(filled):g} > 1, {moved_in} classes moved): one person's rows fill "
+                    f"more than one class, which the partition, charged ε {float(charged):g} "
+                    f"once, assumes they do not (ε {float(lost):g} revealed)")
+    if not lost <= charged * (1 + TOLERANCE) + TOLERANCE:
+        raise _fail(sql, f"the FILTER partition's classes [{names}] reveal ε {float(lost):g} "
+                    f"between D and D′ > the ε {float(charged):g} charged for it once")
