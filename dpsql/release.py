@@ -327,7 +327,12 @@ def derived_bounds(arithmetic, plan: StatementPlan, noisy: dict[str, list],
             _, lows, highs = _aggregate_bounds(agg, plan, noisy, confidence)
         ends[agg.name] = list(zip(lows, highs, strict=True))
     rows = len(next(iter(ends.values())))
-    images = [image(arithmetic, {name: ends[name][i] for name in names}) for i in range(rows)]
+    # an aggregate released as NULL (a CORR or covariance whose noisy count or variance left
+    # it undefined) makes COALESCE, LEAST and GREATEST show another operand, which its box
+    # does not hold: no interval on such a row
+    null_rows = {i for agg in aggregates for i, v in enumerate(frame[agg.name]) if v is None}
+    images = [None if i in null_rows else
+              image(arithmetic, {name: ends[name][i] for name in names}) for i in range(rows)]
     return ([None if b is None else b[0] for b in images],
             [None if b is None else b[1] for b in images])
 
@@ -667,6 +672,16 @@ def _drawn_once(joint: Joint, groups: list[tuple], drawn: dict, rng: RandomSourc
                             ) from None
 
 
+def _cell(key: tuple) -> tuple:
+    """A cell's key as a dict key: every NaN one key, as the backends group them (two NaN
+    objects are not equal, and a NaN key's quantile read an empty histogram: uniform over
+    its bounds whatever its rows, adversary round 28c)."""
+    return tuple(_NAN if isinstance(k, float) and math.isnan(k) else k for k in key)
+
+
+_NAN = object()  # the NaN of ``_cell``'s keys
+
+
 def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: RandomSource):
     """One exponential-mechanism draw per group (Smith 2011, on a public grid of bins).
 
@@ -685,7 +700,7 @@ def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: Random
         return []
     width = len(keys[0])
     for row in histogram:
-        per_key.setdefault(tuple(row[:width]), [0] * part.bins)[int(row[width])] += int(row[-1])
+        per_key.setdefault(_cell(row[:width]), [0] * part.bins)[int(row[width])] += int(row[-1])
     q, low = Fraction(agg.quantile), Fraction(agg.lower)
     integral_bins, whole = whole_bins(agg), int if released_int(agg) else float
     step = None if integral_bins else inner_bin_width(agg, part.bins)
@@ -695,7 +710,7 @@ def _quantiles(agg, part, keys: list[tuple], histogram: list[tuple], rng: Random
     values = []
     for key in keys:
         rank, utilities = 0, []
-        counts = per_key.get(key, [0] * part.bins)
+        counts = per_key.get(_cell(key), [0] * part.bins)
         target = q.numerator * sum(counts)
         for count in counts:  # bin b covers the ranks [rank, rank + count]
             utilities.append(-max(0, rank * d - target, target - (rank + count) * d))

@@ -324,3 +324,24 @@ def test_correlation_intervals_cover_and_are_narrow(connect, exact):
     print(f"\nCORR: covered {hits.mean():.3f}, width / narrowest covering {ratio:.2f}")
     assert hits.mean() >= 0.95 - 3 * (0.95 * 0.05 / len(found)) ** 0.5
     assert ratio <= 1.25
+
+
+def test_no_interval_where_an_aggregate_read_is_null(tmp_path):
+    """A CORR released as NULL (an empty cell) made COALESCE(CORR(x, y), 5) 5 and LEAST(CORR,
+    5) 5, whose intervals were CORR's [-1, 1]: never covering the value (adversary round
+    28c). Such a row has no interval; the others keep theirs."""
+    pd.DataFrame({"g": ["a", "b", "c"] * 4, "x": range(12), "y": range(12)}).to_csv(
+        tmp_path / "t.csv", index=False)
+    meta = {"budget": {"epsilon": 1000}, "tables": {"t": {
+        "source": str(tmp_path / "t.csv"), "privacy_unit": None, "columns": {
+            "g": {"type": "text", "values": ["a", "b", "c", "d"]},
+            "x": {"type": "float", "lower": 0, "upper": 100},
+            "y": {"type": "float", "lower": 0, "upper": 100}}}}}
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=4) as con:
+        frame = con.execute("SELECT g, CORR(x, y) AS c, COALESCE(CORR(x, y), 5) AS c5, "
+                            "LEAST(CORR(x, y), 5) AS l5 FROM t GROUP BY g ORDER BY g",
+                            epsilon=0.5).intervals()
+    empty = frame[frame["g"] == "d"].iloc[0]
+    assert empty["c5"] == 5 and pd.isna(empty["c5_low"]) and pd.isna(empty["l5_high"])
+    for _, row in frame[frame["c"].notna()].iterrows():
+        assert row["c5_low"] <= row["c5"] <= row["c5_high"]

@@ -156,3 +156,23 @@ def test_a_quotient_of_whole_numbers_past_a_double_is_answered_on_d_and_d_prime(
         with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=7) as con:
             (row,) = con.execute(sql, epsilon=20).fetchall()
             assert row[0] is not None and con.budget_spent.epsilon == 20
+
+
+def test_a_nan_keys_quantile_reads_its_own_rows(tmp_path):
+    """A private float key NaN: the exact row's NaN was another object than the histogram's,
+    NaN ≠ NaN, and its MEDIAN was drawn from an empty histogram, uniform over [0, 10]
+    whatever its rows (adversary round 28c); every row's x is 8."""
+    n = 400
+    pd.DataFrame({"uid": range(n), "s": ["nan", "1.5"] * (n // 2), "x": [8.0] * n}).to_csv(
+        tmp_path / "t.csv", index=False)
+    meta = {"budget": {"epsilon": 1e6, "delta": 0.5}, "tables": {"t": {
+        "source": str(tmp_path / "t.csv"), "privacy_unit": "uid", "max_groups_per_unit": 1,
+        "max_rows_per_group": 1, "columns": {
+            "uid": "int", "s": {"type": "text"},
+            "x": {"type": "float", "lower": 0, "upper": 10}}}}}
+    with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite", insecure_seed=3) as con:
+        for _ in range(3):
+            rows = con.execute("SELECT CAST(s AS DOUBLE) AS k, MEDIAN(x) AS m FROM t "
+                               "GROUP BY k", epsilon=25, delta=1e-6).fetchall()
+            assert {math.isnan(k) for k, _ in rows} == {True, False}
+            assert all(abs(m - 8) < 0.1 for _, m in rows), rows
