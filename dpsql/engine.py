@@ -91,13 +91,16 @@ TIMED_BACKENDS = ("duckdb", "postgresql", "spark")
 
 
 def _accuracy(target) -> float:
-    """An accuracy target as a finite positive number, or a PrivacyParameterError."""
+    """An accuracy target as a finite positive number of at most 1e300 (every ε ≥ 1e-12
+    meets a wider one, whose half-width bisection overflowed the doubles), or a
+    PrivacyParameterError."""
     try:
         value = float(target)
     except (TypeError, ValueError, OverflowError):
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise PrivacyParameterError(f"the accuracy target must be a number > 0, got {target!r}",
+    if not (math.isfinite(value) and 0 < value <= 1e300):
+        raise PrivacyParameterError(f"the accuracy target must be a number > 0 and at most "
+                                    f"1e300, got {target!r}",
                                     hint="e.g. accuracy=10 for 95% intervals of ±10")
     return value
 

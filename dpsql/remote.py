@@ -226,6 +226,7 @@ class RemoteConnection(ConnectionBase):
         self._tls = self._db.pgconn.ssl_in_use
         self._remaining: dict | None = None  # the budget_remaining of the last release
         self._released: int | None = None  # the session's number of the last release read
+        self._call_left = False  # a call's keywords the server kept (its RESET refused)
         try:
             if epsilon_per_query is not None:
                 self._simple(f"SET dpsql.epsilon = {float(epsilon_per_query)!r}")
@@ -245,15 +246,28 @@ class RemoteConnection(ConnectionBase):
     @contextmanager
     def _called(self, keywords: dict) -> Iterator[None]:
         """The statements sent inside pass ``keywords`` ({name: value or None}, the embedded
-        call's) as their own: ``SET dpsql.call`` to those given, reset afterwards."""
+        call's) as their own: ``SET dpsql.call`` to those given, reset afterwards. In an
+        aborted transaction the server refuses the RESET: its error hid the statement's, and
+        the failed call's keywords (epsilon=3) were the next call's (adversary round 28d), so
+        the next call then sets its own, none too."""
         given = {name: value for name, value in keywords.items() if value is not None}
-        if given:
-            self._simple(f"SET dpsql.call = {_call_literal(given)}")
+        if given or self._call_left:
+            try:
+                self._simple(f"SET dpsql.call = {_call_literal(given)}")
+                self._call_left = bool(given)
+            except errors.Error:
+                if given:
+                    raise
+                # still aborted: the server refuses any SET, and runs a ROLLBACK
         try:
             yield
         finally:
             if given:
-                self._simple("RESET dpsql.call")
+                try:
+                    self._simple("RESET dpsql.call")
+                    self._call_left = False
+                except errors.Error:
+                    pass  # the statement's own error is the one to report
 
     def _run(self, sql: str, parameters, keywords: dict,
              prefix: str = "") -> tuple[list[tuple], dict]:

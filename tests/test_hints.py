@@ -231,3 +231,19 @@ def test_an_output_named_as_an_interval_column_is_refused(connect, sql):
     rows named it twice)."""
     err = refusal(connect(), sql, dpsql.ProgrammingError)
     assert "interval column" in err.message and "rename" in err.hint
+
+
+@pytest.mark.parametrize("call", [
+    {"sql": "SELECT day, COUNT(*) AS n FROM visits GROUP BY day", "accuracy": 1.7e308},
+    {"sql": "SELECT /* dpsql: ci95 <= 1e308 */ day, SUM(amount) AS s FROM visits GROUP BY day"}])
+def test_an_accuracy_target_past_1e300_is_refused(connect, call):
+    """Its half-width bisection overflowed the doubles: an OverflowError, not a dpsql.Error,
+    from execute, explain and the server (adversary round 28d); nothing is charged."""
+    con = connect()
+    call = dict(call)
+    sql = call.pop("sql")
+    with pytest.raises(dpsql.PrivacyParameterError, match="at most 1e300"):
+        con.execute(sql, **call)
+    with pytest.raises(dpsql.PrivacyParameterError, match="at most 1e300"):
+        con.explain(sql, **call)
+    assert con.budget_spent.epsilon == 0

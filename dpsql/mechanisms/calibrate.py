@@ -29,7 +29,9 @@ def discrete_laplace_half_width(scale: float, confidence: float = 0.95) -> int:
         return 0
     q = math.exp(-1.0 / scale)
     if q >= 1.0 - 1e-12:  # astronomically wide: the continuous Laplace's width is exact enough
-        return math.ceil(scale * math.log(1.0 / alpha))
+        width = scale * math.log(1.0 / alpha)
+        # past the doubles (a scale near 1.8e308): an int wider than any target
+        return math.ceil(width) if math.isfinite(width) else 2**1100
     # solve 2 q^(k+1) / (1 + q) <= alpha for the smallest integer k
     k = math.ceil(math.log(alpha * (1 + q) / 2) / math.log(q) - 1) if q > 0 else 0
     k = max(k, 0)

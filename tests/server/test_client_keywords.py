@@ -186,3 +186,17 @@ def test_explain_binds_its_parameters(server, embedded):
     with psycopg.connect(server.dsn("fin"), autocommit=True) as pg:
         lines = pg.execute("EXPLAIN (FORMAT JSON) " + sql.replace("?", "%s"), [2]).fetchall()
         assert json.loads("\n".join(line for (line,) in lines))["epsilon"] == 0.25
+
+
+def test_a_refused_calls_keywords_are_not_the_next_calls(server):
+    """In an aborted transaction the server refused the client's RESET dpsql.call: the RESET's
+    error hid the refusal, and after ROLLBACK a call without keywords spent the failed call's
+    ε = 3 (adversary round 28d). Each call now sets its own keywords."""
+    with dpsql.connect(server.url("eve")) as con:
+        con.execute("SET dpsql.epsilon = 0.1")
+        con.execute("BEGIN")
+        with pytest.raises(dpsql.NonAggregateQueryError):
+            con.execute("SELECT uid FROM visits", epsilon=3)
+        con.execute("ROLLBACK")
+        cursor = con.execute("SELECT COUNT(*) AS n FROM visits WHERE amount <> 123457")
+        assert cursor.epsilon_spent == Fraction(1, 10)
