@@ -347,6 +347,8 @@ def _table(name: str, raw: Any, base: Path) -> TableSpec:
         unit = str(unit)
         if unit.lower() not in {c.lower() for c in columns}:
             columns[unit] = ColumnSpec(unit, "text")
+        # the column's own spelling, which every later lookup compares with
+        unit = next(c for c in columns if c.lower() == unit.lower())
         if any(c.missing_value is not None for n, c in columns.items()
                if n.lower() == unit.lower()):
             # every row without a person would become the rows of one made-up person

@@ -885,7 +885,13 @@ def _column_sql(table: TableSpec, name: str, stored: dict[str, str] | None = Non
         # text by the rule an analyst's CAST(text AS INT) reads it on every backend (TRY_CAST
         # read '45.5' as 46 and '0x10' as 16); a view's stored type is the one at each query
         strict = dialect("duckdb").int_of_text(f"CAST({text} AS VARCHAR)")
-        return (f"(CASE WHEN typeof({text}) = 'VARCHAR' THEN {strict} "
+        # the privacy unit is never rounded: a person's stored 0.6 (a Parquet part of
+        # doubles) read as 1 was person 1, whose rows and L0 choice it changed, two cells
+        # moved at sensitivity 1 (adversary round 28a); its fraction is NULL
+        by_text = ("typeof({0}) IN ('VARCHAR', 'FLOAT', 'DOUBLE') OR typeof({0}) LIKE "
+                   "'DECIMAL%'" if name == table.privacy_unit else
+                   "typeof({0}) = 'VARCHAR'").format(text)
+        return (f"(CASE WHEN {by_text} THEN {strict} "
                 f"ELSE TRY_CAST({text} AS BIGINT) END) AS {source}")
     if spec.type in _CASTS:
         # a value that does not parse as the declared type becomes NULL (ignored by aggregates)
