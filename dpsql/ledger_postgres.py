@@ -103,7 +103,8 @@ class PostgresLedger(SqlLedger):
                 # under the lock: the kept totals assume ids in commit order; a session
                 # that opened before a CACHE change can still draw from its cached block
                 if self._db.execute("SELECT cache_size FROM pg_sequences WHERE sequencename "
-                                    "= 'dpsql_releases_id_seq'").fetchone()[0] != 1:
+                                    "= 'dpsql_releases_id_seq' AND schemaname = "
+                                    "current_schema()").fetchone()[0] != 1:
                     self._totals.clear()
                 self._check_fits(analyst, dataset, loss, budget)
                 row = self._insert("dp", analyst, dataset, loss, statement, fingerprint,
