@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import duckdb
@@ -43,6 +44,9 @@ from dpsql.errors import (
 )
 from dpsql.versions import file_version
 
+# DuckDB's integer types (``typeof``'s names)
+_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+             "UINTEGER", "UBIGINT", "UHUGEINT")
 _CASTS = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE",
           "timestamp": "TIMESTAMP"}
 # where a private CSV's rows that cannot be read are kept while it is loaded (``_reader``)
@@ -692,11 +696,14 @@ def _is_private_folder(table: TableSpec) -> bool:
 
 def parquet_parts(folder: str) -> list[str]:
     """The Parquet files of a folder source, as DuckDB reads a folder: every file under it
-    whose name ends in '.parquet', by path."""
+    whose name ends in '.parquet', by path; regular files only, never a link or a FIFO (round
+    28e: a FIFO hung every connect and query on D′ alone, and a link out of the folder, read
+    before the connection's lock, failed a charged query on D′ alone)."""
     parts = []
     for root, folders, files in os.walk(folder):
         folders.sort()
-        parts += [os.path.join(root, name) for name in sorted(files) if name.endswith(".parquet")]
+        parts += [path for name in sorted(files) if name.endswith(".parquet")
+                  and S_ISREG(os.lstat(path := os.path.join(root, name)).st_mode)]
     return parts
 
 
@@ -885,12 +892,12 @@ def _column_sql(table: TableSpec, name: str, stored: dict[str, str] | None = Non
         # text by the rule an analyst's CAST(text AS INT) reads it on every backend (TRY_CAST
         # read '45.5' as 46 and '0x10' as 16); a view's stored type is the one at each query
         strict = dialect("duckdb").int_of_text(f"CAST({text} AS VARCHAR)")
-        # the privacy unit is never rounded: a person's stored 0.6 (a Parquet part of
-        # doubles) read as 1 was person 1, whose rows and L0 choice it changed, two cells
-        # moved at sensitivity 1 (adversary round 28a); its fraction is NULL
-        by_text = ("typeof({0}) IN ('VARCHAR', 'FLOAT', 'DOUBLE') OR typeof({0}) LIKE "
-                   "'DECIMAL%'" if name == table.privacy_unit else
-                   "typeof({0}) = 'VARCHAR'").format(text)
+        # the privacy unit is cast from an integer type alone, any other read by the text
+        # rule: a person's stored 0.6 (a Parquet part of doubles) or true read as 1 was
+        # person 1, whose rows and L0 choice it changed, two cells moved at sensitivity 1
+        # (adversary rounds 28a, 28e)
+        by_text = (f"typeof({{0}}) NOT IN ({', '.join(map(_literal, _INTEGERS))})"
+                   if name == table.privacy_unit else "typeof({0}) = 'VARCHAR'").format(text)
         return (f"(CASE WHEN {by_text} THEN {strict} "
                 f"ELSE TRY_CAST({text} AS BIGINT) END) AS {source}")
     if spec.type in _CASTS:

@@ -273,9 +273,10 @@ def _reader(table: TableSpec, spec: ColumnSpec, stored: str) -> str:
         return f'CAST({column} AS TEXT) COLLATE "C"'
 
     kind = _TYPES.get(stored)
-    if spec.name == table.privacy_unit and spec.type == "int" and kind == "float":
-        # never rounded: a person's 0.6 read as 1 was person 1 (adversary round 28a: two
-        # cells moved at sensitivity 1); by the text rule, a fraction is NULL
+    if spec.name == table.privacy_unit and spec.type == "int" and kind in ("float", "bool"):
+        # never rounded or cast from a bool: a person's 0.6 or true read as 1 was person 1
+        # (adversary rounds 28a, 28e: two cells moved at sensitivity 1); by the text rule,
+        # a fraction or 'true' is no id
         return dialect("postgres").int_of_text(f"CAST({column} AS TEXT)")
     if stored == "numeric" and spec.type == "float":
         return _NUMERIC_AS_DOUBLE.format(c=column)

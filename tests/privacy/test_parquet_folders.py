@@ -8,6 +8,7 @@ so the others' values are what they are on D, whatever the person's part stores.
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -123,19 +124,30 @@ def _odd_part(folder, kind: str) -> None:
         (folder / "zzz-person.parquet").write_text("uid,amount\n4242,5\n")
     elif kind == "no_column":
         pq.write_table(pa.table({}), folder / "zzz-person.parquet")
+    elif kind == "link":  # to a file outside the folder, which a locked connection cannot read
+        outside = folder.parent / f"{folder.name}-outside.parquet"
+        pq.write_table(PERSON["text_amount"], outside)
+        (folder / "zzz-person.parquet").symlink_to(outside)
+    elif kind == "fifo":  # its open blocks until a writer comes: the connect hung
+        os.mkfifo(folder / "zzz-person.parquet")
     else:  # a name that reads every part as a pattern: 'person*' matched all of them
         pq.write_table(PERSON["text_amount"], folder / f"part-{kind}.parquet")
 
 
-@pytest.mark.parametrize("kind", ["not_parquet", "no_column", "*", "?", "[12]"])
+@pytest.mark.parametrize("kind", ["not_parquet", "no_column", "*", "?", "[12]", "link",
+                                  "fifo"])
 def test_an_odd_part_is_read_as_it_is_on_both_databases(tmp_path, kind):
     """Round 28a: one person's part of no column or not Parquet refused the table on D′
-    alone; a part named 'part-*.parquet' read the others' again (40 rows on D, 81 on D′)."""
+    alone; a part named 'part-*.parquet' read the others' again (40 rows on D, 81 on D′).
+    Round 28e: a link out of the folder failed the analyst's charged query on D′, a FIFO
+    hung the connect."""
     d = _exact(_folder(tmp_path / "d.parquet", None))
     folder = _folder(tmp_path / "d_prime.parquet", None)
     _odd_part(folder, kind)
     d_prime = _exact(folder)
     assert d_prime[0] - d[0] in (0, 1) and d_prime[3] - d[3] in (0, 5), (d, d_prime)
+    with dpsql.connect(metadata=_metadata(folder), ledger=":memory:", insecure_seed=1) as con:
+        assert con.execute("SELECT SUM(amount) AS s FROM t", epsilon=0.5).fetchall()
 
 
 def test_a_part_added_beside_an_unreadable_one_is_read(tmp_path):
@@ -180,11 +192,12 @@ def _moved(cells: list[dict]) -> int:
     return sum(abs(cells[1][k] - cells[0][k]) for k in cells[0])
 
 
-@pytest.mark.parametrize("uid", [0.6, 1.4])
+@pytest.mark.parametrize("uid", [pa.array([0.6] * 7), pa.array([1.4] * 7),
+                                 pa.array([True] * 7)])
 def test_a_fractional_unit_is_no_other_persons(tmp_path, uid):
     """A person's part storing uid as the double 0.6 was read as 1 (TRY_CAST rounds): person
-    1's rows and L0 choice changed, two cells moved at sensitivity 1 (round 28a). The unit is
-    read by the text rule: 0.6 is no id."""
+    1's rows and L0 choice changed, two cells moved at sensitivity 1 (round 28a), and so did
+    a bool true (round 28e). The unit is read by the text rule: 0.6 and 'true' are no id."""
     for salt in range(1, 5):
         cells = []
         for side, person in (("d", False), ("d_prime", True)):
@@ -194,7 +207,7 @@ def test_a_fractional_unit_is_no_other_persons(tmp_path, uid):
                                      "day": [DAYS[i % 8] for i in range(1, 41)]}),
                            folder / "part-0.parquet")
             if person:
-                pq.write_table(pa.table({"uid": pa.array([uid] * 7), "day": DAYS[1:]}),
+                pq.write_table(pa.table({"uid": uid, "day": DAYS[1:]}),
                                folder / "part-1.parquet")
             meta = {**UNIT_META, "tables": {"t": {**UNIT_META["tables"]["t"],
                                                   "source": str(folder)}}}
