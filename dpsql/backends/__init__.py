@@ -82,7 +82,9 @@ def exact_value(value):
     BIGINT, Spark's DECIMAL(38,0) sums) become exact Python ints, fractional ones floats;
     other values pass through."""
     if isinstance(value, Decimal):
-        return int(value) if value.as_tuple().exponent >= 0 else float(value)
+        # a NUMERIC 'NaN' or infinity has no exponent: a float (int() of it raised TypeError)
+        return int(value) if value.is_finite() and value.as_tuple().exponent >= 0 \
+            else float(value)
     return value
 
 

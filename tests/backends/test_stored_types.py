@@ -343,3 +343,16 @@ def test_a_public_table_without_columns_is_read_on_spark(spark):
     with dpsql.connect(session, metadata=meta, ledger=":memory:") as con:
         assert list(con.catalog.tables["items"].columns) == ["item_id", "title"]
         assert con.execute("SELECT title FROM items WHERE item_id = 2").fetchall() == [("b",)]
+
+
+def test_a_numeric_nan_or_infinity_is_read_as_a_float():
+    """A custodian's PostgreSQL read of NUMERIC 'NaN' raised a bare TypeError (its exponent is
+    'n', adversary round 28e)."""
+    import math
+    from decimal import Decimal
+
+    from dpsql.backends import exact_value
+
+    assert math.isnan(exact_value(Decimal("NaN")))
+    assert exact_value(Decimal("-Infinity")) == -math.inf
+    assert exact_value(Decimal("1E+2")) == 100 and exact_value(Decimal("1.5")) == 1.5
