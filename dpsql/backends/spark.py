@@ -14,7 +14,8 @@ system's temporary folder), which a cluster or Spark Connect server must read at
 the folders of this host's processes killed before they removed theirs are removed then.
 On an analyst's connection (``analyst``) the copy is made at the first query, after the
 charge, as the DuckDB backend reads such a file: at connect only the file's header is checked
-for the declared columns, and its view reads no rows until then (``_defer``).
+for the declared columns, and its view reads no rows until then (``_defer``). A private CSV
+that is not a file here (a folder, a remote path) is refused at connect (``_check_private_csv``).
 
 Every declared column is read through a subquery that applies ``try_cast`` to its declared
 type, as DuckDB reads a source: a value that does not convert (a string column of
@@ -48,6 +49,7 @@ import contextlib
 import functools
 import itertools
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -64,7 +66,8 @@ from sqlglot import exp
 
 from dpsql.backends import PublicLimits, cancel, exact_rows, with_stored_columns
 from dpsql.backends.duckdb import _check_columns, _check_exists, _literal, _no_progress_bar, \
-    _private_columns, _quote as _duckdb_quote, _read_error, _reader, utf8_copy_path, utf8_source
+    _private_columns, _quote as _duckdb_quote, _read_error, _reader, parquet_parts, \
+    utf8_copy_path, utf8_source
 from dpsql.backends.watchdog import WATCHDOG
 from dpsql.catalog import Catalog, TableSpec
 from dpsql.compile.render import dialect
@@ -84,7 +87,17 @@ _TIME_ZONE = "spark.sql.session.timeZone"
 # what dpsql's queries run under: UTC wall clock, and no ${...} substitution in the SQL
 # text (on by default: an analyst's literal '${env:AWS_SECRET_ACCESS_KEY}' was the
 # process's environment by the time Spark parsed it)
-_SESSION = {_TIME_ZONE: "UTC", "spark.sql.variable.substitute": "false"}
+_SESSION = {_TIME_ZONE: "UTC", "spark.sql.variable.substitute": "false",
+            # adversary round 28b: under an owner's EXCEPTION (Spark 3.x's default), one
+            # person's DATE before 1582-10-15 (or INT96 timestamp before 1900) in a Parquet
+            # source failed the read of D′ alone, after the charge
+            "spark.sql.parquet.datetimeRebaseModeInRead": "CORRECTED",
+            "spark.sql.parquet.int96RebaseModeInRead": "CORRECTED",
+            # the dialect escapes ' and \ in literals with backslashes, which an owner's true
+            # keeps as text: every LIKE misread, and LIKE '%)%' failed on D′ alone (round 28b)
+            "spark.sql.parser.escapedStringLiterals": "false",
+            # dates and timestamps parsed and formatted by the proleptic calendar, as DuckDB's
+            "spark.sql.legacy.timeParserPolicy": "CORRECTED"}
 # what SparkContext.setJobGroup sets on the calling thread, restored after a timed query
 _JOB_GROUP = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
 CANCEL_EVERY = 0.5  # seconds between the cancels of a query past its deadline
@@ -138,14 +151,18 @@ class SparkBackend(PublicLimits):
         self._staging: str | None = None  # this backend's folder of Parquet copies (_copy)
         self._copies: dict[str, str] = {}  # the copy each private CSV's view reads
         try:
-            for table in catalog.tables.values():
-                if table.source is None:
-                    continue
-                if self._deferred(table):
-                    self._defer(table)
-                    self._view_of_no_rows(table)
-                else:
-                    self._register(table)
+            # a view's casts take the session's time zone when it is made: an owner's
+            # New_York read every timestamp of a view made at connect 4 or 5 hours off, and
+            # the same view made anew after a change in UTC (adversary round 28b)
+            with self._settings():
+                for table in catalog.tables.values():
+                    if table.source is None:
+                        continue
+                    if self._deferred(table):
+                        self._defer(table)
+                        self._view_of_no_rows(table)
+                    else:
+                        self._register(table)
         except BaseException:
             self._remove_copies()
             raise
@@ -163,6 +180,7 @@ class SparkBackend(PublicLimits):
         """Make the view of a source file's declared columns, each ``try_cast`` to its type,
         and note the file's version it read; ``replaced``: the file changed since connect,
         and a refusal names what Spark cannot read now (schemas only)."""
+        _check_private_csv(table)
         before = file_version(table.source)
         copy = self._copy(table) if _copied(table) else None
         frame = None
@@ -201,7 +219,7 @@ class SparkBackend(PublicLimits):
         before the charge, that of a refusal of the charge, as on DuckDB (adversary round H).
         The header is the data owner's line, not a person's."""
         before = file_version(table.source)
-        _check_exists(table)
+        _check_private_csv(table)  # a file replaced by a folder since connect
         names = _private_columns(table) or []
         _check_columns(table, dict.fromkeys(names, "VARCHAR"), repr(table.source))
         self._unread[table.name] = before
@@ -279,24 +297,44 @@ class SparkBackend(PublicLimits):
         return frame.toDF(*options["names"]) if "names" in options else frame
 
     def _parts_frame(self, table: TableSpec) -> DataFrame:
-        """A private folder's Parquet parts, each read by its own schema and converted to the
-        declared types, put together (as ``duckdb._parquet_view`` reads them): read as one,
-        Spark took one part's schema for all, and one person's part (a uid past int64, 'n/a'
-        in a float column) failed every query on D′ alone, after the charge (adversary round
-        28y). A part without a declared column holds NULL in it."""
-        reader = self.session.read
-        frames = []
-        for part in sorted(reader.parquet(table.source).inputFiles()):
-            frame = reader.parquet(part)
-            stored = {field.name.lower(): field.dataType.typeName()
-                      for field in frame.schema.fields}
-            frames.append(frame.selectExpr(*(
-                _typed(table, name)[0] if _readable(stored.get(name.lower()), spec.type)
-                else f"CAST(NULL AS {_CASTS[spec.type]}) AS {_quote(name)}"
-                for name, spec in table.columns.items())))
-        if not frames:  # no part: the folder's own read says so
-            return reader.parquet(table.source)
+        """A private folder's Parquet parts (``duckdb.parquet_parts``), each read by its own
+        schema and converted to the declared types, put together (as ``duckdb._parquet_view``
+        reads them): read as one, Spark took one part's schema for all, and one person's part
+        (a uid past int64, 'n/a' in a float column) failed every query on D′ alone, after the
+        charge (adversary round 28y). A part is never refused (round 28b: one person's part
+        refused the table on D′ alone): one Spark cannot read is left out, and a declared
+        column that a part lacks, or stores as a type Spark cannot convert, is NULL in it."""
+        frames = [frame for part in parquet_parts(table.source)
+                  if (frame := self._part_frame(table, part)) is not None]
+        if not frames:  # no rows, as DuckDB reads a folder of no part it can read
+            return self.session.range(0).selectExpr(*(
+                f"{_null(spec.type)} AS {_quote(name)}" for name, spec in table.columns.items()))
         return functools.reduce(DataFrame.unionByName, frames)
+
+    def _part_frame(self, table: TableSpec, part: str) -> DataFrame | None:
+        """One part's declared columns (``_parts_frame``), None when Spark cannot read it (not
+        Parquet, a TIMESTAMP(NANOS), two columns differing only in case). Its columns are
+        taken by position, each declared one by its exact name or else its only match in
+        another case; the keys of its folders under the source's (year=2020/) are columns
+        too, as DuckDB reads them."""
+        try:
+            frame = self.session.read.option("basePath", table.source) \
+                .parquet(_hadoop_literal(part))
+            names = [field.name for field in frame.schema.fields]
+            frame = frame.toDF(*(f"__c{i}" for i in range(len(names))))
+        except (PySparkException, Py4JError):
+            return None
+        reads = {}
+        for name, spec in table.columns.items():
+            found = [i for i, stored in enumerate(names) if stored == name] or \
+                [i for i, stored in enumerate(names) if stored.lower() == name.lower()]
+            reads[name] = _converted(f"__c{found[0]}", spec.type,
+                                     name == table.privacy_unit) if len(found) == 1 \
+                else _null(spec.type)
+        if not _analysable(frame, *reads.values()):  # one analysis a part but where it fails
+            reads = {name: read if _analysable(frame, read) else _null(table.columns[name].type)
+                     for name, read in reads.items()}
+        return frame.selectExpr(*(f"{read} AS {_quote(name)}" for name, read in reads.items()))
 
     def _unreadable(self, table: TableSpec, frame: DataFrame | None) -> DataError:
         """The refusal of a query over a source file replaced since connect by one Spark
@@ -423,9 +461,12 @@ class SparkBackend(PublicLimits):
         """The session's settings for dpsql's queries (``_SESSION``) while one is analysed and
         runs, the caller's back after it."""
         conf = self.session.conf
-        before = {key: conf.get(key) for key in _SESSION}
-        for key, value in _SESSION.items():
-            conf.set(key, value)
+        # only those the caller has otherwise: Spark Connect warns of setting a deprecated
+        # key (escapedStringLiterals), even to its default
+        before = {key: value for key in _SESSION
+                  if str(value := conf.get(key)).lower() != _SESSION[key].lower()}
+        for key in before:
+            conf.set(key, _SESSION[key])
         try:
             yield
         finally:
@@ -591,10 +632,26 @@ class SparkBackend(PublicLimits):
 
 def _copied(table: TableSpec) -> bool:
     """Whether Spark reads the source through a Parquet copy (``_copy``): a private CSV that
-    is a file here. A public one, a folder or a remote path is read by Spark's reader."""
+    is a file here. A public one is read by Spark's reader."""
     source = table.source
     return not table.public and not source.lower().endswith(".parquet") \
         and "://" not in source and Path(source).is_file()
+
+
+def _check_private_csv(table: TableSpec) -> None:
+    """Refuse a private CSV source that is not a file here (a folder, a glob, a remote
+    path), by its path alone: Spark's own CSV reader, which would read it, failed D′ alone
+    on one person's line of more than 20,480 fields (adversary round 28b), as the DuckDB
+    backend refuses a CSV folder. A missing file is refused as missing (``_check_exists``)."""
+    source = table.source
+    if table.public or source.lower().endswith(".parquet") or _copied(table):
+        return
+    if "://" not in source and not any(c in source for c in "*?[{"):
+        _check_exists(table)
+    raise DataError(
+        f"table {table.name!r}: the private CSV source {table.source!r} is not a file on "
+        "this host", hint="give a private CSV table one local file (concatenate a folder's "
+        "files into one), or convert it to Parquet")
 
 
 def _remove(path: str | None) -> None:
@@ -649,29 +706,27 @@ def _wall_clock(frame):
         for field in frame.schema.fields))
 
 
-def _readable(stored: str | None, declared: str) -> bool:
-    """Whether a part's column (Spark's type name, None where it lacks it) converts to its
-    declared type: a struct, array or map only to text (try_cast of one to a number fails
-    the analysis; DuckDB's TRY_CAST reads it as NULL)."""
-    return stored is not None and (declared == "text" or stored not in ("struct", "array",
-                                                                          "map"))
-
-
 def _typed(table: TableSpec, *names: str) -> list[str]:
     """``try_cast`` of the table's declared columns (or of ``names``) to their declared types,
     each named as the column."""
-    return [f"{_converted(_quote(n), table.columns[n].type)} AS {_quote(n)}"
+    return [f"{_converted(_quote(n), table.columns[n].type, n == table.privacy_unit)} "
+            f"AS {_quote(n)}"
             for n in names or table.columns]
 
 
-def _converted(column: str, kind: str) -> str:
+def _converted(column: str, kind: str, unit: bool = False) -> str:
     """``column`` as ``kind``, whatever Spark stores when the query is analysed; read as an
     int, a text by the render layer's rule (try_cast truncated '45.5' to 45) and a fraction
     rounded, as DuckDB and PostgreSQL read it: a double to the nearest, ties to even, a
-    decimal half away from zero (try_cast truncated a stored 41.6 to 41 where they read 42)."""
+    decimal half away from zero (try_cast truncated a stored 41.6 to 41 where they read 42).
+    The privacy ``unit`` is cast from an integer type alone, any other read by the text rule:
+    a person's 0.6 or 1.4 read as 1 was person 1 (adversary rounds 28a, 28e)."""
     if kind != "int":
         return f"try_cast({column} AS {_CASTS[kind]})"
     strict = dialect("spark").int_of_text(f"CAST({column} AS STRING)")
+    if unit:
+        return (f"(CASE WHEN typeof({column}) IN ('bigint', 'int', 'smallint', 'tinyint') "
+                f"THEN try_cast({column} AS BIGINT) ELSE {strict} END)")
     return (f"(CASE WHEN typeof({column}) = 'string' THEN {strict} "
             f"WHEN typeof({column}) IN ('double', 'float') THEN try_cast(rint({column}) AS BIGINT) "
             f"WHEN typeof({column}) LIKE 'decimal%' THEN try_cast(round({column}) AS BIGINT) "
@@ -684,12 +739,29 @@ def _quote(name: str) -> str:
 
 def _converts(frame: DataFrame, table: TableSpec, column: str) -> bool:
     """Whether Spark can ``try_cast`` the frame's column to the column's declared type."""
+    return _analysable(frame, *_typed(table, column))
+
+
+def _analysable(frame: DataFrame, *expressions: str) -> bool:
+    """Whether Spark analyses ``expressions`` over the frame (its schema alone)."""
     try:
         # a Spark Connect session analyses a frame only when its schema is asked for
-        frame.selectExpr(*_typed(table, column)).schema  # noqa: B018
+        frame.selectExpr(*expressions).schema  # noqa: B018
     except PySparkException:
         return False
     return True
+
+
+def _null(kind: str) -> str:
+    """NULL of a declared type's Spark type."""
+    return f"CAST(NULL AS {_CASTS[kind]})"
+
+
+def _hadoop_literal(path: str) -> str:
+    """A path as Spark reads it literally: each of Hadoop's glob characters escaped with a
+    backslash. A person's part named 'person*.parquet' read every other part again
+    (adversary round 28b, as round 28a on DuckDB: 20 rows on D, 41 on D′)."""
+    return re.sub(r"([*?\[\]{}\\])", r"\\\1", path)
 
 
 def _summary(error: Exception) -> str:

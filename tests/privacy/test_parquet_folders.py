@@ -192,28 +192,42 @@ def _moved(cells: list[dict]) -> int:
     return sum(abs(cells[1][k] - cells[0][k]) for k in cells[0])
 
 
-@pytest.mark.parametrize("uid", [pa.array([0.6] * 7), pa.array([1.4] * 7),
-                                 pa.array([True] * 7)])
+UNITS = [pa.array([0.6] * 7), pa.array([1.4] * 7), pa.array([True] * 7)]
+
+
+@pytest.mark.parametrize("uid", UNITS)
 def test_a_fractional_unit_is_no_other_persons(tmp_path, uid):
     """A person's part storing uid as the double 0.6 was read as 1 (TRY_CAST rounds): person
     1's rows and L0 choice changed, two cells moved at sensitivity 1 (round 28a), and so did
     a bool true (round 28e). The unit is read by the text rule: 0.6 and 'true' are no id."""
     for salt in range(1, 5):
-        cells = []
-        for side, person in (("d", False), ("d_prime", True)):
-            folder = tmp_path / f"{salt}{side}.parquet"
-            folder.mkdir()
-            pq.write_table(pa.table({"uid": pa.array(range(1, 41), pa.int64()),
-                                     "day": [DAYS[i % 8] for i in range(1, 41)]}),
-                           folder / "part-0.parquet")
-            if person:
-                pq.write_table(pa.table({"uid": uid, "day": DAYS[1:]}),
-                               folder / "part-1.parquet")
-            meta = {**UNIT_META, "tables": {"t": {**UNIT_META["tables"]["t"],
-                                                  "source": str(folder)}}}
-            with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=salt) as con:
-                cells.append(_cells(con))
-        assert _moved(cells) == 0, cells
+        assert _unit_moved(tmp_path / str(salt), uid, salt) == 0
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("uid", UNITS[:2])
+def test_a_fractional_unit_is_no_other_persons_on_spark(tmp_path, uid, spark):  # noqa: F811
+    """Spark read it with rint: the same two cells moved (round 28e)."""
+    assert _unit_moved(tmp_path, uid, 1, spark) == 0
+
+
+def _unit_moved(root, uid: pa.Array, salt: int, *database) -> int:
+    """The exact cells' L1 change when one person's part stores ``uid``."""
+    cells = []
+    for side, person in (("d", False), ("d_prime", True)):
+        folder = root / f"{side}.parquet"
+        folder.mkdir(parents=True)
+        pq.write_table(pa.table({"uid": pa.array(range(1, 41), pa.int64()),
+                                 "day": [DAYS[i % 8] for i in range(1, 41)]}),
+                       folder / "part-0.parquet")
+        if person:
+            pq.write_table(pa.table({"uid": uid, "day": DAYS[1:]}), folder / "part-1.parquet")
+        meta = {**UNIT_META, "tables": {"t": {**UNIT_META["tables"]["t"],
+                                              "source": str(folder)}}}
+        with dpsql.connect(*database, metadata=meta, ledger=":memory:",
+                           insecure_seed=salt) as con:
+            cells.append(_cells(con))
+    return _moved(cells)
 
 
 @pytest.mark.postgres
