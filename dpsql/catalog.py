@@ -571,6 +571,11 @@ def _values(where: str, values: Any, kind: str) -> tuple:
     its ε before failing to read them as numbers), bools on a bool column."""
     if not isinstance(values, list) or not values:
         raise CatalogError(f"{where}: values must be a non-empty list (the public domain)")
+    if len(set(map(repr, values))) != len(values):
+        raise CatalogError(f"{where}: values has duplicates")
+    if any(v is None for v in values):
+        raise CatalogError(f"{where}: values lists null, which no row equals",
+                           hint="drop it, and declare missing_value to read NULLs as a value")
     if kind == "text":
         # YAML reads 1, 1.0, yes and 2024-01-01 unquoted as an int, a float, a bool and a
         # date, each rendered as its text: [1, "1"] were two cells of one SQL literal, one
@@ -581,11 +586,6 @@ def _values(where: str, values: Any, kind: str) -> tuple:
             raise CatalogError(f"{where}: values of a text column must be texts without NUL "
                                f"or lone surrogates, got {wrong[0]!r}",
                                hint='quote them in YAML, e.g. values: ["1", "2"]')
-    if len(set(map(repr, values))) != len(values):
-        raise CatalogError(f"{where}: values has duplicates")
-    if any(v is None for v in values):
-        raise CatalogError(f"{where}: values lists null, which no row equals",
-                           hint="drop it, and declare missing_value to read NULLs as a value")
     if kind in ("int", "float"):
         number = int if kind == "int" else (int, float)
         wrong = [v for v in values if isinstance(v, bool) or not isinstance(v, number)
