@@ -462,7 +462,7 @@ class RandomizationSpec:
         kept = {c.lower() for c in self.keep}
         randomizers: dict[str, Randomizer] = {}
         for name, spec in table.columns.items():
-            if name.lower() in kept or _is_unit(table, name):
+            if name.lower() in kept or name == table.privacy_unit:
                 continue  # the person's id is published only if kept (``published``)
             if spec.categories is not None:
                 p = self.column_p.get(name, self.p)
@@ -486,12 +486,7 @@ class RandomizationSpec:
         person's records are then linked, which their local ε per person already counts)."""
         kept = {c.lower() for c in self.keep}
         return [c for c in table.columns
-                if not _is_unit(table, c) or c.lower() in kept]
-
-
-def _is_unit(table: TableSpec, name: str) -> bool:
-    """Whether ``name`` is the table's privacy unit column (names are case-insensitive)."""
-    return table.privacy_unit is not None and name.lower() == table.privacy_unit.lower()
+                if c != table.privacy_unit or c.lower() in kept]
 
 
 def unit_bound(table: TableSpec) -> int | None:

@@ -1716,9 +1716,8 @@ def cast_to(arg: Expr, target: str, scope: Scope) -> Expr:
         seconds = None if arg.interval is None else Interval(
             arg.interval.lower * 86400, arg.interval.upper * 86400, True)
         domain = None if arg.domain is None else tuple(
-            None if v is None else datetime.datetime.combine(
-                v if isinstance(v, datetime.date) else datetime.date.fromisoformat(str(v)),
-                datetime.time()) for v in arg.domain)
+            None if v is None else datetime.datetime.combine(v, datetime.time())
+            for v in arg.domain)
         return Expr("cast", (arg,), target, target, seconds, None, domain, True)
     interval = proven = None
     if target in NUMERIC and arg.type in (*NUMERIC, "bool"):

@@ -188,7 +188,7 @@ def schema_from_metadata(
     names = list(attributes) if explicit else [
         name for name in spec.columns
         if name.lower() != target_spec.name.lower() and name not in exclude
-        and name.lower() != (spec.privacy_unit or "").lower()]
+        and name != spec.privacy_unit]
     built = []
     for name in names:
         column = spec.column(name)
