@@ -275,7 +275,7 @@ class CustodianConnection(_Base):
             names, rows = self._backend.run(parse_one(sql, parameters).tree)
             return NoisyResult(columns=[ColumnInfo(n, _value_type([r[i] for r in rows]))
                                         for i, n in enumerate(names)], rows=rows)
-        self._backend.check_tables()  # a Parquet folder's view lists its parts as they are
+        self._backend.check_tables()  # a Parquet folder's parts copied as they are
         try:
             cursor = self.duckdb.execute(sql, parameters or [])
             rows = cursor.fetchall() if cursor.description else []

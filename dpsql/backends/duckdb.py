@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import functools
-import gzip
 import io
 import os
 import re
@@ -21,6 +20,7 @@ import shutil
 import tempfile
 import uuid
 import warnings
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -105,6 +105,8 @@ class DuckDBBackend(PublicLimits):
         self.loaded_versions: dict[str, str | None] = {}
         # private Parquet sources -> the stat of the file whose schema was last checked
         self._parquet_checked: dict[str, tuple | None] = {}
+        # private Parquet folders -> the stat of the folder whose parts were last copied
+        self._parts_copied: dict[str, tuple | None] = {}
         # an analyst's private CSV sources not read yet -> (columns, header) (``_register``)
         self._unread: dict[str, tuple[str, list[str] | None]] = {}
         # private CSV sources not in UTF-8 -> the path of their UTF-8 copy (``utf8_source``)
@@ -249,6 +251,7 @@ class DuckDBBackend(PublicLimits):
         self._public.sources, self._public._frames = self.sources, self._frames
         self._public.database = self.database
         self._public.loaded_versions, self._public._parquet_checked = {}, {}
+        self._public._parts_copied = {}
         self._public._unread, self._public._utf8_copies = {}, {}
         self._public._config = self._resource_config(self.catalog.resources)
         self._public._catalogued(self.database, public)
@@ -289,13 +292,16 @@ class DuckDBBackend(PublicLimits):
             types = None  # the read below reports the problem
         columns = ", ".join(_column_sql(table, name) for name in table.columns) or "*"
         try:
-            if parquet:  # Parquet reads fast and typed: a view
-                if _is_private_folder(table):  # its parts are read as they are, never refused
-                    self._parquet_checked[table.name] = _stat(source)
-                else:
-                    _check_columns(table, types, repr(source))
-                    if not table.public:
-                        self._check_decodable(table)
+            if _is_private_folder(table) and parquet:  # its parts are read as they are
+                self._parts_copied[table.name] = None
+                self.connection.execute(f"CREATE OR REPLACE TEMP TABLE {_quote(table.name)} "
+                                        f"AS {_no_rows(table)}")
+                if not self.analyst:  # an analyst's are copied at the first query
+                    self._copy_parts(table)
+            elif parquet:  # Parquet reads fast and typed: a view
+                _check_columns(table, types, repr(source))
+                if not table.public:
+                    self._check_decodable(table)
                 self._parquet_view(table)
             elif self.analyst and not table.public:
                 # an analyst's private CSV is read at its first query, after the charge: read
@@ -347,33 +353,61 @@ class DuckDBBackend(PublicLimits):
             del self._unread[name]
 
     def _parquet_view(self, table: TableSpec) -> None:
-        """The view of a Parquet source's declared columns, each converted to its declared
-        type. A private folder's parts are each read by its own schema and converted, then
-        put together: read as one, DuckDB imposed the first part's schema on the others (by
-        name, one type for all: a double part made every int id a double), and one person's
-        part (a batch writer's: a uid past int64, a column left out, 'n/a' in a float
-        column) failed every query on D′ alone, after the charge (adversary round 28y). The
-        view is made anew when a part is added, replaced or removed (``_recheck_parquet``).
-        A part is never refused: one DuckDB cannot read is left out, and a column it lacks,
-        or stores in a type the reader fails on for some values (``_undecodable``), is NULL
-        in it (round 28a: one person's part of no column, not Parquet or storing a time of
-        day refused the table, or failed a query after the charge, on D′ alone)."""
-        if _is_private_folder(table):
-            selects = [select for part in parquet_parts(table.source)
-                       if (select := self._part_select(table, part)) is not None]
-            body = " UNION ALL ".join(selects) or "SELECT " + ", ".join(
-                _null_column(table, name) for name in table.columns) + " WHERE false"
-        else:
-            # bound anew at each query, to the file as it is then: a column stored as its
-            # declared type at connect is converted too (TRY_CAST to its own type is dropped
-            # by the binder), so a file replaced by one storing it as text reads one
-            # person's 'n/a' as NULL
-            columns = ", ".join(_column_sql(table, name) for name in table.columns) or "*"
-            body = f"SELECT {columns} FROM {_reader(table)}"
-        self.connection.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(table.name)} AS {body}")
+        """The view of a Parquet file's declared columns, each converted to its declared type,
+        bound anew at each query to the file as it is then: a column stored as its declared
+        type at connect is converted too (TRY_CAST to its own type is dropped by the binder),
+        so a file replaced by one storing it as text reads one person's 'n/a' as NULL."""
+        columns = ", ".join(_column_sql(table, name) for name in table.columns) or "*"
+        self.connection.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(table.name)} AS "
+                                f"SELECT {columns} FROM {_reader(table)}")
+
+    def _copy_parts(self, table: TableSpec) -> None:
+        """Copy a private folder's Parquet parts into its table, each read by its own schema
+        and converted to the declared types: read as one, DuckDB imposed the first part's
+        schema on the others, and one person's part (a batch writer's: a uid past int64, a
+        column left out, 'n/a' in a float column) failed every query on D′ alone, after the
+        charge (adversary round 28y). A part is never refused: one DuckDB cannot read is left
+        out, and a column it lacks, or stores in a type the reader fails on for some values
+        (``_undecodable``), is NULL in it (round 28a). The parts are copied, on an analyst's
+        connection at the first query (after its charge, as a CSV's rows) and again at the
+        first query after one is added, replaced or removed, rather than read by a view at
+        each query: a part whose footer is sound but whose pages are not, or one rewritten
+        while a query read it, failed that query on D′ alone, after the charge (round 28e);
+        such a part is left out of the copy, which no query fails on. The parts left out
+        are named to a custodian's connection (``UnreadRowsWarning``)."""
+        stat = _stat(table.source)
+        self._parts_copied[table.name] = None  # until every part is in
+        target = _quote(table.name)
+        self.connection.execute(f"CREATE OR REPLACE TEMP TABLE {target} AS {_no_rows(table)}")
+        left_out = []
+        for part in parquet_parts(table.source):
+            select = self._part_select(table, part)
+            try:  # one statement: a part that fails is not in the table at all
+                if select is None:
+                    raise duckdb.InvalidInputException("not Parquet")
+                self.connection.execute(f"INSERT INTO {target} {select}")
+            except (duckdb.InterruptException, duckdb.OutOfMemoryException):
+                raise  # the statement's cancel or timeout, or a resource: run_sql says so
+            except duckdb.Error:  # its pages, or the part rewritten while it was read
+                left_out.append(os.path.relpath(part, table.source))
+        self._parts_copied[table.name] = stat
+        if left_out and not self.analyst:
+            warnings.warn(UnreadRowsWarning(
+                f"table {table.name!r}: {len(left_out)} part(s) of {table.source!r} could not "
+                f"be read and are left out of every answer ({', '.join(left_out[:5])}"
+                f"{', ...' if len(left_out) > 5 else ''}); rewrite those parts, or remove them "
+                "from the folder"), stacklevel=2)
+
+    def _copy_changed_parts(self) -> None:
+        """Copy anew the parts of each private Parquet folder that changed since its last copy
+        (``_copy_parts``), at a query, after its charge."""
+        for name, stat in self._parts_copied.items():
+            table = self.catalog.tables[name]
+            if stat is None or _stat(table.source) != stat:
+                self._copy_parts(table)
 
     def _part_select(self, table: TableSpec, part: str) -> str | None:
-        """The SELECT of one Parquet part's declared columns (``_parquet_view``), None for a
+        """The SELECT of one Parquet part's declared columns (``_copy_parts``), None for a
         file DuckDB cannot read as Parquet."""
         source = replace(table, source=part)
         try:
@@ -409,10 +443,6 @@ class DuckDBBackend(PublicLimits):
         for name, stat in self._parquet_checked.items():
             table = self.catalog.tables[name]
             if stat is None or _stat(table.source) != stat:
-                if _is_private_folder(table):  # a part added, replaced or removed
-                    self._parquet_checked[name] = _stat(table.source)
-                    self._parquet_view(table)
-                    continue
                 try:
                     self._check_decodable(table, changed=True)
                 except duckdb.Error:
@@ -467,6 +497,8 @@ class DuckDBBackend(PublicLimits):
         attacks and the compile suites), so one would be an engine bug, charged like any
         failure of the read."""
         self._recheck_parquet()
+        if not self.analyst:  # a custodian's statement reads the folder's parts as they are
+            self._copy_changed_parts()
         for name, (_, header) in self._unread.items():
             table = self.catalog.tables[name]
             _check_exists(table)
@@ -498,6 +530,7 @@ class DuckDBBackend(PublicLimits):
                 # cancel stops; the timeout is the query's (a file that took longer to read
                 # would be read by no query)
                 self._read_unread()
+                self._copy_changed_parts()
                 if timeout is not None:
                     deadline = WATCHDOG.watch(timeout, self.connection.interrupt)
                 cursor = self.connection.execute(sql)
@@ -554,9 +587,10 @@ def _sniffed(table: TableSpec) -> bool:
 
 
 def utf8_copy_path(table: TableSpec, folder: str) -> str | None:
-    """Where ``utf8_source`` copies a private CSV source not in UTF-8 (a new name in
-    ``folder``, which is made); None for any other source, read as it is."""
-    if not _is_csv(table) or table.public or table.csv.get("encoding", "utf-8") == "utf-8":
+    """Where ``utf8_source`` copies a private CSV source not in UTF-8, or compressed (a new
+    name in ``folder``, which is made); None for any other source, read as it is."""
+    if not _is_csv(table) or table.public or (
+            table.csv.get("encoding", "utf-8") == "utf-8" and _compression(table) == "none"):
         return None
     os.makedirs(folder, exist_ok=True)
     return os.path.join(folder, f"utf8-{uuid.uuid4().hex}.csv")
@@ -564,16 +598,17 @@ def utf8_copy_path(table: TableSpec, folder: str) -> str | None:
 
 @contextlib.contextmanager
 def utf8_source(table: TableSpec, copy: str | None) -> Iterator[TableSpec]:
-    """``table`` readable as UTF-8: with ``copy``, its CSV source transcoded into that path
-    (a byte its encoding cannot decode read as U+FFFD) and the copy removed afterwards.
-    DuckDB's own decoders failed the whole file on one person's bytes, which a reader of
-    that encoding reads: latin-1's on 0x80-0x9F, UTF-16's on a lone surrogate (adversary
-    round K: D answered, D′ failed after the charge)."""
+    """``table`` readable as UTF-8: with ``copy``, its CSV source decompressed and transcoded
+    into that path (a byte its encoding cannot decode read as U+FFFD) and the copy removed
+    afterwards. DuckDB's own decoders failed the whole file on one person's bytes, which a
+    reader of that encoding reads: latin-1's on 0x80-0x9F, UTF-16's on a lone surrogate
+    (adversary round K: D answered, D′ failed after the charge); and its gzip reader on a
+    member cut short (``_Gunzipped``)."""
     if copy is None:
         yield table
         return
     csv_options = dict(table.csv)
-    del csv_options["encoding"]
+    csv_options.pop("encoding", None)
     try:
         try:
             with _text(table) as source, open(copy, "w", encoding="utf-8", newline="") as target:
@@ -587,6 +622,61 @@ def utf8_source(table: TableSpec, copy: str | None) -> Iterator[TableSpec]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(copy)
+
+
+class _Gunzipped(io.RawIOBase):
+    """A '.gz' file's bytes, decompressed member after member, up to where the file ends or
+    stops being gzip: a member cut short gives the bytes inflated from it, and what follows
+    one that is not gzip (or fails its check) is not read. Python's and DuckDB's readers
+    failed the whole file there, and a private CSV's is read at the first query, after the
+    charge (adversary round 28a: a last member cut short failed D′ alone). What each member
+    holds is what gzip, Python's reader and DuckDB's give for it."""
+
+    _CHUNK = 1 << 20
+
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "rb")
+        self._inflate = zlib.decompressobj(31)  # a gzip header and trailer
+        self._pending = memoryview(b"")
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._pending and not self._done:
+            self._pending = memoryview(self._inflated())
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+    def _inflated(self) -> bytes:
+        data = self._inflate.unconsumed_tail
+        if not data and self._inflate.eof:  # the next member, if any
+            data = self._inflate.unused_data or self._file.read(self._CHUNK)
+            self._inflate = zlib.decompressobj(31)
+        elif not data:
+            data = self._file.read(self._CHUNK)
+        if not data:
+            self._done = True
+            return b""
+        try:
+            return self._inflate.decompress(data, self._CHUNK)
+        except zlib.error:  # not gzip, or its check failed: nothing after it is read
+            self._done = True
+            return b""
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
+def _bytes(table: TableSpec):
+    """A CSV source's bytes as DuckDB reads them, opened (``_compression``)."""
+    if _compression(table) == "gzip":
+        return io.BufferedReader(_Gunzipped(table.source), _Gunzipped._CHUNK)
+    return open(table.source, "rb")
 
 
 def _quote(name: str) -> str:
@@ -645,9 +735,9 @@ def _reader(table: TableSpec, *, typed: bool = False, rejects: bool = True) -> s
 
 
 def _compression(table: TableSpec) -> str:
-    """How a private CSV source is decompressed, by its name alone, and the same way by
-    DuckDB and by dpsql's own reads of it (``_text``): gzip for '.gz', else none (DuckDB's
-    'auto' also unpacks '.zst', which Python's standard library cannot)."""
+    """How a private CSV source is decompressed, by its name alone: gzip for '.gz', by dpsql
+    into the copy DuckDB reads (``_text``, ``utf8_source``), else none (DuckDB's 'auto' also
+    unpacks '.zst', which Python's standard library cannot)."""
     return "gzip" if table.source.lower().endswith(".gz") else "none"
 
 
@@ -690,7 +780,7 @@ _INT96_HINT = ("store it as a timestamp in microseconds (pyarrow: coerce_timesta
 
 
 def _is_private_folder(table: TableSpec) -> bool:
-    """Whether a source is a private folder of Parquet parts (``_parquet_view``)."""
+    """Whether a source is a private folder of Parquet parts (``_copy_parts``)."""
     return not table.public and os.path.isdir(table.source)
 
 
@@ -712,6 +802,12 @@ def _glob_literal(path: str) -> str:
     person's part named 'person*.parquet' read every other part again (round 28a: COUNT(*)
     40 on D, 81 on D′ at sensitivity 3)."""
     return re.sub(r"([*?\[])", r"[\1]", path)
+
+
+def _no_rows(table: TableSpec) -> str:
+    """A SELECT of no row with a table's declared columns, typed as ``_column_sql`` types them."""
+    return "SELECT " + ", ".join(_null_column(table, name) for name in table.columns) + \
+        " WHERE false"
 
 
 def _null_column(table: TableSpec, name: str) -> str:
@@ -794,21 +890,21 @@ def _text(table: TableSpec) -> io.TextIOWrapper:
     without a byte-order mark or read it all big-endian on a person's U+FFFE (adversary
     round M). UTF-8's byte-order mark is skipped."""
     encoding = table.csv.get("encoding", "utf-8").lower()
-    # the bytes DuckDB reads (``_compression``): the compressed ones were taken for the header
-    # (a .csv.gz with one was always refused) and, in a latin-1 or UTF-16 file's UTF-8 copy,
+    # decompressed (``_compression``): the compressed bytes were taken for the header (a
+    # .csv.gz with one was always refused) and, in a latin-1 or UTF-16 file's UTF-8 copy,
     # for rows: one person's value, kept raw in a stored deflate block, wrote rows of 99
     # persons who do not exist (adversary round 28y)
-    raw = gzip.open(table.source, "rb") if _compression(table) == "gzip" \
-        else open(table.source, "rb")  # closed with the wrapper
+    codec, skip = {"utf-8": ("utf-8-sig", 0), "latin-1": ("latin-1", 0)}.get(encoding, (
+        None, 0))
+    if codec is None:
+        with _bytes(table) as probe:
+            mark = probe.read(2)
+        codec, skip = ("utf-16-le", 2) if mark == b"\xff\xfe" else \
+            ("utf-16-be", 2) if mark == b"\xfe\xff" and table.csv.get("header", True) \
+            else ("utf-16-le", 0)
+    raw = _bytes(table)  # closed with the wrapper
     try:
-        codec, skip = {"utf-8": ("utf-8-sig", 0), "latin-1": ("latin-1", 0)}.get(encoding, (
-            None, 0))
-        if codec is None:
-            mark = raw.read(2)
-            codec, skip = ("utf-16-le", 2) if mark == b"\xff\xfe" else \
-                ("utf-16-be", 2) if mark == b"\xfe\xff" and table.csv.get("header", True) \
-                else ("utf-16-le", 0)
-        raw.seek(skip)
+        raw.read(skip)
         return io.TextIOWrapper(raw, encoding=codec, errors="replace", newline="")
     except BaseException:
         raw.close()
