@@ -644,6 +644,8 @@ def _temporal_bound(where: str, label: str, bound: Any, kind: str) -> str:
     text = bound.isoformat() if hasattr(bound, "isoformat") else str(bound)
     try:
         temporal_number(text, kind)
+        if kind == "date" and len(text) > 10:  # a time of day may follow, nothing else
+            datetime.datetime.fromisoformat(text)
         offset = kind == "timestamp" and datetime.datetime.fromisoformat(text).utcoffset()
     except ValueError:
         raise CatalogError(f"{where}: {label} must be an ISO {kind} such as "

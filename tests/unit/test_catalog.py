@@ -34,6 +34,10 @@ def _meta(**table):
      "bool values, got 'True'"),
     (_meta(columns={"x": {"type": "bool", "values": [False, 1]}}), "bool values, got 1"),
     (_meta(columns={"x": {"type": "text", "values": ["a", None]}}), "null, which no row"),
+    # read as its first ten characters: accepted as 2000-01-01
+    (_meta(columns={"x": {"type": "date", "values": ["2000-01-01 garbage"]}}), "ISO date"),
+    (_meta(columns={"x": {"type": "date", "lower": "2000-01-01", "upper": "2000-12-31x"}}),
+     "ISO date"),
     (_meta(max_groups_per_unit=3), "row privacy"),
     (_meta(privacy_unit="u", max_rows_per_group=0), "whole number"),
     (_meta(public=True, privacy_unit="u"), "public but names"),
