@@ -16,7 +16,9 @@ import hmac
 import os
 import secrets
 import sqlite3
+import stringprep
 import time
+import unicodedata
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -73,7 +75,8 @@ def hash_password(password: str, *, iterations: int = ITERATIONS) -> str:
         True
     """
     salt = secrets.token_bytes(16)
-    salted = hashlib.pbkdf2_hmac("sha256", password.encode("utf-8"), salt, iterations)
+    salted = hashlib.pbkdf2_hmac("sha256", saslprep(password).encode("utf-8"), salt,
+                                 iterations)
     client_key = _hmac(salted, b"Client Key")
     return str(Verifier(iterations, salt, hashlib.sha256(client_key).digest(),
                         _hmac(salted, b"Server Key")))
@@ -85,11 +88,33 @@ def mock_salt(secret: bytes, user: str) -> bytes:
     return _hmac(secret, user.encode("utf-8", "surrogatepass"))[:16]
 
 
+def saslprep(password: str) -> str:
+    """``password`` as libpq and PostgreSQL prepare it before SCRAM (RFC 4013 as
+    ``pg_saslprep``): non-ASCII spaces mapped to a space, characters mapped to nothing
+    removed, NFKC by Unicode 3.2; the raw text where the result is empty, holds a prohibited
+    or unassigned character, or breaks the bidirectional rule, as libpq then sends it."""
+    mapped = "".join(" " if stringprep.in_table_c12(c) else "" if stringprep.in_table_b1(c)
+                     else c for c in password)
+    prepared = unicodedata.ucd_3_2_0.normalize("NFKC", mapped)
+    prohibited = (stringprep.in_table_a1, stringprep.in_table_c12, stringprep.in_table_c21_c22,
+                  stringprep.in_table_c3, stringprep.in_table_c4, stringprep.in_table_c5,
+                  stringprep.in_table_c6, stringprep.in_table_c7, stringprep.in_table_c8,
+                  stringprep.in_table_c9)
+    if not prepared or any(test(c) for c in prepared for test in prohibited):
+        return password
+    if any(map(stringprep.in_table_d1, prepared)) and (
+            any(map(stringprep.in_table_d2, prepared)) or
+            not (stringprep.in_table_d1(prepared[0]) and stringprep.in_table_d1(prepared[-1]))):
+        return password
+    return prepared
+
+
 def check_password(verifier: str | Verifier | None, password: str) -> bool:
     """Whether ``password`` matches the verifier (constant time in the comparison)."""
     v = Verifier.dummy() if verifier is None else (
         verifier if isinstance(verifier, Verifier) else Verifier.parse(verifier))
-    salted = hashlib.pbkdf2_hmac("sha256", password.encode("utf-8"), v.salt, v.iterations)
+    salted = hashlib.pbkdf2_hmac("sha256", saslprep(password).encode("utf-8"), v.salt,
+                                 v.iterations)
     stored = hashlib.sha256(_hmac(salted, b"Client Key")).digest()
     return verifier is not None and hmac.compare_digest(stored, v.stored_key)
 

@@ -395,6 +395,8 @@ class HttpApi:
             body = json.loads(b"".join(chunks) or b"{}")
         except (ValueError, UnicodeDecodeError):
             raise ServiceError("protocol", "the body is not JSON") from None
+        except RecursionError:  # past Python's stack: a 500 before
+            raise ServiceError("protocol", "the body's JSON nests too deeply") from None
         if not isinstance(body, dict) or not isinstance(body.get("sql"), str):
             raise ServiceError("protocol", 'the body must be {"sql": "...", "epsilon": ...}')
         unknown = sorted(set(body) - BODY_KEYS)

@@ -13,6 +13,7 @@ timestamps; types dpsql has no values of (bytea, time, interval ...) are refused
 
 from __future__ import annotations
 
+import re
 import struct
 import uuid
 from collections.abc import Callable
@@ -64,6 +65,9 @@ def value(raw: bytes | None, fmt: int, type_oid: int) -> object:
         return decode(raw)
     text = utf8(raw)
     try:
+        if type_oid in {*_INTS, pgtypes.OID, pgtypes.NUMERIC, pgtypes.FLOAT4, pgtypes.FLOAT8} \
+                and not _PG_NUMBER.fullmatch(text):
+            raise ValueError(text)  # Python's int()/float() take '1_000' and other digits
         if type_oid in _INTS or type_oid == pgtypes.OID:
             return int(text)
         if type_oid == pgtypes.NUMERIC:  # exact, as its binary form is (float lost digits)
@@ -77,8 +81,29 @@ def value(raw: bytes | None, fmt: int, type_oid: int) -> object:
                            hint="send the parameter's text as its type writes it "
                            "(42, -0.5, 1e3)") from None
     if type_oid == pgtypes.BOOL:
-        return text.lower() in ("t", "true", "1", "on", "yes")
+        return _boolean(text)
     return text
+
+
+# what PostgreSQL's numeric input functions read (ASCII digits, no '_'), NaN and infinities
+# aside, which the binding refuses with its own message
+_PG_NUMBER = re.compile(r"\s*[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|"
+                        r"inf(?:inity)?)\s*", re.IGNORECASE | re.ASCII)
+
+
+def _boolean(text: str) -> bool:
+    """A boolean's text as PostgreSQL's boolin reads it: blanks around, any case, a prefix of
+    true/false/yes/no, on/off (two letters at least), 1/0; anything else refused."""
+    word = text.strip(" \t\n\r\f\v").lower()
+    if word in ("1", "0"):
+        return word == "1"
+    for value, names in ((True, ("true", "yes")), (False, ("false", "no"))):
+        if word and any(name.startswith(word) for name in names):
+            return value
+    if word in ("on", "off", "of"):
+        return word == "on"
+    raise ServiceError("interface", f"invalid input syntax for type boolean: {text[:40]!r}",
+                       hint="send true or false (t, f, yes, no, on, off, 1, 0)")
 
 
 def utf8(raw: bytes) -> str:

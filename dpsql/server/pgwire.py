@@ -84,6 +84,19 @@ def _error(failure: Failure, severity: str = "ERROR") -> bytes:
     return _message(b"E", b"".join(k + v.encode() + b"\0" for k, v in fields) + b"\0")
 
 
+
+def _notices(result: _Result) -> bytes:
+    """A release's NOTICEs (what it spent, then what the answer does not show, such as the
+    rows its bounds drop: psql users saw only the CLI say it), once: with the first message
+    that follows its run (a Describe's or the first rows)."""
+    if not result.notice:
+        return b""
+    out = _notice(result.notice) + b"".join(_notice(text) for text in result.notes) + \
+        b"".join(_notice(text, "WARNING") for text in result.warnings)
+    result.notice = None
+    return out
+
+
 def _notice(text: str, severity: str = "NOTICE") -> bytes:
     """A NoticeResponse: a NOTICE (00000) or a WARNING (01000, psql shows it as such)."""
     code = "01000" if severity == "WARNING" else "00000"
@@ -157,7 +170,8 @@ _CALL_KEYWORDS = ("epsilon", "delta", "accuracy", "rho", "weights", "tune")
 _NAME = r'("(?:[^"]|"")+"|\w+)'
 MAX_CURSORS = 16  # DECLAREd cursors a session may hold open
 _DECLARE = re.compile(r"^declare\s+" + _NAME + r"\s+(?:(?:no\s+)?scroll\s+)?cursor\s+"
-                      r"(?:with(?:out)?\s+hold\s+)?for\s+(.+)$", re.IGNORECASE | re.DOTALL)
+                      r"(with\s+hold\s+|without\s+hold\s+)?for\s+(.+)$",
+                      re.IGNORECASE | re.DOTALL)
 # a count of at most 18 digits: Python refuses to read an int of more than 4,300
 _FETCH = re.compile(r"^fetch\s+(?:(forward|next)\s+)?(all|\d{1,18})?\s*(?:from|in)\s+" +
                     _NAME + "$", re.IGNORECASE)
@@ -182,6 +196,8 @@ class _Result:
     epsilon: float = 0  # what the release of these rows charged (said if they cannot be sent)
     types: list[int] | None = None  # its columns' oids, when not its own (a FETCH's cursor's)
     described: bool = False  # its RowDescription was sent: the client knows its oids
+    held: bool = False  # a cursor DECLAREd WITH HOLD: kept past COMMIT
+    kept: bool = False  # such a cursor whose transaction committed: kept past ROLLBACK too
 
     @cached_property
     def size(self) -> int:
@@ -464,7 +480,9 @@ class Session:
                     self.cursors:  # each holds its rows; a stored answer is declared free
                 raise ServiceError("programming", f"a session holds at most {MAX_CURSORS} "
                                    "open cursors", hint="CLOSE one, or COMMIT to close them all")
-            result = await self._release(match.group(2), params)
+            result = await self._release(match.group(3), params)
+            result.held = (match.group(2) or "").lower().startswith("with ")
+            result.kept = result.held and self.status == b"I"  # committed as it is declared
             self.cursors[_cursor_name(match.group(1))] = result
             return _Result("DECLARE CURSOR", notice=result.notice, notes=result.notes,
                            warnings=result.warnings)
@@ -588,7 +606,13 @@ class Session:
                 self.status = b"T"
                 return _Result("BEGIN")
             self.status = b"I"
-            self.cursors.clear()  # as PostgreSQL's: a cursor lives in its transaction
+            # as PostgreSQL's: a cursor lives in its transaction, a WITH HOLD one past its
+            # COMMIT, until CLOSE or the session's end
+            rollback = word in ("rollback", "abort")
+            self.cursors = {name: result for name, result in self.cursors.items()
+                            if (result.kept if rollback else result.held)}
+            for result in self.cursors.values():
+                result.kept = True
             return _Result("ROLLBACK" if word in ("rollback", "abort") else "COMMIT")
         match = _DEALLOCATE.match(text)
         if match:
@@ -716,14 +740,7 @@ class Session:
         then PortalSuspended while rows remain."""
         if result.tag == "EMPTY":
             return _message(b"I")
-        out = []
-        if result.notice:
-            out.append(_notice(result.notice))
-            # what the answer does not show (the rows its bounds drop): psql users saw only
-            # the CLI say it
-            out.extend(_notice(text) for text in result.notes)
-            out.extend(_notice(text, "WARNING") for text in result.warnings)
-            result.notice = None  # once, with the first rows
+        out = [_notices(result)]
         formats = [] if result.columns is None else _formats(codes, len(result.columns))
         if result.columns is not None and describe:
             out.append(_row_description(result.columns, result.oids, formats))
@@ -864,20 +881,26 @@ class Session:
             if name in self.cursors and name not in self.portals:
                 result, codes = self.cursors[name], ()
             else:
-                result, codes = await self._portal_result(name), self.portals[name][4]
+                # read before it runs: a DISCARD ALL portal clears self.portals
+                codes = self.portals[name][4] if name in self.portals else ()
+                result = await self._portal_result(name)
             if result.columns is not None:
                 result.described = True
-            await self.send(flush=False, data=_message(b"n") if result.columns is None else
-                            _row_description(result.columns, result.oids,
-                                             _formats(codes, len(result.columns))))
+            # the statement ran (and was charged) here: its NOTICE goes with its description,
+            # not only with an Execute the client may never send
+            await self.send(flush=False, data=_notices(result) + (
+                _message(b"n") if result.columns is None else
+                _row_description(result.columns, result.oids,
+                                 _formats(codes, len(result.columns)))))
         elif kind == b"E":
             name, pos = _cstr(data, 0)
             limit = struct.unpack("!i", data[pos:pos + 4])[0]
+            codes = self.portals[name][4] if name in self.portals else ()
             result = await self._portal_result(name)
             # the result stays until Sync: executing the portal again continues (or ends) it
             # instead of running, and charging, the statement again
             await self.send(flush=False, data=self._result_messages(
-                result, describe=False, limit=limit, codes=self.portals[name][4]))
+                result, describe=False, limit=limit, codes=codes))
         elif kind == b"C":
             target, (name, _) = data[:1], _cstr(data, 1)
             (self.statements if target == b"S" else self.portals).pop(name, None)
