@@ -160,11 +160,14 @@ class Scan:
 
 @dataclass(frozen=True, slots=True)
 class Number:
-    """The rows of ``input`` with their position in a new column: the synthetic person of a
-    row-privacy table that is joined (one row may meet several partners)."""
+    """The rows of ``input`` (of ``columns``) with a text naming each in a new column, the
+    synthetic person of a row-privacy table that is joined (one row may meet several
+    partners): its values and its rank among equal rows, never its position in the table
+    (``Dialect.row_identity``)."""
 
     input: Any
     name: str
+    columns: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,9 +130,19 @@ class Dialect:
         """FLOOR(offset / width) for offset ≥ 0 and width > 0: a histogram bin."""
         return f"FLOOR(({offset}) / {width})"
 
-    def row_number(self) -> str:
-        """A distinct number for each row of a relation."""
-        return "ROW_NUMBER() OVER ()"
+    def row_identity(self, columns: tuple[str, ...]) -> str:
+        """A distinct text for each row of a relation of ``columns``: its values, spelt
+        injectively, and its rank among the rows spelt alike, which cannot be told apart.
+        Never its position: one row inserted before it shifted every later row's number,
+        and with it the keyed-hash choice of each (adversary round 29k)."""
+        spelt = self.row_text(columns)
+        rank = f"ROW_NUMBER() OVER (PARTITION BY {spelt} ORDER BY {spelt})"  # Spark wants one
+        return f"CONCAT({spelt}, ':', CAST({rank} AS {self.types['text']}))"
+
+    def row_text(self, columns: tuple[str, ...]) -> str:
+        """A row's values as one text, distinct rows' distinct (a string quoted and escaped
+        where it holds a delimiter, a quote or spells NULL; -0.0, NaN spelt as they are)."""
+        return f"CAST(ROW({', '.join(columns)}) AS {self.types['text']})"
 
     def sum_int(self, value: str) -> str:
         """SUM of integers that cannot wrap (128-bit in DuckDB)."""
@@ -504,7 +514,7 @@ class Dialect:
                 for internal, declared, kind in node.columns)
             return f"(SELECT {columns} FROM {sources.get(node.table, self.quote(node.table))})"
         if isinstance(node, Number):
-            return (f"(SELECT *, {self.row_number()} AS {node.name} FROM "
+            return (f"(SELECT *, {self.row_identity(node.columns)} AS {node.name} FROM "
                     f"{self.relation(node.input, sources)} AS __r)")
         if isinstance(node, Filter):
             return (f"(SELECT * FROM {self.relation(node.input, sources)} AS __r WHERE "
@@ -779,8 +789,9 @@ class SparkDialect(Dialect):
     def int_divide(self, left: str, right: str) -> str:
         return f"(({left}) DIV ({right}))"
 
-    def row_number(self) -> str:
-        return "monotonically_increasing_id()"
+    def row_text(self, columns: tuple[str, ...]) -> str:
+        # JSON: strings escaped, a NULL field left out (each field has its name)
+        return f"to_json(struct({', '.join(columns)}))"
 
     def sum_int(self, value: str) -> str:
         return f"SUM(CAST({value} AS DECIMAL(38, 0)))"

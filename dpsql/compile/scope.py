@@ -798,8 +798,8 @@ class Resolver:
             index = parts.index(private[0])
             numbered = self.names()
             row = parts[index]
-            parts[index] = replace(row, node=Number(row.node, numbered),
-                                   columns=row.columns | {numbered: ColumnInfo(numbered, "int")},
+            parts[index] = replace(row, node=Number(row.node, numbered, tuple(row.columns)),
+                                   columns=row.columns | {numbered: ColumnInfo(numbered, "text")},
                                    unit=numbered, unit_columns={numbered}, l0=1, linf=1,
                                    total=None)
             private = [parts[index]]
