@@ -165,3 +165,32 @@ def test_a_key_with_too_many_declared_values_says_so(tmp_path):
             con.execute("SELECT AVG(hours-per-week) AS h FROM t", epsilon=1)
         assert unknown.value.hint.startswith('write "hours-per-week" in double quotes')
         assert con.budget_spent.epsilon == 0
+
+
+def test_coalesce_of_ints_and_a_float_is_one_cell_per_double():
+    """COALESCE(p.code, 0.5) over a public table's codes 2**60 + 1 and 2**60 + 2 (one double):
+    its domain kept both ints, two cells rendered as one literal, and one person's row was
+    counted in both, each at sensitivity 1 (adversary round 29h; CASE converted already)."""
+    import warnings
+
+    import pandas as pd
+
+    import dpsql
+
+    code = 2**60
+    meta = {"name": "v", "budget": {"epsilon": 100}, "tables": {
+        "t": {"privacy_unit": "uid", "max_groups_per_unit": 1, "max_rows_per_group": 1,
+              "columns": {"uid": "int", "s": {"type": "text", "values": ["a", "b", "c"]}}},
+        "p": {"public": True, "columns": {"name": "text", "code": "int"}}}}
+    public = pd.DataFrame({"name": ["a", "b", "c"], "code": [code + 1, code + 2, 7]})
+    rows = pd.DataFrame({"uid": range(300), "s": ["a"] + ["c"] * 299})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpsql.InsecureRandomnessWarning)
+        con = dpsql.connect(metadata=meta, sources={"t": rows, "p": public}, ledger=":memory:",
+                            insecure_seed=3)
+    with con:
+        statement = con._engine.plan("SELECT COALESCE(p.code, 0.5) AS k, COUNT(*) AS n FROM t "
+                                     "JOIN p ON t.s = p.name GROUP BY k",
+                                     epsilon=1).release.statements[0]
+        _, exact = con._engine._run_exact(statement.exact_query)
+    assert sorted(exact) == [(0.5, 0), (7.0, 299), (float(code), 1)]

@@ -1577,7 +1577,11 @@ def _coalesce(node: exp.Coalesce, scope: Scope) -> Expr:
     proven = _hull([a.proven for a in args if not (a.op == "lit" and a.value is None)])
     domain = None
     if all(a.domain is not None or (a.op == "lit" and a.value is None) for a in args):
-        domain = tuple(x for a in args for x in (a.domain or ()))
+        # an int argument beside a float one is read as a double, as CASE's domain is: the
+        # ints 2**53 + 1 and 2**53 are one double, one cell (two cells held one person's
+        # row: adversary round 29h)
+        domain = tuple(float(x) if kind == "float" and x is not None else x
+                       for a in args for x in (a.domain or ()))
     return Expr("coalesce", tuple(args), kind, None, interval, proven, domain,
                 all(a.nullable for a in args))
 
