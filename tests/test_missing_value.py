@@ -148,3 +148,20 @@ def test_an_age_replaced_by_null_moves_sums_by_the_bounds_only(tmp_path, sql):
         assert check_statement(pair, sql) == "released"
     finally:
         pair.close()
+
+
+@pytest.mark.parametrize("written", ["20200601", "2020-W22-1", "2020-06-01 00:00:00"])
+def test_a_date_missing_value_is_read_in_any_iso_spelling(tmp_path, written):
+    """A date missing_value the catalogue accepted ('20200601', an ISO week day) was put in
+    the SQL as written: every statement reading the column failed, after the charge, and
+    '2020-06-01 00:00:00' raised a bare ValueError (adversary round 29h)."""
+    (tmp_path / "t.csv").write_text("g,d\na,2020-01-05\na,\n")
+    meta = {"name": "m", "budget": {"epsilon": 1e12}, "tables": {"t": {
+        "privacy_unit": None, "source": str(tmp_path / "t.csv"), "columns": {
+            "g": {"type": "text", "values": ["a"]},
+            "d": {"type": "date", "lower": "2020-01-01", "upper": "2020-12-31",
+                  "missing_value": written}}}}}
+    with dpsql.connect(metadata=meta, ledger=":memory:", insecure_seed=1) as con:
+        day = "2020-06-01" if written != "2020-W22-1" else "2020-05-25"
+        assert con.execute(f"SELECT COUNT(*) AS n FROM t WHERE d = DATE '{day}'",
+                           epsilon=1e9).fetchall() == [(1,)]

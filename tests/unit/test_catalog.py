@@ -28,6 +28,9 @@ def _meta(**table):
     (_meta(columns={"x": {"type": "int", "values": [1, 2.5]}}), "int numbers, got 2.5"),
     (_meta(columns={"x": {"type": "float", "values": [1, float("inf")]}}), "float numbers"),
     (_meta(columns={"x": {"type": "int", "values": [True, 2]}}), "int numbers, got True"),
+    # math.isfinite raised a bare OverflowError on an int past the doubles
+    (_meta(columns={"x": {"type": "float", "values": [1, 10**400]}}), "float numbers"),
+    (_meta(columns={"x": {"type": "float", "lower": 0, "upper": 10**400}}), "finite number"),
     (_meta(columns={"x": {"type": "int", "values": [None]}}), "null, which no row equals"),
     # text values matched no bool value: randomize drew every record's value uniformly
     (_meta(columns={"x": {"type": "bool", "values": ["True", "False"]}}),
