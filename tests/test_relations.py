@@ -151,3 +151,13 @@ def test_units_of_two_types_are_not_joined_as_one_person(tmp_path):
         with pytest.raises(dpsql.UnsupportedSQLError, match="privacy units"):
             con.execute("SELECT COUNT(*) AS n FROM a JOIN f ON a.uid = f.fid", epsilon=1)
         assert con.budget_spent.epsilon == 0
+
+
+def test_a_cte_named_twice_in_one_with_is_refused(meta, tmp_path):
+    """WITH t AS (...), t AS (...) was answered from the last definition; DuckDB, PostgreSQL
+    and Spark refuse it (adversary round 29k)."""
+    with _con(meta, tmp_path) as con:
+        with pytest.raises(dpsql.ProgrammingError, match="twice"):
+            con.execute("WITH v AS (SELECT * FROM visits WHERE day = 'Mon'), v AS (SELECT * "
+                        "FROM visits) SELECT COUNT(*) AS n FROM v", epsilon=1)
+        assert con.budget_spent.epsilon == 0

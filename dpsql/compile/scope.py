@@ -531,6 +531,11 @@ class Resolver:
             return ctes
         if with_.args.get("recursive"):
             raise UnsupportedSQLError("recursive CTEs are not supported", sql=self.sql)
+        names = [cte.alias_or_name.lower() for cte in with_.expressions]
+        twice = next((name for name in names if names.count(name) > 1), None)
+        if twice is not None:  # DuckDB, PostgreSQL and Spark refuse it; dpsql read the last
+            raise ProgrammingError(f"the WITH clause defines the CTE {twice!r} twice",
+                                   sql=self.sql, hint="give each CTE its own name")
         visible = dict(ctes)
         for cte in with_.expressions:
             # a CTE sees the CTEs defined before it (and the outer ones), not itself
