@@ -40,7 +40,9 @@ def exact(value: float | int | str | Fraction, name: str = "epsilon") -> Fractio
             f"{name} must be a number of at most {MAX_NUMBER_TEXT} characters and an exponent "
             f"of at most 4 digits, got {value[:40]!r}", hint=f"pass {name} as e.g. 1e-6")
     try:
-        return Fraction(repr(value) if isinstance(value, float) else value)
+        if isinstance(value, str) and not value.isascii():  # '١' read as 1
+            raise ValueError(value)
+        return Fraction(repr(float(value)) if isinstance(value, float) else value)
     except (ValueError, ZeroDivisionError) as err:
         raise PrivacyParameterError(
             f"{name} must be a number, got {value!r}", hint=f"pass {name} as a positive number"

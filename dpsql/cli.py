@@ -296,10 +296,14 @@ def run(script, metadata, db, analyst, ledger, epsilon, delta, dialect, insecure
     if tuned:
         bounds = ", ".join(f"{k} {v}" for k, v in tuned.items())
         click.echo(f"bounds chosen by --tune: {bounds} (dpsql tune shows what they may drop)")
-    click.echo(f"ε spent: {float(cursor.epsilon_spent):g}"
+    # a Gaussian dataset spends ρ (zCDP): its ε is 0 (round 29i: it printed "ε spent: 0")
+    zcdp = bool(cursor.rho_spent) or (remaining is not None and bool(remaining.rho))
+    name, spent = ("ρ", cursor.rho_spent) if zcdp else ("ε", cursor.epsilon_spent)
+    click.echo(f"{name} spent: {float(spent):g}"
                + (" (the stored answer of an identical earlier release, returned again)"
                   if all(reused) else "")
-               + ("" if remaining is None else f"; remaining: {float(remaining.epsilon):g}"))
+               + ("" if remaining is None else
+                  f"; remaining: {float(remaining.rho if zcdp else remaining.epsilon):g}"))
 
 
 def _json_cell(value):
@@ -422,6 +426,9 @@ def budget(metadata, db, analyst, ledger, history, as_json) -> None:
         "remaining_epsilon": None if remaining is None else float(remaining.epsilon),
         "remaining_delta": None if remaining is None else float(remaining.delta),
         "analyst_spent_epsilon": float(mine.epsilon),
+        "budget_rho": None if total is None else float(total.rho),
+        "spent_rho": float(spent.rho),
+        "remaining_rho": None if remaining is None else float(remaining.rho),
         **({"releases": rows} if history else {}),
     }
     if as_json:
@@ -430,11 +437,11 @@ def budget(metadata, db, analyst, ledger, history, as_json) -> None:
     click.echo(f"dataset {catalog.name} (ledger {book.path})")
     click.echo("  budget    " + ("none: every query that reads a private table is refused"
                                  if total is None else
-                                 f"ε={float(total.epsilon):g}, δ={float(total.delta):g}"))
-    click.echo(f"  spent     ε={float(spent.epsilon):g}, δ={float(spent.delta):g} "
-               f"(you: ε={float(mine.epsilon):g})")
+                                 total.describe(delta=not total.rho)))
+    laplace = total is None or not total.rho  # δ shown beside ε, never beside ρ alone
+    click.echo(f"  spent     {spent.describe(delta=laplace)} (you: {mine.describe()})")
     if remaining is not None:
-        click.echo(f"  remaining ε={float(remaining.epsilon):g}, δ={float(remaining.delta):g}")
+        click.echo(f"  remaining {remaining.describe(delta=laplace)}")
     for row in rows:
         click.echo(f"  #{row['id']} {row['kind']:<5} {row['analyst']:<10} "
                    f"ε={row['epsilon']:<8g} δ={row['delta']:<8g} {row['statement'][:60]!r}")

@@ -120,12 +120,14 @@ class ResultCursor:
         self._closed = False
         self._wide = intervals
         self.epsilon_spent: Fraction = Fraction(0)
+        self.rho_spent: Fraction = Fraction(0)  # on a Gaussian dataset (zCDP), beside ε 0
         self.sensitivity: Fraction | None = Fraction(0)
 
     def _load(self, results: list[NoisyResult]) -> None:
         """Make ``results`` the cursor's; ``[]`` before an execute, so that a refused one
         leaves no earlier result (description, rowcount, rows, ε) behind."""
         self.epsilon_spent = sum((r.epsilon for r in results), Fraction(0))
+        self.rho_spent = sum((r.rho for r in results), Fraction(0))
         known = [r.sensitivity for r in results]  # None: a server that does not send it
         self.sensitivity = None if None in known else sum(known, Fraction(0))
         if self._wide:

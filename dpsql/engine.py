@@ -492,6 +492,11 @@ class Engine:
                     "ε together with a δ > 0 to convert from",
                     hint="pass rho=0.01, or epsilon=1 and delta=1e-6")
             rho = rho_from_epsilon_delta(epsilon, delta)
+            if rho < SMALLEST:  # rounded down to 0 at 10^-12: every share 0, Fraction(1, 0)
+                raise PrivacyParameterError(
+                    f"ε = {float(epsilon):g} with δ = {float(delta):g} converts to ρ below "
+                    "1e-12, too small to answer anything",
+                    hint="pass a larger epsilon, or rho=... directly")
         shares = allocate(private, self.catalog, rho, weights, gaussian=True, shared=shared)
         plans = tuple(rewrite(c, self.catalog, Fraction(0), salt=salt, rhos=mine,
                               bounding=self.bounding, shared=label, **self._target())

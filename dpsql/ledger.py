@@ -132,7 +132,18 @@ class SqlLedger:
             share = self.analyst_budget.minus(self.spent(dataset, analyst))
             if not share.covers(loss):
                 raise budget_exhausted(analyst, dataset, loss, share, whose=f"{analyst}'s share")
-        remaining = budget.minus(self.spent(dataset))
+        spent = self.spent(dataset)
+        if (spent.epsilon and not budget.epsilon) or (spent.rho and not budget.rho):
+            # the dataset's mechanism changed (Laplace to Gaussian or back): what was spent in
+            # the other currency is a loss of the same persons that this budget cannot count,
+            # and the whole budget was spent again (adversary round 29i)
+            raise BudgetExhaustedError(
+                f"dataset {dataset!r} has spent {spent.describe()} under another mechanism "
+                f"than its budget's ({budget.describe()}); nothing was run or released",
+                hint="the data owner starts a new ledger for the dataset's new mechanism, with "
+                "a budget that accounts for what was spent", analyst=analyst, dataset=dataset,
+                requested=loss, remaining=budget.minus(spent))
+        remaining = budget.minus(spent)
         if not remaining.covers(loss):
             raise budget_exhausted(analyst, dataset, loss, remaining)
 

@@ -443,7 +443,9 @@ class ScriptPlan:
              for a in s.checked.aggregates] + [
             # the contribution bounds: which of a person's rows are kept
             f"{t.privacy_unit} {t.max_groups_per_unit} {t.max_rows_per_group} "
-            f"{t.max_rows_per_unit}" for t in (s.checked.table for s in self.statements)])
+            f"{t.max_rows_per_unit}" for t in (s.checked.table for s in self.statements)] + [
+            # a bounded snapshot keeps other rows than a per-query pass (bounds before WHERE)
+            f"setup {bool(s.exact_query.setup)}" for s in self.statements])
         digest = hashlib.sha256(plan.encode()).hexdigest()
         return (f"{text} @ epsilon={loss.epsilon} delta={loss.delta} rho={loss.rho}"
                 f" data={self.data_version} tree={digest}")

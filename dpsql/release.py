@@ -172,7 +172,7 @@ def release(plan: StatementPlan, names: list[str], rows: list[tuple], rng: Rando
     if [c.name for c in columns] != result_names:
         raise InternalError("post-processing changed the output columns")
     return NoisyResult(columns=columns, rows=result_rows, intervals=intervals,
-                       epsilon=plan.loss.epsilon,
+                       epsilon=plan.loss.epsilon, rho=plan.loss.rho,
                        sensitivity=statement_sensitivity(plan, neighbouring),
                        ranking_warnings=warned,
                        notes=tuple(n for n in [*_column_notes(columns, intervals),

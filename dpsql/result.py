@@ -33,6 +33,7 @@ class NoisyResult:
     rows: list[tuple]
     intervals: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     epsilon: Fraction = Fraction(0)
+    rho: Fraction = Fraction(0)  # what it spent under zCDP (a Gaussian dataset), else 0
     sensitivity: Fraction = Fraction(0)
     reused: bool = False  # an earlier identical release, returned again at no cost
     tuned_bounds: dict | None = None  # tune=: the contribution bounds chosen (a DP output)

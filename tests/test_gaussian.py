@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import dpsql
-from dpsql.budget import rho_from_epsilon_delta
+from dpsql.budget import PrivacyLoss, rho_from_epsilon_delta
 from dpsql.release import half_width
 
 from conftest import catalogue, make_adult
@@ -160,3 +160,43 @@ def test_private_keys_are_refused_without_asking_for_a_delta(gaussian):
                         delta=1e-6)
     assert "mechanism: gaussian releases no keys" in caught.value.hint
     assert "give a δ" not in caught.value.hint
+
+
+def test_an_epsilon_and_delta_below_the_smallest_rho_are_refused_uncharged(gaussian, tmp_path):
+    """ε = δ = 1e-6 converts to ρ = 0 on the 10^-12 grid: a COUNT raised a bare
+    ZeroDivisionError, and a MEDIAN read the private rows uncharged before refusing (adversary
+    round 29i)."""
+    with dpsql.connect(metadata=gaussian, ledger=tmp_path / "l.sqlite") as con:
+        for sql in ("SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex",
+                    "SELECT MEDIAN(age) AS m FROM adult"):
+            with pytest.raises(dpsql.PrivacyParameterError, match="below 1e-12"):
+                con.execute(sql, epsilon=1e-6, delta=1e-6)
+        assert con.budget_spent.rho == 0 and not con.ledger.history()
+
+
+def test_run_and_budget_show_what_a_gaussian_dataset_spends(gaussian, data_dir):
+    """`dpsql run` printed 'ε spent: 0; remaining: 0' and `dpsql budget` 'ε=0' everywhere on
+    a dataset that spends ρ (adversary round 29i)."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    meta = data_dir / "gaussian.yaml"
+    meta.write_text(yaml.safe_dump(gaussian))
+    ledger = data_dir / "g.sqlite"
+
+    def dpsql_cli(*args):
+        out = subprocess.run([sys.executable, "-m", "dpsql", *map(str, args), "--metadata",
+                              meta, "--ledger", ledger], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    script = data_dir / "count.sql"
+    script.write_text("SELECT COUNT(*) AS n FROM adult")
+    rho = rho_from_epsilon_delta(Fraction(1), Fraction(1, 10**6))
+    run = dpsql_cli("run", script, "--epsilon", 1, "--delta", "1e-6")
+    assert f"ρ spent: {float(rho):g}; remaining: {100 - float(rho):g}" in run
+    budget = dpsql_cli("budget")
+    assert "budget    ρ=100\n" in budget
+    assert f"spent     {PrivacyLoss(Fraction(0), rho=rho).describe()} " in budget

@@ -255,3 +255,20 @@ def test_a_commit_that_cannot_write_is_a_ledger_error(tmp_path):
                          text=True, timeout=120)
     assert out.stdout.strip() == "LedgerError", out.stdout + out.stderr
     assert dpsql.ledger.Ledger(path).spent("d").epsilon == Fraction(1, 10)
+
+
+def test_a_budget_in_another_currency_than_the_spend_is_refused(data_dir):
+    """A dataset that spent its ε = 1 under Laplace noise, then declared mechanism: gaussian
+    (its budget converted to ρ), spent the whole ρ again: each currency was checked alone
+    (adversary round 29i). Its ledger now refuses until the owner starts a new one."""
+    meta = catalogue(data_dir, budget=1.0)
+    meta["budget"] = {"epsilon": 1, "delta": 1e-6}
+    ledger = data_dir / "l.sqlite"
+    sql = "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex"
+    with dpsql.connect(metadata=meta, ledger=ledger) as con:
+        con.execute(sql, epsilon=0.5)
+    meta["mechanism"] = "gaussian"
+    with dpsql.connect(metadata=meta, ledger=ledger) as con:
+        with pytest.raises(dpsql.BudgetExhaustedError, match="another mechanism"):
+            con.execute(sql, rho=0.001)
+        assert con.budget_spent == PrivacyLoss(Fraction(1, 2))

@@ -69,3 +69,15 @@ def test_thresholds_release_a_lone_persons_key_with_probability_at_most_delta(sc
     assert private_key_threshold(scale, delta, l0) == tau
     q = math.exp(-1 / scale)
     assert q ** (tau - 1) / (1 + q) <= delta / l0 < q ** (tau - 2) / (1 + q)
+
+
+def test_numpy_epsilons_are_read_exactly_and_other_digits_refused(con):
+    """np.float64(0.1) was refused (its repr is 'np.float64(0.1)') and the text '١', an
+    Arabic-Indic digit Fraction() reads, was charged as ε = 1 (adversary round 29i)."""
+    import numpy as np
+
+    sql = "SELECT COUNT(*) AS n FROM visits"
+    assert con.execute(sql, epsilon=np.float64(0.25)).epsilon_spent == Fraction(1, 4)
+    with pytest.raises(dpsql.PrivacyParameterError, match="must be a number"):
+        con.execute(sql, epsilon="\u0661")
+    assert con.budget_spent.epsilon == Fraction(1, 4)

@@ -217,3 +217,16 @@ def test_rows_outside_the_public_domain_take_none_of_a_persons_snapshot_groups(t
         assert con._backend.connection.execute(
             f'SELECT COUNT(*) FROM "{table_name}"').fetchone()[0] == 400
     assert sum(row[1] for row in exact.values()) == 400
+
+
+def test_a_snapshots_answer_is_not_reused_by_per_query_bounding(visits_dir, tmp_path):
+    """A snapshot bounds each person's rows before the WHERE, per-query bounding after it:
+    they measure other quantities, and the second mode returned the first's stored answer at
+    ε 0 (adversary round 29i)."""
+    meta = catalogue(visits_dir)
+    sql = "SELECT day, COUNT(*) AS n FROM visits WHERE amount > 90 GROUP BY day"
+    for bounding in ("snapshot", "per_query"):
+        with dpsql.connect(metadata=meta, ledger=tmp_path / "l.sqlite",
+                           bounding=bounding) as con:
+            cursor = con.execute(sql, epsilon=1)
+            assert cursor.epsilon_spent == 1, bounding
