@@ -825,6 +825,9 @@ def randomize_table(metadata: str | Path | Mapping, table: str, output: str | Pa
     randomizers = spec.build(table_spec, rng)  # refused parameters read no true row
     frame = read_source(catalog, table, database=database, source=source, ledger=ledger)
     frame, dropped = bound_units(frame, table_spec, rng)
+    # publish the records in a random order: the source's order (a file sorted by a private
+    # column) is not the randomizers' output and told each record's true value
+    frame = frame.iloc[rng.sample(len(frame), len(frame))].reset_index(drop=True)
     frame = frame[spec.published(table_spec)]
     return write_randomized(randomize_frame(frame, randomizers, rng), table_spec, randomizers,
                             output, dropped)

@@ -271,7 +271,29 @@ def test_cli_reads_an_input_file_instead_of_the_declared_source(tmp_path) -> Non
     assert json.loads(result.output)["rows"] == 100
     randomized = pd.read_csv(output, dtype=str)
     assert list(randomized.columns) == list(load_catalog(CAR_YAML).table("car").columns)
-    assert randomized["class"].tolist() == pd.read_csv(subset, dtype=str)["class"].tolist()
+    assert sorted(randomized["class"]) == sorted(pd.read_csv(subset, dtype=str)["class"])
+
+
+def test_the_records_are_published_in_a_random_order(tmp_path) -> None:
+    """The records came out in the source's order: a file sorted by a private column told
+    each record's true value by its neighbours' published ones (adversary round 29l: 99.9%
+    guessed where the local ε allows 66.7%). A kept column shows the order: of a file sorted
+    'u' then 'v', the first half published holds about half of the 'u's."""
+    source = tmp_path / "sorted.csv"
+    source.write_text("c,x\n" + "".join(f"{'u' if i < 200 else 'v'},{i % 10}\n"
+                                        for i in range(400)))
+    metadata = tmp_path / "sorted.yaml"
+    metadata.write_text(f"name: s\ntables:\n  t:\n    source: {source}\n    privacy_unit: null\n"
+                        "    columns:\n      c: {type: text, values: [u, v]}\n"
+                        "      x: {type: int, lower: 0, upper: 9}\n")
+    output = tmp_path / "published.csv"
+    result = CliRunner().invoke(command, ["--metadata", str(metadata), "--table", "t",
+                                          "--output", str(output), "--keep", "c",
+                                          "--ledger", ":memory:"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    published = pd.read_csv(output, dtype=str)["c"].tolist()
+    assert sorted(published) == ["u"] * 200 + ["v"] * 200
+    assert 70 <= published[:200].count("u") <= 130  # hypergeometric: 100 ± 7 (sd)
 
 
 def test_a_table_with_a_privacy_unit_drops_it_and_reports_each_persons_epsilon(tmp_path):
@@ -298,7 +320,7 @@ def test_a_table_with_a_privacy_unit_drops_it_and_reports_each_persons_epsilon(t
     kept = json.loads(CliRunner().invoke(command, [*args, str(tmp_path / "k.csv"), "--keep",
                                                    "uid"], catch_exceptions=False).output)
     assert kept["clear_columns"] == ["uid"]
-    assert pd.read_csv(tmp_path / "k.csv").uid.tolist() == [1, 1, 1, 2]
+    assert sorted(pd.read_csv(tmp_path / "k.csv").uid) == [1, 1, 1, 2]
 
 
 def test_a_person_publishes_at_most_the_declared_bound_of_records(tmp_path):
