@@ -195,7 +195,7 @@ def level_table(
     if len(missing):
         raise dpsql.DataError(
             f"values of {column!r} missing from its hierarchy: "
-            f"{sorted(missing['l0'].astype(str))[:5]}",
+            f"{sorted(map(str, missing['l0'].tolist()))[:5]}",
             hint="add a row for each value to the hierarchy file",
         )
     return frame

@@ -55,7 +55,8 @@ from evaluators._cli import EXACT, dataset_ledger, emit, evaluator_options
 from evaluators._domains import domain_labels, value_codes
 from evaluators._holdout import check_test_fraction, held_out, share, shown_share
 from evaluators.attribute_selection.contingency import catalog_attributes, check_candidates
-from evaluators.naive_bayes.central import train_central
+from evaluators.attribute_selection.contingency import release_tables
+from evaluators.naive_bayes.central import model_from_release
 from evaluators.naive_bayes.model import NaiveBayesModel, check_alpha
 from evaluators.naive_bayes.randomized_response import ReconstructedStatistics, train_randomized
 
@@ -132,6 +133,9 @@ def load_holdout(metadata: str | Path, table: str, class_column: str, *,
             "people, so it is neither an attribute nor the class",
             hint="leave it out of --attributes and --class")
     columns = {name: _attribute_spec(spec, name) for name in names}  # before the read
+    if numeric == "bins":  # --bins 0 or past MAX_DOMAIN_VALUES: refused before the read
+        catalog_attributes(metadata, table, target.name,
+                           [n for n, c in columns.items() if c.values is None], bins)
     frame = read_source(metadata, table, analyst=analyst, ledger=ledger)
     if numeric == "drop":
         columns = {n: c for n, c in columns.items() if c.values is not None}
@@ -298,10 +302,14 @@ def fit_central(holdout: Holdout, epsilon: float, workdir: str | Path, *,
     connection = dpsql.connect(None, metadata=metadata, analyst=analyst, ledger=book,
                                insecure_seed=insecure_seed)
     try:
-        before = connection.budget_spent.epsilon
-        model = train_central(connection, holdout.table.name, holdout.class_column,
-                              holdout.attributes, epsilon, metadata=metadata, alpha=alpha)
-        spent = float(connection.budget_spent.epsilon - before)
+        # what this release was charged (the cursor's): the dataset's growth between two
+        # reads of the ledger also counted other analysts' releases
+        candidates, classes = catalog_attributes(metadata, holdout.table.name,
+                                                 holdout.class_column, holdout.attributes)
+        release = release_tables(connection, holdout.table.name, holdout.class_column,
+                                 candidates, classes, epsilon, with_class_count=True)
+        model = model_from_release(release, alpha=alpha)
+        spent = float(release.epsilon_spent)
     finally:
         connection.close()
     return model, spent

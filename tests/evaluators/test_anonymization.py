@@ -652,3 +652,22 @@ def test_the_release_reports_the_k_l_and_t_it_achieves_beside_the_targets(tmp_pa
     text = _anonymize_zips(tmp_path, "--l", "2", "--t", "0.4").output
     assert ("achieved by the release: k 4 (target 2), distinct ℓ 2 (target 2), "
             "t (equal EMD, largest of the classes) 0.375 (target 0.4)") in text
+
+
+def test_values_missing_from_a_hierarchy_beside_a_null_are_a_data_error(tmp_path):
+    """A QID holding NULL and a value its hierarchy lacks raised a bare TypeError while the
+    message was built (sorting 'purple' with NaN; adversary round 29l)."""
+    import yaml
+
+    (tmp_path / "color.csv").write_text("red;warm;*\ngreen;cold;*\nblue;cold;*\n")
+    pd.DataFrame({"color": ["red", "green", "blue"] * 10 + [None, "purple"]}).to_csv(
+        tmp_path / "t.csv", index=False)
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({"name": "t", "tables": {"t": {
+        "source": str(tmp_path / "t.csv"), "privacy_unit": None,
+        "columns": {"color": {"type": "text", "values": ["red", "green", "blue"]}}}}}))
+    result = CliRunner().invoke(command, ["-m", str(tmp_path / "t.yaml"), "-t", "t",
+                                          "--ledger", str(tmp_path / "l.sqlite"),
+                                          "--hierarchies", str(tmp_path), "--qid", "color",
+                                          "--k", "2"])
+    assert isinstance(result.exception, dpsql.DataError), result.exception
+    assert "purple" in str(result.exception)

@@ -12,6 +12,12 @@
 - Another analyst's release while a tree grew failed the fit with an InternalError.
 - ``naive-bayes --mechanism laplace`` logged the custodian's read of the rows, then refused the
   release for budget.
+
+Round 29l: ``naive-bayes --mechanism laplace`` reported the dataset's growth during its fit
+(another analyst's release too) as its ε, and logged the custodian's read before refusing a bad
+``--bins``; ``attribute-selection --db`` charged a ledger beside the metadata while ``dpsql run
+--db`` and ``dpsql budget --db`` charged and showed one beside the database (two budgets);
+``dpsql anonymize`` raised a bare TypeError for a NULL beside a value missing from its hierarchy.
 """
 
 from __future__ import annotations
@@ -218,3 +224,62 @@ def test_naive_bayes_laplace_refuses_for_budget_before_reading_the_rows(tmp_path
     assert isinstance(result.exception, dpsql.BudgetExhaustedError), result.exception
     with dpsql.connect(None, metadata=str(tmp_path / "t.yaml"), ledger=ledger) as con:
         assert "exact" not in [row["kind"] for row in con.ledger.history()]
+
+
+def test_naive_bayes_reports_its_own_charge_only(tmp_path, monkeypatch):
+    """Bob's release while alice's model was fitted was counted in alice's epsilon_spent."""
+    _write(tmp_path, _labelled(300, 5), None)
+    meta, ledger = str(tmp_path / "t.yaml"), str(tmp_path / "ledger.sqlite")
+    real = nb_cli.release_tables
+
+    def release_then_bob(*args, **kwargs):
+        release = real(*args, **kwargs)
+        with dpsql.connect(None, metadata=meta, ledger=ledger, analyst="bob") as bob:
+            bob.execute("SELECT COUNT(*) AS n FROM t", epsilon=0.5).fetchall()
+        return release
+
+    monkeypatch.setattr(nb_cli, "release_tables", release_then_bob)
+    result = CliRunner().invoke(nb_cli.command, [
+        "-m", meta, "-t", "t", "--class", "c", "--mechanism", "laplace", "-e", "1",
+        "--analyst", "alice", "--ledger", ledger, "--json"], catch_exceptions=False)
+    reported = json.loads(result.output.splitlines()[-1])["epsilon_spent"]
+    with dpsql.connect(None, metadata=meta, ledger=ledger) as con:
+        alice = sum(Fraction(row["epsilon"]) for row in con.ledger.history()
+                    if row["kind"] == "dp" and row["analyst"] == "alice")
+    assert reported == 1 == alice
+
+
+@pytest.mark.parametrize("bins", ["0", "1000000"])
+def test_naive_bayes_refuses_bad_bins_before_reading_the_rows(tmp_path, bins):
+    _write(tmp_path, _labelled(300, 5).assign(x=np.arange(300)), None)
+    meta = yaml.safe_load((tmp_path / "t.yaml").read_text())
+    meta["tables"]["t"]["columns"]["x"] = {"type": "int", "lower": 0, "upper": 299}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(meta))
+    ledger = str(tmp_path / "ledger.sqlite")
+    result = CliRunner().invoke(nb_cli.command, [
+        "-m", str(tmp_path / "t.yaml"), "-t", "t", "--class", "c", "--mechanism", "laplace",
+        "-e", "1", "--numeric", "bins", "--bins", bins, "--ledger", ledger])
+    assert isinstance(result.exception, dpsql.Error), result.exception
+    with dpsql.connect(None, metadata=str(tmp_path / "t.yaml"), ledger=ledger) as con:
+        assert con.ledger.history() == []
+
+
+def test_attribute_selection_on_a_database_charges_the_ledger_run_charges(tmp_path,
+                                                                         monkeypatch):
+    """`dpsql run --db` spent the whole budget beside the database; attribute-selection --db
+    then spent it again beside the metadata, and `dpsql budget --db` never showed it. Both
+    charge the ledger beside the metadata now."""
+    from evaluators.attribute_selection import cli as selection_cli
+
+    frame = _labelled(300, 5)
+    with duckdb.connect(str(tmp_path / "data.duckdb")) as con:
+        con.execute("CREATE TABLE t AS SELECT * FROM frame")
+    meta = _write(tmp_path, frame, None, epsilon=1)
+    del meta["tables"]["t"]["source"]
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(meta))
+    monkeypatch.chdir(tmp_path)
+    with dpsql.connect("data.duckdb", metadata="t.yaml") as con:
+        con.execute("SELECT COUNT(*) AS n FROM t", epsilon=1).fetchall()
+    result = CliRunner().invoke(selection_cli.command, [
+        "-m", "t.yaml", "-t", "t", "--db", "data.duckdb", "--class", "c", "-e", "1"])
+    assert isinstance(result.exception, dpsql.BudgetExhaustedError), result.output
