@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import functools
 import io
 import os
@@ -386,9 +387,9 @@ class DuckDBBackend(PublicLimits):
                 if select is None:
                     raise duckdb.InvalidInputException("not Parquet")
                 self.connection.execute(f"INSERT INTO {target} {select}")
-            except (duckdb.InterruptException, duckdb.OutOfMemoryException):
-                raise  # the statement's cancel or timeout, or a resource: run_sql says so
-            except duckdb.Error:  # its pages, or the part rewritten while it was read
+            except duckdb.Error as err:  # its pages, or the part rewritten while it was read
+                if _stops_the_read(err):  # run_sql says so; the part was not at fault
+                    raise
                 left_out.append(os.path.relpath(part, table.source))
         self._parts_copied[table.name] = stat
         if left_out and not self.analyst:
@@ -413,7 +414,9 @@ class DuckDBBackend(PublicLimits):
         try:
             stored = self._stored_types(_reader(source))  # a hive folder's keys too
             undecodable = _undecodable(self.connection, source)
-        except duckdb.Error:
+        except duckdb.Error as err:
+            if _stops_the_read(err):  # never "not Parquet" (``_copy_parts``)
+                raise
             return None
         return "SELECT " + ", ".join(
             _column_sql(table, name) if name.lower() in stored and name not in undecodable
@@ -614,6 +617,12 @@ def utf8_source(table: TableSpec, copy: str | None) -> Iterator[TableSpec]:
             with _text(table) as source, open(copy, "w", encoding="utf-8", newline="") as target:
                 shutil.copyfileobj(source, target, 1 << 20)
         except OSError as err:  # said by paths alone
+            if err.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+                # a resource, as DuckDB's own spilling: one person's rows of a .csv.gz can
+                # inflate 1,000-fold (adversary round 29n)
+                raise BackendError(f"table {table.name!r}: the copy of {table.source!r} at "
+                                   f"{copy!r} ran out of disk space",
+                                   resource="temporary disk space") from None
             raise DataError(f"table {table.name!r}: cannot copy {table.source!r} into UTF-8 at "
                             f"{copy!r} ({err.strerror or type(err).__name__})",
                             hint="free space in resources: temp_directory, or store the file "
@@ -629,8 +638,11 @@ class _Gunzipped(io.RawIOBase):
     stops being gzip: a member cut short gives the bytes inflated from it, and what follows
     one that is not gzip (or fails its check) is not read. Python's and DuckDB's readers
     failed the whole file there, and a private CSV's is read at the first query, after the
-    charge (adversary round 28a: a last member cut short failed D′ alone). What each member
-    holds is what gzip, Python's reader and DuckDB's give for it."""
+    charge (adversary round 28a: a last member cut short failed D′ alone, as a batch writer's
+    file does while it appends). What each member holds is what gzip, Python's reader and
+    DuckDB's give for it. A file damaged in its middle (a member cut short or corrupt before
+    others: no gzip writer makes one from a person's values) loses the members after it
+    (round 29n): finding the next member would read bytes a person's value can forge."""
 
     _CHUNK = 1 << 20
 
@@ -802,6 +814,14 @@ def _glob_literal(path: str) -> str:
     person's part named 'person*.parquet' read every other part again (round 28a: COUNT(*)
     40 on D, 81 on D′ at sensitivity 3)."""
     return re.sub(r"([*?\[])", r"[\1]", path)
+
+
+def _stops_the_read(err: duckdb.Error) -> bool:
+    """Whether a failure is the statement's (its cancel or timeout) or a resource's (memory,
+    spilling space), never a part's: a part read then is not left out (round 29n: a cancel
+    while a part's schema was read dropped that part from the copy for good)."""
+    return isinstance(err, (duckdb.InterruptException, duckdb.OutOfMemoryException)) or (
+        isinstance(err, duckdb.IOException) and "space" in str(err).lower())
 
 
 def _no_rows(table: TableSpec) -> str:

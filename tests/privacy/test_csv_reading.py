@@ -225,3 +225,35 @@ def test_a_gzipped_source_whose_last_member_is_cut_short_is_read_to_where_it_end
         counts = _answered_counts(tmp_path, d, d_prime, {"encoding": encoding}, ".csv.gz")
     assert counts[0] == (200, 200)
     assert counts[1][0] > 200 and counts[1][1] == 201, counts
+
+
+def test_a_gzipped_copy_past_the_disk_is_a_resource_failure(tmp_path):
+    """One person's member of a .csv.gz inflating past the disk's room failed the copy with a
+    DataError, as if the file were unreadable; it is a resource that ran out, as a spill is
+    (adversary round 29n). A file-size limit stands in for a full disk, in a child process."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import gzip, resource, signal, zlib
+        import dpsql
+        path = {str(tmp_path / "t.csv.gz")!r}
+        rows = gzip.compress(b"uid,name,amount\\n" + b"1,p,1\\n" * 100)
+        packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+        person = packer.compress(b"4242,x,5\\n" * 2_000_000) + packer.flush()
+        open(path, "wb").write(rows + person)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4_000_000, 4_000_000))
+        meta = {{"name": "x", "budget": 10, "tables": {{"t": {{
+            "source": path, "privacy_unit": "uid", "max_groups_per_unit": 1,
+            "max_rows_per_group": 1, "columns": {COLUMNS!r}}}}}}}
+        with dpsql.connect(metadata=meta, ledger=":memory:") as con:
+            try:
+                con.execute("SELECT COUNT(*) AS n FROM t", epsilon=1)
+            except dpsql.BackendError as err:
+                print(err.resource, con.budget_spent.epsilon)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.split() == ["temporary", "disk", "space", "1"], out.stderr[-2000:]

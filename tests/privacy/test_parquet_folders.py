@@ -299,3 +299,31 @@ def test_a_fractional_unit_stored_as_a_double_on_postgresql():
             with dpsql.connect(url, metadata=meta, ledger=":memory:", insecure_seed=1) as con:
                 cells.append(_cells(con))
         assert _moved(cells) == 0, cells
+
+
+def test_a_cancel_while_a_parts_schema_is_read_leaves_no_part_out(tmp_path, monkeypatch):
+    """A cancel that came while a part's schema was read was taken for a part that is not
+    Parquet: the statement was answered, charged, without that part, and so was every later
+    one (round 29n). The statement is cancelled, and the next query copies every part."""
+    from dpsql.backends import cancel
+    from dpsql.backends import duckdb as backend
+
+    import duckdb
+
+    folder = _folder(tmp_path / "t.parquet", None)
+    real, calls = backend._undecodable, []
+    statement = cancel.Cancel()
+
+    def cancelled_at_the_second_part(connection, source):
+        calls.append(source)
+        if len(calls) == 2:
+            statement.request()
+            raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+        return real(connection, source)
+
+    monkeypatch.setattr(backend, "_undecodable", cancelled_at_the_second_part)
+    with dpsql.connect(metadata=_metadata(folder), ledger=":memory:", insecure_seed=1) as con:
+        with cancel.cancellable(statement), pytest.raises(dpsql.QueryCanceledError):
+            con.execute("SELECT COUNT(*) AS n FROM t", epsilon=0.5)
+        assert con.execute("SELECT COUNT(*) AS n FROM t", epsilon=0.5).fetchall()
+        assert con._backend.connection.execute("SELECT COUNT(*) FROM t").fetchone() == (N,)
