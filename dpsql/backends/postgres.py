@@ -9,10 +9,13 @@ Each declared column is read as its declared type whatever the server stores: a 
 the rendered SQL reads as it is (``_NATIVE``) is read plainly; another is read through a total
 conversion (``_reader``: the render layer's guarded casts, ``CAST(... AS TEXT)``, a guarded
 NUMERIC), so that no stored value (``'n/a'`` in a text column declared int, ``1e400`` in a
-numeric one declared float) can make a query fail on one person's rows; a pair with no total
+numeric one declared float) can make a query fail on one person's rows (a text is read up to
+``MAX_TEXT_READ`` characters, under ``COLLATE "C"``); a pair with no total
 conversion (text declared date) is refused at connect time, and a type altered after connect
 at the next query (as is a catalogued table renamed or dropped). Only the catalogue is read for
-this, never the data. The session's TimeZone is UTC: a timestamptz is read at UTC wall clock.
+this, never the data, and so are the refusals of a private table that reads a foreign table,
+of a privacy unit not compared byte-wise and of a declared column no stored one is named. The
+session's TimeZone is UTC: a timestamptz is read at UTC wall clock.
 """
 
 from __future__ import annotations
@@ -51,9 +54,20 @@ _NATIVE = {"int": {"bigint", "integer", "smallint"}, "float": {"double precision
 # ±1e300 are read as NULL, and those nearer 0 than 1e-300 as 0
 _NUMERIC_AS_DOUBLE = ("(CASE WHEN ABS({c}) < 1e-300 THEN 0 WHEN ABS({c}) <= 1e300 THEN "
                       "CAST({c} AS DOUBLE PRECISION) END)")
-# each column's stored type, a domain's as its base type's; NULL when the relation is absent
-_STORED = """SELECT a.attname, format_type(CASE WHEN t.typtype = 'd' THEN t.typbasetype
-                                               ELSE a.atttypid END, NULL)
+# characters of a stored text dpsql reads (each text column's prefix): one person's 600 MB
+# texts made the keyed hash, a regex or a result row pass PostgreSQL's 1 GB limits, failing a
+# query on D′ alone after the charge (adversary rounds 29f, 29g)
+MAX_TEXT_READ = 1_000_000
+# a column's stored type (of pg_attribute a, pg_type t), a domain's as its base type's through
+# every domain over a domain (adversary round 29g: a domain over a domain over int was refused
+# as declared int); the recursion only for a domain, since each query reads this
+_BASE = """CASE WHEN t.typtype <> 'd' THEN format_type(t.oid, NULL) ELSE (
+  WITH RECURSIVE d(oid, base, kind) AS (
+    SELECT oid, typbasetype, typtype FROM pg_type WHERE oid = t.typbasetype
+    UNION ALL SELECT b.oid, b.typbasetype, b.typtype FROM pg_type b JOIN d ON b.oid = d.base)
+  SELECT format_type(oid, NULL) FROM d WHERE kind <> 'd') END"""
+# each column's stored type; no row when the relation is absent
+_STORED = f"""SELECT a.attname, {_BASE}
 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
 WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum"""
@@ -62,12 +76,31 @@ ORDER BY a.attnum"""
 _KIND = "SELECT (SELECT relkind FROM pg_class WHERE oid = to_regclass(%s))"
 
 # the same for several relations at once, each row labelled with the catalogue's table name
-_STORED_NOW = """SELECT r.name, a.attname, format_type(CASE WHEN t.typtype = 'd'
-                                                     THEN t.typbasetype ELSE a.atttypid END, NULL)
+_STORED_NOW = f"""SELECT r.name, a.attname, {_BASE}
 FROM unnest(%s::text[], %s::text[]) AS r(name, relation)
 JOIN pg_attribute a ON a.attrelid = to_regclass(r.relation)
 JOIN pg_type t ON t.oid = a.atttypid
 WHERE a.attnum > 0 AND NOT a.attisdropped"""
+
+# the foreign tables a relation reads: itself, its partitions and inheritance children, and
+# what a view reads, transitively
+_FOREIGN = """WITH RECURSIVE r(oid) AS (
+    SELECT to_regclass(%s)::oid
+    UNION SELECT e.child FROM r JOIN (
+        SELECT inhparent, inhrelid FROM pg_inherits
+        UNION ALL SELECT w.ev_class, d.refobjid FROM pg_rewrite w
+        JOIN pg_class v ON v.oid = w.ev_class AND v.relkind = 'v'
+        JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = w.oid
+                         AND d.refclassid = 'pg_class'::regclass) AS e(parent, child)
+      ON e.parent = r.oid)
+SELECT string_agg(CAST(CAST(c.oid AS regclass) AS text), ', ')
+FROM r JOIN pg_class c ON c.oid = r.oid WHERE c.relkind = 'f'"""
+
+# a column's stored type and whether its collation is deterministic (true without one)
+_EQUALITY = f"""SELECT {_BASE}, COALESCE(c.collisdeterministic, true)
+FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_collation c ON c.oid = a.attcollation
+WHERE a.attrelid = to_regclass(%s) AND a.attname = %s AND a.attnum > 0 AND NOT a.attisdropped"""
 
 
 class PostgresBackend(PublicLimits):
@@ -96,6 +129,10 @@ class PostgresBackend(PublicLimits):
             # DateStyle (German wrote 01.03.2000, so LIKE '2000-%' matched nothing)
             self.connection.execute("SET DateStyle = 'ISO, YMD'")
             self.connection.execute("SET IntervalStyle = 'postgres'")
+            # a double's text (an int unit stored as a double is read by the text rule) with
+            # every digit it needs: under extra_float_digits = 0 (a database's setting) 15
+            # digits were written, and 1.000000000000001 read as person 1 (round 29h)
+            self.connection.execute("SET extra_float_digits = 3")
             if read_only:
                 self.connection.execute("SET default_transaction_read_only = on")
         except psycopg.Error as err:
@@ -114,6 +151,8 @@ class PostgresBackend(PublicLimits):
             for table in self.catalog.tables.values():
                 self.sources[table.name] = self._source(table, stored[table.name])
                 self._check(table)
+                if not table.public:
+                    self._check_private(table)
         except DataError:
             self.connection.close()
             raise
@@ -149,6 +188,17 @@ class PostgresBackend(PublicLimits):
                 hint="load the file into a table of that name (COPY) and drop 'source' from "
                 "the metadata")
         name = self.sources[table.name]
+        for column in table.columns:
+            if stored and column not in stored:
+                # PostgreSQL truncates a name to 63 bytes: the SQL's longer one named the
+                # stored column, read raw, unconverted ('n/a' in a text declared int failed
+                # D′ alone, adversary round 29g)
+                raise DataError(
+                    f"column {table.name}.{column} is not a stored column of the table"
+                    + (" (PostgreSQL truncates names to 63 bytes)"
+                       if len(column.encode()) > 63 else ""),
+                    hint="declare the column by its stored name (lower case unless created "
+                    "quoted, at most 63 bytes)")
         readers = {column: _reader(table, spec, stored[column])
                    for column, spec in table.columns.items() if column in stored}
         if all(sql == _quote(column) for column, sql in readers.items()):
@@ -166,6 +216,31 @@ class PostgresBackend(PublicLimits):
                             "names (lower case unless created quoted); a table outside the "
                             "search path is declared as schema.table, or the URL sets it "
                             "(?options=-csearch_path%3Dschema)") from err
+
+    def _check_private(self, table: TableSpec) -> None:
+        """Refuse, from the catalogue alone, a private table that reads a foreign table (file_fdw
+        parses its file as the query reads it: one person's bad line failed D′ alone, after the
+        charge), and a privacy unit compared otherwise than byte-wise (citext, a
+        nondeterministic collation: 'Eve' and 'eve' one person in the warehouse, two in dpsql,
+        so one person spelt k ways counted k times) (adversary round 29g)."""
+        foreign = self.connection.execute(_FOREIGN, (self.relations[table.name],)).fetchone()[0]
+        if foreign:
+            raise DataError(
+                f"table {table.name!r} reads the foreign table(s) {foreign}, which PostgreSQL "
+                "reads from outside the database as each query runs: one person's value that "
+                "fails there would fail the query, charged",
+                hint="copy the data into a table (CREATE TABLE ... AS SELECT, or a "
+                "materialized view) and declare that one")
+        row = self.connection.execute(
+            _EQUALITY, (self.relations[table.name], table.privacy_unit)).fetchone()
+        if row is not None and (row[0] == "citext" or not row[1]):
+            raise DataError(
+                f"the privacy unit {table.name}.{table.privacy_unit} is stored as {row[0]} "
+                "with an equality that is not byte-wise (citext, a nondeterministic "
+                "collation): dpsql compares ids byte by byte, so one person's id spelt "
+                "another way would count as another person",
+                hint="store the unit as text under a deterministic collation, normalised "
+                "(lower(...)), or declare a view that reads it normalised")
 
     def check_tables(self) -> None:
         """Refuse what ``run_sql`` refuses before reading a row: a catalogued table gone or a
@@ -265,27 +340,39 @@ def _reader(table: TableSpec, spec: ColumnSpec, stored: str) -> str:
     column = _quote(spec.name)
     if stored in _NATIVE[spec.type]:
         return column
+    text = _text(column, stored)
+    if spec.name == table.privacy_unit:
+        # a unit is never cut: two ids sharing their prefix would be one person, D′'s person's
+        # rows added to another's (as 1.000000000000001 read as person 1, round 29h); one
+        # longer names no one
+        size = (f"OCTET_LENGTH({column}) <= {(MAX_TEXT_READ - 2) // 2}" if stored == "bytea"
+                else f"OCTET_LENGTH(CAST({column} AS TEXT)) <= {MAX_TEXT_READ}")
+        text = f"(CASE WHEN {size} THEN {text} END)"
     if spec.type == "text":
         # every type has a text form; byte-wise, as DuckDB and release compare text: under a
         # case-insensitive collation 'x' and D′'s 'X' were one group spelt as the data chose,
         # and the histogram of x lost every row to a key no release matched; a character(n)
         # came back padded ('a  '), so no MEDIAN found its group's rows
-        return f'CAST({column} AS TEXT) COLLATE "C"'
+        return text
 
     kind = _TYPES.get(stored)
     if spec.name == table.privacy_unit and spec.type == "int" and kind in ("float", "bool"):
         # never rounded or cast from a bool: a person's 0.6 or true read as 1 was person 1
         # (adversary rounds 28a, 28e: two cells moved at sensitivity 1); by the text rule,
         # a fraction or 'true' is no id
-        return dialect("postgres").int_of_text(f"CAST({column} AS TEXT)")
+        return dialect("postgres").int_of_text(text)
     if stored == "numeric" and spec.type == "float":
         return _NUMERIC_AS_DOUBLE.format(c=column)
     if kind == spec.type:  # real: a double holds every value
         return f"CAST({column} AS DOUBLE PRECISION)"
     if kind is not None:
+        # text converted from its prefix under "C": under a nondeterministic collation the
+        # conversion's regex failed ('nondeterministic collations are not supported for
+        # regular expressions') at the first value it read, on D′ alone (adversary round 29g)
+        operand = Expr("sql", (), "text", text) if kind == "text" else \
+            Expr("col", (), kind, spec.name)
         try:  # the guarded CAST an analyst's CAST(x AS type) gets
-            return dialect("postgres").expr(
-                Expr("cast", (Expr("col", (), kind, spec.name),), spec.type, spec.type))
+            return dialect("postgres").expr(Expr("cast", (operand,), spec.type, spec.type))
         except UnsupportedSQLError:
             pass
     raise DataError(
@@ -294,6 +381,14 @@ def _reader(table: TableSpec, spec: ColumnSpec, stored: str) -> str:
         hint=f"declare it as {kind or 'text'} in the metadata, or store it as {spec.type} "
         "(ALTER TABLE ... TYPE ... USING); a view that CASTs it fails on one person's bad "
         "value, and so does every query that reads it, charged")
+
+
+def _text(column: str, stored: str) -> str:
+    """A column's text: its first MAX_TEXT_READ characters, compared byte-wise; a bytea's
+    prefix is taken first, since its hex text doubles it (past 1 GB: adversary round 29g)."""
+    if stored == "bytea":
+        column = f"SUBSTRING({column} FROM 1 FOR {MAX_TEXT_READ})"
+    return f'(SUBSTRING(CAST({column} AS TEXT) FROM 1 FOR {MAX_TEXT_READ}) COLLATE "C")'
 
 
 def _quote(name: str) -> str:

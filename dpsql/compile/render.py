@@ -588,7 +588,11 @@ class PostgresDialect(Dialect):
     _TINY = f"CAST({2.0 ** -450!r} AS DOUBLE PRECISION)"
 
     def hash(self, args: list[str]) -> str:
-        return f"hashtextextended(concat_ws('|', {', '.join(args)}), 0)"
+        # each argument hashed on its own first: one person's two 600 MB texts concatenated
+        # passed PostgreSQL's 1 GB limit, failing on D′ alone (adversary round 29g); and
+        # ('a|b', 'c') no longer hashes as ('a', 'b|c')
+        parts = ", ".join(f'hashtextextended(CAST({a} AS TEXT) COLLATE "C", 0)' for a in args)
+        return f"hashtextextended(concat_ws('|', {parts}), 0)"
 
     def round_half_away(self, value: str) -> str:
         # trunc(2x) - trunc(x) = k + [f >= 1/2] for x = k + f: DuckDB's rounding, exactly
@@ -744,9 +748,13 @@ class PostgresDialect(Dialect):
         def digits(count: str) -> str:
             return f"{text} ~ '^{_C_SPACE}*[-+]?0*[0-9]{{{count}}}(\\.0+)?{_C_SPACE}*$'"
 
-        whole = f"CAST(CAST({text} AS NUMERIC) AS BIGINT)"  # int8in refuses a fraction
+        # only the sign and digits before the point are cast (int8in refuses a fraction): a
+        # NUMERIC holds 16,383 digits after it, and '1.' and 16,384 zeros failed the cast on
+        # D′ alone (adversary round 29f)
+        integral = f"CAST(SUBSTRING({text} FROM '[-+]?[0-9]+') AS NUMERIC)"
+        whole = f"CAST({integral} AS BIGINT)"
         return (f"(CASE WHEN {digits('1,18')} THEN {whole} "
-                f"WHEN {digits('19')} THEN (CASE WHEN CAST({text} AS NUMERIC) "
+                f"WHEN {digits('19')} THEN (CASE WHEN {integral} "
                 f"BETWEEN {-2**63} AND {2**63 - 1} THEN {whole} END) END)")
 
     def _log(self, x: str, base: float | None) -> str:
