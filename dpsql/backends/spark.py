@@ -59,6 +59,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
@@ -97,7 +99,10 @@ _SESSION = {_TIME_ZONE: "UTC", "spark.sql.variable.substitute": "false",
             # keeps as text: every LIKE misread, and LIKE '%)%' failed on D′ alone (round 28b)
             "spark.sql.parser.escapedStringLiterals": "false",
             # dates and timestamps parsed and formatted by the proleptic calendar, as DuckDB's
-            "spark.sql.legacy.timeParserPolicy": "CORRECTED"}
+            "spark.sql.legacy.timeParserPolicy": "CORRECTED",
+            # a DECIMAL(38, 0) quotient (SparkDialect.int_divide) rounded to its scale, never
+            # NULL or an overflow where it is whole (round 29m)
+            "spark.sql.decimalOperations.allowPrecisionLoss": "true"}
 # what SparkContext.setJobGroup sets on the calling thread, restored after a timed query
 _JOB_GROUP = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
 CANCEL_EVERY = 0.5  # seconds between the cancels of a query past its deadline
@@ -109,6 +114,11 @@ STAGING = "DPSQL_SPARK_STAGING"
 _VIEW_IDS = itertools.count()
 _COPY_IDS = itertools.count()
 _USERS: dict[int, int] = {}  # open backends per session (by id)
+# per session (by id): [queries inside ``_settings``, the caller's settings to restore]; the
+# first query in sets dpsql's, the last one out restores the caller's (adversary round 29m:
+# restored by the first one out, they held for another connection's query still running)
+_SETTING: dict[int, list] = {}
+_SETTING_LOCK = threading.Lock()
 _STARTED: set[int] = set()  # sessions dpsql started, stopped when their last backend closes
 
 
@@ -282,6 +292,12 @@ class SparkBackend(PublicLimits):
             return frame
         if table.source.lower().endswith(".parquet"):
             if table.public or not os.path.isdir(table.source):
+                if not table.public and (found := _millis(table, table.source)):
+                    raise DataError(
+                        f"table {table.name!r}: its source {table.source!r} stores the column "
+                        f"{sorted(found)[0]!r} (or a field of it) as a timestamp in "
+                        "milliseconds, which Spark's reader fails on past 2^63 microseconds",
+                        hint="store it in microseconds (pyarrow: coerce_timestamps='us')")
                 return reader.parquet(table.source)
             return self._parts_frame(table)
         options = table.csv
@@ -324,8 +340,11 @@ class SparkBackend(PublicLimits):
             frame = frame.toDF(*(f"__c{i}" for i in range(len(names))))
         except (PySparkException, Py4JError):
             return None
-        reads = {}
+        reads, millis = {}, _millis(table, part)
         for name, spec in table.columns.items():
+            if name in millis:  # Spark's reader fails on one value past 2^63 microseconds
+                reads[name] = _null(spec.type)
+                continue
             found = [i for i, stored in enumerate(names) if stored == name] or \
                 [i for i, stored in enumerate(names) if stored.lower() == name.lower()]
             reads[name] = _converted(f"__c{found[0]}", spec.type,
@@ -458,20 +477,29 @@ class SparkBackend(PublicLimits):
 
     @contextlib.contextmanager
     def _settings(self) -> Iterator[None]:
-        """The session's settings for dpsql's queries (``_SESSION``) while one is analysed and
-        runs, the caller's back after it."""
-        conf = self.session.conf
-        # only those the caller has otherwise: Spark Connect warns of setting a deprecated
-        # key (escapedStringLiterals), even to its default
-        before = {key: value for key in _SESSION
-                  if str(value := conf.get(key)).lower() != _SESSION[key].lower()}
-        for key in before:
-            conf.set(key, _SESSION[key])
+        """The session's settings for dpsql's queries (``_SESSION``) while any connection's
+        query on it is analysed or runs, the caller's back after the last one."""
+        conf, key = self.session.conf, id(self.session)
+        with _SETTING_LOCK:
+            entry = _SETTING.get(key)
+            if entry is None:
+                # only those the caller has otherwise: Spark Connect warns of setting a
+                # deprecated key (escapedStringLiterals), even to its default
+                before = {name: value for name in _SESSION
+                          if str(value := conf.get(name)).lower() != _SESSION[name].lower()}
+                for name in before:
+                    conf.set(name, _SESSION[name])
+                entry = _SETTING[key] = [0, before]
+            entry[0] += 1
         try:
             yield
         finally:
-            for key, value in before.items():
-                conf.set(key, value)
+            with _SETTING_LOCK:
+                entry[0] -= 1
+                if entry[0] == 0:
+                    del _SETTING[key]
+                    for name, value in entry[1].items():
+                        conf.set(name, value)
 
     def check_tables(self) -> None:
         """Refuse what ``run_sql`` refuses before a job runs: a source file replaced by one
@@ -652,6 +680,35 @@ def _check_private_csv(table: TableSpec) -> None:
         f"table {table.name!r}: the private CSV source {table.source!r} is not a file on "
         "this host", hint="give a private CSV table one local file (concatenate a folder's "
         "files into one), or convert it to Parquet")
+
+
+def _millis(table: TableSpec, path: str) -> set[str]:
+    """The declared columns that a Parquet file stores (or holds a field of) as a timestamp
+    in milliseconds: Spark's reader turns one past 2^63 microseconds (year 294,248, within
+    int64 milliseconds) into a failed job (``Math.multiplyExact``), on the data of the one
+    person who holds it (adversary round 29m). Read from the file's footer, by its literal
+    path; a file pyarrow cannot read is Spark's to refuse or leave out."""
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowException):
+        return set()
+    declared = {name.lower(): name for name in table.columns}
+    return {declared[field.name.lower()] for field in schema
+            if field.name.lower() in declared and _holds_millis(field.type)}
+
+
+def _holds_millis(kind: pa.DataType) -> bool:
+    """Whether a type is, or nests, a timestamp in milliseconds."""
+    if pa.types.is_timestamp(kind):
+        return kind.unit == "ms"
+    if pa.types.is_struct(kind):
+        return any(_holds_millis(kind.field(i).type) for i in range(kind.num_fields))
+    if pa.types.is_map(kind):
+        return _holds_millis(kind.key_type) or _holds_millis(kind.item_type)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or \
+            pa.types.is_fixed_size_list(kind):
+        return _holds_millis(kind.value_type)
+    return False
 
 
 def _remove(path: str | None) -> None:

@@ -231,7 +231,7 @@ def _scaled(value: str, factor: int | str, divisor: str, wide: bool, d) -> str:
     if wide:
         return d.dialect.int_divide(f"{value} * {factor}", divisor)
     magnitude = f"ABS({value}) * {factor}"
-    floor = f"FLOOR({magnitude} / {divisor})"
+    floor = d.dialect.floor_double(f"{magnitude} / {divisor}")
     return (f"SIGN({value}) * ({floor} - CASE WHEN {floor} * {divisor} > {magnitude} "
             f"THEN 1 ELSE 0 END)")
 

@@ -122,6 +122,10 @@ class Dialect:
         """Integer division truncating toward zero (right > 0)."""
         return f"({left}) // ({right})"
 
+    def floor_double(self, value: str) -> str:
+        """FLOOR of a DOUBLE, as a DOUBLE (any magnitude)."""
+        return f"FLOOR({value})"
+
     def grid_units(self, value: str, grid_exp: int) -> str:
         """A double in units of the grid 2**grid_exp, rounded half away from zero."""
         return self.round_half_away(f"({value}) * {self.number(Fraction(2) ** -grid_exp)}")
@@ -795,11 +799,24 @@ class SparkDialect(Dialect):
         return f"ROUND({value})"
 
     def int_divide(self, left: str, right: str) -> str:
-        return f"(({left}) DIV ({right}))"
+        # DIV's result is a BIGINT, which under ANSI fails past 2^63 (a person's sum scaled
+        # to L∞ of their rows, adversary round 29m): truncated toward zero in DECIMAL
+        return (f"CAST(((({left}) - (({left}) % ({right}))) / ({right})) "
+                f"AS DECIMAL(38, 0))")
+
+    def floor_double(self, value: str) -> str:
+        # Spark's FLOOR of a DOUBLE is a BIGINT: past 2^63 it failed the query under ANSI
+        # (round 29m); from 2^52 on every double is whole already
+        return (f"(CASE WHEN ABS({value}) < 4503599627370496 "
+                f"THEN CAST(FLOOR({value}) AS DOUBLE) ELSE {value} END)")
 
     def row_text(self, columns: tuple[str, ...]) -> str:
-        # JSON: strings escaped, a NULL field left out (each field has its name)
-        return f"to_json(struct({', '.join(columns)}))"
+        # JSON: strings escaped, a NULL field left out (each field has its name); a timestamp
+        # to the microsecond (to_json's own format stops at milliseconds: rows 1 µs apart were
+        # spelt alike and ranked by their position, adversary round 29n)
+        return (f"to_json(struct({', '.join(columns)}), "
+                "map('timestampFormat', 'yyyy-MM-dd HH:mm:ss.SSSSSSXXX', "
+                "'timestampNTZFormat', 'yyyy-MM-dd HH:mm:ss.SSSSSS'))")
 
     def sum_int(self, value: str) -> str:
         return f"SUM(CAST({value} AS DECIMAL(38, 0)))"
