@@ -184,7 +184,12 @@ FOREIGN = {  # a private table that reads a file_fdw table, as each query runs
                  "CREATE FOREIGN TABLE visits_old PARTITION OF visits "
                  f"FOR VALUES FROM (0) TO (1000) {SERVER}",
     "view": f"CREATE FOREIGN TABLE raw (uid int, amount float8) {SERVER}; "
-            "CREATE VIEW visits AS SELECT uid, amount FROM raw"}
+            "CREATE VIEW visits AS SELECT uid, amount FROM raw",
+    # a function's body records no dependency on what it reads (round 29o)
+    "function": f"CREATE FOREIGN TABLE raw (uid int, amount float8) {SERVER}; "
+                "CREATE FUNCTION rd() RETURNS TABLE (uid int, amount float8) LANGUAGE sql "
+                "AS 'SELECT uid, amount FROM raw'; "
+                "CREATE VIEW visits AS SELECT uid, amount FROM rd()"}
 
 
 @pytest.mark.parametrize("kind", list(FOREIGN))
@@ -284,3 +289,72 @@ def test_a_unit_is_never_cut_to_the_prefix(tmp_path):
         urls = _databases(create, schema, adversary)
         _released(urls, meta, tmp_path, ["SELECT g, COUNT(*) AS n FROM t GROUP BY g",
                                          "SELECT COUNT(DISTINCT uid) AS n FROM t"])
+
+
+def test_a_foreign_partition_attached_after_connect_is_refused_uncharged():
+    """29o LEAK 3: the foreign-table check ran at connect alone, and a file_fdw partition
+    attached afterwards failed D′'s statement after the charge. Each statement checks the
+    catalogue again, before the charge."""
+    import psycopg
+
+    meta = _meta({"visits": {"uid": "int",
+                             "amount": {"type": "float", "lower": 0, "upper": 10}}})
+    folder = Path(tempfile.mkdtemp())
+    try:
+        os.chmod(folder, 0o755)
+        with databases("dpsql_edges") as create:
+            for extra in ("", "42,n/a\n"):
+                file = folder / f"{len(extra)}.csv"
+                file.write_text("".join(f"{g},{g % 10}\n" for g in range(40)) + extra)
+                os.chmod(file, 0o644)
+                url = create()
+                with psycopg.connect(url, autocommit=True) as admin:
+                    admin.execute("CREATE EXTENSION file_fdw; "
+                                  "CREATE SERVER files FOREIGN DATA WRAPPER file_fdw; "
+                                  "CREATE TABLE visits (uid int, amount float8) "
+                                  "PARTITION BY RANGE (uid); CREATE TABLE visits_new "
+                                  "PARTITION OF visits FOR VALUES FROM (1000) TO (2000); "
+                                  "CREATE FOREIGN TABLE visits_old (uid int, amount float8) "
+                                  + SERVER.format(file=file))
+                    with dpsql.connect(url, metadata=meta, ledger=":memory:") as con:
+                        admin.execute("ALTER TABLE visits ATTACH PARTITION visits_old "
+                                      "FOR VALUES FROM (0) TO (1000)")
+                        with pytest.raises(dpsql.DataError, match="reads the foreign table"):
+                            con.execute("SELECT COUNT(*) AS n FROM visits", epsilon=1)
+                        assert con.budget_spent.epsilon == 0
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_a_text_whose_text_form_grows_is_refused_and_an_enum_read():
+    """29o LEAK 1: CAST(jsonb AS TEXT) writes the whole value before its prefix is taken, and
+    one person's 180 MB jsonb of \\x01 (6 characters each) passed the 1 GB limit on D′
+    alone, after the charge. A type whose text can outgrow its value is refused at connect,
+    alike; an enum's text, a label, is read."""
+    schema = """CREATE TYPE mood AS ENUM ('sad', 'ok'); CREATE TABLE t (uid int, note jsonb,
+    m mood); INSERT INTO t SELECT g, '{"a": 1}', 'ok' FROM generate_series(0, 39) g"""
+    adversary = "INSERT INTO t VALUES (42, to_jsonb(repeat(chr(1), 1000)), 'sad')"
+    with databases("dpsql_edges") as create:
+        urls = _databases(create, schema, adversary)
+        _refused_alike(urls, _meta({"t": {"uid": "int", "note": "text"}}),
+                       "declared text but stored as jsonb")
+        moods = _meta({"t": {"uid": "int", "m": {"type": "text", "values": ["sad", "ok"]}}})
+        for url in urls:
+            with dpsql.connect(url, metadata=moods, ledger=":memory:") as con:
+                assert len(con.execute("SELECT m, COUNT(*) AS n FROM t GROUP BY m",
+                                       epsilon=1).fetchall()) == 2
+
+
+def test_a_whole_real_unit_is_read_exactly(tmp_path):
+    """29o BUG 4: a unit stored as real was read through its text, and PostgreSQL writes
+    1234567::real as '1.234567e+06': every id from 10^6 on was no one (a count of 0 where
+    DuckDB counted 1,000)."""
+    schema = """CREATE TABLE t (uid real, g text);
+    INSERT INTO t SELECT i, 'a' FROM generate_series(1000000, 1000999) i"""
+    meta = _meta({"t": {"uid": "int", "g": {"type": "text", "values": ["a", "b"]}}})
+    with databases("dpsql_edges") as create:
+        urls = _databases(create, schema, "INSERT INTO t VALUES (1000000.5, 'b')")
+        with dpsql.connect(urls[0], metadata=meta, ledger=":memory:") as con:
+            (count,), = con.execute("SELECT COUNT(*) AS n FROM t", epsilon=1e6).fetchall()
+        assert abs(count - 1000) < 5
+        _released(urls, meta, tmp_path, ["SELECT g, COUNT(*) AS n FROM t GROUP BY g"])
