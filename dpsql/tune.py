@@ -1080,6 +1080,12 @@ def tune(*, catalog: Catalog, backend, ledger, analyst: str, rng: RandomSource, 
                                     + _not_the_tables(shape, entry)))
 
 
+def _square(x: float) -> float:
+    """x², inf past the doubles: a float's ** 2 raised OverflowError there, after the tuning's
+    charge (bounds of 1e200: adversary round 29p)."""
+    return x * x
+
+
 def choose_value_bounds(grid: tuple[float, ...], low: Spread, high: Spread, count_sd: float,
                         per_cell: float) -> tuple[float, float]:
     """The (lower, upper) on the grid minimising a SUM per key's expected squared error in a
@@ -1095,11 +1101,11 @@ def choose_value_bounds(grid: tuple[float, ...], low: Spread, high: Spread, coun
     1.6·10³ of bias where 1.6·10⁵ were lost, against noise of 861 per unit of the bound.
     """
     lower = max((c for c in grid if c <= high.points[-1][0]),
-                key=lambda c: -((per_cell * low.excess(-c)) ** 2 + (count_sd * c) ** 2))
+                key=lambda c: -(_square(per_cell * low.excess(-c)) + _square(count_sd * c)))
     above = [c for c in grid if c > lower] or [lower]  # lower == upper clamps every value
     upper = min(above,
-                key=lambda c: (per_cell * high.excess(c)) ** 2
-                + (count_sd * max(abs(lower), abs(c))) ** 2)
+                key=lambda c: _square(per_cell * high.excess(c))
+                + _square(count_sd * max(abs(lower), abs(c))))
     return lower, upper
 
 

@@ -1100,3 +1100,18 @@ def test_the_share_of_persons_losing_no_row_stays_within_0_and_1():
                       persons=450, persons_scale=70.0)
     estimate, low, high = dropped.persons_kept(13, 17.5)
     assert 0 <= low <= estimate <= high <= 1
+
+
+@pytest.mark.parametrize("column", [{"type": "float", "lower": -1e200, "upper": 1e200},
+                                    {"type": "float", "values": [-1e300, 1e300]}])
+def test_value_bounds_past_the_doubles_squares_are_chosen(tmp_path, column):
+    """Choosing a column's bounds squared errors with ** 2, which raised a bare OverflowError
+    past 1.8e308, after the tuning's charge (adversary round 29p)."""
+    (tmp_path / "t.csv").write_text("uid,day,f\n" + "".join(
+        f"{u},{['Mon', 'Tue'][u % 2]},{u}\n" for u in range(100)))
+    meta = {"name": "ovf", "budget": {"epsilon": 10, "delta": 1e-6}, "tables": {"t": {
+        "source": str(tmp_path / "t.csv"), "privacy_unit": "uid", "max_groups_per_unit": 1,
+        "max_rows_per_group": 1, "columns": {
+            "uid": "int", "day": {"type": "text", "values": ["Mon", "Tue"]}, "f": column}}}}
+    with dpsql.connect(metadata=meta, ledger=":memory:") as con:
+        assert con.tune("t", epsilon=1, columns=["f"], group_by=["day"])
