@@ -302,14 +302,10 @@ def _value_type(values: list) -> str:
 def _ledger_path(ledger: Any, database: str | None, catalog: Catalog) -> str:
     if ledger is not None:
         return str(ledger)
-    # the dataset is its metadata: a DuckDB file (or a copy of it) read under the same
-    # metadata is charged in the same ledger as the evaluators' (evaluators._cli.dataset_ledger);
-    # beside the database, `dpsql run --db` and `evaluate ... --db` kept two budgets of the same
-    # persons (adversary round 29l)
-    if catalog.path is not None:
-        return f"{catalog.path}.dpsql-ledger.sqlite"
     if database is not None and database != ":memory:":
         return f"{database}.dpsql-ledger.sqlite"
+    if catalog.path is not None:
+        return f"{catalog.path}.dpsql-ledger.sqlite"
     env = os.environ.get("DPSQL_LEDGER")
     if env:
         return env

@@ -8,7 +8,8 @@ Each evaluator command takes the same names with the same meaning:
 (train/test splits; commands that draw none do not offer it; each command's ``seed_help`` says
 what else it fixes, e.g. the noise in naive-bayes and cf); ``--insecure-seed`` reproducible
 noise for experiments, which gives NO privacy; ``--analyst`` who is charged and logged;
-``--ledger`` the dataset's ledger (default: beside the metadata, ``dataset_ledger``).
+``--ledger`` the dataset's ledger (default: beside the metadata, ``dataset_ledger``; with
+``--db``, as ``dpsql run --db``: beside the database).
 ``evaluator_options`` adds them in this order and makes the engine's
 ``InsecureRandomnessWarning`` print once per run, not once per connection.
 

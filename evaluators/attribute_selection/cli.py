@@ -28,9 +28,10 @@ def command(metadata: str, table: str, epsilon: float, output: str | None,
             class_column: str, method: str, top: int | None, threshold: float | None,
             attributes: tuple[str, ...], bins: int, db: str | None) -> None:
     """Rank the attributes of TABLE by their DP relevance to the class (Var & İnan)."""
-    # a --db copy holds the dataset's people: charged in the dataset's ledger, not beside it
+    # the ledger `dpsql run --db DB` and `dpsql budget --db DB` charge and show (beside a
+    # DuckDB file, else beside the metadata): one budget, whichever command spends it
     connection = dpsql.connect(db, metadata=metadata, analyst=analyst,
-                               ledger=dataset_ledger(metadata, ledger),
+                               ledger=ledger if db else dataset_ledger(metadata, ledger),
                                insecure_seed=insecure_seed)
     try:
         selection = select_attributes(

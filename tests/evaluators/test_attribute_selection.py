@@ -271,9 +271,10 @@ def test_a_repeated_or_class_attribute_or_a_non_finite_threshold_is_refused_unch
         assert connection.budget_spent.epsilon == 0
 
 
-def test_cli_on_a_duckdb_copy_charges_the_datasets_ledger(car, tmp_path: Path) -> None:
-    """--db charged a ledger beside the DuckDB file, so the dataset's stayed at 0 and the same
-    people were charged against two budgets."""
+def test_cli_on_a_duckdb_file_charges_the_ledger_run_charges(car, tmp_path: Path) -> None:
+    """--db charges the ledger that `dpsql run --db` and `dpsql budget --db` charge and show,
+    beside the DuckDB file: charged beside the metadata, the same people had two budgets
+    (adversary round 29l)."""
     metadata = tmp_path / "car.yaml"
     shutil.copy(META / "car.yaml", metadata)
     database = tmp_path / "car.duckdb"
@@ -284,9 +285,9 @@ def test_cli_on_a_duckdb_copy_charges_the_datasets_ledger(car, tmp_path: Path) -
         "--metadata", str(metadata), "--table", "car", "--class", "class", "--epsilon", "2",
         "--db", str(database), "--json"])
     assert json.loads(result.output)["epsilon_spent"] == pytest.approx(2)
-    with dpsql.connect(None, metadata=str(metadata)) as connection:
+    with dpsql.connect(str(database), metadata=str(metadata)) as connection:
         assert connection.budget_spent.epsilon == 2
-    assert not Path(f"{database}.dpsql-ledger.sqlite").exists()
+    assert not Path(f"{metadata}.dpsql-ledger.sqlite").exists()
 
 
 def test_cli_output_that_cannot_be_written_loses_neither_result_nor_budget(tmp_path: Path):

@@ -268,7 +268,7 @@ def test_attribute_selection_on_a_database_charges_the_ledger_run_charges(tmp_pa
                                                                          monkeypatch):
     """`dpsql run --db` spent the whole budget beside the database; attribute-selection --db
     then spent it again beside the metadata, and `dpsql budget --db` never showed it. Both
-    charge the ledger beside the metadata now."""
+    charge the ledger beside the database now."""
     from evaluators.attribute_selection import cli as selection_cli
 
     frame = _labelled(300, 5)
