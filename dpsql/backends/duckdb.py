@@ -229,8 +229,8 @@ class DuckDBBackend(PublicLimits):
         """No file access (but to ``sources``: the Parquet sources' views, read at each
         query, and the private CSV sources not read yet), no extensions, no settings. A
         folder source (a Parquet data set written as several files) is allowed with the
-        files under it, which its view lists at each query: with the folder's path alone,
-        every query over it failed, charged."""
+        files under it, which its copy lists at the first query after a change
+        (``_copy_parts``): with the folder's path alone, every query over it failed, charged."""
         if sources:
             paths = ", ".join(_literal(p) for p in sources)
             self.connection.execute(f"SET allowed_paths = [{paths}]")
